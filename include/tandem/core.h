@@ -1,0 +1,192 @@
+/* tandem core: status codes, error details, logging, allocation, RNG, time, env knobs.
+ *
+ * Every other layer builds on this one and on libc only. Library code never exits: a function
+ * that can fail returns td_status and records a human-readable detail (what, which value, what
+ * to do) with td_error(); callers add their file:line with TD_CHECK as the error travels up.
+ * Only main() decides to exit.
+ */
+#ifndef TANDEM_CORE_H
+#define TANDEM_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TD_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#define TD_NODISCARD __attribute__((warn_unused_result))
+#else
+#define TD_PRINTF(fmt_idx, arg_idx)
+#define TD_NODISCARD
+#endif
+
+/* ---- status codes: one list, messages generated from it (libuv's UV_ERRNO_MAP habit) ---- */
+#define TD_STATUS_MAP(X)                                                                        \
+    X(OK, "ok")                                                                                 \
+    X(ERR_INVALID, "invalid argument")                                                         \
+    X(ERR_USAGE, "usage error")                                                                 \
+    X(ERR_NOMEM, "out of memory")                                                               \
+    X(ERR_IO, "input/output error")                                                             \
+    X(ERR_FORMAT, "corrupt or malformed data")                                                  \
+    X(ERR_NOTFOUND, "not found")                                                                \
+    X(ERR_EXISTS, "already exists")                                                             \
+    X(ERR_TIMEOUT, "timed out")                                                                 \
+    X(ERR_PEER, "peer failed or disconnected")                                                  \
+    X(ERR_MISMATCH, "ranks disagree")                                                           \
+    X(ERR_AUTH, "authentication failed")                                                        \
+    X(ERR_PROTOCOL, "protocol violation")                                                       \
+    X(ERR_INTERRUPTED, "interrupted by signal")                                                 \
+    X(ERR_NOSPACE, "no space left on device")                                                   \
+    X(ERR_SYS, "system call failed")                                                            \
+    X(ERR_UNSUPPORTED, "not supported")
+
+typedef enum {
+#define TD__STATUS_ENUM(name, msg) TD_##name,
+    TD_STATUS_MAP(TD__STATUS_ENUM)
+#undef TD__STATUS_ENUM
+        TD_STATUS_COUNT
+} td_status;
+
+/* Short generic text for a status ("timed out"). */
+const char *td_status_str(td_status st);
+/* Symbolic name ("TD_ERR_TIMEOUT"). */
+const char *td_status_name(td_status st);
+
+/* ---- error details (thread-local): the message a user reads ----
+ * td_error() records "what went wrong, the value, the fix" and returns st so a caller can write
+ *     return td_error(TD_ERR_FORMAT, "%s: bad magic 0x%08x, expected 0x00000803 ...", path, m);
+ * td_error_errno() appends strerror(errno) and maps ENOSPC/ENOMEM to their own status codes.
+ * TD_CHECK appends "  at file:line" frames as the error propagates (NCCL checks.h habit). */
+td_status td__error(const char *file, int line, td_status st, const char *fmt, ...) TD_PRINTF(4, 5);
+td_status td__error_errno(const char *file, int line, td_status st, const char *fmt, ...)
+    TD_PRINTF(4, 5);
+void td__error_trace(const char *file, int line, const char *expr);
+#define td_error(st, ...) td__error(__FILE__, __LINE__, (st), __VA_ARGS__)
+#define td_error_errno(st, ...) td__error_errno(__FILE__, __LINE__, (st), __VA_ARGS__)
+
+/* The last recorded detail on this thread (never NULL; "" when none). */
+const char *td_error_msg(void);
+/* The frames appended by TD_CHECK, one "  at file:line (expr)" per line. */
+const char *td_error_trace(void);
+void td_error_clear(void);
+/* Prints "tandem: <status>: <detail>" (and the trace when TANDEM_LOG_LEVEL=debug) to stderr. */
+void td_error_print(td_status st);
+
+#define TD_CHECK(call)                                                                          \
+    do {                                                                                        \
+        td_status td__st = (call);                                                              \
+        if (td__st != TD_OK) {                                                                  \
+            td__error_trace(__FILE__, __LINE__, #call);                                         \
+            return td__st;                                                                      \
+        }                                                                                       \
+    } while (0)
+
+#define TD_CHECK_GOTO(call, rc, label)                                                          \
+    do {                                                                                        \
+        (rc) = (call);                                                                          \
+        if ((rc) != TD_OK) {                                                                    \
+            td__error_trace(__FILE__, __LINE__, #call);                                         \
+            goto label;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+/* ---- logging ----
+ * Levels from TANDEM_LOG_LEVEL (error, warn, info, debug); default info. Lines go to stderr,
+ * prefixed with the process's log prefix (e.g. "[rank 1] ") when one is set. */
+typedef enum { TD_LOG_ERROR = 0, TD_LOG_WARN, TD_LOG_INFO, TD_LOG_DEBUG } td_log_level;
+void td_log(td_log_level level, const char *fmt, ...) TD_PRINTF(2, 3);
+int td_log_enabled(td_log_level level);
+void td_log_set_prefix(const char *prefix);
+#define TD_LOG_ERROR(...) td_log(TD_LOG_ERROR, __VA_ARGS__)
+#define TD_LOG_WARN(...) td_log(TD_LOG_WARN, __VA_ARGS__)
+#define TD_LOG_INFO(...) td_log(TD_LOG_INFO, __VA_ARGS__)
+#define TD_LOG_DEBUG(...) td_log(TD_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- allocation ----
+ * Policy: the td_x* wrappers abort with a message on out-of-memory (Redis zmalloc); callers do
+ * not check them. Use plain malloc and check only where running out is a normal outcome.
+ * Buffers that kernels touch are 64-byte aligned (td_xmalloc_aligned, freed with free()). */
+void *td_xmalloc(size_t nbytes);
+void *td_xcalloc(size_t count, size_t size);
+void *td_xrealloc(void *ptr, size_t nbytes);
+void *td_xmalloc_aligned(size_t nbytes);
+char *td_xstrdup(const char *s);
+char *td_xasprintf(const char *fmt, ...) TD_PRINTF(1, 2);
+
+/* A bump arena for scratch: one block reserved up front, allocations 64-byte aligned, overflow
+ * is an error the caller sees (ggml_init / ggml_new_object habit), reset frees everything. */
+typedef struct td_arena {
+    uint8_t *base;
+    size_t capacity_bytes;
+    size_t used_bytes;
+    size_t peak_bytes;
+} td_arena;
+void td_arena_init(td_arena *arena, size_t capacity_bytes);
+void td_arena_free(td_arena *arena);
+/* Returns NULL when the request does not fit; never aborts. */
+void *td_arena_alloc(td_arena *arena, size_t nbytes);
+void td_arena_reset(td_arena *arena);
+
+/* ---- counter-based RNG: Philox4x32-10 ----
+ * A random number is a pure function of (key, counter): no hidden state, so any sample's dropout
+ * mask or any parameter's initial value can be recomputed anywhere, on any rank, in any order. */
+typedef struct {
+    uint32_t v[4];
+} td_philox_ctr;
+/* Four 32-bit random words for (key, counter). */
+td_philox_ctr td_philox4x32(uint64_t key, td_philox_ctr counter);
+/* Uniform float in [0, 1) with 24 random bits, for stream/index coordinates:
+ * counter = {index lo, index hi, stream lo, stream hi}; lane picks one of the 4 words. */
+float td_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+/* Fill out[0..count) with uniform floats in [lo, hi) for (seed, stream), element i at index i. */
+void td_rng_fill_uniform(uint64_t seed, uint64_t stream, float lo, float hi, float *out,
+                         size_t count);
+/* A 64-bit mix (splitmix64), for deriving sub-seeds from several integers. */
+uint64_t td_mix64(uint64_t x);
+
+/* ---- time ---- */
+uint64_t td_now_ns(void); /* monotonic */
+double td_now_s(void);    /* monotonic, seconds */
+double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
+
+/* ---- environment knobs, declared once (NCCL_PARAM habit) ----
+ * Every TANDEM_* variable the library reads is listed in TD_ENV_MAP with its default and meaning;
+ * td_env_int/td_env_str parse it once and cache the value. `tandem env` prints the table. */
+#define TD_ENV_MAP(X)                                                                           \
+    X(LOG_LEVEL, "info", "log verbosity: error, warn, info, debug")                             \
+    X(COMM_TIMEOUT_MS, "300000", "per-collective timeout in milliseconds")                      \
+    X(STORE_TIMEOUT_MS, "300000", "rendezvous store wait timeout in milliseconds")              \
+    X(HEARTBEAT_MS, "500", "liveness check period for peers in milliseconds")                   \
+    X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")
+
+typedef enum {
+#define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,
+    TD_ENV_MAP(TD__ENV_ENUM)
+#undef TD__ENV_ENUM
+        TD_ENV_COUNT
+} td_env_knob;
+
+const char *td_env_str(td_env_knob knob);
+int64_t td_env_int(td_env_knob knob);
+/* Prints every knob, its value and its meaning. */
+void td_env_print(FILE *out);
+
+/* ---- small helpers used across layers ---- */
+/* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
+td_status td_parse_i64(const char *what, const char *s, int64_t *out);
+td_status td_parse_f64(const char *what, const char *s, double *out);
+/* CRC-32 (zlib polynomial) over a buffer, chainable: crc = td_crc32(crc, buf, n), start at 0. */
+uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes);
+
+#define TD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_CORE_H */

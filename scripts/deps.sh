@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tandem needs, only those missing. Safe to run again.
+# Build: compiler, CMake, OpenBLAS (CBLAS), OpenMP (gcc), zlib, libyaml, SQLite, jansson.
+# Run: the Fashion-MNIST dataset. Peers for tests and benchmarks: PyTorch (python3-torch),
+# Open MPI, iproute2 (network namespaces for multi-host tests).
+set -euo pipefail
+packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-dev
+          libsqlite3-dev libjansson-dev dataset-fashion-mnist python3-torch python3-numpy
+          libopenmpi-dev openmpi-bin iproute2 procps)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "tandem: installing missing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  if ! "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; then
+    "${sudo_cmd[@]}" apt-get update
+    "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+  fi
+fi

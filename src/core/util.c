@@ -1,0 +1,88 @@
+/* Time, environment knobs, number parsing, CRC-32. */
+#include "tandem/core.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+#include <zlib.h>
+
+uint64_t td_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double td_now_s(void) {
+    return (double)td_now_ns() * 1e-9;
+}
+
+double td_wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const struct {
+    const char *name;
+    const char *def;
+    const char *doc;
+} env_table[] = {
+#define TD__ENV_ROW(name, def, doc) {"TANDEM_" #name, def, doc},
+    TD_ENV_MAP(TD__ENV_ROW)
+#undef TD__ENV_ROW
+};
+
+const char *td_env_str(td_env_knob knob) {
+    const char *v = getenv(env_table[knob].name);
+    return (v && *v) ? v : env_table[knob].def;
+}
+
+int64_t td_env_int(td_env_knob knob) {
+    /* Parsed on every call on purpose: tests and the launcher change the environment between
+     * runs in one process, and none of these knobs sits on a hot path. */
+    int64_t v;
+    if (td_parse_i64(env_table[knob].name, td_env_str(knob), &v) != TD_OK) {
+        TD_LOG_WARN("%s=%s is not an integer; using the default %s", env_table[knob].name,
+                    td_env_str(knob), env_table[knob].def);
+        td_parse_i64(env_table[knob].name, env_table[knob].def, &v);
+    }
+    return v;
+}
+
+void td_env_print(FILE *out) {
+    for (size_t i = 0; i < TD_ARRAY_LEN(env_table); i++)
+        fprintf(out, "%-26s = %-10s  %s (default %s)\n", env_table[i].name,
+                td_env_str((td_env_knob)i), env_table[i].doc, env_table[i].def);
+}
+
+td_status td_parse_i64(const char *what, const char *s, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s ? s : "", &end, 10);
+    if (!s || !*s || *end || errno)
+        return td_error(TD_ERR_INVALID, "%s: '%s' is not an integer", what, s ? s : "");
+    *out = v;
+    return TD_OK;
+}
+
+td_status td_parse_f64(const char *what, const char *s, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s ? s : "", &end);
+    if (!s || !*s || *end || errno || !isfinite(v))
+        return td_error(TD_ERR_INVALID, "%s: '%s' is not a finite number", what, s ? s : "");
+    *out = v;
+    return TD_OK;
+}
+
+uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes) {
+    const unsigned char *p = buf;
+    while (nbytes > 0) { /* zlib takes uInt lengths */
+        uInt chunk = nbytes > (1u << 30) ? (1u << 30) : (uInt)nbytes;
+        crc = (uint32_t)crc32(crc, p, chunk);
+        p += chunk;
+        nbytes -= chunk;
+    }
+    return crc;
+}

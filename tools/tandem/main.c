@@ -1,0 +1,44 @@
+/* tandem: the one CLI binary. Each subcommand lives in its own cmd_*.c and is listed once in
+ * commands.h; main() only dispatches and turns a status into an exit code. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tandem/core.h"
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+#define TD__CMD_ROW(name, fn, summary) {name, fn, summary},
+    TD_COMMANDS(TD__CMD_ROW)
+#undef TD__CMD_ROW
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: tandem <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < TD_ARRAY_LEN(commands); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n'tandem <command> --help' shows a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tandem %s\n", TANDEM_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < TD_ARRAY_LEN(commands); i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tandem: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
