@@ -1,0 +1,111 @@
+/* tandem comm: the rendezvous store, process groups, transports and collectives.
+ *
+ * Store: a TCP key-value server (one per job, hosted by the launcher's node-0 agent or by rank 0)
+ * and a client. Every connection proves it knows the job token through a challenge-response
+ * (HMAC-style, the token never crosses the wire). Values are opaque bytes.
+ *
+ * Process group: rank, world size and a transport per peer behind one vtable (shm within a host,
+ * tcp across hosts). Collectives are written only against that vtable. Every collective carries
+ * a fingerprint (sequence number, op, dtype, count) that all ranks compare, has a timeout, and
+ * fails fast when a peer dies. Sums use one fixed binary tree over ranks, so every rank gets the
+ * same bits, in every run.
+ *
+ * Threading: a td_store_t or td_pg_t is used by one thread at a time (the ddp reducer's comm
+ * thread owns the process group while a step is in flight).
+ */
+#ifndef TANDEM_COMM_H
+#define TANDEM_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ================================ rendezvous store ================================ */
+
+typedef struct td_store_server td_store_server_t;
+typedef struct td_store td_store_t;
+
+/* Starts a server thread listening on host:port ("0.0.0.0" or NULL = all interfaces; port 0 =
+ * an ephemeral port, read it back with td_store_server_port). token must be non-empty. */
+td_status td_store_server_start(const char *host, int port, const char *token,
+                                td_store_server_t **out);
+int td_store_server_port(const td_store_server_t *srv);
+void td_store_server_stop(td_store_server_t *srv);
+
+/* Connects and authenticates, retrying refused connections until timeout_ms has passed (the
+ * server may not be up yet). A wrong token is TD_ERR_AUTH at once. */
+td_status td_store_connect(const char *host, int port, const char *token, int timeout_ms,
+                           td_store_t **out);
+void td_store_close(td_store_t *store);
+
+td_status td_store_set(td_store_t *store, const char *key, const void *value, size_t nbytes);
+/* Waits up to timeout_ms for key to exist (0 = don't wait: TD_ERR_NOTFOUND when absent, -1 =
+ * TANDEM_STORE_TIMEOUT_MS). *value is malloc'd (and NUL-terminated past nbytes for
+ * convenience); the caller frees it. */
+td_status td_store_get(td_store_t *store, const char *key, void **value, size_t *nbytes,
+                       int timeout_ms);
+/* Atomic counter: adds delta to the integer stored at key (absent = 0) and returns the sum. */
+td_status td_store_add(td_store_t *store, const char *key, int64_t delta, int64_t *result);
+/* Blocks until all keys exist; TD_ERR_TIMEOUT naming the missing keys otherwise. */
+td_status td_store_wait(td_store_t *store, const char *const *keys, int nkeys, int timeout_ms);
+/* Sets key to desired if its current value equals expected (expected_nbytes == 0 and expected
+ * NULL: if key is absent). Returns the value now stored in *actual (malloc'd; may be NULL). */
+td_status td_store_compare_set(td_store_t *store, const char *key, const void *expected,
+                               size_t expected_nbytes, const void *desired, size_t desired_nbytes,
+                               void **actual, size_t *actual_nbytes);
+td_status td_store_delete(td_store_t *store, const char *key, bool *existed);
+
+/* ================================ process groups ================================ */
+
+typedef struct td_pg td_pg_t;
+
+typedef enum { TD_TRANSPORT_AUTO = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_TCP } td_transport_kind;
+typedef enum { TD_REDUCE_SUM = 0, TD_REDUCE_AVG } td_reduce_op;
+
+typedef struct {
+    int rank;
+    int world_size;
+    td_store_t *store;        /* borrowed; must outlive the group */
+    const char *prefix;       /* key namespace in the store, e.g. "pg0/attempt3" */
+    td_transport_kind transport; /* AUTO: shm between ranks on the same host, tcp otherwise */
+    const char *host_key;     /* ranks with equal host_key may use shm; NULL = derive from the
+                                 machine (boot id + network namespace + hostname) */
+    const char *bind_addr;    /* tcp: address to listen on and publish; NULL = the address this
+                                 host uses to reach the store */
+    int timeout_ms;           /* per collective; 0 = TANDEM_COMM_TIMEOUT_MS */
+} td_pg_options;
+
+td_status td_pg_init(const td_pg_options *opts, td_pg_t **out);
+/* Builds a group from the launcher's environment: RANK, WORLD_SIZE, LOCAL_RANK,
+ * TANDEM_STORE_ADDR (host:port), TANDEM_TOKEN, TANDEM_RUN_ID, TANDEM_RESTART_COUNT; connects to
+ * the store (returned in *store_out, caller closes it after td_pg_free). */
+td_status td_pg_init_from_env(td_pg_t **out, td_store_t **store_out);
+void td_pg_free(td_pg_t *pg);
+int td_pg_rank(const td_pg_t *pg);
+int td_pg_world_size(const td_pg_t *pg);
+
+/* ================================ collectives ================================
+ * All ranks must call the same collectives in the same order with the same counts; a mismatch
+ * is TD_ERR_MISMATCH on every rank naming both ranks and both calls. */
+
+/* In place, float32. Sum in a fixed binary tree over ranks ((r0+r1)+(r2+r3))...; AVG divides
+ * the sum by world_size afterwards. Every rank ends with identical bits. */
+td_status td_allreduce(td_pg_t *pg, float *buf, size_t count, td_reduce_op op);
+td_status td_broadcast(td_pg_t *pg, void *buf, size_t nbytes, int root);
+/* out holds world_size * nbytes_per_rank bytes, rank r's contribution at r * nbytes_per_rank. */
+td_status td_allgather(td_pg_t *pg, const void *in, void *out, size_t nbytes_per_rank);
+/* in: world_size * count floats; out: count floats = the reduction of block `rank`. */
+td_status td_reduce_scatter(td_pg_t *pg, const float *in, float *out, size_t count,
+                            td_reduce_op op);
+td_status td_barrier(td_pg_t *pg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_COMM_H */
