@@ -161,7 +161,11 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(COMM_TIMEOUT_MS, "300000", "per-collective timeout in milliseconds")                      \
     X(STORE_TIMEOUT_MS, "300000", "rendezvous store wait timeout in milliseconds")              \
     X(HEARTBEAT_MS, "500", "liveness check period for peers in milliseconds")                   \
-    X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")
+    X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")       \
+    X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")          \
+    X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)") \
+    X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")         \
+    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,

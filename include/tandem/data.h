@@ -28,7 +28,7 @@ extern "C" {
  * over all 60000x784 pixels: 0.28604, 0.35302), rounded as torchvision examples use them.
  * Fixed constants rather than a pass over the data so the test set and every rank agree. */
 #define TD_FASHION_MNIST_MEAN 0.2860f
-#define TD_FASHION_MNIST_STD 0.3530f
+#define TD_FASHION_MNIST_STD  0.3530f
 
 /* The contents of one IDX file of unsigned bytes. */
 typedef struct {

@@ -92,12 +92,15 @@ typedef struct {
 } td_forward_ctx;
 
 /* x: [batch, in_c, in_h, in_w]; returns the model's output [batch, output_size], owned by the
- * model and valid until the next forward. batch <= max_batch. */
+ * model and valid until the next forward. batch <= max_batch. Returns NULL (td_error set) when
+ * the model is not finalized or batch is out of range. ctx NULL means eval; in training mode a
+ * NULL sample_ids uses the row index as the sample id. */
 const float *td_model_forward(td_model_t *m, const float *x, int batch, const td_forward_ctx *ctx);
 
-/* dout: [batch, output_size], gradient of the loss w.r.t. the last forward's output.
- * Accumulates parameter gradients into grads, last layer first. The first layer's input
- * gradient is not computed (nothing needs it). */
+/* dout: [batch, output_size], gradient of the loss w.r.t. the last forward's output (not
+ * modified). Accumulates parameter gradients into grads, last layer first. The first layer's
+ * input gradient is not computed (nothing needs it). batch must equal the last forward's batch
+ * (otherwise an error is logged and grads are left unchanged). */
 void td_model_backward(td_model_t *m, const float *dout, int batch);
 
 /* Called during backward right after layer `layer`'s parameter gradients are final for this

@@ -81,8 +81,8 @@ td_status td_dataset_load_fashion_mnist(const char *dir, const char *split, td_d
     char *labels_name = td_xasprintf("%s-labels-idx1-ubyte", split);
     char *images = find_file(dir, images_name);
     char *labels = find_file(dir, labels_name);
-    td_status rc = td_dataset_load_idx(images, labels, 10, TD_FASHION_MNIST_MEAN,
-                                       TD_FASHION_MNIST_STD, out);
+    td_status rc =
+        td_dataset_load_idx(images, labels, 10, TD_FASHION_MNIST_MEAN, TD_FASHION_MNIST_STD, out);
     free(images_name);
     free(labels_name);
     free(images);

@@ -38,9 +38,12 @@ static const char *gz_errtext(gzFile gz) {
 
 static const char *kind_of(uint32_t magic) {
     switch (magic) {
-    case TD_IDX_MAGIC_LABELS: return "a labels file (idx1)";
-    case TD_IDX_MAGIC_IMAGES: return "an images file (idx3)";
-    default: return "not an IDX file of unsigned bytes";
+    case TD_IDX_MAGIC_LABELS:
+        return "a labels file (idx1)";
+    case TD_IDX_MAGIC_IMAGES:
+        return "an images file (idx3)";
+    default:
+        return "not an IDX file of unsigned bytes";
     }
 }
 
@@ -67,8 +70,9 @@ td_status td_idx_read(const char *path, uint32_t expected_magic, td_idx *out) {
     uint8_t head[16];
     int64_t n = read_full(gz, head, 4);
     if (n < 0) {
-        rc = td_error(TD_ERR_FORMAT, "IDX file %s: cannot decompress: %s; the file is damaged, "
-                                     "reinstall or re-download it",
+        rc = td_error(TD_ERR_FORMAT,
+                      "IDX file %s: cannot decompress: %s; the file is damaged, "
+                      "reinstall or re-download it",
                       path, gz_errtext(gz));
         goto out;
     }
@@ -89,8 +93,8 @@ td_status td_idx_read(const char *path, uint32_t expected_magic, td_idx *out) {
     }
     int ndims = (int)(magic & 0xff);
     if (ndims < 1 || ndims > 3) {
-        rc = td_error(TD_ERR_FORMAT, "IDX file %s: %d dimensions, only 1 to 3 are supported",
-                      path, ndims);
+        rc = td_error(TD_ERR_FORMAT, "IDX file %s: %d dimensions, only 1 to 3 are supported", path,
+                      ndims);
         goto out;
     }
     n = read_full(gz, head + 4, (uint64_t)ndims * 4);
@@ -106,8 +110,9 @@ td_status td_idx_read(const char *path, uint32_t expected_magic, td_idx *out) {
         out->dims[i] = be32(head + 4 + 4 * i);
         total *= out->dims[i];
         if (total > IDX_MAX_BYTES) {
-            rc = td_error(TD_ERR_FORMAT, "IDX file %s: dimensions imply more than %llu bytes; "
-                                         "the header is corrupt",
+            rc = td_error(TD_ERR_FORMAT,
+                          "IDX file %s: dimensions imply more than %llu bytes; "
+                          "the header is corrupt",
                           path, (unsigned long long)IDX_MAX_BYTES);
             goto out;
         }

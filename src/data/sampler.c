@@ -21,8 +21,8 @@ void td_sampler_permutation(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t 
     for (uint64_t i = 0; i < n; i++) perm[i] = i;
     for (uint64_t i = n; i > 1; i--) {
         uint64_t pos = i - 1;
-        td_philox_ctr c = {{(uint32_t)pos, (uint32_t)(pos >> 32), (uint32_t)epoch,
-                            (uint32_t)(epoch >> 32)}};
+        td_philox_ctr c = {
+            {(uint32_t)pos, (uint32_t)(pos >> 32), (uint32_t)epoch, (uint32_t)(epoch >> 32)}};
         td_philox_ctr r = td_philox4x32(key, c);
         uint64_t bits = (uint64_t)r.v[0] | (uint64_t)r.v[1] << 32;
         /* Multiply-shift maps 64 random bits to [0, i); the bias is below i / 2^64. */

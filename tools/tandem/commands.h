@@ -7,8 +7,28 @@
 #define TANDEM_VERSION_STRING "0.1.0"
 
 #define TD_COMMANDS(X)                                                                          \
-    X("env", cmd_env, "print the TANDEM_* environment knobs and their values")
+    X("env", cmd_env, "print the TANDEM_* environment knobs and their values")                     \
+    X("launch", cmd_launch, "run workers on this node (torchrun-compatible launcher)")             \
+    X("train", cmd_train, "train a model on Fashion-MNIST (checkpoints, resume, safetensors)")     \
+    X("run", cmd_run, "run a workflow as a tracked run (-d: in the background)")                   \
+    X("ps", cmd_ps, "list runs")                                                                   \
+    X("show", cmd_show, "everything about one run")                                                \
+    X("logs", cmd_logs, "a run's worker logs (-f follows)")                                        \
+    X("metrics", cmd_metrics, "a run's metrics (--csv, --json)")                                   \
+    X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
+    X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                               \
+    X("bench", cmd_bench, "benchmarks: 'tandem bench comm ...' (collectives)")
 
 int cmd_env(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+int cmd_metrics(int argc, char **argv);
+int cmd_artifacts(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Allreduce, 2 ranks on this host, float32 sum, 4 KiB .. 64 MiB: tandem shm vs Open MPI and
+# tandem tcp vs PyTorch gloo, all in one invocation (numbers drift between runs and machines;
+# the ratios are what to read). Prints one table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
+# Usage: bench/bench_comm.sh [path/to/tandem]   (default: $TANDEM_BIN, then build*/tandem)
+# Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+tandem=${1:-${TANDEM_BIN:-}}
+if [ -z "$tandem" ]; then
+  for c in "$root"/build/tandem "$root"/build-*/tandem; do [ -x "$c" ] && tandem=$c && break; done
+fi
+[ -x "$tandem" ] || { echo "bench_comm.sh: no tandem binary (pass its path)" >&2; exit 2; }
+min=${MIN_BYTES:-4096}
+max=${MAX_BYTES:-67108864}
+n=${NRANKS:-2}
+py=${PYTHON:-/usr/bin/python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+col() { # file -> "bytes busbw" lines from nccl-tests style output (bytes first, busbw 4th/5th)
+  awk -v f="$2" '!/^#/ && NF >= 5 {print $1, $f}' "$1"
+}
+
+echo "== tandem shm" >&2
+"$tandem" bench comm --backend shm --op allreduce --nranks "$n" --min-bytes "$min" --max-bytes "$max" > "$tmp/shm.txt"
+echo "== tandem tcp" >&2
+"$tandem" bench comm --backend tcp --op allreduce --nranks "$n" --min-bytes "$min" --max-bytes "$max" > "$tmp/tcp.txt"
+col "$tmp/shm.txt" 5 > "$tmp/shm.col"
+col "$tmp/tcp.txt" 5 > "$tmp/tcp.col"
+# every size must have checked out
+awk '!/^#/ && NF >= 6 && $6 != 0 {bad=1} END {exit bad}' "$tmp/shm.txt" "$tmp/tcp.txt" ||
+  { echo "bench_comm.sh: tandem reported wrong elements" >&2; cat "$tmp"/*.txt >&2; exit 1; }
+
+: > "$tmp/mpi.col"
+if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+  echo "== Open MPI" >&2
+  mpicc -O2 -o "$tmp/mpi_allreduce" "$here/peers/mpi_allreduce.c"
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$tmp/mpi_allreduce" "$min" "$max" > "$tmp/mpi.txt" 2> "$tmp/mpi.err" ||
+    { echo "bench_comm.sh: mpirun failed:" >&2; cat "$tmp/mpi.err" >&2; }
+  [ -f "$tmp/mpi.txt" ] && col "$tmp/mpi.txt" 4 > "$tmp/mpi.col"
+else
+  echo "bench_comm.sh: mpicc/mpirun not found; skipping Open MPI (apt-get install libopenmpi-dev openmpi-bin)" >&2
+fi
+
+: > "$tmp/gloo.col"
+if "$py" -c 'import torch.distributed' 2> /dev/null; then
+  echo "== PyTorch gloo" >&2
+  port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  pids=()
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+      "$py" "$here/peers/gloo_allreduce.py" "$min" "$max" > "$tmp/gloo.$r.txt" 2> "$tmp/gloo.$r.err" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || echo "bench_comm.sh: a gloo rank failed: $(cat "$tmp"/gloo.*.err)" >&2; done
+  col "$tmp/gloo.0.txt" 4 > "$tmp/gloo.col"
+else
+  echo "bench_comm.sh: $py has no torch; skipping gloo" >&2
+fi
+
+echo "# allreduce float32 sum, $n ranks on $(hostname), busbw GB/s (nccl-tests factor)"
+printf "%12s %12s %12s %8s %12s %12s %8s\n" bytes tandem_shm open_mpi ratio tandem_tcp gloo ratio
+awk '
+  FNR == 1 { file++ }
+  file == 1 { shm[$1] = $2; order[++n] = $1 }
+  file == 2 { mpi[$1] = $2 }
+  file == 3 { tcp[$1] = $2 }
+  file == 4 { gloo[$1] = $2 }
+  END {
+    for (i = 1; i <= n; i++) {
+      b = order[i]
+      r1 = (b in mpi && mpi[b] > 0) ? sprintf("%.2fx", shm[b] / mpi[b]) : "-"
+      r2 = (b in gloo && gloo[b] > 0) ? sprintf("%.2fx", tcp[b] / gloo[b]) : "-"
+      printf "%12s %12.3f %12s %8s %12.3f %12s %8s\n", b, shm[b], (b in mpi) ? mpi[b] : "-", r1,
+             tcp[b], (b in gloo) ? gloo[b] : "-", r2
+    }
+  }' "$tmp/shm.col" <(cat "$tmp/mpi.col"; echo "__end_mpi 0") "$tmp/tcp.col" <(cat "$tmp/gloo.col"; echo "__end_gloo 0")

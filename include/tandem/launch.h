@@ -1,0 +1,63 @@
+/* tandem launch: a torchrun-compatible launcher.
+ *
+ * One agent per node. The agents meet at a rendezvous store (comm's TCP store, hosted by the
+ * node-0 agent, or by this agent on 127.0.0.1 when standalone), agree on the node set and each
+ * node's global rank offset, and spawn nproc_per_node workers each with the torchrun environment
+ * (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) plus tandem's own TANDEM_* keys
+ * that td_pg_init_from_env reads. Worker output is line-prefixed "[rank N] ". The first worker
+ * failure on any node tears the whole group down (SIGTERM, SIGKILL after a grace period) and is
+ * named as the root cause; with max_restarts the group restarts under a fresh store namespace.
+ *
+ * Process-wide effects while td_launch_run runs: it blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP in
+ * the calling thread (and so in threads it starts) and reads them through a signalfd, ignores
+ * SIGPIPE, and reaps only its own children by pid. The previous mask and SIGPIPE disposition are
+ * restored before it returns. Call it from the main thread of a process whose other threads
+ * block those signals too (or have none), or SIGTERM may hit another thread.
+ */
+#ifndef TANDEM_LAUNCH_H
+#define TANDEM_LAUNCH_H
+
+#include <stdbool.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int min_nodes; /* --nnodes N or N:M (default 1:1) */
+    int max_nodes;
+    int nproc_per_node;        /* workers on this node (default 1) */
+    int node_rank;             /* -1 = not given: ranks follow arrival order at the store */
+    const char *rdzv_endpoint; /* "host:port" of the store; NULL = standalone */
+    const char *rdzv_id; /* job id shared by all nodes; NULL = "none" (random when single-node) */
+    bool standalone;     /* host a private store on 127.0.0.1 (single node) */
+    int max_restarts;    /* whole-group restarts after a failure (default 0) */
+    const char *log_dir; /* NULL or DIR: also append each worker's lines to DIR/rank-R.log */
+    const char *metrics_dir;   /* NULL or DIR: workers get TANDEM_METRICS=DIR/rank-R.jsonl */
+    double monitor_interval_s; /* child / store check period (default 0.1) */
+    double grace_s;            /* SIGTERM -> SIGKILL after a failure (default 2) */
+    double stop_grace_s;       /* SIGTERM -> SIGKILL after the launcher is signalled (default 30) */
+    double rdzv_timeout_s;     /* how long agents wait for each other (default 300) */
+    double last_call_s;        /* with N:M, extra wait for more nodes after N arrived (default 3) */
+    int argc;                  /* the worker command */
+    char *const *argv;
+    int out_fd; /* where prefixed worker stdout / stderr go (default 1 / 2) */
+    int err_fd;
+} td_launch_options;
+
+/* Fills the defaults above; the caller then sets argc/argv and whatever else it needs. */
+void td_launch_options_init(td_launch_options *opts);
+
+/* Runs the job to completion (all restarts included). *exit_code gets what `tandem launch`
+ * exits with: 0 all workers succeeded, 1 a worker failed (root cause logged), 130 interrupted by
+ * SIGINT, 143 stopped by SIGTERM with every worker exiting 143 (checkpointed) or 0.
+ * Returns an error status (with *exit_code 1, or 2 for TD_ERR_USAGE) when the launcher itself
+ * cannot run the job: bad options, rendezvous timeout, a command that cannot be executed. */
+td_status td_launch_run(const td_launch_options *opts, int *exit_code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_LAUNCH_H */

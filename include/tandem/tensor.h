@@ -1,0 +1,65 @@
+/* tandem tensor: thread control and the float kernels the nn layer is built from.
+ *
+ * Threading model (the determinism contract): tandem runs its own OpenMP team of
+ * td_get_num_threads() threads and partitions work into fixed-size chunks whose boundaries never
+ * depend on the thread count; OpenBLAS is kept single-threaded and called from inside those
+ * chunks. OpenBLAS's own threading is not bitwise stable (measured: 64x576x288 sgemm differs
+ * between 1 and 2 OpenBLAS threads), so it is never used for training math.
+ *
+ * All matrices are row-major float32. Buffers need no particular alignment, but 64-byte aligned
+ * ones (td_xmalloc_aligned) are faster.
+ */
+#ifndef TANDEM_TENSOR_H
+#define TANDEM_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- threads ----
+ * n <= 0 means the number of cores. Sets the OpenMP team size tandem's kernels use and pins
+ * OpenBLAS to one thread (tandem parallelises around BLAS calls, see above). Until the first call,
+ * the team size comes from TANDEM_NUM_THREADS (0 = cores). */
+void td_set_num_threads(int n);
+int td_get_num_threads(void);
+
+/* ---- BLAS ----
+ * c[m x n] = alpha * op(a) * op(b) + beta * c, row-major; op(a) is m x k, op(b) is k x n.
+ * Runs on the calling thread only. */
+void td_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc);
+
+/* ---- convolution lowering, one image ----
+ * x: [c, h, w]; col: [c * kh * kw, oh * ow] with row (ci * kh + ki) * kw + kj, column
+ * oy * ow + ox holding x[ci][oy * stride - pad + ki][ox * stride - pad + kj] (0 outside).
+ * td_col2im is the adjoint: it *adds* col's entries back into x (zero x first for a plain copy). */
+void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
+               int ow, float *col);
+void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
+               int ow, float *x);
+/* Output size of a convolution or pooling window along one axis; <= 0 when it does not fit. */
+int td_conv_out_size(int in, int kernel, int stride, int pad);
+
+/* ---- elementwise (y and x may alias where both are listed) ---- */
+void td_fill(float *y, size_t n, float v);
+void td_add(float *y, const float *x, size_t n);                             /* y += x */
+void td_scale(float *y, size_t n, float s);                                  /* y *= s */
+void td_relu(float *y, const float *x, size_t n);                            /* y = max(x, 0) */
+void td_relu_backward(float *dx, const float *y, const float *dy, size_t n); /* dx = y>0 ? dy : 0 */
+
+/* ---- reductions (fixed summation order: same bits for the same input, always) ---- */
+float td_sum(const float *x, size_t n);
+float td_max(const float *x, size_t n);
+size_t td_argmax(const float *x, size_t n); /* first maximal element; 0 when n == 0 */
+double td_dot_f64(const float *x, const float *y, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_TENSOR_H */

@@ -1,0 +1,218 @@
+/* tandem track: the run store and the metrics sink.
+ *
+ * The store is one SQLite database in WAL mode, <project>/.tandem/runs.db, shared by every
+ * process that touches a run: the supervisor of `tandem run`, the verbs (`tandem ps`, `show`,
+ * `metrics`...), and tests. Each run owns a directory <project>/.tandem/runs/<id>/ holding
+ * logs/, metrics/, artifacts/ and checkpoints/.
+ *
+ * Metrics travel as JSON lines: any process appends one object per line to the file named by
+ * TANDEM_METRICS ({"step": 120, "loss": 0.31, "acc": 0.9} or {"key": "loss", "value": 0.31,
+ * "step": 120}); the supervisor's ingester tails those files and stores the points, recording
+ * each file's offset in the same transaction as its points, so a restarted ingester neither
+ * loses nor duplicates a point. {"event": "resume", "step": S} cuts that rank's history back to
+ * step S. The format is in docs/runs.md.
+ */
+#ifndef TANDEM_TRACK_H
+#define TANDEM_TRACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runs ---- */
+#define TD_RUN_STATUS_MAP(X)                                                                       \
+    X(PENDING, "pending")                                                                          \
+    X(RUNNING, "running")                                                                          \
+    X(SUCCEEDED, "succeeded")                                                                      \
+    X(FAILED, "failed")                                                                            \
+    X(STOPPED, "stopped")                                                                          \
+    X(PREEMPTED, "preempted")                                                                      \
+    X(RESUMED, "resumed")
+
+typedef enum {
+#define TD__RUN_STATUS_ENUM(name, text) TD_RUN_##name,
+    TD_RUN_STATUS_MAP(TD__RUN_STATUS_ENUM)
+#undef TD__RUN_STATUS_ENUM
+        TD_RUN_STATUS_COUNT
+} td_run_status;
+
+const char *td_run_status_str(td_run_status st);
+/* TD_ERR_INVALID for an unknown word. */
+td_status td_run_status_parse(const char *text, td_run_status *out);
+/* Succeeded, failed, stopped or preempted: nothing is running for it. */
+int td_run_status_is_final(td_run_status st);
+
+/* One row of the runs table. Strings are owned by the struct (td_run_clear frees them);
+ * times are wall-clock seconds since the epoch, 0 when not reached yet. */
+typedef struct td_run {
+    char *id; /* "<workflow>-<seq>", e.g. "demo-12" */
+    char *workflow;
+    td_run_status status;
+    int exit_code; /* -1 until the run has ended */
+    double created_s, started_s, ended_s;
+    char *command;      /* the shell script the workers run */
+    char *code_version; /* git commit, "<commit>+dirty.<sha256 of git diff HEAD>", or "none" */
+    char *params_json;  /* JSON object of hyperparameters, "{}" when none */
+    int nodes, nproc_per_node, restarts;
+    int64_t supervisor_pid; /* 0 when no supervisor has claimed the run */
+    char *run_dir;          /* absolute: <project>/.tandem/runs/<id> */
+    char *note;             /* why it ended the way it did ("max_duration 30m exceeded"), or NULL */
+    int stop_requested;     /* `tandem stop` asked for it: a SIGTERM means stop, not preemption */
+} td_run;
+
+void td_run_clear(td_run *run);
+void td_runs_free(td_run *runs, size_t count);
+
+typedef struct td_rundb td_rundb;
+
+/* Opens (creating if needed) <project_dir>/.tandem/runs.db. project_dir NULL means TANDEM_HOME
+ * when set, else the current directory. The path is made absolute. */
+td_status td_rundb_open(const char *project_dir, td_rundb **out);
+void td_rundb_close(td_rundb *store);
+/* <project>/.tandem, absolute. */
+const char *td_rundb_dir(const td_rundb *store);
+/* <project>, absolute. */
+const char *td_rundb_project_dir(const td_rundb *store);
+
+typedef struct td_run_spec {
+    const char *workflow; /* names the run; characters outside [A-Za-z0-9_.-] become '_' */
+    const char *command;
+    const char *params_json; /* NULL = "{}" */
+    int nodes, nproc_per_node;
+} td_run_spec;
+
+/* Inserts a pending run with a fresh id, records the project's code version and makes its
+ * directory tree (logs/, metrics/, artifacts/, checkpoints/). */
+td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out);
+/* Looks a run up by exact id or unique id prefix. TD_ERR_NOTFOUND / TD_ERR_INVALID (ambiguous)
+ * with a message listing the candidates. */
+td_status td_run_find(td_rundb *store, const char *id_or_prefix, td_run *out);
+/* Runs in creation order. all = 0: active runs plus the 10 newest finished ones. */
+td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count);
+
+/* Status transitions. Stamps started_s on the first move to running and ended_s on a final
+ * status; exit_code < -1 leaves the stored exit code unchanged; note may be NULL. */
+td_status td_run_set_status(td_rundb *store, const char *id, td_run_status status, int exit_code,
+                            const char *note);
+td_status td_run_set_supervisor(td_rundb *store, const char *id, int64_t pid);
+td_status td_run_set_restarts(td_rundb *store, const char *id, int restarts);
+/* Marks that a user asked the run to stop (before its supervisor gets SIGTERM), so the
+ * supervisor records "stopped" rather than "preempted". Cleared by a resume. */
+td_status td_run_request_stop(td_rundb *store, const char *id, int requested);
+/* A run recorded as pending/running/resumed whose supervisor process is gone (crashed, killed
+ * with -9, machine rebooted) is marked failed with a note. Called by the listing verbs. */
+td_status td_run_reap_stale(td_rundb *store, td_run *run);
+
+/* The project's code version as stored in runs: see td_run.code_version. Never fails: "none"
+ * outside git. Caller frees. */
+char *td_code_version(const char *project_dir);
+
+/* ---- metrics ---- */
+typedef struct td_metric_point {
+    int rank;
+    const char *key;
+    int64_t step;
+    double value;
+    double time_s; /* wall clock; 0 = now */
+} td_metric_point;
+
+/* Inserts points in one transaction (retried while the database is busy). */
+td_status td_metrics_insert(td_rundb *store, const char *run_id, const td_metric_point *points,
+                            size_t count);
+
+typedef struct td_metric_row {
+    int rank;
+    char *key;
+    int64_t step;
+    double value;
+    double time_s;
+} td_metric_row;
+void td_metric_rows_free(td_metric_row *rows, size_t count);
+
+/* Points of a run ordered by key, rank, step. key NULL = every key; rank < 0 = every rank. */
+td_status td_metrics_query(td_rundb *store, const char *run_id, const char *key, int rank,
+                           td_metric_row **out, size_t *count);
+/* The newest point (highest step, then lowest rank) of each key. */
+td_status td_metrics_last(td_rundb *store, const char *run_id, td_metric_row **out, size_t *count);
+/* Number of points stored for a run (all keys and ranks). */
+td_status td_metrics_count(td_rundb *store, const char *run_id, int64_t *out);
+
+/* ---- ingest: tailing rank-<R>.jsonl files of a metrics directory ---- */
+typedef struct td_ingester td_ingester;
+
+td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metrics_dir,
+                          td_ingester **out);
+void td_ingester_free(td_ingester *ing);
+/* Reads what was appended to every rank-<R>.jsonl since the stored offsets and stores it.
+ * Each file's points, resume cut-backs and new offset commit in one transaction. A partial
+ * last line waits for its newline. *npoints (may be NULL) receives the points stored. */
+td_status td_ingester_poll(td_ingester *ing, size_t *npoints);
+/* Malformed lines skipped so far by this ingester (each file's first one is logged as a warning
+ * naming file:line). */
+size_t td_ingester_malformed(const td_ingester *ing);
+
+/* ---- the sink: how a process writes metrics (no store needed) ---- */
+typedef struct td_metrics_sink td_metrics_sink;
+
+/* Opens path for appending; path NULL = $TANDEM_METRICS. When neither names a file, *out is
+ * NULL and the log functions below accept a NULL sink as a no-op. */
+td_status td_metrics_sink_open(const char *path, td_metrics_sink **out);
+void td_metrics_sink_close(td_metrics_sink *sink);
+/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2). */
+td_status td_metrics_sink_log(td_metrics_sink *sink, int64_t step, size_t count,
+                              const char *const *keys, const double *values);
+td_status td_metrics_sink_log1(td_metrics_sink *sink, int64_t step, const char *key, double value);
+/* Appends {"event": "resume", "step": step}: the writer restarted from a checkpoint at step, so
+ * the store drops this rank's points with a higher step. */
+td_status td_metrics_sink_resume(td_metrics_sink *sink, int64_t step);
+
+/* ---- system metrics: CPU % and RSS of every worker under a process ---- */
+typedef struct td_sysmon td_sysmon;
+
+td_sysmon *td_sysmon_new(void);
+void td_sysmon_free(td_sysmon *mon);
+/* Walks /proc for the descendants of root that carry RANK in their environment, sums CPU % (since
+ * the previous sample) and RSS per rank and stores them as sys/cpu_percent and sys/rss_mb with
+ * step = whole seconds since the run was created. *max_restart (may be NULL) receives the highest
+ * TORCHELASTIC_RESTART_COUNT / TANDEM_RESTART_COUNT seen in the workers' environments, or -1. */
+td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
+                           int *max_restart);
+
+/* ---- artifacts ---- */
+typedef struct td_artifact {
+    char *name; /* path relative to the working directory, as matched */
+    char *path; /* the stored copy, absolute */
+    int64_t size_bytes;
+    char sha256[65];
+} td_artifact;
+void td_artifacts_free(td_artifact *arts, size_t count);
+
+/* Hex SHA-256 of a file (OpenSSL EVP). */
+td_status td_sha256_file(const char *path, char hex_out[65]);
+/* Expands each glob relative to work_dir, copies the matching files (directories recursively)
+ * into <run_dir>/artifacts/<name> and records name, size and sha256. A pattern that matches
+ * nothing is a warning, not an error. *ncopied (may be NULL) receives the files stored. */
+td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *work_dir,
+                               const char *const *patterns, size_t npatterns, size_t *ncopied);
+td_status td_artifacts_list(td_rundb *store, const char *run_id, td_artifact **out, size_t *count);
+
+/* Log files recorded for a run: rank (-1 for setup/supervisor logs) and absolute path. */
+typedef struct td_log_file {
+    int rank;
+    char *path;
+} td_log_file;
+/* Scans <run_dir>/logs for rank-<R>.log (and setup.log, supervisor.log), records and returns
+ * them ordered by rank. */
+td_status td_logs_scan(td_rundb *store, const td_run *run, td_log_file **out, size_t *count);
+void td_log_files_free(td_log_file *logs, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_TRACK_H */

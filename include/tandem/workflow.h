@@ -1,0 +1,110 @@
+/* tandem workflow: workflow files and the executor behind `tandem run`.
+ *
+ * A workflow file (.tandem/workflows.yaml of the project, or -f FILE) lists named workflows:
+ *
+ *   workflows:
+ *     - name: demo
+ *       command: tandem train --model basicnet --data /usr/share/datasets/fashion-mnist
+ *       nproc_per_node: 2
+ *       params: {lr: 0.001}
+ *       artifacts: [model.safetensors]
+ *
+ * The executor creates a run in the store, runs the setup commands, then runs
+ * `tandem launch ... -- sh -c SCRIPT` as a child while ingesting metrics and sampling system
+ * metrics, and records how it ended. Errors in a file name file:line:column and the field.
+ * The full format is in docs/runs.md.
+ */
+#ifndef TANDEM_WORKFLOW_H
+#define TANDEM_WORKFLOW_H
+
+#include <stddef.h>
+
+#include "tandem/core.h"
+#include "tandem/track.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_kv {
+    char *key;
+    char *value;
+} td_kv;
+
+typedef struct td_workflow {
+    char *name;
+    char **commands; /* run in sequence in one shell; the last one gets the params appended */
+    size_t ncommands;
+    char **setup; /* each run once, locally, before the launch */
+    size_t nsetup;
+    int nodes, nproc_per_node; /* default 1 */
+    td_kv *env;
+    size_t nenv;
+    td_kv *params; /* in file order; values as written */
+    size_t nparams;
+    char **artifacts; /* paths or globs relative to the working directory */
+    size_t nartifacts;
+    char *checkpoint_dir;  /* NULL = <run_dir>/checkpoints */
+    char *workdir;         /* NULL = the project directory */
+    int max_restarts;      /* default 0 */
+    double max_duration_s; /* 0 = no limit */
+    int line;              /* where the entry starts in the file (1-based) */
+} td_workflow;
+
+typedef struct td_workflow_file {
+    char *path;
+    td_workflow *items;
+    size_t count;
+} td_workflow_file;
+
+/* Parses a workflow file. Errors read "FILE:LINE:COL: FIELD: problem, got 'VALUE'". */
+td_status td_workflow_file_load(const char *path, td_workflow_file **out);
+/* Same, from memory; name is used in messages. */
+td_status td_workflow_file_parse(const char *text, size_t nbytes, const char *name,
+                                 td_workflow_file **out);
+void td_workflow_file_free(td_workflow_file *wf);
+/* TD_ERR_NOTFOUND listing the known names when there is no such workflow. */
+td_status td_workflow_find(const td_workflow_file *wf, const char *name, const td_workflow **out);
+
+/* "key=value": replaces the param's value or adds the param. */
+td_status td_workflow_set_param(td_workflow *w, const char *assignment);
+/* Deep copy (for applying overrides without touching the file's entry). */
+td_workflow *td_workflow_copy(const td_workflow *w);
+void td_workflow_free(td_workflow *w);
+/* Parses "90s", "30m", "2h", "1d", "1h30m" or plain seconds. */
+td_status td_parse_duration(const char *what, const char *text, double *seconds_out);
+
+/* The shell script the workers run: ${{ params.KEY }} substituted, commands joined so the first
+ * failure stops the script, and every param not substituted appended to the last command as
+ * `--KEY VALUE` (shell-quoted). Caller frees. */
+td_status td_workflow_script(const td_workflow *w, char **out);
+/* Params as a JSON object (numbers stay numbers, other values strings). Caller frees. */
+char *td_workflow_params_json(const td_workflow *w);
+
+/* ---- the executor ---- */
+typedef struct td_run_options {
+    const char *project_dir; /* NULL = TANDEM_HOME or the current directory */
+    int detach;              /* -d: the supervisor runs in the background, output to log files */
+    const char *resume_run;  /* --resume RUN: re-run that run's command with TANDEM_RESUME=1 */
+    const char *tandem_bin;  /* the binary to run `launch` with; NULL = /proc/self/exe */
+    FILE *out;               /* progress lines (attached); NULL = stdout */
+} td_run_options;
+
+/* Runs a workflow (w may be NULL with resume_run set: the command is taken from the stored run
+ * and the workflow file, when it still has the workflow, supplies setup and artifacts).
+ * Attached: returns when the run has ended, *exit_code the process exit code for the CLI
+ * (0 succeeded, 1 failed, 143 preempted/stopped after a checkpoint, 130 stopped otherwise).
+ * Detached: returns as soon as the background supervisor owns the run, *exit_code = 0.
+ * run_id_out (may be NULL) receives the run id; caller frees. */
+td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char **run_id_out,
+                          int *exit_code);
+
+/* Asks a run's supervisor to stop it (SIGTERM; it forwards to the workers and records
+ * "stopped"), then waits up to wait_s seconds for a final status. A run without a live
+ * supervisor is marked stopped directly. */
+td_status td_run_stop(td_rundb *store, const char *run_id, double wait_s, td_run *final_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_WORKFLOW_H */

@@ -1,0 +1,361 @@
+/* Collectives, written only against the transport vtable.
+ *
+ * Every collective starts with a fingerprint exchange (seq, kind, op, count, root, dtype) with
+ * every peer, so ranks that disagree fail on both sides with a message naming both calls.
+ *
+ * Reductions sum in one fixed binary tree over ranks: adjacent pairs (0,1),(2,3),... are added
+ * left+right level by level and a trailing odd node is carried up unchanged. Whichever rank
+ * computes an element and whatever the algorithm, the operations and their order are the same,
+ * so every rank gets the same bits (the ddp layer's reproducibility rests on this).
+ *
+ * allreduce: small messages use one round where every rank sends its whole buffer to every peer
+ * and reduces all of it locally (latency); larger ones reduce-scatter + allgather, pipelined in
+ * chunks: rank r owns segment r, receives every peer's slice of it (in place from shm rings),
+ * reduces it in the tree, and sends the result back out. */
+#include "comm/pg_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SMALL_ALLREDUCE_BYTES (16u << 10)
+#define TILE_FLOATS           2048
+
+typedef float v8f __attribute__((vector_size(32)));
+
+/* out[i] = a[i] + b[i]; out may be a or b (same index only). */
+static void add2(float *out, const float *a, const float *b, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        v8f x0, x1, x2, x3, y0, y1, y2, y3;
+        memcpy(&x0, a + i, 32);
+        memcpy(&x1, a + i + 8, 32);
+        memcpy(&x2, a + i + 16, 32);
+        memcpy(&x3, a + i + 24, 32);
+        memcpy(&y0, b + i, 32);
+        memcpy(&y1, b + i + 8, 32);
+        memcpy(&y2, b + i + 16, 32);
+        memcpy(&y3, b + i + 24, 32);
+        x0 += y0;
+        x1 += y1;
+        x2 += y2;
+        x3 += y3;
+        memcpy(out + i, &x0, 32);
+        memcpy(out + i + 8, &x1, 32);
+        memcpy(out + i + 16, &x2, 32);
+        memcpy(out + i + 24, &x3, 32);
+    }
+    for (; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void divide(float *x, size_t n, int w) {
+    const float d = (float)w;
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / d;
+}
+
+/* out = the tree sum of src[0..W) over n floats; out may alias one of the sources. */
+static void tree_reduce(td_pg_t *pg, float *out, const float **src, int W, size_t n) {
+    if (W == 1) {
+        if (out != src[0]) memmove(out, src[0], n * sizeof(float));
+        return;
+    }
+    if (W == 2) {
+        add2(out, src[0], src[1], n);
+        return;
+    }
+    size_t need = (size_t)(W / 2) * TILE_FLOATS;
+    if (pg->scratch_floats < need) {
+        free(pg->scratch);
+        pg->scratch = td_xmalloc_aligned(need * sizeof(float));
+        pg->scratch_floats = need;
+    }
+    const float *nodes[64];
+    const float **nd = W <= 64 ? nodes : td_xmalloc((size_t)W * sizeof(*nd));
+    for (size_t off = 0; off < n; off += TILE_FLOATS) {
+        size_t len = TD_MIN((size_t)TILE_FLOATS, n - off);
+        for (int j = 0; j < W; j++) nd[j] = src[j] + off;
+        /* Writing tmp[i] at a level is safe: a node still needed sits at index > i. */
+        for (int m = W; m > 1; m = (m + 1) / 2) {
+            for (int i = 0; i < m / 2; i++) {
+                float *dst = m == 2 ? out + off : pg->scratch + (size_t)i * TILE_FLOATS;
+                add2(dst, nd[2 * i], nd[2 * i + 1], len);
+                nd[i] = dst;
+            }
+            if (m & 1) nd[m / 2] = nd[m - 1];
+        }
+    }
+    if (nd != nodes) free(nd);
+}
+
+/* ---------------- fingerprints and failure ---------------- */
+
+static bool fp_equal(const td_fingerprint *a, const td_fingerprint *b) {
+    return a->magic == b->magic && a->kind == b->kind && a->op == b->op && a->seq == b->seq &&
+           a->count == b->count && a->root == b->root && a->dtype == b->dtype;
+}
+
+static td_status fail(td_pg_t *pg, td_status st) {
+    if (!pg->broken) {
+        pg->broken = st;
+        pg->broken_msg = td_xstrdup(td_error_msg());
+        td__pg_publish_failure(pg, pg->broken_msg);
+        if (pg->shm) pg->shm->ops->abort(pg->shm, st, pg->broken_msg);
+        if (pg->tcp) pg->tcp->ops->abort(pg->tcp, st, pg->broken_msg);
+    }
+    return st;
+}
+
+static td_status begin(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, int root,
+                       uint32_t dtype) {
+    if (pg->broken)
+        return td_error(pg->broken,
+                        "rank %d: the process group failed earlier and cannot be "
+                        "used again (make a new group): %s",
+                        pg->rank, pg->broken_msg);
+    td_fingerprint fp = {.magic = TD_FP_MAGIC,
+                         .kind = (uint16_t)kind,
+                         .op = (uint16_t)op,
+                         .seq = pg->seq++,
+                         .count = count,
+                         .root = root,
+                         .dtype = dtype};
+    pg->cur = fp;
+    pg->deadline_ns = td_now_ns() + (uint64_t)pg->timeout_ms * 1000000ull;
+    int W = pg->world, r = pg->rank;
+    if (W == 1) return TD_OK;
+    memset(pg->arrived, 0, (size_t)W * sizeof(bool));
+    for (int k = 1; k < W; k++) { /* start with the next rank so senders spread out */
+        int j = (r + k) % W;
+        TD_CHECK(pg->tp[j]->ops->send(pg->tp[j], j, &fp, sizeof(fp)));
+    }
+    for (int k = 1; k < W; k++) {
+        int j = (r + W - k) % W;
+        td_fingerprint other;
+        TD_CHECK(pg->tp[j]->ops->recv_into(pg->tp[j], j, &other, sizeof(other)));
+        pg->arrived[j] = true;
+        if (!fp_equal(&fp, &other)) {
+            char mine[96], theirs[96];
+            td__fp_describe(&fp, mine, sizeof(mine));
+            if (other.magic != TD_FP_MAGIC)
+                return td_error(TD_ERR_PROTOCOL,
+                                "rank %d sent garbage where the fingerprint "
+                                "of %s at seq %llu belongs",
+                                j, mine, (unsigned long long)fp.seq);
+            td__fp_describe(&other, theirs, sizeof(theirs));
+            if (other.seq != fp.seq)
+                return td_error(TD_ERR_MISMATCH,
+                                "rank %d called %s at seq %llu but rank %d "
+                                "called %s at seq %llu (ranks made different "
+                                "numbers of collective calls)",
+                                j, theirs, (unsigned long long)other.seq, r, mine,
+                                (unsigned long long)fp.seq);
+            return td_error(TD_ERR_MISMATCH, "rank %d called %s but rank %d called %s at seq %llu",
+                            j, theirs, r, mine, (unsigned long long)fp.seq);
+        }
+    }
+    return TD_OK;
+}
+
+#define SEND(j, p, n)      TD_CHECK(pg->tp[j]->ops->send(pg->tp[j], (j), (p), (n)))
+#define RECV_INTO(j, p, n) TD_CHECK(pg->tp[j]->ops->recv_into(pg->tp[j], (j), (p), (n)))
+
+/* ---------------- allreduce ---------------- */
+
+static td_status allreduce_small(td_pg_t *pg, float *buf, size_t count, td_reduce_op op) {
+    int W = pg->world, r = pg->rank;
+    size_t nb = count * sizeof(float);
+    const float *srcs[64];
+    if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "small allreduce on more than 64 ranks");
+    for (int k = 1; k < W; k++) SEND((r + k) % W, buf, nb);
+    for (int j = 0; j < W; j++) {
+        if (j == r) {
+            srcs[j] = buf;
+            continue;
+        }
+        const void *p;
+        TD_CHECK(pg->tp[j]->ops->recv_ptr(pg->tp[j], j, nb, &p));
+        srcs[j] = p;
+    }
+    tree_reduce(pg, buf, srcs, W, count);
+    for (int j = 0; j < W; j++)
+        if (j != r) pg->tp[j]->ops->recv_done(pg->tp[j], j, nb);
+    if (op == TD_REDUCE_AVG) divide(buf, count, W);
+    return TD_OK;
+}
+
+typedef struct {
+    size_t base;  /* floats per segment (last ones may be shorter or empty) */
+    size_t chunk; /* floats per pipelined step */
+    size_t nsteps;
+    size_t count;
+} seg_plan;
+
+static seg_plan plan(const td_pg_t *pg, size_t count) {
+    seg_plan p;
+    p.count = count;
+    p.base = (count + (size_t)pg->world - 1) / (size_t)pg->world;
+    p.base = (p.base + 15) & ~(size_t)15; /* segments start on 64-byte boundaries */
+    p.chunk = pg->chunk_bytes / sizeof(float);
+    p.nsteps = (p.base + p.chunk - 1) / p.chunk;
+    return p;
+}
+
+/* Offset and length (floats) of segment j's step k. */
+static size_t piece(const seg_plan *p, int j, size_t k, size_t *len) {
+    size_t seg_off = (size_t)j * p->base;
+    size_t seg_len = seg_off >= p->count ? 0 : TD_MIN(p->base, p->count - seg_off);
+    size_t off = k * p->chunk;
+    *len = off >= seg_len ? 0 : TD_MIN(p->chunk, seg_len - off);
+    return seg_off + off;
+}
+
+static td_status send_pieces(td_pg_t *pg, float *buf, const seg_plan *p, size_t k) {
+    int W = pg->world, r = pg->rank;
+    for (int i = 1; i < W; i++) {
+        int j = (r + i) % W;
+        size_t len, off = piece(p, j, k, &len);
+        SEND(j, buf + off, len * sizeof(float));
+    }
+    return TD_OK;
+}
+
+static td_status allreduce_large(td_pg_t *pg, float *buf, size_t count, td_reduce_op op) {
+    int W = pg->world, r = pg->rank;
+    seg_plan p = plan(pg, count);
+    const float *srcs[64];
+    if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "allreduce on more than 64 ranks");
+    TD_CHECK(send_pieces(pg, buf, &p, 0));
+    for (size_t k = 0; k < p.nsteps; k++) {
+        size_t len, off = piece(&p, r, k, &len);
+        size_t nb = len * sizeof(float);
+        /* reduce my piece from everyone's copy, in place from the transports */
+        for (int j = 0; j < W; j++) {
+            if (j == r) {
+                srcs[j] = buf + off;
+                continue;
+            }
+            const void *ptr;
+            TD_CHECK(pg->tp[j]->ops->recv_ptr(pg->tp[j], j, nb, &ptr));
+            srcs[j] = ptr;
+        }
+        tree_reduce(pg, buf + off, srcs, W, len);
+        for (int j = 0; j < W; j++)
+            if (j != r) pg->tp[j]->ops->recv_done(pg->tp[j], j, nb);
+        if (op == TD_REDUCE_AVG) divide(buf + off, len, W);
+        for (int i = 1; i < W; i++) SEND((r + i) % W, buf + off, nb);
+        /* next step's pieces go out before this step's results come in (pipelining) */
+        if (k + 1 < p.nsteps) TD_CHECK(send_pieces(pg, buf, &p, k + 1));
+        for (int i = 1; i < W; i++) {
+            int j = (r + W - i) % W;
+            size_t jl, jo = piece(&p, j, k, &jl);
+            RECV_INTO(j, buf + jo, jl * sizeof(float));
+        }
+    }
+    return TD_OK;
+}
+
+td_status td_allreduce(td_pg_t *pg, float *buf, size_t count, td_reduce_op op) {
+    if (op != TD_REDUCE_SUM && op != TD_REDUCE_AVG)
+        return td_error(TD_ERR_INVALID, "allreduce: unknown reduce op %d", (int)op);
+    td_status st = begin(pg, TD_COLL_ALLREDUCE, op, count, -1, 1);
+    if (st == TD_OK && pg->world > 1 && count) {
+        if (count * sizeof(float) <= SMALL_ALLREDUCE_BYTES)
+            st = allreduce_small(pg, buf, count, op);
+        else
+            st = allreduce_large(pg, buf, count, op);
+    }
+    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+}
+
+/* ---------------- broadcast, allgather, reduce_scatter, barrier ---------------- */
+
+static td_status broadcast_body(td_pg_t *pg, uint8_t *buf, size_t nbytes, int root) {
+    int W = pg->world, r = pg->rank;
+    size_t step = pg->chunk_bytes;
+    for (size_t off = 0; off < nbytes; off += step) {
+        size_t len = TD_MIN(step, nbytes - off);
+        if (r == root) {
+            for (int i = 1; i < W; i++) SEND((root + i) % W, buf + off, len);
+        } else {
+            RECV_INTO(root, buf + off, len);
+        }
+    }
+    return TD_OK;
+}
+
+td_status td_broadcast(td_pg_t *pg, void *buf, size_t nbytes, int root) {
+    if (root < 0 || root >= pg->world)
+        return td_error(TD_ERR_INVALID,
+                        "broadcast: root %d is not a rank of this group (world "
+                        "size %d)",
+                        root, pg->world);
+    td_status st = begin(pg, TD_COLL_BROADCAST, 0, nbytes, root, 0);
+    if (st == TD_OK && pg->world > 1) st = broadcast_body(pg, buf, nbytes, root);
+    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+}
+
+static td_status allgather_body(td_pg_t *pg, const uint8_t *in, uint8_t *out, size_t n) {
+    int W = pg->world, r = pg->rank;
+    size_t step = pg->chunk_bytes;
+    for (size_t off = 0; off < n; off += step) {
+        size_t len = TD_MIN(step, n - off);
+        for (int i = 1; i < W; i++) SEND((r + i) % W, in + off, len);
+        for (int i = 1; i < W; i++) {
+            int j = (r + W - i) % W;
+            RECV_INTO(j, out + (size_t)j * n + off, len);
+        }
+    }
+    return TD_OK;
+}
+
+td_status td_allgather(td_pg_t *pg, const void *in, void *out, size_t nbytes_per_rank) {
+    td_status st = begin(pg, TD_COLL_ALLGATHER, 0, nbytes_per_rank, -1, 0);
+    if (st == TD_OK && nbytes_per_rank) {
+        uint8_t *mine = (uint8_t *)out + (size_t)pg->rank * nbytes_per_rank;
+        if (mine != in) memmove(mine, in, nbytes_per_rank);
+        if (pg->world > 1) st = allgather_body(pg, mine, out, nbytes_per_rank);
+    }
+    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+}
+
+static td_status reduce_scatter_body(td_pg_t *pg, const float *in, float *out, size_t count,
+                                     td_reduce_op op) {
+    int W = pg->world, r = pg->rank;
+    size_t step = pg->chunk_bytes / sizeof(float);
+    const float *srcs[64];
+    if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "reduce_scatter on more than 64 ranks");
+    for (size_t off = 0; off < count; off += step) {
+        size_t len = TD_MIN(step, count - off), nb = len * sizeof(float);
+        for (int i = 1; i < W; i++) {
+            int j = (r + i) % W;
+            SEND(j, in + (size_t)j * count + off, nb);
+        }
+        for (int j = 0; j < W; j++) {
+            if (j == r) {
+                srcs[j] = in + (size_t)r * count + off;
+                continue;
+            }
+            const void *ptr;
+            TD_CHECK(pg->tp[j]->ops->recv_ptr(pg->tp[j], j, nb, &ptr));
+            srcs[j] = ptr;
+        }
+        tree_reduce(pg, out + off, srcs, W, len);
+        for (int j = 0; j < W; j++)
+            if (j != r) pg->tp[j]->ops->recv_done(pg->tp[j], j, nb);
+        if (op == TD_REDUCE_AVG) divide(out + off, len, W);
+    }
+    return TD_OK;
+}
+
+td_status td_reduce_scatter(td_pg_t *pg, const float *in, float *out, size_t count,
+                            td_reduce_op op) {
+    if (op != TD_REDUCE_SUM && op != TD_REDUCE_AVG)
+        return td_error(TD_ERR_INVALID, "reduce_scatter: unknown reduce op %d", (int)op);
+    td_status st = begin(pg, TD_COLL_REDUCE_SCATTER, op, count, -1, 1);
+    if (st == TD_OK && count) st = reduce_scatter_body(pg, in, out, count, op);
+    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+}
+
+td_status td_barrier(td_pg_t *pg) {
+    td_status st = begin(pg, TD_COLL_BARRIER, 0, 0, -1, 0);
+    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+}

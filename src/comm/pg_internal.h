@@ -1,0 +1,70 @@
+/* The process group's insides, shared by pg.c, the transports and collectives.c. Internal. */
+#ifndef TD_COMM_PG_INTERNAL_H
+#define TD_COMM_PG_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/transport.h"
+#include "tandem/comm.h"
+
+typedef enum {
+    TD_COLL_BARRIER = 1,
+    TD_COLL_ALLREDUCE,
+    TD_COLL_BROADCAST,
+    TD_COLL_ALLGATHER,
+    TD_COLL_REDUCE_SCATTER,
+} td_coll_kind;
+
+/* What every rank sends every peer at the start of a collective; all fields must agree. */
+typedef struct {
+    uint32_t magic;
+    uint16_t kind;  /* td_coll_kind */
+    uint16_t op;    /* td_reduce_op, or 0 */
+    uint64_t seq;   /* collectives called on this group so far */
+    uint64_t count; /* elements (reductions) or bytes (broadcast, allgather) */
+    int32_t root;
+    uint32_t dtype; /* 0 = bytes, 1 = float32 */
+} td_fingerprint;
+
+#define TD_FP_MAGIC 0x43445446u /* "FTDC" */
+
+struct td_pg {
+    int rank, world;
+    int timeout_ms;
+    td_store_t *store;
+    char *prefix;
+    char *bind_addr; /* tcp: NULL = the address that reaches the store */
+    td_transport *shm, *tcp;
+    td_transport **tp;   /* per rank; NULL for self */
+    char **host_keys;    /* per rank */
+    int *pids;           /* per rank */
+    size_t chunk_bytes;  /* pipelining unit, identical on every rank */
+    int nlocal;          /* ranks sharing this rank's host key, self included */
+    bool oversubscribed; /* more local ranks than CPUs: spin less */
+    /* the collective in flight */
+    uint64_t seq;
+    td_fingerprint cur;
+    uint64_t deadline_ns;
+    bool *arrived; /* per rank: its fingerprint for cur.seq was received */
+    /* a failed group stays failed: the streams between ranks are out of step */
+    td_status broken;
+    char *broken_msg;
+    float *scratch; /* tree-reduction temporaries */
+    size_t scratch_floats;
+};
+
+/* Called by blocked transports: TD_ERR_TIMEOUT past the deadline (naming the ranks that never
+ * arrived), TD_ERR_PEER when waiting_peer died or any peer aborted. */
+td_status td__pg_check(td_pg_t *pg, int waiting_peer);
+/* Records this rank's failure as the group's first (if none yet) in the store, so ranks that
+ * only see a closed connection can name the root cause; and fetches it (NULL if none). Both
+ * keep the thread's error detail intact and give up quickly when the store is gone. */
+void td__pg_publish_failure(td_pg_t *pg, const char *msg);
+char *td__pg_first_failure(td_pg_t *pg);
+/* "allreduce(count=1024, op=sum)" */
+void td__fp_describe(const td_fingerprint *fp, char *buf, size_t n);
+/* Store key "<prefix>/<suffix>" (caller frees). */
+char *td__pg_key(const td_pg_t *pg, const char *fmt, ...) TD_PRINTF(2, 3);
+
+#endif

@@ -1,0 +1,642 @@
+/* The node agent: token and store, the attempt loop (rendezvous, spawn, monitor, restart) and
+ * the monitor loop, one poll() over worker pipes and a signalfd with the monitor interval as
+ * its timer. Signal handlers do no work: SIGCHLD/SIGTERM/SIGINT/SIGHUP are blocked and read
+ * from the signalfd.
+ *
+ * Per-attempt store keys beside the rendezvous ones (see rdzv.c), multi-node only:
+ *   failed  the root cause, first failure in the group wins (compare_set)
+ *   stop    the signal number a launcher received, for the others to forward
+ *   done    count of nodes whose workers all exited 0
+ *   exit    count of agents leaving; the store host waits for all before stopping the store */
+#include "launch_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+void td_launch_options_init(td_launch_options *o) {
+    memset(o, 0, sizeof *o);
+    o->min_nodes = o->max_nodes = 1;
+    o->nproc_per_node = 1;
+    o->node_rank = -1;
+    o->monitor_interval_s = 0.1;
+    o->grace_s = 2.0;
+    o->stop_grace_s = 30.0;
+    o->rdzv_timeout_s = 300.0;
+    o->last_call_s = 3.0;
+    o->out_fd = STDOUT_FILENO;
+    o->err_fd = STDERR_FILENO;
+}
+
+typedef enum { OUTCOME_OK, OUTCOME_FAILED, OUTCOME_STOPPED } outcome_kind;
+
+typedef struct {
+    const td_launch_options *o;
+    bool multi;
+    int sig_fd;
+    char token[129];
+    char run_id[256];
+    char store_host[256]; /* how agents and workers reach the store */
+    int store_port;
+    td_store_server_t *server;
+    td_store_t *store; /* multi-node agents only */
+    char *path;        /* the worker command, resolved */
+    int ncores;
+} agent;
+
+typedef struct {
+    int restart;
+    char ns[512];
+    td__rdzv_result rz;
+    td__workers ws;
+    outcome_kind outcome;
+    char cause[512]; /* root cause of a failure */
+    int stop_sig;    /* signal that stopped the job (received here or on another node) */
+    bool teardown;
+    double kill_at; /* when teardown escalates to SIGKILL */
+    bool killed;
+    bool done_published;
+    bool store_lost;
+} attempt;
+
+static int count_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return TD_MAX(1, CPU_COUNT(&set));
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void random_hex(char *out, size_t nbytes_random) {
+    unsigned char r[64];
+    size_t got = 0;
+    while (got < nbytes_random) {
+        ssize_t k = getrandom(r + got, nbytes_random - got, 0);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            /* No entropy source: fall back to time and pid mixed; still unique per run. */
+            uint64_t x = td_mix64(td_now_ns() ^ ((uint64_t)getpid() << 32) ^ got);
+            r[got++] = (unsigned char)x;
+            continue;
+        }
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < nbytes_random; i++) sprintf(out + 2 * i, "%02x", r[i]);
+}
+
+/* The same token on every node without a shared secret: anyone who knows the id can compute
+ * it, which is why the caller warns. */
+static void token_from_id(const char *id, char *out) {
+    uint64_t h[2] = {0x74616e64656d3031ull, 0x726476427a3a3a31ull};
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++) {
+        h[0] = td_mix64(h[0] ^ *p);
+        h[1] = td_mix64(h[1] + h[0]);
+    }
+    sprintf(out, "rdzv-%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
+}
+
+static td_status resolve_command(const char *cmd, char **path) {
+    if (strchr(cmd, '/')) {
+        if (access(cmd, X_OK) != 0)
+            return td_error_errno(TD_ERR_USAGE, "worker command '%s' is not executable", cmd);
+        *path = td_xstrdup(cmd);
+        return TD_OK;
+    }
+    const char *env_path = getenv("PATH");
+    char *dirs = td_xstrdup(env_path && *env_path ? env_path : "/usr/local/bin:/usr/bin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        char *cand = td_xasprintf("%s/%s", *d ? d : ".", cmd);
+        struct stat stt;
+        if (stat(cand, &stt) == 0 && S_ISREG(stt.st_mode) && access(cand, X_OK) == 0) {
+            free(dirs);
+            *path = cand;
+            return TD_OK;
+        }
+        free(cand);
+    }
+    free(dirs);
+    return td_error(TD_ERR_USAGE, "worker command '%s' not found in PATH", cmd);
+}
+
+static td_status mkdir_p(const char *dir, const char *what) {
+    char *p = td_xstrdup(dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        mkdir(p, 0755);
+        *s = '/';
+    }
+    td_status st = TD_OK;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        st = td_error_errno(TD_ERR_IO, "cannot create %s directory %s", what, dir);
+    free(p);
+    return st;
+}
+
+/* The worker's environment: ours, with the launcher's variables replacing any inherited ones. */
+static char **build_env(char **vars, int nvars) {
+    size_t nenv = 0;
+    while (environ[nenv]) nenv++;
+    char **env = td_xcalloc(nenv + (size_t)nvars + 1, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++) {
+        bool replaced = false;
+        for (int j = 0; j < nvars && !replaced; j++) {
+            size_t nl = (size_t)(strchr(vars[j], '=') - vars[j]);
+            replaced = !strncmp(environ[i], vars[j], nl) && environ[i][nl] == '=';
+        }
+        if (!replaced) env[k++] = td_xstrdup(environ[i]);
+    }
+    for (int j = 0; j < nvars; j++) env[k++] = vars[j];
+    return env;
+}
+
+static void free_env(char **env) {
+    if (!env) return;
+    for (char **e = env; *e; e++) free(*e);
+    free(env);
+}
+
+static char **worker_env(const agent *a, const attempt *t, int local_rank) {
+    const td_launch_options *o = a->o;
+    int rank = t->rz.rank_offset + local_rank;
+    char *v[32];
+    int n = 0;
+    v[n++] = td_xasprintf("RANK=%d", rank);
+    v[n++] = td_xasprintf("LOCAL_RANK=%d", local_rank);
+    v[n++] = td_xasprintf("WORLD_SIZE=%d", t->rz.world_size);
+    v[n++] = td_xasprintf("LOCAL_WORLD_SIZE=%d", o->nproc_per_node);
+    v[n++] = td_xasprintf("GROUP_RANK=%d", t->rz.group_rank);
+    v[n++] = td_xasprintf("GROUP_WORLD_SIZE=%d", t->rz.nnodes);
+    v[n++] = td_xasprintf("ROLE_RANK=%d", rank);
+    v[n++] = td_xasprintf("ROLE_WORLD_SIZE=%d", t->rz.world_size);
+    v[n++] = td_xasprintf("ROLE_NAME=default");
+    v[n++] = td_xasprintf("MASTER_ADDR=%s", t->rz.master_addr);
+    v[n++] = td_xasprintf("MASTER_PORT=%d", t->rz.master_port);
+    v[n++] = td_xasprintf("TORCHELASTIC_RESTART_COUNT=%d", t->restart);
+    v[n++] = td_xasprintf("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
+    v[n++] = td_xasprintf("TORCHELASTIC_RUN_ID=%s", a->run_id);
+    /* torch.distributed then builds its own TCPStore at MASTER_ADDR:MASTER_PORT. */
+    v[n++] = td_xasprintf("TORCHELASTIC_USE_AGENT_STORE=False");
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char threads[32];
+    if (omp && *omp) {
+        snprintf(threads, sizeof threads, "%s", omp);
+    } else {
+        snprintf(threads, sizeof threads, "%d", TD_MAX(1, a->ncores / o->nproc_per_node));
+        v[n++] = td_xasprintf("OMP_NUM_THREADS=%s", threads);
+    }
+    const char *tnt = getenv("TANDEM_NUM_THREADS");
+    if (!tnt || !*tnt || !strcmp(tnt, "0")) v[n++] = td_xasprintf("TANDEM_NUM_THREADS=%s", threads);
+    v[n++] = td_xasprintf("TANDEM_STORE_ADDR=%s:%d", a->store_host, a->store_port);
+    v[n++] = td_xasprintf("TANDEM_TOKEN=%s", a->token);
+    v[n++] = td_xasprintf("TANDEM_RUN_ID=%s", a->run_id);
+    v[n++] = td_xasprintf("TANDEM_RESTART_COUNT=%d", t->restart);
+    v[n++] = td_xasprintf("TANDEM_NODE_RANK=%d", t->rz.group_rank);
+    if (o->metrics_dir)
+        v[n++] = td_xasprintf("TANDEM_METRICS=%s/rank-%d.jsonl", o->metrics_dir, rank);
+    return build_env(v, n);
+}
+
+static void store_key_str(const attempt *t, const char *name, char *key, size_t nbytes) {
+    snprintf(key, nbytes, "%s/%s", t->ns, name);
+}
+
+static const char *sig_name(int sig) {
+    const char *s = sigabbrev_np(sig);
+    return s ? s : "?";
+}
+
+static void start_teardown(attempt *t, int sig, double grace_s) {
+    if (t->teardown) return;
+    t->teardown = true;
+    t->kill_at = td_now_s() + grace_s;
+    td__workers_signal(&t->ws, sig, false);
+}
+
+/* A local failure: the first one here, and (multi-node) the first in the group unless another
+ * node published one before us. */
+static void on_local_failure(agent *a, attempt *t, int idx) {
+    td__worker *w = &t->ws.w[idx];
+    char how[128];
+    td__describe_status(w->status, how, sizeof how);
+    snprintf(t->cause, sizeof t->cause, "worker rank %d (local rank %d on node %d, pid %d) %s",
+             w->rank, w->local_rank, t->rz.group_rank, (int)w->pid, how);
+    t->outcome = OUTCOME_FAILED;
+    start_teardown(t, SIGTERM, a->o->grace_s);
+    if (a->multi && !t->store_lost) {
+        char key[600];
+        store_key_str(t, "failed", key, sizeof key);
+        void *actual = NULL;
+        size_t n = 0;
+        if (td_store_compare_set(a->store, key, NULL, 0, t->cause, strlen(t->cause), &actual, &n) ==
+                TD_OK &&
+            actual && (n != strlen(t->cause) || memcmp(actual, t->cause, n))) {
+            TD_LOG_WARN("%s (after another node's failure)", t->cause);
+            snprintf(t->cause, sizeof t->cause, "%.*s", (int)TD_MIN(n, 500), (char *)actual);
+        }
+        free(actual);
+    }
+}
+
+static void on_signal(agent *a, attempt *t, int sig, bool remote) {
+    if (t->teardown && t->stop_sig) {
+        /* A second signal: no more patience. */
+        if (!remote) {
+            TD_LOG_WARN("second %s: killing the workers now", sig_name(sig));
+            td__workers_signal(&t->ws, SIGKILL, true);
+            t->killed = true;
+        }
+        return;
+    }
+    if (t->outcome == OUTCOME_FAILED) return; /* already tearing down for a failure */
+    t->stop_sig = sig;
+    t->outcome = OUTCOME_STOPPED;
+    TD_LOG_INFO("%s SIG%s: forwarding it to the workers (SIGKILL after %.0f s)",
+                remote ? "another node's launcher received" : "received", sig_name(sig),
+                a->o->stop_grace_s);
+    start_teardown(t, sig, a->o->stop_grace_s);
+    if (a->multi && !remote && !t->store_lost) {
+        char key[600], val[16];
+        store_key_str(t, "stop", key, sizeof key);
+        int len = snprintf(val, sizeof val, "%d", sig);
+        if (td_store_set(a->store, key, val, (size_t)len) != TD_OK)
+            TD_LOG_WARN("could not tell the other nodes to stop: %s", td_error_msg());
+    }
+}
+
+/* SIGCHLD needs nothing here: the loop reaps after every wakeup. */
+static void read_signals(agent *a, attempt *t) {
+    struct signalfd_siginfo si;
+    while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+        if ((int)si.ssi_signo != SIGCHLD) on_signal(a, t, (int)si.ssi_signo, false);
+}
+
+/* The other nodes' news, once per monitor interval. */
+static void check_store(agent *a, attempt *t) {
+    char key[600];
+    void *v = NULL;
+    size_t n = 0;
+    td_status st;
+    store_key_str(t, "failed", key, sizeof key);
+    st = td_store_get(a->store, key, &v, &n, 0);
+    if (st == TD_OK) {
+        if (t->outcome != OUTCOME_FAILED) {
+            snprintf(t->cause, sizeof t->cause, "%.*s", (int)TD_MIN(n, 500), (char *)v);
+            t->outcome = OUTCOME_FAILED;
+            start_teardown(t, SIGTERM, a->o->grace_s);
+        }
+        free(v);
+        return;
+    }
+    if (st != TD_ERR_NOTFOUND) goto lost;
+    store_key_str(t, "stop", key, sizeof key);
+    st = td_store_get(a->store, key, &v, &n, 0);
+    if (st == TD_OK) {
+        int sig = atoi((char *)v);
+        free(v);
+        if (!t->stop_sig && sig > 0 && sig < 65) on_signal(a, t, sig, true);
+        return;
+    }
+    if (st != TD_ERR_NOTFOUND) goto lost;
+    td_error_clear();
+    return;
+lost:
+    t->store_lost = true;
+    if (t->outcome == OUTCOME_OK && !t->teardown) {
+        snprintf(t->cause, sizeof t->cause,
+                 "lost the rendezvous store at %s:%d (did node 0's launcher die?): %s",
+                 a->store_host, a->store_port, td_error_msg());
+        t->outcome = OUTCOME_FAILED;
+        start_teardown(t, SIGTERM, a->o->grace_s);
+    }
+}
+
+/* Local workers all succeeded: are all nodes done? */
+static bool group_done(agent *a, attempt *t) {
+    if (!a->multi) return true;
+    char key[600];
+    store_key_str(t, "done", key, sizeof key);
+    int64_t v = 0;
+    if (td_store_add(a->store, key, t->done_published ? 0 : 1, &v) != TD_OK) {
+        t->store_lost = true;
+        snprintf(t->cause, sizeof t->cause, "lost the rendezvous store at %s:%d: %s", a->store_host,
+                 a->store_port, td_error_msg());
+        t->outcome = OUTCOME_FAILED;
+        return true;
+    }
+    t->done_published = true;
+    return v >= t->rz.nnodes;
+}
+
+static void monitor(agent *a, attempt *t) {
+    const td_launch_options *o = a->o;
+    double next_tick = td_now_s();
+    struct pollfd *pfds = td_xcalloc((size_t)(2 * t->ws.n + 1), sizeof *pfds);
+    for (;;) {
+        int failed = -1;
+        td__workers_reap(&t->ws, &failed);
+        if (failed >= 0 && !t->teardown) on_local_failure(a, t, failed);
+
+        double now = td_now_s();
+        if (now >= next_tick) {
+            next_tick = now + o->monitor_interval_s;
+            if (a->multi && !t->store_lost && !t->teardown) check_store(a, t);
+        }
+        if (t->teardown && !t->killed && now >= t->kill_at && td__workers_running(&t->ws) > 0) {
+            TD_LOG_WARN("workers still running %.1f s after SIGTERM: sending SIGKILL",
+                        t->outcome == OUTCOME_STOPPED ? o->stop_grace_s : o->grace_s);
+            td__workers_signal(&t->ws, SIGKILL, true);
+            t->killed = true;
+        }
+        if (td__workers_running(&t->ws) == 0) {
+            if (t->teardown) break;
+            if (group_done(a, t)) break; /* or the store was lost; outcome says which */
+        }
+
+        int np = 0;
+        pfds[np++] = (struct pollfd){.fd = a->sig_fd, .events = POLLIN};
+        for (int i = 0; i < t->ws.n; i++) {
+            if (t->ws.w[i].out.fd >= 0)
+                pfds[np++] = (struct pollfd){.fd = t->ws.w[i].out.fd, .events = POLLIN};
+            if (t->ws.w[i].err.fd >= 0)
+                pfds[np++] = (struct pollfd){.fd = t->ws.w[i].err.fd, .events = POLLIN};
+        }
+        double wake = next_tick;
+        if (t->teardown && !t->killed) wake = TD_MIN(wake, t->kill_at);
+        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
+        int r = poll(pfds, (nfds_t)np, timeout_ms);
+        if (r < 0 && errno != EINTR) {
+            /* Never leave the loop with workers running; just don't spin. */
+            TD_LOG_WARN("poll: %s", strerror(errno));
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        for (int j = 0; j < np && r > 0; j++) {
+            if (!pfds[j].revents) continue;
+            if (pfds[j].fd == a->sig_fd)
+                read_signals(a, t);
+            else
+                td__workers_pump_fd(&t->ws, pfds[j].fd);
+        }
+    }
+    free(pfds);
+    if (t->teardown) td__workers_signal(&t->ws, SIGKILL, true); /* grandchildren */
+    td__workers_drain(&t->ws, 1.0);
+}
+
+static int stop_exit_code(const attempt *t) {
+    if (t->stop_sig == SIGINT) return 130;
+    for (int i = 0; i < t->ws.n; i++) {
+        int s = t->ws.w[i].status;
+        if (!(WIFEXITED(s) && (WEXITSTATUS(s) == 0 || WEXITSTATUS(s) == 143))) return 1;
+    }
+    return 143;
+}
+
+static td_status setup_store(agent *a) {
+    const td_launch_options *o = a->o;
+    td_status st;
+    if (!a->multi) {
+        snprintf(a->store_host, sizeof a->store_host, "127.0.0.1");
+        TD_CHECK(td_store_server_start("127.0.0.1", 0, a->token, &a->server));
+        a->store_port = td_store_server_port(a->server);
+        return TD_OK;
+    }
+    TD_CHECK(
+        td__parse_endpoint(o->rdzv_endpoint, a->store_host, sizeof a->store_host, &a->store_port));
+    if (o->node_rank == 0) {
+        /* All interfaces: the endpoint name may resolve differently here than elsewhere. */
+        st = td_store_server_start(NULL, a->store_port, a->token, &a->server);
+        if (st != TD_OK)
+            return td_error(st,
+                            "node rank 0 cannot host the rendezvous store on port %d (%s); pick "
+                            "a free port in --rdzv-endpoint",
+                            a->store_port, td_error_msg());
+    } else if (o->node_rank < 0) {
+        /* Without node ranks, the agent on the endpoint's host hosts it: binding the endpoint
+         * address succeeds only there (or fails because a store is already up). */
+        if (td_store_server_start(a->store_host, a->store_port, a->token, &a->server) != TD_OK) {
+            a->server = NULL;
+            td_error_clear();
+        }
+    }
+    if (a->server) TD_LOG_DEBUG("hosting the rendezvous store on port %d", a->store_port);
+    TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token,
+                              (int)(o->rdzv_timeout_s * 1000), &a->store));
+    return TD_OK;
+}
+
+/* Every agent checks out of the last attempt; the store host waits for them so that nobody
+ * loses the store while still tearing down. */
+static void exit_barrier(agent *a, const attempt *t, double wait_s) {
+    if (!a->multi || !a->store || t->store_lost) return;
+    char key[600];
+    store_key_str(t, "exit", key, sizeof key);
+    int64_t v = 0;
+    if (td_store_add(a->store, key, 1, &v) != TD_OK || !a->server) return;
+    double deadline = td_now_s() + wait_s;
+    while (v < t->rz.nnodes && td_now_s() < deadline) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (td_store_add(a->store, key, 0, &v) != TD_OK) return;
+    }
+    if (v < t->rz.nnodes)
+        TD_LOG_WARN("%lld of %d node agents checked out; stopping the store anyway", (long long)v,
+                    t->rz.nnodes);
+}
+
+static td_status validate(const td_launch_options *o) {
+    if (o->argc < 1 || !o->argv || !o->argv[0])
+        return td_error(TD_ERR_USAGE, "no worker command: tandem launch [options] -- CMD ARGS...");
+    if (o->nproc_per_node < 1)
+        return td_error(TD_ERR_USAGE, "--nproc-per-node %d: need at least 1", o->nproc_per_node);
+    if (o->min_nodes < 1 || o->max_nodes < o->min_nodes)
+        return td_error(TD_ERR_USAGE, "--nnodes %d:%d: need 1 <= N <= M", o->min_nodes,
+                        o->max_nodes);
+    if (o->max_restarts < 0)
+        return td_error(TD_ERR_USAGE, "--max-restarts %d: need >= 0", o->max_restarts);
+    if (!(o->monitor_interval_s > 0) || o->grace_s < 0 || o->stop_grace_s < 0)
+        return td_error(TD_ERR_USAGE, "--monitor-interval must be > 0 and grace periods >= 0");
+    if (o->standalone && o->max_nodes > 1)
+        return td_error(TD_ERR_USAGE, "--standalone runs one node, but --nnodes is %d:%d",
+                        o->min_nodes, o->max_nodes);
+    if (!o->standalone && !o->rdzv_endpoint && o->max_nodes > 1)
+        return td_error(TD_ERR_USAGE,
+                        "--nnodes %d:%d needs --rdzv-endpoint HOST:PORT (the node-0 agent hosts "
+                        "the store there)",
+                        o->min_nodes, o->max_nodes);
+    if (o->node_rank >= o->max_nodes)
+        return td_error(TD_ERR_USAGE, "--node-rank %d is not below --nnodes %d", o->node_rank,
+                        o->max_nodes);
+    return TD_OK;
+}
+
+td_status td_launch_run(const td_launch_options *o, int *exit_code) {
+    td_status st = TD_OK;
+    *exit_code = 1;
+    agent a = {.o = o, .sig_fd = -1};
+    attempt t;
+    memset(&t, 0, sizeof t);
+    sigset_t block, old_mask;
+    struct sigaction old_pipe, ign = {.sa_handler = SIG_IGN};
+    bool masked = false;
+
+    st = validate(o);
+    if (st != TD_OK) {
+        *exit_code = 2;
+        return st;
+    }
+    st = resolve_command(o->argv[0], &a.path);
+    if (st != TD_OK) {
+        *exit_code = 2;
+        return st;
+    }
+    a.multi = !o->standalone && o->rdzv_endpoint;
+    a.ncores = count_cores();
+
+    /* Before any thread exists (the store server's), so that every thread has them blocked. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+    sigaction(SIGPIPE, &ign, &old_pipe);
+    masked = true;
+    a.sig_fd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (a.sig_fd < 0) {
+        st = td_error_errno(TD_ERR_SYS, "signalfd");
+        goto out;
+    }
+
+    if (o->rdzv_id && *o->rdzv_id)
+        snprintf(a.run_id, sizeof a.run_id, "%s", o->rdzv_id);
+    else if (a.multi)
+        snprintf(a.run_id, sizeof a.run_id, "none");
+    else
+        random_hex(a.run_id, 8);
+    const char *tok = getenv("TANDEM_TOKEN");
+    if (tok && *tok) {
+        snprintf(a.token, sizeof a.token, "%s", tok);
+    } else if (!a.multi) {
+        random_hex(a.token, 16);
+    } else {
+        token_from_id(a.run_id, a.token);
+        TD_LOG_WARN("TANDEM_TOKEN is not set: the store token is derived from --rdzv-id '%s', so "
+                    "anyone who can reach %s and knows the id can join or disturb this job. "
+                    "Export the same secret on every node, e.g. "
+                    "TANDEM_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')",
+                    a.run_id, o->rdzv_endpoint);
+    }
+    if (o->log_dir) TD_CHECK_GOTO(mkdir_p(o->log_dir, "--log-dir"), st, out);
+    if (o->metrics_dir) TD_CHECK_GOTO(mkdir_p(o->metrics_dir, "--metrics-dir"), st, out);
+    TD_CHECK_GOTO(setup_store(&a), st, out);
+
+    for (int restart = 0;; restart++) {
+        td__workers_free(&t.ws);
+        memset(&t, 0, sizeof t);
+        t.restart = restart;
+        snprintf(t.ns, sizeof t.ns, "tandem.launch/%s/attempt%d", a.run_id, restart);
+        if (a.multi) {
+            td__rdzv_params p = {.store = a.store,
+                                 .ns = t.ns,
+                                 .min_nodes = o->min_nodes,
+                                 .max_nodes = o->max_nodes,
+                                 .node_rank = o->node_rank,
+                                 .nproc = o->nproc_per_node,
+                                 .store_host = a.store_host,
+                                 .store_port = a.store_port,
+                                 .timeout_s = o->rdzv_timeout_s,
+                                 .last_call_s = o->last_call_s,
+                                 .sig_fd = a.sig_fd};
+            st = td__rdzv_join(&p, &t.rz);
+            if (st == TD_ERR_INTERRUPTED) {
+                struct signalfd_siginfo si;
+                int sig = SIGTERM;
+                while (read(a.sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+                    if ((int)si.ssi_signo != SIGCHLD) sig = (int)si.ssi_signo;
+                TD_LOG_INFO("received SIG%s during rendezvous; no workers were started",
+                            sig_name(sig));
+                *exit_code = sig == SIGINT ? 130 : 143;
+                st = TD_OK;
+                goto out;
+            }
+            if (st != TD_OK) goto out;
+        } else {
+            t.rz.group_rank = 0;
+            t.rz.nnodes = 1;
+            t.rz.rank_offset = 0;
+            t.rz.world_size = o->nproc_per_node;
+            snprintf(t.rz.master_addr, sizeof t.rz.master_addr, "127.0.0.1");
+            TD_CHECK_GOTO(td__free_port(&t.rz.master_port), st, out);
+        }
+        td_log(a.multi && restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
+               "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "
+               "%s:%d",
+               t.rz.group_rank, t.rz.nnodes, t.rz.rank_offset,
+               t.rz.rank_offset + o->nproc_per_node - 1, t.rz.world_size, t.rz.master_addr,
+               t.rz.master_port, a.store_host, a.store_port);
+
+        char ***wenv = td_xcalloc((size_t)o->nproc_per_node, sizeof *wenv);
+        for (int i = 0; i < o->nproc_per_node; i++) wenv[i] = worker_env(&a, &t, i);
+        st = td__workers_spawn(&t.ws, o->nproc_per_node, t.rz.rank_offset, a.path, o->argv, wenv,
+                               o->out_fd, o->err_fd, o->log_dir, restart);
+        for (int i = 0; i < o->nproc_per_node; i++) free_env(wenv[i]);
+        free(wenv);
+        if (st != TD_OK) {
+            td__workers_signal(&t.ws, SIGKILL, true);
+            for (int i = 0; i < t.ws.n; i++)
+                if (t.ws.w[i].running) waitpid(t.ws.w[i].pid, NULL, 0);
+            goto out;
+        }
+
+        monitor(&a, &t);
+
+        if (t.outcome == OUTCOME_OK) {
+            *exit_code = 0;
+            exit_barrier(&a, &t, 10.0);
+            break;
+        }
+        if (t.outcome == OUTCOME_STOPPED) {
+            *exit_code = stop_exit_code(&t);
+            TD_LOG_INFO("stopped by SIG%s; exit code %d", sig_name(t.stop_sig), *exit_code);
+            exit_barrier(&a, &t, o->stop_grace_s + 10.0);
+            break;
+        }
+        TD_LOG_ERROR("%s", t.cause);
+        if (restart < o->max_restarts && !t.store_lost) {
+            TD_LOG_WARN("restarting all workers (restart %d of %d)", restart + 1, o->max_restarts);
+            continue;
+        }
+        if (o->max_restarts > 0)
+            TD_LOG_ERROR("giving up after %d restart%s", restart, restart == 1 ? "" : "s");
+        *exit_code = 1;
+        exit_barrier(&a, &t, o->grace_s + 10.0);
+        break;
+    }
+out:
+    td__workers_free(&t.ws);
+    if (a.store) td_store_close(a.store);
+    if (a.server) td_store_server_stop(a.server);
+    if (a.sig_fd >= 0) close(a.sig_fd);
+    if (masked) {
+        sigaction(SIGPIPE, &old_pipe, NULL);
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    }
+    free(a.path);
+    if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
+    return st;
+}

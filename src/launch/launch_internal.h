@@ -1,0 +1,95 @@
+/* launch internals: the worker set of one node (workers.c), the rendezvous of node agents
+ * (rdzv.c) and the agent loop that ties them together (launch.c). */
+#ifndef TANDEM_LAUNCH_INTERNAL_H
+#define TANDEM_LAUNCH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "tandem/comm.h"
+#include "tandem/launch.h"
+
+/* Bytes of one output line kept while waiting for its newline; a longer line is emitted in
+ * pieces of this size, each with the rank prefix. */
+#define TD__LINE_MAX 65536
+
+typedef struct {
+    char *buf; /* TD__LINE_MAX bytes */
+    size_t len;
+    int fd;     /* read end of the worker's pipe; -1 once closed */
+    int out_fd; /* the agent's stream this one is copied to */
+} td__stream;
+
+typedef struct {
+    int rank;
+    int local_rank;
+    pid_t pid;    /* also the worker's process group id */
+    bool running; /* spawned and not reaped yet */
+    int status;   /* wait status once reaped */
+    char prefix[32];
+    td__stream out, err;
+    int log_fd; /* DIR/rank-R.log or -1 */
+} td__worker;
+
+typedef struct {
+    td__worker *w;
+    int n;
+} td__workers;
+
+/* Spawns n workers running argv (path already resolved) with envs[i] ("K=V" arrays) in their
+ * own process groups, stdout/stderr on pipes. log_dir may be NULL. */
+td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char *path,
+                            char *const *argv, char **const *envs, int out_fd, int err_fd,
+                            const char *log_dir, int restart_count);
+/* Reads what is available on fd (one of the workers' pipes), emits complete lines. */
+void td__workers_pump_fd(td__workers *ws, int fd);
+/* Reads the remaining output of all pipes, waiting up to timeout_s for EOF, then closes them
+ * (a grandchild holding a pipe open must not hold up the agent). */
+void td__workers_drain(td__workers *ws, double timeout_s);
+/* Sends sig to the process group of every worker that is still running (all = every group,
+ * reaped leaders included: sweeps grandchildren). */
+void td__workers_signal(td__workers *ws, int sig, bool all);
+/* Reaps exited workers without blocking; returns the index of the first one reaped with a
+ * failure during this call in *failed (or -1). */
+int td__workers_reap(td__workers *ws, int *failed);
+int td__workers_running(const td__workers *ws);
+void td__workers_free(td__workers *ws);
+
+/* "exited with code 3" / "was killed by signal 9 (SIGKILL)". */
+void td__describe_status(int status, char *buf, size_t nbytes);
+bool td__status_ok(int status);
+
+/* ---- rendezvous ---- */
+typedef struct {
+    int group_rank; /* this node's rank among the nodes */
+    int nnodes;
+    int rank_offset; /* global rank of this node's local rank 0 */
+    int world_size;
+    char master_addr[256];
+    int master_port;
+} td__rdzv_result;
+
+typedef struct {
+    td_store_t *store;
+    const char *ns; /* key prefix of this attempt */
+    int min_nodes, max_nodes;
+    int node_rank; /* -1 = arrival order */
+    int nproc;
+    const char *store_host; /* how this node reaches the store, for its own address */
+    int store_port;
+    double timeout_s;
+    double last_call_s;
+    int sig_fd; /* polled while waiting: a signal aborts the wait with TD_ERR_INTERRUPTED */
+} td__rdzv_params;
+
+td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out);
+
+/* A TCP port that was free a moment ago (bind port 0, read it, close). */
+td_status td__free_port(int *port);
+/* The local address this host uses to reach host:port ("127.0.0.1" for loopback). */
+td_status td__local_addr_for(const char *host, int port, char *out, size_t nbytes);
+/* Splits "host:port" ("[v6]:port" too). */
+td_status td__parse_endpoint(const char *ep, char *host, size_t nbytes, int *port);
+
+#endif

@@ -1,0 +1,280 @@
+/* Rendezvous of node agents over the store, and the small socket helpers it needs.
+ *
+ * Keys of one attempt, under p->ns:
+ *   count        atomic counter; each agent's add() gives it a 1-based arrival slot
+ *   slot/<s>     "node_rank nproc addr hostname" of the agent in slot s
+ *   final        the agreed number of nodes (first compare_set wins)
+ *   master_port  published by the node with group rank 0
+ * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
+#include "launch_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+td_status td__parse_endpoint(const char *ep, char *host, size_t nbytes, int *port) {
+    const char *colon;
+    size_t hlen;
+    if (ep[0] == '[') {
+        const char *close_br = strchr(ep, ']');
+        if (!close_br) goto bad;
+        hlen = (size_t)(close_br - ep - 1);
+        memcpy(host, ep + 1, TD_MIN(hlen, nbytes - 1));
+        colon = close_br[1] == ':' ? close_br + 1 : NULL;
+        if (close_br[1] && !colon) goto bad;
+    } else {
+        colon = strrchr(ep, ':');
+        hlen = colon ? (size_t)(colon - ep) : strlen(ep);
+        memcpy(host, ep, TD_MIN(hlen, nbytes - 1));
+    }
+    if (hlen == 0 || hlen >= nbytes) goto bad;
+    host[hlen] = '\0';
+    *port = 29400; /* torchrun's default rendezvous port */
+    if (colon) {
+        int64_t v;
+        if (td_parse_i64("port", colon + 1, &v) != TD_OK || v < 1 || v > 65535) goto bad;
+        *port = (int)v;
+    }
+    return TD_OK;
+bad:
+    return td_error(TD_ERR_USAGE, "--rdzv-endpoint '%s' is not HOST:PORT (e.g. 10.0.0.1:29400)",
+                    ep);
+}
+
+td_status td__free_port(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return td_error_errno(TD_ERR_SYS, "socket for a free port");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        td_status st = td_error_errno(TD_ERR_SYS, "binding port 0 to pick MASTER_PORT");
+        close(fd);
+        return st;
+    }
+    *port = ntohs(a.sin_port);
+    close(fd);
+    return TD_OK;
+}
+
+/* A connected UDP socket sends nothing; it only asks the kernel which source address it would
+ * route from, which is the address peers that reach host can reach us at. */
+td_status td__local_addr_for(const char *host, int port, char *out, size_t nbytes) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0)
+        return td_error(TD_ERR_INVALID, "cannot resolve rendezvous host '%s': %s", host,
+                        gai_strerror(rc));
+    td_status st = td_error(TD_ERR_SYS, "no route to rendezvous host '%s'", host);
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+            const void *src = ss.ss_family == AF_INET
+                                  ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                  : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+            if (inet_ntop(ss.ss_family, src, out, (socklen_t)nbytes)) {
+                st = TD_OK;
+                td_error_clear();
+                close(fd);
+                break;
+            }
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return st;
+}
+
+static bool signal_pending(int sig_fd) {
+    if (sig_fd < 0) return false;
+    struct pollfd p = {.fd = sig_fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Waits for key in short slices so that a SIGTERM to the agent is noticed (it stays queued on
+ * the signalfd for the agent loop to read). missing_ok: a timeout is not an error. */
+static td_status wait_key(const td__rdzv_params *p, const char *key, double timeout_s,
+                          bool missing_ok, char **val) {
+    double deadline = td_now_s() + timeout_s;
+    for (;;) {
+        double left = deadline - td_now_s();
+        int slice = (int)TD_MIN(200.0, TD_MAX(left * 1000.0, 0.0));
+        void *v = NULL;
+        size_t n = 0;
+        td_status st = td_store_get(p->store, key, &v, &n, slice);
+        if (st == TD_OK) {
+            td_error_clear();
+            *val = v;
+            return TD_OK;
+        }
+        if (st != TD_ERR_TIMEOUT && st != TD_ERR_NOTFOUND) return st;
+        if (signal_pending(p->sig_fd))
+            return td_error(TD_ERR_INTERRUPTED, "rendezvous interrupted by a signal");
+        if (td_now_s() >= deadline) {
+            *val = NULL;
+            if (missing_ok) {
+                td_error_clear();
+                return TD_ERR_TIMEOUT;
+            }
+            return td_error(TD_ERR_TIMEOUT,
+                            "rendezvous: waited %.0f s for '%s'; fewer than the expected nodes "
+                            "joined (start `tandem launch` on every node with the same "
+                            "--rdzv-endpoint and --rdzv-id, or raise --rdzv-timeout)",
+                            timeout_s, key);
+        }
+    }
+}
+
+typedef struct {
+    int slot;
+    int node_rank;
+    int nproc;
+    char addr[256];
+    char host[256];
+} node_info;
+
+td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
+    td_status st = TD_OK;
+    char key[512];
+    char *val = NULL;
+    node_info *nodes = NULL;
+    int *order = NULL;
+    int nnodes = 0;
+
+    char addr[256], hostname[256] = "?";
+    TD_CHECK(td__local_addr_for(p->store_host, p->store_port, addr, sizeof addr));
+    gethostname(hostname, sizeof hostname - 1);
+    hostname[sizeof hostname - 1] = '\0';
+
+    int64_t slot;
+    snprintf(key, sizeof key, "%s/count", p->ns);
+    TD_CHECK(td_store_add(p->store, key, 1, &slot));
+    char info[600];
+    int ilen = snprintf(info, sizeof info, "%d %d %s %s", p->node_rank, p->nproc, addr, hostname);
+    snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)slot);
+    TD_CHECK(td_store_set(p->store, key, info, (size_t)ilen));
+
+    /* At least min_nodes, then a last call for more up to max_nodes. */
+    snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->min_nodes);
+    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+    free(val);
+    val = NULL;
+    if (p->max_nodes > p->min_nodes) {
+        snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->max_nodes);
+        st = wait_key(p, key, p->last_call_s, true, &val);
+        if (st != TD_OK && st != TD_ERR_TIMEOUT) goto out;
+        free(val);
+        val = NULL;
+    }
+    int64_t count;
+    snprintf(key, sizeof key, "%s/count", p->ns);
+    TD_CHECK_GOTO(td_store_add(p->store, key, 0, &count), st, out);
+    char want[32];
+    int wlen = snprintf(want, sizeof want, "%lld", (long long)TD_MIN(count, (int64_t)p->max_nodes));
+    void *actual = NULL;
+    size_t actual_n = 0;
+    snprintf(key, sizeof key, "%s/final", p->ns);
+    TD_CHECK_GOTO(
+        td_store_compare_set(p->store, key, NULL, 0, want, (size_t)wlen, &actual, &actual_n), st,
+        out);
+    nnodes = actual ? atoi((char *)actual) : 0;
+    free(actual);
+    if (nnodes < p->min_nodes) {
+        st = td_error(TD_ERR_PROTOCOL, "rendezvous %s: agreed node count %d is below --nnodes %d",
+                      p->ns, nnodes, p->min_nodes);
+        goto out;
+    }
+    if (slot > nnodes) {
+        st = td_error(TD_ERR_PEER,
+                      "rendezvous %s closed with %d nodes before this node joined (arrival %lld); "
+                      "start all nodes within the --rdzv-last-call window or raise --nnodes",
+                      p->ns, nnodes, (long long)slot);
+        goto out;
+    }
+
+    nodes = td_xcalloc((size_t)nnodes, sizeof *nodes);
+    for (int s = 1; s <= nnodes; s++) {
+        snprintf(key, sizeof key, "%s/slot/%d", p->ns, s);
+        TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+        node_info *ni = &nodes[s - 1];
+        ni->slot = s;
+        if (sscanf(val, "%d %d %255s %255s", &ni->node_rank, &ni->nproc, ni->addr, ni->host) != 4) {
+            st = td_error(TD_ERR_PROTOCOL, "rendezvous: malformed registration '%s' at %s", val,
+                          key);
+            goto out;
+        }
+        free(val);
+        val = NULL;
+    }
+    /* Explicit --node-rank values are honoured exactly; nodes without one fill the remaining
+     * ranks in arrival order. order[g] = index into nodes (by slot) of group rank g. */
+    order = td_xmalloc(sizeof *order * (size_t)nnodes);
+    for (int g = 0; g < nnodes; g++) order[g] = -1;
+    for (int i = 0; i < nnodes; i++) {
+        int nr = nodes[i].node_rank;
+        if (nr < 0) continue;
+        if (nr >= nnodes) {
+            st = td_error(TD_ERR_USAGE,
+                          "node %s registered --node-rank %d but only %d nodes joined; node "
+                          "ranks must be 0..%d",
+                          nodes[i].host, nr, nnodes, nnodes - 1);
+            goto out;
+        }
+        if (order[nr] >= 0) {
+            st = td_error(TD_ERR_USAGE,
+                          "two agents registered --node-rank %d (hosts %s and %s); give each node "
+                          "a distinct --node-rank",
+                          nr, nodes[order[nr]].host, nodes[i].host);
+            goto out;
+        }
+        order[nr] = i;
+    }
+    for (int i = 0, g = 0; i < nnodes; i++) {
+        if (nodes[i].node_rank >= 0) continue;
+        while (order[g] >= 0) g++;
+        order[g] = i;
+    }
+    int offset = 0, world = 0;
+    out->group_rank = -1;
+    for (int g = 0; g < nnodes; g++) {
+        const node_info *ni = &nodes[order[g]];
+        if (ni->slot == slot) {
+            out->group_rank = g;
+            offset = world;
+        }
+        world += ni->nproc;
+    }
+    out->nnodes = nnodes;
+    out->rank_offset = offset;
+    out->world_size = world;
+    snprintf(out->master_addr, sizeof out->master_addr, "%s", nodes[order[0]].addr);
+
+    snprintf(key, sizeof key, "%s/master_port", p->ns);
+    if (out->group_rank == 0) {
+        char port[16];
+        int port_num;
+        TD_CHECK_GOTO(td__free_port(&port_num), st, out);
+        int plen = snprintf(port, sizeof port, "%d", port_num);
+        TD_CHECK_GOTO(td_store_set(p->store, key, port, (size_t)plen), st, out);
+    }
+    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+    out->master_port = atoi(val);
+out:
+    free(val);
+    free(nodes);
+    free(order);
+    return st;
+}

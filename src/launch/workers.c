@@ -1,0 +1,297 @@
+/* The workers of one node: spawning (own process group, pipes, death signal), line-prefixed
+ * output, reaping and signalling. Single-threaded: the agent loop drives everything. */
+#include "launch_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void td__describe_status(int status, char *buf, size_t nbytes) {
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *abbrev = sigabbrev_np(sig);
+        snprintf(buf, nbytes, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
+    } else if (WIFEXITED(status)) {
+        snprintf(buf, nbytes, "exited with code %d", WEXITSTATUS(status));
+    } else {
+        snprintf(buf, nbytes, "ended with wait status 0x%x", status);
+    }
+}
+
+bool td__status_ok(int status) {
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Writes all of buf, retrying short writes; errors (a closed stdout) are dropped on purpose:
+ * the agent must keep supervising its workers even when nobody reads their output. */
+static void write_all(int fd, const char *buf, size_t nbytes) {
+    while (nbytes > 0) {
+        ssize_t k = write(fd, buf, nbytes);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                poll(&p, 1, 100);
+                continue;
+            }
+            return;
+        }
+        buf += k;
+        nbytes -= (size_t)k;
+    }
+}
+
+/* Emits one line (without its newline) with the rank prefix, in one write so that lines from
+ * different workers never interleave. */
+static void emit_line(td__worker *w, td__stream *s, const char *line, size_t len) {
+    size_t plen = strlen(w->prefix);
+    char stackbuf[4096];
+    char *out = plen + len + 1 <= sizeof stackbuf ? stackbuf : td_xmalloc(plen + len + 1);
+    memcpy(out, w->prefix, plen);
+    memcpy(out + plen, line, len);
+    out[plen + len] = '\n';
+    write_all(s->out_fd, out, plen + len + 1);
+    if (w->log_fd >= 0) write_all(w->log_fd, out + plen, len + 1);
+    if (out != stackbuf) free(out);
+}
+
+static void stream_consume(td__worker *w, td__stream *s) {
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        if (s->buf[i] == '\n') {
+            emit_line(w, s, s->buf + start, i - start);
+            start = i + 1;
+        }
+    }
+    if (start == 0 && s->len == TD__LINE_MAX) { /* one line longer than the buffer */
+        emit_line(w, s, s->buf, s->len);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+static void stream_close(td__worker *w, td__stream *s) {
+    if (s->fd < 0) return;
+    if (s->len > 0) { /* a last line without its newline */
+        emit_line(w, s, s->buf, s->len);
+        s->len = 0;
+    }
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Returns false at EOF (or error), having closed the stream. */
+static bool stream_read(td__worker *w, td__stream *s) {
+    for (;;) {
+        ssize_t k = read(s->fd, s->buf + s->len, TD__LINE_MAX - s->len);
+        if (k > 0) {
+            s->len += (size_t)k;
+            stream_consume(w, s);
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) return true;
+        stream_close(w, s);
+        return false;
+    }
+}
+
+void td__workers_pump_fd(td__workers *ws, int fd) {
+    for (int i = 0; i < ws->n; i++) {
+        td__worker *w = &ws->w[i];
+        if (w->out.fd == fd)
+            stream_read(w, &w->out);
+        else if (w->err.fd == fd)
+            stream_read(w, &w->err);
+        else
+            continue;
+        return;
+    }
+}
+
+void td__workers_drain(td__workers *ws, double timeout_s) {
+    double deadline = td_now_s() + timeout_s;
+    for (;;) {
+        struct pollfd *p = td_xmalloc(sizeof *p * (size_t)(2 * ws->n + 1));
+        int np = 0;
+        for (int i = 0; i < ws->n; i++) {
+            if (ws->w[i].out.fd >= 0)
+                p[np++] = (struct pollfd){.fd = ws->w[i].out.fd, .events = POLLIN};
+            if (ws->w[i].err.fd >= 0)
+                p[np++] = (struct pollfd){.fd = ws->w[i].err.fd, .events = POLLIN};
+        }
+        double left = deadline - td_now_s();
+        if (np == 0 || left <= 0) {
+            free(p);
+            break;
+        }
+        int r = poll(p, (nfds_t)np, (int)(left * 1000) + 1);
+        for (int j = 0; j < np && r > 0; j++)
+            if (p[j].revents) td__workers_pump_fd(ws, p[j].fd);
+        free(p);
+    }
+    for (int i = 0; i < ws->n; i++) {
+        /* Whatever is still buffered in the pipe goes out before we close it. */
+        if (ws->w[i].out.fd >= 0) stream_read(&ws->w[i], &ws->w[i].out);
+        if (ws->w[i].err.fd >= 0) stream_read(&ws->w[i], &ws->w[i].err);
+        stream_close(&ws->w[i], &ws->w[i].out);
+        stream_close(&ws->w[i], &ws->w[i].err);
+    }
+}
+
+void td__workers_signal(td__workers *ws, int sig, bool all) {
+    for (int i = 0; i < ws->n; i++) {
+        td__worker *w = &ws->w[i];
+        if (w->pid <= 0 || (!all && !w->running)) continue;
+        /* The group first (grandchildren), then the leader in case it left the group. */
+        kill(-w->pid, sig);
+        if (w->running) kill(w->pid, sig);
+    }
+}
+
+int td__workers_reap(td__workers *ws, int *failed) {
+    int reaped = 0;
+    *failed = -1;
+    for (int i = 0; i < ws->n; i++) {
+        td__worker *w = &ws->w[i];
+        if (!w->running) continue;
+        int status;
+        pid_t r = waitpid(w->pid, &status, WNOHANG);
+        if (r == w->pid) {
+            w->running = false;
+            w->status = status;
+            reaped++;
+            if (!td__status_ok(status) && *failed < 0) *failed = i;
+        } else if (r < 0 && errno == ECHILD) {
+            /* Someone else reaped it (a caller's SIGCHLD handler): we cannot know how it ended. */
+            w->running = false;
+            w->status = 0xff00; /* exit code 255 */
+            if (*failed < 0) *failed = i;
+        }
+    }
+    return reaped;
+}
+
+int td__workers_running(const td__workers *ws) {
+    int n = 0;
+    for (int i = 0; i < ws->n; i++) n += ws->w[i].running;
+    return n;
+}
+
+void td__workers_free(td__workers *ws) {
+    for (int i = 0; i < ws->n; i++) {
+        td__worker *w = &ws->w[i];
+        if (w->out.fd >= 0) close(w->out.fd);
+        if (w->err.fd >= 0) close(w->err.fd);
+        if (w->log_fd >= 0) close(w->log_fd);
+        free(w->out.buf);
+        free(w->err.buf);
+    }
+    free(ws->w);
+    ws->w = NULL;
+    ws->n = 0;
+}
+
+/* Between fork and exec only async-signal-safe calls: the agent may have threads (the store). */
+static void child_exec(int out_w, int err_w, pid_t agent, const char *path, char *const *argv,
+                       char *const *envp) {
+    setpgid(0, 0);
+    /* If the agent dies (even by SIGKILL) its workers must not live on as orphans. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent) _exit(1);
+    dup2(out_w, STDOUT_FILENO);
+    dup2(err_w, STDERR_FILENO);
+    static const int reset[] = {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGQUIT};
+    for (size_t i = 0; i < TD_ARRAY_LEN(reset); i++) signal(reset[i], SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Store sockets, the signalfd and other workers' pipes stay with the agent. */
+    close_range(3, ~0u, 0);
+    execve(path, argv, envp);
+    static const char msg[] = "tandem launch: cannot execute the worker command\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(127);
+}
+
+static td_status open_log(const char *log_dir, int rank, int restart_count, int *fd) {
+    char *path = td_xasprintf("%s/rank-%d.log", log_dir, rank);
+    *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        td_status st = td_error_errno(TD_ERR_IO, "cannot open worker log %s (--log-dir)", path);
+        free(path);
+        return st;
+    }
+    free(path);
+    if (restart_count > 0) {
+        char marker[64];
+        int n = snprintf(marker, sizeof marker, "--- restart %d ---\n", restart_count);
+        write_all(*fd, marker, (size_t)n);
+    }
+    return TD_OK;
+}
+
+td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char *path,
+                            char *const *argv, char **const *envs, int out_fd, int err_fd,
+                            const char *log_dir, int restart_count) {
+    td_status st = TD_OK;
+    ws->w = td_xcalloc((size_t)n, sizeof *ws->w);
+    ws->n = n;
+    for (int i = 0; i < n; i++) {
+        td__worker *w = &ws->w[i];
+        w->rank = rank_offset + i;
+        w->local_rank = i;
+        w->out.fd = w->err.fd = w->log_fd = -1;
+        w->out.buf = td_xmalloc(TD__LINE_MAX);
+        w->err.buf = td_xmalloc(TD__LINE_MAX);
+        w->out.out_fd = out_fd;
+        w->err.out_fd = err_fd;
+        snprintf(w->prefix, sizeof w->prefix, "[rank %d] ", w->rank);
+    }
+    pid_t agent = getpid();
+    for (int i = 0; i < n; i++) {
+        td__worker *w = &ws->w[i];
+        if (log_dir) TD_CHECK_GOTO(open_log(log_dir, w->rank, restart_count, &w->log_fd), st, out);
+        int po[2], pe[2];
+        if (pipe2(po, O_CLOEXEC) < 0) {
+            st = td_error_errno(TD_ERR_SYS, "pipe for worker rank %d", w->rank);
+            goto out;
+        }
+        if (pipe2(pe, O_CLOEXEC) < 0) {
+            st = td_error_errno(TD_ERR_SYS, "pipe for worker rank %d", w->rank);
+            close(po[0]);
+            close(po[1]);
+            goto out;
+        }
+        pid_t pid = fork();
+        if (pid == 0) child_exec(po[1], pe[1], agent, path, argv, envs[i]);
+        close(po[1]);
+        close(pe[1]);
+        if (pid < 0) {
+            st = td_error_errno(TD_ERR_SYS, "fork for worker rank %d", w->rank);
+            close(po[0]);
+            close(pe[0]);
+            goto out;
+        }
+        /* Also here: the agent may signal the group before the child ran setpgid. */
+        setpgid(pid, pid);
+        w->pid = pid;
+        w->running = true;
+        w->out.fd = po[0];
+        w->err.fd = pe[0];
+        fcntl(po[0], F_SETFL, O_NONBLOCK);
+        fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    }
+out:
+    return st;
+}

@@ -1,0 +1,357 @@
+/* Forward and backward of the per-sample layers over a range of batch rows. Linear layers are
+ * batch-level gemms and live in model.c. Shapes are per sample unless said otherwise. */
+#include <math.h>
+#include <string.h>
+
+#include "nn_internal.h"
+
+uint64_t td__dropout_key(uint64_t seed, uint64_t step, int li) {
+    return td_mix64(seed ^ td_mix64(step) ^ td_mix64(0x64726f70ull + (uint64_t)li));
+}
+
+static bool conv_is_pointwise(const td_layer *l) {
+    return l->kernel == 1 && l->stride == 1 && l->pad == 0;
+}
+
+/* x [in_c, in_h, in_w] -> y [out_c, out_h * out_w]; W [out_c, in_c * k * k], b [out_c]. */
+static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
+    const float *w = m->params + l->param_offset, *bias = w + l->weight_count;
+    int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
+    const float *x0 = m->acts[l - m->layers];
+    for (int s = s0; s < s1; s++) {
+        const float *x = x0 + (size_t)s * l->in_size;
+        float *y = l->out + (size_t)s * l->out_size;
+        const float *col = x;
+        if (!conv_is_pointwise(l)) {
+            td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
+                      l->out_h, l->out_w, m->scratch[tid]);
+            col = m->scratch[tid];
+        }
+        td_sgemm(false, false, l->out_c, n, kk, 1.0f, w, kk, col, n, 0.0f, y, n);
+        for (int oc = 0; oc < l->out_c; oc++) {
+            float bv = bias[oc], *yr = y + (size_t)oc * n;
+#pragma omp simd
+            for (int i = 0; i < n; i++) yr[i] += bv;
+        }
+    }
+}
+
+/* Weight and bias gradients of rows [s0, s1) go to this chunk's partial slot (overwritten, not
+ * accumulated: the model adds the slots into grads in chunk order afterwards). */
+static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk, int tid,
+                          const float *dout, size_t ldo, float *din, size_t ldi) {
+    const float *w = m->params + l->param_offset;
+    float *pw = l->partial + (size_t)chunk * l->param_count, *pb = pw + l->weight_count;
+    int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
+    const float *x0 = m->acts[l - m->layers];
+    bool pointwise = conv_is_pointwise(l);
+    for (int s = s0; s < s1; s++) {
+        const float *x = x0 + (size_t)s * l->in_size;
+        const float *dy = dout + (size_t)s * ldo;
+        float *col = m->scratch[tid];
+        const float *xcol = x;
+        if (!pointwise) {
+            td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
+                      l->out_h, l->out_w, col);
+            xcol = col;
+        }
+        float beta = s == s0 ? 0.0f : 1.0f;
+        td_sgemm(false, true, l->out_c, kk, n, 1.0f, dy, n, xcol, n, beta, pw, kk);
+        for (int oc = 0; oc < l->out_c; oc++) {
+            float g = td_sum(dy + (size_t)oc * n, (size_t)n);
+            pb[oc] = s == s0 ? g : pb[oc] + g;
+        }
+        if (!l->need_din) continue;
+        float *dx = din + (size_t)s * ldi;
+        if (pointwise) {
+            td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, dx, n);
+        } else {
+            td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, col, n);
+            memset(dx, 0, sizeof(float) * l->in_size);
+            td_col2im(col, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
+                      l->out_h, l->out_w, dx);
+        }
+    }
+}
+
+/* 2x2 windows, stride 2: the common case. Branch-free: window maxima of ReLU inputs are coin
+ * flips a branch predictor cannot learn. */
+static void maxpool2_plane(const float *x, int w, int oh, int ow, float *y, uint8_t *am,
+                           bool relu) {
+    for (int oy = 0; oy < oh; oy++) {
+        const float *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
+        float *yr = y + (size_t)oy * ow;
+        uint8_t *ar = am + (size_t)oy * ow;
+        for (int ox = 0; ox < ow; ox++) {
+            float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+            int g1 = b > a, g2 = d > c;
+            float m1 = g1 ? b : a, m2 = g2 ? d : c;
+            int g3 = m2 > m1;
+            yr[ox] = g3 ? m2 : m1;
+            ar[ox] = (uint8_t)(g3 * (2 + g2) + (1 - g3) * g1);
+        }
+        if (relu) td_relu(yr, yr, (size_t)ow);
+    }
+}
+
+/* One output row of the 2x2/2 backward: every input cell is written, the argmax gets the
+ * gradient (gated by the folded ReLU), the others 0. Inlined with relu constant. */
+static inline __attribute__((always_inline)) void maxpool2_back_row(float *d0, float *d1,
+                                                                    const float *dy, const float *y,
+                                                                    const uint8_t *am, int ow,
+                                                                    bool relu) {
+    for (int ox = 0; ox < ow; ox++) {
+        float g = dy[ox];
+        if (relu) g = y[ox] > 0.0f ? g : 0.0f;
+        uint32_t a = am[ox], gb;
+        memcpy(&gb, &g, sizeof gb);
+        /* bit masks instead of selects: gcc turns the selects into branches here */
+        uint32_t v0 = gb & -(uint32_t)(a == 0), v1 = gb & -(uint32_t)(a == 1);
+        uint32_t v2 = gb & -(uint32_t)(a == 2), v3 = gb & -(uint32_t)(a == 3);
+        memcpy(&d0[2 * ox], &v0, 4);
+        memcpy(&d0[2 * ox + 1], &v1, 4);
+        memcpy(&d1[2 * ox], &v2, 4);
+        memcpy(&d1[2 * ox + 1], &v3, 4);
+    }
+}
+
+/* x [c, h, w] -> y [c, out_h, out_w], aux = argmax offset ki * k + kj within each window.
+ * With relu_in the preceding ReLU is folded in: max(relu(x)) = relu(max(x)), and the gradient
+ * reaches the argmax only where that max is positive, as ReLU's backward would decide. */
+static void maxpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
+    const float *x0 = m->acts[l - m->layers];
+    int k = l->kernel, st = l->stride;
+    for (int s = s0; s < s1; s++) {
+        for (int c = 0; c < l->out_c; c++) {
+            const float *x = x0 + (size_t)s * l->in_size + (size_t)c * l->in_h * l->in_w;
+            size_t obase = (size_t)s * l->out_size + (size_t)c * l->out_h * l->out_w;
+            float *y = l->out + obase;
+            uint8_t *am = l->aux + obase;
+            if (k == 2 && st == 2) {
+                maxpool2_plane(x, l->in_w, l->out_h, l->out_w, y, am, l->relu_in);
+                continue;
+            }
+            for (int oy = 0; oy < l->out_h; oy++) {
+                for (int ox = 0; ox < l->out_w; ox++) {
+                    const float *win = x + (size_t)oy * st * l->in_w + (size_t)ox * st;
+                    float best = win[0];
+                    int arg = 0;
+                    for (int ki = 0; ki < k; ki++)
+                        for (int kj = 0; kj < k; kj++) {
+                            float v = win[(size_t)ki * l->in_w + kj];
+                            if (v > best) {
+                                best = v;
+                                arg = ki * k + kj;
+                            }
+                        }
+                    y[oy * l->out_w + ox] = l->relu_in && !(best > 0.0f) ? 0.0f : best;
+                    am[oy * l->out_w + ox] = (uint8_t)arg;
+                }
+            }
+        }
+    }
+}
+
+static void maxpool_backward(td_layer *l, int s0, int s1, const float *dout, size_t ldo, float *din,
+                             size_t ldi) {
+    int k = l->kernel, st = l->stride, w = l->in_w;
+    bool tiled = k == 2 && st == 2;
+    for (int s = s0; s < s1; s++) {
+        float *dx = din + (size_t)s * ldi;
+        if (!tiled) memset(dx, 0, sizeof(float) * l->in_size);
+        for (int c = 0; c < l->out_c; c++) {
+            size_t plane = (size_t)c * l->out_h * l->out_w;
+            const float *dy = dout + (size_t)s * ldo + plane;
+            const float *y = l->out + (size_t)s * l->out_size + plane;
+            const uint8_t *am = l->aux + (size_t)s * l->out_size + plane;
+            float *dxc = dx + (size_t)c * l->in_h * w;
+            if (tiled) { /* every input is written once: no memset */
+                for (int oy = 0; oy < l->out_h; oy++) {
+                    float *d0 = dxc + (size_t)(2 * oy) * w, *d1 = d0 + w;
+                    const float *dyr = dy + (size_t)oy * l->out_w, *yr = y + (size_t)oy * l->out_w;
+                    const uint8_t *ar = am + (size_t)oy * l->out_w;
+                    if (l->relu_in)
+                        maxpool2_back_row(d0, d1, dyr, yr, ar, l->out_w, true);
+                    else
+                        maxpool2_back_row(d0, d1, dyr, yr, ar, l->out_w, false);
+                    if (w > 2 * l->out_w) d0[w - 1] = d1[w - 1] = 0.0f;
+                }
+                if (l->in_h > 2 * l->out_h)
+                    memset(dxc + (size_t)(l->in_h - 1) * w, 0, sizeof(float) * (size_t)w);
+                continue;
+            }
+            for (int oy = 0; oy < l->out_h; oy++)
+                for (int ox = 0; ox < l->out_w; ox++) {
+                    int i = oy * l->out_w + ox, a = am[i];
+                    float g = l->relu_in && !(y[i] > 0.0f) ? 0.0f : dy[i];
+                    dxc[(size_t)(oy * st + a / k) * w + ox * st + a % k] += g;
+                }
+        }
+    }
+}
+
+/* u[e] = td_rng_uniform(key, stream, e) for e < n, bit for bit (the determinism test checks),
+ * 16 Philox4x32-10 blocks at a time so the rounds vectorise; core's td_rng_fill_uniform does one
+ * block per call. Constants and round structure are Salmon et al.'s, as in src/core/rng.c. */
+static void philox_uniforms(uint64_t key, uint64_t stream, float *u, size_t n) {
+    enum { V = 16 };
+    const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+    size_t nblocks = (n + 3) / 4;
+    for (size_t base = 0; base < nblocks; base += V) {
+        uint32_t c0[V], c1[V], c2[V], c3[V];
+        for (int j = 0; j < V; j++) {
+            uint64_t blk = base + (size_t)j;
+            c0[j] = (uint32_t)blk, c1[j] = (uint32_t)(blk >> 32);
+            c2[j] = (uint32_t)stream, c3[j] = (uint32_t)(stream >> 32);
+        }
+        uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+        for (int r = 0; r < 10; r++) {
+#pragma omp simd
+            for (int j = 0; j < V; j++) {
+                uint64_t p0 = (uint64_t)M0 * c0[j], p1 = (uint64_t)M1 * c2[j];
+                uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
+                uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
+                c1[j] = (uint32_t)p1, c3[j] = (uint32_t)p0, c0[j] = n0, c2[j] = n2;
+            }
+            k0 += W0, k1 += W1;
+        }
+        size_t e0 = base * 4;
+        float tmp[4 * V];
+        for (int j = 0; j < V; j++) {
+            tmp[4 * j] = (float)(c0[j] >> 8) * (1.0f / 16777216.0f);
+            tmp[4 * j + 1] = (float)(c1[j] >> 8) * (1.0f / 16777216.0f);
+            tmp[4 * j + 2] = (float)(c2[j] >> 8) * (1.0f / 16777216.0f);
+            tmp[4 * j + 3] = (float)(c3[j] >> 8) * (1.0f / 16777216.0f);
+        }
+        size_t cnt = TD_MIN((size_t)(4 * V), n - e0);
+        memcpy(u + e0, tmp, sizeof(float) * cnt);
+    }
+}
+
+static void dropout_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
+    const float *x0 = m->acts[l - m->layers];
+    size_t n = l->out_size;
+    if (!m->training || l->p == 0.0f) {
+        memcpy(l->out + (size_t)s0 * n, x0 + (size_t)s0 * n, sizeof(float) * n * (size_t)(s1 - s0));
+        return;
+    }
+    uint64_t key = td__dropout_key(m->seed, m->step, (int)(l - m->layers));
+    float p = l->p, scale = 1.0f / (1.0f - p), *u = m->scratch[tid];
+    for (int s = s0; s < s1; s++) {
+        uint64_t id = m->sample_ids ? m->sample_ids[s] : (uint64_t)s;
+        philox_uniforms(key, id, u, n);
+        const float *x = x0 + (size_t)s * n;
+        float *y = l->out + (size_t)s * n;
+        uint8_t *mask = l->aux + (size_t)s * n;
+#pragma omp simd
+        for (size_t e = 0; e < n; e++) {
+            mask[e] = u[e] >= p;
+            y[e] = mask[e] ? x[e] * scale : 0.0f;
+        }
+    }
+}
+
+static void dropout_backward(td_model_t *m, td_layer *l, int s0, int s1, const float *dout,
+                             size_t ldo, float *din, size_t ldi) {
+    size_t n = l->out_size;
+    bool active = m->training && l->p != 0.0f;
+    float scale = 1.0f / (1.0f - l->p);
+    for (int s = s0; s < s1; s++) {
+        const float *dy = dout + (size_t)s * ldo;
+        float *dx = din + (size_t)s * ldi;
+        const uint8_t *mask = l->aux + (size_t)s * n;
+        if (!active) {
+            if (dx != dy) memcpy(dx, dy, sizeof(float) * n);
+            continue;
+        }
+#pragma omp simd
+        for (size_t e = 0; e < n; e++) dx[e] = mask[e] ? dy[e] * scale : 0.0f;
+    }
+}
+
+/* y = x - logsumexp(x) per row. */
+static void log_softmax_forward(td_model_t *m, td_layer *l, int s0, int s1) {
+    const float *x0 = m->acts[l - m->layers];
+    size_t n = l->out_size;
+    for (int s = s0; s < s1; s++) {
+        const float *x = x0 + (size_t)s * n;
+        float *y = l->out + (size_t)s * n;
+        float mx = td_max(x, n);
+        double se = 0;
+        for (size_t i = 0; i < n; i++) se += exp((double)(x[i] - mx));
+        float lse = mx + (float)log(se);
+        for (size_t i = 0; i < n; i++) y[i] = x[i] - lse;
+    }
+}
+
+/* dx = dy - softmax * sum(dy), softmax = exp(y). */
+static void log_softmax_backward(td_layer *l, int s0, int s1, const float *dout, size_t ldo,
+                                 float *din, size_t ldi) {
+    size_t n = l->out_size;
+    for (int s = s0; s < s1; s++) {
+        const float *y = l->out + (size_t)s * n, *dy = dout + (size_t)s * ldo;
+        float *dx = din + (size_t)s * ldi;
+        double sum = 0;
+        for (size_t i = 0; i < n; i++) sum += dy[i];
+        for (size_t i = 0; i < n; i++) dx[i] = dy[i] - expf(y[i]) * (float)sum;
+    }
+}
+
+void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
+    td_layer *l = &m->layers[li];
+    const float *x = m->acts[li];
+    size_t n = l->out_size;
+    switch (l->kind) {
+    case TD_LAYER_CONV2D:
+        conv_forward(m, l, s0, s1, tid);
+        break;
+    case TD_LAYER_MAXPOOL2D:
+        maxpool_forward(m, l, s0, s1);
+        break;
+    case TD_LAYER_RELU:
+        if (!l->relu_fused)
+            td_relu(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        break;
+    case TD_LAYER_DROPOUT:
+        dropout_forward(m, l, s0, s1, tid);
+        break;
+    case TD_LAYER_FLATTEN:
+        break; /* same bytes, new shape */
+    case TD_LAYER_LOG_SOFTMAX:
+        log_softmax_forward(m, l, s0, s1);
+        break;
+    case TD_LAYER_LINEAR:
+        break; /* batch-level, model.c */
+    }
+}
+
+void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, int tid,
+                             const float *dout, size_t ldo, float *din, size_t ldi) {
+    td_layer *l = &m->layers[li];
+    size_t n = l->out_size;
+    switch (l->kind) {
+    case TD_LAYER_CONV2D:
+        conv_backward(m, l, s0, s1, chunk, tid, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_MAXPOOL2D:
+        maxpool_backward(l, s0, s1, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_RELU:
+        for (int s = s0; s < s1 && !l->relu_fused; s++)
+            td_relu_backward(din + (size_t)s * ldi, m->acts[li + 1] + (size_t)s * n,
+                             dout + (size_t)s * ldo, n);
+        break;
+    case TD_LAYER_DROPOUT:
+        dropout_backward(m, l, s0, s1, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_FLATTEN:
+        for (int s = s0; s < s1 && din != dout; s++)
+            memcpy(din + (size_t)s * ldi, dout + (size_t)s * ldo, sizeof(float) * n);
+        break;
+    case TD_LAYER_LOG_SOFTMAX:
+        log_softmax_backward(l, s0, s1, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_LINEAR:
+        break;
+    }
+}

@@ -1,0 +1,280 @@
+/* YAML model specs (docs/model-spec.md), parsed with libyaml's document API so that every error
+ * names file:line:column of the offending node and the field. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "nn_internal.h"
+
+typedef struct {
+    const char *path;
+    yaml_document_t *doc;
+} spec_ctx;
+
+/* An error at node n: "path:line:col: field: message". */
+static td_status at(const spec_ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
+                    ...) TD_PRINTF(4, 5);
+static td_status at(const spec_ctx *c, const yaml_node_t *n, const char *field, const char *fmt,
+                    ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return td_error(TD_ERR_FORMAT, "%s:%zu:%zu: %s: %s", c->path, n->start_mark.line + 1,
+                    n->start_mark.column + 1, field, msg);
+}
+
+static const char *scalar(const yaml_node_t *n) {
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static td_status get_int(const spec_ctx *c, const yaml_node_t *n, const char *field, int lo,
+                         int *out) {
+    const char *s = scalar(n);
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > 1000000) {
+        char d[160];
+        snprintf(d, sizeof d, "%s (expected an integer >= %d)", s ? s : "not a scalar", lo);
+        return at(c, n, field, "bad value %s", d);
+    }
+    *out = (int)v;
+    return TD_OK;
+}
+
+static td_status get_float(const spec_ctx *c, const yaml_node_t *n, const char *field, float *out) {
+    const char *s = scalar(n);
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || !(v >= 0.0 && v < 1.0)) {
+        char d[160];
+        snprintf(d, sizeof d, "%s (expected a number in [0, 1))", s ? s : "not a scalar");
+        return at(c, n, field, "bad value %s", d);
+    }
+    *out = (float)v;
+    return TD_OK;
+}
+
+/* Layer arguments: every known field with its default; -1 = required. */
+typedef struct {
+    const char *kind;
+    td_layer_kind k;
+    const char *fields[5];
+} layer_def;
+
+static const layer_def defs[] = {
+    {"linear", TD_LAYER_LINEAR, {"out", "name"}},
+    {"conv2d", TD_LAYER_CONV2D, {"out", "kernel", "stride", "padding", "name"}},
+    {"maxpool2d", TD_LAYER_MAXPOOL2D, {"kernel", "stride", "name"}},
+    {"relu", TD_LAYER_RELU, {"name"}},
+    {"dropout", TD_LAYER_DROPOUT, {"p", "name"}},
+    {"flatten", TD_LAYER_FLATTEN, {"name"}},
+    {"log_softmax", TD_LAYER_LOG_SOFTMAX, {"name"}},
+};
+
+static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml_node_t *item) {
+    char field[96];
+    snprintf(field, sizeof field, "layers[%d]", idx);
+    const char *kind = NULL;
+    const yaml_node_t *args = NULL;
+    if (item->type == YAML_SCALAR_NODE) {
+        kind = scalar(item);
+    } else if (item->type == YAML_MAPPING_NODE &&
+               item->data.mapping.pairs.top - item->data.mapping.pairs.start == 1) {
+        yaml_node_pair_t *p = item->data.mapping.pairs.start;
+        kind = scalar(yaml_document_get_node(c->doc, p->key));
+        args = yaml_document_get_node(c->doc, p->value);
+        if (args && args->type == YAML_SCALAR_NODE && !*scalar(args)) args = NULL; /* `relu:` */
+    } else {
+        return at(
+            c, item, field,
+            "expected a layer name (relu) or a one-key mapping (conv2d: {out: 32, kernel: 3})");
+    }
+    const layer_def *def = NULL;
+    for (size_t i = 0; kind && i < TD_ARRAY_LEN(defs); i++)
+        if (!strcmp(kind, defs[i].kind)) def = &defs[i];
+    if (!def) {
+        char d[200];
+        snprintf(d, sizeof d,
+                 "'%s' (expected linear, conv2d, maxpool2d, relu, dropout, flatten "
+                 "or log_softmax)",
+                 kind ? kind : "?");
+        return at(c, item, field, "unknown layer kind %s", d);
+    }
+    snprintf(field, sizeof field, "layers[%d].%s", idx, def->kind);
+    const yaml_node_t *vals[5] = {0};
+    if (args) {
+        if (args->type != YAML_MAPPING_NODE)
+            return at(c, args, field, "expected a mapping of arguments ({key: value, ...})");
+        for (yaml_node_pair_t *p = args->data.mapping.pairs.start; p < args->data.mapping.pairs.top;
+             p++) {
+            const yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
+            const char *key = scalar(kn);
+            int found = -1;
+            for (int f = 0; f < 5 && def->fields[f]; f++)
+                if (key && !strcmp(key, def->fields[f])) found = f;
+            if (found < 0) {
+                char d[200];
+                int len = snprintf(d, sizeof d, "'%s' (expected", key ? key : "?");
+                for (int f = 0; f < 5 && def->fields[f]; f++)
+                    len += snprintf(d + len, sizeof d - (size_t)len, "%s%s", f ? ", " : " ",
+                                    def->fields[f]);
+                snprintf(d + len, sizeof d - (size_t)len, ")");
+                return at(c, kn, field, "unknown field %s", d);
+            }
+            vals[found] = yaml_document_get_node(c->doc, p->value);
+        }
+    }
+    char sub[128];
+#define FIELD(i) (snprintf(sub, sizeof sub, "%s.%s", field, def->fields[i]), sub)
+#define REQUIRE(i)                                                                                 \
+    do {                                                                                           \
+        if (!vals[i]) return at(c, item, FIELD(i), "missing required field");                      \
+    } while (0)
+    td_status st = TD_OK;
+    const char *name = NULL;
+    int name_idx = -1;
+    for (int f = 0; f < 5 && def->fields[f]; f++)
+        if (!strcmp(def->fields[f], "name")) name_idx = f;
+    if (name_idx >= 0 && vals[name_idx]) {
+        name = scalar(vals[name_idx]);
+        if (!name) return at(c, vals[name_idx], FIELD(name_idx), "expected a string");
+    }
+    switch (def->k) {
+    case TD_LAYER_LINEAR: {
+        int out;
+        REQUIRE(0);
+        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &out));
+        st = td_model_add_linear(m, out);
+        break;
+    }
+    case TD_LAYER_CONV2D: {
+        int out, k, s = 1, p = 0;
+        REQUIRE(0);
+        REQUIRE(1);
+        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &out));
+        TD_CHECK(get_int(c, vals[1], FIELD(1), 1, &k));
+        if (vals[2]) TD_CHECK(get_int(c, vals[2], FIELD(2), 1, &s));
+        if (vals[3]) TD_CHECK(get_int(c, vals[3], FIELD(3), 0, &p));
+        st = td_model_add_conv2d(m, out, k, s, p);
+        break;
+    }
+    case TD_LAYER_MAXPOOL2D: {
+        int k, s = 0;
+        REQUIRE(0);
+        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &k));
+        if (vals[1]) TD_CHECK(get_int(c, vals[1], FIELD(1), 1, &s));
+        st = td_model_add_maxpool2d(m, k, s ? s : k);
+        break;
+    }
+    case TD_LAYER_DROPOUT: {
+        float p = 0.5f;
+        if (vals[0]) TD_CHECK(get_float(c, vals[0], FIELD(0), &p));
+        st = td_model_add_dropout(m, p);
+        break;
+    }
+    case TD_LAYER_RELU:
+        st = td_model_add_relu(m);
+        break;
+    case TD_LAYER_FLATTEN:
+        st = td_model_add_flatten(m);
+        break;
+    case TD_LAYER_LOG_SOFTMAX:
+        st = td_model_add_log_softmax(m);
+        break;
+    }
+#undef REQUIRE
+#undef FIELD
+    if (st == TD_OK && name) st = td__model_name_last(m, name);
+    if (st != TD_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", td_error_msg());
+        return at(c, item, field, "%s", detail);
+    }
+    return TD_OK;
+}
+
+static td_status build(const spec_ctx *c, td_model_t **out) {
+    yaml_node_t *root = yaml_document_get_root_node(c->doc);
+    if (!root)
+        return td_error(TD_ERR_FORMAT, "%s: empty model spec; see docs/model-spec.md", c->path);
+    if (root->type != YAML_MAPPING_NODE)
+        return at(c, root, "spec", "expected a mapping with input: and layers:");
+    const yaml_node_t *input = NULL, *layers = NULL;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *kn = yaml_document_get_node(c->doc, p->key);
+        const char *key = scalar(kn);
+        const yaml_node_t *vn = yaml_document_get_node(c->doc, p->value);
+        if (key && !strcmp(key, "input"))
+            input = vn;
+        else if (key && !strcmp(key, "layers"))
+            layers = vn;
+        else if (!key || strcmp(key, "name")) {
+            char d[160];
+            snprintf(d, sizeof d, "'%s' (expected input, layers, name)", key ? key : "?");
+            return at(c, kn, "spec", "unknown field %s", d);
+        }
+    }
+    if (!input) return at(c, root, "input", "missing required field (e.g. input: [1, 28, 28])");
+    if (!layers) return at(c, root, "layers", "missing required field");
+    int shape[3] = {1, 1, 1}, dims = 0;
+    if (input->type != YAML_SEQUENCE_NODE)
+        return at(c, input, "input", "expected [channels, height, width] or [features]");
+    dims = (int)(input->data.sequence.items.top - input->data.sequence.items.start);
+    if (dims != 1 && dims != 3)
+        return at(c, input, "input", "expected [channels, height, width] or [features]");
+    for (int i = 0; i < dims; i++) {
+        const yaml_node_t *n = yaml_document_get_node(c->doc, input->data.sequence.items.start[i]);
+        char f[32];
+        snprintf(f, sizeof f, "input[%d]", i);
+        TD_CHECK(get_int(c, n, f, 1, &shape[i]));
+    }
+    if (layers->type != YAML_SEQUENCE_NODE ||
+        layers->data.sequence.items.top == layers->data.sequence.items.start)
+        return at(c, layers, "layers", "expected a non-empty list of layers");
+    td_model_t *m = td_model_new(shape[0], shape[1], shape[2]);
+    int idx = 0;
+    for (yaml_node_item_t *it = layers->data.sequence.items.start;
+         it < layers->data.sequence.items.top; it++, idx++) {
+        td_status st = add_layer(c, m, idx, yaml_document_get_node(c->doc, *it));
+        if (st != TD_OK) {
+            td_model_free(m);
+            return st;
+        }
+    }
+    *out = m;
+    return TD_OK;
+}
+
+td_status td__model_load_spec(const char *path, td_model_t **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return td_error_errno(TD_ERR_NOTFOUND, "cannot open model spec %s", path);
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    td_status st = TD_OK;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        char ctx[160] = "";
+        if (parser.context)
+            snprintf(ctx, sizeof ctx, " %s (started at %zu:%zu)", parser.context,
+                     parser.context_mark.line + 1, parser.context_mark.column + 1);
+        st = td_error(TD_ERR_FORMAT, "%s:%zu:%zu: YAML syntax error: %s%s", path,
+                      parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                      parser.problem ? parser.problem : "unknown", ctx);
+        goto out;
+    }
+    spec_ctx c = {path, &doc};
+    st = build(&c, out);
+    yaml_document_delete(&doc);
+out:
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return st;
+}

@@ -1,0 +1,323 @@
+/* The ingester: tails rank-<R>.jsonl metric files and stores their points.
+ *
+ * Exactly-once comes from one rule: a file's points and its new offset commit in the same
+ * transaction, and the offset is read inside that transaction (under the write lock). A crashed
+ * ingester leaves the last committed offset behind, a restarted one continues from it, and two
+ * ingesters polling the same directory serialize on the lock and each sees the other's offset.
+ * Only complete lines are consumed; a partial last line waits for its newline. */
+#include "store_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INGEST_CHUNK_BYTES (8u << 20)
+
+struct file_state {
+    char *name;
+    int rank;
+    int warned;
+    int64_t known_offset; /* hint only: skip the transaction when the file has not grown */
+};
+
+struct td_ingester {
+    td_rundb *store;
+    char *run_id;
+    int64_t run_seq;
+    char *dir;
+    struct file_state *files;
+    size_t nfiles;
+    size_t malformed;
+    char *buf;
+};
+
+td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metrics_dir,
+                          td_ingester **out) {
+    int64_t seq;
+    TD_CHECK(td__run_seq(store, run_id, &seq));
+    td_ingester *ing = td_xcalloc(1, sizeof *ing);
+    ing->store = store;
+    ing->run_id = td_xstrdup(run_id);
+    ing->run_seq = seq;
+    ing->dir = td_xstrdup(metrics_dir);
+    ing->buf = td_xmalloc(INGEST_CHUNK_BYTES + 1);
+    *out = ing;
+    return TD_OK;
+}
+
+void td_ingester_free(td_ingester *ing) {
+    if (!ing) return;
+    for (size_t i = 0; i < ing->nfiles; i++) free(ing->files[i].name);
+    free(ing->files);
+    free(ing->run_id);
+    free(ing->dir);
+    free(ing->buf);
+    free(ing);
+}
+
+size_t td_ingester_malformed(const td_ingester *ing) {
+    return ing->malformed;
+}
+
+/* rank-<R>.jsonl -> R; -1 for any other name. */
+static int rank_of(const char *name) {
+    if (strncmp(name, "rank-", 5)) return -1;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return -1;
+    long r = 0;
+    while (*p >= '0' && *p <= '9' && r < 1000000) r = r * 10 + (*p++ - '0');
+    return strcmp(p, ".jsonl") ? -1 : (int)r;
+}
+
+static void refresh_files(td_ingester *ing) {
+    DIR *d = opendir(ing->dir);
+    if (!d) return; /* nothing written yet */
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int rank = rank_of(e->d_name);
+        if (rank < 0) continue;
+        int known = 0;
+        for (size_t i = 0; i < ing->nfiles && !known; i++)
+            known = !strcmp(ing->files[i].name, e->d_name);
+        if (known) continue;
+        ing->files = td_xrealloc(ing->files, (ing->nfiles + 1) * sizeof *ing->files);
+        ing->files[ing->nfiles++] = (struct file_state){td_xstrdup(e->d_name), rank, 0, -1};
+    }
+    closedir(d);
+}
+
+static int get_i64(json_t *v, int64_t *out) {
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return 1;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 9e15) {
+            *out = (int64_t)d;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Outcome of one line: 1 stored (or nothing to store), 0 malformed; <0 store failure. */
+static td_status ingest_line(td_ingester *ing, struct file_state *f, const char *line, size_t len,
+                             int64_t line_no, double now, size_t *npoints, int *malformed) {
+    *malformed = 0;
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
+    if (i == len) return TD_OK; /* blank line */
+    json_error_t jerr;
+    json_t *obj = json_loadb(line, len, 0, &jerr);
+    td_status st = TD_OK;
+    if (!obj || !json_is_object(obj)) {
+        *malformed = 1;
+        goto out;
+    }
+    int64_t step = line_no;
+    json_t *jstep = json_object_get(obj, "step");
+    if (jstep && !get_i64(jstep, &step)) {
+        *malformed = 1;
+        goto out;
+    }
+    json_t *event = json_object_get(obj, "event");
+    if (event) {
+        if (json_is_string(event) && !strcmp(json_string_value(event), "resume")) {
+            if (!jstep)
+                *malformed = 1;
+            else
+                st = td__metrics_cut(ing->store, ing->run_seq, f->rank, step);
+        }
+        goto out; /* other events carry no points */
+    }
+    double t = now;
+    json_t *jtime = json_object_get(obj, "time");
+    if (jtime && json_is_number(jtime)) t = json_number_value(jtime);
+    json_t *jkey = json_object_get(obj, "key");
+    if (jkey) {
+        json_t *jval = json_object_get(obj, "value");
+        if (!json_is_string(jkey) || !json_is_number(jval)) {
+            *malformed = 1;
+            goto out;
+        }
+        int64_t key_id;
+        TD_CHECK_GOTO(td__metric_key_id(ing->store, json_string_value(jkey), &key_id), st, out);
+        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, f->rank, key_id, step,
+                                            json_number_value(jval), t),
+                      st, out);
+        (*npoints)++;
+        goto out;
+    }
+    const char *name;
+    json_t *val;
+    json_object_foreach(obj, name, val) {
+        if (!json_is_number(val) || !strcmp(name, "step") || !strcmp(name, "time") ||
+            !strcmp(name, "rank"))
+            continue;
+        int64_t key_id;
+        TD_CHECK_GOTO(td__metric_key_id(ing->store, name, &key_id), st, out);
+        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, f->rank, key_id, step,
+                                            json_number_value(val), t),
+                      st, out);
+        (*npoints)++;
+    }
+out:
+    json_decref(obj);
+    return st;
+}
+
+static td_status read_offset(td_ingester *ing, const char *name, int64_t *offset, int64_t *line,
+                             int64_t *malformed) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(ing->store,
+                               "SELECT offset, line, malformed FROM ingest_offsets"
+                               " WHERE run = ? AND file = ?",
+                               &q));
+    sqlite3_bind_int64(q, 1, ing->run_seq);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    td_status st = TD_OK;
+    *offset = *line = *malformed = 0;
+    if (rc == SQLITE_ROW) {
+        *offset = sqlite3_column_int64(q, 0);
+        *line = sqlite3_column_int64(q, 1);
+        *malformed = sqlite3_column_int64(q, 2);
+    } else if (rc != SQLITE_DONE) {
+        st = td__rundb_err(ing->store, "read an ingest offset");
+    }
+    sqlite3_finalize(q);
+    return st;
+}
+
+static td_status write_offset(td_ingester *ing, const char *name, int64_t offset, int64_t line,
+                              int64_t malformed) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(ing->store,
+                               "INSERT OR REPLACE INTO ingest_offsets(run, file, offset, line,"
+                               " malformed) VALUES(?,?,?,?,?)",
+                               &q));
+    sqlite3_bind_int64(q, 1, ing->run_seq);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, offset);
+    sqlite3_bind_int64(q, 4, line);
+    sqlite3_bind_int64(q, 5, malformed);
+    td_status st = sqlite3_step(q) == SQLITE_DONE
+                       ? TD_OK
+                       : td__rundb_err(ing->store, "store an ingest offset");
+    sqlite3_finalize(q);
+    return st;
+}
+
+/* One transaction for one file: read the committed offset, consume complete lines from there,
+ * commit points and the new offset together. *more is set when the chunk limit cut it short. */
+static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoints, int *more) {
+    *more = 0;
+    char *path = td_xasprintf("%s/%s", ing->dir, f->name);
+    td_status st = TD_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        st = errno == ENOENT ? TD_OK : td_error_errno(TD_ERR_IO, "cannot open %s", path);
+        free(path);
+        return st;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot stat %s", path);
+        goto done;
+    }
+    if (sb.st_size == f->known_offset) goto done;
+
+    int64_t offset, line_no, bad;
+    int64_t first_bad_line = 0;
+    size_t stored = 0;
+    TD_CHECK_GOTO(td__rundb_begin(ing->store), st, done);
+    /* Size and offset both read under the write lock: another ingester may have consumed
+     * more of the file since the stat above, so an older size could look like a shrink. */
+    if (fstat(fd, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot stat %s", path);
+        goto rollback;
+    }
+    TD_CHECK_GOTO(read_offset(ing, f->name, &offset, &line_no, &bad), st, rollback);
+    if (sb.st_size < offset) {
+        TD_LOG_WARN("%s shrank from %lld to %lld bytes (rewritten?); reading it again from the "
+                    "start",
+                    path, (long long)offset, (long long)sb.st_size);
+        offset = line_no = 0;
+    }
+    size_t want = (size_t)TD_MIN((int64_t)INGEST_CHUNK_BYTES, (int64_t)sb.st_size - offset);
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = pread(fd, ing->buf + got, want - got, (off_t)(offset + (int64_t)got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            st = td_error_errno(TD_ERR_IO, "reading %s at offset %lld", path, (long long)offset);
+            goto rollback;
+        }
+        if (n == 0) break;
+        got += (size_t)n;
+    }
+    size_t consumed = 0;
+    double now = td_wall_s();
+    while (consumed < got) {
+        char *nl = memchr(ing->buf + consumed, '\n', got - consumed);
+        if (!nl) break;
+        size_t len = (size_t)(nl - (ing->buf + consumed));
+        line_no++;
+        int malformed = 0;
+        TD_CHECK_GOTO(
+            ingest_line(ing, f, ing->buf + consumed, len, line_no, now, &stored, &malformed), st,
+            rollback);
+        if (malformed) {
+            bad++;
+            ing->malformed++;
+            if (!first_bad_line) first_bad_line = line_no;
+        }
+        consumed += len + 1;
+    }
+    if (consumed == 0 && got == INGEST_CHUNK_BYTES) {
+        /* One line longer than the chunk: no metric line is that long, skip it as malformed. */
+        consumed = got;
+        line_no++;
+        bad++;
+        ing->malformed++;
+        if (!first_bad_line) first_bad_line = line_no;
+    }
+    TD_CHECK_GOTO(write_offset(ing, f->name, offset + (int64_t)consumed, line_no, bad), st,
+                  rollback);
+    TD_CHECK_GOTO(td__rundb_commit(ing->store), st, rollback);
+    *npoints += stored;
+    f->known_offset = offset + (int64_t)consumed;
+    *more = got == INGEST_CHUNK_BYTES;
+    if (first_bad_line && !f->warned) {
+        f->warned = 1;
+        TD_LOG_WARN("%s:%lld: malformed metrics line skipped (expected one JSON object such as "
+                    "{\"step\": 10, \"loss\": 0.5}); further bad lines in this file are only "
+                    "counted",
+                    path, (long long)first_bad_line);
+    }
+    goto done;
+rollback:
+    td__rundb_rollback(ing->store);
+done:
+    close(fd);
+    free(path);
+    return st;
+}
+
+td_status td_ingester_poll(td_ingester *ing, size_t *npoints) {
+    size_t total = 0;
+    refresh_files(ing);
+    for (size_t i = 0; i < ing->nfiles; i++) {
+        int more = 1;
+        while (more) TD_CHECK(poll_file(ing, &ing->files[i], &total, &more));
+    }
+    if (npoints) *npoints = total;
+    return TD_OK;
+}

@@ -1,0 +1,191 @@
+/* System metrics: CPU % and resident memory of each rank's processes, read from /proc.
+ * A worker is any descendant of the launch process whose environment carries RANK (the launcher
+ * sets it; a shell wrapper and the program it runs share it), so the numbers per rank cover the
+ * whole subtree the rank runs in. */
+#include "tandem/track.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct proc_sample {
+    pid_t pid;
+    uint64_t ticks;
+    double at_s;
+};
+
+struct td_sysmon {
+    struct proc_sample *prev;
+    size_t nprev;
+};
+
+struct proc_info {
+    pid_t pid, ppid;
+    uint64_t ticks, start_ticks;
+    int64_t rss_pages;
+};
+
+td_sysmon *td_sysmon_new(void) {
+    return td_xcalloc(1, sizeof(td_sysmon));
+}
+
+void td_sysmon_free(td_sysmon *mon) {
+    if (!mon) return;
+    free(mon->prev);
+    free(mon);
+}
+
+static int read_stat(pid_t pid, struct proc_info *pi) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name sits in parentheses and may contain spaces: parse after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p += 2;
+    char state;
+    int ppid;
+    unsigned long long utime, stime, start;
+    long long rss;
+    if (sscanf(p,
+               "%c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu "
+               "%*u %lld",
+               &state, &ppid, &utime, &stime, &start, &rss) != 6)
+        return 0;
+    if (state == 'Z') return 0;
+    pi->pid = pid;
+    pi->ppid = (pid_t)ppid;
+    pi->ticks = utime + stime;
+    pi->start_ticks = start;
+    pi->rss_pages = rss;
+    return 1;
+}
+
+/* RANK and the restart counter from /proc/<pid>/environ; rank -1 when absent. */
+static void read_env(pid_t pid, int *rank, int *restart) {
+    *rank = -1;
+    *restart = -1;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n;) {
+        const char *kv = buf + i;
+        size_t len = strlen(kv);
+        if (!strncmp(kv, "RANK=", 5))
+            *rank = atoi(kv + 5);
+        else if (!strncmp(kv, "TORCHELASTIC_RESTART_COUNT=", 27))
+            *restart = atoi(kv + 27);
+        else if (!strncmp(kv, "TANDEM_RESTART_COUNT=", 21))
+            *restart = atoi(kv + 21);
+        i += len + 1;
+    }
+}
+
+static double uptime_s(void) {
+    double up = 0;
+    FILE *f = fopen("/proc/uptime", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &up) != 1) up = 0;
+        fclose(f);
+    }
+    return up;
+}
+
+td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
+                           int *max_restart) {
+    if (max_restart) *max_restart = -1;
+    DIR *d = opendir("/proc");
+    if (!d) return TD_OK; /* no /proc: no system metrics, not an error */
+    struct proc_info *all = NULL;
+    size_t nall = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        struct proc_info pi;
+        if (!read_stat((pid_t)atoi(e->d_name), &pi)) continue;
+        if (nall == cap) {
+            cap = cap ? 2 * cap : 256;
+            all = td_xrealloc(all, cap * sizeof *all);
+        }
+        all[nall++] = pi;
+    }
+    closedir(d);
+
+    /* Descendants of root: repeat until no process joins (the tree is shallow). */
+    char *in = td_xcalloc(nall ? nall : 1, 1);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < nall; i++) {
+            if (in[i]) continue;
+            int parent_in = all[i].ppid == root;
+            for (size_t j = 0; j < nall && !parent_in; j++)
+                parent_in = in[j] && all[j].pid == all[i].ppid;
+            if (parent_in) in[i] = changed = 1;
+        }
+    }
+
+    long hz = sysconf(_SC_CLK_TCK);
+    long page = sysconf(_SC_PAGESIZE);
+    double now = td_now_s(), up = uptime_s();
+    enum { MAX_RANKS = 1024 };
+    double *cpu = td_xcalloc(MAX_RANKS, sizeof *cpu), *rss = td_xcalloc(MAX_RANKS, sizeof *rss);
+    char *seen = td_xcalloc(MAX_RANKS, 1);
+    struct proc_sample *next = td_xcalloc(nall ? nall : 1, sizeof *next);
+    size_t nnext = 0;
+    for (size_t i = 0; i < nall; i++) {
+        if (!in[i]) continue;
+        int rank, restart;
+        read_env(all[i].pid, &rank, &restart);
+        if (rank < 0 || rank >= MAX_RANKS) continue;
+        if (max_restart && restart > *max_restart) *max_restart = restart;
+        double pct = 0;
+        int have_prev = 0;
+        for (size_t j = 0; j < mon->nprev; j++)
+            if (mon->prev[j].pid == all[i].pid && now > mon->prev[j].at_s) {
+                pct = 100.0 * (double)(all[i].ticks - mon->prev[j].ticks) / (double)hz /
+                      (now - mon->prev[j].at_s);
+                have_prev = 1;
+                break;
+            }
+        if (!have_prev) {
+            /* First sight of this process: its average since it started. */
+            double age = up - (double)all[i].start_ticks / (double)hz;
+            if (age > 0.05) pct = 100.0 * (double)all[i].ticks / (double)hz / age;
+        }
+        cpu[rank] += pct;
+        rss[rank] += (double)all[i].rss_pages * (double)page / (1024.0 * 1024.0);
+        seen[rank] = 1;
+        next[nnext++] = (struct proc_sample){all[i].pid, all[i].ticks, now};
+    }
+    free(mon->prev);
+    mon->prev = next;
+    mon->nprev = nnext;
+
+    td_metric_point *pts = td_xcalloc(2 * MAX_RANKS, sizeof *pts);
+    size_t npts = 0;
+    int64_t step = (int64_t)(td_wall_s() - run->created_s);
+    for (int r = 0; r < MAX_RANKS; r++) {
+        if (!seen[r]) continue;
+        pts[npts++] = (td_metric_point){r, "sys/cpu_percent", step, cpu[r], 0};
+        pts[npts++] = (td_metric_point){r, "sys/rss_mb", step, rss[r], 0};
+    }
+    td_status st = npts ? td_metrics_insert(store, run->id, pts, npts) : TD_OK;
+    free(pts);
+    free(cpu);
+    free(rss);
+    free(seen);
+    free(in);
+    free(all);
+    return st;
+}

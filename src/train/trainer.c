@@ -1,0 +1,563 @@
+/* The trainer loop: global batches over the sampler's permutation, micro-batch accumulation in
+ * a fixed pairwise tree, the reducer hook, the optimizer, evaluation, progress, checkpoints and
+ * the stop signal. See train.h and docs/training.md for the contracts. */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tandem/data.h"
+#include "tandem/tensor.h"
+#include "tandem/train.h"
+
+#define CKPT_KEEP         2
+#define EVAL_BATCH        128
+#define PROGRESS_REDRAW_S 0.1
+
+/* ---- signals: the handler only records; the loop decides ---- */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) { /* a second signal means "now": fall back to the default action */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+void td_train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int td_train_stop_signal(void) {
+    return stop_signal;
+}
+
+void td_train_request_stop(int sig) {
+    stop_signal = sig;
+}
+
+void td_train_config_defaults(td_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->model = "basicnet";
+    c->data_dir = "/usr/share/datasets/fashion-mnist";
+    c->epochs = 1;
+    c->batch = 64;
+    c->accum = 1;
+    c->optim = td_optim_defaults(TD_OPTIM_ADAMW);
+    c->eval_every_epoch = true;
+    c->world_size = 1;
+    c->progress = -1;
+}
+
+/* ---- the trainer's state ---- */
+typedef struct {
+    const td_train_config *cfg;
+    const td_train_reducer *reducer;
+    td_model_t *model;
+    td_optim_t *opt;
+    td_dataset_t *train, *test;
+    td_sampler_t *sampler;
+    size_t num_params;
+    int in_size, classes;
+    bool log_softmax_out; /* the model ends in log_softmax: NLL loss; else cross-entropy */
+    int64_t G;            /* global batch */
+    int64_t steps_per_epoch, total_steps, epochs;
+    /* accumulation: level k holds the sum of one complete block of 2^k micro-batches */
+    int nlevels;
+    float **level;
+    bool *occupied;
+    bool *layer_done;
+    /* batch buffers */
+    float *x, *dout;
+    int32_t *y;
+    uint64_t *ids;
+    /* progress */
+    bool bar;
+    double t_start, t_last_draw;
+    int64_t log_every;
+    int64_t start_step;
+    int64_t step;         /* optimizer steps done */
+    int64_t samples_done; /* global samples trained in this process */
+    double train_s;       /* seconds inside training steps (evaluation and checkpoints excluded) */
+} trainer;
+
+/* grads[off..off+count) = level[k] + grads, for the occupied levels from the lowest up. Together
+ * with push() this sums the M micro-batch gradients in the pairwise tree of docs/training.md. */
+static void fold_range(trainer *t, size_t off, size_t count) {
+    float *restrict g = td_model_grads(t->model);
+    for (int k = 0; k < t->nlevels; k++) {
+        if (!t->occupied[k]) continue;
+        const float *restrict lv = t->level[k];
+        for (size_t i = off; i < off + count; i++) g[i] = lv[i] + g[i];
+    }
+}
+
+/* A finished (not last) micro-batch's gradient enters the binary-counter stack: it merges with
+ * equal-sized complete blocks (left + right) as a carry propagates in binary addition. */
+static void push(trainer *t) {
+    float *restrict g = td_model_grads(t->model);
+    int k = 0;
+    while (t->occupied[k]) {
+        const float *restrict lv = t->level[k];
+        for (size_t i = 0; i < t->num_params; i++) g[i] = lv[i] + g[i];
+        t->occupied[k] = false;
+        k++;
+    }
+    memcpy(t->level[k], g, t->num_params * sizeof(float));
+    t->occupied[k] = true;
+}
+
+static void on_grad_ready(void *user, int layer, size_t off, size_t count) {
+    trainer *t = user;
+    if (t->layer_done[layer]) return;
+    fold_range(t, off, count);
+    t->layer_done[layer] = true;
+    const td_train_reducer *r = t->reducer;
+    if (r) r->layer_ready(r->user, layer);
+}
+
+/* Layers whose hook did not run (an empty last micro-batch has no backward) are folded and
+ * reported here, last layer first like a backward would. */
+static void finish_layers(trainer *t) {
+    for (int i = td_model_num_layers(t->model) - 1; i >= 0; i--) {
+        td_layer_info li = td_model_layer(t->model, i);
+        if (li.param_count) on_grad_ready(t, i, li.param_offset, li.param_count);
+    }
+}
+
+static double loss_and_grad(trainer *t, const float *out, int n, float scale) {
+    if (t->log_softmax_out) return td_nll_loss(out, t->y, n, t->classes, scale, t->dout);
+    return td_cross_entropy(out, t->y, n, t->classes, scale, t->dout);
+}
+
+static void emit(trainer *t, const char *key, int64_t step, double value) {
+    const td_train_callbacks *cb = &t->cfg->callbacks;
+    if (cb->metric) cb->metric(cb->user, key, step, value);
+}
+
+static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *loss) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    uint64_t n = td_dataset_count(t->test);
+    uint64_t lo = 0, hi = n;
+    bool shard = r && r->allreduce_sum && cfg->world_size > 1;
+    if (shard) {
+        lo = n * (uint64_t)cfg->rank / (uint64_t)cfg->world_size;
+        hi = n * (uint64_t)(cfg->rank + 1) / (uint64_t)cfg->world_size;
+    }
+    int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
+    double sums[3] = {0, 0, 0}; /* correct, loss, count */
+    td_forward_ctx ctx = {.training = false, .seed = cfg->seed, .step = (uint64_t)step};
+    for (uint64_t b = lo; b < hi; b += (uint64_t)max_batch) {
+        int cnt = (int)TD_MIN((uint64_t)max_batch, hi - b);
+        for (int i = 0; i < cnt; i++) t->ids[i] = b + (uint64_t)i;
+        td_dataset_gather(t->test, t->ids, cnt, t->x, t->y);
+        ctx.sample_ids = t->ids;
+        const float *out = td_model_forward(t->model, t->x, cnt, &ctx);
+        sums[0] += td_count_correct(out, t->y, cnt, t->classes);
+        sums[1] += loss_and_grad(t, out, cnt, 0.0f);
+        sums[2] += cnt;
+    }
+    if (shard) TD_CHECK(r->allreduce_sum(r->user, sums, 3));
+    *acc_pct = sums[2] > 0 ? 100.0 * sums[0] / sums[2] : NAN;
+    *loss = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    emit(t, "test/acc", step, *acc_pct);
+    emit(t, "test/loss", step, *loss);
+    return TD_OK;
+}
+
+static td_status save_checkpoint(trainer *t, int64_t step) {
+    const td_train_config *cfg = t->cfg;
+    if (!cfg->checkpoint_dir || cfg->rank != 0) return TD_OK;
+    td_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    snprintf(ck.model, sizeof ck.model, "%s", cfg->model);
+    ck.num_params = t->num_params;
+    ck.batch = cfg->batch;
+    ck.accum = cfg->accum;
+    ck.world_size = cfg->world_size;
+    ck.optim = *td_optim_get_config(t->opt);
+    ck.seed = cfg->seed;
+    ck.step = step;
+    ck.epoch = step / t->steps_per_epoch;
+    ck.step_in_epoch = step % t->steps_per_epoch;
+    ck.optim_steps = td_optim_step_count(t->opt);
+    ck.params = td_model_params(t->model);
+    ck.optim_state = td_optim_state(t->opt);
+    ck.optim_state_count = td_optim_state_count(t->opt);
+    TD_CHECK(td_checkpoint_save(cfg->checkpoint_dir, &ck, CKPT_KEEP));
+    TD_LOG_DEBUG("checkpoint written: %s/ckpt-%lld.tdck", cfg->checkpoint_dir, (long long)step);
+    return TD_OK;
+}
+
+static bool same_real(double a, double b) {
+    return a == b || (isnan(a) && isnan(b));
+}
+
+/* A resume continues bit for bit only with the same arithmetic: same model, batch split,
+ * world size, optimizer and seed. */
+static td_status check_resume(trainer *t, const char *path, const td_checkpoint *ck) {
+    const td_train_config *cfg = t->cfg;
+    const td_optim_config *o = &cfg->optim;
+    const char *fix = "resume with the same settings, or use another --checkpoint-dir";
+#define MISMATCH(fmt, ...)                                                                         \
+    td_error(TD_ERR_MISMATCH, "checkpoint %s was written with " fmt "; %s", path, __VA_ARGS__, fix)
+    if (strcmp(ck->model, cfg->model))
+        return MISMATCH("--model %s but this run has --model %s", ck->model, cfg->model);
+    if (ck->num_params != t->num_params)
+        return MISMATCH("%llu parameters but this model has %zu",
+                        (unsigned long long)ck->num_params, t->num_params);
+    if (ck->batch != cfg->batch)
+        return MISMATCH("--batch %lld but this run has --batch %d", (long long)ck->batch,
+                        cfg->batch);
+    if (ck->accum != cfg->accum)
+        return MISMATCH("--accum %lld but this run has --accum %d", (long long)ck->accum,
+                        cfg->accum);
+    if (ck->world_size != cfg->world_size)
+        return MISMATCH("world size %lld but this run has world size %d", (long long)ck->world_size,
+                        cfg->world_size);
+    if (ck->seed != cfg->seed)
+        return MISMATCH("--seed %llu but this run has --seed %llu", (unsigned long long)ck->seed,
+                        (unsigned long long)cfg->seed);
+    if (ck->optim.kind != o->kind)
+        return MISMATCH("--optimizer %s but this run has --optimizer %s",
+                        td_optim_kind_name(ck->optim.kind), td_optim_kind_name(o->kind));
+    if (!same_real(ck->optim.lr, o->lr) || !same_real(ck->optim.weight_decay, o->weight_decay) ||
+        !same_real(ck->optim.momentum, o->momentum) ||
+        !same_real(ck->optim.dampening, o->dampening) || ck->optim.nesterov != o->nesterov ||
+        !same_real(ck->optim.beta1, o->beta1) || !same_real(ck->optim.beta2, o->beta2) ||
+        !same_real(ck->optim.eps, o->eps))
+        return MISMATCH("optimizer hyperparameters lr %g, weight decay %g, momentum %g but this "
+                        "run has lr %g, weight decay %g, momentum %g",
+                        ck->optim.lr, ck->optim.weight_decay, ck->optim.momentum, o->lr,
+                        o->weight_decay, o->momentum);
+    if (ck->optim_state_count != td_optim_state_count(t->opt))
+        return MISMATCH("%llu optimizer state floats but this optimizer has %zu",
+                        (unsigned long long)ck->optim_state_count, td_optim_state_count(t->opt));
+    if (ck->step != ck->epoch * t->steps_per_epoch + ck->step_in_epoch)
+        return MISMATCH("step %lld = epoch %lld + %lld steps, which does not fit %lld steps per "
+                        "epoch",
+                        (long long)ck->step, (long long)ck->epoch, (long long)ck->step_in_epoch,
+                        (long long)t->steps_per_epoch);
+#undef MISMATCH
+    return TD_OK;
+}
+
+static void fmt_duration(char *buf, size_t cap, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long v = (long)(s + 0.5);
+    if (v >= 3600)
+        snprintf(buf, cap, "%ld:%02ld:%02ld", v / 3600, v / 60 % 60, v % 60);
+    else
+        snprintf(buf, cap, "%ld:%02ld", v / 60, v % 60);
+}
+
+static void report_progress(trainer *t, int64_t step, double loss, double acc, bool force) {
+    const td_train_config *cfg = t->cfg;
+    if (cfg->rank != 0) return;
+    double now = td_now_s();
+    double elapsed = t->train_s;
+    double rate = elapsed > 0 ? (double)t->samples_done / elapsed : 0;
+    int64_t done = step - t->start_step;
+    double eta = done > 0 ? elapsed / (double)done * (double)(t->total_steps - step) : 0;
+    char eta_s[32];
+    fmt_duration(eta_s, sizeof eta_s, eta);
+    int64_t epoch = (step - 1) / t->steps_per_epoch + 1;
+    if (t->bar) {
+        if (!force && now - t->t_last_draw < PROGRESS_REDRAW_S) return;
+        t->t_last_draw = now;
+        int width = 24;
+        int filled = (int)((double)width * (double)step / (double)t->total_steps);
+        char barbuf[64];
+        for (int i = 0; i < width; i++) barbuf[i] = i < filled ? '#' : '.';
+        barbuf[width] = '\0';
+        fprintf(stderr,
+                "\r[%s] step %lld/%lld | epoch %lld/%lld | loss %.4f | acc %5.1f%% | %.0f "
+                "samples/s | ETA %s\033[K",
+                barbuf, (long long)step, (long long)t->total_steps, (long long)epoch,
+                (long long)t->epochs, loss, 100.0 * acc, rate, eta_s);
+        fflush(stderr);
+    } else if (force || step % t->log_every == 0) {
+        TD_LOG_INFO("step %lld/%lld epoch %lld/%lld loss %.4f acc %.1f%% %.0f samples/s ETA %s",
+                    (long long)step, (long long)t->total_steps, (long long)epoch,
+                    (long long)t->epochs, loss, 100.0 * acc, rate, eta_s);
+    }
+}
+
+/* Ends the bar's line so the next message starts on its own. */
+static void bar_newline(trainer *t) {
+    if (t->bar && t->cfg->rank == 0) fputc('\n', stderr);
+}
+
+static td_status validate(const td_train_config *c) {
+    if (c->batch < 1) return td_error(TD_ERR_INVALID, "--batch %d: must be at least 1", c->batch);
+    if (c->accum < 1) return td_error(TD_ERR_INVALID, "--accum %d: must be at least 1", c->accum);
+    if (c->epochs < 0 || c->steps < 0)
+        return td_error(TD_ERR_INVALID, "--epochs %lld / --steps %lld: must not be negative",
+                        (long long)c->epochs, (long long)c->steps);
+    if (c->checkpoint_every < 0)
+        return td_error(TD_ERR_INVALID, "--checkpoint-every %lld: must not be negative",
+                        (long long)c->checkpoint_every);
+    if (c->world_size < 1 || c->rank < 0 || c->rank >= c->world_size)
+        return td_error(TD_ERR_INVALID, "rank %d / world size %d: need 0 <= rank < world size",
+                        c->rank, c->world_size);
+    if (c->world_size > 1 && !c->reducer && !c->make_reducer)
+        return td_error(TD_ERR_INVALID,
+                        "world size %d needs a gradient reducer (ddp); this "
+                        "trainer was given none",
+                        c->world_size);
+    if (c->resume && !c->checkpoint_dir)
+        return td_error(TD_ERR_INVALID, "--resume needs --checkpoint-dir");
+    TD_CHECK(td_optim_validate(&c->optim));
+    return TD_OK;
+}
+
+static td_status setup(trainer *t, const td_train_config *cfg) {
+    td_status rc = TD_OK;
+    TD_CHECK(td_dataset_load_fashion_mnist(cfg->data_dir, "train", &t->train));
+    TD_CHECK(td_dataset_load_fashion_mnist(cfg->data_dir, "t10k", &t->test));
+    TD_CHECK(td_model_load(cfg->model, &t->model));
+    t->in_size = td_model_input_size(t->model);
+    t->classes = td_model_output_size(t->model);
+    if (t->in_size != td_dataset_sample_size(t->train))
+        return td_error(TD_ERR_INVALID,
+                        "model %s takes %d inputs per sample but the dataset's "
+                        "samples have %d values (%dx%d images)",
+                        cfg->model, t->in_size, td_dataset_sample_size(t->train),
+                        td_dataset_rows(t->train), td_dataset_cols(t->train));
+    if (t->classes != td_dataset_num_classes(t->train))
+        return td_error(TD_ERR_INVALID, "model %s has %d outputs but the dataset has %d classes",
+                        cfg->model, t->classes, td_dataset_num_classes(t->train));
+    int nl = td_model_num_layers(t->model);
+    t->log_softmax_out = nl > 0 && td_model_layer(t->model, nl - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
+    TD_CHECK(td_model_finalize(t->model, max_batch));
+    t->num_params = td_model_num_params(t->model);
+    td_model_init_params(t->model, cfg->seed);
+    TD_CHECK(td_optim_new(&cfg->optim, t->num_params, &t->opt));
+    t->reducer = cfg->reducer;
+    if (!t->reducer && cfg->make_reducer)
+        TD_CHECK(cfg->make_reducer(cfg->make_reducer_user, t->model, &t->reducer));
+    if (t->reducer && (!t->reducer->layer_ready || !t->reducer->wait))
+        return td_error(TD_ERR_INVALID, "the gradient reducer lacks layer_ready or wait");
+
+    t->G = (int64_t)cfg->batch * cfg->accum * cfg->world_size;
+    int64_t n = (int64_t)td_dataset_count(t->train);
+    if (n == 0) return td_error(TD_ERR_INVALID, "the training set in %s is empty", cfg->data_dir);
+    t->steps_per_epoch = (n + t->G - 1) / t->G;
+    int64_t epochs = cfg->epochs > 0 ? cfg->epochs : 1;
+    t->total_steps = cfg->steps > 0 ? cfg->steps : epochs * t->steps_per_epoch;
+    t->epochs = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
+    t->sampler = td_sampler_new((uint64_t)n, cfg->seed);
+
+    if (cfg->accum > 1) {
+        while ((1 << t->nlevels) <= cfg->accum) t->nlevels++; /* floor(log2(M)) + 1 */
+        t->level = td_xcalloc((size_t)t->nlevels, sizeof *t->level);
+        for (int k = 0; k < t->nlevels; k++)
+            t->level[k] = td_xmalloc_aligned(t->num_params * sizeof(float));
+    }
+    t->occupied = td_xcalloc((size_t)t->nlevels + 1, sizeof *t->occupied);
+    t->layer_done = td_xcalloc((size_t)nl + 1, sizeof *t->layer_done);
+    t->x = td_xmalloc_aligned((size_t)max_batch * (size_t)t->in_size * sizeof(float));
+    t->dout = td_xmalloc_aligned((size_t)max_batch * (size_t)t->classes * sizeof(float));
+    t->y = td_xmalloc((size_t)max_batch * sizeof(int32_t));
+    t->ids = td_xmalloc((size_t)max_batch * sizeof(uint64_t));
+    return rc;
+}
+
+static void teardown(trainer *t) {
+    td_model_free(t->model);
+    td_optim_free(t->opt);
+    td_dataset_free(t->train);
+    td_dataset_free(t->test);
+    td_sampler_free(t->sampler);
+    for (int k = 0; k < t->nlevels; k++) free(t->level[k]);
+    free(t->level);
+    free(t->occupied);
+    free(t->layer_done);
+    free(t->x);
+    free(t->dout);
+    free(t->y);
+    free(t->ids);
+}
+
+/* One optimizer step: M micro-batches, the fold, the reducer, the update. sums gets this
+ * rank's {loss sum, correct, samples, stop flag}, summed over ranks when a reducer can. */
+static td_status train_step(trainer *t, int64_t step, double sums[4]) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    const int B = cfg->batch, M = cfg->accum;
+    int64_t epoch = step / t->steps_per_epoch, s = step % t->steps_per_epoch;
+    const uint64_t *perm = td_sampler_epoch(t->sampler, (uint64_t)epoch);
+    int64_t N = (int64_t)td_sampler_count(t->sampler);
+    int64_t base = s * t->G;
+    int64_t n = TD_MIN(t->G, N - base); /* < G only for an epoch's tail */
+    float scale = 1.0f / (float)n;
+    bool hook = M > 1 || r;
+    memset(sums, 0, 4 * sizeof(double));
+    for (int j = 0; j < M; j++) {
+        int64_t k = (int64_t)cfg->rank * M + j;
+        int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, n - k * B));
+        bool last = j == M - 1;
+        td_model_zero_grads(t->model);
+        if (last && hook) {
+            memset(t->layer_done, 0, (size_t)td_model_num_layers(t->model) * sizeof(bool));
+            if (r && r->begin_backward) r->begin_backward(r->user);
+            td_model_set_grad_ready_hook(t->model, on_grad_ready, t);
+        }
+        if (cnt > 0) {
+            for (int i = 0; i < cnt; i++) t->ids[i] = perm[base + k * B + i];
+            td_dataset_gather(t->train, t->ids, cnt, t->x, t->y);
+            td_forward_ctx ctx = {
+                .training = true, .seed = cfg->seed, .step = (uint64_t)step, .sample_ids = t->ids};
+            const float *out = td_model_forward(t->model, t->x, cnt, &ctx);
+            sums[0] += loss_and_grad(t, out, cnt, scale);
+            sums[1] += td_count_correct(out, t->y, cnt, t->classes);
+            sums[2] += cnt;
+            td_model_backward(t->model, t->dout, cnt);
+        }
+        if (!last) push(t);
+    }
+    if (hook) {
+        finish_layers(t); /* no-op for layers the backward already reported */
+        td_model_set_grad_ready_hook(t->model, NULL, NULL);
+        for (int k = 0; k < t->nlevels; k++) t->occupied[k] = false;
+    }
+    sums[3] = td_train_stop_signal() ? 1 : 0;
+    if (r) {
+        TD_CHECK(r->wait(r->user));
+        if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
+    }
+    td_optim_step(t->opt, td_model_params(t->model), td_model_grads(t->model));
+    return TD_OK;
+}
+
+td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
+    td_status rc = TD_OK;
+    double t0 = td_now_s();
+    trainer tr;
+    trainer *t = &tr;
+    memset(t, 0, sizeof *t);
+    memset(out, 0, sizeof *out);
+    out->test_acc = NAN;
+    out->test_loss = NAN;
+    out->final_loss = NAN;
+    out->final_acc = NAN;
+    t->cfg = cfg;
+    char *resumed_path = NULL;
+    td_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    TD_CHECK(validate(cfg));
+    td_set_num_threads(cfg->threads > 0 ? cfg->threads : (int)td_env_int(TD_ENV_NUM_THREADS));
+    TD_CHECK_GOTO(setup(t, cfg), rc, out);
+
+    if (cfg->resume) {
+        TD_CHECK_GOTO(td_checkpoint_find_latest(cfg->checkpoint_dir, &resumed_path, &ck), rc, out);
+        if (resumed_path) {
+            TD_CHECK_GOTO(check_resume(t, resumed_path, &ck), rc, out);
+            memcpy(td_model_params(t->model), ck.params, t->num_params * sizeof(float));
+            if (ck.optim_state_count)
+                memcpy(td_optim_state(t->opt), ck.optim_state,
+                       ck.optim_state_count * sizeof(float));
+            td_optim_set_step_count(t->opt, ck.optim_steps);
+            t->start_step = ck.step;
+            if (cfg->rank == 0)
+                TD_LOG_INFO("resuming from %s at step %lld (epoch %lld, step %lld of it)",
+                            resumed_path, (long long)ck.step, (long long)ck.epoch + 1,
+                            (long long)ck.step_in_epoch);
+        } else if (cfg->rank == 0) {
+            TD_LOG_INFO("no checkpoint in %s yet; starting from step 0", cfg->checkpoint_dir);
+        }
+    }
+    if (t->reducer && t->reducer->sync_params)
+        TD_CHECK_GOTO(t->reducer->sync_params(t->reducer->user), rc, out);
+
+    t->bar = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
+    t->log_every = cfg->log_every > 0 ? cfg->log_every : TD_MAX((int64_t)1, t->total_steps / 20);
+    if (cfg->rank == 0)
+        TD_LOG_INFO("training %s (%zu parameters) for %lld steps (%lld epochs of %lld steps), "
+                    "global batch %lld = %d x %d micro-batches x %d ranks, %s lr %g, %d threads",
+                    cfg->model, t->num_params, (long long)t->total_steps, (long long)t->epochs,
+                    (long long)t->steps_per_epoch, (long long)t->G, cfg->batch, cfg->accum,
+                    cfg->world_size, td_optim_kind_name(cfg->optim.kind), cfg->optim.lr,
+                    td_get_num_threads());
+
+    t->t_start = td_now_s();
+    int64_t step = t->start_step;
+    bool evaluated_at_end = false;
+    while (step < t->total_steps) {
+        double sums[4];
+        double ts = td_now_s();
+        TD_CHECK_GOTO(train_step(t, step, sums), rc, out);
+        t->train_s += td_now_s() - ts;
+        step++;
+        t->step = step;
+        t->samples_done += (int64_t)sums[2];
+        out->final_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+        out->final_acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+        double elapsed = t->train_s;
+        emit(t, "train/loss", step, out->final_loss);
+        emit(t, "train/acc", step, out->final_acc);
+        emit(t, "train/samples_per_s", step, elapsed > 0 ? (double)t->samples_done / elapsed : 0);
+        bool epoch_end = step % t->steps_per_epoch == 0;
+        bool stopping = sums[3] > 0;
+        report_progress(t, step, out->final_loss, out->final_acc,
+                        epoch_end || stopping || step == t->total_steps);
+        if (stopping) {
+            bar_newline(t);
+            TD_CHECK_GOTO(save_checkpoint(t, step), rc, out);
+            int sig = td_train_stop_signal() ? td_train_stop_signal() : SIGTERM;
+            out->stop_signal = sig;
+            rc = td_error(TD_ERR_INTERRUPTED, "stopped by %s after step %lld of %lld%s%s%s",
+                          sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step,
+                          (long long)t->total_steps,
+                          cfg->checkpoint_dir ? "; checkpoint written to "
+                                              : "; no checkpoint "
+                                                "(no --checkpoint-dir)",
+                          cfg->checkpoint_dir ? cfg->checkpoint_dir : "",
+                          cfg->checkpoint_dir ? ", continue with --resume" : "");
+            goto out;
+        }
+        bool ckpt = (cfg->checkpoint_every > 0 && step % cfg->checkpoint_every == 0) || epoch_end ||
+                    step == t->total_steps;
+        if (ckpt) TD_CHECK_GOTO(save_checkpoint(t, step), rc, out);
+        bool last = step == t->total_steps;
+        if ((epoch_end && cfg->eval_every_epoch) || last) {
+            bar_newline(t);
+            TD_CHECK_GOTO(evaluate(t, step, &out->test_acc, &out->test_loss), rc, out);
+            if (cfg->rank == 0)
+                TD_LOG_INFO("epoch %lld step %lld: test accuracy %.2f%% (loss %.4f)",
+                            (long long)((step - 1) / t->steps_per_epoch + 1), (long long)step,
+                            out->test_acc, out->test_loss);
+            evaluated_at_end = last;
+        } else if (epoch_end) {
+            bar_newline(t);
+        }
+    }
+    if (!evaluated_at_end) /* resumed at the very end: still report the model's accuracy */
+        TD_CHECK_GOTO(evaluate(t, step, &out->test_acc, &out->test_loss), rc, out);
+    if (cfg->save_path && cfg->rank == 0)
+        TD_CHECK_GOTO(td_save_safetensors(cfg->save_path, t->model), rc, out);
+out:
+    out->steps = TD_MAX(t->step, t->start_step);
+    out->samples_per_s = t->train_s > 0 ? (double)t->samples_done / t->train_s : 0;
+    out->start_step = t->start_step;
+    out->epochs = t->epochs;
+    out->global_batch = t->G;
+    out->world_size = cfg->world_size;
+    out->num_params = t->num_params;
+    out->wall_s = td_now_s() - t0;
+    free(resumed_path);
+    td_checkpoint_free(&ck);
+    teardown(t);
+    return rc;
+}

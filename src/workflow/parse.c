@@ -1,0 +1,580 @@
+/* Workflow files: YAML (libyaml's document loader) into td_workflow structs, with every error
+ * pointing at file:line:column and naming the field. */
+#include "tandem/workflow.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef struct {
+    const char *file;
+    yaml_document_t *doc;
+} parse_ctx;
+
+/* "file:line:col: field: message" at a node; lines and columns 1-based. */
+static td_status node_error(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                            const char *fmt, ...) TD_PRINTF(4, 5);
+static td_status node_error(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                            const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return td_error(TD_ERR_FORMAT, "%s:%zu:%zu: %s%s%s", c->file, n ? n->start_mark.line + 1 : 1,
+                    n ? n->start_mark.column + 1 : 1, field ? field : "", field ? ": " : "", msg);
+}
+
+static const char *scalar(const yaml_node_t *n) {
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* A short rendering of a node for "got '...'" in messages. */
+static const char *describe(const yaml_node_t *n) {
+    if (!n) return "nothing";
+    if (n->type == YAML_SEQUENCE_NODE) return "a list";
+    if (n->type == YAML_MAPPING_NODE) return "a mapping";
+    return (const char *)n->data.scalar.value;
+}
+
+static td_status get_string(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                            char **out) {
+    const char *s = scalar(n);
+    if (!s) return node_error(c, n, field, "expected a string, got %s", describe(n));
+    free(*out);
+    *out = td_xstrdup(s);
+    return TD_OK;
+}
+
+static td_status get_int(const parse_ctx *c, const yaml_node_t *n, const char *field, int min,
+                         int *out) {
+    const char *s = scalar(n);
+    const char *want = min > 0 ? "a positive integer" : "a non-negative integer";
+    if (!s) return node_error(c, n, field, "expected %s, got %s", want, describe(n));
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > 1000000)
+        return node_error(c, n, field, "expected %s, got '%s'", want, s);
+    *out = (int)v;
+    return TD_OK;
+}
+
+/* A string or a list of strings. */
+static td_status get_string_list(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                                 char ***out, size_t *count) {
+    if (n->type == YAML_SCALAR_NODE) {
+        *out = td_xrealloc(*out, (*count + 1) * sizeof **out);
+        (*out)[(*count)++] = td_xstrdup(scalar(n));
+        return TD_OK;
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return node_error(c, n, field, "expected a string or a list of strings, got %s",
+                          describe(n));
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(c->doc, *it);
+        if (!scalar(item))
+            return node_error(c, item, field, "expected a string in the list, got %s",
+                              describe(item));
+        *out = td_xrealloc(*out, (*count + 1) * sizeof **out);
+        (*out)[(*count)++] = td_xstrdup(scalar(item));
+    }
+    return TD_OK;
+}
+
+static int valid_key(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return 0;
+    return 1;
+}
+
+static td_status get_map(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                         int keys_are_names, td_kv **out, size_t *count) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, field, "expected a mapping of names to values, got %s",
+                          describe(n));
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *ks = scalar(k);
+        if (!ks || (keys_are_names && !valid_key(ks)))
+            return node_error(c, k, field,
+                              "expected a name of letters, digits, '_', '-' or '.', got '%s'",
+                              describe(k));
+        if (!scalar(v))
+            return node_error(c, v, field, "%s: expected a single value, got %s", ks, describe(v));
+        for (size_t i = 0; i < *count; i++)
+            if (!strcmp((*out)[i].key, ks))
+                return node_error(c, k, field, "'%s' appears twice", ks);
+        *out = td_xrealloc(*out, (*count + 1) * sizeof **out);
+        (*out)[*count].key = td_xstrdup(ks);
+        (*out)[*count].value = td_xstrdup(scalar(v));
+        (*count)++;
+    }
+    return TD_OK;
+}
+
+td_status td_parse_duration(const char *what, const char *text, double *seconds_out) {
+    const char *p = text;
+    double total = 0;
+    int parts = 0;
+    while (p && *p) {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || v < 0 || !isfinite(v)) goto bad;
+        double unit = 1;
+        switch (*end) {
+        case 's':
+            unit = 1;
+            end++;
+            break;
+        case 'm':
+            unit = 60;
+            end++;
+            break;
+        case 'h':
+            unit = 3600;
+            end++;
+            break;
+        case 'd':
+            unit = 86400;
+            end++;
+            break;
+        case '\0':
+            if (parts) goto bad; /* "1h30" is ambiguous */
+            break;
+        default:
+            goto bad;
+        }
+        total += v * unit;
+        parts++;
+        p = end;
+    }
+    if (!parts || total <= 0) goto bad;
+    *seconds_out = total;
+    return TD_OK;
+bad:
+    return td_error(TD_ERR_INVALID,
+                    "%s: expected a duration such as 90s, 30m, 2h or 1h30m, got '%s'", what,
+                    text ? text : "");
+}
+
+void td_workflow_free(td_workflow *w);
+
+static void workflow_clear(td_workflow *w) {
+    free(w->name);
+    for (size_t i = 0; i < w->ncommands; i++) free(w->commands[i]);
+    free(w->commands);
+    for (size_t i = 0; i < w->nsetup; i++) free(w->setup[i]);
+    free(w->setup);
+    for (size_t i = 0; i < w->nenv; i++) {
+        free(w->env[i].key);
+        free(w->env[i].value);
+    }
+    free(w->env);
+    for (size_t i = 0; i < w->nparams; i++) {
+        free(w->params[i].key);
+        free(w->params[i].value);
+    }
+    free(w->params);
+    for (size_t i = 0; i < w->nartifacts; i++) free(w->artifacts[i]);
+    free(w->artifacts);
+    free(w->checkpoint_dir);
+    free(w->workdir);
+    memset(w, 0, sizeof *w);
+}
+
+void td_workflow_free(td_workflow *w) {
+    if (!w) return;
+    workflow_clear(w);
+    free(w);
+}
+
+void td_workflow_file_free(td_workflow_file *wf) {
+    if (!wf) return;
+    for (size_t i = 0; i < wf->count; i++) workflow_clear(&wf->items[i]);
+    free(wf->items);
+    free(wf->path);
+    free(wf);
+}
+
+static const char *const known_fields =
+    "name, description, command, commands, setup, nodes, nproc_per_node, env, params, "
+    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration";
+
+static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_workflow *w) {
+    w->nodes = 1;
+    w->nproc_per_node = 1;
+    w->line = (int)n->start_mark.line + 1;
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "workflows",
+                          "each entry must be a mapping with name and "
+                          "command, got %s",
+                          describe(n));
+    const yaml_node_t *command_node = NULL, *commands_node = NULL;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (!f) return node_error(c, k, "workflows", "field names must be strings");
+        if (!strcmp(f, "name")) {
+            TD_CHECK(get_string(c, v, f, &w->name));
+            if (!valid_key(w->name))
+                return node_error(c, v, f, "expected letters, digits, '_', '-' or '.', got '%s'",
+                                  w->name);
+        } else if (!strcmp(f, "description")) {
+            if (!scalar(v)) return node_error(c, v, f, "expected a string, got %s", describe(v));
+        } else if (!strcmp(f, "command")) {
+            if (!scalar(v))
+                return node_error(c, v, f, "expected a string (use 'commands:' for a list), got %s",
+                                  describe(v));
+            command_node = v;
+        } else if (!strcmp(f, "commands")) {
+            if (v->type != YAML_SEQUENCE_NODE)
+                return node_error(c, v, f, "expected a list of strings, got %s", describe(v));
+            commands_node = v;
+        } else if (!strcmp(f, "setup")) {
+            TD_CHECK(get_string_list(c, v, f, &w->setup, &w->nsetup));
+        } else if (!strcmp(f, "nodes")) {
+            TD_CHECK(get_int(c, v, f, 1, &w->nodes));
+        } else if (!strcmp(f, "nproc_per_node")) {
+            TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
+        } else if (!strcmp(f, "max_restarts")) {
+            TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
+        } else if (!strcmp(f, "env")) {
+            TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
+        } else if (!strcmp(f, "params")) {
+            TD_CHECK(get_map(c, v, f, 1, &w->params, &w->nparams));
+        } else if (!strcmp(f, "artifacts")) {
+            TD_CHECK(get_string_list(c, v, f, &w->artifacts, &w->nartifacts));
+        } else if (!strcmp(f, "checkpoint_dir")) {
+            TD_CHECK(get_string(c, v, f, &w->checkpoint_dir));
+        } else if (!strcmp(f, "workdir")) {
+            TD_CHECK(get_string(c, v, f, &w->workdir));
+        } else if (!strcmp(f, "max_duration")) {
+            const char *s = scalar(v);
+            if (!s || td_parse_duration(f, s, &w->max_duration_s) != TD_OK) {
+                td_error_clear();
+                return node_error(c, v, f,
+                                  "expected a duration such as 90s, 30m, 2h or 1h30m, got '%s'",
+                                  describe(v));
+            }
+        } else {
+            return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
+        }
+    }
+    if (!w->name) return node_error(c, n, "name", "every workflow needs a name");
+    if (command_node && commands_node)
+        return node_error(c, commands_node, "commands",
+                          "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
+    if (command_node)
+        TD_CHECK(get_string_list(c, command_node, "command", &w->commands, &w->ncommands));
+    if (commands_node)
+        TD_CHECK(get_string_list(c, commands_node, "commands", &w->commands, &w->ncommands));
+    if (!w->ncommands)
+        return node_error(c, n, "command", "workflow '%s' has no command (or commands list)",
+                          w->name);
+    for (size_t i = 0; i < w->ncommands; i++) {
+        const char *s = w->commands[i];
+        while (isspace((unsigned char)*s)) s++;
+        if (!*s)
+            return node_error(c, command_node ? command_node : commands_node, "command",
+                              "workflow '%s' has an empty command", w->name);
+    }
+    return TD_OK;
+}
+
+static td_status parse_doc(const parse_ctx *c, td_workflow_file *wf) {
+    yaml_node_t *root = yaml_document_get_root_node(c->doc);
+    if (!root)
+        return td_error(TD_ERR_FORMAT,
+                        "%s:1:1: workflows: the file is empty; it needs a "
+                        "'workflows:' list",
+                        c->file);
+    if (root->type != YAML_MAPPING_NODE)
+        return node_error(c, root, "workflows",
+                          "the top level must be a mapping with a 'workflows:' list, got %s",
+                          describe(root));
+    yaml_node_t *list = NULL;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        const char *f = scalar(k);
+        if (f && !strcmp(f, "workflows"))
+            list = yaml_document_get_node(c->doc, p->value);
+        else
+            return node_error(c, k, f ? f : "(key)",
+                              "unknown top-level field; only 'workflows:' is allowed");
+    }
+    if (!list) return node_error(c, root, "workflows", "missing the 'workflows:' list");
+    if (list->type != YAML_SEQUENCE_NODE)
+        return node_error(c, list, "workflows", "expected a list of workflows, got %s",
+                          describe(list));
+    size_t n = (size_t)(list->data.sequence.items.top - list->data.sequence.items.start);
+    wf->items = td_xcalloc(n ? n : 1, sizeof *wf->items);
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(c->doc, list->data.sequence.items.start[i]);
+        wf->count = i + 1;
+        TD_CHECK(parse_workflow(c, item, &wf->items[i]));
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(wf->items[j].name, wf->items[i].name))
+                return node_error(c, item, "name",
+                                  "workflow '%s' is defined twice (first at line %d)",
+                                  wf->items[i].name, wf->items[j].line);
+    }
+    return TD_OK;
+}
+
+td_status td_workflow_file_parse(const char *text, size_t nbytes, const char *name,
+                                 td_workflow_file **out) {
+    *out = NULL;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    td_status st = TD_OK;
+    if (!yaml_parser_initialize(&parser)) return td_error(TD_ERR_NOMEM, "libyaml init failed");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, nbytes);
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = td_error(TD_ERR_FORMAT, "%s:%zu:%zu: invalid YAML: %s%s%s", name,
+                      parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                      parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
+                      parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return st;
+    }
+    td_workflow_file *wf = td_xcalloc(1, sizeof *wf);
+    wf->path = td_xstrdup(name);
+    parse_ctx c = {name, &doc};
+    st = parse_doc(&c, wf);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (st != TD_OK) {
+        td_workflow_file_free(wf);
+        return st;
+    }
+    *out = wf;
+    return TD_OK;
+}
+
+td_status td_workflow_file_load(const char *path, td_workflow_file **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return td_error_errno(TD_ERR_NOTFOUND,
+                              "cannot open workflow file %s (create it, or pass -f FILE)", path);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            buf = td_xrealloc(buf, cap);
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    td_status st = err ? td_error(TD_ERR_IO, "error reading %s", path)
+                       : td_workflow_file_parse(buf, n, path, out);
+    free(buf);
+    return st;
+}
+
+td_status td_workflow_find(const td_workflow_file *wf, const char *name, const td_workflow **out) {
+    *out = NULL;
+    for (size_t i = 0; i < wf->count; i++)
+        if (!strcmp(wf->items[i].name, name)) {
+            *out = &wf->items[i];
+            return TD_OK;
+        }
+    char list[1024] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < wf->count && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                                 wf->items[i].name);
+    return td_error(TD_ERR_NOTFOUND, "no workflow named '%s' in %s; known workflows: %s", name,
+                    wf->path, wf->count ? list : "(none)");
+}
+
+static char **copy_strs(char **src, size_t n) {
+    if (!n) return NULL;
+    char **out = td_xcalloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) out[i] = td_xstrdup(src[i]);
+    return out;
+}
+
+static td_kv *copy_kvs(const td_kv *src, size_t n) {
+    if (!n) return NULL;
+    td_kv *out = td_xcalloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        out[i].key = td_xstrdup(src[i].key);
+        out[i].value = td_xstrdup(src[i].value);
+    }
+    return out;
+}
+
+td_workflow *td_workflow_copy(const td_workflow *w) {
+    td_workflow *c = td_xcalloc(1, sizeof *c);
+    *c = *w;
+    c->name = w->name ? td_xstrdup(w->name) : NULL;
+    c->commands = copy_strs(w->commands, w->ncommands);
+    c->setup = copy_strs(w->setup, w->nsetup);
+    c->env = copy_kvs(w->env, w->nenv);
+    c->params = copy_kvs(w->params, w->nparams);
+    c->artifacts = copy_strs(w->artifacts, w->nartifacts);
+    c->checkpoint_dir = w->checkpoint_dir ? td_xstrdup(w->checkpoint_dir) : NULL;
+    c->workdir = w->workdir ? td_xstrdup(w->workdir) : NULL;
+    return c;
+}
+
+td_status td_workflow_set_param(td_workflow *w, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return td_error(TD_ERR_USAGE, "--param %s: expected KEY=VALUE, e.g. --param lr=0.01",
+                        assignment);
+    char *key = td_xasprintf("%.*s", (int)(eq - assignment), assignment);
+    if (!valid_key(key)) {
+        td_status st = td_error(TD_ERR_USAGE,
+                                "--param %s: the name '%s' may hold only letters, digits, '_', "
+                                "'-' and '.'",
+                                assignment, key);
+        free(key);
+        return st;
+    }
+    for (size_t i = 0; i < w->nparams; i++)
+        if (!strcmp(w->params[i].key, key)) {
+            free(w->params[i].value);
+            w->params[i].value = td_xstrdup(eq + 1);
+            free(key);
+            return TD_OK;
+        }
+    w->params = td_xrealloc(w->params, (w->nparams + 1) * sizeof *w->params);
+    w->params[w->nparams].key = key;
+    w->params[w->nparams].value = td_xstrdup(eq + 1);
+    w->nparams++;
+    return TD_OK;
+}
+
+static void buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = td_xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static void buf_add_quoted(char **buf, size_t *len, size_t *cap, const char *s) {
+    buf_add(buf, len, cap, "'", 1);
+    for (; *s; s++) {
+        if (*s == '\'')
+            buf_add(buf, len, cap, "'\\''", 4);
+        else
+            buf_add(buf, len, cap, s, 1);
+    }
+    buf_add(buf, len, cap, "'", 1);
+}
+
+td_status td_workflow_script(const td_workflow *w, char **out) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    char *used = td_xcalloc(w->nparams ? w->nparams : 1, 1);
+    buf_add(&buf, &len, &cap, "", 0);
+    /* set -e: a failing command ends the sequence with its exit code. */
+    if (w->ncommands > 1) buf_add(&buf, &len, &cap, "set -e\n", 7);
+    for (size_t c = 0; c < w->ncommands; c++) {
+        const char *p = w->commands[c];
+        while (*p) {
+            const char *open = strstr(p, "${{");
+            if (!open) {
+                buf_add(&buf, &len, &cap, p, strlen(p));
+                break;
+            }
+            buf_add(&buf, &len, &cap, p, (size_t)(open - p));
+            const char *close = strstr(open, "}}");
+            const char *q = open + 3;
+            while (*q == ' ') q++;
+            if (!close || strncmp(q, "params.", 7)) {
+                td_status st = td_error(TD_ERR_FORMAT,
+                                        "workflow '%s': command: cannot read '%.40s'; the form "
+                                        "is ${{ params.NAME }}",
+                                        w->name, open);
+                free(buf);
+                free(used);
+                return st;
+            }
+            q += 7;
+            const char *qe = q;
+            while (qe < close && *qe != ' ') qe++;
+            size_t k;
+            for (k = 0; k < w->nparams; k++)
+                if (strlen(w->params[k].key) == (size_t)(qe - q) &&
+                    !strncmp(w->params[k].key, q, (size_t)(qe - q)))
+                    break;
+            if (k == w->nparams) {
+                td_status st = td_error(TD_ERR_FORMAT,
+                                        "workflow '%s': command uses ${{ params.%.*s }} but "
+                                        "there is no such param; add it under params: or pass "
+                                        "--param %.*s=VALUE",
+                                        w->name, (int)(qe - q), q, (int)(qe - q), q);
+                free(buf);
+                free(used);
+                return st;
+            }
+            used[k] = 1;
+            buf_add(&buf, &len, &cap, w->params[k].value, strlen(w->params[k].value));
+            p = close + 2;
+        }
+        /* strip trailing newlines/spaces of block scalars so the appended params stay on the
+         * command's line */
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = '\0';
+        if (c + 1 == w->ncommands)
+            for (size_t k = 0; k < w->nparams; k++) {
+                if (used[k]) continue;
+                buf_add(&buf, &len, &cap, " --", 3);
+                buf_add(&buf, &len, &cap, w->params[k].key, strlen(w->params[k].key));
+                buf_add(&buf, &len, &cap, " ", 1);
+                buf_add_quoted(&buf, &len, &cap, w->params[k].value);
+            }
+        if (c + 1 < w->ncommands) buf_add(&buf, &len, &cap, "\n", 1);
+    }
+    free(used);
+    *out = buf;
+    return TD_OK;
+}
+
+char *td_workflow_params_json(const td_workflow *w) {
+    json_t *obj = json_object();
+    for (size_t i = 0; i < w->nparams; i++) {
+        const char *v = w->params[i].value;
+        char *end = NULL;
+        errno = 0;
+        long long iv = strtoll(v, &end, 10);
+        json_t *jv;
+        if (*v && !*end && !errno)
+            jv = json_integer(iv);
+        else {
+            errno = 0;
+            double dv = strtod(v, &end);
+            if (*v && !*end && !errno && isfinite(dv))
+                jv = json_real(dv);
+            else
+                jv = json_string(v);
+        }
+        json_object_set_new(obj, w->params[i].key, jv);
+    }
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    char *out = td_xstrdup(s ? s : "{}");
+    free(s);
+    return out;
+}

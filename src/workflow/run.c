@@ -1,0 +1,950 @@
+/* The local executor behind `tandem run`: creates (or resumes) a run, runs the setup commands,
+ * starts `tandem launch` as a child process, and supervises it: metrics ingest, system metrics,
+ * stop requests, max_duration, and the final record (status, exit code, artifacts, logs).
+ *
+ * The launcher is a separate process found through /proc/self/exe, so this layer depends on
+ * launch's command-line contract only. It runs in its own process group: a Ctrl-C at the
+ * terminal reaches the supervisor alone, which turns it into one SIGTERM for the launcher (the
+ * trainer checkpoints on SIGTERM), instead of every process receiving it at once. */
+#include "tandem/workflow.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define INGEST_PERIOD_S     0.5
+#define SYSMON_PERIOD_S     2.0
+#define LAUNCH_STOP_GRACE_S 30.0 /* passed to launch; we escalate some time after it */
+#define KILL_AFTER_S        (LAUNCH_STOP_GRACE_S + 15.0)
+
+/* ---- string vectors and environments ---- */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} strvec;
+
+static void sv_push(strvec *s, char *owned) {
+    if (s->n + 2 > s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 32;
+        s->v = td_xrealloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n++] = owned;
+    s->v[s->n] = NULL;
+}
+
+static void sv_free(strvec *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static void env_unset(strvec *env, const char *key) {
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < env->n; i++)
+        if (!strncmp(env->v[i], key, klen) && env->v[i][klen] == '=') {
+            free(env->v[i]);
+            env->v[i] = env->v[--env->n];
+            env->v[env->n] = NULL;
+            return;
+        }
+}
+
+static void env_set(strvec *env, const char *key, const char *value) {
+    env_unset(env, key);
+    sv_push(env, td_xasprintf("%s=%s", key, value));
+}
+
+static char *param_env_name(const char *key) {
+    char *name = td_xasprintf("TANDEM_PARAM_%s", key);
+    for (char *p = name + 13; *p; p++) *p = isalnum((unsigned char)*p) ? (char)toupper(*p) : '_';
+    return name;
+}
+
+/* ---- signals: the handler only counts; the loop acts ---- */
+static volatile sig_atomic_t g_signals;
+static volatile sig_atomic_t g_last_signal;
+
+static void on_stop_signal(int sig) {
+    g_signals++;
+    g_last_signal = sig;
+}
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+typedef struct {
+    struct sigaction old[3];
+    struct sigaction old_pipe;
+} saved_handlers;
+
+static void install_handlers(saved_handlers *saved) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++)
+        sigaction(stop_signals[i], &sa, &saved->old[i]);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &saved->old_pipe);
+}
+
+static void restore_handlers(const saved_handlers *saved) {
+    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++)
+        sigaction(stop_signals[i], &saved->old[i], NULL);
+    sigaction(SIGPIPE, &saved->old_pipe, NULL);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short, which is what the loop wants */
+}
+
+/* fork + exec in a new process group, with env, cwd and the given stdout/stderr (-1 = keep).
+ * stdin is /dev/null: workers never read the terminal, and a background process group that did
+ * would be stopped by SIGTTIN. */
+static td_status spawn(char *const *argv, char *const *envp, const char *cwd, int out_fd,
+                       int err_fd, pid_t *pid_out) {
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe");
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(errpipe[0]);
+        close(errpipe[1]);
+        return td_error_errno(TD_ERR_SYS, "fork for %s", argv[0]);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int s = 1; s < 32; s++)
+            if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        if (out_fd >= 0) dup2(out_fd, 1);
+        if (err_fd >= 0) dup2(err_fd, 2);
+        int err = 0;
+        if (cwd && chdir(cwd) != 0)
+            err = errno;
+        else {
+            execve(argv[0], argv, envp);
+            err = errno;
+        }
+        ssize_t w = write(errpipe[1], &err, sizeof err);
+        (void)w;
+        _exit(127); /* the forked child of a failed exec: nothing to clean up */
+    }
+    setpgid(pid, pid); /* also here, so a signal sent right away reaches the new group */
+    close(errpipe[1]);
+    int err = 0;
+    ssize_t n;
+    while ((n = read(errpipe[0], &err, sizeof err)) < 0 && errno == EINTR) {
+    }
+    close(errpipe[0]);
+    if (n == (ssize_t)sizeof err) {
+        waitpid(pid, NULL, 0);
+        errno = err;
+        return td_error_errno(TD_ERR_SYS, "cannot start %s%s%s", argv[0], cwd ? " in " : "",
+                              cwd ? cwd : "");
+    }
+    *pid_out = pid;
+    return TD_OK;
+}
+
+static int exit_code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+/* Every descendant of root (found through /proc), so a launcher that has to be killed does not
+ * leave workers behind: they sit in process groups of their own. */
+static size_t descendants(pid_t root, pid_t *out, size_t cap) {
+    size_t n = 0;
+    out[n++] = root;
+    for (size_t scanned = 0; scanned < n && n < cap; scanned++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)out[scanned],
+                 (int)out[scanned]);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int c;
+        while (n < cap && fscanf(f, "%d", &c) == 1) out[n++] = (pid_t)c;
+        fclose(f);
+    }
+    return n;
+}
+
+static void kill_tree(pid_t root) {
+    pid_t pids[4096];
+    size_t n = descendants(root, pids, TD_ARRAY_LEN(pids));
+    for (size_t i = 0; i < n; i++) {
+        kill(-pids[i], SIGKILL); /* its group, when it leads one */
+        kill(pids[i], SIGKILL);
+    }
+}
+
+static void mkdirs(const char *path) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            mkdir(buf, 0755); /* EEXIST is fine; other failures surface when the path is used */
+            *p = saved;
+            if (!saved) break;
+        }
+    }
+}
+
+static int pick_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static void random_hex(char *out, size_t nbytes) {
+    unsigned char raw[32];
+    nbytes = TD_MIN(nbytes, sizeof raw);
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, raw, nbytes) : -1;
+    if (fd >= 0) close(fd);
+    if (got != (ssize_t)nbytes)
+        for (size_t i = 0; i < nbytes; i++)
+            raw[i] = (unsigned char)(td_mix64(td_now_ns() + i) & 0xff);
+    for (size_t i = 0; i < nbytes; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* ---- the supervisor ---- */
+typedef struct {
+    td_rundb *store;
+    td_run run;
+    const td_workflow *w;
+    const char *script;
+    const char *params_json; /* for TANDEM_PARAM_* on resume */
+    int resuming;
+    int base_restarts;
+    const char *tandem_bin;
+    char *work_dir;
+    FILE *out;        /* progress lines */
+    int quiet_output; /* detached: nothing to a terminal */
+} supervisor;
+
+static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
+static void progress(supervisor *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tandem: ", s->out);
+    vfprintf(s->out, fmt, ap);
+    fputc('\n', s->out);
+    fflush(s->out);
+    va_end(ap);
+}
+
+static void build_env(supervisor *s, strvec *env) {
+    for (char **e = environ; e && *e; e++) sv_push(env, td_xstrdup(*e));
+    const td_workflow *w = s->w;
+    for (size_t i = 0; i < w->nenv; i++) env_set(env, w->env[i].key, w->env[i].value);
+    if (s->resuming) {
+        json_t *obj = json_loads(s->params_json ? s->params_json : "{}", 0, NULL);
+        const char *k;
+        json_t *v;
+        if (obj && json_is_object(obj)) json_object_foreach(obj, k, v) {
+                char *name = param_env_name(k);
+                char *text = json_is_string(v) ? td_xstrdup(json_string_value(v))
+                                               : json_dumps(v, JSON_ENCODE_ANY);
+                env_set(env, name, text ? text : "");
+                free(text);
+                free(name);
+            }
+        json_decref(obj);
+    } else {
+        for (size_t i = 0; i < w->nparams; i++) {
+            char *name = param_env_name(w->params[i].key);
+            env_set(env, name, w->params[i].value);
+            free(name);
+        }
+    }
+    /* `tandem` in a workflow command means this tandem, installed or not. */
+    const char *slash = strrchr(s->tandem_bin, '/');
+    if (slash) {
+        const char *path = getenv("PATH");
+        char *p = td_xasprintf("%.*s:%s", (int)(slash - s->tandem_bin), s->tandem_bin,
+                               path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+        env_set(env, "PATH", p);
+        free(p);
+    }
+    env_set(env, "TANDEM_RUN_ID", s->run.id);
+    env_set(env, "TANDEM_RUN_DIR", s->run.run_dir);
+    char *ckpt;
+    if (!w->checkpoint_dir)
+        ckpt = td_xasprintf("%s/checkpoints", s->run.run_dir);
+    else if (w->checkpoint_dir[0] == '/')
+        ckpt = td_xstrdup(w->checkpoint_dir);
+    else
+        ckpt = td_xasprintf("%s/%s", s->work_dir, w->checkpoint_dir);
+    mkdirs(ckpt);
+    env_set(env, "TANDEM_CHECKPOINT_DIR", ckpt);
+    free(ckpt);
+    if (s->resuming)
+        env_set(env, "TANDEM_RESUME", "1");
+    else
+        env_unset(env, "TANDEM_RESUME");
+    env_unset(env, "TANDEM_METRICS"); /* launch sets one file per rank */
+}
+
+/* Runs each setup command with `sh -c`, output to logs/setup.log and (attached) the terminal.
+ * *failed_code is set to the exit code of the first command that fails. */
+static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
+    *failed_code = 0;
+    if (!s->w->nsetup) return TD_OK;
+    char *log_path = td_xasprintf("%s/logs/setup.log", s->run.run_dir);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    td_status st = TD_OK;
+    if (log_fd < 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot open %s", log_path);
+        free(log_path);
+        return st;
+    }
+    for (size_t i = 0; i < s->w->nsetup && st == TD_OK && !*failed_code; i++) {
+        if (g_signals) {
+            *failed_code = 130;
+            break;
+        }
+        progress(s, "setup: %s", s->w->setup[i]);
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) {
+            st = td_error_errno(TD_ERR_SYS, "pipe");
+            break;
+        }
+        char *argv[] = {"/bin/sh", "-c", s->w->setup[i], NULL};
+        pid_t pid;
+        st = spawn(argv, envp, s->work_dir, p[1], p[1], &pid);
+        close(p[1]);
+        if (st != TD_OK) {
+            close(p[0]);
+            break;
+        }
+        char buf[8192];
+        int signalled = 0;
+        for (;;) {
+            ssize_t n = read(p[0], buf, sizeof buf);
+            if (n < 0 && errno == EINTR) {
+                if (g_signals && !signalled) {
+                    kill(-pid, SIGTERM);
+                    signalled = 1;
+                }
+                continue;
+            }
+            if (n <= 0) break;
+            ssize_t w = write(log_fd, buf, (size_t)n);
+            (void)w;
+            if (!s->quiet_output) {
+                fwrite(buf, 1, (size_t)n, s->out);
+                fflush(s->out);
+            }
+        }
+        close(p[0]);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        int code = exit_code_of(status);
+        if (code != 0) {
+            *failed_code = code;
+            progress(s, "setup command failed with exit code %d: %s", code, s->w->setup[i]);
+        }
+    }
+    close(log_fd);
+    free(log_path);
+    return st;
+}
+
+typedef struct {
+    pid_t pid;
+    int done;
+    int code;
+    int err_fd;      /* read end of the launcher's stderr, -1 once closed */
+    char line[1024]; /* the stderr line being assembled */
+    size_t line_len;
+} agent_proc;
+
+/* Copies what the launcher wrote to stderr through to ours, remembering its last error line:
+ * the launcher names the root cause of a failure there ("worker rank 1 ... exited with code
+ * 3"), and the run's record should say it too. */
+static void pump_stderr(agent_proc *a, char *cause, size_t cause_size) {
+    if (a->err_fd < 0) return;
+    char buf[8192];
+    for (;;) {
+        ssize_t n = read(a->err_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+            close(a->err_fd);
+            a->err_fd = -1;
+            return;
+        }
+        if (n < 0) return;
+        ssize_t w = write(2, buf, (size_t)n);
+        (void)w;
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] != '\n' && a->line_len + 1 < sizeof a->line) {
+                a->line[a->line_len++] = buf[i];
+                continue;
+            }
+            if (buf[i] != '\n') continue; /* overlong line: keep its start */
+            a->line[a->line_len] = '\0';
+            const char *e = strstr(a->line, "tandem: error: ");
+            if (e && e == a->line) snprintf(cause, cause_size, "%s", e + 15);
+            a->line_len = 0;
+        }
+    }
+}
+
+/* "... exited with code N" in the launcher's root cause: the worker's own exit code. */
+static int worker_code_in(const char *cause) {
+    const char *p = strstr(cause, "exited with code ");
+    return p ? atoi(p + 17) : -1;
+}
+
+static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
+    const td_workflow *w = s->w;
+    sv_push(argv, td_xstrdup(s->tandem_bin));
+    sv_push(argv, td_xstrdup("launch"));
+    sv_push(argv, td_xasprintf("--nnodes=%d", s->run.nodes));
+    sv_push(argv, td_xasprintf("--nproc-per-node=%d", s->run.nproc_per_node));
+    if (s->run.nodes == 1) {
+        sv_push(argv, td_xstrdup("--standalone"));
+    } else {
+        sv_push(argv, td_xasprintf("--node-rank=%d", node_rank));
+        sv_push(argv, td_xasprintf("--rdzv-endpoint=127.0.0.1:%d", port));
+    }
+    sv_push(argv, td_xasprintf("--rdzv-id=%s", s->run.id));
+    sv_push(argv, td_xasprintf("--max-restarts=%d", w->max_restarts));
+    sv_push(argv, td_xasprintf("--stop-grace=%g", LAUNCH_STOP_GRACE_S));
+    sv_push(argv, td_xasprintf("--log-dir=%s/logs", s->run.run_dir));
+    sv_push(argv, td_xasprintf("--metrics-dir=%s/metrics", s->run.run_dir));
+    sv_push(argv, td_xstrdup("--"));
+    sv_push(argv, td_xstrdup("/bin/sh"));
+    sv_push(argv, td_xstrdup("-c"));
+    /* dash does not exec the last command, so the worker launch watches is this shell. On a
+     * stop the launcher signals the worker's process group: without a trap the shell would die
+     * of SIGTERM at once (a failure to the launcher) while the program is still saving its
+     * checkpoint. With `trap : TERM` the shell waits for the program and exits with its status
+     * (143 after a checkpoint); the program itself gets the default SIGTERM disposition. */
+    sv_push(argv, td_xasprintf("trap : TERM\n%s", s->script));
+}
+
+/* Runs setup and the launcher, supervises to the end and records the outcome.
+ * Returns the CLI exit code. */
+static int supervise(supervisor *s) {
+    td_status st;
+    strvec env = {0};
+    agent_proc *agents = NULL;
+    td_ingester *ing = NULL;
+    td_sysmon *mon = NULL;
+    int nagents = 0;
+    int launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
+    char note[512] = "", cause[512] = "";
+    double t0 = td_now_s();
+
+    st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
+    if (st == TD_OK) st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
+    if (st != TD_OK) goto fail;
+    build_env(s, &env);
+
+    int setup_code = 0;
+    st = run_setup(s, env.v, &setup_code);
+    if (st != TD_OK) goto fail;
+    if (setup_code) {
+        if (g_signals) {
+            stop_requested = 1;
+            snprintf(note, sizeof note, "stopped during setup");
+        } else {
+            snprintf(note, sizeof note, "setup command failed with exit code %d", setup_code);
+        }
+        launch_code = setup_code;
+        goto record;
+    }
+
+    char *metrics_dir = td_xasprintf("%s/metrics", s->run.run_dir);
+    st = td_ingester_new(s->store, s->run.id, metrics_dir, &ing);
+    free(metrics_dir);
+    if (st != TD_OK) goto fail;
+    mon = td_sysmon_new();
+
+    nagents = s->run.nodes;
+    agents = td_xcalloc((size_t)nagents, sizeof *agents);
+    int port = 0;
+    if (nagents > 1) {
+        /* Several node agents on this host: they meet at node 0's store on a loopback port,
+         * with a token of our choosing. */
+        port = pick_free_port();
+        char token[33];
+        random_hex(token, 16);
+        env_set(&env, "TANDEM_TOKEN", token);
+    }
+    for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
+    for (int i = 0; i < nagents; i++) {
+        strvec argv = {0};
+        launch_argv(s, i, port, &argv);
+        int errp[2];
+        if (pipe2(errp, O_CLOEXEC) != 0) {
+            st = td_error_errno(TD_ERR_SYS, "pipe");
+            sv_free(&argv);
+            for (int j = 0; j < i; j++) kill_tree(agents[j].pid);
+            for (int j = 0; j < i; j++) waitpid(agents[j].pid, NULL, 0);
+            goto fail;
+        }
+        /* Detached, the workers' output is in the rank logs already; only the launcher's
+         * stderr (root causes) goes on to supervisor.log. */
+        int out_fd = s->quiet_output ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
+        st = spawn(argv.v, env.v, s->work_dir, out_fd, errp[1], &agents[i].pid);
+        if (out_fd >= 0) close(out_fd);
+        close(errp[1]);
+        fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+        agents[i].err_fd = errp[0];
+        sv_free(&argv);
+        if (st != TD_OK) {
+            for (int j = 0; j < i; j++) kill_tree(agents[j].pid);
+            for (int j = 0; j < i; j++) waitpid(agents[j].pid, NULL, 0);
+            goto fail;
+        }
+    }
+    progress(s, "run %s: %d node%s x %d worker%s started; logs in %s/logs", s->run.id, nagents,
+             nagents > 1 ? "s" : "", s->run.nproc_per_node, s->run.nproc_per_node > 1 ? "s" : "",
+             s->run.run_dir);
+
+    double next_ingest = 0, next_sys = td_now_s() + 0.5, stop_at = 0;
+    sig_atomic_t handled = 0;
+    int alive = nagents, killed = 0, restarts = s->base_restarts;
+    while (alive > 0) {
+        double now = td_now_s();
+        if (g_signals != handled) {
+            int first = handled == 0 && !stop_requested && !preempt_signal;
+            handled = g_signals;
+            if (first) {
+                /* SIGTERM without a `tandem stop` behind it comes from the system (a scheduler
+                 * or cloud preemption): the run is preempted if the workers checkpoint. */
+                int user = g_last_signal != SIGTERM;
+                td_run cur;
+                if (!user && td_run_find(s->store, s->run.id, &cur) == TD_OK) {
+                    user = cur.stop_requested;
+                    td_run_clear(&cur);
+                }
+                td_error_clear();
+                if (user) {
+                    stop_requested = 1;
+                    snprintf(note, sizeof note, "stopped by %s",
+                             g_last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
+                             : g_last_signal == SIGHUP ? "SIGHUP"
+                                                       : "tandem stop");
+                } else {
+                    preempt_signal = 1;
+                }
+                progress(s,
+                         "%s run %s (asking the workers to checkpoint and exit; "
+                         "signal again to kill them now)",
+                         user ? "stopping" : "SIGTERM: preempting", s->run.id);
+                for (int i = 0; i < nagents; i++)
+                    if (!agents[i].done) kill(agents[i].pid, SIGTERM);
+                stop_at = now + KILL_AFTER_S;
+            } else if (!killed) {
+                stop_at = now; /* a second signal: do not wait */
+            }
+        }
+        if (!stop_requested && s->w->max_duration_s > 0 && now - t0 > s->w->max_duration_s) {
+            stop_requested = 1;
+            snprintf(note, sizeof note, "max_duration of %.0f s exceeded", s->w->max_duration_s);
+            progress(s, "run %s: %s; stopping it", s->run.id, note);
+            for (int i = 0; i < nagents; i++)
+                if (!agents[i].done) kill(agents[i].pid, SIGTERM);
+            stop_at = now + KILL_AFTER_S;
+        }
+        if (stop_requested && stop_at > 0 && now >= stop_at && !killed) {
+            killed = 1;
+            progress(s, "run %s: killing what is left of it", s->run.id);
+            for (int i = 0; i < nagents; i++)
+                if (!agents[i].done) kill_tree(agents[i].pid);
+        }
+        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], cause, sizeof cause);
+        for (int i = 0; i < nagents; i++) {
+            if (agents[i].done) continue;
+            int status;
+            pid_t r = waitpid(agents[i].pid, &status, WNOHANG);
+            if (r == agents[i].pid) {
+                agents[i].done = 1;
+                agents[i].code = exit_code_of(status);
+                alive--;
+            }
+        }
+        if (now >= next_ingest) {
+            if (td_ingester_poll(ing, NULL) != TD_OK) {
+                TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
+                td_error_clear();
+            }
+            next_ingest = now + INGEST_PERIOD_S;
+        }
+        if (now >= next_sys && alive > 0) {
+            for (int i = 0; i < nagents; i++) {
+                if (agents[i].done) continue;
+                int r = -1;
+                if (td_sysmon_sample(mon, s->store, &s->run, agents[i].pid, &r) != TD_OK) {
+                    TD_LOG_DEBUG("system metrics: %s", td_error_msg());
+                    td_error_clear();
+                }
+                if (r >= 0 && s->base_restarts + r > restarts) {
+                    restarts = s->base_restarts + r;
+                    if (td_run_set_restarts(s->store, s->run.id, restarts) != TD_OK)
+                        td_error_clear();
+                }
+            }
+            next_sys = now + SYSMON_PERIOD_S;
+        }
+        if (alive > 0) sleep_s(0.1);
+    }
+    /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
+    launch_code = 0;
+    for (int i = 0; i < nagents; i++)
+        if (agents[i].code != 0) {
+            launch_code = agents[i].code;
+            break;
+        }
+    for (int i = 0; i < nagents; i++) {
+        if (agents[i].err_fd >= 0) {
+            fcntl(agents[i].err_fd, F_SETFL, fcntl(agents[i].err_fd, F_GETFL) & ~O_NONBLOCK);
+            pump_stderr(&agents[i], cause, sizeof cause); /* to EOF: the launcher has exited */
+        }
+    }
+    if (td_ingester_poll(ing, NULL) != TD_OK) {
+        TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
+        td_error_clear();
+    }
+    if (td_ingester_malformed(ing))
+        progress(s, "%zu malformed metrics line%s skipped", td_ingester_malformed(ing),
+                 td_ingester_malformed(ing) > 1 ? "s" : "");
+
+record:;
+    td_run_status final;
+    if (stop_requested) {
+        final = TD_RUN_STOPPED;
+        cli_code = launch_code == 143 ? 143 : 1;
+    } else if (launch_code == 0) {
+        final = TD_RUN_SUCCEEDED;
+        cli_code = 0;
+    } else if (launch_code == 143) {
+        final = TD_RUN_PREEMPTED;
+        cli_code = 143;
+        snprintf(note, sizeof note,
+                 "preempted: the workers checkpointed and exited 143; "
+                 "continue with tandem run --resume %s",
+                 s->run.id);
+    } else if (launch_code == 130) {
+        final = TD_RUN_STOPPED;
+        cli_code = 1;
+        snprintf(note, sizeof note, "the launcher was interrupted (SIGINT)");
+    } else {
+        final = TD_RUN_FAILED;
+        cli_code = 1;
+        if (cause[0]) {
+            snprintf(note, sizeof note, "%s", cause);
+            /* The job's exit code is the failing worker's, when the launcher names it. */
+            if (launch_code == 1 && worker_code_in(cause) > 0) launch_code = worker_code_in(cause);
+        } else if (!note[0]) {
+            snprintf(note, sizeof note, "exit code %d; see tandem logs %s", launch_code, s->run.id);
+        }
+        if (preempt_signal) {
+            char tmp[512];
+            snprintf(tmp, sizeof tmp,
+                     "received SIGTERM but the workers did not all checkpoint "
+                     "and exit 143: %.400s",
+                     note);
+            snprintf(note, sizeof note, "%s", tmp);
+        }
+    }
+    if (s->w->nartifacts) {
+        size_t copied = 0;
+        if (td_artifacts_collect(s->store, &s->run, s->work_dir,
+                                 (const char *const *)s->w->artifacts, s->w->nartifacts,
+                                 &copied) != TD_OK) {
+            TD_LOG_WARN("artifacts: %s", td_error_msg());
+            td_error_clear();
+        } else if (copied) {
+            progress(s, "%zu artifact file%s stored", copied, copied > 1 ? "s" : "");
+        }
+    }
+    td_log_file *logs = NULL;
+    size_t nlogs = 0;
+    if (td_logs_scan(s->store, &s->run, &logs, &nlogs) == TD_OK)
+        td_log_files_free(logs, nlogs);
+    else
+        td_error_clear();
+    st = td_run_set_status(s->store, s->run.id, final, launch_code, note[0] ? note : NULL);
+    if (st != TD_OK) goto fail;
+    progress(s, "run %s %s after %.1f s (exit code %d)%s%s", s->run.id, td_run_status_str(final),
+             td_now_s() - t0, launch_code, note[0] ? ": " : "", note);
+    goto out;
+fail:
+    /* The supervisor itself could not go on: say why in the run, then in the output. */
+    {
+        char *why = td_xasprintf("supervisor error: %s", td_error_msg());
+        td_error_print(st);
+        if (td_run_set_status(s->store, s->run.id, TD_RUN_FAILED, launch_code, why) != TD_OK)
+            td_error_clear();
+        free(why);
+        cli_code = 1;
+    }
+out:
+    td_ingester_free(ing);
+    td_sysmon_free(mon);
+    for (int i = 0; agents && i < nagents; i++)
+        if (agents[i].err_fd >= 0) close(agents[i].err_fd);
+    free(agents);
+    sv_free(&env);
+    return cli_code;
+}
+
+static char *self_exe(void) {
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return td_xstrdup("tandem");
+    buf[n] = '\0';
+    return td_xstrdup(buf);
+}
+
+/* A workflow standing in for one that is gone from the file: the stored command only. */
+static td_workflow *workflow_from_run(const td_run *r) {
+    td_workflow *w = td_xcalloc(1, sizeof *w);
+    w->name = td_xstrdup(r->workflow);
+    w->commands = td_xcalloc(1, sizeof *w->commands);
+    w->commands[0] = td_xstrdup(r->command ? r->command : "true");
+    w->ncommands = 1;
+    w->nodes = r->nodes;
+    w->nproc_per_node = r->nproc_per_node;
+    return w;
+}
+
+td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char **run_id_out,
+                          int *exit_code) {
+    td_status st = TD_OK;
+    td_rundb *store = NULL;
+    supervisor s;
+    memset(&s, 0, sizeof s);
+    char *script = NULL, *params_json = NULL;
+    td_workflow *synth = NULL;
+    *exit_code = 1;
+    if (run_id_out) *run_id_out = NULL;
+    TD_CHECK(td_rundb_open(opts->project_dir, &store));
+
+    if (opts->resume_run) {
+        TD_CHECK_GOTO(td_run_find(store, opts->resume_run, &s.run), st, out);
+        TD_CHECK_GOTO(td_run_reap_stale(store, &s.run), st, out);
+        if (!td_run_status_is_final(s.run.status) || s.run.status == TD_RUN_SUCCEEDED) {
+            st = td_error(TD_ERR_INVALID,
+                          "run %s is %s; only preempted, stopped or failed runs can be resumed%s",
+                          s.run.id, td_run_status_str(s.run.status),
+                          s.run.status == TD_RUN_SUCCEEDED ? "" : " (tandem stop it first)");
+            goto out;
+        }
+        if (!w) w = synth = workflow_from_run(&s.run);
+        script = td_xstrdup(s.run.command ? s.run.command : "true");
+        params_json = td_xstrdup(s.run.params_json ? s.run.params_json : "{}");
+        s.resuming = 1;
+        s.base_restarts = s.run.restarts + 1;
+        TD_CHECK_GOTO(td_run_set_restarts(store, s.run.id, s.base_restarts), st, out);
+        TD_CHECK_GOTO(td_run_request_stop(store, s.run.id, 0), st, out);
+        TD_CHECK_GOTO(td_run_set_status(store, s.run.id, TD_RUN_RESUMED, -1,
+                                        "resumed with tandem run --resume"),
+                      st, out);
+        s.run.restarts = s.base_restarts;
+    } else {
+        if (!w) {
+            st = td_error(TD_ERR_USAGE, "no workflow given");
+            goto out;
+        }
+        TD_CHECK_GOTO(td_workflow_script(w, &script), st, out);
+        params_json = td_workflow_params_json(w);
+        td_run_spec spec = {w->name, script, params_json, w->nodes, w->nproc_per_node};
+        TD_CHECK_GOTO(td_run_create(store, &spec, &s.run), st, out);
+    }
+    s.w = w;
+    s.script = script;
+    s.params_json = params_json;
+    s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
+    s.out = opts->out ? opts->out : stdout;
+    if (w->workdir && w->workdir[0] == '/')
+        s.work_dir = td_xstrdup(w->workdir);
+    else if (w->workdir)
+        s.work_dir = td_xasprintf("%s/%s", td_rundb_project_dir(store), w->workdir);
+    else
+        s.work_dir = td_xstrdup(td_rundb_project_dir(store));
+    if (run_id_out) *run_id_out = td_xstrdup(s.run.id);
+
+    if (!opts->detach) {
+        saved_handlers saved;
+        g_signals = 0;
+        install_handlers(&saved);
+        s.store = store;
+        *exit_code = supervise(&s);
+        restore_handlers(&saved);
+        goto out;
+    }
+
+    /* Detached: double fork so the supervisor is nobody's child and leads its own session.
+     * Stop signals stay blocked until it has installed its handlers and recorded its pid, so a
+     * `tandem stop` issued right after `tandem run -d` returns is never lost. */
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        st = td_error_errno(TD_ERR_SYS, "pipe");
+        goto out;
+    }
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++) sigaddset(&block, stop_signals[i]);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    char *run_dir = td_xstrdup(s.run.run_dir);
+    td_rundb_close(store); /* an SQLite connection must not cross fork() */
+    store = NULL;
+    fflush(NULL);
+    pid_t mid = fork();
+    if (mid < 0) {
+        st = td_error_errno(TD_ERR_SYS, "fork");
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(ready[0]);
+        close(ready[1]);
+        free(run_dir);
+        goto out;
+    }
+    if (mid == 0) {
+        /* Forked children below end with _exit: they are process images of the CLI that must
+         * not return into its main(). */
+        setsid();
+        pid_t sup = fork();
+        if (sup != 0) _exit(sup < 0 ? 1 : 0);
+        close(ready[0]);
+        char *log_path = td_xasprintf("%s/logs/supervisor.log", run_dir);
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) dup2(devnull, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        free(log_path);
+        FILE *out = fdopen(dup(1), "w");
+        s.out = out ? out : stdout;
+        s.quiet_output = 1;
+        saved_handlers saved;
+        g_signals = 0;
+        install_handlers(&saved);
+        int code = 1;
+        if (td_rundb_open(opts->project_dir, &s.store) == TD_OK &&
+            td_run_set_supervisor(s.store, s.run.id, (int64_t)getpid()) == TD_OK) {
+            ssize_t wr = write(ready[1], "k", 1);
+            (void)wr;
+            close(ready[1]);
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            code = supervise(&s);
+        } else {
+            td_error_print(TD_ERR_IO);
+            close(ready[1]);
+        }
+        td_rundb_close(s.store);
+        fflush(NULL);
+        _exit(code);
+    }
+    close(ready[1]);
+    int status = 0;
+    while (waitpid(mid, &status, 0) < 0 && errno == EINTR) {
+    }
+    char byte = 0;
+    ssize_t n;
+    while ((n = read(ready[0], &byte, 1)) < 0 && errno == EINTR) {
+    }
+    close(ready[0]);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (n != 1)
+        st = td_error(TD_ERR_SYS,
+                      "the background supervisor of run %s did not start; see "
+                      "%s/logs/supervisor.log",
+                      s.run.id, run_dir);
+    else
+        *exit_code = 0;
+    free(run_dir);
+out:
+    if (st != TD_OK && run_id_out) {
+        free(*run_id_out);
+        *run_id_out = NULL;
+    }
+    td_rundb_close(store);
+    td_run_clear(&s.run);
+    td_workflow_free(synth);
+    free((char *)s.tandem_bin);
+    free(s.work_dir);
+    free(script);
+    free(params_json);
+    return st;
+}
+
+td_status td_run_stop(td_rundb *store, const char *run_id, double wait_s, td_run *final_out) {
+    td_run r;
+    TD_CHECK(td_run_find(store, run_id, &r));
+    td_status st = td_run_reap_stale(store, &r);
+    if (st != TD_OK) goto out;
+    if (td_run_status_is_final(r.status)) {
+        st = td_error(TD_ERR_INVALID, "run %s already ended (%s)", r.id,
+                      td_run_status_str(r.status));
+        goto out;
+    }
+    st = td_run_request_stop(store, r.id, 1);
+    if (st != TD_OK) goto out;
+    if (r.supervisor_pid <= 0 || kill((pid_t)r.supervisor_pid, SIGTERM) != 0) {
+        /* Nobody to ask (a pending run whose supervisor never started): record it directly. */
+        st = td_run_set_status(store, r.id, TD_RUN_STOPPED, -2, "stopped before it started");
+        if (st == TD_OK) {
+            td_run_clear(&r);
+            st = td_run_find(store, run_id, &r);
+        }
+        goto out;
+    }
+    double deadline = td_now_s() + wait_s;
+    while (td_now_s() < deadline) {
+        td_run cur;
+        st = td_run_find(store, r.id, &cur);
+        if (st != TD_OK) goto out;
+        if (td_run_status_is_final(cur.status)) {
+            td_run_clear(&r);
+            r = cur;
+            break;
+        }
+        td_run_clear(&cur);
+        sleep_s(0.1);
+    }
+out:
+    if (st == TD_OK && final_out)
+        *final_out = r;
+    else
+        td_run_clear(&r);
+    return st;
+}

@@ -1,0 +1,21 @@
+# Launcher tests spawn process trees and measure teardown latency: keep them off a loaded box.
+set_tests_properties(launch/test_launch_failure launch/test_launch_signals
+                     launch/test_launch_restart PROPERTIES RUN_SERIAL TRUE TIMEOUT 120)
+set_tests_properties(launch/test_launch_env PROPERTIES TIMEOUT 120)
+# torch imports take 5-10 s per worker on a busy machine.
+set_tests_properties(launch/test_torch_ddp launch/test_multinode PROPERTIES RUN_SERIAL TRUE
+                     TIMEOUT 400 SKIP_RETURN_CODE 77)
+# The worker of test_launch_pg.py (td_pg_init_from_env under the launcher); the script finds it at
+# $TANDEM_BUILD_DIR/tests/launch/pg_worker.
+if(TARGET td_comm)
+  add_executable(launch_pg_worker ${CMAKE_CURRENT_LIST_DIR}/pg_worker.c)
+  target_include_directories(launch_pg_worker PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(launch_pg_worker PRIVATE td_comm)
+  set_target_properties(launch_pg_worker PROPERTIES OUTPUT_NAME pg_worker
+                        RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/launch)
+  add_dependencies(tandem launch_pg_worker)
+endif()
+# test_rdzv.c drives the launcher's internals (src/launch/launch_internal.h).
+if(TARGET launch_test_rdzv)
+  target_include_directories(launch_test_rdzv PRIVATE ${CMAKE_SOURCE_DIR}/src)
+endif()

@@ -1,0 +1,61 @@
+/* nn_dump: runs one forward (dropout off) + NLL loss (mean) + backward of a model and writes
+ * everything as raw little-endian files for test_torch_compare.py:
+ *   params.bin grads.bin out.bin (float32), x.bin (float32), labels.bin (int32), loss.bin (f64)
+ * usage: nn_dump MODEL SEED BATCH OUTDIR [THREADS] */
+#include <stdlib.h>
+
+#include "tandem/nn.h"
+#include "tandem/tensor.h"
+
+static int write_file(const char *dir, const char *name, const void *data, size_t nbytes) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, nbytes, f) != nbytes || fclose(f)) {
+        fprintf(stderr, "nn_dump: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: nn_dump MODEL SEED BATCH OUTDIR [THREADS]\n");
+        return 2;
+    }
+    uint64_t seed = strtoull(argv[2], NULL, 10);
+    int batch = atoi(argv[3]);
+    const char *dir = argv[4];
+    td_set_num_threads(argc > 5 ? atoi(argv[5]) : 0);
+    td_model_t *m;
+    td_status st = td_model_load(argv[1], &m);
+    if (st == TD_OK) st = td_model_finalize(m, batch);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    td_model_init_params(m, seed);
+    int in = td_model_input_size(m), classes = td_model_output_size(m);
+    float *x = malloc(sizeof(float) * (size_t)batch * in);
+    float *dout = malloc(sizeof(float) * (size_t)batch * classes);
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
+    td_rng_fill_uniform(seed + 1000, 0, -1.0f, 1.0f, x, (size_t)batch * in);
+    for (int i = 0; i < batch; i++)
+        labels[i] = (int32_t)(td_rng_uniform(seed + 2000, 0, (uint64_t)i) * (float)classes);
+    size_t np = td_model_num_params(m);
+    int rc = write_file(dir, "params.bin", td_model_params(m), sizeof(float) * np);
+    td_forward_ctx ctx = {.training = false};
+    td_model_zero_grads(m);
+    const float *out = td_model_forward(m, x, batch, &ctx);
+    double loss = td_nll_loss(out, labels, batch, classes, 1.0f / batch, dout) / batch;
+    rc |= write_file(dir, "out.bin", out, sizeof(float) * (size_t)batch * classes);
+    td_model_backward(m, dout, batch);
+    rc |= write_file(dir, "x.bin", x, sizeof(float) * (size_t)batch * in);
+    rc |= write_file(dir, "labels.bin", labels, sizeof(int32_t) * (size_t)batch);
+    rc |= write_file(dir, "loss.bin", &loss, sizeof loss);
+    rc |= write_file(dir, "grads.bin", td_model_grads(m), sizeof(float) * np);
+    printf("nn_dump: %s params=%zu batch=%d loss=%.6f\n", argv[1], np, batch, loss);
+    free(x), free(dout), free(labels);
+    td_model_free(m);
+    return rc;
+}

@@ -1,0 +1,220 @@
+/* nn: every layer's backward (input and parameter gradients) and both losses against central
+ * finite differences.
+ *
+ * The loss is L = sum(out * r) for a fixed random r, so dout = r. Each model puts a parametered
+ * layer in front of the layer under test: the gradient w.r.t. that layer's parameters flows
+ * through the tested layer's input gradient, so checking all parameter gradients checks both.
+ * Models built only from conv/linear are linear in any single parameter, so central
+ * differences are exact up to rounding; relu and maxpool are fed values kept away from their
+ * kinks (identity front layer, well-separated inputs) so no perturbation crosses one. */
+#include "tandem/nn.h"
+#include "tandem/tensor.h"
+#include "test.h"
+
+static float rnd(uint64_t stream, uint64_t i) {
+    return td_rng_uniform(1234, stream, i) * 2.0f - 1.0f;
+}
+
+typedef struct {
+    const char *what;
+    int batch;
+    float eps;
+    double atol, rtol;
+    bool training;
+    float *x; /* input, batch * input_size */
+} check_cfg;
+
+static double loss_of(td_model_t *m, const check_cfg *c, const float *r, const uint64_t *ids) {
+    td_forward_ctx ctx = {.training = c->training, .seed = 9, .step = 4, .sample_ids = ids};
+    const float *out = td_model_forward(m, c->x, c->batch, &ctx);
+    ASSERT(out != NULL);
+    return td_dot_f64(out, r, (size_t)c->batch * td_model_output_size(m));
+}
+
+static void check(td_model_t *m, const check_cfg *c) {
+    size_t nout = (size_t)c->batch * td_model_output_size(m), np = td_model_num_params(m);
+    float *r = malloc(sizeof(float) * nout);
+    for (size_t i = 0; i < nout; i++) r[i] = rnd(77, i);
+    uint64_t ids[16];
+    for (int i = 0; i < c->batch; i++) ids[i] = 1000 + 7 * (uint64_t)i;
+    td_model_zero_grads(m);
+    loss_of(m, c, r, ids);
+    td_model_backward(m, r, c->batch);
+    float *ana = malloc(sizeof(float) * np);
+    memcpy(ana, td_model_grads(m), sizeof(float) * np);
+    float *p = td_model_params(m);
+    double worst = 0;
+    size_t stride = np > 600 ? np / 300 : 1, checked = 0;
+    for (size_t j = 0; j < np; j += stride) {
+        float keep = p[j];
+        p[j] = keep + c->eps;
+        double fp = loss_of(m, c, r, ids);
+        p[j] = keep - c->eps;
+        double fm = loss_of(m, c, r, ids);
+        p[j] = keep;
+        double num = (fp - fm) / (2.0 * c->eps), err = fabs(num - ana[j]);
+        double tol = c->atol + c->rtol * fabs(num);
+        if (!(err <= tol))
+            TEST_FAIL("%s: d loss / d param[%zu]: analytic %.7g vs finite difference %.7g "
+                      "(err %.3g > tol %.3g)",
+                      c->what, j, ana[j], num, err, tol);
+        worst = TD_MAX(worst, err / (c->atol + c->rtol * fabs(num)));
+        checked++;
+    }
+    printf("  %-34s %zu params checked, worst err/tol %.3f\n", c->what, checked, worst);
+    free(r), free(ana);
+}
+
+static float *rand_input(size_t n, uint64_t stream) {
+    float *x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = rnd(stream, i);
+    return x;
+}
+
+/* Sets layer li's weight to the identity (square) and its bias to zero. */
+static void set_identity(td_model_t *m, int li, int n) {
+    td_layer_info in = td_model_layer(m, li);
+    float *w = td_model_params(m) + in.param_offset;
+    memset(w, 0, sizeof(float) * in.param_count);
+    for (int i = 0; i < n; i++) w[(size_t)i * n + i] = 1.0f;
+}
+
+static void finish(td_model_t *m, check_cfg *c, uint64_t seed) {
+    ASSERT_OK(td_model_finalize(m, c->batch));
+    td_model_init_params(m, seed);
+}
+
+int main(void) {
+    td_set_num_threads(2);
+    const double atol = 2e-3, rtol = 2e-3;
+
+    { /* linear as first layer (parameter gradients only) and linear's input gradient */
+        td_model_t *m = td_model_new(7, 1, 1);
+        ASSERT_OK(td_model_add_linear(m, 6));
+        ASSERT_OK(td_model_add_linear(m, 4));
+        check_cfg c = {"linear -> linear", 5, 0.05f, atol, rtol, false, rand_input(35, 1)};
+        finish(m, &c, 1);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* conv: padding, stride 2, pointwise; input gradients of the 2nd and 3rd; 6 samples
+       * so the last chunk is partial */
+        td_model_t *m = td_model_new(2, 7, 6);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 1));
+        ASSERT_OK(td_model_add_conv2d(m, 4, 3, 2, 1));
+        ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 2, 1, 0));
+        check_cfg c = {
+            "conv k3p1 -> k3s2p1 -> k1 -> k2", 6, 0.05f, atol, rtol, false, rand_input(6 * 84, 2)};
+        finish(m, &c, 2);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* relu: identity front layer and |x| >= 0.3 keep pre-activations away from 0 */
+        td_model_t *m = td_model_new(4, 1, 1);
+        ASSERT_OK(td_model_add_linear(m, 4));
+        ASSERT_OK(td_model_add_relu(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {
+            "linear(I) -> relu -> linear", 5, 0.05f, atol, rtol, false, rand_input(20, 3)};
+        for (int i = 0; i < 20; i++) c.x[i] = (c.x[i] < 0 ? -0.3f : 0.3f) + 0.7f * c.x[i];
+        finish(m, &c, 3);
+        set_identity(m, 0, 4);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    for (int variant = 0; variant < 2; variant++) { /* maxpool 2/2 and overlapping 3/2 */
+        int h = variant ? 7 : 6, k = variant ? 3 : 2;
+        td_model_t *m = td_model_new(2, h, h);
+        ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
+        ASSERT_OK(td_model_add_maxpool2d(m, k, 2));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        size_t n = (size_t)5 * 2 * h * h;
+        check_cfg c = {variant ? "conv1x1(I) -> maxpool3/2 -> linear"
+                               : "conv1x1(I) -> maxpool2/2 -> linear",
+                       5,
+                       0.01f,
+                       atol,
+                       rtol,
+                       false,
+                       malloc(sizeof(float) * n)};
+        /* distinct values 0.0125 apart in a scrambled order (7919 is prime, so i -> 7919 i
+         * mod n is a permutation): no ties, and no eps-perturbation reorders a window */
+        for (size_t i = 0; i < n; i++)
+            c.x[i] = 0.0125f * (float)((i * 7919) % n) - 0.00625f * (float)n;
+        finish(m, &c, 4);
+        set_identity(m, 0, 2);
+        c.eps = 0.002f;
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* dropout in training mode: a fixed mask makes it linear */
+        td_model_t *m = td_model_new(5, 1, 1);
+        ASSERT_OK(td_model_add_linear(m, 8));
+        ASSERT_OK(td_model_add_dropout(m, 0.4f));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {"linear -> dropout(0.4, training) -> linear",
+                       6,
+                       0.05f,
+                       atol,
+                       rtol,
+                       true,
+                       rand_input(30, 5)};
+        finish(m, &c, 5);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* log_softmax (smooth: O(eps^2) truncation) and flatten */
+        td_model_t *m = td_model_new(2, 2, 2);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 1, 1, 0));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 6));
+        ASSERT_OK(td_model_add_log_softmax(m));
+        check_cfg c = {"conv -> flatten -> linear -> log_softmax",
+                       4,
+                       0.01f,
+                       atol,
+                       5e-3,
+                       false,
+                       rand_input(32, 6)};
+        finish(m, &c, 6);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* losses: d(sum loss)/d input * grad_scale */
+        enum { B = 3, C = 5 };
+        float logits[B * C], d[B * C];
+        int32_t labels[B] = {0, 4, 2};
+        for (int i = 0; i < B * C; i++) logits[i] = 2.0f * rnd(8, (uint64_t)i);
+        for (int which = 0; which < 2; which++) {
+            double (*f)(const float *, const int32_t *, int, int, float, float *) =
+                which ? td_cross_entropy : td_nll_loss;
+            f(logits, labels, B, C, 0.5f, d);
+            for (int i = 0; i < B * C; i++) {
+                float keep = logits[i], eps = 1e-2f;
+                logits[i] = keep + eps;
+                double fp = f(logits, labels, B, C, 0.5f, NULL);
+                logits[i] = keep - eps;
+                double fm = f(logits, labels, B, C, 0.5f, NULL);
+                logits[i] = keep;
+                ASSERT_NEAR(d[i], 0.5 * (fp - fm) / (2 * eps), 1e-4);
+            }
+        }
+        /* cross entropy == nll(log_softmax) */
+        double ce = td_cross_entropy(logits, labels, B, C, 1.0f, NULL), ref = 0;
+        for (int i = 0; i < B; i++) {
+            double se = 0;
+            for (int j = 0; j < C; j++) se += exp(logits[i * C + j]);
+            ref += log(se) - logits[i * C + labels[i]];
+        }
+        ASSERT_NEAR(ce, ref, 1e-5);
+        int32_t bad[B] = {0, 5, 1};
+        ASSERT(isnan(td_cross_entropy(logits, bad, B, C, 1.0f, d)));
+        float out[6] = {0.1f, 0.9f, 0.5f, 0.2f, 0.0f, 0.0f};
+        int32_t lab[3] = {1, 0, 1};
+        ASSERT_EQ(td_count_correct(out, lab, 3, 2), 2); /* ties go to the first class */
+        printf("  losses: nll and cross_entropy gradients ok\n");
+    }
+    TEST_PASS();
+}

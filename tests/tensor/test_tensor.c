@@ -1,0 +1,92 @@
+/* tensor: thread control, sgemm against a naive product, im2col against its definition and
+ * col2im as its exact adjoint, reductions. */
+#include "tandem/tensor.h"
+#include "test.h"
+
+static float rnd(uint64_t i) {
+    return td_rng_uniform(99, 0, i) * 2.0f - 1.0f;
+}
+
+static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
+    int oh = td_conv_out_size(h, k, stride, pad), ow = td_conv_out_size(w, k, stride, pad);
+    ASSERT_GT(oh, 0);
+    size_t nx = (size_t)c * h * w, ncol = (size_t)c * k * k * oh * ow;
+    float *x = malloc(sizeof(float) * nx), *col = malloc(sizeof(float) * ncol);
+    float *r = malloc(sizeof(float) * ncol), *back = calloc(nx, sizeof(float));
+    for (size_t i = 0; i < nx; i++) x[i] = rnd(i);
+    for (size_t i = 0; i < ncol; i++) r[i] = rnd(10000 + i);
+    td_im2col(x, c, h, w, k, k, stride, pad, oh, ow, col);
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++)
+                for (int oy = 0; oy < oh; oy++)
+                    for (int ox = 0; ox < ow; ox++) {
+                        int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+                        float want = (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                                         ? x[((size_t)ci * h + iy) * w + ix]
+                                         : 0.0f;
+                        size_t row = ((size_t)ci * k + ki) * k + kj;
+                        float got = col[row * oh * ow + (size_t)oy * ow + ox];
+                        if (got != want)
+                            TEST_FAIL(
+                                "im2col c=%d h=%d k=%d s=%d p=%d at (%d,%d,%d,%d,%d): %g vs %g", c,
+                                h, k, stride, pad, ci, ki, kj, oy, ox, got, want);
+                    }
+    /* adjoint: <col2im(r), x> == <r, im2col(x)> */
+    td_col2im(r, c, h, w, k, k, stride, pad, oh, ow, back);
+    double lhs = td_dot_f64(back, x, nx), rhs = td_dot_f64(r, col, ncol);
+    ASSERT_NEAR(lhs, rhs, 1e-4 * (1 + fabs(rhs)));
+    free(x), free(col), free(r), free(back);
+}
+
+int main(void) {
+    td_set_num_threads(2);
+    ASSERT_EQ(td_get_num_threads(), 2);
+    td_set_num_threads(0);
+    ASSERT_GE(td_get_num_threads(), 1);
+
+    /* sgemm, all transpose combinations, against a double-precision naive product */
+    int m = 7, n = 9, k = 5;
+    float a[64], b[64], c[64];
+    for (int i = 0; i < 64; i++) a[i] = rnd((uint64_t)i), b[i] = rnd(100 + (uint64_t)i);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = ta ? m : k, ldb = tb ? k : n;
+            for (int i = 0; i < m * n; i++) c[i] = 1.0f;
+            td_sgemm(ta, tb, m, n, k, 2.0f, a, lda, b, ldb, 0.5f, c, n);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int p = 0; p < k; p++)
+                        s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
+                             (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                    ASSERT_NEAR(c[i * n + j], 2 * s + 0.5, 1e-5);
+                }
+        }
+
+    check_im2col(1, 5, 5, 3, 1, 0);
+    check_im2col(3, 7, 6, 3, 1, 1);
+    check_im2col(2, 8, 8, 3, 2, 1);
+    check_im2col(2, 9, 7, 4, 3, 2);
+    check_im2col(4, 5, 5, 1, 1, 0);
+    ASSERT_EQ(td_conv_out_size(28, 3, 1, 0), 26);
+    ASSERT_EQ(td_conv_out_size(2, 5, 1, 0), 0);
+
+    /* elementwise and reductions */
+    float v[37], y[37];
+    double exact = 0;
+    for (int i = 0; i < 37; i++) v[i] = rnd(500 + (uint64_t)i), exact += v[i];
+    ASSERT_NEAR(td_sum(v, 37), exact, 1e-5);
+    ASSERT(td_sum(v, 37) == td_sum(v, 37));
+    td_relu(y, v, 37);
+    for (int i = 0; i < 37; i++) ASSERT(y[i] == (v[i] > 0 ? v[i] : 0));
+    size_t am = td_argmax(v, 37);
+    ASSERT(v[am] == td_max(v, 37));
+    td_relu_backward(y, v, v, 37);
+    for (int i = 0; i < 37; i++) ASSERT(y[i] == (v[i] > 0 ? v[i] : 0));
+    td_fill(y, 37, 2.0f);
+    td_add(y, v, 37);
+    td_scale(y, 37, 0.5f);
+    ASSERT_NEAR(y[3], (2.0f + v[3]) * 0.5f, 1e-7);
+    TEST_PASS();
+}

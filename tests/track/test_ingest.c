@@ -1,0 +1,256 @@
+/* track: the metrics line format end to end (sink -> file -> ingester -> store): both line
+ * shapes, resume events cutting history back, malformed lines skipped and counted, partial lines
+ * waiting, restart from stored offsets without duplicates; system metrics of a RANK=0 child;
+ * artifacts with their sha256; code versions inside and outside git. */
+#include "test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tandem/track.h"
+
+static char tmpdir[] = "/tmp/tandem-test-ingest-XXXXXX";
+
+static void append(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/* The steps stored for (key, rank), as a comma-separated string. */
+static char *steps_of(td_rundb *store, const char *run, const char *key, int rank) {
+    td_metric_row *rows;
+    size_t n;
+    ASSERT_OK(td_metrics_query(store, run, key, rank, &rows, &n));
+    char *out = td_xcalloc(n * 24 + 1, 1);
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)sprintf(out + used, "%s%lld", i ? "," : "", (long long)rows[i].step);
+    td_metric_rows_free(rows, n);
+    return out;
+}
+
+#define ASSERT_STEPS(store, run, key, rank, expected)                                              \
+    do {                                                                                           \
+        char *s_ = steps_of(store, run, key, rank);                                                \
+        ASSERT_STREQ(s_, expected);                                                                \
+        free(s_);                                                                                  \
+    } while (0)
+
+static void test_lines(td_rundb *store, const td_run *run) {
+    char *dir = td_xasprintf("%s/metrics", run->run_dir);
+    char *f0 = td_xasprintf("%s/rank-0.jsonl", dir);
+    char *f1 = td_xasprintf("%s/rank-1.jsonl", dir);
+    td_ingester *ing;
+    ASSERT_OK(td_ingester_new(store, run->id, dir, &ing));
+    size_t n = 99;
+    ASSERT_OK(td_ingester_poll(ing, &n)); /* no files yet */
+    ASSERT_EQ(n, 0);
+
+    /* The sink writes lines the ingester reads: multi-key, single key, non-finite as null. */
+    td_metrics_sink *sink;
+    ASSERT_OK(td_metrics_sink_open(f0, &sink));
+    const char *keys[] = {"loss", "acc"};
+    double vals[] = {2.5, 0.125};
+    for (int step = 1; step <= 5; step++) {
+        vals[0] = 3.0 - step * 0.25;
+        ASSERT_OK(td_metrics_sink_log(sink, step, 2, keys, vals));
+    }
+    ASSERT_OK(td_metrics_sink_log1(sink, 6, "weird \"key\"", 1.0 / 0.0));
+    td_metrics_sink_close(sink);
+    /* a NULL sink (no TANDEM_METRICS) is a no-op */
+    unsetenv("TANDEM_METRICS");
+    ASSERT_OK(td_metrics_sink_open(NULL, &sink));
+    ASSERT(sink == NULL);
+    ASSERT_OK(td_metrics_sink_log1(sink, 1, "loss", 1.0));
+
+    /* rank 1: the key/value shape, a malformed line, a non-object, a blank line, a bad step,
+     * and a partial last line that must wait */
+    append(f1, "{\"key\": \"loss\", \"value\": 0.5, \"step\": 1, \"time\": 1000.5}\n"
+               "{\"loss\": oops}\n"
+               "[1, 2]\n"
+               "\n"
+               "{\"step\": \"ten\", \"loss\": 1}\n"
+               "{\"step\": 2, \"loss\": 0.4}\n"
+               "{\"step\": 3, \"lo");
+    ASSERT_OK(td_ingester_poll(ing, &n));
+    ASSERT_EQ(n, 5 * 2 + 2); /* rank 0: 10 points (the null value is skipped); rank 1: 2 */
+    ASSERT_EQ(td_ingester_malformed(ing), 3);
+    ASSERT_STEPS(store, run->id, "loss", 0, "1,2,3,4,5");
+    ASSERT_STEPS(store, run->id, "acc", 0, "1,2,3,4,5");
+    ASSERT_STEPS(store, run->id, "loss", 1, "1,2");
+    td_metric_row *rows;
+    size_t nrows;
+    ASSERT_OK(td_metrics_query(store, run->id, "loss", 1, &rows, &nrows));
+    ASSERT_NEAR(rows[0].time_s, 1000.5, 0);
+    ASSERT_NEAR(rows[1].value, 0.4, 1e-12);
+    td_metric_rows_free(rows, nrows);
+    ASSERT_OK(td_metrics_query(store, run->id, "loss", 0, &rows, &nrows));
+    ASSERT_NEAR(rows[4].value, 1.75, 1e-9);
+    td_metric_rows_free(rows, nrows);
+
+    /* the partial line completes; nothing is read twice */
+    append(f1, "ss\": 0.3}\n");
+    ASSERT_OK(td_ingester_poll(ing, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_STEPS(store, run->id, "loss", 1, "1,2,3");
+
+    /* A restarted ingester (new store handle too) continues from the stored offsets. */
+    td_ingester_free(ing);
+    td_rundb *store2;
+    ASSERT_OK(td_rundb_open(tmpdir, &store2));
+    ASSERT_OK(td_ingester_new(store2, run->id, dir, &ing));
+    ASSERT_OK(td_ingester_poll(ing, &n));
+    ASSERT_EQ(n, 0);
+    append(f1, "{\"step\": 4, \"loss\": 0.2}\n{\"step\": 5, \"loss\": 0.1}\n");
+    ASSERT_OK(td_ingester_poll(ing, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_STEPS(store, run->id, "loss", 1, "1,2,3,4,5");
+
+    /* A resume from the checkpoint at step 3 drops rank 1's steps 4 and 5 (not rank 0's, not
+     * system metrics); the rewritten steps then appear once each. */
+    td_metric_point sys = {1, "sys/rss_mb", 9, 100.0, 0};
+    ASSERT_OK(td_metrics_insert(store, run->id, &sys, 1));
+    ASSERT_OK(td_metrics_sink_open(f1, &sink));
+    ASSERT_OK(td_metrics_sink_resume(sink, 3));
+    ASSERT_OK(td_metrics_sink_log1(sink, 4, "loss", 0.25));
+    td_metrics_sink_close(sink);
+    ASSERT_OK(td_ingester_poll(ing, &n));
+    ASSERT_STEPS(store, run->id, "loss", 1, "1,2,3,4");
+    ASSERT_STEPS(store, run->id, "loss", 0, "1,2,3,4,5");
+    ASSERT_STEPS(store, run->id, "sys/rss_mb", 1, "9");
+    ASSERT_OK(td_metrics_query(store, run->id, "loss", 1, &rows, &nrows));
+    ASSERT_NEAR(rows[3].value, 0.25, 1e-12);
+    td_metric_rows_free(rows, nrows);
+
+    /* last values: highest step per key, rank 0 first on ties */
+    ASSERT_OK(td_metrics_last(store, run->id, &rows, &nrows));
+    int saw_loss = 0;
+    for (size_t i = 0; i < nrows; i++)
+        if (!strcmp(rows[i].key, "loss")) {
+            saw_loss = 1;
+            ASSERT_EQ(rows[i].step, 5);
+            ASSERT_EQ(rows[i].rank, 0);
+        }
+    ASSERT(saw_loss);
+    td_metric_rows_free(rows, nrows);
+    td_ingester_free(ing);
+    td_rundb_close(store2);
+    free(dir);
+    free(f0);
+    free(f1);
+}
+
+static void test_sysmon(td_rundb *store, const td_run *run) {
+    /* a "worker": a child with RANK=3 burning CPU, under this process */
+    pid_t child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        char *argv[] = {"sh", "-c", "while :; do :; done", NULL};
+        char *envp[] = {"RANK=3", "TANDEM_RESTART_COUNT=2", "PATH=/usr/bin:/bin", NULL};
+        execve("/bin/sh", argv, envp);
+        _exit(127);
+    }
+    usleep(300000);
+    td_sysmon *mon = td_sysmon_new();
+    int restarts = -5;
+    ASSERT_OK(td_sysmon_sample(mon, store, run, getpid(), &restarts));
+    usleep(300000);
+    ASSERT_OK(td_sysmon_sample(mon, store, run, getpid(), &restarts));
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    td_sysmon_free(mon);
+    ASSERT_EQ(restarts, 2);
+    td_metric_row *rows;
+    size_t n;
+    ASSERT_OK(td_metrics_query(store, run->id, "sys/cpu_percent", 3, &rows, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT(rows[1].value > 20.0 && rows[1].value < 250.0); /* a busy loop: most of a core */
+    td_metric_rows_free(rows, n);
+    ASSERT_OK(td_metrics_query(store, run->id, "sys/rss_mb", 3, &rows, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT(rows[0].value > 0.1 && rows[0].value < 100.0);
+    td_metric_rows_free(rows, n);
+}
+
+static void test_artifacts(td_rundb *store, const td_run *run) {
+    char *work = td_xasprintf("%s/work", tmpdir);
+    char *cmd = td_xasprintf("mkdir -p %s/out/sub && printf abc > %s/out/a.txt && "
+                             "printf xyz > %s/out/sub/b.bin && printf q > %s/model.st",
+                             work, work, work, work);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+    const char *pats[] = {"out", "*.st", "missing-*.txt"};
+    size_t copied = 0;
+    ASSERT_OK(td_artifacts_collect(store, run, work, pats, 3, &copied));
+    ASSERT_EQ(copied, 3);
+    td_artifact *arts;
+    size_t n;
+    ASSERT_OK(td_artifacts_list(store, run->id, &arts, &n));
+    ASSERT_EQ(n, 3);
+    ASSERT_STREQ(arts[0].name, "model.st");
+    ASSERT_STREQ(arts[1].name, "out/a.txt");
+    ASSERT_STREQ(arts[2].name, "out/sub/b.bin");
+    /* SHA-256("abc"), the FIPS 180-2 example */
+    ASSERT_STREQ(arts[1].sha256,
+                 "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    ASSERT_EQ(arts[1].size_bytes, 3);
+    ASSERT_CONTAINS(arts[1].path, "/artifacts/out/a.txt");
+    char sha[65];
+    ASSERT_OK(td_sha256_file(arts[2].path, sha));
+    ASSERT_STREQ(sha, arts[2].sha256);
+    td_artifacts_free(arts, n);
+    free(work);
+}
+
+static void test_code_version(void) {
+    char *repo = td_xasprintf("%s/repo", tmpdir);
+    char *cmd =
+        td_xasprintf("mkdir -p %s && cd %s && git init -q . && printf 'a\\n' > f && git add f && "
+                     "git -c user.name=t -c user.email=t@t commit -qm init",
+                     repo, repo);
+    if (system(cmd) != 0) {
+        printf("git unavailable; code version inside git not checked\n");
+        free(cmd);
+        free(repo);
+        return;
+    }
+    free(cmd);
+    char *v = td_code_version(repo);
+    ASSERT_EQ(strlen(v), 40);
+    ASSERT(strchr(v, '+') == NULL);
+    char *dirty = td_xasprintf("printf 'b\\n' >> %s/f", repo);
+    ASSERT_EQ(system(dirty), 0);
+    char *v2 = td_code_version(repo);
+    ASSERT_EQ(strncmp(v, v2, 40), 0);
+    ASSERT_CONTAINS(v2, "+dirty.");
+    ASSERT_EQ(strlen(v2), 40 + 7 + 64);
+    free(v);
+    free(v2);
+    free(dirty);
+    free(repo);
+}
+
+int main(void) {
+    ASSERT(mkdtemp(tmpdir) != NULL);
+    td_rundb *store;
+    ASSERT_OK(td_rundb_open(tmpdir, &store));
+    td_run run;
+    td_run_spec spec = {"ing", "true", NULL, 1, 2};
+    ASSERT_OK(td_run_create(store, &spec, &run));
+    test_lines(store, &run);
+    test_sysmon(store, &run);
+    test_artifacts(store, &run);
+    test_code_version();
+    td_run_clear(&run);
+    td_rundb_close(store);
+    char *cmd = td_xasprintf("rm -rf '%s'", tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+    TEST_PASS();
+}

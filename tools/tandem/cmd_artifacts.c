@@ -1,0 +1,113 @@
+/* tandem artifacts: list a run's artifacts, or copy them out with their sha256 checked. */
+#include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "tandem/track.h"
+
+static int mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++)
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = c;
+            if (!c) return 0;
+        }
+}
+
+static int copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+    int rc = in && out ? 0 : -1;
+    char buf[1 << 16];
+    size_t n;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) rc = -1;
+    if (in && ferror(in)) rc = -1;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) rc = -1;
+    return rc;
+}
+
+int cmd_artifacts(int argc, char **argv) {
+    const char *id = NULL, *dest = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: tandem artifacts RUN [--download DIR]\n\n"
+                   "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
+                   "DIR/<name> and checks each copy's sha256 against the record.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--download") && i + 1 < argc)
+            dest = argv[++i];
+        else if (argv[i][0] != '-' && !id)
+            id = argv[i];
+        else {
+            fprintf(stderr, "usage: tandem artifacts RUN [--download DIR]\n");
+            return 2;
+        }
+    }
+    if (!id) {
+        fprintf(stderr, "usage: tandem artifacts RUN [--download DIR]\n");
+        return 2;
+    }
+    td_rundb *store;
+    td_status st = td_rundb_open(NULL, &store);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    td_run r;
+    st = td_run_find(store, id, &r);
+    if (st != TD_OK) {
+        td_error_print(st);
+        td_rundb_close(store);
+        return 2;
+    }
+    td_artifact *arts = NULL;
+    size_t n = 0;
+    int rc = 0;
+    st = td_artifacts_list(store, r.id, &arts, &n);
+    if (st != TD_OK) {
+        td_error_print(st);
+        rc = 1;
+    } else if (!dest) {
+        printf("%-40s %12s  %s\n", "NAME", "BYTES", "SHA256");
+        for (size_t i = 0; i < n; i++)
+            printf("%-40s %12lld  %s\n", arts[i].name, (long long)arts[i].size_bytes,
+                   arts[i].sha256);
+        if (!n) printf("(run %s has no artifacts)\n", r.id);
+    } else {
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            char *to = td_xasprintf("%s/%s", dest, arts[i].name);
+            char *dir = td_xstrdup(to);
+            char sha[65];
+            if (mkdirs(dirname(dir)) != 0 || copy_file(arts[i].path, to) != 0) {
+                fprintf(stderr, "tandem artifacts: cannot copy %s to %s: %s\n", arts[i].path, to,
+                        strerror(errno));
+                rc = 1;
+            } else if ((st = td_sha256_file(to, sha)) != TD_OK) {
+                td_error_print(st);
+                rc = 1;
+            } else if (strcmp(sha, arts[i].sha256)) {
+                fprintf(stderr,
+                        "tandem artifacts: %s: sha256 %s does not match the recorded %s; the "
+                        "stored copy %s was changed or damaged\n",
+                        to, sha, arts[i].sha256, arts[i].path);
+                rc = 1;
+            } else {
+                printf("%s  %s (sha256 ok)\n", sha, to);
+            }
+            free(to);
+            free(dir);
+        }
+    }
+    td_artifacts_free(arts, n);
+    td_run_clear(&r);
+    td_rundb_close(store);
+    return rc;
+}

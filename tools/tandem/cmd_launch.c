@@ -1,0 +1,184 @@
+/* tandem launch: torchrun-compatible flag parsing; the work is td_launch_run (src/launch). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tandem/launch.h"
+
+static void launch_usage(FILE *out) {
+    fprintf(out, "usage: tandem launch [options] -- CMD ARGS...\n"
+                 "       tandem launch [options] SCRIPT.py ARGS...   (runs $PYTHON or python3)\n\n"
+                 "  --nnodes N[:M]          nodes to wait for (N), up to M (default 1)\n"
+                 "  --nproc-per-node K      workers on this node; auto/cpu = cores (default 1)\n"
+                 "  --node-rank R           this node's rank (default: order of arrival)\n"
+                 "  --rdzv-endpoint H:P     rendezvous store; node 0 hosts it (multi-node)\n"
+                 "  --rdzv-id ID            job id shared by all nodes\n"
+                 "  --standalone            single node, private store on 127.0.0.1\n"
+                 "  --max-restarts R        restart the whole group up to R times (default 0)\n"
+                 "  --log-dir DIR           also append worker output to DIR/rank-R.log\n"
+                 "  --metrics-dir DIR       workers get TANDEM_METRICS=DIR/rank-R.jsonl\n"
+                 "  --monitor-interval S    worker/store check period (default 0.1)\n"
+                 "  --grace S               SIGTERM->SIGKILL after a failure (default 2)\n"
+                 "  --stop-grace S          SIGTERM->SIGKILL when the launcher is signalled "
+                 "(default 30)\n"
+                 "  --rdzv-timeout S        how long nodes wait for each other (default 300)\n"
+                 "  --rdzv-last-call S      with N:M, extra wait for more nodes (default 3)\n"
+                 "  --master-addr/--master-port   torchrun's static form of --rdzv-endpoint\n"
+                 "Flags also accept torchrun's underscore spellings (--nproc_per_node) and "
+                 "--flag=value.\n"
+                 "Exit: 0 ok, 1 a worker failed, 2 usage, 130 SIGINT, 143 SIGTERM (workers "
+                 "checkpointed).\n");
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int *out) {
+    int64_t v;
+    if (td_parse_i64(flag, s, &v) != TD_OK || v < lo || v > 1000000) {
+        fprintf(stderr, "tandem launch: %s '%s': expected an integer >= %d\n", flag, s, lo);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_secs(const char *flag, const char *s, double *out) {
+    if (td_parse_f64(flag, s, out) != TD_OK || *out < 0) {
+        fprintf(stderr, "tandem launch: %s '%s': expected seconds >= 0\n", flag, s);
+        return 2;
+    }
+    return 0;
+}
+
+static int parse_nnodes(const char *s, td_launch_options *o) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = '\0';
+    if (parse_int("--nnodes", buf, 1, &o->min_nodes)) return 2;
+    o->max_nodes = o->min_nodes;
+    if (colon && parse_int("--nnodes", colon + 1, o->min_nodes, &o->max_nodes)) return 2;
+    return 0;
+}
+
+static int count_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int cmd_launch(int argc, char **argv) {
+    td_launch_options o;
+    td_launch_options_init(&o);
+    const char *master_addr = NULL, *master_port = "29500";
+    char *endpoint_buf = NULL;
+    char **cmd = NULL;
+    int ncmd = 0, rc = 0;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h")) {
+            launch_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(arg, "--")) {
+            i++;
+            break;
+        }
+        if (strncmp(arg, "--", 2) != 0) break; /* the command (torchrun: the script) */
+        /* Normalise --flag_name=value to --flag-name and value. */
+        char flag[64];
+        const char *eq = strchr(arg, '=');
+        size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (flen >= sizeof flag) flen = sizeof flag - 1;
+        memcpy(flag, arg, flen);
+        flag[flen] = '\0';
+        for (char *c = flag + 2; *c; c++)
+            if (*c == '_') *c = '-';
+        if (!strcmp(flag, "--help")) {
+            launch_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(flag, "--standalone")) {
+            o.standalone = true;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tandem launch: %s needs a value\n", flag);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        if (!strcmp(flag, "--nnodes"))
+            rc = parse_nnodes(val, &o);
+        else if (!strcmp(flag, "--nproc-per-node")) {
+            if (!strcmp(val, "auto") || !strcmp(val, "cpu"))
+                o.nproc_per_node = count_cores();
+            else
+                rc = parse_int(flag, val, 1, &o.nproc_per_node);
+        } else if (!strcmp(flag, "--node-rank"))
+            rc = parse_int(flag, val, 0, &o.node_rank);
+        else if (!strcmp(flag, "--rdzv-endpoint"))
+            o.rdzv_endpoint = val;
+        else if (!strcmp(flag, "--rdzv-id"))
+            o.rdzv_id = val;
+        else if (!strcmp(flag, "--rdzv-backend")) {
+            /* c10d / static: both mean "the store at the endpoint" here. */
+        } else if (!strcmp(flag, "--max-restarts"))
+            rc = parse_int(flag, val, 0, &o.max_restarts);
+        else if (!strcmp(flag, "--log-dir"))
+            o.log_dir = val;
+        else if (!strcmp(flag, "--metrics-dir"))
+            o.metrics_dir = val;
+        else if (!strcmp(flag, "--monitor-interval")) {
+            rc = parse_secs(flag, val, &o.monitor_interval_s);
+            if (!rc && o.monitor_interval_s <= 0) o.monitor_interval_s = 0.1;
+        } else if (!strcmp(flag, "--grace"))
+            rc = parse_secs(flag, val, &o.grace_s);
+        else if (!strcmp(flag, "--stop-grace"))
+            rc = parse_secs(flag, val, &o.stop_grace_s);
+        else if (!strcmp(flag, "--rdzv-timeout"))
+            rc = parse_secs(flag, val, &o.rdzv_timeout_s);
+        else if (!strcmp(flag, "--rdzv-last-call"))
+            rc = parse_secs(flag, val, &o.last_call_s);
+        else if (!strcmp(flag, "--master-addr"))
+            master_addr = val;
+        else if (!strcmp(flag, "--master-port"))
+            master_port = val;
+        else {
+            fprintf(stderr, "tandem launch: unknown option %s\n\n", flag);
+            launch_usage(stderr);
+            return 2;
+        }
+        if (rc) return rc;
+    }
+    if (i >= argc) {
+        fprintf(stderr, "tandem launch: no worker command\n\n");
+        launch_usage(stderr);
+        return 2;
+    }
+    if (!o.rdzv_endpoint && master_addr && o.max_nodes > 1)
+        o.rdzv_endpoint = endpoint_buf = td_xasprintf("%s:%s", master_addr, master_port);
+
+    /* torchrun runs a script with the interpreter; so do we, when the command is a .py file. */
+    size_t len = strlen(argv[i]);
+    bool script = len > 3 && !strcmp(argv[i] + len - 3, ".py") && access(argv[i], X_OK) != 0;
+    cmd = td_xcalloc((size_t)(argc - i + 2), sizeof *cmd);
+    if (script) {
+        const char *py = getenv("PYTHON");
+        cmd[ncmd++] = (char *)(py && *py ? py : "python3");
+    }
+    for (int j = i; j < argc; j++) cmd[ncmd++] = argv[j];
+    o.argc = ncmd;
+    o.argv = cmd;
+
+    int exit_code = 1;
+    td_status st = td_launch_run(&o, &exit_code);
+    if (st != TD_OK) {
+        td_error_print(st);
+        if (st == TD_ERR_USAGE) exit_code = 2;
+    }
+    free(cmd);
+    free(endpoint_buf);
+    return exit_code;
+}

@@ -1,0 +1,164 @@
+/* tandem logs: a run's worker logs, optionally followed until the run ends. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "tandem/track.h"
+
+typedef struct {
+    char *path;
+    char prefix[32];
+    long offset;
+    char *partial; /* a line without its newline yet */
+} log_cursor;
+
+/* Prints what was appended since the last call; complete lines only unless flush_partial. */
+static void pump(log_cursor *c, int prefixed, int flush_partial) {
+    FILE *f = fopen(c->path, "rb");
+    if (!f) return;
+    if (fseek(f, c->offset, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    char buf[1 << 15];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        c->offset += (long)n;
+        size_t start = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (buf[i] != '\n') continue;
+            if (prefixed) fputs(c->prefix, stdout);
+            if (c->partial) {
+                fputs(c->partial, stdout);
+                free(c->partial);
+                c->partial = NULL;
+            }
+            fwrite(buf + start, 1, i + 1 - start, stdout);
+            start = i + 1;
+        }
+        if (start < n) {
+            size_t old = c->partial ? strlen(c->partial) : 0;
+            c->partial = td_xrealloc(c->partial, old + (n - start) + 1);
+            memcpy(c->partial + old, buf + start, n - start);
+            c->partial[old + n - start] = '\0';
+        }
+    }
+    fclose(f);
+    if (flush_partial && c->partial) {
+        if (prefixed) fputs(c->prefix, stdout);
+        printf("%s\n", c->partial);
+        free(c->partial);
+        c->partial = NULL;
+    }
+    fflush(stdout);
+}
+
+/* Adds cursors for log files not seen yet. */
+static void refresh(td_rundb *store, const td_run *r, int rank, log_cursor **cs, size_t *n) {
+    td_log_file *logs = NULL;
+    size_t nlogs = 0;
+    if (td_logs_scan(store, r, &logs, &nlogs) != TD_OK) {
+        td_error_clear();
+        return;
+    }
+    for (size_t i = 0; i < nlogs; i++) {
+        if (rank >= 0 && logs[i].rank != rank) continue;
+        /* The detached supervisor's own log repeats the launcher's stderr; `show` lists it. */
+        if (strstr(logs[i].path, "/supervisor.log")) continue;
+        int known = 0;
+        for (size_t k = 0; k < *n && !known; k++) known = !strcmp((*cs)[k].path, logs[i].path);
+        if (known) continue;
+        *cs = td_xrealloc(*cs, (*n + 1) * sizeof **cs);
+        log_cursor *c = &(*cs)[(*n)++];
+        memset(c, 0, sizeof *c);
+        c->path = td_xstrdup(logs[i].path);
+        const char *base = strrchr(logs[i].path, '/');
+        base = base ? base + 1 : logs[i].path;
+        if (logs[i].rank >= 0)
+            snprintf(c->prefix, sizeof c->prefix, "[rank %d] ", logs[i].rank);
+        else
+            snprintf(c->prefix, sizeof c->prefix, "[%.*s] ", (int)strcspn(base, "."), base);
+    }
+    td_log_files_free(logs, nlogs);
+}
+
+int cmd_logs(int argc, char **argv) {
+    const char *id = NULL;
+    int follow = 0, rank = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: tandem logs RUN [-f] [--rank R]\n\n"
+                   "Prints the workers' logs, each line prefixed with its rank (raw with\n"
+                   "--rank). -f follows them until the run ends.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
+            follow = 1;
+        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
+            int64_t r;
+            if (td_parse_i64("--rank", argv[++i], &r) != TD_OK || r < 0) {
+                fprintf(stderr, "tandem logs: --rank expects an integer >= 0\n");
+                return 2;
+            }
+            rank = (int)r;
+        } else if (argv[i][0] != '-' && !id)
+            id = argv[i];
+        else {
+            fprintf(stderr, "usage: tandem logs RUN [-f] [--rank R]\n");
+            return 2;
+        }
+    }
+    if (!id) {
+        fprintf(stderr, "usage: tandem logs RUN [-f] [--rank R]\n");
+        return 2;
+    }
+    td_rundb *store;
+    td_status st = td_rundb_open(NULL, &store);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    td_run r;
+    st = td_run_find(store, id, &r);
+    if (st != TD_OK) {
+        td_error_print(st);
+        td_rundb_close(store);
+        return 2;
+    }
+    log_cursor *cs = NULL;
+    size_t n = 0;
+    int prefixed = rank < 0;
+    refresh(store, &r, rank, &cs, &n);
+    for (size_t i = 0; i < n; i++) pump(&cs[i], prefixed, !follow);
+    if (follow) {
+        for (;;) {
+            td_run cur;
+            int done = 1;
+            if (td_run_find(store, r.id, &cur) == TD_OK) {
+                if (td_run_reap_stale(store, &cur) != TD_OK) td_error_clear();
+                done = td_run_status_is_final(cur.status);
+                td_run_clear(&cur);
+            }
+            refresh(store, &r, rank, &cs, &n);
+            for (size_t i = 0; i < n; i++) pump(&cs[i], prefixed, done);
+            if (done) break;
+            struct timespec ts = {0, 200000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    int rc = 0;
+    if (!n) {
+        fprintf(stderr, "tandem logs: run %s has no %s yet (%s/logs)\n", r.id,
+                rank >= 0 ? "log for that rank" : "logs", r.run_dir);
+        rc = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(cs[i].path);
+        free(cs[i].partial);
+    }
+    free(cs);
+    td_run_clear(&r);
+    td_rundb_close(store);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* tandem metrics: a run's metric points as a table, CSV or JSON. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tandem/track.h"
+
+static void metrics_usage(FILE *out) {
+    fprintf(out, "usage: tandem metrics RUN [--csv | --json] [--key KEY] [--rank R]\n\n"
+                 "Points ordered by key, rank and step. --csv: rank,key,step,value,time;\n"
+                 "--json: one array of {rank, key, step, value, time} objects.\n");
+}
+
+static void csv_field(const char *s) {
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+int cmd_metrics(int argc, char **argv) {
+    const char *id = NULL, *key = NULL;
+    int format = 0; /* 0 table, 1 csv, 2 json */
+    int rank = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            metrics_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--csv"))
+            format = 1;
+        else if (!strcmp(argv[i], "--json"))
+            format = 2;
+        else if (!strcmp(argv[i], "--key") && i + 1 < argc)
+            key = argv[++i];
+        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
+            int64_t r;
+            if (td_parse_i64("--rank", argv[++i], &r) != TD_OK || r < 0) {
+                fprintf(stderr, "tandem metrics: --rank expects an integer >= 0\n");
+                return 2;
+            }
+            rank = (int)r;
+        } else if (argv[i][0] != '-' && !id)
+            id = argv[i];
+        else {
+            metrics_usage(stderr);
+            return 2;
+        }
+    }
+    if (!id) {
+        metrics_usage(stderr);
+        return 2;
+    }
+    td_rundb *store;
+    td_status st = td_rundb_open(NULL, &store);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    td_run r;
+    st = td_run_find(store, id, &r);
+    if (st != TD_OK) {
+        td_error_print(st);
+        td_rundb_close(store);
+        return 2;
+    }
+    td_metric_row *rows = NULL;
+    size_t n = 0;
+    st = td_metrics_query(store, r.id, key, rank, &rows, &n);
+    if (st != TD_OK) {
+        td_error_print(st);
+        td_run_clear(&r);
+        td_rundb_close(store);
+        return 1;
+    }
+    if (format == 1) {
+        printf("rank,key,step,value,time\n");
+        for (size_t i = 0; i < n; i++) {
+            printf("%d,", rows[i].rank);
+            csv_field(rows[i].key);
+            printf(",%lld,%.17g,%.6f\n", (long long)rows[i].step, rows[i].value, rows[i].time_s);
+        }
+    } else if (format == 2) {
+        printf("[");
+        for (size_t i = 0; i < n; i++) {
+            json_t *o = json_pack("{s:i, s:s, s:I, s:f, s:f}", "rank", rows[i].rank, "key",
+                                  rows[i].key, "step", (json_int_t)rows[i].step, "value",
+                                  rows[i].value, "time", rows[i].time_s);
+            char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            printf("%s\n%s", i ? "," : "", s ? s : "null");
+            free(s);
+            json_decref(o);
+        }
+        printf("\n]\n");
+    } else {
+        printf("%-24s %5s %10s %16s\n", "KEY", "RANK", "STEP", "VALUE");
+        for (size_t i = 0; i < n; i++)
+            printf("%-24s %5d %10lld %16.8g\n", rows[i].key, rows[i].rank, (long long)rows[i].step,
+                   rows[i].value);
+        if (!n)
+            printf("(no metrics recorded for run %s%s%s)\n", r.id, key ? " with key " : "",
+                   key ? key : "");
+    }
+    td_metric_rows_free(rows, n);
+    td_run_clear(&r);
+    td_rundb_close(store);
+    return 0;
+}

@@ -1,0 +1,105 @@
+/* tandem ps: the runs table. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "tandem/track.h"
+
+static void fmt_time(double t, char *out, size_t n) {
+    if (t <= 0) {
+        snprintf(out, n, "-");
+        return;
+    }
+    time_t tt = (time_t)t, now = time(NULL);
+    struct tm tm, today;
+    localtime_r(&tt, &tm);
+    localtime_r(&now, &today);
+    if (tm.tm_year == today.tm_year && tm.tm_yday == today.tm_yday)
+        strftime(out, n, "%H:%M:%S", &tm);
+    else
+        strftime(out, n, "%Y-%m-%d %H:%M", &tm);
+}
+
+static void fmt_duration(double s, char *out, size_t n) {
+    if (s < 0) {
+        snprintf(out, n, "-");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t < 60)
+        snprintf(out, n, "%lds", t);
+    else if (t < 3600)
+        snprintf(out, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, n, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+}
+
+/* The run's loss: "loss" itself, else the first key ending in "loss" ("train/loss"). */
+static const td_metric_row *pick_loss(const td_metric_row *rows, size_t n) {
+    const td_metric_row *best = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(rows[i].key);
+        if (!strcmp(rows[i].key, "loss")) return &rows[i];
+        if (!best && len >= 4 && !strcmp(rows[i].key + len - 4, "loss")) best = &rows[i];
+    }
+    return best;
+}
+
+int cmd_ps(int argc, char **argv) {
+    int all = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all"))
+            all = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: tandem ps [-a]\n\nActive runs and the 10 most recent finished ones; "
+                   "-a lists every run.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "usage: tandem ps [-a]\n");
+            return 2;
+        }
+    }
+    td_rundb *store;
+    td_status st = td_rundb_open(NULL, &store);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    td_run *runs = NULL;
+    size_t n = 0;
+    st = td_run_list(store, all, &runs, &n);
+    if (st != TD_OK) {
+        td_error_print(st);
+        td_rundb_close(store);
+        return 1;
+    }
+    printf("%-20s %-14s %-10s %-17s %-9s %8s %10s\n", "ID", "WORKFLOW", "STATUS", "STARTED",
+           "DURATION", "STEP", "LOSS");
+    double now = td_wall_s();
+    for (size_t i = 0; i < n; i++) {
+        td_run *r = &runs[i];
+        if (td_run_reap_stale(store, r) != TD_OK) td_error_clear();
+        char started[32], dur[32], step[24] = "-", loss[32] = "-";
+        fmt_time(r->started_s, started, sizeof started);
+        double end = r->ended_s > 0 ? r->ended_s : now;
+        fmt_duration(r->started_s > 0 ? end - r->started_s : -1, dur, sizeof dur);
+        td_metric_row *last = NULL;
+        size_t nlast = 0;
+        if (td_metrics_last(store, r->id, &last, &nlast) == TD_OK) {
+            const td_metric_row *l = pick_loss(last, nlast);
+            if (l) {
+                snprintf(step, sizeof step, "%lld", (long long)l->step);
+                snprintf(loss, sizeof loss, "%.4g", l->value);
+            }
+            td_metric_rows_free(last, nlast);
+        } else {
+            td_error_clear();
+        }
+        printf("%-20s %-14s %-10s %-17s %-9s %8s %10s\n", r->id, r->workflow,
+               td_run_status_str(r->status), started, dur, step, loss);
+    }
+    td_runs_free(runs, n);
+    td_rundb_close(store);
+    return 0;
+}

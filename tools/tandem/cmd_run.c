@@ -1,0 +1,149 @@
+/* tandem run: run a workflow from the project's workflow file as a tracked run. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tandem/workflow.h"
+
+static void run_usage(FILE *out) {
+    fprintf(out,
+            "usage: tandem run [WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n"
+            "       tandem run --resume RUN [-d]\n\n"
+            "  WORKFLOW            a name from the workflow file (optional when it has one)\n"
+            "  -f, --file FILE     workflow file (default .tandem/workflows.yaml of the project:\n"
+            "                      $TANDEM_HOME or the current directory)\n"
+            "  -d, --detach        run in the background; print the run id and return\n"
+            "  --param KEY=VALUE   override or add a param (repeatable)\n"
+            "  --resume RUN        continue a preempted, stopped or failed run (same id) with\n"
+            "                      TANDEM_RESUME=1\n\n"
+            "Exit: 0 succeeded, 1 failed or stopped, 2 usage, 143 preempted (resumable).\n");
+}
+
+static char *default_file(void) {
+    const char *home = getenv("TANDEM_HOME");
+    if (home && *home) return td_xasprintf("%s/.tandem/workflows.yaml", home);
+    return td_xstrdup(".tandem/workflows.yaml");
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *name = NULL, *file = NULL, *resume = NULL;
+    int detach = 0;
+    const char **params = td_xcalloc((size_t)argc, sizeof *params);
+    size_t nparams = 0;
+    int rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            run_usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--detach")) {
+            detach = 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file") || !strcmp(a, "--param") ||
+                   !strcmp(a, "--resume")) {
+            if (!next) {
+                fprintf(stderr, "tandem run: %s needs a value\n", a);
+                goto out;
+            }
+            if (!strcmp(a, "--param"))
+                params[nparams++] = next;
+            else if (!strcmp(a, "--resume"))
+                resume = next;
+            else
+                file = next;
+            i++;
+        } else if (!strncmp(a, "--param=", 8)) {
+            params[nparams++] = a + 8;
+        } else if (!strncmp(a, "--resume=", 9)) {
+            resume = a + 9;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "tandem run: unknown option '%s'\n\n", a);
+            run_usage(stderr);
+            goto out;
+        } else if (!name) {
+            name = a;
+        } else {
+            fprintf(stderr, "tandem run: one workflow at a time ('%s' and '%s')\n", name, a);
+            goto out;
+        }
+    }
+    if (resume && nparams) {
+        fprintf(stderr, "tandem run: --resume re-runs the stored command; --param cannot "
+                        "change it (start a new run instead)\n");
+        goto out;
+    }
+
+    char *path = file ? td_xstrdup(file) : default_file();
+    td_workflow_file *wf = NULL;
+    td_workflow *w = NULL;
+    td_status st = TD_OK;
+    char *run_id = NULL;
+    int exit_code = 1;
+    if (resume) {
+        /* The workflow file, when it still defines the run's workflow, supplies setup, env and
+         * artifacts; the command itself always comes from the stored run. */
+        td_rundb *store = NULL;
+        td_run r = {0};
+        st = td_rundb_open(NULL, &store);
+        if (st == TD_OK) st = td_run_find(store, resume, &r);
+        if (st == TD_OK && access(path, F_OK) == 0) {
+            const td_workflow *found = NULL;
+            st = td_workflow_file_load(path, &wf);
+            if (st == TD_OK && td_workflow_find(wf, r.workflow, &found) == TD_OK)
+                w = td_workflow_copy(found);
+            else if (st == TD_OK) {
+                fprintf(stderr,
+                        "tandem run: workflow '%s' is no longer in %s; resuming with "
+                        "the stored command only (no setup, env or artifacts)\n",
+                        r.workflow, path);
+                td_error_clear();
+            }
+        }
+        td_run_clear(&r);
+        td_rundb_close(store);
+    } else {
+        st = td_workflow_file_load(path, &wf);
+        if (st == TD_OK) {
+            const td_workflow *found = NULL;
+            if (!name && wf->count == 1)
+                found = &wf->items[0];
+            else if (!name) {
+                char list[1024] = "";
+                size_t used = 0;
+                for (size_t i = 0; i < wf->count && used < sizeof list; i++)
+                    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                                             wf->items[i].name);
+                fprintf(stderr, "tandem run: which workflow? %s defines: %s\n", path, list);
+                rc = 2;
+                goto done;
+            } else {
+                st = td_workflow_find(wf, name, &found);
+            }
+            if (st == TD_OK) w = td_workflow_copy(found);
+            for (size_t i = 0; st == TD_OK && i < nparams; i++)
+                st = td_workflow_set_param(w, params[i]);
+        }
+    }
+    if (st == TD_OK) {
+        td_run_options opts = {.detach = detach, .resume_run = resume};
+        st = td_workflow_run(w, &opts, &run_id, &exit_code);
+    }
+    if (st != TD_OK) {
+        td_error_print(st);
+        rc = st == TD_ERR_USAGE || st == TD_ERR_FORMAT || st == TD_ERR_NOTFOUND ? 2 : 1;
+        if (st == TD_ERR_INVALID) rc = 2;
+    } else {
+        if (detach) printf("%s\n", run_id);
+        rc = exit_code;
+    }
+done:
+    free(run_id);
+    td_workflow_free(w);
+    td_workflow_file_free(wf);
+    free(path);
+out:
+    free(params);
+    return rc;
+}

@@ -1,0 +1,317 @@
+/* tandem train: parse the flags, run the trainer, map the outcome to an exit code
+ * (0 ok, 1 failure, 2 usage, 143/130 stopped by SIGTERM/SIGINT after a checkpoint). */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tandem/train.h"
+
+static void train_usage(FILE *out) {
+    fprintf(out,
+            "usage: tandem train --model basicnet|mlp7|SPEC.yaml --data DIR [options]\n"
+            "\n"
+            "  --model NAME|PATH       basicnet, mlp7, or a YAML model spec (default basicnet)\n"
+            "  --data DIR              Fashion-MNIST IDX files (default "
+            "/usr/share/datasets/fashion-mnist)\n"
+            "  --epochs N | --steps N  how long to train (default 1 epoch)\n"
+            "  --batch B               samples per micro-batch per rank (default 64)\n"
+            "  --accum M               micro-batches per step (default 1); global batch = "
+            "B x M x WORLD_SIZE\n"
+            "  --optimizer adamw|sgd   (default adamw)\n"
+            "  --lr F                  learning rate (default 1e-3)\n"
+            "  --momentum F            SGD momentum (default 0)\n"
+            "  --dampening F           SGD dampening (default 0)\n"
+            "  --nesterov              SGD Nesterov momentum\n"
+            "  --weight-decay F        default 0.01 for adamw, 0 for sgd\n"
+            "  --seed S                data order, init and dropout (default 0)\n"
+            "  --threads T             compute threads (default TANDEM_NUM_THREADS or all cores)\n"
+            "  --save FILE             write the final weights as safetensors\n"
+            "  --checkpoint-dir DIR    write checkpoints there (the last 2 are kept)\n"
+            "  --checkpoint-every N    also every N steps (default: epoch ends, the end, and on "
+            "SIGTERM)\n"
+            "  --resume                continue from the newest valid checkpoint in the directory\n"
+            "  --no-eval-every-epoch   test accuracy only at the end\n"
+            "  --progress | --no-progress   force the progress bar on or off (default: on a tty)\n"
+            "  --log-every N           steps between log lines when there is no bar\n"
+            "  --json                  end stdout with one JSON line of results\n");
+}
+
+enum {
+    OPT_MODEL = 256,
+    OPT_DATA,
+    OPT_EPOCHS,
+    OPT_STEPS,
+    OPT_BATCH,
+    OPT_ACCUM,
+    OPT_LR,
+    OPT_OPTIMIZER,
+    OPT_MOMENTUM,
+    OPT_DAMPENING,
+    OPT_NESTEROV,
+    OPT_WEIGHT_DECAY,
+    OPT_SEED,
+    OPT_THREADS,
+    OPT_SAVE,
+    OPT_CKPT_DIR,
+    OPT_CKPT_EVERY,
+    OPT_RESUME,
+    OPT_JSON,
+    OPT_EVAL_EPOCH,
+    OPT_NO_EVAL_EPOCH,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS,
+    OPT_LOG_EVERY,
+    OPT_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"accum", required_argument, NULL, OPT_ACCUM},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"dampening", required_argument, NULL, OPT_DAMPENING},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"save", required_argument, NULL, OPT_SAVE},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"eval-every-epoch", no_argument, NULL, OPT_EVAL_EPOCH},
+    {"no-eval-every-epoch", no_argument, NULL, OPT_NO_EVAL_EPOCH},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int usage_error(const char *fmt, ...) TD_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tandem train: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'tandem train --help')\n");
+    va_end(ap);
+    return 2;
+}
+
+/* An integer flag value in [lo, hi]; prints the usage error itself. */
+static int int_flag(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (td_parse_i64(flag, s, out) != TD_OK || *out < lo || *out > hi)
+        return usage_error("%s '%s': must be an integer from %lld to %lld", flag, s, (long long)lo,
+                           (long long)hi);
+    return 0;
+}
+
+static int real_flag(const char *flag, const char *s, double *out) {
+    if (td_parse_f64(flag, s, out) != TD_OK || *out < 0)
+        return usage_error("%s '%s': must be a finite number >= 0", flag, s);
+    return 0;
+}
+
+/* WORLD_SIZE / RANK as torchrun and `tandem launch` set them; 1 / 0 without. */
+static int env_rank(const char *name, int64_t def, int64_t *out) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !*v) return 0;
+    if (td_parse_i64(name, v, out) != TD_OK || *out < 0 || *out > 1 << 20) {
+        fprintf(stderr, "tandem train: environment variable %s='%s' is not a valid count\n", name,
+                v);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_json(const td_train_config *cfg, const td_train_result *r, td_status st) {
+    json_t *o = json_object();
+    json_object_set_new(o, "steps", json_integer(r->steps));
+    json_object_set_new(o, "world_size", json_integer(r->world_size));
+    json_object_set_new(o, "samples_per_s", json_real(r->samples_per_s));
+    json_object_set_new(o, "final_loss",
+                        isfinite(r->final_loss) ? json_real(r->final_loss) : json_null());
+    json_object_set_new(o, "final_train_acc",
+                        isfinite(r->final_acc) ? json_real(100.0 * r->final_acc) : json_null());
+    json_object_set_new(o, "test_acc",
+                        isfinite(r->test_acc) ? json_real(r->test_acc) : json_null());
+    json_object_set_new(o, "test_loss",
+                        isfinite(r->test_loss) ? json_real(r->test_loss) : json_null());
+    json_object_set_new(o, "wall_s", json_real(r->wall_s));
+    json_object_set_new(o, "epochs", json_integer(r->epochs));
+    json_object_set_new(o, "global_batch", json_integer(r->global_batch));
+    json_object_set_new(o, "batch", json_integer(cfg->batch));
+    json_object_set_new(o, "accum", json_integer(cfg->accum));
+    json_object_set_new(o, "params", json_integer((json_int_t)r->num_params));
+    json_object_set_new(o, "start_step", json_integer(r->start_step));
+    json_object_set_new(o, "model", json_string(cfg->model));
+    json_object_set_new(o, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
+    json_object_set_new(o, "status",
+                        json_string(st == TD_OK                ? "ok"
+                                    : st == TD_ERR_INTERRUPTED ? "stopped"
+                                                               : "failed"));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+    printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+    json_decref(o);
+}
+
+int cmd_train(int argc, char **argv) {
+    td_train_config cfg;
+    td_train_config_defaults(&cfg);
+    const char *optimizer = "adamw";
+    double lr = NAN, momentum = NAN, dampening = NAN, wd = NAN;
+    bool nesterov = false, json = false, have_epochs = false, have_steps = false;
+    int64_t v;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", long_opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case OPT_MODEL:
+            cfg.model = optarg;
+            break;
+        case OPT_DATA:
+            cfg.data_dir = optarg;
+            break;
+        case OPT_EPOCHS:
+            bad = int_flag("--epochs", optarg, 1, INT32_MAX, &cfg.epochs);
+            have_epochs = true;
+            break;
+        case OPT_STEPS:
+            bad = int_flag("--steps", optarg, 1, INT64_MAX / 2, &cfg.steps);
+            have_steps = true;
+            break;
+        case OPT_BATCH:
+            bad = int_flag("--batch", optarg, 1, 1 << 20, &v);
+            cfg.batch = (int)v;
+            break;
+        case OPT_ACCUM:
+            bad = int_flag("--accum", optarg, 1, 1 << 16, &v);
+            cfg.accum = (int)v;
+            break;
+        case OPT_LR:
+            bad = real_flag("--lr", optarg, &lr);
+            break;
+        case OPT_OPTIMIZER:
+            optimizer = optarg;
+            break;
+        case OPT_MOMENTUM:
+            bad = real_flag("--momentum", optarg, &momentum);
+            break;
+        case OPT_DAMPENING:
+            bad = real_flag("--dampening", optarg, &dampening);
+            break;
+        case OPT_NESTEROV:
+            nesterov = true;
+            break;
+        case OPT_WEIGHT_DECAY:
+            bad = real_flag("--weight-decay", optarg, &wd);
+            break;
+        case OPT_SEED:
+            bad = int_flag("--seed", optarg, 0, INT64_MAX, &v);
+            cfg.seed = (uint64_t)v;
+            break;
+        case OPT_THREADS:
+            bad = int_flag("--threads", optarg, 1, 1024, &v);
+            cfg.threads = (int)v;
+            break;
+        case OPT_SAVE:
+            cfg.save_path = optarg;
+            break;
+        case OPT_CKPT_DIR:
+            cfg.checkpoint_dir = optarg;
+            break;
+        case OPT_CKPT_EVERY:
+            bad = int_flag("--checkpoint-every", optarg, 1, INT64_MAX / 2, &cfg.checkpoint_every);
+            break;
+        case OPT_RESUME:
+            cfg.resume = true;
+            break;
+        case OPT_JSON:
+            json = true;
+            break;
+        case OPT_EVAL_EPOCH:
+            cfg.eval_every_epoch = true;
+            break;
+        case OPT_NO_EVAL_EPOCH:
+            cfg.eval_every_epoch = false;
+            break;
+        case OPT_PROGRESS:
+            cfg.progress = 1;
+            break;
+        case OPT_NO_PROGRESS:
+            cfg.progress = 0;
+            break;
+        case OPT_LOG_EVERY:
+            bad = int_flag("--log-every", optarg, 1, INT64_MAX / 2, &cfg.log_every);
+            break;
+        case OPT_HELP:
+            train_usage(stdout);
+            return 0;
+        case ':':
+            return usage_error("%s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+        if (bad) return bad;
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (have_epochs && have_steps)
+        return usage_error("--epochs and --steps exclude each other; give one");
+    td_optim_kind kind;
+    if (td_optim_parse_kind(optimizer, &kind) != TD_OK)
+        return usage_error("--optimizer '%s': use adamw or sgd", optimizer);
+    cfg.optim = td_optim_defaults(kind);
+    if (!isnan(lr)) cfg.optim.lr = lr;
+    if (!isnan(wd)) cfg.optim.weight_decay = wd;
+    if (kind != TD_OPTIM_SGD && (!isnan(momentum) || !isnan(dampening) || nesterov))
+        return usage_error("--momentum, --dampening and --nesterov apply to --optimizer sgd only");
+    if (!isnan(momentum)) cfg.optim.momentum = momentum;
+    if (!isnan(dampening)) cfg.optim.dampening = dampening;
+    cfg.optim.nesterov = nesterov;
+    if (nesterov && (cfg.optim.momentum <= 0 || cfg.optim.dampening != 0))
+        return usage_error("--nesterov needs --momentum > 0 and --dampening 0");
+    if (cfg.resume && !cfg.checkpoint_dir)
+        return usage_error("--resume needs --checkpoint-dir DIR");
+    int64_t world, rank;
+    if (env_rank("WORLD_SIZE", 1, &world) || env_rank("RANK", 0, &rank)) return 2;
+    if (world < 1 || rank >= world) {
+        fprintf(stderr, "tandem train: RANK=%lld is not below WORLD_SIZE=%lld\n", (long long)rank,
+                (long long)world);
+        return 2;
+    }
+    cfg.world_size = (int)world;
+    cfg.rank = (int)rank;
+    if (cfg.world_size > 1) {
+        fprintf(stderr,
+                "tandem train: WORLD_SIZE=%d: multi-process training needs the ddp "
+                "reducer, which this build does not wire into 'tandem train' yet; run "
+                "with WORLD_SIZE unset or 1\n",
+                cfg.world_size);
+        return 1;
+    }
+
+    td_train_install_signal_handlers();
+    td_train_result res;
+    td_status st = td_train_run(&cfg, &res);
+    if (st != TD_OK) td_error_print(st);
+    if (json && (st == TD_OK || st == TD_ERR_INTERRUPTED)) print_json(&cfg, &res, st);
+    if (st == TD_ERR_INTERRUPTED) return res.stop_signal == SIGINT ? 130 : 143;
+    if (st == TD_ERR_INVALID) return 2; /* a setting the trainer rejected: a usage error */
+    return st == TD_OK ? 0 : 1;
+}
