@@ -45,6 +45,8 @@ typedef struct td_train_reducer {
     td_status (*allreduce_sum)(void *user, double *vals, int n);
     /* Makes every rank's parameters equal rank 0's (after init, and after a resume). */
     td_status (*sync_params)(void *user);
+    /* After each optimizer step: compare replicas cheaply (every rank, same step). */
+    td_status (*check_params)(void *user, int64_t step);
 } td_train_reducer;
 
 /* Metrics as they happen, for the tracking layer: "train/loss", "train/acc" (fraction), and
@@ -53,6 +55,8 @@ typedef struct td_train_reducer {
 typedef struct {
     void *user;
     void (*metric)(void *user, const char *key, int64_t step, double value);
+    /* Training continues from a checkpoint at `step`: metrics of later steps are void. */
+    void (*resumed)(void *user, int64_t step);
 } td_train_callbacks;
 
 typedef struct {
@@ -109,6 +113,20 @@ void td_train_install_signal_handlers(void);
 /* The signal received since install (or set by td_train_request_stop), 0 if none. */
 int td_train_stop_signal(void);
 void td_train_request_stop(int sig);
+
+/* ---- data parallelism from the launcher's environment ----
+ * td_train_dist_from_env joins the process group the launcher describes (RANK, WORLD_SIZE,
+ * TANDEM_STORE_ADDR, TANDEM_TOKEN, ...); td_train_dist_make_reducer is a make_reducer factory
+ * (pass the dist as make_reducer_user) that builds the ddp reducer over the model's gradients. */
+typedef struct td_train_dist td_train_dist;
+td_status td_train_dist_from_env(td_train_dist **out);
+int td_train_dist_rank(const td_train_dist *d);
+int td_train_dist_world_size(const td_train_dist *d);
+td_status td_train_dist_make_reducer(void *user, td_model_t *model, const td_train_reducer **out);
+/* Buckets, comm-thread time and the non-overlapped wait so far (zeros before make_reducer). */
+void td_train_dist_stats(const td_train_dist *d, int *num_buckets, double *comm_s, double *wait_s,
+                         uint64_t *steps);
+void td_train_dist_free(td_train_dist *d);
 
 /* ---- checkpoints (docs/checkpoint-format.md) ---- */
 typedef struct {

@@ -63,6 +63,7 @@ typedef struct {
     outcome_kind outcome;
     char cause[512]; /* root cause of a failure */
     int stop_sig;    /* signal that stopped the job (received here or on another node) */
+    double stop_at;  /* when it arrived */
     bool teardown;
     double kill_at; /* when teardown escalates to SIGKILL */
     bool killed;
@@ -252,9 +253,10 @@ static void on_local_failure(agent *a, attempt *t, int idx) {
 
 static void on_signal(agent *a, attempt *t, int sig, bool remote) {
     if (t->teardown && t->stop_sig) {
-        /* A second signal: no more patience. */
-        if (!remote) {
-            TD_LOG_WARN("second %s: killing the workers now", sig_name(sig));
+        /* A second signal: no more patience. Except within a second of the first: wrappers
+         * (timeout(1), srun, shells) often deliver one stop request twice in a burst. */
+        if (!remote && td_now_s() - t->stop_at > 1.0) {
+            TD_LOG_WARN("second SIG%s: killing the workers now", sig_name(sig));
             td__workers_signal(&t->ws, SIGKILL, true);
             t->killed = true;
         }
@@ -262,6 +264,7 @@ static void on_signal(agent *a, attempt *t, int sig, bool remote) {
     }
     if (t->outcome == OUTCOME_FAILED) return; /* already tearing down for a failure */
     t->stop_sig = sig;
+    t->stop_at = td_now_s();
     t->outcome = OUTCOME_STOPPED;
     TD_LOG_INFO("%s SIG%s: forwarding it to the workers (SIGKILL after %.0f s)",
                 remote ? "another node's launcher received" : "received", sig_name(sig),

@@ -438,6 +438,7 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
         if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
     }
     td_optim_step(t->opt, td_model_params(t->model), td_model_grads(t->model));
+    if (r && r->check_params) TD_CHECK(r->check_params(r->user, step + 1));
     return TD_OK;
 }
 
@@ -470,6 +471,7 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                        ck.optim_state_count * sizeof(float));
             td_optim_set_step_count(t->opt, ck.optim_steps);
             t->start_step = ck.step;
+            if (cfg->callbacks.resumed) cfg->callbacks.resumed(cfg->callbacks.user, ck.step);
             if (cfg->rank == 0)
                 TD_LOG_INFO("resuming from %s at step %lld (epoch %lld, step %lld of it)",
                             resumed_path, (long long)ck.step, (long long)ck.epoch + 1,

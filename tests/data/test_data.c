@@ -166,8 +166,10 @@ static void check_fashion_mnist(void) {
     int counts[10] = {0};
     for (int i = 0; i < 60000; i++) counts[td_dataset_labels(train)[i]]++;
     for (int c = 0; c < 10; c++) ASSERT_EQ(counts[c], 6000);
-    ASSERT_STATUS(td_dataset_load_fashion_mnist(tmpdir, "train", &train), TD_ERR_NOTFOUND);
+    td_dataset_t *none = NULL;
+    ASSERT_STATUS(td_dataset_load_fashion_mnist(tmpdir, "train", &none), TD_ERR_NOTFOUND);
     ASSERT_CONTAINS(td_error_msg(), "train-images-idx3-ubyte.gz");
+    ASSERT(none == NULL);
     td_dataset_free(train);
     td_dataset_free(test);
 }

@@ -55,4 +55,18 @@ secs = time.time() - t0
 check_eq(p.returncode, 1, f"exit code when workers ignore SIGTERM (stderr {err!r})")
 check("SIGKILL" in err, f"escalation not reported: {err!r}")
 check(0.9 < secs < 10, f"stop took {secs:.1f} s with --stop-grace 1")
+# A second SIGTERM (more than 1 s after the first; a burst counts as one) kills at once.
+p = start("stubborn")
+t0 = time.time()
+p.send_signal(signal.SIGTERM)
+time.sleep(0.2)
+p.send_signal(signal.SIGTERM)  # same burst: ignored
+time.sleep(1.3)
+check(p.poll() is None, "a duplicate SIGTERM within 1 s must not escalate")
+p.send_signal(signal.SIGTERM)
+out, err = p.communicate(timeout=30)
+secs = time.time() - t0
+check_eq(p.returncode, 1, f"exit code after a second SIGTERM (stderr {err!r})")
+check("second SIGTERM" in err, f"escalation not reported: {err!r}")
+check(secs < 10, f"second SIGTERM took {secs:.1f} s to stop (stop grace is 30 s)")
 print("test_launch_signals: ok")

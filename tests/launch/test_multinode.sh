@@ -11,6 +11,10 @@ SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root for ip netns"; exit 77; fi
 if ! ip netns list >/dev/null 2>&1; then echo "SKIP: ip netns is unavailable"; exit 77; fi
 
+# Namespaces left by an earlier run of this test that was killed (SIGKILL skips the trap).
+for old in $(ip netns list | sed -n 's/^tdl-[ab]-\([0-9]*\).*/\1/p' | sort -u); do
+    kill -0 "$old" 2>/dev/null || { ip netns del "tdl-a-$old" 2>/dev/null; ip netns del "tdl-b-$old" 2>/dev/null; }
+done
 A=tdl-a-$$ B=tdl-b-$$ VA=tdla$$ VB=tdlb$$
 D=$(mktemp -d /tmp/tandem-multinode-XXXXXX)
 cleanup() {
@@ -42,7 +46,8 @@ node() {
     shift 5
     local rankflag=()
     [ -n "$nr" ] && rankflag=(--node-rank "$nr")
-    ip netns exec "$ns" env GLOO_SOCKET_IFNAME="$ifname" "$TANDEM" launch --nnodes 2 \
+    # A bound on each launcher, so that a hang fails this test instead of outliving it.
+    ip netns exec "$ns" timeout -k 5 120 env GLOO_SOCKET_IFNAME="$ifname" "$TANDEM" launch --nnodes 2 \
         --nproc-per-node 1 "${rankflag[@]}" --rdzv-endpoint "$EP" --rdzv-id "$id" \
         --rdzv-timeout 60 -- "$@" >"$D/$tag.out" 2>"$D/$tag.err" &
 }
@@ -126,7 +131,7 @@ exit 0
 EOS
 chmod +x "$D/flaky.sh"
 nodeR() { local ns=$1 tag=$2 nr=$3 ifname=$4; shift 4
-    ip netns exec "$ns" "$TANDEM" launch --nnodes 2 --nproc-per-node 1 --node-rank "$nr" \
+    ip netns exec "$ns" timeout -k 5 120 "$TANDEM" launch --nnodes 2 --nproc-per-node 1 --node-rank "$nr" \
         --rdzv-endpoint "$EP" --rdzv-id restarttest --max-restarts 1 -- "$@" \
         >"$D/$tag.out" 2>"$D/$tag.err" & }
 nodeR "$A" rs-a 0 "$VA" "$D/flaky.sh"; pa=$!
@@ -150,7 +155,7 @@ node "$A" term-a 0 termtest "$VA" "$D/trap.sh"; pa=$!
 node "$B" term-b 1 termtest "$VB" "$D/trap.sh"; pb=$!
 for i in $(seq 300); do [ -e "$D/ready-0" ] && [ -e "$D/ready-1" ] && break; sleep 0.1; done
 [ -e "$D/ready-0" ] && [ -e "$D/ready-1" ] || fail "trap workers did not start"
-# $pa is `ip netns exec`, which execs the launcher: same pid
+# $pa is `ip netns exec` which execs `timeout`, which passes SIGTERM on to the launcher
 kill -TERM $pa
 wait $pa; ra=$?; wait $pb; rb=$?
 [ $ra = 143 ] && [ $rb = 143 ] || fail "SIGTERM exit codes $ra/$rb (expected 143/143): $(cat "$D"/term-*.err)"

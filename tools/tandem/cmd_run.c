@@ -21,7 +21,7 @@ static void run_usage(FILE *out) {
 }
 
 static char *default_file(void) {
-    const char *home = getenv("TANDEM_HOME");
+    const char *home = td_env_str(TD_ENV_HOME);
     if (home && *home) return td_xasprintf("%s/.tandem/workflows.yaml", home);
     return td_xstrdup(".tandem/workflows.yaml");
 }

@@ -1,5 +1,6 @@
 /* tandem train: parse the flags, run the trainer, map the outcome to an exit code
  * (0 ok, 1 failure, 2 usage, 143/130 stopped by SIGTERM/SIGINT after a checkpoint). */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -8,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "commands.h"
+#include "tandem/track.h"
 #include "tandem/train.h"
 
 static void train_usage(FILE *out) {
@@ -38,7 +42,13 @@ static void train_usage(FILE *out) {
             "  --no-eval-every-epoch   test accuracy only at the end\n"
             "  --progress | --no-progress   force the progress bar on or off (default: on a tty)\n"
             "  --log-every N           steps between log lines when there is no bar\n"
-            "  --json                  end stdout with one JSON line of results\n");
+            "  --json                  end stdout with one JSON line of results\n"
+            "  --nproc-per-node K      start K local workers through 'tandem launch --standalone'\n"
+            "\n"
+            "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
+            "batch and gradients are averaged by the ddp reducer. TANDEM_CHECKPOINT_DIR and\n"
+            "TANDEM_RESUME=1 (set by 'tandem run') stand for --checkpoint-dir and --resume;\n"
+            "TANDEM_METRICS=FILE receives the metrics as JSON lines.\n");
 }
 
 enum {
@@ -136,8 +146,76 @@ static int env_rank(const char *name, int64_t def, int64_t *out) {
     return 0;
 }
 
-static void print_json(const td_train_config *cfg, const td_train_result *r, td_status st) {
+/* Where the trainer's metrics go: the TANDEM_METRICS sink (rank 0 only: the numbers are already
+ * reduced over ranks) and the evaluations, kept for the JSON summary. */
+typedef struct {
+    td_metrics_sink *sink;
+    json_t *evals; /* [{step, wall_s, test_acc}] */
+    double t0;
+} metrics_ctx;
+
+static void on_metric(void *user, const char *key, int64_t step, double value) {
+    metrics_ctx *m = user;
+    if (m->sink && td_metrics_sink_log1(m->sink, step, key, value) != TD_OK) {
+        TD_LOG_WARN("metrics sink: %s; metrics are no longer recorded", td_error_msg());
+        td_metrics_sink_close(m->sink);
+        m->sink = NULL;
+    }
+    if (!strcmp(key, "test/acc")) {
+        json_t *e = json_object();
+        json_object_set_new(e, "step", json_integer(step));
+        json_object_set_new(e, "wall_s", json_real(td_now_s() - m->t0));
+        json_object_set_new(e, "test_acc", json_real(value));
+        json_array_append_new(m->evals, e);
+    }
+}
+
+static void on_resumed(void *user, int64_t step) {
+    metrics_ctx *m = user;
+    if (m->sink) td_metrics_sink_resume(m->sink, step);
+}
+
+/* `tandem train --nproc-per-node K ARGS` is `tandem launch --standalone --nproc-per-node K --
+ * tandem train ARGS`: replace this process with the launcher. Returns only on failure. */
+static int exec_launcher(int argc, char **argv, const char *nproc) {
+    char **args = td_xcalloc((size_t)argc + 8, sizeof(char *));
+    int n = 0;
+    args[n++] = "/proc/self/exe";
+    args[n++] = "launch";
+    args[n++] = "--standalone";
+    args[n++] = "--nproc-per-node";
+    args[n++] = (char *)nproc;
+    args[n++] = "--";
+    args[n++] = "/proc/self/exe";
+    args[n++] = "train";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc-per-node")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--nproc-per-node=", 17)) continue;
+        args[n++] = argv[i];
+    }
+    execv("/proc/self/exe", args);
+    fprintf(stderr, "tandem train: could not start 'tandem launch': %s\n", strerror(errno));
+    free(args);
+    return 1;
+}
+
+static void print_json(const td_train_config *cfg, const td_train_result *r, td_status st,
+                       const td_train_dist *dist, json_t *evals) {
     json_t *o = json_object();
+    json_object_set(o, "evals", evals);
+    if (dist) {
+        int buckets;
+        double comm_s, wait_s;
+        uint64_t steps;
+        td_train_dist_stats(dist, &buckets, &comm_s, &wait_s, &steps);
+        json_object_set_new(o, "buckets", json_integer(buckets));
+        json_object_set_new(o, "comm_s_per_step", json_real(steps ? comm_s / (double)steps : 0));
+        json_object_set_new(o, "comm_wait_s_per_step",
+                            json_real(steps ? wait_s / (double)steps : 0));
+    }
     json_object_set_new(o, "steps", json_integer(r->steps));
     json_object_set_new(o, "world_size", json_integer(r->world_size));
     json_object_set_new(o, "samples_per_s", json_real(r->samples_per_s));
@@ -155,6 +233,7 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     json_object_set_new(o, "batch", json_integer(cfg->batch));
     json_object_set_new(o, "accum", json_integer(cfg->accum));
     json_object_set_new(o, "params", json_integer((json_int_t)r->num_params));
+    json_object_set_new(o, "rank", json_integer(cfg->rank));
     json_object_set_new(o, "start_step", json_integer(r->start_step));
     json_object_set_new(o, "model", json_string(cfg->model));
     json_object_set_new(o, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
@@ -170,6 +249,13 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
 }
 
 int cmd_train(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "--nproc-per-node") && i + 1 < argc)
+            return exec_launcher(argc, argv, argv[i + 1]);
+        if (!strncmp(argv[i], "--nproc-per-node=", 17))
+            return exec_launcher(argc, argv, argv[i] + 17);
+    }
     td_train_config cfg;
     td_train_config_defaults(&cfg);
     const char *optimizer = "adamw";
@@ -271,6 +357,12 @@ int cmd_train(int argc, char **argv) {
         if (bad) return bad;
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    /* What `tandem run` passes through the environment stands for the flags when they are
+     * absent. */
+    const char *env_ckpt = getenv("TANDEM_CHECKPOINT_DIR");
+    if (!cfg.checkpoint_dir && env_ckpt && *env_ckpt) cfg.checkpoint_dir = env_ckpt;
+    const char *env_resume = getenv("TANDEM_RESUME");
+    if (env_resume && !strcmp(env_resume, "1")) cfg.resume = true;
     if (have_epochs && have_steps)
         return usage_error("--epochs and --steps exclude each other; give one");
     td_optim_kind kind;
@@ -297,20 +389,41 @@ int cmd_train(int argc, char **argv) {
     }
     cfg.world_size = (int)world;
     cfg.rank = (int)rank;
-    if (cfg.world_size > 1) {
-        fprintf(stderr,
-                "tandem train: WORLD_SIZE=%d: multi-process training needs the ddp "
-                "reducer, which this build does not wire into 'tandem train' yet; run "
-                "with WORLD_SIZE unset or 1\n",
-                cfg.world_size);
-        return 1;
-    }
 
     td_train_install_signal_handlers();
+    td_train_dist *dist = NULL;
+    td_status st = TD_OK;
+    if (cfg.world_size > 1) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "[rank %d] ", cfg.rank);
+        td_log_set_prefix(getenv("TANDEM_STORE_ADDR") ? "" : prefix); /* launch prefixes lines */
+        st = td_train_dist_from_env(&dist);
+        if (st != TD_OK) {
+            td_error_print(st);
+            return 1;
+        }
+        cfg.make_reducer = td_train_dist_make_reducer;
+        cfg.make_reducer_user = dist;
+    }
+    metrics_ctx metrics = {.evals = json_array(), .t0 = td_now_s()};
+    if (cfg.rank == 0 && td_metrics_sink_open(NULL, &metrics.sink) != TD_OK) {
+        td_error_print(TD_ERR_IO);
+        td_train_dist_free(dist);
+        json_decref(metrics.evals);
+        return 1;
+    }
+    cfg.callbacks = (td_train_callbacks){.user = &metrics, .metric = on_metric,
+                                         .resumed = on_resumed};
+    if (cfg.rank != 0) cfg.progress = 0; /* one bar per job: rank 0's */
+
     td_train_result res;
-    td_status st = td_train_run(&cfg, &res);
+    st = td_train_run(&cfg, &res);
     if (st != TD_OK) td_error_print(st);
-    if (json && (st == TD_OK || st == TD_ERR_INTERRUPTED)) print_json(&cfg, &res, st);
+    if (json && cfg.rank == 0 && (st == TD_OK || st == TD_ERR_INTERRUPTED))
+        print_json(&cfg, &res, st, dist, metrics.evals);
+    td_metrics_sink_close(metrics.sink);
+    json_decref(metrics.evals);
+    td_train_dist_free(dist);
     if (st == TD_ERR_INTERRUPTED) return res.stop_signal == SIGINT ? 130 : 143;
     if (st == TD_ERR_INVALID) return 2; /* a setting the trainer rejected: a usage error */
     return st == TD_OK ? 0 : 1;
