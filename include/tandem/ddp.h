@@ -36,10 +36,12 @@ typedef struct {
 
 typedef struct {
     int num_buckets;
-    double comm_s;          /* time the comm thread spent in allreduce, summed over steps */
-    double wait_s;          /* time the training thread blocked in td_ddp_wait: the
-                               non-overlapped communication */
+    double comm_s; /* time the comm thread spent in allreduce, summed over steps */
+    double wait_s; /* time the training thread blocked in td_ddp_wait: the
+                      non-overlapped communication */
     uint64_t steps;
+    int buckets_reduced; /* buckets of the step in flight (or the last step) reduced so far; in
+                            launch order, so bucket b is done when this exceeds b */
 } td_ddp_stats;
 
 /* Builds the buckets over the model's flat gradient buffer and starts the comm thread. The
@@ -50,8 +52,9 @@ void td_ddp_free(td_ddp_t *ddp);
 /* Broadcasts rank 0's parameters to every rank, then verifies the checksum on every rank. */
 td_status td_ddp_broadcast_params(td_ddp_t *ddp);
 /* When step % check_every == 0: compares a checksum of the parameters across ranks;
- * TD_ERR_MISMATCH naming the ranks whose replicas drifted. Cheap (one CRC pass and an allgather
- * of 4 bytes per rank). Every rank must call it with the same step. */
+ * TD_ERR_MISMATCH on every rank naming the ranks whose replicas drifted from the majority (ties:
+ * from rank 0's). Cheap (one CRC pass and an allgather of 4 bytes per rank). Every rank must
+ * call it with the same step. */
 td_status td_ddp_check_params(td_ddp_t *ddp, uint64_t step);
 
 /* Arms the reducer for the backward that produces this step's final gradients: installs the
@@ -64,6 +67,7 @@ void td_ddp_layer_ready(td_ddp_t *ddp, int layer);
  * reported); returns the first error a bucket met, with its detail. */
 td_status td_ddp_wait(td_ddp_t *ddp);
 
+/* A consistent snapshot (taken under the reducer's lock; callable while a step is in flight). */
 td_ddp_stats td_ddp_get_stats(const td_ddp_t *ddp);
 
 #ifdef __cplusplus

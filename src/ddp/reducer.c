@@ -8,8 +8,8 @@
 #include <string.h>
 
 typedef struct {
-    size_t offset; /* first float of the bucket in the grad buffer */
-    size_t count;  /* floats */
+    size_t offset;               /* first float of the bucket in the grad buffer */
+    size_t count;                /* floats */
     int first_layer, last_layer; /* inclusive layer range, forward order */
     int layers_total;            /* parametered layers in the bucket */
     int layers_pending;          /* reset every step */
@@ -34,7 +34,7 @@ struct td_ddp {
     pthread_cond_t cv;
     int queue[64]; /* bucket indices waiting for the comm thread; ring */
     int queue_head, queue_len;
-    int done;        /* buckets reduced this step */
+    int done; /* buckets reduced this step */
     int stopping;
     td_status error; /* first comm error of the step, with its detail copied from the thread */
     char error_msg[1024];
@@ -69,6 +69,7 @@ static void *comm_thread_main(void *arg) {
                      b, ddp->buckets[b].count, td_error_msg());
         }
         ddp->done++;
+        ddp->stats.buckets_reduced = ddp->done;
         pthread_cond_broadcast(&ddp->cv);
     }
     pthread_mutex_unlock(&ddp->mu);
@@ -141,8 +142,10 @@ td_status td_ddp_new(td_pg_t *pg, td_model_t *model, const td_ddp_options *opts,
         free(ddp->layer_bucket);
         free(ddp->buckets);
         free(ddp);
-        return td_error(TD_ERR_UNSUPPORTED, "the model needs more than %d gradient buckets; raise "
-                        "the bucket size", (int)TD_ARRAY_LEN(ddp->queue));
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "the model needs more than %d gradient buckets; raise "
+                        "the bucket size",
+                        (int)TD_ARRAY_LEN(ddp->queue));
     }
     for (int b = 0; b < ddp->num_buckets; b++) ddp->buckets[b].layers_pending = 0;
     ddp->next_to_launch = ddp->num_buckets; /* nothing in flight until begin_backward */
@@ -183,6 +186,7 @@ void td_ddp_begin_backward(td_ddp_t *ddp) {
         ddp->buckets[b].layers_pending = ddp->buckets[b].layers_total;
     ddp->next_to_launch = 0;
     ddp->done = 0;
+    ddp->stats.buckets_reduced = 0;
     ddp->error = TD_OK;
     ddp->error_msg[0] = '\0';
     pthread_mutex_unlock(&ddp->mu);
@@ -213,31 +217,61 @@ td_status td_ddp_broadcast_params(td_ddp_t *ddp) {
     return td_ddp_check_params(ddp, 0);
 }
 
+/* The checksum most ranks hold; a tie goes to the value rank 0 holds, then to the lowest rank's.
+ * With 2 ranks that makes rank 0 the reference, which is all a pair can say. */
+static uint32_t majority_crc(const uint32_t *all, int world, int *holders) {
+    uint32_t best = all[0];
+    int best_n = 0;
+    for (int r = 0; r < world; r++) {
+        int n = 0;
+        for (int q = 0; q < world; q++) n += all[q] == all[r];
+        if (n > best_n) {
+            best = all[r];
+            best_n = n;
+        }
+    }
+    *holders = best_n;
+    return best;
+}
+
 td_status td_ddp_check_params(td_ddp_t *ddp, uint64_t step) {
     if (step % (uint64_t)ddp->check_every != 0) return TD_OK;
     int world = td_pg_world_size(ddp->pg);
-    uint32_t mine = td_crc32(0, td_model_params(ddp->model),
-                             td_model_num_params(ddp->model) * sizeof(float));
+    uint32_t mine =
+        td_crc32(0, td_model_params(ddp->model), td_model_num_params(ddp->model) * sizeof(float));
     uint32_t *all = td_xmalloc(sizeof(uint32_t) * (size_t)world);
     td_status st = td_allgather(ddp->pg, &mine, all, sizeof mine);
     if (st == TD_OK) {
+        int holders = 0;
+        uint32_t ref = majority_crc(all, world, &holders);
         char bad[512] = "";
         size_t used = 0;
-        for (int r = 1; r < world; r++)
-            if (all[r] != all[0] && used + 32 < sizeof bad)
+        int nbad = 0;
+        for (int r = 0; r < world; r++) {
+            if (all[r] == ref) continue;
+            nbad++;
+            if (used + 40 < sizeof bad)
                 used += (size_t)snprintf(bad + used, sizeof bad - used, "%s%d (crc 0x%08x)",
                                          used ? ", " : "", r, all[r]);
-        if (used)
+        }
+        if (nbad)
             st = td_error(TD_ERR_MISMATCH,
-                          "replicas drifted at step %llu: rank 0 has parameter checksum 0x%08x "
-                          "but rank %s; every rank must start from the same weights and apply "
-                          "the same updates (same seed, model and optimizer flags on all ranks)",
-                          (unsigned long long)step, all[0], bad);
+                          "replicas drifted at step %llu: rank%s %s differ%s from the parameter "
+                          "checksum 0x%08x that %d of %d ranks hold; every rank must start from "
+                          "the same weights and apply the same updates (same seed, model and "
+                          "optimizer flags on all ranks)",
+                          (unsigned long long)step, nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s",
+                          ref, holders, world);
     }
     free(all);
     return st;
 }
 
 td_ddp_stats td_ddp_get_stats(const td_ddp_t *ddp) {
-    return ddp->stats;
+    /* The comm thread updates the counters under mu; a snapshot must not tear. */
+    pthread_mutex_t *mu = (pthread_mutex_t *)&ddp->mu;
+    pthread_mutex_lock(mu);
+    td_ddp_stats s = ddp->stats;
+    pthread_mutex_unlock(mu);
+    return s;
 }

@@ -63,11 +63,31 @@ static void emit_line(td__worker *w, td__stream *s, const char *line, size_t len
     if (out != stackbuf) free(out);
 }
 
+/* A segment a worker ended with '\r' (a progress bar redrawn in place): prefixed and ended with
+ * '\r' as well, so the next redraw overwrites it on a terminal. Not logged: the log keeps the
+ * bar's last state, which ends with '\n'. */
+static void emit_redraw(td__worker *w, td__stream *s, const char *seg, size_t len) {
+    if (len == 0) return;
+    size_t plen = strlen(w->prefix);
+    char stackbuf[4096];
+    char *out = plen + len + 1 <= sizeof stackbuf ? stackbuf : td_xmalloc(plen + len + 1);
+    memcpy(out, w->prefix, plen);
+    memcpy(out + plen, seg, len);
+    out[plen + len] = '\r';
+    write_all(s->out_fd, out, plen + len + 1);
+    if (out != stackbuf) free(out);
+}
+
 static void stream_consume(td__worker *w, td__stream *s) {
     size_t start = 0;
     for (size_t i = 0; i < s->len; i++) {
         if (s->buf[i] == '\n') {
-            emit_line(w, s, s->buf + start, i - start);
+            size_t end = i > start && s->buf[i - 1] == '\r' ? i - 1 : i; /* CRLF */
+            emit_line(w, s, s->buf + start, end - start);
+            start = i + 1;
+        } else if (s->buf[i] == '\r' && i + 1 < s->len && s->buf[i + 1] != '\n') {
+            /* a '\r' last in the buffer waits: it may be half of a CRLF */
+            emit_redraw(w, s, s->buf + start, i - start);
             start = i + 1;
         }
     }

@@ -5,7 +5,9 @@
  * a segment that runs chunk by chunk (TD_NN_CHUNK samples) through all its layers while the
  * chunk is in cache; Linear layers run as batch-level gemms split over fixed column blocks.
  * Neither split depends on the thread count, and conv weight gradients are summed per chunk and
- * then added in chunk order, so every thread count gives the same bits. */
+ * then added in chunk order, so every thread count gives the same bits. Chunks and blocks are
+ * handed out dynamically: which thread runs one never matters, and on a shared machine a
+ * descheduled thread then delays only its current chunk, not a fixed half of the batch. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -486,7 +488,7 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         int end = l->seg_end;
         bool work = false;
         for (int j = i; j < end; j++) work |= !m->layers[j].noop;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
         for (int c = 0; c < (work ? nchunks : 0); c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
             int tid = omp_get_thread_num();
@@ -523,7 +525,7 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
         while (begin > first && m->layers[begin - 1].kind != TD_LAYER_LINEAR) begin--;
         bool work = false;
         for (int j = begin; j <= i; j++) work |= !m->layers[j].noop;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
         for (int c = 0; c < (work ? nchunks : 0); c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
             int tid = omp_get_thread_num();

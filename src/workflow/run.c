@@ -238,6 +238,30 @@ static void random_hex(char *out, size_t nbytes) {
     for (size_t i = 0; i < nbytes; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+/* What is on the terminal's current line: a worker's progress bar that the launcher passed on
+ * ending with '\r' (the cursor is back at column 0 and the next redraw overwrites it). Any
+ * other line written over it first clears it, so no tail of the bar is left behind. */
+typedef struct {
+    int tty;             /* our stderr is a terminal */
+    int bar_open;        /* the current line holds a bar */
+    char bar_prefix[32]; /* "[rank 0] ": the bar's own lines may overwrite it as they are */
+} term_state;
+
+static void write_err(const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(2, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* nobody reads our stderr: keep supervising anyway */
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+static void term_clear_bar(term_state *t) {
+    if (t->bar_open && t->tty) write_err("\033[K", 3);
+    t->bar_open = 0;
+}
+
 /* ---- the supervisor ---- */
 typedef struct {
     td_rundb *store;
@@ -251,12 +275,17 @@ typedef struct {
     char *work_dir;
     FILE *out;        /* progress lines */
     int quiet_output; /* detached: nothing to a terminal */
+    term_state term;  /* what the launcher's stderr left on our terminal */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
 static void progress(supervisor *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    if (s->term.bar_open) {
+        fflush(s->out);
+        term_clear_bar(&s->term);
+    }
     fputs("tandem: ", s->out);
     vfprintf(s->out, fmt, ap);
     fputc('\n', s->out);
@@ -266,6 +295,10 @@ static void progress(supervisor *s, const char *fmt, ...) {
 
 static void build_env(supervisor *s, strvec *env) {
     for (char **e = environ; e && *e; e++) sv_push(env, td_xstrdup(*e));
+    /* The workers' output reaches the terminal through pipes (launcher, then us), so a program
+     * cannot see that someone is watching: TANDEM_PROGRESS=1 says so (`tandem train` draws its
+     * bar on rank 0). The workflow's env may still override it. */
+    if (s->term.tty && !getenv("TANDEM_PROGRESS")) env_set(env, "TANDEM_PROGRESS", "1");
     const td_workflow *w = s->w;
     for (size_t i = 0; i < w->nenv; i++) env_set(env, w->env[i].key, w->env[i].value);
     if (s->resuming) {
@@ -386,40 +419,65 @@ typedef struct {
     pid_t pid;
     int done;
     int code;
-    int err_fd;      /* read end of the launcher's stderr, -1 once closed */
-    char line[1024]; /* the stderr line being assembled */
-    size_t line_len;
+    int err_fd; /* read end of the launcher's stderr, -1 once closed */
+    char *seg;  /* the segment (up to '\n' or '\r') being assembled */
+    size_t seg_len, seg_cap;
 } agent_proc;
 
-/* Copies what the launcher wrote to stderr through to ours, remembering its last error line:
- * the launcher names the root cause of a failure there ("worker rank 1 ... exited with code
- * 3"), and the run's record should say it too. */
-static void pump_stderr(agent_proc *a, char *cause, size_t cause_size) {
+/* One complete segment of the launcher's stderr, with its terminator. */
+static void term_write(term_state *t, const char *seg, size_t len) {
+    int redraw = len > 0 && seg[len - 1] == '\r';
+    size_t plen = strlen(t->bar_prefix);
+    int same_source = t->bar_open && plen > 0 && len >= plen && !memcmp(seg, t->bar_prefix, plen);
+    if (t->bar_open && !same_source) term_clear_bar(t);
+    write_err(seg, len);
+    t->bar_open = redraw;
+    if (redraw) {
+        const char *end =
+            memchr(seg, ']', len < sizeof t->bar_prefix - 2 ? len : sizeof t->bar_prefix - 2);
+        size_t n = end && seg[0] == '[' ? (size_t)(end - seg) + 1 : 0;
+        if (n && n < len && seg[n] == ' ') n++;
+        memcpy(t->bar_prefix, seg, n);
+        t->bar_prefix[n] = '\0';
+    }
+}
+
+/* Copies what the launcher wrote to stderr through to ours, segment by segment (the launcher
+ * writes whole lines, and progress-bar redraws ending in '\r', in one write each), and
+ * remembers its last error line: the launcher names the root cause of a failure there
+ * ("worker rank 1 ... exited with code 3"), and the run's record should say it too. */
+static void pump_stderr(agent_proc *a, term_state *t, char *cause, size_t cause_size) {
     if (a->err_fd < 0) return;
     char buf[8192];
-    for (;;) {
+    int eof = 0;
+    while (!eof) {
         ssize_t n = read(a->err_fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n == 0 || (n < 0 && errno != EAGAIN)) {
-            close(a->err_fd);
-            a->err_fd = -1;
-            return;
+        if (n < 0 && errno == EAGAIN) return;
+        if (n <= 0) {
+            eof = 1;
+            n = 0;
         }
-        if (n < 0) return;
-        ssize_t w = write(2, buf, (size_t)n);
-        (void)w;
         for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] != '\n' && a->line_len + 1 < sizeof a->line) {
-                a->line[a->line_len++] = buf[i];
-                continue;
+            if (a->seg_len + 1 >= a->seg_cap) {
+                a->seg_cap = a->seg_cap ? 2 * a->seg_cap : 1024;
+                a->seg = td_xrealloc(a->seg, a->seg_cap);
             }
-            if (buf[i] != '\n') continue; /* overlong line: keep its start */
-            a->line[a->line_len] = '\0';
-            const char *e = strstr(a->line, "tandem: error: ");
-            if (e && e == a->line) snprintf(cause, cause_size, "%s", e + 15);
-            a->line_len = 0;
+            a->seg[a->seg_len++] = buf[i];
+            if (buf[i] != '\n' && buf[i] != '\r' && a->seg_len < 65536) continue;
+            term_write(t, a->seg, a->seg_len);
+            a->seg[a->seg_len] = '\0';
+            if (!strncmp(a->seg, "tandem: error: ", 15)) {
+                size_t len = strcspn(a->seg + 15, "\r\n");
+                snprintf(cause, cause_size, "%.*s", (int)len, a->seg + 15);
+            }
+            a->seg_len = 0;
         }
     }
+    if (a->seg_len) term_write(t, a->seg, a->seg_len); /* a last line without its newline */
+    a->seg_len = 0;
+    close(a->err_fd);
+    a->err_fd = -1;
 }
 
 /* "... exited with code N" in the launcher's root cause: the worker's own exit code. */
@@ -588,7 +646,7 @@ static int supervise(supervisor *s) {
             for (int i = 0; i < nagents; i++)
                 if (!agents[i].done) kill_tree(agents[i].pid);
         }
-        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], cause, sizeof cause);
+        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term, cause, sizeof cause);
         for (int i = 0; i < nagents; i++) {
             if (agents[i].done) continue;
             int status;
@@ -634,7 +692,8 @@ static int supervise(supervisor *s) {
     for (int i = 0; i < nagents; i++) {
         if (agents[i].err_fd >= 0) {
             fcntl(agents[i].err_fd, F_SETFL, fcntl(agents[i].err_fd, F_GETFL) & ~O_NONBLOCK);
-            pump_stderr(&agents[i], cause, sizeof cause); /* to EOF: the launcher has exited */
+            pump_stderr(&agents[i], &s->term, cause,
+                        sizeof cause); /* to EOF: the launcher has exited */
         }
     }
     if (td_ingester_poll(ing, NULL) != TD_OK) {
@@ -720,6 +779,7 @@ out:
     td_sysmon_free(mon);
     for (int i = 0; agents && i < nagents; i++)
         if (agents[i].err_fd >= 0) close(agents[i].err_fd);
+    for (int i = 0; agents && i < nagents; i++) free(agents[i].seg);
     free(agents);
     sv_free(&env);
     return cli_code;
@@ -793,6 +853,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     s.params_json = params_json;
     s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
     s.out = opts->out ? opts->out : stdout;
+    s.term.tty = !opts->detach && isatty(STDERR_FILENO);
     if (w->workdir && w->workdir[0] == '/')
         s.work_dir = td_xstrdup(w->workdir);
     else if (w->workdir)

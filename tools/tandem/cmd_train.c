@@ -48,7 +48,9 @@ static void train_usage(FILE *out) {
             "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
             "batch and gradients are averaged by the ddp reducer. TANDEM_CHECKPOINT_DIR and\n"
             "TANDEM_RESUME=1 (set by 'tandem run') stand for --checkpoint-dir and --resume;\n"
-            "TANDEM_METRICS=FILE receives the metrics as JSON lines.\n");
+            "a launcher restart (TANDEM_RESTART_COUNT > 0) resumes too when checkpoints are on.\n"
+            "TANDEM_PROGRESS=1|0 stands for --progress/--no-progress. TANDEM_METRICS=FILE\n"
+            "receives the metrics as JSON lines.\n");
 }
 
 enum {
@@ -146,6 +148,13 @@ static int env_rank(const char *name, int64_t def, int64_t *out) {
     return 0;
 }
 
+/* An environment variable holding an integer > 0. */
+static bool env_positive(const char *name) {
+    const char *v = getenv(name);
+    int64_t n;
+    return v && *v && td_parse_i64(name, v, &n) == TD_OK && n > 0;
+}
+
 /* Where the trainer's metrics go: the TANDEM_METRICS sink (rank 0 only: the numbers are already
  * reduced over ranks) and the evaluations, kept for the JSON summary. */
 typedef struct {
@@ -178,6 +187,8 @@ static void on_resumed(void *user, int64_t step) {
 /* `tandem train --nproc-per-node K ARGS` is `tandem launch --standalone --nproc-per-node K --
  * tandem train ARGS`: replace this process with the launcher. Returns only on failure. */
 static int exec_launcher(int argc, char **argv, const char *nproc) {
+    /* The launcher pipes the workers' output: tell rank 0 the user is watching a terminal. */
+    if (isatty(STDERR_FILENO)) setenv("TANDEM_PROGRESS", "1", 0);
     char **args = td_xcalloc((size_t)argc + 8, sizeof(char *));
     int n = 0;
     args[n++] = "/proc/self/exe";
@@ -363,6 +374,17 @@ int cmd_train(int argc, char **argv) {
     if (!cfg.checkpoint_dir && env_ckpt && *env_ckpt) cfg.checkpoint_dir = env_ckpt;
     const char *env_resume = getenv("TANDEM_RESUME");
     if (env_resume && !strcmp(env_resume, "1")) cfg.resume = true;
+    /* A launcher restart (tandem launch / torchrun --max-restarts after a worker died) re-runs
+     * the same command: continue from the newest checkpoint instead of redoing the steps. */
+    if (cfg.checkpoint_dir &&
+        (env_positive("TANDEM_RESTART_COUNT") || env_positive("TORCHELASTIC_RESTART_COUNT")))
+        cfg.resume = true;
+    /* The launcher's output is a pipe even when the user's terminal is not: TANDEM_PROGRESS=1
+     * (set by `tandem run` / `tandem train --nproc-per-node` on a terminal) asks for the bar. */
+    const char *env_progress = getenv("TANDEM_PROGRESS");
+    if (cfg.progress < 0 && env_progress &&
+        (!strcmp(env_progress, "1") || !strcmp(env_progress, "0")))
+        cfg.progress = env_progress[0] == '1';
     if (have_epochs && have_steps)
         return usage_error("--epochs and --steps exclude each other; give one");
     td_optim_kind kind;
@@ -412,8 +434,8 @@ int cmd_train(int argc, char **argv) {
         json_decref(metrics.evals);
         return 1;
     }
-    cfg.callbacks = (td_train_callbacks){.user = &metrics, .metric = on_metric,
-                                         .resumed = on_resumed};
+    cfg.callbacks =
+        (td_train_callbacks){.user = &metrics, .metric = on_metric, .resumed = on_resumed};
     if (cfg.rank != 0) cfg.progress = 0; /* one bar per job: rank 0's */
 
     td_train_result res;
