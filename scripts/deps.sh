@@ -6,7 +6,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-dev
           libsqlite3-dev libjansson-dev dataset-fashion-mnist python3-torch python3-numpy
-          libopenmpi-dev openmpi-bin iproute2 procps nettle-dev libssl-dev)
+          libopenmpi-dev openmpi-bin iproute2 procps nettle-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

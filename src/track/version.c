@@ -1,10 +1,10 @@
 /* Code version of a project (git commit, plus a digest of the uncommitted diff) and file
- * digests. SHA-256 comes from OpenSSL's EVP interface. */
+ * digests. SHA-256 comes from nettle, the library comm already uses for the store's HMAC. */
 #include "store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,19 +13,18 @@
 
 extern char **environ;
 
-static void hex_digest(EVP_MD_CTX *ctx, char hex_out[65]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx, md, &len);
-    for (unsigned i = 0; i < len && i < 32; i++) snprintf(hex_out + 2 * i, 3, "%02x", md[i]);
+static void hex_digest(struct sha256_ctx *ctx, char hex_out[65]) {
+    uint8_t md[SHA256_DIGEST_SIZE];
+    sha256_digest(ctx, sizeof md, md);
+    for (unsigned i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(hex_out + 2 * i, 3, "%02x", md[i]);
     hex_out[64] = '\0';
 }
 
 td_status td_sha256_file(const char *path, char hex_out[65]) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return td_error_errno(TD_ERR_IO, "cannot open %s to hash it", path);
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
     unsigned char buf[1 << 16];
     td_status st = TD_OK;
     for (;;) {
@@ -36,17 +35,16 @@ td_status td_sha256_file(const char *path, char hex_out[65]) {
             break;
         }
         if (n == 0) break;
-        EVP_DigestUpdate(ctx, buf, (size_t)n);
+        sha256_update(&ctx, (size_t)n, buf);
     }
-    if (st == TD_OK) hex_digest(ctx, hex_out);
-    EVP_MD_CTX_free(ctx);
+    if (st == TD_OK) hex_digest(&ctx, hex_out);
     close(fd);
     return st;
 }
 
 /* Runs git -C dir ARGS with stdout to a pipe (stderr and stdin to /dev/null), feeding the output
  * to a digest and/or a small buffer. Returns git's exit status, or -1 if it could not run. */
-static int run_git(const char *dir, const char *const *args, EVP_MD_CTX *digest, char *buf,
+static int run_git(const char *dir, const char *const *args, struct sha256_ctx *digest, char *buf,
                    size_t buf_size, size_t *nbytes) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -1;
@@ -76,7 +74,7 @@ static int run_git(const char *dir, const char *const *args, EVP_MD_CTX *digest,
         ssize_t n = read(pipefd[0], chunk, sizeof chunk);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
-        if (digest) EVP_DigestUpdate(digest, chunk, (size_t)n);
+        if (digest) sha256_update(digest, (size_t)n, (const uint8_t *)chunk);
         if (buf && used + 1 < buf_size) {
             size_t take = TD_MIN((size_t)n, buf_size - 1 - used);
             memcpy(buf + used, chunk, take);
@@ -99,20 +97,19 @@ char *td_code_version(const char *project_dir) {
         return td_xstrdup("none");
     commit[strcspn(commit, "\r\n")] = '\0';
     if (strlen(commit) < 7) return td_xstrdup("none");
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
     size_t diff_bytes = 0;
     char probe[2];
     static const char *const diff_args[] = {"diff", "HEAD", "--no-color", "--no-ext-diff", NULL};
-    int rc = run_git(project_dir, diff_args, ctx, probe, sizeof probe, &diff_bytes);
+    int rc = run_git(project_dir, diff_args, &ctx, probe, sizeof probe, &diff_bytes);
     char *out;
     if (rc == 0 && diff_bytes > 0) {
         char hex[65];
-        hex_digest(ctx, hex);
+        hex_digest(&ctx, hex);
         out = td_xasprintf("%s+dirty.%s", commit, hex);
     } else {
         out = td_xstrdup(commit);
     }
-    EVP_MD_CTX_free(ctx);
     return out;
 }

@@ -35,15 +35,17 @@ static void fmt_duration(double s, char *out, size_t n) {
         snprintf(out, n, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
 }
 
-/* The run's loss: "loss" itself, else the first key ending in "loss" ("train/loss"). */
+/* The run's loss: "loss" itself, else "train/loss" (tandem train also logs test/loss, which
+ * sorts first but is not the training loss), else the first key ending in "loss". */
 static const td_metric_row *pick_loss(const td_metric_row *rows, size_t n) {
-    const td_metric_row *best = NULL;
+    const td_metric_row *best = NULL, *train = NULL;
     for (size_t i = 0; i < n; i++) {
         size_t len = strlen(rows[i].key);
         if (!strcmp(rows[i].key, "loss")) return &rows[i];
+        if (!strcmp(rows[i].key, "train/loss")) train = &rows[i];
         if (!best && len >= 4 && !strcmp(rows[i].key + len - 4, "loss")) best = &rows[i];
     }
-    return best;
+    return train ? train : best;
 }
 
 int cmd_ps(int argc, char **argv) {
