@@ -5,7 +5,8 @@
   ({"step": 10, "loss": 0.5}); `tandem run` ingests it into the run store;
 - checkpoints: rank 0 saves to TANDEM_CHECKPOINT_DIR every --checkpoint-every steps and on
   SIGTERM (then exits 143, so the run is recorded as preempted and can be resumed);
-- resume: with TANDEM_RESUME=1 it loads the newest checkpoint, writes
+- resume: with TANDEM_RESUME=1 (`tandem run --resume`), or on a launcher restart after a worker
+  died (TORCHELASTIC_RESTART_COUNT > 0, with max_restarts), it loads the newest checkpoint, writes
   {"event": "resume", "step": S} so the store drops points logged after that checkpoint, and
   continues from step S.
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -45,10 +47,11 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--checkpoint-every", type=int, default=50)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, on_sigterm)
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    # Only now: a SIGTERM while connecting would interrupt gloo's TCPStore (RuntimeError, a
+    # failure) and leave the other ranks waiting; before this point the default (exit) is right.
+    signal.signal(signal.SIGTERM, on_sigterm)
     rank, world = dist.get_rank(), dist.get_world_size()
     metrics = os.environ.get("TANDEM_METRICS")
     ckpt_dir = os.environ.get("TANDEM_CHECKPOINT_DIR", "checkpoints")
@@ -58,7 +61,8 @@ def main():
     model = DDP(nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     start = 0
-    if os.environ.get("TANDEM_RESUME") == "1" and os.path.exists(ckpt_path):
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    if (os.environ.get("TANDEM_RESUME") == "1" or restarted) and os.path.exists(ckpt_path):
         state = torch.load(ckpt_path)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -97,9 +101,17 @@ def main():
         if stop.item() > 0:
             if rank == 0:
                 print(f"SIGTERM: checkpoint at step {step + 1} saved; exiting 143", flush=True)
-            dist.destroy_process_group()
-            raise SystemExit(143)
+            finish(143)
+    finish(0)
+
+
+def finish(code):
     dist.destroy_process_group()
+    # Debian's torch 1.13 can deadlock in ~ProcessGroupGloo at interpreter shutdown (see
+    # docs/launch.md): leave without running it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ typedef struct {
 /* Builds the buckets over the model's flat gradient buffer and starts the comm thread. The
  * model must be finalized; the process group must outlive the reducer. */
 td_status td_ddp_new(td_pg_t *pg, td_model_t *model, const td_ddp_options *opts, td_ddp_t **out);
+/* Stops the comm thread. Does not touch the model, which may already be freed; a step armed by
+ * td_ddp_begin_backward keeps the reducer's hook on the model until td_ddp_wait removes it. */
 void td_ddp_free(td_ddp_t *ddp);
 
 /* Broadcasts rank 0's parameters to every rank, then verifies the checksum on every rank. */

@@ -107,6 +107,7 @@ td_status td_ddp_new(td_pg_t *pg, td_model_t *model, const td_ddp_options *opts,
     td_ddp_options o = opts ? *opts : (td_ddp_options){0};
     size_t cap_bytes = o.bucket_bytes ? o.bucket_bytes : (size_t)25 << 20;
     size_t first_cap_bytes = o.first_bucket_bytes ? o.first_bucket_bytes : (size_t)1 << 20;
+    if (getenv("TDX_BUCKET_KB")) cap_bytes = (size_t)atol(getenv("TDX_BUCKET_KB")) << 10; /* XXX experiment */
 
     td_ddp_t *ddp = td_xcalloc(1, sizeof *ddp);
     ddp->pg = pg;
@@ -174,7 +175,8 @@ void td_ddp_free(td_ddp_t *ddp) {
     pthread_join(ddp->thread, NULL);
     pthread_mutex_destroy(&ddp->mu);
     pthread_cond_destroy(&ddp->cv);
-    td_model_set_grad_ready_hook(ddp->model, NULL, NULL);
+    /* The model is not touched: its owner may have freed it already (the trainer frees its
+     * model before the process group and reducer go). td_ddp_wait removed the hook. */
     free(ddp->layer_bucket);
     free(ddp->buckets);
     free(ddp);

@@ -212,8 +212,8 @@ static void body_sum(const scenario *sc, int rank) {
         for (size_t i = 0; i < n; i++) p[i] -= 0.1f * g[i];
         ASSERT_OK(td_ddp_check_params(ddp, (uint64_t)step + 1));
     }
+    td_model_free(m); /* the trainer's teardown order: the reducer must not touch the model */
     td_ddp_free(ddp);
-    td_model_free(m);
     td_pg_free(pg);
     td_store_close(store);
 }
