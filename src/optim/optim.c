@@ -15,7 +15,7 @@
 /* OpenMP splits the element range into chunks; each element's arithmetic is independent of
  * the split, so the bits do not depend on the thread count. */
 #ifdef _OPENMP
-#define TD_OMP_FOR _Pragma("omp parallel for schedule(static) if (n > 65536)")
+#define TD_OMP_FOR _Pragma("omp parallel for simd schedule(static) if (n > 65536)")
 #else
 #define TD_OMP_FOR
 #endif

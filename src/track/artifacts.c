@@ -141,6 +141,15 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
         return st;
     }
     if (!S_ISREG(sb.st_mode)) return TD_OK;
+    /* Runs of a workflow share its working directory: a file nobody wrote since this run was
+     * created is what an earlier run left (say this one failed before saving), not its output. */
+    double mtime = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
+    if (run->created_s > 0 && mtime < run->created_s) {
+        TD_LOG_WARN("artifact %s was last written before run %s was created (left by an earlier "
+                    "run?); not stored",
+                    name, run->id);
+        return TD_OK;
+    }
     char *dst = td_xasprintf("%s/artifacts/%s", run->run_dir, name);
     char *dir = td_xstrdup(dst);
     td_status st = td__mkdirs(dirname(dir));
