@@ -49,7 +49,7 @@ typedef struct td_train_reducer {
     td_status (*check_params)(void *user, int64_t step);
 } td_train_reducer;
 
-/* Metrics as they happen, for the tracking layer: "train/loss", "train/acc" (fraction), and
+/* Metrics as they happen, for the tracking layer: "train/loss", "train/acc" (percent), and
  * "train/samples_per_s" per step; "test/acc" (percent) and "test/loss" after each evaluation;
  * step is the optimizer step count after the step. Called on every rank. */
 typedef struct {

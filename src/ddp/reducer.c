@@ -107,7 +107,6 @@ td_status td_ddp_new(td_pg_t *pg, td_model_t *model, const td_ddp_options *opts,
     td_ddp_options o = opts ? *opts : (td_ddp_options){0};
     size_t cap_bytes = o.bucket_bytes ? o.bucket_bytes : (size_t)25 << 20;
     size_t first_cap_bytes = o.first_bucket_bytes ? o.first_bucket_bytes : (size_t)1 << 20;
-    if (getenv("TDX_BUCKET_KB")) cap_bytes = (size_t)atol(getenv("TDX_BUCKET_KB")) << 10; /* XXX experiment */
 
     td_ddp_t *ddp = td_xcalloc(1, sizeof *ddp);
     ddp->pg = pg;

@@ -508,7 +508,7 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         out->final_acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
         double elapsed = t->train_s;
         emit(t, "train/loss", step, out->final_loss);
-        emit(t, "train/acc", step, out->final_acc);
+        emit(t, "train/acc", step, 100.0 * out->final_acc); /* percent, like test/acc */
         emit(t, "train/samples_per_s", step, elapsed > 0 ? (double)t->samples_done / elapsed : 0);
         bool epoch_end = step % t->steps_per_epoch == 0;
         bool stopping = sums[3] > 0;
@@ -526,7 +526,7 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                                               : "; no checkpoint "
                                                 "(no --checkpoint-dir)",
                           cfg->checkpoint_dir ? cfg->checkpoint_dir : "",
-                          cfg->checkpoint_dir ? ", continue with --resume" : "");
+                          cfg->checkpoint_dir ? ", continue with --resume (a tracked run: tandem run --resume RUN)" : "");
             goto out;
         }
         bool ckpt = (cfg->checkpoint_every > 0 && step % cfg->checkpoint_every == 0) || epoch_end ||

@@ -440,7 +440,11 @@ int cmd_train(int argc, char **argv) {
 
     td_train_result res;
     st = td_train_run(&cfg, &res);
-    if (st != TD_OK) td_error_print(st);
+    if (st == TD_ERR_INTERRUPTED) {
+        if (cfg.rank == 0) TD_LOG_INFO("%s", td_error_msg()); /* a clean stop, not an error */
+    } else if (st != TD_OK) {
+        td_error_print(st);
+    }
     if (json && cfg.rank == 0 && (st == TD_OK || st == TD_ERR_INTERRUPTED))
         print_json(&cfg, &res, st, dist, metrics.evals);
     td_metrics_sink_close(metrics.sink);
