@@ -17,7 +17,9 @@
 #
 # usage: bench/bench_ddp.sh [--full] [--repeat R] [BUILD_DIR]   (default: $TANDEM_BUILD_DIR or ./build)
 # env:   TANDEM_DATA, PYTHON (python3 with torch), STEPS (tandem timed steps, default 150),
-#        TORCH_STEPS (default 60, after 5 warm-up steps)
+#        TORCH_STEPS (default 60, after 5 warm-up steps), TORCH_LOADER (slice: batches indexed
+#        straight from the data tensors, the default and PyTorch's fastest feed; dataloader:
+#        DataLoader(TensorDataset, sampler=DistributedSampler))
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 full=0 repeat=1 build=
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --full) full=1 ;;
     --repeat) repeat=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) build=$1 ;;
   esac
   shift
@@ -63,7 +65,7 @@ run() {
 }
 
 td_common=(--model basicnet --data "$data" --threads 1 --batch 64 --lr 1e-3 --no-progress --json)
-py_common=("$peer" --data "$data" --threads 1 --batch 64)
+py_common=("$peer" --data "$data" --threads 1 --batch 64 --loader "${TORCH_LOADER:-slice}")
 for ((i = 0; i < repeat; i++)); do
   run tandem-2 "$tandem" train --nproc-per-node 2 "${td_common[@]}" --steps "$steps" \
     --no-eval-every-epoch

@@ -11,6 +11,10 @@ in one process without DDP. Rank 0 prints one JSON line.
                           sharded over ranks) after each; evals = [{step, wall_s, test_acc}],
                           wall_s counted from after the process group is up (data loading
                           included), as tandem's --json counts it
+  --loader slice|dataloader  slice (default): each batch is one index into the data tensors,
+                          the fastest way to feed this model; dataloader: the idiomatic
+                          DataLoader(TensorDataset, sampler=DistributedSampler, batch_size=B)
+                          with num_workers=0 (per-sample indexing and collate)
 """
 import argparse
 import gzip
@@ -22,31 +26,11 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-
-class BasicNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return F.log_softmax(self.fc2(x), dim=1)
+from torch_models import BasicNet  # beside this script: sys.path[0]
 
 
 def load(data_dir, split):
@@ -82,6 +66,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--loader", choices=("slice", "dataloader"), default="slice")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -111,7 +96,18 @@ def main():
             dist.all_reduce(c)
         return 100.0 * float(c[0]) / float(c[1])
 
+    loader = None
+    if a.loader == "dataloader":
+        dsampler = DistributedSampler(torch.utils.data.TensorDataset(x, y), num_replicas=world,
+                                      rank=rank, shuffle=True, seed=a.seed)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
+                                             batch_size=a.batch, sampler=dsampler, num_workers=0)
+
     def batches(epoch):
+        if loader is not None:
+            loader.sampler.set_epoch(epoch)
+            yield from loader
+            return
         sampler.set_epoch(epoch)
         idx = torch.tensor(list(iter(sampler)))
         for i in range(0, len(idx), a.batch):
@@ -127,7 +123,8 @@ def main():
 
     model.train()
     out = {"peer": "pytorch-ddp", "torch": torch.__version__, "backend": "gloo" if world > 1
-           else "none", "world_size": world, "threads": a.threads, "batch": a.batch}
+           else "none", "world_size": world, "threads": a.threads, "batch": a.batch,
+           "loader": a.loader}
     if a.epochs:
         test = load(a.data, "t10k")
         evals, step = [], 0

@@ -12,41 +12,9 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-
-class BasicNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-def mlp7():
-    widths = [784, 1024, 1024, 1024, 512, 512, 256, 10]
-    layers = [nn.Flatten()]
-    for i in range(7):
-        layers.append(nn.Linear(widths[i], widths[i + 1]))
-        if i < 6:
-            layers.append(nn.ReLU())
-    layers.append(nn.LogSoftmax(dim=1))
-    return nn.Sequential(*layers)
+from torch_models import build  # beside this script: sys.path[0]
 
 
 def load_images(data_dir, n):
@@ -74,7 +42,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    net = BasicNet() if a.model == "basicnet" else mlp7()
+    net = build(a.model)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     n = a.batch * 64
     x, y, source = load_images(a.data, n)

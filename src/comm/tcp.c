@@ -143,6 +143,24 @@ static td_status tcp_send(td_transport *tr, int peer, const void *buf, size_t n)
     return TD_OK;
 }
 
+/* One non-blocking read of up to n bytes from peer's socket into dst; *got is 0 when nothing
+ * came (after waiting for the socket, which may stage data from any peer meanwhile) or the
+ * connection ended (p->eof). Callers re-check staging and eof before the next step. */
+static td_status recv_step(tcp_t *t, int peer, void *dst, size_t n, size_t *got) {
+    tcp_peer *p = &t->p[peer];
+    *got = 0;
+    ssize_t r = recv(p->fd, dst, n, MSG_DONTWAIT);
+    if (r > 0)
+        *got = (size_t)r;
+    else if (r == 0)
+        p->eof = true;
+    else if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return block_on(t, peer, POLLIN);
+    else if (errno != EINTR)
+        p->eof = true; /* reset: same as closed for our purposes */
+    return TD_OK;
+}
+
 static td_status tcp_recv_into(td_transport *tr, int peer, void *dst, size_t n) {
     tcp_t *t = (tcp_t *)tr;
     tcp_peer *p = &t->p[peer];
@@ -159,22 +177,10 @@ static td_status tcp_recv_into(td_transport *tr, int peer, void *dst, size_t n) 
             continue;
         }
         if (p->eof) return peer_closed(t, peer);
-        ssize_t r = recv(p->fd, d, n, MSG_DONTWAIT);
-        if (r > 0) {
-            d += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            p->eof = true;
-            continue;
-        }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            TD_CHECK(block_on(t, peer, POLLIN));
-            continue;
-        }
-        p->eof = true;
+        size_t got;
+        TD_CHECK(recv_step(t, peer, d, n, &got));
+        d += got;
+        n -= got;
     }
     return TD_OK;
 }
@@ -199,21 +205,9 @@ static td_status tcp_recv_ptr(td_transport *tr, int peer, size_t n, const void *
         }
         while (p->wr - p->rd < n) {
             if (p->eof) return peer_closed(t, peer);
-            ssize_t r = recv(p->fd, p->buf + p->wr, p->cap - p->wr, MSG_DONTWAIT);
-            if (r > 0) {
-                p->wr += (size_t)r;
-                continue;
-            }
-            if (r == 0) {
-                p->eof = true;
-                continue;
-            }
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                TD_CHECK(block_on(t, peer, POLLIN));
-                continue;
-            }
-            p->eof = true;
+            size_t got;
+            TD_CHECK(recv_step(t, peer, p->buf + p->wr, p->cap - p->wr, &got));
+            p->wr += got;
         }
     }
     *ptr = p->buf + p->rd;

@@ -49,33 +49,30 @@ static void write_all(int fd, const char *buf, size_t nbytes) {
     }
 }
 
-/* Emits one line (without its newline) with the rank prefix, in one write so that lines from
- * different workers never interleave. */
-static void emit_line(td__worker *w, td__stream *s, const char *line, size_t len) {
+/* Writes the rank prefix, text and end in one write, so that lines from different workers never
+ * interleave; with log, also text and end to the worker's log file. */
+static void emit(td__worker *w, td__stream *s, const char *text, size_t len, char end, bool log) {
     size_t plen = strlen(w->prefix);
     char stackbuf[4096];
     char *out = plen + len + 1 <= sizeof stackbuf ? stackbuf : td_xmalloc(plen + len + 1);
     memcpy(out, w->prefix, plen);
-    memcpy(out + plen, line, len);
-    out[plen + len] = '\n';
+    memcpy(out + plen, text, len);
+    out[plen + len] = end;
     write_all(s->out_fd, out, plen + len + 1);
-    if (w->log_fd >= 0) write_all(w->log_fd, out + plen, len + 1);
+    if (log && w->log_fd >= 0) write_all(w->log_fd, out + plen, len + 1);
     if (out != stackbuf) free(out);
+}
+
+/* One line, given without its newline. */
+static void emit_line(td__worker *w, td__stream *s, const char *line, size_t len) {
+    emit(w, s, line, len, '\n', true);
 }
 
 /* A segment a worker ended with '\r' (a progress bar redrawn in place): prefixed and ended with
  * '\r' as well, so the next redraw overwrites it on a terminal. Not logged: the log keeps the
  * bar's last state, which ends with '\n'. */
 static void emit_redraw(td__worker *w, td__stream *s, const char *seg, size_t len) {
-    if (len == 0) return;
-    size_t plen = strlen(w->prefix);
-    char stackbuf[4096];
-    char *out = plen + len + 1 <= sizeof stackbuf ? stackbuf : td_xmalloc(plen + len + 1);
-    memcpy(out, w->prefix, plen);
-    memcpy(out + plen, seg, len);
-    out[plen + len] = '\r';
-    write_all(s->out_fd, out, plen + len + 1);
-    if (out != stackbuf) free(out);
+    if (len > 0) emit(w, s, seg, len, '\r', false);
 }
 
 static void stream_consume(td__worker *w, td__stream *s) {

@@ -8,20 +8,10 @@
 set -uo pipefail
 : "${TANDEM_BIN:?}" "${TANDEM_DATA:?}"
 
-if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root for ip netns"; exit 77; fi
-if ! ip netns list >/dev/null 2>&1; then echo "SKIP: ip netns is unavailable"; exit 77; fi
-
-# Leftovers of an earlier run that was killed (SIGKILL skips the trap): names carry the pid.
-for old in $(ip netns list | sed -n 's/^tdd-[ab]-\([0-9]*\).*/\1/p' | sort -u); do
-    kill -0 "$old" 2>/dev/null || { ip netns del "tdd-a-$old" 2>/dev/null; ip netns del "tdd-b-$old" 2>/dev/null; }
-done
-A=tdd-a-$$ B=tdd-b-$$ VA=tdda$$ VB=tddb$$
+. "${TANDEM_SOURCE_DIR:-$(dirname "$0")/../..}/tests/lib/netns.sh"
 work=$(mktemp -d /tmp/tandem-ddp-multinode-XXXXXX)
 cleanup() {
-    ip netns pids "$A" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns pids "$B" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$A" 2>/dev/null
-    ip netns del "$B" 2>/dev/null
+    netns_cleanup
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -31,14 +21,7 @@ fail() {
     exit 1
 }
 
-ip netns add "$A" && ip netns add "$B" || { echo "SKIP: cannot create network namespaces"; exit 77; }
-ip link add "$VA" type veth peer name "$VB" || { echo "SKIP: cannot create a veth pair"; exit 77; }
-ip link set "$VA" netns "$A" && ip link set "$VB" netns "$B" || fail "could not move the veth ends"
-ip -n "$A" addr add 10.79.0.1/24 dev "$VA"
-ip -n "$B" addr add 10.79.0.2/24 dev "$VB"
-for n in "$A" "$B"; do ip -n "$n" link set lo up; done
-ip -n "$A" link set "$VA" up
-ip -n "$B" link set "$VB" up
+netns_pair tdd 10.79.0 || fail "could not set up the two namespaces"
 
 train=(train --model basicnet --data "$TANDEM_DATA" --steps 60 --batch 16 --threads 1 --seed 9
        --lr 1e-3 --no-progress)

@@ -8,34 +8,16 @@ TANDEM=${TANDEM_BIN:?TANDEM_BIN not set}
 PY=${PYTHON:-/usr/bin/python3}
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 
-if [ "$(id -u)" != 0 ]; then echo "SKIP: needs root for ip netns"; exit 77; fi
-if ! ip netns list >/dev/null 2>&1; then echo "SKIP: ip netns is unavailable"; exit 77; fi
-
-# Namespaces left by an earlier run of this test that was killed (SIGKILL skips the trap).
-for old in $(ip netns list | sed -n 's/^tdl-[ab]-\([0-9]*\).*/\1/p' | sort -u); do
-    kill -0 "$old" 2>/dev/null || { ip netns del "tdl-a-$old" 2>/dev/null; ip netns del "tdl-b-$old" 2>/dev/null; }
-done
-A=tdl-a-$$ B=tdl-b-$$ VA=tdla$$ VB=tdlb$$
+. "$SRC/tests/lib/netns.sh"
 D=$(mktemp -d /tmp/tandem-multinode-XXXXXX)
 cleanup() {
-    ip netns pids "$A" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns pids "$B" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$A" 2>/dev/null
-    ip netns del "$B" 2>/dev/null
+    netns_cleanup
     rm -rf "$D"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-ip netns add "$A" && ip netns add "$B" || { echo "SKIP: cannot create network namespaces"; exit 77; }
-ip link add "$VA" type veth peer name "$VB" || { echo "SKIP: cannot create a veth pair"; exit 77; }
-ip link set "$VA" netns "$A"
-ip link set "$VB" netns "$B"
-ip -n "$A" addr add 10.78.0.1/24 dev "$VA"
-ip -n "$B" addr add 10.78.0.2/24 dev "$VB"
-for n in "$A" "$B"; do ip -n "$n" link set lo up; done
-ip -n "$A" link set "$VA" up
-ip -n "$B" link set "$VB" up
+netns_pair tdl 10.78.0 || fail "could not set up the two namespaces"
 ip netns exec "$A" "$PY" -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect((\"10.78.0.2\", 9))" || fail "no route to 10.78.0.2 over the veth pair"
 
 EP=10.78.0.1:29400 # a private namespace: nothing else can hold this port

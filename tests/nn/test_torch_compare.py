@@ -6,53 +6,18 @@ import subprocess
 import sys
 import tempfile
 
+# the torch twins of the presets live beside the benchmark peers, which use them too
+SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(SOURCE_DIR, "bench", "peers"))
 try:
     import numpy as np
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
+    from torch_models import MLP7, BasicNet
 except ImportError as e:  # the test machine is meant to have Debian's python3-torch
     print(f"SKIP: torch/numpy not importable ({e}); install python3-torch python3-numpy")
     sys.exit(77)
-
-
-class BasicNet(nn.Module):
-    """PyTorch's examples/mnist Net."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-class MLP7(nn.Module):
-    def __init__(self):
-        super().__init__()
-        widths = [784, 1024, 1024, 1024, 512, 512, 256, 10]
-        for i in range(7):
-            setattr(self, f"fc{i + 1}", nn.Linear(widths[i], widths[i + 1]))
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        for i in range(1, 8):
-            x = getattr(self, f"fc{i}")(x)
-            if i < 7:
-                x = F.relu(x)
-        return F.log_softmax(x, dim=1)
 
 
 def compare(name, got, ref, rtol):

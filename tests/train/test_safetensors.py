@@ -11,30 +11,14 @@ import tempfile
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+TANDEM_SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(TANDEM_SOURCE_DIR, "bench", "peers"))
+from torch_models import BasicNet  # noqa: E402  (the PyTorch MNIST example's network)
 
 TANDEM = os.environ.get("TANDEM_BIN", "build/tandem")
 DATA = os.environ.get("TANDEM_DATA", "/usr/share/datasets/fashion-mnist")
-
-
-class BasicNet(nn.Module):  # the PyTorch MNIST example's network
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = torch.flatten(self.dropout1(x), 1)
-        x = self.dropout2(F.relu(self.fc1(x)))
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def fail(msg):

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
-#include "tandem/track.h"
+#include "run_cli.h"
 
 static int mkdirs(const char *path) {
     char buf[4096];
@@ -34,44 +34,29 @@ static int copy_file(const char *src, const char *dst) {
     return rc;
 }
 
+static const run_cli_verb verb = {
+    .name = "tandem artifacts",
+    .args = "RUN [--download DIR]",
+    .help = "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
+            "DIR/<name> and checks each copy's sha256 against the record.\n",
+};
+
 int cmd_artifacts(int argc, char **argv) {
     const char *id = NULL, *dest = NULL;
+    int rc;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tandem artifacts RUN [--download DIR]\n\n"
-                   "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
-                   "DIR/<name> and checks each copy's sha256 against the record.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--download") && i + 1 < argc)
+        if (!strcmp(argv[i], "--download") && i + 1 < argc)
             dest = argv[++i];
-        else if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else {
-            fprintf(stderr, "usage: tandem artifacts RUN [--download DIR]\n");
-            return 2;
-        }
+        else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+            return rc;
     }
-    if (!id) {
-        fprintf(stderr, "usage: tandem artifacts RUN [--download DIR]\n");
-        return 2;
-    }
+    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
-    td_status st = td_rundb_open(NULL, &store);
-    if (st != TD_OK) {
-        td_error_print(st);
-        return 1;
-    }
     td_run r;
-    st = td_run_find(store, id, &r);
-    if (st != TD_OK) {
-        td_error_print(st);
-        td_rundb_close(store);
-        return 2;
-    }
+    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
     td_artifact *arts = NULL;
     size_t n = 0;
-    int rc = 0;
-    st = td_artifacts_list(store, r.id, &arts, &n);
+    td_status st = td_artifacts_list(store, r.id, &arts, &n);
     if (st != TD_OK) {
         td_error_print(st);
         rc = 1;
@@ -107,7 +92,6 @@ int cmd_artifacts(int argc, char **argv) {
         }
     }
     td_artifacts_free(arts, n);
-    td_run_clear(&r);
-    td_rundb_close(store);
+    run_cli_close(store, &r);
     return rc;
 }

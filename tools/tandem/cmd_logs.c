@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "commands.h"
-#include "tandem/track.h"
+#include "run_cli.h"
 
 typedef struct {
     char *path;
@@ -84,48 +84,28 @@ static void refresh(td_rundb *store, const td_run *r, int rank, log_cursor **cs,
     td_log_files_free(logs, nlogs);
 }
 
+static const run_cli_verb verb = {
+    .name = "tandem logs",
+    .args = "RUN [-f] [--rank R]",
+    .help = "Prints the workers' logs, each line prefixed with its rank (raw with\n"
+            "--rank). -f follows them until the run ends.\n",
+};
+
 int cmd_logs(int argc, char **argv) {
     const char *id = NULL;
-    int follow = 0, rank = -1;
+    int follow = 0, rank = -1, rc;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tandem logs RUN [-f] [--rank R]\n\n"
-                   "Prints the workers' logs, each line prefixed with its rank (raw with\n"
-                   "--rank). -f follows them until the run ends.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
+        if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
             follow = 1;
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
-            int64_t r;
-            if (td_parse_i64("--rank", argv[++i], &r) != TD_OK || r < 0) {
-                fprintf(stderr, "tandem logs: --rank expects an integer >= 0\n");
-                return 2;
-            }
-            rank = (int)r;
-        } else if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else {
-            fprintf(stderr, "usage: tandem logs RUN [-f] [--rank R]\n");
-            return 2;
-        }
+            if ((rc = run_cli_rank(&verb, argv[++i], &rank)) >= 0) return rc;
+        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+            return rc;
     }
-    if (!id) {
-        fprintf(stderr, "usage: tandem logs RUN [-f] [--rank R]\n");
-        return 2;
-    }
+    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
-    td_status st = td_rundb_open(NULL, &store);
-    if (st != TD_OK) {
-        td_error_print(st);
-        return 1;
-    }
     td_run r;
-    st = td_run_find(store, id, &r);
-    if (st != TD_OK) {
-        td_error_print(st);
-        td_rundb_close(store);
-        return 2;
-    }
+    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
     log_cursor *cs = NULL;
     size_t n = 0;
     int prefixed = rank < 0;
@@ -147,7 +127,7 @@ int cmd_logs(int argc, char **argv) {
             nanosleep(&ts, NULL);
         }
     }
-    int rc = 0;
+    rc = 0;
     if (!n) {
         fprintf(stderr, "tandem logs: run %s has no %s yet (%s/logs)\n", r.id,
                 rank >= 0 ? "log for that rank" : "logs", r.run_dir);
@@ -158,7 +138,6 @@ int cmd_logs(int argc, char **argv) {
         free(cs[i].partial);
     }
     free(cs);
-    td_run_clear(&r);
-    td_rundb_close(store);
+    run_cli_close(store, &r);
     return rc;
 }

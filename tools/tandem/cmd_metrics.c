@@ -5,13 +5,14 @@
 #include <string.h>
 
 #include "commands.h"
-#include "tandem/track.h"
+#include "run_cli.h"
 
-static void metrics_usage(FILE *out) {
-    fprintf(out, "usage: tandem metrics RUN [--csv | --json] [--key KEY] [--rank R]\n\n"
-                 "Points ordered by key, rank and step. --csv: rank,key,step,value,time;\n"
-                 "--json: one array of {rank, key, step, value, time} objects.\n");
-}
+static const run_cli_verb verb = {
+    .name = "tandem metrics",
+    .args = "RUN [--csv | --json] [--key KEY] [--rank R]",
+    .help = "Points ordered by key, rank and step. --csv: rank,key,step,value,time;\n"
+            "--json: one array of {rank, key, step, value, time} objects.\n",
+};
 
 static void csv_field(const char *s) {
     if (!strpbrk(s, ",\"\n")) {
@@ -29,55 +30,29 @@ static void csv_field(const char *s) {
 int cmd_metrics(int argc, char **argv) {
     const char *id = NULL, *key = NULL;
     int format = 0; /* 0 table, 1 csv, 2 json */
-    int rank = -1;
+    int rank = -1, rc;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            metrics_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--csv"))
+        if (!strcmp(argv[i], "--csv"))
             format = 1;
         else if (!strcmp(argv[i], "--json"))
             format = 2;
         else if (!strcmp(argv[i], "--key") && i + 1 < argc)
             key = argv[++i];
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
-            int64_t r;
-            if (td_parse_i64("--rank", argv[++i], &r) != TD_OK || r < 0) {
-                fprintf(stderr, "tandem metrics: --rank expects an integer >= 0\n");
-                return 2;
-            }
-            rank = (int)r;
-        } else if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else {
-            metrics_usage(stderr);
-            return 2;
-        }
+            if ((rc = run_cli_rank(&verb, argv[++i], &rank)) >= 0) return rc;
+        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+            return rc;
     }
-    if (!id) {
-        metrics_usage(stderr);
-        return 2;
-    }
+    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
-    td_status st = td_rundb_open(NULL, &store);
-    if (st != TD_OK) {
-        td_error_print(st);
-        return 1;
-    }
     td_run r;
-    st = td_run_find(store, id, &r);
-    if (st != TD_OK) {
-        td_error_print(st);
-        td_rundb_close(store);
-        return 2;
-    }
+    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
     td_metric_row *rows = NULL;
     size_t n = 0;
-    st = td_metrics_query(store, r.id, key, rank, &rows, &n);
+    td_status st = td_metrics_query(store, r.id, key, rank, &rows, &n);
     if (st != TD_OK) {
         td_error_print(st);
-        td_run_clear(&r);
-        td_rundb_close(store);
+        run_cli_close(store, &r);
         return 1;
     }
     if (format == 1) {
@@ -109,7 +84,6 @@ int cmd_metrics(int argc, char **argv) {
                    key ? key : "");
     }
     td_metric_rows_free(rows, n);
-    td_run_clear(&r);
-    td_rundb_close(store);
+    run_cli_close(store, &r);
     return 0;
 }

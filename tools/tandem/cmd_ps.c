@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "commands.h"
-#include "tandem/track.h"
+#include "run_cli.h"
 
 static void fmt_time(double t, char *out, size_t n) {
     if (t <= 0) {
@@ -63,17 +63,13 @@ int cmd_ps(int argc, char **argv) {
         }
     }
     td_rundb *store;
-    td_status st = td_rundb_open(NULL, &store);
-    if (st != TD_OK) {
-        td_error_print(st);
-        return 1;
-    }
+    if (run_cli_open_store(&store)) return 1;
     td_run *runs = NULL;
     size_t n = 0;
-    st = td_run_list(store, all, &runs, &n);
+    td_status st = td_run_list(store, all, &runs, &n);
     if (st != TD_OK) {
         td_error_print(st);
-        td_rundb_close(store);
+        run_cli_close(store, NULL);
         return 1;
     }
     printf("%-20s %-14s %-10s %-17s %-9s %8s %10s\n", "ID", "WORKFLOW", "STATUS", "STARTED",
@@ -102,6 +98,6 @@ int cmd_ps(int argc, char **argv) {
                td_run_status_str(r->status), started, dur, step, loss);
     }
     td_runs_free(runs, n);
-    td_rundb_close(store);
+    run_cli_close(store, NULL);
     return 0;
 }

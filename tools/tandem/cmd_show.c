@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "commands.h"
-#include "tandem/track.h"
+#include "run_cli.h"
 
 static void print_time(const char *label, double t) {
     if (t <= 0) {
@@ -19,28 +19,21 @@ static void print_time(const char *label, double t) {
     printf("%-15s %s\n", label, buf);
 }
 
+static const run_cli_verb verb = {
+    .name = "tandem show",
+    .args = "RUN",
+    .help = "RUN is a run id or a unique prefix of one.\n",
+};
+
 int cmd_show(int argc, char **argv) {
-    if (argc != 2 || argv[1][0] == '-') {
-        if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-            printf("usage: tandem show RUN\n\nRUN is a run id or a unique prefix of one.\n");
-            return 0;
-        }
-        fprintf(stderr, "usage: tandem show RUN\n");
-        return 2;
-    }
+    const char *id = NULL;
+    int rc;
+    for (int i = 1; i < argc; i++)
+        if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0) return rc;
+    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
-    td_status st = td_rundb_open(NULL, &store);
-    if (st != TD_OK) {
-        td_error_print(st);
-        return 1;
-    }
     td_run r;
-    st = td_run_find(store, argv[1], &r);
-    if (st != TD_OK) {
-        td_error_print(st);
-        td_rundb_close(store);
-        return 2;
-    }
+    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
     if (td_run_reap_stale(store, &r) != TD_OK) td_error_clear();
     printf("%-15s %s\n", "id", r.id);
     printf("%-15s %s\n", "workflow", r.workflow);
@@ -103,7 +96,6 @@ int cmd_show(int argc, char **argv) {
     } else {
         td_error_clear();
     }
-    td_run_clear(&r);
-    td_rundb_close(store);
+    run_cli_close(store, &r);
     return 0;
 }

@@ -3,38 +3,37 @@
 #include <string.h>
 
 #include "commands.h"
+#include "run_cli.h"
 #include "tandem/workflow.h"
+
+static const run_cli_verb verb = {
+    .name = "tandem stop",
+    .args = "RUN [--wait SECONDS]",
+    .help = "Sends SIGTERM to the run's supervisor, which forwards it to the workers\n"
+            "(they checkpoint and exit), and waits for the run to end (default 60 s).\n",
+};
 
 int cmd_stop(int argc, char **argv) {
     const char *id = NULL;
     double wait_s = 60;
+    int rc;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tandem stop RUN [--wait SECONDS]\n\n"
-                   "Sends SIGTERM to the run's supervisor, which forwards it to the workers\n"
-                   "(they checkpoint and exit), and waits for the run to end (default 60 s).\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--wait") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--wait") && i + 1 < argc) {
             if (td_parse_f64("--wait", argv[++i], &wait_s) != TD_OK || wait_s < 0) {
                 fprintf(stderr, "tandem stop: --wait expects seconds >= 0\n");
                 return 2;
             }
-        } else if (argv[i][0] != '-' && !id) {
-            id = argv[i];
-        } else {
-            fprintf(stderr, "usage: tandem stop RUN [--wait SECONDS]\n");
-            return 2;
-        }
+        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+            return rc;
     }
-    if (!id) {
-        fprintf(stderr, "usage: tandem stop RUN [--wait SECONDS]\n");
-        return 2;
-    }
+    if (!id) return run_cli_usage_error(&verb);
+    /* Not run_cli_open_run: td_run_stop resolves the prefix itself, and a missing project
+     * directory counts with an unknown run as a usage error here. */
     td_rundb *store;
     td_status st = td_rundb_open(NULL, &store);
     td_run r = {0};
     if (st == TD_OK) st = td_run_stop(store, id, wait_s, &r);
-    int rc = 0;
+    rc = 0;
     if (st != TD_OK) {
         td_error_print(st);
         rc = st == TD_ERR_NOTFOUND || st == TD_ERR_INVALID ? 2 : 1;
@@ -46,7 +45,6 @@ int cmd_stop(int argc, char **argv) {
                r.id, td_run_status_str(r.status), wait_s);
         rc = 1;
     }
-    td_run_clear(&r);
-    td_rundb_close(store);
+    run_cli_close(store, &r);
     return rc;
 }
