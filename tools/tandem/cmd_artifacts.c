@@ -50,10 +50,9 @@ int cmd_artifacts(int argc, char **argv) {
         else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
             return rc;
     }
-    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
     td_run r;
-    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
+    if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;
     td_artifact *arts = NULL;
     size_t n = 0;
     td_status st = td_artifacts_list(store, r.id, &arts, &n);

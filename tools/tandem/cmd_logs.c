@@ -102,10 +102,9 @@ int cmd_logs(int argc, char **argv) {
         } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
             return rc;
     }
-    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
     td_run r;
-    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
+    if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;
     log_cursor *cs = NULL;
     size_t n = 0;
     int prefixed = rank < 0;

@@ -43,10 +43,9 @@ int cmd_metrics(int argc, char **argv) {
         } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
             return rc;
     }
-    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
     td_run r;
-    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
+    if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;
     td_metric_row *rows = NULL;
     size_t n = 0;
     td_status st = td_metrics_query(store, r.id, key, rank, &rows, &n);

@@ -30,10 +30,9 @@ int cmd_show(int argc, char **argv) {
     int rc;
     for (int i = 1; i < argc; i++)
         if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0) return rc;
-    if (!id) return run_cli_usage_error(&verb);
     td_rundb *store;
     td_run r;
-    if ((rc = run_cli_open_run(id, &store, &r))) return rc;
+    if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;
     if (td_run_reap_stale(store, &r) != TD_OK) td_error_clear();
     printf("%-15s %s\n", "id", r.id);
     printf("%-15s %s\n", "workflow", r.workflow);

@@ -41,7 +41,8 @@ int run_cli_open_store(td_rundb **store) {
     return 0;
 }
 
-int run_cli_open_run(const char *id, td_rundb **store, td_run *run) {
+int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store, td_run *run) {
+    if (!id) return run_cli_usage_error(verb);
     int rc = run_cli_open_store(store);
     if (rc) return rc;
     td_status st = td_run_find(*store, id, run);

@@ -28,9 +28,9 @@ int run_cli_rank(const run_cli_verb *verb, const char *value, int *rank);
 int run_cli_open_store(td_rundb **store);
 
 /* Opens the store and finds the run id names (an id or a unique prefix of one): 0 with *store and
- * *run set (release them with run_cli_close), 1 when the store cannot be opened, 2 when no single
- * run matches; the error is printed. */
-int run_cli_open_run(const char *id, td_rundb **store, td_run *run);
+ * *run set (release them with run_cli_close), 1 when the store cannot be opened, 2 when id is NULL
+ * (no RUN was given: the usage line) or no single run matches; the error is printed. */
+int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store, td_run *run);
 
 /* Clears run (may be NULL) and closes store. */
 void run_cli_close(td_rundb *store, td_run *run);
