@@ -97,7 +97,7 @@ static td_status fail(td_pg_t *pg, td_status st) {
     if (!pg->broken) {
         pg->broken = st;
         pg->broken_msg = td_xstrdup(td_error_msg());
-        td__pg_publish_failure(pg, pg->broken_msg);
+        td__pg_publish_failure(pg, st, pg->broken_msg);
         if (pg->shm) pg->shm->ops->abort(pg->shm, st, pg->broken_msg);
         if (pg->tcp) pg->tcp->ops->abort(pg->tcp, st, pg->broken_msg);
     }

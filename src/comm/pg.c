@@ -105,11 +105,11 @@ td_status td__pg_check(td_pg_t *pg, int waiting_peer) {
                     waiting_peer);
 }
 
-void td__pg_publish_failure(td_pg_t *pg, const char *msg) {
+void td__pg_publish_failure(td_pg_t *pg, td_status failure, const char *msg) {
     if (!pg->store) return;
     char *saved = td_xstrdup(td_error_msg());
     char *key = td__pg_key(pg, "first_failure");
-    char *val = td_xasprintf("rank %d: %s", pg->rank, msg);
+    char *val = td_xasprintf("%d rank %d: %s", (int)failure, pg->rank, msg);
     int old = td__store_set_io_timeout(pg->store, 1000);
     td_status st = td_store_compare_set(pg->store, key, NULL, 0, val, strlen(val), NULL, NULL);
     td__store_set_io_timeout(pg->store, old);
@@ -119,7 +119,8 @@ void td__pg_publish_failure(td_pg_t *pg, const char *msg) {
     free(saved);
 }
 
-char *td__pg_first_failure(td_pg_t *pg) {
+char *td__pg_first_failure(td_pg_t *pg, td_status *st_out) {
+    if (st_out) *st_out = TD_ERR_PEER;
     if (!pg->store) return NULL;
     char *saved = td_xstrdup(td_error_msg());
     char *key = td__pg_key(pg, "first_failure");
@@ -130,6 +131,13 @@ char *td__pg_first_failure(td_pg_t *pg) {
     if (st != TD_OK) {
         td_error(TD_ERR_PEER, "%s", saved);
         v = NULL;
+    } else {
+        char *text = v, *rest = NULL;
+        long code = strtol(text, &rest, 10);
+        if (rest != text && *rest == ' ') {
+            if (st_out && code > TD_OK && code < TD_STATUS_COUNT) *st_out = (td_status)code;
+            memmove(text, rest + 1, strlen(rest + 1) + 1);
+        }
     }
     free(key);
     free(saved);

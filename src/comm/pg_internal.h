@@ -60,8 +60,12 @@ td_status td__pg_check(td_pg_t *pg, int waiting_peer);
 /* Records this rank's failure as the group's first (if none yet) in the store, so ranks that
  * only see a closed connection can name the root cause; and fetches it (NULL if none). Both
  * keep the thread's error detail intact and give up quickly when the store is gone. */
-void td__pg_publish_failure(td_pg_t *pg, const char *msg);
-char *td__pg_first_failure(td_pg_t *pg);
+/* The group's first failure, kept in the store as "<status> rank R: <msg>" so that a rank that
+ * only sees a peer hang up can report the root cause, and its status: a mismatch or a timeout
+ * stays what it is on every rank instead of turning into "peer closed" by a race. */
+void td__pg_publish_failure(td_pg_t *pg, td_status st, const char *msg);
+/* malloc'd "rank R: <msg>", or NULL; *st_out (may be NULL) gets the status. */
+char *td__pg_first_failure(td_pg_t *pg, td_status *st_out);
 /* "allreduce(count=1024, op=sum)" */
 void td__fp_describe(const td_fingerprint *fp, char *buf, size_t n);
 /* Store key "<prefix>/<suffix>" (caller frees). */

@@ -190,8 +190,11 @@ static td_status shm_check(td_transport *tr, int waiting_peer) {
             char why[sizeof(c->why)];
             memcpy(why, c->why, sizeof(why));
             why[sizeof(why) - 1] = 0;
-            /* A timeout stays a timeout: the peer's message names the ranks that never came. */
-            td_status st = c->status == TD_ERR_TIMEOUT ? TD_ERR_TIMEOUT : TD_ERR_PEER;
+            /* A timeout stays a timeout (the peer's message names the ranks that never came) and
+             * a mismatch stays a mismatch (it names both calls). */
+            td_status st = c->status == TD_ERR_TIMEOUT || c->status == TD_ERR_MISMATCH
+                               ? (td_status)c->status
+                               : TD_ERR_PEER;
             return td_error(st, "rank %d failed, so this collective cannot finish: %s", j, why);
         }
     }

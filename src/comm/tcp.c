@@ -56,8 +56,12 @@ static td_status peer_closed(tcp_t *t, int peer) {
     char what[96];
     td_pg_t *pg = t->base.pg;
     td__fp_describe(&pg->cur, what, sizeof(what));
-    char *cause = td__pg_first_failure(pg);
-    td_status st = td_error(TD_ERR_PEER,
+    td_status first = TD_ERR_PEER;
+    char *cause = td__pg_first_failure(pg, &first);
+    /* A peer that hung up because the group disagreed or timed out: report that, on every
+     * rank, not the hang-up it caused. */
+    td_status st = td_error(first == TD_ERR_MISMATCH || first == TD_ERR_TIMEOUT ? first
+                                                                                : TD_ERR_PEER,
                             "rank %d closed its connection while rank %d waited for "
                             "it in %s at seq %llu (%s%s)",
                             peer, t->rank, what, (unsigned long long)pg->cur.seq,
