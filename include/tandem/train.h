@@ -96,6 +96,7 @@ typedef struct {
     double final_acc;  /* training accuracy of the last step, fraction */
     double test_acc;   /* percent, from the last evaluation; NaN if none ran */
     double test_loss;
+    int64_t samples;      /* global samples trained in this process's steps (all ranks) */
     double samples_per_s; /* global samples per second over this process's steps */
     double wall_s;        /* this process, from start to return */
     int stop_signal;      /* the signal that stopped training, or 0 */

@@ -551,6 +551,7 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         TD_CHECK_GOTO(td_save_safetensors(cfg->save_path, t->model), rc, out);
 out:
     out->steps = TD_MAX(t->step, t->start_step);
+    out->samples = t->samples_done;
     out->samples_per_s = t->train_s > 0 ? (double)t->samples_done / t->train_s : 0;
     out->start_step = t->start_step;
     out->epochs = t->epochs;

@@ -1,8 +1,9 @@
-/* ddp: the reducer in isolation, ranks as real processes (fork) around a store in the parent.
+/* ddp: the reducer in isolation, ranks as real processes (fork) around a store server (in a
+ * process of its own, so the forking parent has no threads).
  *
  * - Gradients after td_ddp_wait equal, bit for bit, the fixed-tree sum ((g0+g1)+(g2+g3))... of
  *   every rank's own gradient, where each rank computes the reference itself by running every
- *   rank's batch through its own copy of the model (shm and tcp, 2-4 ranks, default and tiny
+ *   rank's batch through its model before the step (shm and tcp, 2-4 ranks, default and tiny
  *   buckets, and a backward whose hook never reports so td_ddp_wait launches everything).
  * - Buckets: tiny bucket sizes give one bucket per parametered layer; backward is held inside
  *   the grad-ready hook until the buckets already complete have been reduced, which can only

@@ -67,6 +67,11 @@ for run in 1 2; do
     [ "$epochs" = 1 ] || fail "$run process(es): $epochs epochs, expected 1"
     [ "$gb" = $((2 * B)) ] || fail "$run process(es): global batch $gb, expected $((2 * B))"
 done
+# Every sample of the epoch trained exactly once: none dropped with the tail, none repeated.
+for run in 1 2; do
+    seen=$(json_field "$work/$run.json" samples) || fail "the $run-process JSON has no 'samples'"
+    [ "$seen" = $N ] || fail "$run process(es) trained on $seen samples in one epoch of $N"
+done
 ws=$(json_field "$work/2.json" world_size)
 [ "$ws" = 2 ] || fail "the 2-worker run reports world_size $ws"
 echo "1 and 2 processes: $want_steps steps of global batch $((2 * B)) over $N samples" \

@@ -229,6 +229,7 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     }
     json_object_set_new(o, "steps", json_integer(r->steps));
     json_object_set_new(o, "world_size", json_integer(r->world_size));
+    json_object_set_new(o, "samples", json_integer(r->samples));
     json_object_set_new(o, "samples_per_s", json_real(r->samples_per_s));
     json_object_set_new(o, "final_loss",
                         isfinite(r->final_loss) ? json_real(r->final_loss) : json_null());
