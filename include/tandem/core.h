@@ -165,7 +165,8 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")          \
     X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)") \
     X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")         \
-    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)")
+    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)") \
+    X(CONV_ALGO, "auto", "3x3 stride-1 conv: auto (winograd if in_c >= 8), im2col, winograd")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,

@@ -18,6 +18,12 @@ static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
     const float *w = m->params + l->param_offset, *bias = w + l->weight_count;
     int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
     const float *x0 = m->acts[l - m->layers];
+    if (l->wino) { /* the whole chunk at once: its tiles batched into each gemm */
+        td__wino_conv(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h, l->in_w,
+                      l->pad, l->wino_u, l->out_c, l->out_h, l->out_w, bias,
+                      l->out + (size_t)s0 * l->out_size, l->out_size, m->scratch[tid]);
+        return;
+    }
     for (int s = s0; s < s1; s++) {
         const float *x = x0 + (size_t)s * l->in_size;
         float *y = l->out + (size_t)s * l->out_size;
@@ -45,6 +51,23 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
     int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
     const float *x0 = m->acts[l - m->layers];
     bool pointwise = conv_is_pointwise(l);
+    if (l->wino) { /* weight gradient of the whole chunk as 16 gemms over its tiles */
+        for (int s = s0; s < s1; s++)
+            for (int oc = 0; oc < l->out_c; oc++) {
+                float g = td_sum(dout + (size_t)s * ldo + (size_t)oc * n, (size_t)n);
+                pb[oc] = s == s0 ? g : pb[oc] + g;
+            }
+        td__wino_wgrad(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h, l->in_w,
+                       l->pad, dout + (size_t)s0 * ldo, ldo, l->out_c, l->out_h, l->out_w, pw,
+                       m->scratch[tid]);
+        /* The input gradient of a stride-1 3x3 conv with padding p is the conv of dy (padding
+         * 2 - p) with the rotated, channel-transposed filter. */
+        if (l->need_din)
+            td__wino_conv(dout + (size_t)s0 * ldo, ldo, s1 - s0, l->out_c, l->out_h, l->out_w,
+                          2 - l->pad, l->wino_ub, l->in_c, l->in_h, l->in_w, NULL,
+                          din + (size_t)s0 * ldi, ldi, m->scratch[tid]);
+        return;
+    }
     for (int s = s0; s < s1; s++) {
         const float *x = x0 + (size_t)s * l->in_size;
         const float *dy = dout + (size_t)s * ldo;

@@ -55,6 +55,8 @@ void td_model_free(td_model_t *m) {
         if (!l->out_alias) free(l->out);
         free(l->aux);
         free(l->partial);
+        free(l->wino_u);
+        free(l->wino_ub);
     }
     for (int t = 0; t < m->scratch_threads; t++) free(m->scratch[t]);
     free(m->scratch);
@@ -255,6 +257,16 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
             l->partial = alloc_floats(nchunks * l->param_count);
             size_t col = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
             m->col_floats = TD_MAX(m->col_floats, col);
+            TD_CHECK(td__conv_use_winograd(l->in_c, l->kernel, l->stride, &l->wino));
+            if (l->wino) {
+                l->wino_u = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
+                l->wino_ub = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
+                size_t f = td__wino_scratch_floats(TD_NN_CHUNK, l->in_c, l->out_c, l->in_h, l->in_w,
+                                                   l->out_h, l->out_w);
+                size_t b = td__wino_scratch_floats(TD_NN_CHUNK, l->out_c, l->in_c, l->out_h,
+                                                   l->out_w, l->in_h, l->in_w);
+                m->col_floats = TD_MAX(m->col_floats, TD_MAX(f, b));
+            }
         }
         if (l->kind == TD_LAYER_DROPOUT) m->col_floats = TD_MAX(m->col_floats, l->out_size + 4);
         gmax = TD_MAX(gmax, TD_MAX(l->in_size, l->out_size));
@@ -478,6 +490,11 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         if (m->layers[i].out_alias && m->layers[i].kind == TD_LAYER_RELU)
             m->layers[i].out = (float *)m->acts[i];
     int nchunks = ntasks(batch, TD_NN_CHUNK);
+    /* Winograd filters follow the parameters, which the optimizer changed since last time */
+    for (int i = 0; i < m->num_layers; i++)
+        if (m->layers[i].wino)
+            td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
+                            m->layers[i].in_c, false, m->layers[i].wino_u);
     for (int i = 0; i < m->num_layers;) {
         td_layer *l = &m->layers[i];
         if (l->kind == TD_LAYER_LINEAR) {
@@ -511,6 +528,10 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
     int first = 0; /* layers before the first parametered layer need no backward */
     while (first < m->num_layers && !m->layers[first].param_count) first++;
     int nchunks = ntasks(batch, TD_NN_CHUNK);
+    for (int i = first; i < m->num_layers; i++)
+        if (m->layers[i].wino && m->layers[i].need_din)
+            td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
+                            m->layers[i].in_c, true, m->layers[i].wino_ub);
 #define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id])
 #define GLD(id)  ((id) < 0 ? (size_t)td_model_output_size(m) : m->gstride)
     for (int i = m->num_layers - 1; i >= first;) {

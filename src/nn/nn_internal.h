@@ -4,6 +4,7 @@
 
 #include "tandem/nn.h"
 #include "tandem/tensor.h"
+#include "conv_winograd.h"
 
 /* Samples per chunk for per-sample layers. A constant (never derived from the thread count) so
  * that per-chunk partial sums, combined in chunk order, give the same bits on any team size. */
@@ -32,6 +33,9 @@ typedef struct {
     float *out;      /* own output buffer [max_batch * out_size] unless out_alias */
     uint8_t *aux;    /* maxpool argmax / dropout keep mask, [max_batch * out_size] */
     float *partial;  /* conv2d: per-chunk parameter-gradient partial sums */
+    bool wino;       /* conv2d: Winograd F(2x2,3x3) forward and input gradient (conv_winograd.c) */
+    float *wino_u;   /* transformed filter [16, out_c, in_c], refreshed by every forward */
+    float *wino_ub;  /* input-gradient filter [16, in_c, out_c], refreshed by every backward */
 } td_layer;
 
 struct td_model {

@@ -110,6 +110,28 @@ int main(void) {
         check(m, &c);
         free(c.x), td_model_free(m);
     }
+    for (int algo = 0; algo < 2; algo++) {
+        /* 3x3 stride-1 convs with padding 1, 0, 2 and 3 on odd sizes (7x5 -> 7x5 -> 5x3 -> 7x5
+         * -> 11x9), forced through both algorithms: Winograd's forward, weight gradient and
+         * (from the 2nd layer on) input gradient, whose padding 2 - p is -1 for the last */
+        setenv("TANDEM_CONV_ALGO", algo ? "winograd" : "im2col", 1);
+        td_model_t *m = td_model_new(3, 7, 5);
+        ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 0));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 2));
+        ASSERT_OK(td_model_add_conv2d(m, 2, 3, 1, 3));
+        check_cfg c = {algo ? "conv3x3 p1,p0,p2,p3 (winograd)" : "conv3x3 p1,p0,p2,p3 (im2col)",
+                       6,
+                       0.05f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(6 * 105, 9)};
+        finish(m, &c, 9);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+        unsetenv("TANDEM_CONV_ALGO");
+    }
     { /* relu: identity front layer and |x| >= 0.3 keep pre-activations away from 0 */
         td_model_t *m = td_model_new(4, 1, 1);
         ASSERT_OK(td_model_add_linear(m, 4));
