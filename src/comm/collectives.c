@@ -2,6 +2,8 @@
  *
  * Every collective starts with a fingerprint exchange (seq, kind, op, count, root, dtype) with
  * every peer, so ranks that disagree fail on both sides with a message naming both calls.
+ * allreduce sends its first data right behind the fingerprint (one publication, no extra round
+ * trip); receivers still check the fingerprint before they read that data.
  *
  * Reductions sum in one fixed binary tree over ranks: adjacent pairs (0,1),(2,3),... are added
  * left+right level by level and a trailing odd node is carried up unchanged. Whichever rank
@@ -104,7 +106,8 @@ static td_status fail(td_pg_t *pg, td_status st) {
     return st;
 }
 
-static td_status begin(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, int root,
+/* Starts a collective locally: the fingerprint, the deadline. Nothing is sent yet. */
+static td_status start(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, int root,
                        uint32_t dtype) {
     if (pg->broken)
         return td_error(pg->broken,
@@ -120,39 +123,60 @@ static td_status begin(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, i
                          .dtype = dtype};
     pg->cur = fp;
     pg->deadline_ns = td_now_ns() + (uint64_t)pg->timeout_ms * 1000000ull;
+    if (pg->world > 1) memset(pg->arrived, 0, (size_t)pg->world * sizeof(bool));
+    return TD_OK;
+}
+
+/* Sends this collective's fingerprint to peer j, with the first data message (may be empty)
+ * right behind it in the same publication, so the data does not wait a round trip for the
+ * fingerprints. The receiver checks the fingerprint before it reads the data (recv_fps). */
+static td_status send_fp(td_pg_t *pg, int j, const void *data, size_t n) {
+    td_transport *t = pg->tp[j];
+    return t->ops->send2(t, j, &pg->cur, sizeof(pg->cur), data, n);
+}
+
+/* Receives and checks every peer's fingerprint: disagreement fails here, before any of the
+ * data behind it (whose size was computed from the peer's arguments) is read. */
+static td_status recv_fps(td_pg_t *pg) {
     int W = pg->world, r = pg->rank;
-    if (W == 1) return TD_OK;
-    memset(pg->arrived, 0, (size_t)W * sizeof(bool));
-    for (int k = 1; k < W; k++) { /* start with the next rank so senders spread out */
-        int j = (r + k) % W;
-        TD_CHECK(pg->tp[j]->ops->send(pg->tp[j], j, &fp, sizeof(fp)));
-    }
+    const td_fingerprint *fp = &pg->cur;
     for (int k = 1; k < W; k++) {
         int j = (r + W - k) % W;
         td_fingerprint other;
         TD_CHECK(pg->tp[j]->ops->recv_into(pg->tp[j], j, &other, sizeof(other)));
         pg->arrived[j] = true;
-        if (!fp_equal(&fp, &other)) {
+        if (!fp_equal(fp, &other)) {
             char mine[96], theirs[96];
-            td__fp_describe(&fp, mine, sizeof(mine));
+            td__fp_describe(fp, mine, sizeof(mine));
             if (other.magic != TD_FP_MAGIC)
                 return td_error(TD_ERR_PROTOCOL,
                                 "rank %d sent garbage where the fingerprint "
                                 "of %s at seq %llu belongs",
-                                j, mine, (unsigned long long)fp.seq);
+                                j, mine, (unsigned long long)fp->seq);
             td__fp_describe(&other, theirs, sizeof(theirs));
-            if (other.seq != fp.seq)
+            if (other.seq != fp->seq)
                 return td_error(TD_ERR_MISMATCH,
                                 "rank %d called %s at seq %llu but rank %d "
                                 "called %s at seq %llu (ranks made different "
                                 "numbers of collective calls)",
                                 j, theirs, (unsigned long long)other.seq, r, mine,
-                                (unsigned long long)fp.seq);
+                                (unsigned long long)fp->seq);
             return td_error(TD_ERR_MISMATCH, "rank %d called %s but rank %d called %s at seq %llu",
-                            j, theirs, r, mine, (unsigned long long)fp.seq);
+                            j, theirs, r, mine, (unsigned long long)fp->seq);
         }
     }
     return TD_OK;
+}
+
+/* The fingerprint exchange alone, for collectives that send no data with it. */
+static td_status begin(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, int root,
+                       uint32_t dtype) {
+    TD_CHECK(start(pg, kind, op, count, root, dtype));
+    int W = pg->world, r = pg->rank;
+    if (W == 1) return TD_OK;
+    for (int k = 1; k < W; k++) /* start with the next rank so senders spread out */
+        TD_CHECK(send_fp(pg, (r + k) % W, NULL, 0));
+    return recv_fps(pg);
 }
 
 #define SEND(j, p, n)      TD_CHECK(pg->tp[j]->ops->send(pg->tp[j], (j), (p), (n)))
@@ -165,7 +189,8 @@ static td_status allreduce_small(td_pg_t *pg, float *buf, size_t count, td_reduc
     size_t nb = count * sizeof(float);
     const float *srcs[64];
     if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "small allreduce on more than 64 ranks");
-    for (int k = 1; k < W; k++) SEND((r + k) % W, buf, nb);
+    for (int k = 1; k < W; k++) TD_CHECK(send_fp(pg, (r + k) % W, buf, nb));
+    TD_CHECK(recv_fps(pg));
     for (int j = 0; j < W; j++) {
         if (j == r) {
             srcs[j] = buf;
@@ -208,12 +233,16 @@ static size_t piece(const seg_plan *p, int j, size_t k, size_t *len) {
     return seg_off + off;
 }
 
+/* Step k's pieces to their owners; step 0's ride behind the fingerprint. */
 static td_status send_pieces(td_pg_t *pg, float *buf, const seg_plan *p, size_t k) {
     int W = pg->world, r = pg->rank;
     for (int i = 1; i < W; i++) {
         int j = (r + i) % W;
         size_t len, off = piece(p, j, k, &len);
-        SEND(j, buf + off, len * sizeof(float));
+        if (k == 0)
+            TD_CHECK(send_fp(pg, j, buf + off, len * sizeof(float)));
+        else
+            SEND(j, buf + off, len * sizeof(float));
     }
     return TD_OK;
 }
@@ -224,6 +253,7 @@ static td_status allreduce_large(td_pg_t *pg, float *buf, size_t count, td_reduc
     const float *srcs[64];
     if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "allreduce on more than 64 ranks");
     TD_CHECK(send_pieces(pg, buf, &p, 0));
+    TD_CHECK(recv_fps(pg));
     for (size_t k = 0; k < p.nsteps; k++) {
         size_t len, off = piece(&p, r, k, &len);
         size_t nb = len * sizeof(float);
@@ -256,8 +286,10 @@ static td_status allreduce_large(td_pg_t *pg, float *buf, size_t count, td_reduc
 td_status td_allreduce(td_pg_t *pg, float *buf, size_t count, td_reduce_op op) {
     if (op != TD_REDUCE_SUM && op != TD_REDUCE_AVG)
         return td_error(TD_ERR_INVALID, "allreduce: unknown reduce op %d", (int)op);
-    td_status st = begin(pg, TD_COLL_ALLREDUCE, op, count, -1, 1);
-    if (st == TD_OK && pg->world > 1 && count) {
+    td_status st;
+    if (pg->world == 1 || count == 0)
+        st = begin(pg, TD_COLL_ALLREDUCE, op, count, -1, 1);
+    else if ((st = start(pg, TD_COLL_ALLREDUCE, op, count, -1, 1)) == TD_OK) {
         if (count * sizeof(float) <= SMALL_ALLREDUCE_BYTES)
             st = allreduce_small(pg, buf, count, op);
         else

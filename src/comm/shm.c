@@ -148,6 +148,23 @@ static td_status shm_send(td_transport *tr, int peer, const void *buf, size_t n)
     return TD_OK;
 }
 
+static td_status shm_send2(td_transport *tr, int peer, const void *a, size_t na, const void *b,
+                           size_t nb) {
+    shm_t *t = (shm_t *)tr;
+    ring_hdr *rg = ring_of(t, t->rank, peer);
+    uint32_t pa = na ? place(t->wpos[peer], na) : t->wpos[peer];
+    uint32_t pb = nb ? place(pa + (uint32_t)na, nb) : pa + (uint32_t)na;
+    uint32_t end = pb + (uint32_t)nb;
+    if (end == t->wpos[peer]) return TD_OK;
+    TD_CHECK(wait_word(t, peer, &rg->tail, &rg->tail_wait, end - RING_BYTES));
+    uint8_t *d = ring_data(t, t->rank, peer);
+    if (na) memcpy(d + (pa & (RING_BYTES - 1)), a, na);
+    if (nb) memcpy(d + (pb & (RING_BYTES - 1)), b, nb);
+    t->wpos[peer] = end;
+    publish(&rg->head, &rg->head_wait, end);
+    return TD_OK;
+}
+
 static td_status shm_recv_ptr(td_transport *tr, int peer, size_t n, const void **ptr) {
     shm_t *t = (shm_t *)tr;
     ring_hdr *rg = ring_of(t, peer, t->rank);
@@ -241,6 +258,7 @@ static void shm_free(td_transport *tr) {
 static const td_transport_ops shm_ops = {
     .name = "shm",
     .send = shm_send,
+    .send2 = shm_send2,
     .recv_ptr = shm_recv_ptr,
     .recv_done = shm_recv_done,
     .recv_into = shm_recv_into,

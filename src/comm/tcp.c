@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm/store_internal.h"
@@ -147,6 +148,36 @@ static td_status tcp_send(td_transport *tr, int peer, const void *buf, size_t n)
     return TD_OK;
 }
 
+static td_status tcp_send2(td_transport *tr, int peer, const void *a, size_t na, const void *b,
+                           size_t nb) {
+    tcp_t *t = (tcp_t *)tr;
+    struct iovec iov[2] = {{(void *)a, na}, {(void *)b, nb}};
+    struct iovec *v = iov;
+    int cnt = 2;
+    while (cnt && v->iov_len == 0) v++, cnt--;
+    while (cnt) {
+        struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)cnt};
+        ssize_t w = sendmsg(t->p[peer].fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+            size_t left = (size_t)w;
+            while (cnt && left >= v->iov_len) left -= v->iov_len, v++, cnt--;
+            if (cnt) {
+                v->iov_base = (uint8_t *)v->iov_base + left;
+                v->iov_len -= left;
+            }
+            while (cnt && v->iov_len == 0) v++, cnt--;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            TD_CHECK(block_on(t, peer, POLLOUT));
+            continue;
+        }
+        return peer_closed(t, peer);
+    }
+    return TD_OK;
+}
+
 /* One non-blocking read of up to n bytes from peer's socket into dst; *got is 0 when nothing
  * came (after waiting for the socket, which may stage data from any peer meanwhile) or the
  * connection ended (p->eof). Callers re-check staging and eof before the next step. */
@@ -210,7 +241,9 @@ static td_status tcp_recv_ptr(td_transport *tr, int peer, size_t n, const void *
         while (p->wr - p->rd < n) {
             if (p->eof) return peer_closed(t, peer);
             size_t got;
-            TD_CHECK(recv_step(t, peer, p->buf + p->wr, p->cap - p->wr, &got));
+            /* exactly the rest of this message: reading ahead would only stage the next one
+             * (often a result that recv_into could take straight into its destination) */
+            TD_CHECK(recv_step(t, peer, p->buf + p->wr, n - (p->wr - p->rd), &got));
             p->wr += got;
         }
     }
@@ -264,6 +297,7 @@ static void tcp_free(td_transport *tr) {
 static const td_transport_ops tcp_ops = {
     .name = "tcp",
     .send = tcp_send,
+    .send2 = tcp_send2,
     .recv_ptr = tcp_recv_ptr,
     .recv_done = tcp_recv_done,
     .recv_into = tcp_recv_into,
@@ -274,7 +308,7 @@ static const td_transport_ops tcp_ops = {
 };
 
 static void tune(int fd) {
-    int one = 1, sz = SOCK_BUF_BYTES;
+    int one = 1, sz = getenv("TD_EXP_SOCKBUF") ? atoi(getenv("TD_EXP_SOCKBUF")) : SOCK_BUF_BYTES; /*EXP*/
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));

@@ -20,6 +20,11 @@ typedef struct td_transport td_transport;
 typedef struct {
     const char *name;
     td_status (*send)(td_transport *t, int peer, const void *buf, size_t nbytes);
+    /* Two messages (a, then b) made visible to the receiver at once: one ring publication
+     * (shm) or one syscall (tcp). The receiver still takes them as two messages, so it can
+     * check a (a fingerprint) before it trusts b's size. */
+    td_status (*send2)(td_transport *t, int peer, const void *a, size_t na, const void *b,
+                       size_t nb);
     td_status (*recv_ptr)(td_transport *t, int peer, size_t nbytes, const void **ptr);
     void (*recv_done)(td_transport *t, int peer, size_t nbytes);
     td_status (*recv_into)(td_transport *t, int peer, void *dst, size_t nbytes);
