@@ -71,14 +71,14 @@ typedef enum { TD_REDUCE_SUM = 0, TD_REDUCE_AVG } td_reduce_op;
 typedef struct {
     int rank;
     int world_size;
-    td_store_t *store;        /* borrowed; must outlive the group */
-    const char *prefix;       /* key namespace in the store, e.g. "pg0/attempt3" */
+    td_store_t *store;           /* borrowed; must outlive the group */
+    const char *prefix;          /* key namespace in the store, e.g. "pg0/attempt3" */
     td_transport_kind transport; /* AUTO: shm between ranks on the same host, tcp otherwise */
-    const char *host_key;     /* ranks with equal host_key may use shm; NULL = derive from the
-                                 machine (boot id + network namespace + hostname) */
-    const char *bind_addr;    /* tcp: address to listen on and publish; NULL = the address this
-                                 host uses to reach the store */
-    int timeout_ms;           /* per collective; 0 = TANDEM_COMM_TIMEOUT_MS */
+    const char *host_key;        /* ranks with equal host_key may use shm; NULL = derive from the
+                                    machine (boot id + network namespace + hostname) */
+    const char *bind_addr;       /* tcp: address to listen on and publish; NULL = the address this
+                                    host uses to reach the store */
+    int timeout_ms;              /* per collective; 0 = TANDEM_COMM_TIMEOUT_MS */
 } td_pg_options;
 
 td_status td_pg_init(const td_pg_options *opts, td_pg_t **out);

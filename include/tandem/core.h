@@ -18,30 +18,30 @@ extern "C" {
 
 #if defined(__GNUC__)
 #define TD_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
-#define TD_NODISCARD __attribute__((warn_unused_result))
+#define TD_NODISCARD                __attribute__((warn_unused_result))
 #else
 #define TD_PRINTF(fmt_idx, arg_idx)
 #define TD_NODISCARD
 #endif
 
 /* ---- status codes: one list, messages generated from it (libuv's UV_ERRNO_MAP habit) ---- */
-#define TD_STATUS_MAP(X)                                                                        \
-    X(OK, "ok")                                                                                 \
-    X(ERR_INVALID, "invalid argument")                                                         \
-    X(ERR_USAGE, "usage error")                                                                 \
-    X(ERR_NOMEM, "out of memory")                                                               \
-    X(ERR_IO, "input/output error")                                                             \
-    X(ERR_FORMAT, "corrupt or malformed data")                                                  \
-    X(ERR_NOTFOUND, "not found")                                                                \
-    X(ERR_EXISTS, "already exists")                                                             \
-    X(ERR_TIMEOUT, "timed out")                                                                 \
-    X(ERR_PEER, "peer failed or disconnected")                                                  \
-    X(ERR_MISMATCH, "ranks disagree")                                                           \
-    X(ERR_AUTH, "authentication failed")                                                        \
-    X(ERR_PROTOCOL, "protocol violation")                                                       \
-    X(ERR_INTERRUPTED, "interrupted by signal")                                                 \
-    X(ERR_NOSPACE, "no space left on device")                                                   \
-    X(ERR_SYS, "system call failed")                                                            \
+#define TD_STATUS_MAP(X)                                                                           \
+    X(OK, "ok")                                                                                    \
+    X(ERR_INVALID, "invalid argument")                                                             \
+    X(ERR_USAGE, "usage error")                                                                    \
+    X(ERR_NOMEM, "out of memory")                                                                  \
+    X(ERR_IO, "input/output error")                                                                \
+    X(ERR_FORMAT, "corrupt or malformed data")                                                     \
+    X(ERR_NOTFOUND, "not found")                                                                   \
+    X(ERR_EXISTS, "already exists")                                                                \
+    X(ERR_TIMEOUT, "timed out")                                                                    \
+    X(ERR_PEER, "peer failed or disconnected")                                                     \
+    X(ERR_MISMATCH, "ranks disagree")                                                              \
+    X(ERR_AUTH, "authentication failed")                                                           \
+    X(ERR_PROTOCOL, "protocol violation")                                                          \
+    X(ERR_INTERRUPTED, "interrupted by signal")                                                    \
+    X(ERR_NOSPACE, "no space left on device")                                                      \
+    X(ERR_SYS, "system call failed")                                                               \
     X(ERR_UNSUPPORTED, "not supported")
 
 typedef enum {
@@ -65,7 +65,7 @@ td_status td__error(const char *file, int line, td_status st, const char *fmt, .
 td_status td__error_errno(const char *file, int line, td_status st, const char *fmt, ...)
     TD_PRINTF(4, 5);
 void td__error_trace(const char *file, int line, const char *expr);
-#define td_error(st, ...) td__error(__FILE__, __LINE__, (st), __VA_ARGS__)
+#define td_error(st, ...)       td__error(__FILE__, __LINE__, (st), __VA_ARGS__)
 #define td_error_errno(st, ...) td__error_errno(__FILE__, __LINE__, (st), __VA_ARGS__)
 
 /* The last recorded detail on this thread (never NULL; "" when none). */
@@ -76,22 +76,22 @@ void td_error_clear(void);
 /* Prints "tandem: <status>: <detail>" (and the trace when TANDEM_LOG_LEVEL=debug) to stderr. */
 void td_error_print(td_status st);
 
-#define TD_CHECK(call)                                                                          \
-    do {                                                                                        \
-        td_status td__st = (call);                                                              \
-        if (td__st != TD_OK) {                                                                  \
-            td__error_trace(__FILE__, __LINE__, #call);                                         \
-            return td__st;                                                                      \
-        }                                                                                       \
+#define TD_CHECK(call)                                                                             \
+    do {                                                                                           \
+        td_status td__st = (call);                                                                 \
+        if (td__st != TD_OK) {                                                                     \
+            td__error_trace(__FILE__, __LINE__, #call);                                            \
+            return td__st;                                                                         \
+        }                                                                                          \
     } while (0)
 
-#define TD_CHECK_GOTO(call, rc, label)                                                          \
-    do {                                                                                        \
-        (rc) = (call);                                                                          \
-        if ((rc) != TD_OK) {                                                                    \
-            td__error_trace(__FILE__, __LINE__, #call);                                         \
-            goto label;                                                                         \
-        }                                                                                       \
+#define TD_CHECK_GOTO(call, rc, label)                                                             \
+    do {                                                                                           \
+        (rc) = (call);                                                                             \
+        if ((rc) != TD_OK) {                                                                       \
+            td__error_trace(__FILE__, __LINE__, #call);                                            \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* ---- logging ----
@@ -102,8 +102,8 @@ void td_log(td_log_level level, const char *fmt, ...) TD_PRINTF(2, 3);
 int td_log_enabled(td_log_level level);
 void td_log_set_prefix(const char *prefix);
 #define TD_LOG_ERROR(...) td_log(TD_LOG_ERROR, __VA_ARGS__)
-#define TD_LOG_WARN(...) td_log(TD_LOG_WARN, __VA_ARGS__)
-#define TD_LOG_INFO(...) td_log(TD_LOG_INFO, __VA_ARGS__)
+#define TD_LOG_WARN(...)  td_log(TD_LOG_WARN, __VA_ARGS__)
+#define TD_LOG_INFO(...)  td_log(TD_LOG_INFO, __VA_ARGS__)
 #define TD_LOG_DEBUG(...) td_log(TD_LOG_DEBUG, __VA_ARGS__)
 
 /* ---- allocation ----
@@ -156,16 +156,16 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
 /* ---- environment knobs, declared once (NCCL_PARAM habit) ----
  * Every TANDEM_* variable the library reads is listed in TD_ENV_MAP with its default and meaning;
  * td_env_int/td_env_str parse it once and cache the value. `tandem env` prints the table. */
-#define TD_ENV_MAP(X)                                                                           \
-    X(LOG_LEVEL, "info", "log verbosity: error, warn, info, debug")                             \
-    X(COMM_TIMEOUT_MS, "300000", "per-collective timeout in milliseconds")                      \
-    X(STORE_TIMEOUT_MS, "300000", "rendezvous store wait timeout in milliseconds")              \
-    X(HEARTBEAT_MS, "500", "liveness check period for peers in milliseconds")                   \
-    X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")       \
-    X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")          \
-    X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)") \
-    X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")         \
-    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)") \
+#define TD_ENV_MAP(X)                                                                              \
+    X(LOG_LEVEL, "info", "log verbosity: error, warn, info, debug")                                \
+    X(COMM_TIMEOUT_MS, "300000", "per-collective timeout in milliseconds")                         \
+    X(STORE_TIMEOUT_MS, "300000", "rendezvous store wait timeout in milliseconds")                 \
+    X(HEARTBEAT_MS, "500", "liveness check period for peers in milliseconds")                      \
+    X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")          \
+    X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")             \
+    X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)")     \
+    X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")            \
+    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)")     \
     X(CONV_ALGO, "auto", "3x3 stride-1 conv: auto (winograd if in_c >= 8), im2col, winograd")
 
 typedef enum {
@@ -187,8 +187,8 @@ td_status td_parse_f64(const char *what, const char *s, double *out);
 /* CRC-32 (zlib polynomial) over a buffer, chainable: crc = td_crc32(crc, buf, n), start at 0. */
 uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes);
 
-#define TD_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define TD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TD_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define TD_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define TD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #ifdef __cplusplus

@@ -42,12 +42,12 @@ typedef enum {
 
 typedef struct {
     td_layer_kind kind;
-    const char *name;     /* "conv1", "fc2", ... unique within the model; used in safetensors */
-    size_t param_offset;  /* first float of this layer in params/grads */
-    size_t param_count;   /* floats; 0 for layers without parameters */
-    size_t weight_count;  /* floats of the weight; bias follows it */
+    const char *name;        /* "conv1", "fc2", ... unique within the model; used in safetensors */
+    size_t param_offset;     /* first float of this layer in params/grads */
+    size_t param_count;      /* floats; 0 for layers without parameters */
+    size_t weight_count;     /* floats of the weight; bias follows it */
     int out_c, out_h, out_w; /* output shape per sample (out_h = out_w = 1 for vectors) */
-    double flops_fwd;     /* forward multiply-adds x2 per sample, for GFLOP/s reports */
+    double flops_fwd;        /* forward multiply-adds x2 per sample, for GFLOP/s reports */
 } td_layer_info;
 
 /* ---- building a model in C ----
@@ -72,8 +72,8 @@ td_status td_model_load(const char *name_or_path, td_model_t **out);
 size_t td_model_num_params(const td_model_t *m);
 int td_model_num_layers(const td_model_t *m);
 td_layer_info td_model_layer(const td_model_t *m, int i);
-int td_model_output_size(const td_model_t *m); /* floats per sample of the last layer */
-int td_model_input_size(const td_model_t *m);  /* floats per sample of the input */
+int td_model_output_size(const td_model_t *m);         /* floats per sample of the last layer */
+int td_model_input_size(const td_model_t *m);          /* floats per sample of the input */
 double td_model_flops_per_sample(const td_model_t *m); /* forward + backward */
 float *td_model_params(td_model_t *m);
 float *td_model_grads(td_model_t *m);

@@ -11,10 +11,14 @@ static td_log_level current_level(void) {
     static int level = -1;
     if (level < 0) {
         const char *s = td_env_str(TD_ENV_LOG_LEVEL);
-        if (!strcasecmp(s, "error")) level = TD_LOG_ERROR;
-        else if (!strcasecmp(s, "warn")) level = TD_LOG_WARN;
-        else if (!strcasecmp(s, "debug")) level = TD_LOG_DEBUG;
-        else level = TD_LOG_INFO;
+        if (!strcasecmp(s, "error"))
+            level = TD_LOG_ERROR;
+        else if (!strcasecmp(s, "warn"))
+            level = TD_LOG_WARN;
+        else if (!strcasecmp(s, "debug"))
+            level = TD_LOG_DEBUG;
+        else
+            level = TD_LOG_INFO;
     }
     return (td_log_level)level;
 }

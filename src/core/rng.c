@@ -41,8 +41,8 @@ static inline float u32_to_unit(uint32_t x) {
 float td_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     /* Each Philox call yields 4 words; index/4 picks the block, index%4 the lane. */
     uint64_t block = index >> 2;
-    td_philox_ctr c = {{(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-                        (uint32_t)(stream >> 32)}};
+    td_philox_ctr c = {
+        {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)}};
     td_philox_ctr r = td_philox4x32(seed, c);
     return u32_to_unit(r.v[index & 3]);
 }
@@ -52,8 +52,8 @@ void td_rng_fill_uniform(uint64_t seed, uint64_t stream, float lo, float hi, flo
     float span = hi - lo;
     for (size_t base = 0; base < count; base += 4) {
         uint64_t block = base >> 2;
-        td_philox_ctr c = {{(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-                            (uint32_t)(stream >> 32)}};
+        td_philox_ctr c = {
+            {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)}};
         td_philox_ctr r = td_philox4x32(seed, c);
         for (size_t j = 0; j < 4 && base + j < count; j++)
             out[base + j] = lo + span * u32_to_unit(r.v[j]);

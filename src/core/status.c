@@ -63,8 +63,10 @@ td_status td__error(const char *file, int line, td_status st, const char *fmt, .
 
 td_status td__error_errno(const char *file, int line, td_status st, const char *fmt, ...) {
     int err = errno;
-    if (err == ENOSPC || err == EDQUOT) st = TD_ERR_NOSPACE;
-    else if (err == ENOMEM) st = TD_ERR_NOMEM;
+    if (err == ENOSPC || err == EDQUOT)
+        st = TD_ERR_NOSPACE;
+    else if (err == ENOMEM)
+        st = TD_ERR_NOMEM;
     va_list ap;
     va_start(ap, fmt);
     record(file, line, st, err, fmt, ap);
@@ -90,7 +92,9 @@ void td_error_clear(void) {
 }
 
 void td_error_print(td_status st) {
-    if (error_msg[0]) fprintf(stderr, "tandem: error: %s\n", error_msg);
-    else fprintf(stderr, "tandem: error: %s\n", td_status_str(st));
+    if (error_msg[0])
+        fprintf(stderr, "tandem: error: %s\n", error_msg);
+    else
+        fprintf(stderr, "tandem: error: %s\n", td_status_str(st));
     if (td_log_enabled(TD_LOG_DEBUG) && error_trace[0]) fputs(error_trace, stderr);
 }

@@ -77,8 +77,7 @@ int td_train_dist_world_size(const td_train_dist *d) {
     return td_pg_world_size(d->pg);
 }
 
-td_status td_train_dist_make_reducer(void *user, td_model_t *model,
-                                     const td_train_reducer **out) {
+td_status td_train_dist_make_reducer(void *user, td_model_t *model, const td_train_reducer **out) {
     td_train_dist *d = user;
     TD_CHECK(td_ddp_new(d->pg, model, &d->ddp_opts, &d->ddp));
     d->reducer = (td_train_reducer){

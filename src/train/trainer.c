@@ -526,7 +526,9 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                                               : "; no checkpoint "
                                                 "(no --checkpoint-dir)",
                           cfg->checkpoint_dir ? cfg->checkpoint_dir : "",
-                          cfg->checkpoint_dir ? ", continue with --resume (a tracked run: tandem run --resume RUN)" : "");
+                          cfg->checkpoint_dir
+                              ? ", continue with --resume (a tracked run: tandem run --resume RUN)"
+                              : "");
             goto out;
         }
         bool ckpt = (cfg->checkpoint_every > 0 && step % cfg->checkpoint_every == 0) || epoch_end ||

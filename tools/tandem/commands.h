@@ -6,7 +6,7 @@
 
 #define TANDEM_VERSION_STRING "0.1.0"
 
-#define TD_COMMANDS(X)                                                                          \
+#define TD_COMMANDS(X)                                                                             \
     X("env", cmd_env, "print the TANDEM_* environment knobs and their values")                     \
     X("launch", cmd_launch, "run workers on this node (torchrun-compatible launcher)")             \
     X("train", cmd_train, "train a model on Fashion-MNIST (checkpoints, resume, safetensors)")     \
@@ -16,7 +16,7 @@
     X("logs", cmd_logs, "a run's worker logs (-f follows)")                                        \
     X("metrics", cmd_metrics, "a run's metrics (--csv, --json)")                                   \
     X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
-    X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                               \
+    X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                                \
     X("bench", cmd_bench, "benchmarks: 'tandem bench comm ...' (collectives)")
 
 int cmd_env(int argc, char **argv);
