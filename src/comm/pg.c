@@ -12,7 +12,7 @@
 
 /* Pipelining units per transport: a message stays within L2 for shm; tcp amortises syscalls. */
 #define SHM_CHUNK_BYTES (64u << 10)
-#define TCP_CHUNK_BYTES (512u << 10)
+#define TCP_CHUNK_BYTES (256u << 10)
 
 char *td__pg_key(const td_pg_t *pg, const char *fmt, ...) {
     va_list ap;
@@ -235,7 +235,6 @@ td_status td_pg_init(const td_pg_options *opts, td_pg_t **out) {
     /* Every rank derives the same unit from the whole group's view. */
     pg->chunk_bytes = any_tcp ? TCP_CHUNK_BYTES : SHM_CHUNK_BYTES;
     if (any_shm) pg->chunk_bytes = TD_MIN(pg->chunk_bytes, SHM_CHUNK_BYTES);
-    if (getenv("TD_EXP_CHUNK")) pg->chunk_bytes = (size_t)atol(getenv("TD_EXP_CHUNK")); /*EXP*/
     TD_LOG_DEBUG("comm: rank %d/%d group '%s' up: %d local rank(s), %s%s", r, W, pg->prefix,
                  pg->nlocal, pg->shm ? "shm " : "", pg->tcp ? "tcp" : "");
 done:

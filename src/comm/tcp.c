@@ -61,13 +61,12 @@ static td_status peer_closed(tcp_t *t, int peer) {
     char *cause = td__pg_first_failure(pg, &first);
     /* A peer that hung up because the group disagreed or timed out: report that, on every
      * rank, not the hang-up it caused. */
-    td_status st = td_error(first == TD_ERR_MISMATCH || first == TD_ERR_TIMEOUT ? first
-                                                                                : TD_ERR_PEER,
-                            "rank %d closed its connection while rank %d waited for "
-                            "it in %s at seq %llu (%s%s)",
-                            peer, t->rank, what, (unsigned long long)pg->cur.seq,
-                            cause ? "first failure in the group: " : "it died or was killed",
-                            cause ? cause : "");
+    td_status st = td_error(
+        first == TD_ERR_MISMATCH || first == TD_ERR_TIMEOUT ? first : TD_ERR_PEER,
+        "rank %d closed its connection while rank %d waited for "
+        "it in %s at seq %llu (%s%s)",
+        peer, t->rank, what, (unsigned long long)pg->cur.seq,
+        cause ? "first failure in the group: " : "it died or was killed", cause ? cause : "");
     free(cause);
     return st;
 }
@@ -308,10 +307,29 @@ static const td_transport_ops tcp_ops = {
 };
 
 static void tune(int fd) {
-    int one = 1, sz = getenv("TD_EXP_SOCKBUF") ? atoi(getenv("TD_EXP_SOCKBUF")) : SOCK_BUF_BYTES; /*EXP*/
+    int one = 1, sz = SOCK_BUF_BYTES;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+}
+
+static bool is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+/* Over loopback, a paced congestion control (bbr, the default on some hosts) spaces segments
+ * out with timers and the ranks sit idle between them: measured 1.7 vs 2.9 GB/s busbw at
+ * 16 MiB on a busy 2-core host. cubic sends whatever the window allows. Other links keep the
+ * host's choice; failure (cubic not loaded or not allowed) changes nothing. */
+static void loopback_cc(int fd, const struct sockaddr *peer) {
+    static const char cc[] = "cubic";
+    if (is_loopback(peer)) setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, sizeof(cc) - 1);
 }
 
 /* Blocking exact read/write with a deadline, for the setup handshake. */
@@ -369,6 +387,7 @@ static td_status connect_to(tcp_t *t, int j, const char *addr, uint64_t deadline
             break;
         }
         tune(fd);
+        loopback_cc(fd, ai->ai_addr);
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
             fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
             t->p[j].fd = fd;
@@ -507,6 +526,7 @@ td_status td__tcp_transport_new(td_pg_t *pg, const bool *use, td_transport **out
             continue;
         }
         tune(fd);
+        loopback_cc(fd, (struct sockaddr *)&ps);
         t->p[ph.rank].fd = fd;
         got++;
         uint32_t ack = HELLO_MAGIC;

@@ -191,6 +191,26 @@ static void body_mismatch(const scenario *sc, int rank) {
     td_store_close(store);
 }
 
+/* The first data rides behind the fingerprint: a small allreduce against a pipelined one puts
+ * different sizes behind it, and both ranks must still name the disagreement, not hang on it. */
+static void body_size_mismatch(const scenario *sc, int rank) {
+    td_store_t *store;
+    td_pg_t *pg = join(sc, rank, &store);
+    size_t big = (size_t)1 << 20;
+    float *buf = td_xcalloc(big, sizeof(float));
+    td_status st = td_allreduce(pg, buf, rank == 0 ? 1024 : big, TD_REDUCE_SUM);
+    ASSERT_EQ(st, TD_ERR_MISMATCH);
+    if (rank == 0)
+        ASSERT_CONTAINS(td_error_msg(), "rank 1 called allreduce(count=1048576, op=sum) but rank 0 "
+                                        "called allreduce(count=1024, op=sum) at seq 0");
+    else
+        ASSERT_CONTAINS(td_error_msg(), "rank 0 called allreduce(count=1024, op=sum) but rank 1 "
+                                        "called allreduce(count=1048576, op=sum) at seq 0");
+    free(buf);
+    td_pg_free(pg);
+    td_store_close(store);
+}
+
 static void body_kind_mismatch(const scenario *sc, int rank) {
     td_store_t *store;
     td_pg_t *pg = join(sc, rank, &store);
@@ -333,6 +353,8 @@ int main(void) {
         scenario mm = {kn, 2, kinds[k], false, 10000};
         mm.name = k ? "tcp mismatch" : "shm mismatch";
         run(&mm, body_mismatch, -1, 0, NULL);
+        scenario sm = {k ? "tcp size mismatch" : "shm size mismatch", 2, kinds[k], false, 10000};
+        run(&sm, body_size_mismatch, -1, 0, NULL);
         scenario km = {k ? "tcp kind mismatch" : "shm kind mismatch", 3, kinds[k], false, 10000};
         run(&km, body_kind_mismatch, -1, 0, NULL);
         scenario to = {k ? "tcp timeout" : "shm timeout", 3, kinds[k], false, 500};
