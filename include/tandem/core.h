@@ -155,12 +155,12 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
 
 /* ---- environment knobs, declared once (NCCL_PARAM habit) ----
  * Every TANDEM_* variable the library reads is listed in TD_ENV_MAP with its default and meaning;
- * td_env_int/td_env_str parse it once and cache the value. `tandem env` prints the table. */
+ * td_env_int/td_env_str read it (no knob sits on a hot path, so nothing is cached and tests may
+ * change the environment between calls). `tandem env` prints the table. */
 #define TD_ENV_MAP(X)                                                                              \
     X(LOG_LEVEL, "info", "log verbosity: error, warn, info, debug")                                \
     X(COMM_TIMEOUT_MS, "300000", "per-collective timeout in milliseconds")                         \
     X(STORE_TIMEOUT_MS, "300000", "rendezvous store wait timeout in milliseconds")                 \
-    X(HEARTBEAT_MS, "500", "liveness check period for peers in milliseconds")                      \
     X(NUM_THREADS, "0", "compute threads per process (0 = all cores / local world size)")          \
     X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")             \
     X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)")     \
