@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tandem demo: installs what is missing (scripts/deps.sh), builds (scripts/build.sh), then
 # runs the example workflow `demo` as a tracked run: BasicNet on Fashion-MNIST, 2 data-parallel
-# workers, 2 epochs (about 1.5-2 minutes on 2 cores; 90.05% test accuracy, the same bits every
+# workers, 2 epochs (about a minute on 2 cores; 90.05% test accuracy, the same bits every
 # time), with rank 0's progress bar. Afterwards it shows the run through tandem ps / show /
 # metrics / logs. The run is stored in .tandem/ of the repository (or $TANDEM_HOME).
 #   scripts/demo.sh                      the demo
