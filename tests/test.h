@@ -83,4 +83,20 @@
         return 0;                                                                                  \
     } while (0)
 
+/* The collectives' summation contract, written independently of the library: pairs (0,1),
+ * (2,3), ... added left + right per level, an odd trailing node carried up unchanged. */
+static inline float test_tree_sum(const float *v, int count) {
+    float a[64];
+    if (count < 1 || count > 64) TEST_FAIL("test_tree_sum: count %d not in 1..64", count);
+    memcpy(a, v, (size_t)count * sizeof(float));
+    int m = count;
+    while (m > 1) {
+        int k = 0;
+        for (int i = 0; i + 1 < m; i += 2) a[k++] = a[i] + a[i + 1];
+        if (m & 1) a[k++] = a[m - 1];
+        m = k;
+    }
+    return a[0];
+}
+
 #endif

@@ -127,26 +127,6 @@ static td_status block_on(tcp_t *t, int peer, short events) {
     return td__pg_check(t->base.pg, peer);
 }
 
-static td_status tcp_send(td_transport *tr, int peer, const void *buf, size_t n) {
-    tcp_t *t = (tcp_t *)tr;
-    const uint8_t *b = buf;
-    while (n) {
-        ssize_t w = send(t->p[peer].fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w > 0) {
-            b += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            TD_CHECK(block_on(t, peer, POLLOUT));
-            continue;
-        }
-        return peer_closed(t, peer);
-    }
-    return TD_OK;
-}
-
 static td_status tcp_send2(td_transport *tr, int peer, const void *a, size_t na, const void *b,
                            size_t nb) {
     tcp_t *t = (tcp_t *)tr;
@@ -175,6 +155,10 @@ static td_status tcp_send2(td_transport *tr, int peer, const void *a, size_t na,
         return peer_closed(t, peer);
     }
     return TD_OK;
+}
+
+static td_status tcp_send(td_transport *tr, int peer, const void *buf, size_t n) {
+    return tcp_send2(tr, peer, buf, n, NULL, 0);
 }
 
 /* One non-blocking read of up to n bytes from peer's socket into dst; *got is 0 when nothing

@@ -41,21 +41,6 @@ static float val(uint64_t seed, int rank, size_t i) {
     return td_rng_uniform(seed, (uint64_t)rank, i) * 2.0f - 1.0f;
 }
 
-/* The contract, written independently of the library: pairs (0,1),(2,3),... left+right per
- * level, an odd trailing node carried up unchanged. */
-static float tree_ref(const float *v, int W) {
-    float a[64];
-    memcpy(a, v, (size_t)W * sizeof(float));
-    int m = W;
-    while (m > 1) {
-        int k = 0;
-        for (int i = 0; i + 1 < m; i += 2) a[k++] = a[i] + a[i + 1];
-        if (m & 1) a[k++] = a[m - 1];
-        m = k;
-    }
-    return a[0];
-}
-
 static void check_allreduce(td_pg_t *pg, size_t count, td_reduce_op op, uint64_t seed) {
     int W = td_pg_world_size(pg), r = td_pg_rank(pg);
     float *buf = td_xmalloc_aligned(count * sizeof(float) + 64);
@@ -64,7 +49,7 @@ static void check_allreduce(td_pg_t *pg, size_t count, td_reduce_op op, uint64_t
     float v[64];
     for (size_t i = 0; i < count; i++) {
         for (int j = 0; j < W; j++) v[j] = val(seed, j, i);
-        float e = tree_ref(v, W);
+        float e = test_tree_sum(v, W);
         if (op == TD_REDUCE_AVG) e = e / (float)W;
         if (memcmp(&e, &buf[i], 4))
             TEST_FAIL("rank %d allreduce(count=%zu, op=%d) W=%d: element %zu is %.9g, expected "
@@ -83,7 +68,7 @@ static void check_reduce_scatter(td_pg_t *pg, size_t count, td_reduce_op op, uin
     float v[64];
     for (size_t i = 0; i < count; i++) {
         for (int j = 0; j < W; j++) v[j] = val(seed, j, (size_t)r * count + i);
-        float e = tree_ref(v, W);
+        float e = test_tree_sum(v, W);
         if (op == TD_REDUCE_AVG) e = e / (float)W;
         if (memcmp(&e, &out[i], 4))
             TEST_FAIL("rank %d reduce_scatter(count=%zu) W=%d: element %zu is %.9g, expected %.9g",

@@ -86,21 +86,6 @@ static void forward_backward(td_model_t *m, int rank, int step, int world) {
     td_model_backward(m, dout, BATCH);
 }
 
-/* The collective's contract, written independently: pairs (0,1),(2,3),... left + right per
- * level, an odd trailing node carried up unchanged. */
-static float tree_sum(const float *v, int W) {
-    float a[MAXW];
-    memcpy(a, v, (size_t)W * sizeof(float));
-    int m = W;
-    while (m > 1) {
-        int k = 0;
-        for (int i = 0; i + 1 < m; i += 2) a[k++] = a[i] + a[i + 1];
-        if (m & 1) a[k++] = a[m - 1];
-        m = k;
-    }
-    return a[0];
-}
-
 /* ref[i] = tree sum over ranks of each rank's gradient of this step, computed locally. */
 static float *reference_grads(td_model_t *m, int step, int world) {
     size_t n = td_model_num_params(m);
@@ -114,7 +99,7 @@ static float *reference_grads(td_model_t *m, int step, int world) {
     for (size_t i = 0; i < n; i++) {
         float v[MAXW];
         for (int r = 0; r < world; r++) v[r] = per[(size_t)r * n + i];
-        ref[i] = tree_sum(v, world);
+        ref[i] = test_tree_sum(v, world);
     }
     /* a vacuous comparison would pass too: the ranks' gradients must really differ */
     ASSERT(world == 1 || memcmp(per, per + n, n * sizeof(float)) != 0);
@@ -307,7 +292,7 @@ static void body_overlap(const scenario *sc, int rank) {
     for (size_t i = 0; i < n; i++) {
         float v[MAXW];
         for (int r = 0; r < sc->world; r++) v[r] = (float)(r + 1) * 0.5f + (float)i;
-        float e = tree_sum(v, sc->world);
+        float e = test_tree_sum(v, sc->world);
         if (memcmp(&e, &g[i], sizeof e))
             TEST_FAIL("rank %d: out-of-order step, element %zu is %.9g, expected %.9g", rank, i,
                       g[i], e);
