@@ -42,7 +42,8 @@ extern "C" {
     X(ERR_INTERRUPTED, "interrupted by signal")                                                    \
     X(ERR_NOSPACE, "no space left on device")                                                      \
     X(ERR_SYS, "system call failed")                                                               \
-    X(ERR_UNSUPPORTED, "not supported")
+    X(ERR_UNSUPPORTED, "not supported")                                                            \
+    X(ERR_DIVERGED, "training diverged")
 
 typedef enum {
 #define TD__STATUS_ENUM(name, msg) TD_##name,
@@ -166,7 +167,12 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)")     \
     X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")            \
     X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)")     \
-    X(CONV_ALGO, "auto", "3x3 stride-1 conv: auto (winograd if in_c >= 8), im2col, winograd")
+    X(CONV_ALGO, "auto", "3x3 stride-1 conv: auto (winograd if in_c >= 8), im2col, winograd")      \
+    X(CUDA_GRAPH, "1", "--device cuda: 1 replays each step as a CUDA graph, 0 launches kernels")   \
+    X(RESTART_BACKOFF_MS, "1000",                                                                  \
+      "launch: wait before the 2nd restart, doubling per restart up to 30 s (the 1st is at once)") \
+    X(GPU_REDUCE, "auto",                                                                          \
+      "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,

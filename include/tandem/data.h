@@ -64,6 +64,9 @@ int td_dataset_num_classes(const td_dataset_t *ds);
 const uint8_t *td_dataset_pixels(const td_dataset_t *ds); /* [count, rows * cols] */
 const int32_t *td_dataset_labels(const td_dataset_t *ds); /* [count] */
 
+/* The table td_dataset_gather maps a pixel byte through: lut[v] = (v / 255 - mean) / std. An
+ * engine on another device gathers with the same table and so computes the same floats. */
+void td_dataset_lut(const td_dataset_t *ds, float lut[256]);
 /* Gathers samples ids[0..n) into x [n, rows*cols] (normalised float32) and y [n] (may be NULL).
  * Every id must be < count. */
 void td_dataset_gather(const td_dataset_t *ds, const uint64_t *ids, int n, float *x, int32_t *y);

@@ -46,7 +46,10 @@ typedef struct {
     size_t param_offset;     /* first float of this layer in params/grads */
     size_t param_count;      /* floats; 0 for layers without parameters */
     size_t weight_count;     /* floats of the weight; bias follows it */
+    int in_c, in_h, in_w;    /* input shape per sample */
     int out_c, out_h, out_w; /* output shape per sample (out_h = out_w = 1 for vectors) */
+    int kernel, stride, pad; /* conv2d, maxpool2d */
+    float p;                 /* dropout probability */
     double flops_fwd;        /* forward multiply-adds x2 per sample, for GFLOP/s reports */
 } td_layer_info;
 
@@ -110,6 +113,11 @@ typedef void (*td_grad_ready_fn)(void *user, int layer, size_t param_offset, siz
 void td_model_set_grad_ready_hook(td_model_t *m, td_grad_ready_fn fn, void *user);
 
 void td_model_zero_grads(td_model_t *m);
+
+/* The Philox key of dropout layer `layer`'s masks at optimizer step `step`: element e of the
+ * sample with global id s keeps its value iff uniform(key, stream s, element e) >= p, with
+ * uniform as td_rng_uniform (core.h). Every engine (CPU, CUDA) draws the same masks from it. */
+uint64_t td_dropout_key(uint64_t seed, uint64_t step, int layer);
 
 /* ---- losses ----
  * Both return the *sum* of per-sample losses over the batch (as double) and write

@@ -50,6 +50,20 @@ void td_optim_free(td_optim_t *opt);
 /* One update of params[0..num_params) from grads. */
 void td_optim_step(td_optim_t *opt, float *params, const float *grads);
 
+/* The scalar coefficients of the update after `steps_done` steps, computed in double and rounded
+ * to float as PyTorch does for Python scalars. The CPU loop and the CUDA kernel both take them
+ * from here, so the two devices do the same float arithmetic on the same inputs. */
+typedef struct {
+    /* AdamW: p = p * decay; m = g*omb1 + m*b1; v = (omb2*g)*g + v*b2;
+     *        p = p + (neg_step * m) / (sqrt(v) / bc2_sqrt + eps) */
+    float decay, b1, omb1, b2, omb2, bc2_sqrt, neg_step, eps;
+    /* SGD: d = g + wd*p; buf = first ? d : d*damp + buf*mom; d = nesterov ? d + mom*buf : buf;
+     *      p = p + neg_lr * d */
+    float wd, mom, damp, neg_lr;
+    int use_wd, first, nesterov, momentum;
+} td_optim_coefs;
+td_optim_coefs td_optim_coefs_at(const td_optim_config *cfg, uint64_t steps_done);
+
 const td_optim_config *td_optim_get_config(const td_optim_t *opt);
 size_t td_optim_num_params(const td_optim_t *opt);
 /* Steps taken so far (AdamW's bias correction; SGD's first step initialises the momentum

@@ -172,15 +172,19 @@ td_status td_metrics_sink_log1(td_metrics_sink *sink, int64_t step, const char *
  * the store drops this rank's points with a higher step. */
 td_status td_metrics_sink_resume(td_metrics_sink *sink, int64_t step);
 
-/* ---- system metrics: CPU % and RSS of every worker under a process ---- */
+/* ---- system metrics: CPU %, RSS and GPU use of every worker under a process ---- */
 typedef struct td_sysmon td_sysmon;
 
 td_sysmon *td_sysmon_new(void);
 void td_sysmon_free(td_sysmon *mon);
 /* Walks /proc for the descendants of root that carry RANK in their environment, sums CPU % (since
  * the previous sample) and RSS per rank and stores them as sys/cpu_percent and sys/rss_mb with
- * step = whole seconds since the run was created. *max_restart (may be NULL) receives the highest
- * TORCHELASTIC_RESTART_COUNT / TANDEM_RESTART_COUNT seen in the workers' environments, or -1. */
+ * step = whole seconds since the run was created. Where the NVIDIA driver's libnvidia-ml.so.1
+ * loads (at run time; without it nothing changes), a rank whose processes hold a GPU context also
+ * gets sys/gpu_mem_mb (their GPU memory summed over all devices, MiB) and sys/gpu_util_percent
+ * (the highest utilisation among the devices they are on). *max_restart (may be NULL) receives
+ * the highest TORCHELASTIC_RESTART_COUNT / TANDEM_RESTART_COUNT seen in the workers'
+ * environments, or -1. */
 td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
                            int *max_restart);
 

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "tandem/core.h"
+#include "tandem/gpu.h"
 #include "tandem/nn.h"
 #include "tandem/optim.h"
 
@@ -47,6 +48,13 @@ typedef struct td_train_reducer {
     td_status (*sync_params)(void *user);
     /* After each optimizer step: compare replicas cheaply (every rank, same step). */
     td_status (*check_params)(void *user, int64_t step);
+    /* check_params looks at the parameters only at steps that are multiples of this (0: every
+     * step); a GPU trainer copies the parameters to the host for it only then. */
+    int64_t check_every;
+    /* For the GPU's CUDA IPC reduce (may be NULL: then the host path): every rank's `nbytes`
+     * gathered in rank order, and a barrier. */
+    td_status (*allgather)(void *user, const void *in, void *out, size_t nbytes);
+    td_status (*barrier)(void *user);
 } td_train_reducer;
 
 /* Metrics as they happen, for the tracking layer: "train/loss", "train/acc" (percent), and
@@ -57,6 +65,8 @@ typedef struct {
     void (*metric)(void *user, const char *key, int64_t step, double value);
     /* Training continues from a checkpoint at `step`: metrics of later steps are void. */
     void (*resumed)(void *user, int64_t step);
+    /* Set-up is done (data loaded, model built, device ready) and the first step begins. */
+    void (*started)(void *user);
 } td_train_callbacks;
 
 typedef struct {
@@ -69,6 +79,9 @@ typedef struct {
     td_optim_config optim;
     uint64_t seed;
     int threads;                /* 0: TANDEM_NUM_THREADS, else all cores */
+    td_device device;           /* where the math runs: TD_DEVICE_CPU (default) or CUDA */
+    int gpu_device;             /* CUDA ordinal; -1: LOCAL_RANK modulo the GPUs present */
+    bool gpu_no_graph;          /* CUDA: launch the step kernel by kernel, not as a graph */
     const char *save_path;      /* final weights as safetensors; NULL: none */
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int64_t checkpoint_every;   /* steps; 0: at epoch ends (and on a stop signal) only */
@@ -96,10 +109,12 @@ typedef struct {
     double final_acc;  /* training accuracy of the last step, fraction */
     double test_acc;   /* percent, from the last evaluation; NaN if none ran */
     double test_loss;
-    int64_t samples;      /* global samples trained in this process's steps (all ranks) */
-    double samples_per_s; /* global samples per second over this process's steps */
-    double wall_s;        /* this process, from start to return */
-    int stop_signal;      /* the signal that stopped training, or 0 */
+    int64_t samples;             /* global samples trained in this process's steps (all ranks) */
+    double samples_per_s;        /* global samples per second over this process's steps */
+    double samples_per_s_steady; /* the same after the process's first 10 steps (warm-up) */
+    double wall_s;               /* this process, from start to return */
+    int stop_signal;             /* the signal that stopped training, or 0 */
+    double flops_per_sample;     /* forward + backward multiply-adds x2 (nn.h) */
 } td_train_result;
 
 /* Defaults: adamw lr 1e-3, batch 64, accum 1, seed 0, 1 epoch, eval every epoch, W=1. */

@@ -113,6 +113,10 @@ int td_dataset_cols(const td_dataset_t *ds) {
 int td_dataset_num_classes(const td_dataset_t *ds) {
     return ds->num_classes;
 }
+void td_dataset_lut(const td_dataset_t *ds, float lut[256]) {
+    memcpy(lut, ds->lut, sizeof ds->lut);
+}
+
 const uint8_t *td_dataset_pixels(const td_dataset_t *ds) {
     return ds->pixels;
 }

@@ -461,6 +461,30 @@ static void exit_barrier(agent *a, const attempt *t, double wait_s) {
                     t->rz.nnodes);
 }
 
+/* Restart k (1-based) waits 0 for the first, then TANDEM_RESTART_BACKOFF_MS doubling per
+ * restart up to 30 s: a group that dies at once is not restarted in a tight loop (50 restarts
+ * in 0.2 s were seen), and a one-off failure still restarts at once. */
+static double restart_backoff_s(int k) {
+    if (k <= 1) return 0;
+    double base = (double)td_env_int(TD_ENV_RESTART_BACKOFF_MS) / 1000.0;
+    double w = base;
+    for (int i = 2; i < k && w < 30.0; i++) w *= 2;
+    return TD_MIN(w, 30.0);
+}
+
+/* Sleeps wait_s; returns the stop signal that cut it short, or 0. */
+static int backoff(agent *a, double wait_s) {
+    double end = td_now_s() + wait_s;
+    for (double left = wait_s; left > 0; left = end - td_now_s()) {
+        struct pollfd p = {.fd = a->sig_fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(left * 1000.0) + 1) <= 0) continue;
+        struct signalfd_siginfo si;
+        while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+            if ((int)si.ssi_signo != SIGCHLD) return (int)si.ssi_signo; /* reaped workers ring */
+    }
+    return 0;
+}
+
 static td_status validate(const td_launch_options *o) {
     if (o->argc < 1 || !o->argv || !o->argv[0])
         return td_error(TD_ERR_USAGE, "no worker command: tandem launch [options] -- CMD ARGS...");
@@ -621,7 +645,20 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
         }
         TD_LOG_ERROR("%s", t.cause);
         if (restart < o->max_restarts && !t.store_lost) {
-            TD_LOG_WARN("restarting all workers (restart %d of %d)", restart + 1, o->max_restarts);
+            double wait_s = restart_backoff_s(restart + 1);
+            if (wait_s > 0)
+                TD_LOG_WARN("restarting all workers in %.1f s (restart %d of %d)", wait_s,
+                            restart + 1, o->max_restarts);
+            else
+                TD_LOG_WARN("restarting all workers (restart %d of %d)", restart + 1,
+                            o->max_restarts);
+            int sig = backoff(&a, wait_s);
+            if (sig) {
+                TD_LOG_INFO("received SIG%s while waiting to restart; no workers were started",
+                            sig_name(sig));
+                *exit_code = sig == SIGINT ? 130 : 143;
+                break;
+            }
             continue;
         }
         if (o->max_restarts > 0)

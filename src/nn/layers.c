@@ -5,7 +5,7 @@
 
 #include "nn_internal.h"
 
-uint64_t td__dropout_key(uint64_t seed, uint64_t step, int li) {
+uint64_t td_dropout_key(uint64_t seed, uint64_t step, int li) {
     return td_mix64(seed ^ td_mix64(step) ^ td_mix64(0x64726f70ull + (uint64_t)li));
 }
 
@@ -258,7 +258,7 @@ static void dropout_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid)
         memcpy(l->out + (size_t)s0 * n, x0 + (size_t)s0 * n, sizeof(float) * n * (size_t)(s1 - s0));
         return;
     }
-    uint64_t key = td__dropout_key(m->seed, m->step, (int)(l - m->layers));
+    uint64_t key = td_dropout_key(m->seed, m->step, (int)(l - m->layers));
     float p = l->p, scale = 1.0f / (1.0f - p), *u = m->scratch[tid];
     for (int s = s0; s < s1; s++) {
         uint64_t id = m->sample_ids ? m->sample_ids[s] : (uint64_t)s;

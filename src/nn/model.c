@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn_internal.h"
 
@@ -229,11 +230,33 @@ static float *alloc_floats(size_t n) {
     return p;
 }
 
+/* What finalize is about to allocate for batches of max_batch (outputs, masks, the two gradient
+ * buffers, conv partial sums): checked against the machine's memory first, because the
+ * allocators abort (core.h's policy) and a user's --batch must get an error instead. */
+static double finalize_bytes(const td_model_t *m, int max_batch) {
+    double b = (double)max_batch, total = 0, gmax = (double)m->in_c * m->in_h * m->in_w;
+    for (int i = 0; i < m->num_layers; i++) {
+        const td_layer *l = &m->layers[i];
+        total += b * (double)l->out_size * 5; /* float output, byte mask (an upper bound) */
+        total += (b / TD_NN_CHUNK + 1) * (double)l->param_count * 4 * (l->kind == TD_LAYER_CONV2D);
+        gmax = TD_MAX(gmax, (double)TD_MAX(l->in_size, l->out_size));
+    }
+    return total + 2 * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
+}
+
 td_status td_model_finalize(td_model_t *m, int max_batch) {
     if (!m) return td_error(TD_ERR_INVALID, "model is NULL");
     if (m->finalized) return td_error(TD_ERR_INVALID, "model is already finalized");
     if (m->num_layers == 0) return td_error(TD_ERR_INVALID, "model has no layers; add some first");
     if (max_batch <= 0) return td_error(TD_ERR_INVALID, "max_batch=%d must be positive", max_batch);
+    double need = finalize_bytes(m, max_batch);
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && need > have)
+        return td_error(TD_ERR_NOMEM,
+                        "the model needs %.1f GiB for batches of %d (activations and gradients), "
+                        "more than this machine's %.1f GiB of memory; use a smaller --batch "
+                        "(and --accum to keep the global batch)",
+                        need / 1073741824.0, max_batch, have / 1073741824.0);
     m->max_batch = max_batch;
     m->params = alloc_floats(m->num_params);
     m->grads = alloc_floats(m->num_params);
@@ -331,7 +354,10 @@ td_layer_info td_model_layer(const td_model_t *m, int i) {
     info.param_offset = l->param_offset;
     info.param_count = l->param_count;
     info.weight_count = l->weight_count;
+    info.in_c = l->in_c, info.in_h = l->in_h, info.in_w = l->in_w;
     info.out_c = l->out_c, info.out_h = l->out_h, info.out_w = l->out_w;
+    info.kernel = l->kernel, info.stride = l->stride, info.pad = l->pad;
+    info.p = l->p;
     info.flops_fwd = l->flops_fwd;
     return info;
 }

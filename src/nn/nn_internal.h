@@ -74,6 +74,4 @@ void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, i
 td_status td__model_name_last(td_model_t *m, const char *name);
 /* Builds a model from a YAML spec file (spec.c). */
 td_status td__model_load_spec(const char *path, td_model_t **out);
-/* The key of dropout layer li's masks for (seed, step). */
-uint64_t td__dropout_key(uint64_t seed, uint64_t step, int li);
 #endif

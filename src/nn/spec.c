@@ -251,10 +251,51 @@ static td_status build(const spec_ctx *c, td_model_t **out) {
     return TD_OK;
 }
 
+/* A model spec nests three levels deep; libyaml's document loader takes quadratic time in the
+ * nesting depth (100,000 brackets: 46 s). A pass over the events first refuses anything deeper
+ * than this, in time linear in the bytes read before the refusal. */
+#define SPEC_MAX_DEPTH 32
+
+static td_status check_depth(const char *path, FILE *f) {
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    td_status st = TD_OK;
+    int depth = 0;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    for (;;) {
+        if (!yaml_parser_parse(&parser, &ev)) break; /* the loader reports syntax errors */
+        yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > SPEC_MAX_DEPTH) {
+                st = td_error(TD_ERR_FORMAT,
+                              "%s:%zu:%zu: nested more than %d levels deep; a model spec needs "
+                              "3 (layers: a list of mappings)",
+                              path, ev.start_mark.line + 1, ev.start_mark.column + 1,
+                              SPEC_MAX_DEPTH);
+                yaml_event_delete(&ev);
+                break;
+            }
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+        if (type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&parser);
+    rewind(f);
+    return st;
+}
+
 td_status td__model_load_spec(const char *path, td_model_t **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return td_error_errno(TD_ERR_NOTFOUND, "cannot open model spec %s", path);
+    td_status depth_st = check_depth(path, f);
+    if (depth_st != TD_OK) {
+        fclose(f);
+        return depth_st;
+    }
     yaml_parser_t parser;
     yaml_document_t doc;
     td_status st = TD_OK;

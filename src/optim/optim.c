@@ -109,11 +109,10 @@ void td_optim_free(td_optim_t *o) {
  *   d_p = d_p + momentum * buf (nesterov) | buf
  *   param = param + (-lr) * d_p */
 static void sgd_step(td_optim_t *o, float *restrict p, const float *restrict g) {
-    const td_optim_config *c = &o->cfg;
     const size_t n = o->num_params;
-    const float wd = (float)c->weight_decay, mom = (float)c->momentum;
-    const float damp = (float)(1.0 - c->dampening), neg_lr = (float)-c->lr;
-    const int use_wd = c->weight_decay != 0, first = o->steps == 0, nesterov = c->nesterov;
+    const td_optim_coefs k = td_optim_coefs_at(&o->cfg, o->steps);
+    const float wd = k.wd, mom = k.mom, damp = k.damp, neg_lr = k.neg_lr;
+    const int use_wd = k.use_wd, first = k.first, nesterov = k.nesterov;
     float *restrict buf = o->state;
     if (!buf) {
         TD_OMP_FOR
@@ -141,15 +140,10 @@ static void sgd_step(td_optim_t *o, float *restrict p, const float *restrict g) 
  *   denom = sqrt(v) / sqrt(1 - beta2^step) + eps
  *   param = param + ((-lr / (1 - beta1^step)) * m) / denom */
 static void adamw_step(td_optim_t *o, float *restrict p, const float *restrict g) {
-    const td_optim_config *c = &o->cfg;
     const size_t n = o->num_params;
-    double step = (double)o->steps + 1;
-    const float decay = (float)(1.0 - c->lr * c->weight_decay);
-    const float b1 = (float)c->beta1, omb1 = (float)(1.0 - c->beta1);
-    const float b2 = (float)c->beta2, omb2 = (float)(1.0 - c->beta2);
-    const float bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, step));
-    const float neg_step_size = (float)-(c->lr / (1.0 - pow(c->beta1, step)));
-    const float eps = (float)c->eps;
+    const td_optim_coefs k = td_optim_coefs_at(&o->cfg, o->steps);
+    const float decay = k.decay, b1 = k.b1, omb1 = k.omb1, b2 = k.b2, omb2 = k.omb2;
+    const float bc2_sqrt = k.bc2_sqrt, neg_step_size = k.neg_step, eps = k.eps;
     float *restrict m = o->state;
     float *restrict v = o->state + n;
     TD_OMP_FOR
@@ -163,6 +157,23 @@ static void adamw_step(td_optim_t *o, float *restrict p, const float *restrict g
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi + neg_step_size * mi / denom; /* addcdiv: self + (value * t1) / t2 */
     }
+}
+
+td_optim_coefs td_optim_coefs_at(const td_optim_config *c, uint64_t steps_done) {
+    td_optim_coefs k;
+    memset(&k, 0, sizeof k);
+    double step = (double)steps_done + 1;
+    k.decay = (float)(1.0 - c->lr * c->weight_decay);
+    k.b1 = (float)c->beta1, k.omb1 = (float)(1.0 - c->beta1);
+    k.b2 = (float)c->beta2, k.omb2 = (float)(1.0 - c->beta2);
+    k.bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, step));
+    k.neg_step = (float)-(c->lr / (1.0 - pow(c->beta1, step)));
+    k.eps = (float)c->eps;
+    k.wd = (float)c->weight_decay, k.mom = (float)c->momentum;
+    k.damp = (float)(1.0 - c->dampening), k.neg_lr = (float)-c->lr;
+    k.use_wd = c->weight_decay != 0, k.first = steps_done == 0, k.nesterov = c->nesterov;
+    k.momentum = c->momentum != 0;
+    return k;
 }
 
 void td_optim_step(td_optim_t *o, float *params, const float *grads) {

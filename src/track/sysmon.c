@@ -1,8 +1,10 @@
-/* System metrics: CPU % and resident memory of each rank's processes, read from /proc.
+/* System metrics: CPU % and resident memory of each rank's processes, read from /proc, and where
+ * the NVIDIA driver's NVML can be loaded, the GPU memory and utilisation of those processes.
  * A worker is any descendant of the launch process whose environment carries RANK (the launcher
  * sets it; a shell wrapper and the program it runs share it), so the numbers per rank cover the
  * whole subtree the rank runs in. */
 #include "tandem/track.h"
+#include "track/nvml.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -142,6 +144,8 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
     double *cpu = td_xcalloc(MAX_RANKS, sizeof *cpu), *rss = td_xcalloc(MAX_RANKS, sizeof *rss);
     char *seen = td_xcalloc(MAX_RANKS, 1);
     struct proc_sample *next = td_xcalloc(nall ? nall : 1, sizeof *next);
+    pid_t *wpid = td_xcalloc(nall ? nall : 1, sizeof *wpid); /* the workers and their ranks */
+    int *wrank = td_xcalloc(nall ? nall : 1, sizeof *wrank);
     size_t nnext = 0;
     for (size_t i = 0; i < nall; i++) {
         if (!in[i]) continue;
@@ -166,22 +170,47 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
         cpu[rank] += pct;
         rss[rank] += (double)all[i].rss_pages * (double)page / (1024.0 * 1024.0);
         seen[rank] = 1;
+        wpid[nnext] = all[i].pid;
+        wrank[nnext] = rank;
         next[nnext++] = (struct proc_sample){all[i].pid, all[i].ticks, now};
+    }
+
+    /* GPUs: NVML's compute processes whose pid is one of the workers'. Without NVML (no driver,
+     * no GPU) td_nvml_available says so once at debug level and this is skipped. */
+    td_nvml_rank_use *gpu = NULL;
+    if (nnext && td_nvml_available(NULL)) {
+        td_nvml_snapshot snap;
+        if (td_nvml_snapshot_take(&snap) == TD_OK) {
+            gpu = td_xcalloc(MAX_RANKS, sizeof *gpu);
+            td_nvml_attribute(&snap, wpid, wrank, nnext, gpu, MAX_RANKS);
+            td_nvml_snapshot_free(&snap);
+        } else {
+            TD_LOG_DEBUG("GPU metrics: %s", td_error_msg());
+            td_error_clear();
+        }
     }
     free(mon->prev);
     mon->prev = next;
     mon->nprev = nnext;
 
-    td_metric_point *pts = td_xcalloc(2 * MAX_RANKS, sizeof *pts);
+    td_metric_point *pts = td_xcalloc(4 * MAX_RANKS, sizeof *pts);
     size_t npts = 0;
     int64_t step = (int64_t)(td_wall_s() - run->created_s);
     for (int r = 0; r < MAX_RANKS; r++) {
         if (!seen[r]) continue;
         pts[npts++] = (td_metric_point){r, "sys/cpu_percent", step, cpu[r], 0};
         pts[npts++] = (td_metric_point){r, "sys/rss_mb", step, rss[r], 0};
+        if (!gpu || !gpu[r].on_gpu) continue;
+        if (gpu[r].mem_known)
+            pts[npts++] = (td_metric_point){r, "sys/gpu_mem_mb", step, gpu[r].mem_mb, 0};
+        if (gpu[r].util >= 0)
+            pts[npts++] = (td_metric_point){r, "sys/gpu_util_percent", step, gpu[r].util, 0};
     }
     td_status st = npts ? td_metrics_insert(store, run->id, pts, npts) : TD_OK;
     free(pts);
+    free(gpu);
+    free(wpid);
+    free(wrank);
     free(cpu);
     free(rss);
     free(seen);

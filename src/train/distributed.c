@@ -47,6 +47,16 @@ static td_status dist_allreduce_sum(void *user, double *vals, int n) {
     return st;
 }
 
+static td_status dist_allgather(void *user, const void *in, void *out, size_t nbytes) {
+    td_train_dist *d = user;
+    return td_allgather(d->pg, in, out, nbytes);
+}
+
+static td_status dist_barrier(void *user) {
+    td_train_dist *d = user;
+    return td_barrier(d->pg);
+}
+
 static td_status dist_sync_params(void *user) {
     td_train_dist *d = user;
     return td_ddp_broadcast_params(d->ddp);
@@ -88,6 +98,9 @@ td_status td_train_dist_make_reducer(void *user, td_model_t *model, const td_tra
         .allreduce_sum = dist_allreduce_sum,
         .sync_params = dist_sync_params,
         .check_params = dist_check_params,
+        .check_every = d->ddp_opts.check_every > 0 ? d->ddp_opts.check_every : 100,
+        .allgather = dist_allgather,
+        .barrier = dist_barrier,
     };
     *out = &d->reducer;
     return TD_OK;

@@ -3,6 +3,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train/fileio.h"
@@ -20,6 +21,103 @@ static td_status write_all(int fd, const void *buf, size_t nbytes, const char *t
         nbytes -= (size_t)n;
     }
     return TD_OK;
+}
+
+/* What is at `path` when it is not a regular file, for messages; NULL for a regular file or
+ * nothing. */
+static const char *not_regular(const char *path, struct stat *st) {
+    if (lstat(path, st) != 0) return NULL;
+    if (S_ISREG(st->st_mode)) return NULL;
+    if (S_ISLNK(st->st_mode)) return "a symbolic link";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISCHR(st->st_mode)) return "a character device";
+    if (S_ISBLK(st->st_mode)) return "a block device";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    return "not a regular file";
+}
+
+static td_status refuse(const char *path, const char *flag, const char *kind) {
+    if (!strcmp(kind, "a symbolic link")) {
+        char target[4096];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        return td_error(TD_ERR_INVALID,
+                        "%s %s is a symbolic link (to %s): tandem replaces its output files "
+                        "atomically, which would replace the link, not write through it; pass the "
+                        "link's target instead",
+                        flag, path, target);
+    }
+    if (!strcmp(kind, "a directory"))
+        return td_error(TD_ERR_INVALID, "%s %s is a directory; pass a file path in it, e.g. %s/%s",
+                        flag, path, path, !strcmp(flag, "--save") ? "weights.safetensors" : "out");
+    return td_error(TD_ERR_INVALID,
+                    "%s %s is %s, not a regular file: tandem writes a new file and renames it "
+                    "over the target, which would replace %s; pass a regular file path",
+                    flag, path, kind, kind);
+}
+
+/* A probe file created and removed in dir: the directory takes new files right now. */
+static td_status probe_dir(const char *dir, const char *flag, const char *for_path) {
+    char *probe = td_xasprintf("%s/.tandem-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    td_status rc = TD_OK;
+    if (fd < 0)
+        rc = td_error_errno(TD_ERR_IO, "%s %s: cannot create a file in %s", flag, for_path, dir);
+    else {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return rc;
+}
+
+td_status td__check_output_file(const char *path, const char *flag) {
+    struct stat st;
+    const char *kind = not_regular(path, &st);
+    if (kind) return refuse(path, flag, kind);
+    char *dircopy = td_xstrdup(path);
+    const char *dir = dirname(dircopy);
+    td_status rc = TD_OK;
+    if (stat(dir, &st) != 0)
+        rc = td_error_errno(TD_ERR_NOTFOUND,
+                            "%s %s: the directory %s does not exist; create it "
+                            "first",
+                            flag, path, dir);
+    else if (!S_ISDIR(st.st_mode))
+        rc = td_error(TD_ERR_INVALID, "%s %s: %s is not a directory", flag, path, dir);
+    else
+        rc = probe_dir(dir, flag, path);
+    free(dircopy);
+    return rc;
+}
+
+td_status td__check_output_dir(const char *dir, const char *flag) {
+    char *p = td_xstrdup(dir);
+    td_status rc = TD_OK;
+    /* mkdir -p, reporting the first component that is in the way */
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = td_error_errno(TD_ERR_IO, "%s %s: cannot create %s", flag, dir, p);
+            break;
+        }
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = td_error(TD_ERR_INVALID,
+                          "%s %s: %s is in the way and is not a directory; choose another "
+                          "directory",
+                          flag, dir, p);
+            break;
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    if (rc == TD_OK) rc = probe_dir(dir, flag, dir);
+    free(p);
+    return rc;
 }
 
 td_status td__write_atomic(const char *path, const char *what, const td__chunk *chunks,
@@ -47,6 +145,12 @@ td_status td__write_atomic(const char *path, const char *what, const td__chunk *
     fd = -1;
     if (close(cfd) != 0) {
         rc = td_error_errno(TD_ERR_IO, "cannot close %s %s", what, tmp);
+        goto out;
+    }
+    struct stat st;
+    const char *kind = not_regular(path, &st); /* it may have appeared since the start */
+    if (kind) {
+        rc = refuse(path, what, kind);
         goto out;
     }
     if (rename(tmp, path) != 0) {

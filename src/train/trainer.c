@@ -10,10 +10,14 @@
 #include "tandem/data.h"
 #include "tandem/tensor.h"
 #include "tandem/train.h"
+#include "train/fileio.h"
 
 #define CKPT_KEEP         2
 #define EVAL_BATCH        128
 #define PROGRESS_REDRAW_S 0.1
+/* Steps of a process that samples_per_s_steady leaves out: the first steps pay one-time costs
+ * (on a GPU: library loading, graph capture; on a CPU: page faults), as a peer's warm-up does. */
+#define WARM_STEPS 10
 
 /* ---- signals: the handler only records; the loop decides ---- */
 static volatile sig_atomic_t stop_signal;
@@ -56,6 +60,7 @@ void td_train_config_defaults(td_train_config *c) {
     c->eval_every_epoch = true;
     c->world_size = 1;
     c->progress = -1;
+    c->gpu_device = -1;
 }
 
 /* ---- the trainer's state ---- */
@@ -88,6 +93,14 @@ typedef struct {
     int64_t step;         /* optimizer steps done */
     int64_t samples_done; /* global samples trained in this process */
     double train_s;       /* seconds inside training steps (evaluation and checkpoints excluded) */
+    double warm_s;        /* train_s and samples_done after this process's first WARM_STEPS */
+    int64_t warm_samples;
+    int64_t ckpt_steps[2]; /* the steps of the last two checkpoints written (-1: none) */
+    /* --device cuda: the engine, the epoch whose order it holds, steps enqueued so far */
+    td_gpu_t *gpu;
+    int64_t gpu_epoch;
+    int64_t gpu_launched;
+    bool gpu_ipc; /* ranks reduce on the device through CUDA IPC, not through the host */
 } trainer;
 
 /* grads[off..off+count) = level[k] + grads, for the occupied levels from the lowest up. Together
@@ -156,6 +169,10 @@ static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *los
     }
     int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
     double sums[3] = {0, 0, 0}; /* correct, loss, count */
+    if (t->gpu) {
+        TD_CHECK(td_gpu_evaluate(t->gpu, lo, hi, sums));
+        hi = lo; /* done on the device */
+    }
     td_forward_ctx ctx = {.training = false, .seed = cfg->seed, .step = (uint64_t)step};
     for (uint64_t b = lo; b < hi; b += (uint64_t)max_batch) {
         int cnt = (int)TD_MIN((uint64_t)max_batch, hi - b);
@@ -178,6 +195,8 @@ static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *los
 static td_status save_checkpoint(trainer *t, int64_t step) {
     const td_train_config *cfg = t->cfg;
     if (!cfg->checkpoint_dir || cfg->rank != 0) return TD_OK;
+    if (t->gpu)
+        TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), td_optim_state(t->opt)));
     td_checkpoint ck;
     memset(&ck, 0, sizeof ck);
     snprintf(ck.model, sizeof ck.model, "%s", cfg->model);
@@ -195,6 +214,8 @@ static td_status save_checkpoint(trainer *t, int64_t step) {
     ck.optim_state = td_optim_state(t->opt);
     ck.optim_state_count = td_optim_state_count(t->opt);
     TD_CHECK(td_checkpoint_save(cfg->checkpoint_dir, &ck, CKPT_KEEP));
+    t->ckpt_steps[1] = t->ckpt_steps[0];
+    t->ckpt_steps[0] = step;
     TD_LOG_DEBUG("checkpoint written: %s/ckpt-%lld.tdck", cfg->checkpoint_dir, (long long)step);
     return TD_OK;
 }
@@ -298,6 +319,30 @@ static void bar_newline(trainer *t) {
     if (t->bar && t->cfg->rank == 0) fputc('\n', stderr);
 }
 
+/* The loss of step `step` (1-based) is not finite: its forward ran on the parameters after step
+ * step-1, so the last checkpoint that can be trusted is one from before that. */
+static td_status diverged(trainer *t, int64_t step, double loss) {
+    const td_train_config *cfg = t->cfg;
+    int64_t good = -1;
+    for (int i = 0; i < 2; i++)
+        if (t->ckpt_steps[i] >= 0 && t->ckpt_steps[i] < step - 1) {
+            good = t->ckpt_steps[i];
+            break;
+        }
+    char where[4200] = "none (no --checkpoint-dir, or none written early enough)";
+    if (good >= 0)
+        snprintf(where, sizeof where, "%s/ckpt-%lld.tdck", cfg->checkpoint_dir, (long long)good);
+    else if (t->start_step > 0 && t->start_step < step - 1)
+        snprintf(where, sizeof where, "the one this run resumed from (step %lld)",
+                 (long long)t->start_step);
+    bar_newline(t);
+    return td_error(TD_ERR_DIVERGED,
+                    "the loss is not finite (%g) at step %lld: training diverged (learning rate "
+                    "%g too high?) and was stopped; the last good checkpoint %s; nothing was saved "
+                    "with --save",
+                    loss, (long long)step, cfg->optim.lr, where);
+}
+
 static td_status validate(const td_train_config *c) {
     if (c->batch < 1) return td_error(TD_ERR_INVALID, "--batch %d: must be at least 1", c->batch);
     if (c->accum < 1) return td_error(TD_ERR_INVALID, "--accum %d: must be at least 1", c->accum);
@@ -318,6 +363,156 @@ static td_status validate(const td_train_config *c) {
     if (c->resume && !c->checkpoint_dir)
         return td_error(TD_ERR_INVALID, "--resume needs --checkpoint-dir");
     TD_CHECK(td_optim_validate(&c->optim));
+    return TD_OK;
+}
+
+/* ---- --device cuda: the step runs on the engine of gpu.h ---- */
+
+/* Between the ranks of one host (the launcher's LOCAL_WORLD_SIZE is the world size) the ranks
+ * reduce on the device through CUDA IPC, unless TANDEM_GPU_REDUCE=host; where any rank cannot
+ * open the others' buffers, all of them stay on the host path, with a warning. Collective: every
+ * rank takes the same branch. */
+static td_status gpu_ipc_setup(trainer *t) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    const char *mode = td_env_str(TD_ENV_GPU_REDUCE);
+    if (!r || cfg->world_size < 2 || !r->allgather || !r->barrier || !r->allreduce_sum)
+        return TD_OK;
+    if (strcmp(mode, "auto") && strcmp(mode, "ipc") && strcmp(mode, "host"))
+        return td_error(TD_ERR_INVALID, "TANDEM_GPU_REDUCE='%s': use auto, ipc or host", mode);
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    bool one_host = lws && atoi(lws) == cfg->world_size;
+    if (!strcmp(mode, "host") || (!strcmp(mode, "auto") && !one_host)) return TD_OK;
+    if (!one_host)
+        return td_error(TD_ERR_INVALID,
+                        "TANDEM_GPU_REDUCE=ipc needs every rank on this host (LOCAL_WORLD_SIZE=%s, "
+                        "WORLD_SIZE=%d); use auto or host",
+                        lws ? lws : "unset", cfg->world_size);
+    size_t hb = TD_GPU_IPC_HANDLE_BYTES;
+    unsigned char mine[TD_GPU_IPC_HANDLE_BYTES];
+    unsigned char *all = td_xmalloc(hb * (size_t)cfg->world_size);
+    td_status st = td_gpu_ipc_export(t->gpu, mine);
+    double ok = st == TD_OK;
+    if (st != TD_OK) memset(mine, 0, hb);
+    td_status rc = r->allgather(r->user, mine, all, hb);
+    if (rc == TD_OK && ok) {
+        st = td_gpu_ipc_open(t->gpu, cfg->world_size, cfg->rank, all);
+        ok = st == TD_OK;
+    }
+    free(all);
+    if (rc != TD_OK) return rc;
+    char why[512];
+    snprintf(why, sizeof why, "%s", ok ? "" : td_error_msg());
+    TD_CHECK(r->allreduce_sum(r->user, &ok, 1));
+    t->gpu_ipc = ok == cfg->world_size;
+    if (!t->gpu_ipc && why[0]) TD_LOG_WARN("gradients go through the host: %s", why);
+    if (t->gpu_ipc && cfg->rank == 0)
+        TD_LOG_INFO("%d ranks reduce gradients on the device through CUDA IPC", cfg->world_size);
+    return TD_OK;
+}
+static td_status gpu_setup(trainer *t, int max_batch) {
+    const td_train_config *cfg = t->cfg;
+    td_gpu_config gc = {
+        .device = cfg->gpu_device,
+        .batch = cfg->batch,
+        .accum = cfg->accum,
+        .rank = cfg->rank,
+        .world_size = cfg->world_size,
+        .max_eval_batch = max_batch,
+        .seed = cfg->seed,
+        .graph = !cfg->gpu_no_graph && td_env_int(TD_ENV_CUDA_GRAPH) != 0,
+    };
+    TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
+    float lut[256];
+    td_dataset_t *sets[2] = {t->train, t->test};
+    for (int i = 0; i < 2; i++) {
+        td_dataset_lut(sets[i], lut);
+        TD_CHECK(td_gpu_set_dataset(t->gpu, i, td_dataset_pixels(sets[i]),
+                                    td_dataset_labels(sets[i]), td_dataset_count(sets[i]),
+                                    td_dataset_sample_size(sets[i]), lut));
+    }
+    t->gpu_epoch = -1;
+    return gpu_ipc_setup(t);
+}
+
+static td_status gpu_launch(trainer *t, int64_t step) {
+    int64_t epoch = step / t->steps_per_epoch, s = step % t->steps_per_epoch;
+    if (epoch != t->gpu_epoch) {
+        const uint64_t *perm = td_sampler_epoch(t->sampler, (uint64_t)epoch);
+        TD_CHECK(td_gpu_set_epoch(t->gpu, perm, td_sampler_count(t->sampler)));
+        t->gpu_epoch = epoch;
+    }
+    int64_t N = (int64_t)td_sampler_count(t->sampler), base = s * t->G;
+    int64_t n = TD_MIN(t->G, N - base);
+    td_gpu_step_args a = {.step = step, .base = base, .n = n, .scale = 1.0f / (float)n};
+    TD_LOG_DEBUG("step %lld: global batch positions %lld..%lld of epoch %lld, rank %d of %d",
+                 (long long)step, (long long)base, (long long)(base + n - 1), (long long)epoch,
+                 t->cfg->rank, t->cfg->world_size);
+    TD_CHECK(td_gpu_step(t->gpu, &a, t->reducer == NULL));
+    t->gpu_launched = step + 1;
+    return TD_OK;
+}
+
+/* Whether step `next` may be enqueued before the statistics of step next-1 are read: only when
+ * nothing between the two reads the parameters (an evaluation or a checkpoint after next-1),
+ * no stop was asked for, and one process owns the optimizer. It keeps the device busy while the
+ * host logs the previous step. */
+static bool gpu_may_run_ahead(const trainer *t, int64_t next) {
+    const td_train_config *cfg = t->cfg;
+    if (t->reducer || next >= t->total_steps || td_train_stop_signal()) return false;
+    if (next % t->steps_per_epoch == 0) return false;
+    if (cfg->checkpoint_every > 0 && next % cfg->checkpoint_every == 0) return false;
+    return true;
+}
+
+/* A debug line per step that tells where two runs' gradients part: FNV-1a of the bytes. */
+static void grads_digest(trainer *t, int64_t step, const char *what) {
+    const unsigned char *b = (const unsigned char *)td_model_grads(t->model);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < t->num_params * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+    TD_LOG_DEBUG("step %lld: %s digest %016llx", (long long)step, what, (unsigned long long)h);
+}
+
+/* One step on the device. Between ranks the rank's gradient comes to the host, the ddp reducer
+ * sums it over the transports (the fixed tree), and the sum goes back for the update. */
+static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
+    const td_train_reducer *r = t->reducer;
+    if (t->gpu_launched <= step) TD_CHECK(gpu_launch(t, step));
+    if (t->gpu_launched == step + 1 && gpu_may_run_ahead(t, step + 1))
+        TD_CHECK(gpu_launch(t, step + 1));
+    bool ahead = t->gpu_launched > step + 1;
+    TD_CHECK(td_gpu_step_stats(t->gpu, step, sums));
+    /* a stop lands after the last enqueued step, so the checkpoint holds what was trained */
+    sums[3] = !ahead && td_train_stop_signal() ? 1 : 0;
+    if (r && t->gpu_ipc) {
+        /* the sums' allreduce doubles as the barrier "every rank's gradient is final"; the
+         * barrier after the tree sum keeps every buffer until all ranks have read it */
+        if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
+        TD_CHECK(td_gpu_ipc_reduce(t->gpu));
+        TD_CHECK(r->barrier(r->user));
+        TD_CHECK(td_gpu_ipc_apply(t->gpu));
+        if (r->check_params) {
+            if (r->check_every <= 0 || (step + 1) % r->check_every == 0)
+                TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
+            TD_CHECK(r->check_params(r->user, step + 1));
+        }
+    } else if (r) {
+        TD_CHECK(td_gpu_grads_to_host(t->gpu));
+        if (td_log_enabled(TD_LOG_DEBUG)) grads_digest(t, step, "this rank's gradient");
+        if (r->begin_backward) r->begin_backward(r->user);
+        for (int i = td_model_num_layers(t->model) - 1; i >= 0; i--)
+            if (td_model_layer(t->model, i).param_count) r->layer_ready(r->user, i);
+        TD_CHECK(r->wait(r->user));
+        if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
+        if (td_log_enabled(TD_LOG_DEBUG)) grads_digest(t, step, "reduced gradient");
+        TD_CHECK(td_gpu_apply(t->gpu));
+        if (r->check_params) {
+            if (r->check_every <= 0 || (step + 1) % r->check_every == 0)
+                TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
+            TD_CHECK(r->check_params(r->user, step + 1));
+        }
+    }
+    td_optim_set_step_count(t->opt, td_optim_step_count(t->opt) + 1);
     return TD_OK;
 }
 
@@ -349,6 +544,7 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
         TD_CHECK(cfg->make_reducer(cfg->make_reducer_user, t->model, &t->reducer));
     if (t->reducer && (!t->reducer->layer_ready || !t->reducer->wait))
         return td_error(TD_ERR_INVALID, "the gradient reducer lacks layer_ready or wait");
+    if (cfg->device == TD_DEVICE_CUDA) TD_CHECK(gpu_setup(t, max_batch));
 
     t->G = (int64_t)cfg->batch * cfg->accum * cfg->world_size;
     int64_t n = (int64_t)td_dataset_count(t->train);
@@ -375,6 +571,7 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
 }
 
 static void teardown(trainer *t) {
+    td_gpu_free(t->gpu); /* before the model: it unpins the model's host buffers */
     td_model_free(t->model);
     td_optim_free(t->opt);
     td_dataset_free(t->train);
@@ -458,6 +655,12 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
     td_checkpoint ck;
     memset(&ck, 0, sizeof ck);
     TD_CHECK(validate(cfg));
+    if (cfg->rank == 0) { /* before the data loads: a bad path must not cost a training run */
+        if (cfg->save_path) TD_CHECK(td__check_output_file(cfg->save_path, "--save"));
+        if (cfg->checkpoint_dir)
+            TD_CHECK(td__check_output_dir(cfg->checkpoint_dir, "--checkpoint-dir"));
+    }
+    t->ckpt_steps[0] = t->ckpt_steps[1] = -1;
     td_set_num_threads(cfg->threads > 0 ? cfg->threads : (int)td_env_int(TD_ENV_NUM_THREADS));
     TD_CHECK_GOTO(setup(t, cfg), rc, out);
 
@@ -482,30 +685,46 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
     }
     if (t->reducer && t->reducer->sync_params)
         TD_CHECK_GOTO(t->reducer->sync_params(t->reducer->user), rc, out);
+    if (t->gpu)
+        TD_CHECK_GOTO(td_gpu_upload_state(t->gpu, td_model_params(t->model), td_optim_state(t->opt),
+                                          td_optim_step_count(t->opt)),
+                      rc, out);
 
     t->bar = cfg->progress > 0 || (cfg->progress < 0 && isatty(STDERR_FILENO));
     t->log_every = cfg->log_every > 0 ? cfg->log_every : TD_MAX((int64_t)1, t->total_steps / 20);
-    if (cfg->rank == 0)
+    if (cfg->rank == 0) {
+        char where[360];
+        if (t->gpu)
+            snprintf(where, sizeof where, "on %s", td_gpu_describe(t->gpu));
+        else
+            snprintf(where, sizeof where, "%d threads", td_get_num_threads());
         TD_LOG_INFO("training %s (%zu parameters) for %lld steps (%lld epochs of %lld steps), "
-                    "global batch %lld = %d x %d micro-batches x %d ranks, %s lr %g, %d threads",
+                    "global batch %lld = %d x %d micro-batches x %d ranks, %s lr %g, %s",
                     cfg->model, t->num_params, (long long)t->total_steps, (long long)t->epochs,
                     (long long)t->steps_per_epoch, (long long)t->G, cfg->batch, cfg->accum,
-                    cfg->world_size, td_optim_kind_name(cfg->optim.kind), cfg->optim.lr,
-                    td_get_num_threads());
+                    cfg->world_size, td_optim_kind_name(cfg->optim.kind), cfg->optim.lr, where);
+    }
 
+    if (cfg->callbacks.started) cfg->callbacks.started(cfg->callbacks.user);
     t->t_start = td_now_s();
     int64_t step = t->start_step;
     bool evaluated_at_end = false;
     while (step < t->total_steps) {
         double sums[4];
         double ts = td_now_s();
-        TD_CHECK_GOTO(train_step(t, step, sums), rc, out);
+        TD_CHECK_GOTO(t->gpu ? train_step_gpu(t, step, sums) : train_step(t, step, sums), rc, out);
         t->train_s += td_now_s() - ts;
         step++;
         t->step = step;
         t->samples_done += (int64_t)sums[2];
+        if (step - t->start_step == WARM_STEPS)
+            t->warm_s = t->train_s, t->warm_samples = t->samples_done;
         out->final_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
         out->final_acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+        if (sums[2] > 0 && !isfinite(out->final_loss)) { /* every rank sees the same sums */
+            rc = diverged(t, step, out->final_loss);
+            goto out;
+        }
         double elapsed = t->train_s;
         emit(t, "train/loss", step, out->final_loss);
         emit(t, "train/acc", step, 100.0 * out->final_acc); /* percent, like test/acc */
@@ -549,17 +768,25 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
     }
     if (!evaluated_at_end) /* resumed at the very end: still report the model's accuracy */
         TD_CHECK_GOTO(evaluate(t, step, &out->test_acc, &out->test_loss), rc, out);
-    if (cfg->save_path && cfg->rank == 0)
+    if (cfg->save_path && cfg->rank == 0) {
+        if (t->gpu)
+            TD_CHECK_GOTO(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL), rc, out);
         TD_CHECK_GOTO(td_save_safetensors(cfg->save_path, t->model), rc, out);
+    }
 out:
     out->steps = TD_MAX(t->step, t->start_step);
     out->samples = t->samples_done;
     out->samples_per_s = t->train_s > 0 ? (double)t->samples_done / t->train_s : 0;
+    out->samples_per_s_steady = out->samples_per_s;
+    if (t->warm_s > 0 && t->train_s > t->warm_s && t->samples_done > t->warm_samples)
+        out->samples_per_s_steady =
+            (double)(t->samples_done - t->warm_samples) / (t->train_s - t->warm_s);
     out->start_step = t->start_step;
     out->epochs = t->epochs;
     out->global_batch = t->G;
     out->world_size = cfg->world_size;
     out->num_params = t->num_params;
+    out->flops_per_sample = t->model ? td_model_flops_per_sample(t->model) : 0;
     out->wall_s = td_now_s() - t0;
     free(resumed_path);
     td_checkpoint_free(&ck);

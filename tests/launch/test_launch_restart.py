@@ -34,4 +34,15 @@ check_eq(rc, 1, "exit code with --max-restarts 0")
 check("attempt=1" not in out, f"restarted without --max-restarts: {out!r}")
 check("worker rank 1 (local rank 1 on node 0" in err and "exited with code 7" in err,
       f"root cause: {err!r}")
+# Issue 8: a group that always dies was restarted 50 times in 0.2 s. Restarts now back off: the
+# first at once, then TANDEM_RESTART_BACKOFF_MS doubling (here 200, 400, 800 ms), announced.
+dies = write_script(d, "dies.sh", "#!/bin/bash\nexit 3\n")
+rc, out, err, secs = launch(["--nproc-per-node", "1", "--max-restarts", "4", "--", dies],
+                            timeout=60, env={"TANDEM_RESTART_BACKOFF_MS": "200"})
+check_eq(rc, 1, "exit code after the restarts are used up")
+check("restarting all workers (restart 1 of 4)" in err, f"first restart at once: {err!r}")
+for k, wait in ((2, "0.2"), (3, "0.4"), (4, "0.8")):
+    check(f"restarting all workers in {wait} s (restart {k} of 4)" in err,
+          f"restart {k} should wait {wait} s: {err!r}")
+check(secs >= 1.4, f"4 restarts with backoff 0+0.2+0.4+0.8 s took only {secs:.2f} s")
 print("test_launch_restart: ok")

@@ -1,8 +1,12 @@
 /* nn_dump: runs one forward (dropout off) + NLL loss (mean) + backward of a model and writes
  * everything as raw little-endian files for test_torch_compare.py:
  *   params.bin grads.bin out.bin (float32), x.bin (float32), labels.bin (int32), loss.bin (f64)
- * usage: nn_dump MODEL SEED BATCH OUTDIR [THREADS] */
+ * usage: nn_dump MODEL SEED BATCH OUTDIR [THREADS [cpu|cuda]]
+ * With cuda the forward and backward run on the CUDA engine (exit 77 when there is none). */
 #include <stdlib.h>
+#include <string.h>
+
+#include "tandem/gpu.h"
 
 #include "tandem/nn.h"
 #include "tandem/tensor.h"
@@ -46,15 +50,49 @@ int main(int argc, char **argv) {
     int rc = write_file(dir, "params.bin", td_model_params(m), sizeof(float) * np);
     td_forward_ctx ctx = {.training = false};
     td_model_zero_grads(m);
-    const float *out = td_model_forward(m, x, batch, &ctx);
+    bool cuda = argc > 6 && !strcmp(argv[6], "cuda");
+    td_gpu_t *g = NULL;
+    float *gout = malloc(sizeof(float) * (size_t)batch * classes);
+    const float *out;
+    if (cuda) {
+        char why[512];
+        if (!td_gpu_available(why, sizeof why)) {
+            printf("SKIP: %s\n", why);
+            return 77;
+        }
+        td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
+        td_gpu_config gc = {
+            .device = -1, .batch = batch, .accum = 1, .world_size = 1, .max_eval_batch = batch};
+        st = td_gpu_new(m, &o, &gc, &g);
+        if (st == TD_OK) st = td_gpu_upload_state(g, td_model_params(m), NULL, 0);
+        if (st == TD_OK) st = td_gpu_model_forward(g, x, batch, &ctx, gout);
+        if (st != TD_OK) {
+            td_error_print(st);
+            return 1;
+        }
+        out = gout;
+    } else {
+        out = td_model_forward(m, x, batch, &ctx);
+    }
     double loss = td_nll_loss(out, labels, batch, classes, 1.0f / batch, dout) / batch;
     rc |= write_file(dir, "out.bin", out, sizeof(float) * (size_t)batch * classes);
-    td_model_backward(m, dout, batch);
+    if (cuda) {
+        st = td_gpu_model_backward(g, dout, batch, td_model_grads(m));
+        td_gpu_free(g);
+        if (st != TD_OK) {
+            td_error_print(st);
+            return 1;
+        }
+    } else {
+        td_model_backward(m, dout, batch);
+    }
+    free(gout);
     rc |= write_file(dir, "x.bin", x, sizeof(float) * (size_t)batch * in);
     rc |= write_file(dir, "labels.bin", labels, sizeof(int32_t) * (size_t)batch);
     rc |= write_file(dir, "loss.bin", &loss, sizeof loss);
     rc |= write_file(dir, "grads.bin", td_model_grads(m), sizeof(float) * np);
-    printf("nn_dump: %s params=%zu batch=%d loss=%.6f\n", argv[1], np, batch, loss);
+    printf("nn_dump: %s on %s params=%zu batch=%d loss=%.6f\n", argv[1], cuda ? "cuda" : "cpu", np,
+           batch, loss);
     free(x), free(dout), free(labels);
     td_model_free(m);
     return rc;

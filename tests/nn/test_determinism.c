@@ -97,7 +97,7 @@ int main(void) {
     int kept = 0;
     for (int e = 0; e < N; e++) {
         /* the documented formula: keep iff td_rng_uniform(key, id, e) >= p, scaled by 2 */
-        float u = td_rng_uniform(td__dropout_key(42, 7, 0), 12, (uint64_t)e);
+        float u = td_rng_uniform(td_dropout_key(42, 7, 0), 12, (uint64_t)e);
         ASSERT(a[2 * N + e] == (u >= 0.5f ? 2.0f : 0.0f));
         kept += a[2 * N + e] != 0;
     }

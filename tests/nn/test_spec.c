@@ -87,6 +87,25 @@ int main(void) {
                  "a}\n",
                  TD_ERR_FORMAT, "bad.yaml:4:5", "'a' is already used");
 
+    /* issue 8: 100,000 nested brackets took 46 s (libyaml's loader is quadratic in the depth);
+     * now refused at the 33rd level, naming where, in well under a second */
+    {
+        size_t n = 100000;
+        char *deep = malloc(2 * n + 64);
+        size_t len = (size_t)snprintf(deep, 64, "input: [1, 28, 28]\nlayers: ");
+        for (size_t i = 0; i < n; i++) deep[len++] = '[';
+        for (size_t i = 0; i < n; i++) deep[len++] = ']';
+        deep[len++] = '\n';
+        deep[len] = '\0';
+        double t0 = td_now_s();
+        ASSERT_STATUS(td_model_load(write_spec("deep.yaml", deep), &m), TD_ERR_FORMAT);
+        double dt = td_now_s() - t0;
+        ASSERT_CONTAINS(td_error_msg(), "deep.yaml:2:");
+        ASSERT_CONTAINS(td_error_msg(), "nested more than 32 levels");
+        printf("100000 nested brackets refused in %.3f s\n", dt);
+        free(deep);
+    }
+
     /* presets and names */
     ASSERT_STATUS(td_model_load("resnet", &m), TD_ERR_NOTFOUND);
     ASSERT_CONTAINS(td_error_msg(), "unknown model 'resnet'");

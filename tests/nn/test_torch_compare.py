@@ -30,10 +30,19 @@ def compare(name, got, ref, rtol):
     return err <= rtol
 
 
-def run(model_name, net, batch, build_dir):
+class NoDevice(Exception):
+    pass
+
+
+def run(model_name, net, batch, build_dir, device="cpu"):
     helper = os.path.join(build_dir, "tests", "nn", "nn_dump")
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run([helper, model_name, "5", str(batch), d, "2"], check=True)
+        p = subprocess.run([helper, model_name, "5", str(batch), d, "2", device],
+                           stdout=subprocess.PIPE, text=True)
+        print(p.stdout, end="")
+        if p.returncode == 77:
+            raise NoDevice(p.stdout.strip())
+        p.check_returncode()
         load = lambda f, t: np.fromfile(os.path.join(d, f), dtype=t)
         params, grads = load("params.bin", np.float32), load("grads.bin", np.float32)
         x, labels = load("x.bin", np.float32), load("labels.bin", np.int32)
@@ -62,14 +71,19 @@ def run(model_name, net, batch, build_dir):
     return ok
 
 
-def main():
+def main(device="cpu"):
+    """device: which tandem engine to compare (cuda: tests/gpu/test_gpu_torch.py)."""
     build_dir = os.environ.get("TANDEM_BUILD_DIR")
     if not build_dir:
         print("TANDEM_BUILD_DIR is not set (run through ctest)")
         return 1
     torch.set_num_threads(1)
-    ok = run("basicnet", BasicNet(), 18, build_dir)  # 18: a partial last chunk
-    ok &= run("mlp7", MLP7(), 32, build_dir)
+    try:
+        ok = run("basicnet", BasicNet(), 18, build_dir, device)  # 18: a partial last chunk
+        ok &= run("mlp7", MLP7(), 32, build_dir, device)
+    except NoDevice as e:
+        print(e)
+        return 77
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

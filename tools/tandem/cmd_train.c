@@ -34,6 +34,10 @@ static void train_usage(FILE *out) {
             "  --weight-decay F        default 0.01 for adamw, 0 for sgd\n"
             "  --seed S                data order, init and dropout (default 0)\n"
             "  --threads T             compute threads (default TANDEM_NUM_THREADS or all cores)\n"
+            "  --device cpu|cuda[:N]   where to train (default cpu); cuda takes GPU N, or the\n"
+            "                          local rank modulo the GPUs present (several workers may\n"
+            "                          share one); TANDEM_CUDA_GRAPH=0 launches the step kernel\n"
+            "                          by kernel instead of replaying it as a CUDA graph\n"
             "  --save FILE             write the final weights as safetensors\n"
             "  --checkpoint-dir DIR    write checkpoints there (the last 2 are kept)\n"
             "  --checkpoint-every N    also every N steps (default: epoch ends, the end, and on "
@@ -68,6 +72,7 @@ enum {
     OPT_WEIGHT_DECAY,
     OPT_SEED,
     OPT_THREADS,
+    OPT_DEVICE,
     OPT_SAVE,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
@@ -96,6 +101,7 @@ static const struct option long_opts[] = {
     {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"device", required_argument, NULL, OPT_DEVICE},
     {"save", required_argument, NULL, OPT_SAVE},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -135,6 +141,27 @@ static int real_flag(const char *flag, const char *s, double *out) {
     return 0;
 }
 
+/* --device cpu | cuda | cuda:N */
+static int device_flag(const char *s, td_train_config *cfg) {
+    char name[16];
+    const char *colon = strchr(s, ':');
+    size_t len = colon ? (size_t)(colon - s) : strlen(s);
+    if (len >= sizeof name) return usage_error("--device '%s': use cpu, cuda or cuda:N", s);
+    memcpy(name, s, len);
+    name[len] = '\0';
+    if (td_device_parse(name, &cfg->device) != TD_OK)
+        return usage_error("--device '%s': use cpu, cuda or cuda:N", s);
+    cfg->gpu_device = -1;
+    if (colon) {
+        int64_t n;
+        if (cfg->device != TD_DEVICE_CUDA || td_parse_i64("--device", colon + 1, &n) != TD_OK ||
+            n < 0 || n > 1023)
+            return usage_error("--device '%s': use cuda:N with N a GPU index from 0", s);
+        cfg->gpu_device = (int)n;
+    }
+    return 0;
+}
+
 /* WORLD_SIZE / RANK as torchrun and `tandem launch` set them; 1 / 0 without. */
 static int env_rank(const char *name, int64_t def, int64_t *out) {
     const char *v = getenv(name);
@@ -159,8 +186,9 @@ static bool env_positive(const char *name) {
  * reduced over ranks) and the evaluations, kept for the JSON summary. */
 typedef struct {
     td_metrics_sink *sink;
-    json_t *evals; /* [{step, wall_s, test_acc}] */
-    double t0;
+    json_t *evals;  /* [{step, wall_s, train_s, test_acc}] */
+    double t0;      /* the command's start: wall_s counts loading and set-up too */
+    double t_train; /* the first step's start: train_s counts training and evaluations */
 } metrics_ctx;
 
 static void on_metric(void *user, const char *key, int64_t step, double value) {
@@ -174,9 +202,15 @@ static void on_metric(void *user, const char *key, int64_t step, double value) {
         json_t *e = json_object();
         json_object_set_new(e, "step", json_integer(step));
         json_object_set_new(e, "wall_s", json_real(td_now_s() - m->t0));
+        json_object_set_new(e, "train_s", json_real(m->t_train > 0 ? td_now_s() - m->t_train : 0));
         json_object_set_new(e, "test_acc", json_real(value));
         json_array_append_new(m->evals, e);
     }
+}
+
+static void on_started(void *user) {
+    metrics_ctx *m = user;
+    m->t_train = td_now_s();
 }
 
 static void on_resumed(void *user, int64_t step) {
@@ -231,6 +265,7 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     json_object_set_new(o, "world_size", json_integer(r->world_size));
     json_object_set_new(o, "samples", json_integer(r->samples));
     json_object_set_new(o, "samples_per_s", json_real(r->samples_per_s));
+    json_object_set_new(o, "samples_per_s_steady", json_real(r->samples_per_s_steady));
     json_object_set_new(o, "final_loss",
                         isfinite(r->final_loss) ? json_real(r->final_loss) : json_null());
     json_object_set_new(o, "final_train_acc",
@@ -248,6 +283,9 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     json_object_set_new(o, "rank", json_integer(cfg->rank));
     json_object_set_new(o, "start_step", json_integer(r->start_step));
     json_object_set_new(o, "model", json_string(cfg->model));
+    json_object_set_new(o, "device", json_string(td_device_name(cfg->device)));
+    if (r->flops_per_sample > 0)
+        json_object_set_new(o, "flops_per_sample", json_real(r->flops_per_sample));
     json_object_set_new(o, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
     json_object_set_new(o, "status",
                         json_string(st == TD_OK                ? "ok"
@@ -327,6 +365,9 @@ int cmd_train(int argc, char **argv) {
         case OPT_THREADS:
             bad = int_flag("--threads", optarg, 1, 1024, &v);
             cfg.threads = (int)v;
+            break;
+        case OPT_DEVICE:
+            bad = device_flag(optarg, &cfg);
             break;
         case OPT_SAVE:
             cfg.save_path = optarg;
@@ -435,8 +476,8 @@ int cmd_train(int argc, char **argv) {
         json_decref(metrics.evals);
         return 1;
     }
-    cfg.callbacks =
-        (td_train_callbacks){.user = &metrics, .metric = on_metric, .resumed = on_resumed};
+    cfg.callbacks = (td_train_callbacks){
+        .user = &metrics, .metric = on_metric, .resumed = on_resumed, .started = on_started};
     if (cfg.rank != 0) cfg.progress = 0; /* one bar per job: rank 0's */
 
     td_train_result res;

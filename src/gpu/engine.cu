@@ -1,0 +1,931 @@
+/* The CUDA engine: a finalized model's device mirror, the training step as one CUDA graph, the
+ * optimizer over the flat buffers, evaluation, and the cross-rank reduce (CUDA IPC or the host).
+ *
+ * A step on the device (enqueue_step):
+ *   for each micro-batch slot j of this rank: gather -> forward -> fused loss -> backward into
+ *   gradient buffer j (the last slot writes the model's grads buffer itself);
+ *   the pairwise tree of train.h sums the slots into grads (adds in place, "left + right");
+ *   step statistics (loss sum, correct, samples);
+ *   the optimizer (one rank) -- or, between ranks, the step stops at the rank's gradient and the
+ *   ranks sum it through CUDA IPC (td_gpu_ipc_*) or the host reducer (ddp, over shm/tcp).
+ * Everything reads its per-step values from one td_gpu_args block in device memory, so the
+ * sequence is captured once and replayed: one cudaMemcpyAsync of the block, one graph launch,
+ * one copy of three doubles back, per step. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "tandem/gpu.h"
+
+#define RING                                                                                       \
+    4 /* steps whose statistics can be in flight; slot RING serves evaluation and tests            \
+       */
+
+#define CU_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t cu__e = (call);                                                                \
+        if (cu__e != cudaSuccess)                                                                  \
+            return td_error(TD_ERR_SYS, "CUDA: %s failed: %s (%s)", #call,                         \
+                            cudaGetErrorString(cu__e), cudaGetErrorName(cu__e));                   \
+    } while (0)
+
+#define BLAS_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cublasStatus_t bl__e = (call);                                                             \
+        if (bl__e != CUBLAS_STATUS_SUCCESS)                                                        \
+            return td_error(TD_ERR_SYS, "cuBLAS: %s failed: %s", #call,                            \
+                            cublasGetStatusString(bl__e));                                         \
+    } while (0)
+
+/* A kernel launch's configuration errors surface here, naming the layer that launched it. */
+#define LAUNCHED(what)                                                                             \
+    do {                                                                                           \
+        cudaError_t cu__e = cudaGetLastError();                                                    \
+        if (cu__e != cudaSuccess)                                                                  \
+            return td_error(TD_ERR_SYS, "CUDA kernel launch (%s) failed: %s", (what),              \
+                            cudaGetErrorString(cu__e));                                            \
+    } while (0)
+
+typedef struct {
+    td_layer_info info;
+    size_t in_size, out_size;
+    float *out;      /* [max_batch * out_size]; flatten: NULL (aliases its input) */
+    float *din;      /* [max_batch * in_size] input gradient, when needed */
+    uint8_t *aux;    /* maxpool argmax / dropout keep mask */
+    float *col;      /* conv: im2col [kk][max_batch * oh*ow], reused for the input gradient */
+    float *cn;       /* conv: the gemm's output [out_c][max_batch * oh*ow]; in backward, dy */
+    float *dcol;     /* conv: the input gradient before col2im, like col (when need_din) */
+    bool relu_next;  /* conv/linear: the following ReLU is folded into the bias kernel */
+    bool fused;      /* relu: forward done by the layer before */
+    bool into_pool;  /* relu: backward folded into the max pool after it */
+    bool gate;       /* maxpool: its input is a ReLU's output; applies that ReLU's backward */
+    bool need_din;   /* an earlier layer has parameters */
+    int dropout_idx; /* dropout: index into td_gpu_args.dropout_key */
+} glayer;
+
+typedef struct {
+    uint8_t *pixels;
+    int32_t *labels;
+    uint64_t count;
+    int size;
+} gdata;
+
+struct td_gpu {
+    td_model_t *model;
+    td_optim_config optim;
+    td_gpu_config cfg;
+    int device;
+    char desc[320];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    /* Backward forks each parametered layer's weight gradient onto a side stream (its own
+     * cuBLAS handle and workspace) while the input gradient goes on: the two only read shared
+     * buffers, and the side joins at the end of the backward. */
+    cudaStream_t side;
+    cublasHandle_t blas_side;
+    void *blas_side_ws;
+    cudaEvent_t *fork; /* [nl] */
+    cudaEvent_t join;
+    int nl, classes, in_size, max_batch;
+    size_t num_params;
+    glayer *layers;
+    bool nll; /* the model ends in log_softmax */
+    /* flat buffers */
+    float *params, *grads, *state;
+    size_t state_count;
+    uint64_t optim_steps;
+    float **slot_grads; /* [accum]: slot j's gradient; the last is grads */
+    /* batch buffers, one set per slot so a slot's ids survive until its backward */
+    float *x;
+    int32_t *y;
+    uint64_t *ids;
+    float *dout;
+    double *row_loss;
+    int *row_correct;
+    double *stats;  /* [3] the step's statistics */
+    double *evsums; /* [3] evaluation sums */
+    float *ones;    /* [max_batch] 1.0f: column sums as a gemv */
+    float *rowsum;  /* conv bias gradient: per (sample, channel) sums */
+    float *lut;
+    gdata train, test;
+    uint64_t *perm;
+    uint64_t perm_count;
+    td_gpu_args *args;      /* device */
+    td_gpu_args *args_host; /* pinned, RING slots */
+    double *stats_host;     /* pinned, RING x 3 */
+    cudaEvent_t done[RING];
+    int64_t ring_step[RING];
+    cudaGraphExec_t graph[2]; /* [apply_optimizer] */
+    /* CUDA IPC between the ranks of one host: every rank's gradient buffer, opened here */
+    int ipc_world, ipc_rank;
+    float *ipc_peer[TD_GPU_IPC_MAX_RANKS]; /* opened handles (NULL for this rank) */
+    const float **ipc_src;                 /* device array [ipc_world]: the ranks' buffers */
+    float *rgrads;                         /* the tree sum over ranks */
+    size_t device_bytes;
+    bool host_registered;
+};
+
+/* ---- device memory ---- */
+static td_status dalloc(td_gpu_t *g, void **p, size_t nbytes) {
+    *p = NULL;
+    if (!nbytes) return TD_OK;
+    cudaError_t e = cudaMalloc(p, nbytes);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        return td_error(TD_ERR_NOMEM,
+                        "CUDA device %d: cannot allocate %zu MiB (%s); %zu of %zu MiB are free. "
+                        "Use a smaller --batch, or fewer workers on this GPU",
+                        g->device, nbytes >> 20, cudaGetErrorString(e), free_b >> 20,
+                        total_b >> 20);
+    }
+    g->device_bytes += nbytes;
+    /* zeroed on the engine's stream and waited for: a memset on another stream could land after
+     * the engine's first write to the buffer */
+    if (cudaMemsetAsync(*p, 0, nbytes, g->stream) != cudaSuccess ||
+        cudaStreamSynchronize(g->stream) != cudaSuccess)
+        return td_error(TD_ERR_SYS, "CUDA: zeroing a new %zu-byte buffer failed", nbytes);
+    return TD_OK;
+}
+#define DALLOC(g, ptr, nbytes) dalloc((g), (void **)&(ptr), (nbytes))
+
+/* ---- availability ---- */
+extern "C" bool td_gpu_available(char *why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, cap, "no usable CUDA driver or device: %s", cudaGetErrorString(e));
+        return false;
+    }
+    if (n == 0) {
+        snprintf(why, cap, "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+        return false;
+    }
+    snprintf(why, cap, "%d CUDA device%s", n, n == 1 ? "" : "s");
+    return true;
+}
+
+extern "C" int td_gpu_device_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+extern "C" const char *td_gpu_describe(const td_gpu_t *g) {
+    return g->desc;
+}
+
+extern "C" size_t td_gpu_memory_bytes(const td_gpu_t *g) {
+    return g->device_bytes;
+}
+
+/* ---- cuBLAS in row-major terms ----
+ * C[m x n] = op(A) op(B) (+ beta C), row-major with row strides lda, ldb, ldc: column-major
+ * cuBLAS computes C^T = op(B)^T op(A)^T on the same buffers. */
+static td_status gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const float *a,
+                      int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    const float one = 1.0f;
+    BLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                           k, &one, b, ldb, a, lda, &beta, c, ldc));
+    return TD_OK;
+}
+
+/* out[n] = sum over the rows of a [rows x n] (row-major): a^T ones, one cuBLAS gemv in its
+ * fixed order (no atomics). */
+static td_status colsum(td_gpu_t *g, cublasHandle_t h, const float *a, int rows, int n,
+                        float *out) {
+    const float one = 1.0f, zero = 0.0f;
+    BLAS_CHECK(cublasSgemv(h, CUBLAS_OP_N, n, rows, &one, a, n, g->ones, 1, &zero, out, 1));
+    return TD_OK;
+}
+
+/* out[r] = sum of a [rows x cols] (row-major) row r: a ones, one cuBLAS gemv. */
+static td_status rowsum_gemv(td_gpu_t *g, cublasHandle_t h, const float *a, int rows, int cols,
+                             float *out) {
+    const float one = 1.0f, zero = 0.0f;
+    BLAS_CHECK(cublasSgemv(h, CUBLAS_OP_T, cols, rows, &one, a, cols, g->ones, 1, &zero, out, 1));
+    return TD_OK;
+}
+
+/* ---- building the mirror ---- */
+static td_status pick_device(const td_gpu_config *cfg, int *out) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "--device cuda: no CUDA device can be used here (%s); train with "
+                        "--device cpu, or run on a machine with an NVIDIA GPU and driver",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices visible");
+    int d = cfg->device;
+    if (d < 0) {
+        const char *lr = getenv("LOCAL_RANK");
+        d = lr ? atoi(lr) : 0;
+        d = (d % n + n) % n; /* several workers may share one GPU */
+    } else if (d >= n) {
+        return td_error(TD_ERR_INVALID, "CUDA device %d does not exist: %d device%s visible", d, n,
+                        n == 1 ? " is" : "s are");
+    }
+    *out = d;
+    return TD_OK;
+}
+
+static td_status build_layers(td_gpu_t *g) {
+    td_model_t *m = g->model;
+    g->nl = td_model_num_layers(m);
+    g->layers = (glayer *)td_xcalloc((size_t)g->nl, sizeof(glayer));
+    int B = g->max_batch, ndrop = 0;
+    bool params_before = false;
+    for (int i = 0; i < g->nl; i++) {
+        glayer *l = &g->layers[i];
+        l->info = td_model_layer(m, i);
+        const td_layer_info *f = &l->info;
+        l->in_size = (size_t)f->in_c * f->in_h * f->in_w;
+        l->out_size = (size_t)f->out_c * f->out_h * f->out_w;
+        l->need_din = params_before;
+        params_before |= f->param_count > 0;
+        bool next_relu = i + 1 < g->nl && td_model_layer(m, i + 1).kind == TD_LAYER_RELU;
+        if ((f->kind == TD_LAYER_CONV2D || f->kind == TD_LAYER_LINEAR) && next_relu) {
+            l->relu_next = true;
+            g->layers[i + 1].fused = true; /* set before layer i+1 is visited; kept below */
+        }
+        if (f->kind != TD_LAYER_FLATTEN) TD_CHECK(DALLOC(g, l->out, (size_t)B * l->out_size * 4));
+        if (f->kind == TD_LAYER_MAXPOOL2D || f->kind == TD_LAYER_DROPOUT)
+            TD_CHECK(DALLOC(g, l->aux, (size_t)B * l->out_size));
+        if (f->kind == TD_LAYER_DROPOUT) {
+            if (ndrop == TD_GPU_MAX_DROPOUT)
+                return td_error(TD_ERR_UNSUPPORTED,
+                                "layer %d (%s): the CUDA engine supports at most %d dropout layers",
+                                i, f->name, TD_GPU_MAX_DROPOUT);
+            l->dropout_idx = ndrop++;
+        }
+        if (f->kind == TD_LAYER_CONV2D) {
+            size_t kk = (size_t)f->in_c * f->kernel * f->kernel, n = (size_t)f->out_h * f->out_w;
+            if (kk > 65535 || (size_t)B > 65535 || (size_t)B * n > INT32_MAX)
+                return td_error(TD_ERR_UNSUPPORTED,
+                                "layer %d (%s): the CUDA conv supports in_c*k*k <= 65535 and "
+                                "batch * out_h * out_w < 2^31 (have %zu and %zu)",
+                                i, f->name, kk, (size_t)B * n);
+            TD_CHECK(DALLOC(g, l->col, (size_t)B * kk * n * 4));
+            TD_CHECK(DALLOC(g, l->cn, (size_t)B * f->out_c * n * 4));
+            if (l->need_din) TD_CHECK(DALLOC(g, l->dcol, (size_t)B * kk * n * 4));
+        }
+        if (f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
+            td_model_layer(m, i + 1).kind == TD_LAYER_MAXPOOL2D && i > 0) {
+            l->into_pool = true; /* the pool's gradient gate is this relu's backward */
+            g->layers[i + 1].gate = true;
+        }
+    }
+    /* input gradients: only from the first parametered layer's successor on */
+    for (int i = 0; i < g->nl; i++) {
+        glayer *l = &g->layers[i];
+        if (l->need_din && l->info.kind != TD_LAYER_FLATTEN)
+            TD_CHECK(DALLOC(g, l->din, (size_t)B * l->in_size * 4));
+    }
+    return TD_OK;
+}
+
+static td_status init(td_gpu_t *g, td_model_t *model, const td_optim_config *optim,
+                      const td_gpu_config *cfg) {
+    int dev = g->device;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        snprintf(g->desc, sizeof g->desc, "%s (device %d, sm_%d%d, %d SMs)", prop.name, dev,
+                 prop.major, prop.minor, prop.multiProcessorCount);
+    /* A blocking stream: the synchronous cudaMemcpy calls of uploads and downloads (legacy
+     * default stream) are ordered with it, so no copy can overtake the kernels or vice versa. */
+    CU_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamDefault));
+    BLAS_CHECK(cublasCreate(&g->blas));
+    BLAS_CHECK(cublasSetStream(g->blas, g->stream));
+    /* fp32 without TF32 (the default math mode; the comparisons with the CPU and PyTorch are in
+     * fp32), and a fixed workspace so that graph capture never allocates */
+    BLAS_CHECK(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));
+    TD_CHECK(DALLOC(g, g->blas_ws, 32u << 20));
+    BLAS_CHECK(cublasSetWorkspace(g->blas, g->blas_ws, 32u << 20));
+    CU_CHECK(cudaStreamCreateWithFlags(&g->side, cudaStreamDefault));
+    BLAS_CHECK(cublasCreate(&g->blas_side));
+    BLAS_CHECK(cublasSetStream(g->blas_side, g->side));
+    BLAS_CHECK(cublasSetMathMode(g->blas_side, CUBLAS_DEFAULT_MATH));
+    TD_CHECK(DALLOC(g, g->blas_side_ws, 32u << 20));
+    BLAS_CHECK(cublasSetWorkspace(g->blas_side, g->blas_side_ws, 32u << 20));
+    g->fork = (cudaEvent_t *)td_xcalloc((size_t)td_model_num_layers(model), sizeof(cudaEvent_t));
+    for (int i = 0; i < td_model_num_layers(model); i++)
+        CU_CHECK(cudaEventCreateWithFlags(&g->fork[i], cudaEventDisableTiming));
+    CU_CHECK(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
+    int nl = td_model_num_layers(model);
+    g->nll = nl > 0 && td_model_layer(model, nl - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    TD_CHECK(build_layers(g));
+    size_t P = g->num_params, B = (size_t)g->max_batch, M = (size_t)cfg->accum;
+    TD_CHECK(DALLOC(g, g->params, P * 4));
+    TD_CHECK(DALLOC(g, g->grads, P * 4));
+    g->state_count = optim->kind == TD_OPTIM_ADAMW ? 2 * P : optim->momentum != 0 ? P : 0;
+    TD_CHECK(DALLOC(g, g->state, g->state_count * 4));
+    g->slot_grads = (float **)td_xcalloc(M, sizeof(float *));
+    for (size_t j = 0; j + 1 < M; j++) TD_CHECK(DALLOC(g, g->slot_grads[j], P * 4));
+    g->slot_grads[M - 1] = g->grads;
+    TD_CHECK(DALLOC(g, g->x, M * B * (size_t)g->in_size * 4));
+    TD_CHECK(DALLOC(g, g->y, M * B * 4));
+    TD_CHECK(DALLOC(g, g->ids, M * B * 8));
+    TD_CHECK(DALLOC(g, g->dout, B * (size_t)g->classes * 4));
+    TD_CHECK(DALLOC(g, g->row_loss, M * B * 8));
+    TD_CHECK(DALLOC(g, g->row_correct, M * B * 4));
+    TD_CHECK(DALLOC(g, g->stats, 3 * 8));
+    TD_CHECK(DALLOC(g, g->evsums, 3 * 8));
+    TD_CHECK(DALLOC(g, g->lut, 256 * 4));
+    TD_CHECK(DALLOC(g, g->ones, B * 4));
+    {
+        float *ones = (float *)td_xmalloc(B * 4);
+        for (size_t i = 0; i < B; i++) ones[i] = 1.0f;
+        cudaError_t e = cudaMemcpy(g->ones, ones, B * 4, cudaMemcpyHostToDevice);
+        free(ones);
+        CU_CHECK(e);
+    }
+    size_t channels = 1;
+    for (int i = 0; i < g->nl; i++)
+        if (g->layers[i].info.kind == TD_LAYER_CONV2D)
+            channels = TD_MAX(channels, (size_t)g->layers[i].info.out_c);
+    TD_CHECK(DALLOC(g, g->rowsum, B * channels * 4));
+    TD_CHECK(DALLOC(g, g->args, sizeof(td_gpu_args)));
+    CU_CHECK(cudaMallocHost((void **)&g->args_host, (RING + 1) * sizeof(td_gpu_args)));
+    CU_CHECK(cudaMallocHost((void **)&g->stats_host, (RING + 1) * 3 * sizeof(double)));
+    for (int r = 0; r < RING; r++)
+        CU_CHECK(cudaEventCreateWithFlags(&g->done[r], cudaEventDisableTiming));
+    /* the host mirror's buffers are the staging area: page-locked, copies run at full speed */
+    if (cudaHostRegister(td_model_params(model), P * 4, cudaHostRegisterDefault) == cudaSuccess &&
+        cudaHostRegister(td_model_grads(model), P * 4, cudaHostRegisterDefault) == cudaSuccess)
+        g->host_registered = true;
+    else
+        cudaGetLastError(); /* pageable copies still work */
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
+                                const td_gpu_config *cfg, td_gpu_t **out) {
+    *out = NULL;
+    if (cfg->batch < 1 || cfg->accum < 1)
+        return td_error(TD_ERR_INVALID, "CUDA engine: batch %d and accum %d must be >= 1",
+                        cfg->batch, cfg->accum);
+    TD_CHECK(td_optim_validate(optim));
+    int dev = 0;
+    TD_CHECK(pick_device(cfg, &dev));
+    CU_CHECK(cudaSetDevice(dev));
+    td_gpu_t *g = (td_gpu_t *)td_xcalloc(1, sizeof *g);
+    g->model = model;
+    g->optim = *optim;
+    g->cfg = *cfg;
+    g->device = dev;
+    g->num_params = td_model_num_params(model);
+    g->classes = td_model_output_size(model);
+    g->in_size = td_model_input_size(model);
+    g->max_batch = TD_MAX(cfg->batch, TD_MAX(cfg->max_eval_batch, 1));
+    for (int r = 0; r < RING; r++) g->ring_step[r] = -1;
+    td_status rc = init(g, model, optim, cfg);
+    if (rc != TD_OK) {
+        td_gpu_free(g);
+        return rc;
+    }
+    *out = g;
+    return TD_OK;
+}
+
+extern "C" void td_gpu_free(td_gpu_t *g) {
+    if (!g) return;
+    cudaSetDevice(g->device);
+    if (g->stream) cudaStreamSynchronize(g->stream);
+    if (g->side) cudaStreamSynchronize(g->side);
+    for (int i = 0; i < 2; i++)
+        if (g->graph[i]) cudaGraphExecDestroy(g->graph[i]);
+    if (g->layers)
+        for (int i = 0; i < g->nl; i++) {
+            glayer *l = &g->layers[i];
+            cudaFree(l->out), cudaFree(l->din), cudaFree(l->aux), cudaFree(l->col);
+            cudaFree(l->cn), cudaFree(l->dcol);
+        }
+    free(g->layers);
+    if (g->slot_grads)
+        for (int j = 0; j + 1 < g->cfg.accum; j++) cudaFree(g->slot_grads[j]);
+    free(g->slot_grads);
+    void *bufs[] = {
+        g->params,       g->grads,       g->state,       g->x,     g->y,       g->ids,
+        g->dout,         g->row_loss,    g->row_correct, g->stats, g->evsums,  g->lut,
+        g->ones,         g->rowsum,      g->perm,        g->args,  g->blas_ws, g->train.pixels,
+        g->train.labels, g->test.pixels, g->test.labels};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
+    cudaFreeHost(g->args_host);
+    cudaFreeHost(g->stats_host);
+    for (int r = 0; r < RING; r++)
+        if (g->done[r]) cudaEventDestroy(g->done[r]);
+    if (g->host_registered) {
+        cudaHostUnregister(td_model_params(g->model));
+        cudaHostUnregister(td_model_grads(g->model));
+    }
+    for (int r = 0; r < TD_GPU_IPC_MAX_RANKS; r++)
+        if (g->ipc_peer[r]) cudaIpcCloseMemHandle(g->ipc_peer[r]);
+    cudaFree(g->ipc_src), cudaFree(g->rgrads);
+    if (g->fork)
+        for (int i = 0; i < td_model_num_layers(g->model); i++)
+            if (g->fork[i]) cudaEventDestroy(g->fork[i]);
+    free(g->fork);
+    if (g->join) cudaEventDestroy(g->join);
+    cudaFree(g->blas_side_ws);
+    if (g->blas_side) cublasDestroy(g->blas_side);
+    if (g->side) cudaStreamDestroy(g->side);
+    if (g->blas) cublasDestroy(g->blas);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+/* ---- data ---- */
+extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const uint8_t *pixels,
+                                        const int32_t *labels, uint64_t count, int sample_size,
+                                        const float lut[256]) {
+    if (sample_size != g->in_size)
+        return td_error(TD_ERR_INVALID,
+                        "data set samples have %d values but the model takes %d inputs",
+                        sample_size, g->in_size);
+    CU_CHECK(cudaSetDevice(g->device));
+    gdata *d = which ? &g->test : &g->train;
+    cudaFree(d->pixels), cudaFree(d->labels);
+    d->pixels = NULL, d->labels = NULL;
+    TD_CHECK(DALLOC(g, d->pixels, count * (size_t)sample_size));
+    TD_CHECK(DALLOC(g, d->labels, count * 4));
+    CU_CHECK(cudaMemcpy(d->pixels, pixels, count * (size_t)sample_size, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(d->labels, labels, count * 4, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(g->lut, lut, 256 * 4, cudaMemcpyHostToDevice));
+    d->count = count;
+    d->size = sample_size;
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_set_epoch(td_gpu_t *g, const uint64_t *perm, uint64_t count) {
+    if (!g->perm || g->perm_count != count) {
+        CU_CHECK(cudaStreamSynchronize(g->stream));
+        cudaFree(g->perm);
+        g->perm = NULL;
+        TD_CHECK(DALLOC(g, g->perm, count * 8));
+        g->perm_count = count;
+    }
+    /* stream-ordered: steps already enqueued read the previous epoch's order */
+    CU_CHECK(cudaMemcpyAsync(g->perm, perm, count * 8, cudaMemcpyHostToDevice, g->stream));
+    CU_CHECK(cudaStreamSynchronize(g->stream)); /* perm is pageable host memory, reused */
+    return TD_OK;
+}
+
+/* ---- state ---- */
+extern "C" td_status td_gpu_upload_state(td_gpu_t *g, const float *params, const float *optim_state,
+                                         uint64_t optim_steps) {
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(g->params, params, g->num_params * 4, cudaMemcpyHostToDevice));
+    if (g->state_count && optim_state)
+        CU_CHECK(cudaMemcpy(g->state, optim_state, g->state_count * 4, cudaMemcpyHostToDevice));
+    else if (g->state_count)
+        CU_CHECK(cudaMemset(g->state, 0, g->state_count * 4));
+    g->optim_steps = optim_steps;
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_download_state(td_gpu_t *g, float *params, float *optim_state) {
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    if (params) CU_CHECK(cudaMemcpy(params, g->params, g->num_params * 4, cudaMemcpyDeviceToHost));
+    if (optim_state && g->state_count)
+        CU_CHECK(cudaMemcpy(optim_state, g->state, g->state_count * 4, cudaMemcpyDeviceToHost));
+    return TD_OK;
+}
+
+/* ---- forward and backward over one batch ---- */
+
+/* x: [batch, in_size] on the device; ids: the batch's sample ids (dropout key). Returns the
+ * output in *out. */
+static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int batch,
+                         const float **out) {
+    cudaStream_t s = g->stream;
+    const float *in = x;
+    const float *params = g->params;
+    for (int i = 0; i < g->nl; i++) {
+        glayer *l = &g->layers[i];
+        const td_layer_info *f = &l->info;
+        const float *w = params + f->param_offset, *bias = w + f->weight_count;
+        switch (f->kind) {
+        case TD_LAYER_LINEAR: {
+            /* y [B, out] = x [B, in] W^T, then bias (and the folded ReLU) */
+            TD_CHECK(gemm(g->blas, false, true, batch, f->out_c, f->in_c, in, f->in_c, w, f->in_c,
+                          0.0f, l->out, f->out_c));
+            float *dst = l->relu_next ? g->layers[i + 1].out : l->out;
+            td_gpu_bias_act(s, l->out, bias, batch, f->out_c, 1, l->relu_next, dst);
+            LAUNCHED(f->name);
+            break;
+        }
+        case TD_LAYER_CONV2D: {
+            int k = f->kernel, kk = f->in_c * k * k, n = f->out_h * f->out_w;
+            td_gpu_im2col(s, in, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad, f->out_h,
+                          f->out_w, l->col);
+            LAUNCHED(f->name);
+            /* the whole batch: y [out_c, B*n] = W [out_c, kk] col [kk, B*n] */
+            TD_CHECK(gemm(g->blas, false, false, f->out_c, batch * n, kk, w, kk, l->col, batch * n,
+                          0.0f, l->cn, batch * n));
+            float *dst = l->relu_next ? g->layers[i + 1].out : l->out;
+            td_gpu_cn_bias_act(s, l->cn, bias, batch, f->out_c, n, l->relu_next, dst);
+            LAUNCHED(f->name);
+            break;
+        }
+        case TD_LAYER_RELU:
+            if (!l->fused) td_gpu_relu(s, in, (size_t)batch * l->out_size, l->out);
+            break;
+        case TD_LAYER_MAXPOOL2D:
+            td_gpu_maxpool(s, in, batch, f->in_c, f->in_h, f->in_w, f->kernel, f->stride, f->out_h,
+                           f->out_w, l->out, l->aux);
+            break;
+        case TD_LAYER_DROPOUT:
+            td_gpu_dropout(s, in, ids, g->args, l->dropout_idx, f->p, batch, l->out_size, l->out,
+                           l->aux);
+            break;
+        case TD_LAYER_FLATTEN:
+            break;
+        case TD_LAYER_LOG_SOFTMAX:
+            td_gpu_log_softmax(s, in, batch, (int)l->out_size, l->out);
+            break;
+        }
+        LAUNCHED(f->name);
+        if (f->kind != TD_LAYER_FLATTEN) in = l->out;
+    }
+    *out = in;
+    return TD_OK;
+}
+
+/* The input of layer i in the last forward. */
+static const float *layer_input(td_gpu_t *g, int i, const float *x) {
+    for (int j = i - 1; j >= 0; j--)
+        if (g->layers[j].info.kind != TD_LAYER_FLATTEN) return g->layers[j].out;
+    return x;
+}
+
+/* dout: [batch, classes]; writes the parameter gradient of this batch into grads (every
+ * parametered layer's slice is overwritten, so no zeroing is needed). */
+static td_status backward(td_gpu_t *g, const float *x, const float *dout, int batch, float *grads) {
+    cudaStream_t s = g->stream;
+    int first = 0;
+    while (first < g->nl && !g->layers[first].info.param_count) first++;
+    const float *dy = dout;
+    for (int i = g->nl - 1; i >= first; i--) {
+        glayer *l = &g->layers[i];
+        const td_layer_info *f = &l->info;
+        const float *in = layer_input(g, i, x);
+        const float *w = g->params + f->param_offset;
+        float *gw = grads + f->param_offset, *gb = gw + f->weight_count;
+        float *dx = l->din;
+        switch (f->kind) {
+        case TD_LAYER_LINEAR:
+            /* side stream: dW [out, in] = dy^T [out, B] x [B, in], db = column sums;
+             * this stream: dx [B, in] = dy W, and on to the layers before */
+            CU_CHECK(cudaEventRecord(g->fork[i], s));
+            CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
+            TD_CHECK(gemm(g->blas_side, true, false, f->out_c, f->in_c, batch, dy, f->out_c, in,
+                          f->in_c, 0.0f, gw, f->in_c));
+            TD_CHECK(colsum(g, g->blas_side, dy, batch, f->out_c, gb));
+            if (l->need_din)
+                TD_CHECK(gemm(g->blas, false, false, batch, f->in_c, f->out_c, dy, f->out_c, w,
+                              f->in_c, 0.0f, dx, f->in_c));
+            break;
+        case TD_LAYER_CONV2D: {
+            int k = f->kernel, kk = f->in_c * k * k, n = f->out_h * f->out_w, bn = batch * n;
+            /* dy to the gemm's layout; side stream: dW [out_c, kk] = dy [out_c, B*n] col^T and
+             * db = row sums; this stream: dcol [kk, B*n] = W^T dy, col2im into dx */
+            td_gpu_nchw_to_cn(s, dy, batch, f->out_c, n, l->cn);
+            LAUNCHED(f->name);
+            CU_CHECK(cudaEventRecord(g->fork[i], s));
+            CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
+            TD_CHECK(gemm(g->blas_side, false, true, f->out_c, kk, bn, l->cn, bn, l->col, bn, 0.0f,
+                          gw, kk));
+            td_gpu_row_sums(g->side, l->cn, f->out_c * batch, n, g->rowsum);
+            LAUNCHED(f->name);
+            TD_CHECK(rowsum_gemv(g, g->blas_side, g->rowsum, f->out_c, batch, gb));
+            if (l->need_din) {
+                TD_CHECK(gemm(g->blas, true, false, kk, bn, f->out_c, w, kk, l->cn, bn, 0.0f,
+                              l->dcol, bn));
+                td_gpu_col2im(s, l->dcol, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad,
+                              f->out_h, f->out_w, dx);
+            }
+            break;
+        }
+        case TD_LAYER_RELU:
+            if (l->into_pool)
+                dx = (float *)dy; /* the pool after it gated the gradient already */
+            else
+                td_gpu_relu_backward(s, l->out, dy, (size_t)batch * l->out_size, dx);
+            break;
+        case TD_LAYER_MAXPOOL2D:
+            td_gpu_maxpool_backward(s, dy, l->aux, in, l->gate, batch, f->in_c, f->in_h, f->in_w,
+                                    f->kernel, f->stride, f->out_h, f->out_w, dx);
+            break;
+        case TD_LAYER_DROPOUT:
+            td_gpu_dropout_backward(s, dy, l->aux, g->args, f->p, (size_t)batch * l->out_size, dx);
+            break;
+        case TD_LAYER_FLATTEN:
+            dx = (float *)dy; /* same bytes, new shape */
+            break;
+        case TD_LAYER_LOG_SOFTMAX:
+            td_gpu_log_softmax_backward(s, l->out, dy, batch, (int)l->out_size, dx);
+            break;
+        }
+        LAUNCHED(f->name);
+        dy = dx;
+    }
+    /* the side stream's weight gradients join before anything reads them or reuses a buffer */
+    CU_CHECK(cudaEventRecord(g->join, g->side));
+    CU_CHECK(cudaStreamWaitEvent(s, g->join, 0));
+    return TD_OK;
+}
+
+/* ---- the step ---- */
+static td_status optimizer(td_gpu_t *g, const float *grads) {
+    if (g->optim.kind == TD_OPTIM_ADAMW)
+        td_gpu_adamw(g->stream, g->params, grads, g->state, g->state + g->num_params, g->num_params,
+                     g->args);
+    else
+        td_gpu_sgd(g->stream, g->params, grads, g->state_count ? g->state : NULL, g->num_params,
+                   g->args);
+    LAUNCHED("optimizer");
+    return TD_OK;
+}
+
+/* The pairwise tree of train.h over the slots' gradients, as the CPU's binary-counter stack
+ * does it: a finished slot merges with complete blocks of equal size, and the last slot folds
+ * in the remaining blocks from the smallest up. The sum ends in grads (the last slot's buffer). */
+static void fold_slots(td_gpu_t *g) {
+    int M = g->cfg.accum;
+    if (M == 1) return;
+    int level[32];
+    bool occupied[32] = {false};
+    for (int j = 0; j + 1 < M; j++) {
+        int v = j, k = 0;
+        while (occupied[k]) {
+            td_gpu_add(g->stream, g->slot_grads[level[k]], g->slot_grads[v], g->num_params);
+            occupied[k] = false;
+            k++;
+        }
+        level[k] = v;
+        occupied[k] = true;
+    }
+    for (int k = 0; k < 32; k++)
+        if (occupied[k]) td_gpu_add(g->stream, g->slot_grads[level[k]], g->grads, g->num_params);
+}
+
+static td_status enqueue_step(td_gpu_t *g, bool apply) {
+    if (!g->train.pixels || !g->perm)
+        return td_error(TD_ERR_INVALID, "CUDA engine: set the training set and epoch first");
+    int B = g->cfg.batch, M = g->cfg.accum, C = g->classes;
+    TD_LOG_DEBUG("CUDA step: rank %d enqueues micro-batch slots %d..%d of %d rows each",
+                 g->cfg.rank, g->cfg.rank * M, g->cfg.rank * M + M - 1, B);
+    for (int j = 0; j < M; j++) {
+        int slot = g->cfg.rank * M + j;
+        float *x = g->x + (size_t)j * B * g->in_size;
+        int32_t *y = g->y + (size_t)j * B;
+        uint64_t *ids = g->ids + (size_t)j * B;
+        td_gpu_gather_step(g->stream, g->train.pixels, g->train.labels, g->lut, g->perm, g->args,
+                           slot, B, g->in_size, x, y, ids);
+        LAUNCHED("gather");
+        const float *out;
+        TD_CHECK(forward(g, x, ids, B, &out));
+        td_gpu_loss(g->stream, g->nll, out, y, B, C, g->args, slot, 0, 0.0f, g->dout,
+                    g->row_loss + (size_t)j * B, g->row_correct + (size_t)j * B);
+        LAUNCHED("loss");
+        TD_CHECK(backward(g, x, g->dout, B, g->slot_grads[j]));
+    }
+    fold_slots(g);
+    td_gpu_stats_kernel(g->stream, g->row_loss, g->row_correct, g->args, g->cfg.rank * M, M, B,
+                        g->stats);
+    LAUNCHED("step statistics");
+    if (apply) TD_CHECK(optimizer(g, g->grads));
+    return TD_OK;
+}
+
+static td_status capture(td_gpu_t *g, bool apply) {
+    cudaGraph_t graph;
+    CU_CHECK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    td_status st = enqueue_step(g, apply);
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (st != TD_OK) {
+        if (e == cudaSuccess) cudaGraphDestroy(graph);
+        return st;
+    }
+    if (e != cudaSuccess)
+        return td_error(TD_ERR_SYS, "CUDA: capturing the training step failed: %s",
+                        cudaGetErrorString(e));
+    e = cudaGraphInstantiate(&g->graph[apply], graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess)
+        return td_error(TD_ERR_SYS, "CUDA: instantiating the training step's graph failed: %s",
+                        cudaGetErrorString(e));
+    return TD_OK;
+}
+
+static void fill_args(td_gpu_t *g, td_gpu_args *a, int64_t step, bool training) {
+    memset(a, 0, sizeof *a);
+    a->step = step;
+    a->training = training;
+    for (int i = 0; i < g->nl; i++)
+        if (g->layers[i].info.kind == TD_LAYER_DROPOUT)
+            a->dropout_key[g->layers[i].dropout_idx] =
+                td_dropout_key(g->cfg.seed, (uint64_t)step, i);
+    a->coefs = td_optim_coefs_at(&g->optim, g->optim_steps);
+}
+
+extern "C" td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *sa, bool apply) {
+    int r = (int)(sa->step % RING);
+    /* the pinned slot was last read by the copy of step - RING: make sure it ran */
+    if (g->ring_step[r] >= 0) CU_CHECK(cudaEventSynchronize(g->done[r]));
+    td_gpu_args *a = &g->args_host[r];
+    fill_args(g, a, sa->step, true);
+    a->base = sa->base;
+    a->n = sa->n;
+    a->scale = sa->scale;
+    CU_CHECK(cudaMemcpyAsync(g->args, a, sizeof *a, cudaMemcpyHostToDevice, g->stream));
+    if (g->cfg.graph) {
+        if (!g->graph[apply]) TD_CHECK(capture(g, apply));
+        CU_CHECK(cudaGraphLaunch(g->graph[apply], g->stream));
+    } else {
+        TD_CHECK(enqueue_step(g, apply));
+    }
+    if (apply) g->optim_steps++;
+    CU_CHECK(cudaMemcpyAsync(g->stats_host + 3 * r, g->stats, 3 * sizeof(double),
+                             cudaMemcpyDeviceToHost, g->stream));
+    CU_CHECK(cudaEventRecord(g->done[r], g->stream));
+    g->ring_step[r] = sa->step;
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]) {
+    int r = (int)(step % RING);
+    if (g->ring_step[r] != step)
+        return td_error(TD_ERR_INVALID, "CUDA engine: statistics of step %lld are not in flight",
+                        (long long)step);
+    cudaError_t e = cudaEventSynchronize(g->done[r]);
+    if (e != cudaSuccess)
+        return td_error(TD_ERR_SYS, "CUDA: training step %lld failed on the device: %s",
+                        (long long)step, cudaGetErrorString(e));
+    memcpy(sums, g->stats_host + 3 * r, 3 * sizeof(double));
+    if (td_log_enabled(TD_LOG_DEBUG)) { /* which samples this rank's slots held, and the loss */
+        for (int j = 0; j < g->cfg.accum; j++) {
+            uint64_t ids[3] = {0, 0, 0};
+            cudaMemcpy(ids, g->ids + (size_t)j * g->cfg.batch, sizeof ids, cudaMemcpyDeviceToHost);
+            TD_LOG_DEBUG("CUDA step %lld: slot %d samples %llu, %llu, %llu, ...", (long long)step,
+                         g->cfg.rank * g->cfg.accum + j, (unsigned long long)ids[0],
+                         (unsigned long long)ids[1], (unsigned long long)ids[2]);
+        }
+        TD_LOG_DEBUG("CUDA step %lld: loss sum %.9g, correct %g, samples %g", (long long)step,
+                     sums[0], sums[1], sums[2]);
+    }
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_grads_to_host(td_gpu_t *g) {
+    CU_CHECK(cudaMemcpyAsync(td_model_grads(g->model), g->grads, g->num_params * 4,
+                             cudaMemcpyDeviceToHost, g->stream));
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_apply(td_gpu_t *g) {
+    CU_CHECK(cudaMemcpyAsync(g->grads, td_model_grads(g->model), g->num_params * 4,
+                             cudaMemcpyHostToDevice, g->stream));
+    /* the step's argument block already holds this step's optimizer coefficients */
+    TD_CHECK(optimizer(g, g->grads));
+    g->optim_steps++;
+    return TD_OK;
+}
+
+/* ---- CUDA IPC between the ranks of one host ---- */
+extern "C" td_status td_gpu_ipc_export(td_gpu_t *g, void *handle) {
+    cudaIpcMemHandle_t h;
+    static_assert(sizeof h == TD_GPU_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t size");
+    CU_CHECK(cudaIpcGetMemHandle(&h, g->grads));
+    memcpy(handle, &h, sizeof h);
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_ipc_open(td_gpu_t *g, int world, int rank, const void *handles) {
+    if (world < 2 || world > TD_GPU_IPC_MAX_RANKS || rank < 0 || rank >= world)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "CUDA IPC reduce: world size %d (rank %d) outside 2..%d; use the host "
+                        "path (TANDEM_GPU_REDUCE=host)",
+                        world, rank, TD_GPU_IPC_MAX_RANKS);
+    const float *src[TD_GPU_IPC_MAX_RANKS];
+    for (int r = 0; r < world; r++) {
+        if (r == rank) {
+            src[r] = g->grads;
+            continue;
+        }
+        cudaIpcMemHandle_t h;
+        memcpy(&h, (const char *)handles + (size_t)r * TD_GPU_IPC_HANDLE_BYTES, sizeof h);
+        void *p = NULL;
+        cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess)
+            return td_error(TD_ERR_UNSUPPORTED,
+                            "CUDA IPC: rank %d cannot open rank %d's gradient buffer: %s (no "
+                            "peer access between their GPUs?)",
+                            rank, r, cudaGetErrorString(e));
+        g->ipc_peer[r] = (float *)p;
+        src[r] = (const float *)p;
+    }
+    g->ipc_world = world, g->ipc_rank = rank;
+    TD_CHECK(DALLOC(g, g->ipc_src, (size_t)world * sizeof(float *)));
+    TD_CHECK(DALLOC(g, g->rgrads, g->num_params * 4));
+    CU_CHECK(cudaMemcpy(g->ipc_src, src, (size_t)world * sizeof(float *), cudaMemcpyHostToDevice));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_ipc_reduce(td_gpu_t *g) {
+    if (!g->ipc_world) return td_error(TD_ERR_INVALID, "CUDA IPC reduce before td_gpu_ipc_open");
+    td_gpu_tree_sum(g->stream, g->ipc_src, g->ipc_world, g->num_params, g->rgrads);
+    LAUNCHED("CUDA IPC tree sum");
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_ipc_apply(td_gpu_t *g) {
+    TD_CHECK(optimizer(g, g->rgrads));
+    g->optim_steps++;
+    return TD_OK;
+}
+
+/* ---- evaluation ---- */
+extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, double sums[3]) {
+    if (!g->test.pixels) return td_error(TD_ERR_INVALID, "CUDA engine: no test set uploaded");
+    if (hi > g->test.count) hi = g->test.count;
+    int eb = TD_MAX(g->cfg.max_eval_batch, 1);
+    int r = RING; /* evaluation's own argument block: dropout off */
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    fill_args(g, &g->args_host[r], 0, false);
+    CU_CHECK(cudaMemcpyAsync(g->args, &g->args_host[r], sizeof(td_gpu_args), cudaMemcpyHostToDevice,
+                             g->stream));
+    CU_CHECK(cudaMemsetAsync(g->evsums, 0, 3 * sizeof(double), g->stream));
+    for (uint64_t b = lo; b < hi; b += (uint64_t)eb) {
+        int cnt = (int)TD_MIN((uint64_t)eb, hi - b);
+        td_gpu_gather_range(g->stream, g->test.pixels, g->test.labels, g->lut, b, cnt, g->in_size,
+                            g->x, g->y, g->ids);
+        LAUNCHED("gather");
+        const float *out;
+        TD_CHECK(forward(g, g->x, g->ids, cnt, &out));
+        td_gpu_loss(g->stream, g->nll, out, g->y, cnt, g->classes, NULL, 0, cnt, 0.0f, g->dout,
+                    g->row_loss, g->row_correct);
+        td_gpu_eval_accumulate(g->stream, g->row_loss, g->row_correct, cnt, g->evsums);
+        LAUNCHED("evaluation");
+    }
+    CU_CHECK(cudaMemcpyAsync(g->stats_host + 3 * r, g->evsums, 3 * sizeof(double),
+                             cudaMemcpyDeviceToHost, g->stream));
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    memcpy(sums, g->stats_host + 3 * r, 3 * sizeof(double));
+    return TD_OK;
+}
+
+/* ---- single passes on host arrays, for the tests ---- */
+extern "C" td_status td_gpu_model_forward(td_gpu_t *g, const float *x, int batch,
+                                          const td_forward_ctx *ctx, float *y) {
+    if (batch < 1 || batch > g->max_batch)
+        return td_error(TD_ERR_INVALID, "batch %d outside 1..%d", batch, g->max_batch);
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    td_gpu_args *a = &g->args_host[RING];
+    fill_args(g, a, ctx ? (int64_t)ctx->step : 0, ctx && ctx->training);
+    if (ctx)
+        for (int i = 0; i < g->nl; i++)
+            if (g->layers[i].info.kind == TD_LAYER_DROPOUT)
+                a->dropout_key[g->layers[i].dropout_idx] = td_dropout_key(ctx->seed, ctx->step, i);
+    uint64_t *ids = (uint64_t *)td_xmalloc((size_t)batch * 8);
+    for (int i = 0; i < batch; i++)
+        ids[i] = ctx && ctx->sample_ids ? ctx->sample_ids[i] : (uint64_t)i;
+    cudaError_t e = cudaMemcpy(g->ids, ids, (size_t)batch * 8, cudaMemcpyHostToDevice);
+    free(ids);
+    CU_CHECK(e);
+    CU_CHECK(cudaMemcpy(g->args, a, sizeof *a, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(g->x, x, (size_t)batch * g->in_size * 4, cudaMemcpyHostToDevice));
+    const float *out;
+    TD_CHECK(forward(g, g->x, g->ids, batch, &out));
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(y, out, (size_t)batch * g->classes * 4, cudaMemcpyDeviceToHost));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_model_backward(td_gpu_t *g, const float *dy, int batch, float *grads) {
+    CU_CHECK(cudaMemcpy(g->dout, dy, (size_t)batch * g->classes * 4, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemset(g->grads, 0, g->num_params * 4));
+    TD_CHECK(backward(g, g->x, g->dout, batch, g->grads));
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(grads, g->grads, g->num_params * 4, cudaMemcpyDeviceToHost));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_optim_step(td_gpu_t *g, float *params, const float *grads) {
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    td_gpu_args *a = &g->args_host[RING];
+    fill_args(g, a, 0, false);
+    CU_CHECK(cudaMemcpy(g->args, a, sizeof *a, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(g->params, params, g->num_params * 4, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(g->grads, grads, g->num_params * 4, cudaMemcpyHostToDevice));
+    TD_CHECK(optimizer(g, g->grads));
+    g->optim_steps++;
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(params, g->params, g->num_params * 4, cudaMemcpyDeviceToHost));
+    return TD_OK;
+}

@@ -1,0 +1,562 @@
+/* The GPU backend's own kernels (the gemms are cuBLAS's, in engine.cu). Each output element is
+ * owned by one thread, or by one block that sums in a fixed shared-memory tree: no atomics, so
+ * every launch gives the same bits. Arithmetic that must equal the CPU's bit for bit (dropout
+ * masks, the normalisation table, the optimizers) uses the explicitly rounded intrinsics
+ * (__fmul_rn, __fadd_rn, __fmaf_rn, ...), which the compiler never contracts or reorders. */
+#include "kernels.h"
+
+#include <math.h>
+
+#define THREADS 256
+
+static unsigned blocks_for(size_t n) {
+    return (unsigned)((n + THREADS - 1) / THREADS);
+}
+
+/* ---- data ---- */
+__global__ void gather_step_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
+                                   const uint64_t *perm, const td_gpu_args *a, int slot, int batch,
+                                   int size, float *x, int32_t *y, uint64_t *ids) {
+    int row = blockIdx.y;
+    int rows = TD_GPU_SLOT_ROWS(a, slot, batch);
+    bool valid = row < rows;
+    uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
+    const uint8_t *src = pixels + id * (uint64_t)size;
+    float *dst = x + (size_t)row * size;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
+        dst[i] = valid ? lut[src[i]] : 0.0f;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        y[row] = valid ? labels[id] : 0;
+        ids[row] = id;
+    }
+}
+
+void td_gpu_gather_step(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
+                        const float *lut, const uint64_t *perm, const td_gpu_args *a, int slot,
+                        int batch, int size, float *x, int32_t *y, uint64_t *ids) {
+    dim3 grid((unsigned)((size + THREADS - 1) / THREADS), (unsigned)batch);
+    gather_step_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, perm, a, slot, batch, size, x,
+                                                y, ids);
+}
+
+__global__ void gather_range_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
+                                    uint64_t first, int size, float *x, int32_t *y, uint64_t *ids) {
+    int row = blockIdx.y;
+    uint64_t id = first + (uint64_t)row;
+    const uint8_t *src = pixels + id * (uint64_t)size;
+    float *dst = x + (size_t)row * size;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
+        dst[i] = lut[src[i]];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        y[row] = labels[id];
+        ids[row] = id;
+    }
+}
+
+void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
+                         const float *lut, uint64_t first, int batch, int size, float *x,
+                         int32_t *y, uint64_t *ids) {
+    dim3 grid((unsigned)((size + THREADS - 1) / THREADS), (unsigned)batch);
+    gather_range_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, first, size, x, y, ids);
+}
+
+/* ---- convolution lowering, "CN" layout ----
+ * col [c * k * k][batch * oh * ow]: row (ci * k + ki) * k + kj, column b * oh * ow + oy * ow + ox,
+ * so that a convolution over the whole batch is one gemm (W [out_c, c*k*k] x col) and its
+ * output, [out_c][batch * oh * ow], is "CN": channel-major, then sample, then pixel.
+ * These kernels are pure data movement: a block takes one row (tap or channel) for spb samples,
+ * so the row's indices are computed once and consecutive threads touch consecutive pixels. */
+static dim3 rows_grid(int rows, int batch, int spb) {
+    return dim3((unsigned)rows, (unsigned)((batch + spb - 1) / spb));
+}
+
+__global__ void im2col_kernel(const float *x, int c, int h, int w, int k, int stride, int pad,
+                              int oh, int ow, int batch, float *col, int spb) {
+    int r = blockIdx.x, n = oh * ow;
+    int ci = r / (k * k), ki = r / k % k, kj = r % k;
+    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
+    for (int b = blockIdx.y * spb; b < b1; b++) {
+        const float *xp = x + ((size_t)b * c + ci) * h * w;
+        float *dst = col + ((size_t)r * batch + b) * n;
+        for (int p = threadIdx.x; p < n; p += blockDim.x) {
+            int oy = p / ow, ox = p - oy * ow;
+            int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+            bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+            dst[p] = in ? xp[iy * w + ix] : 0.0f;
+        }
+    }
+}
+
+void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                   int stride, int pad, int oh, int ow, float *col) {
+    im2col_kernel<<<rows_grid(c * k * k, batch, 2), 256, 0, s>>>(x, c, h, w, k, stride, pad, oh, ow,
+                                                                 batch, col, 2);
+}
+
+/* The adjoint, as a gather: input cell (b, ci, iy, ix) sums the col entries that read it, ki then
+ * kj. A block per (ci, samples). */
+__global__ void col2im_kernel(const float *col, int c, int h, int w, int k, int stride, int pad,
+                              int oh, int ow, int batch, float *x, int spb) {
+    int ci = blockIdx.x, n = oh * ow;
+    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
+    for (int b = blockIdx.y * spb; b < b1; b++) {
+        float *dst = x + ((size_t)b * c + ci) * h * w;
+        for (int p = threadIdx.x; p < h * w; p += blockDim.x) {
+            int iy = p / w, ix = p - iy * w;
+            float acc = 0.0f;
+            if (stride == 1) { /* no divisions: tap (ki, kj) read output (iy+pad-ki, ix+pad-kj) */
+                for (int ki = 0; ki < k; ki++) {
+                    int oy = iy + pad - ki;
+                    if (oy < 0 || oy >= oh) continue;
+                    for (int kj = 0; kj < k; kj++) {
+                        int ox = ix + pad - kj;
+                        if (ox < 0 || ox >= ow) continue;
+                        int r = (ci * k + ki) * k + kj;
+                        acc += col[((size_t)r * batch + b) * n + oy * ow + ox];
+                    }
+                }
+                dst[p] = acc;
+                continue;
+            }
+            for (int ki = 0; ki < k; ki++) {
+                int ty = iy + pad - ki;
+                if (ty < 0) break;
+                int oy = ty / stride;
+                if (oy * stride != ty || oy >= oh) continue;
+                for (int kj = 0; kj < k; kj++) {
+                    int tx = ix + pad - kj;
+                    if (tx < 0) break;
+                    int ox = tx / stride;
+                    if (ox * stride != tx || ox >= ow) continue;
+                    int r = (ci * k + ki) * k + kj;
+                    acc += col[((size_t)r * batch + b) * n + oy * ow + ox];
+                }
+            }
+            dst[p] = acc;
+        }
+    }
+}
+
+void td_gpu_col2im(cudaStream_t s, const float *col, int batch, int c, int h, int w, int k,
+                   int stride, int pad, int oh, int ow, float *x) {
+    col2im_kernel<<<rows_grid(c, batch, 1), 256, 0, s>>>(col, c, h, w, k, stride, pad, oh, ow,
+                                                         batch, x, 1);
+}
+
+/* out [batch][c][n] (NCHW) = act(y [c][batch * n] (CN) + bias[c]). */
+__global__ void cn_bias_act_kernel(const float *y, const float *bias, int c, int n, int batch,
+                                   bool relu, float *out, int spb) {
+    int ch = blockIdx.x;
+    float bc = bias[ch];
+    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
+    for (int b = blockIdx.y * spb; b < b1; b++) {
+        const float *src = y + ((size_t)ch * batch + b) * n;
+        float *dst = out + ((size_t)b * c + ch) * n;
+        for (int p = threadIdx.x; p < n; p += blockDim.x) {
+            float v = __fadd_rn(src[p], bc);
+            dst[p] = relu ? fmaxf(v, 0.0f) : v;
+        }
+    }
+}
+
+void td_gpu_cn_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int c, int n,
+                        bool relu, float *out) {
+    cn_bias_act_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(y, bias, c, n, batch, relu, out, 2);
+}
+
+/* y [c][batch * n] (CN) = x [batch][c][n] (NCHW). */
+__global__ void nchw_to_cn_kernel(const float *x, int c, int n, int batch, float *y, int spb) {
+    int ch = blockIdx.x;
+    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
+    for (int b = blockIdx.y * spb; b < b1; b++) {
+        const float *src = x + ((size_t)b * c + ch) * n;
+        float *dst = y + ((size_t)ch * batch + b) * n;
+        for (int p = threadIdx.x; p < n; p += blockDim.x) dst[p] = src[p];
+    }
+}
+
+void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y) {
+    nchw_to_cn_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(x, c, n, batch, y, 2);
+}
+
+/* ---- bias and activation ---- */
+__global__ void bias_act_kernel(const float *y, const float *bias, int batch, int channels, int hw,
+                                bool relu, float *out) {
+    size_t n = (size_t)batch * channels * hw;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)((i / (size_t)hw) % (size_t)channels);
+        float v = __fadd_rn(y[i], bias[c]);
+        out[i] = relu ? fmaxf(v, 0.0f) : v;
+    }
+}
+
+void td_gpu_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int channels,
+                     int hw, bool relu, float *out) {
+    size_t n = (size_t)batch * channels * hw;
+    bias_act_kernel<<<blocks_for(n), THREADS, 0, s>>>(y, bias, batch, channels, hw, relu, out);
+}
+
+/* rs[r] = sum of row r's n values, one warp per row: lane l adds elements l, l + 32, ... in
+ * order, then the 32 partials meet in a fixed butterfly. */
+__global__ void row_sums_kernel(const float *x, int rows, int n, float *rs) {
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (warp >= rows) return;
+    const float *r = x + (size_t)warp * n;
+    float acc = 0.0f;
+    for (int i = lane; i < n; i += 32) acc += r[i];
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) rs[warp] = acc;
+}
+
+void td_gpu_row_sums(cudaStream_t s, const float *x, int rows, int n, float *rs) {
+    row_sums_kernel<<<blocks_for((size_t)rows * 32), THREADS, 0, s>>>(x, rows, n, rs);
+}
+
+__global__ void relu_kernel(const float *x, size_t n, float *y) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = fmaxf(x[i], 0.0f);
+}
+
+void td_gpu_relu(cudaStream_t s, const float *x, size_t n, float *y) {
+    relu_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, n, y);
+}
+
+__global__ void relu_backward_kernel(const float *y, const float *dy, size_t n, float *dx) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void td_gpu_relu_backward(cudaStream_t s, const float *y, const float *dy, size_t n, float *dx) {
+    relu_backward_kernel<<<blocks_for(n), THREADS, 0, s>>>(y, dy, n, dx);
+}
+
+/* ---- max pooling: argmax = ki * k + kj of the first maximal element, as on the CPU ---- */
+__global__ void maxpool_kernel(const float *x, int batch, int c, int h, int w, int k, int stride,
+                               int oh, int ow, float *y, uint8_t *argmax) {
+    size_t n = (size_t)batch * c * oh * ow;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ox = (int)(i % ow);
+        size_t t = i / ow;
+        int oy = (int)(t % oh);
+        size_t plane = t / oh; /* b * c + ci */
+        const float *win = x + plane * h * w + (size_t)oy * stride * w + (size_t)ox * stride;
+        float best = win[0];
+        int arg = 0;
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float v = win[(size_t)ki * w + kj];
+                if (v > best) {
+                    best = v;
+                    arg = ki * k + kj;
+                }
+            }
+        y[i] = best;
+        argmax[i] = (uint8_t)arg;
+    }
+}
+
+void td_gpu_maxpool(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                    int stride, int oh, int ow, float *y, uint8_t *argmax) {
+    size_t n = (size_t)batch * c * oh * ow;
+    maxpool_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, batch, c, h, w, k, stride, oh, ow, y,
+                                                     argmax);
+}
+
+/* Gather: each input cell sums the gradients of the windows whose argmax it is (oy, ox in
+ * increasing order, as the CPU's scatter adds them). With gate, the pool's input is a ReLU's
+ * output and the ReLU's backward is folded in: cells that are not positive get 0. Grid (pixel
+ * blocks, plane = b * c + ci). */
+__global__ void maxpool_backward_kernel(const float *dy, const uint8_t *argmax, const float *x,
+                                        bool gate, int h, int w, int k, int stride, int oh, int ow,
+                                        float *dx) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= h * w) return;
+    size_t plane = blockIdx.y;
+    int iy = p / w, ix = p - iy * w;
+    const float *dyp = dy + plane * oh * ow;
+    const uint8_t *amp = argmax + plane * oh * ow;
+    float acc = 0.0f;
+    if (k == 2 && stride == 2) { /* one window per cell */
+        int oy = iy >> 1, ox = ix >> 1;
+        if (oy < oh && ox < ow && amp[oy * ow + ox] == ((iy & 1) << 1 | (ix & 1)))
+            acc = dyp[oy * ow + ox];
+    } else {
+        int oy0 = iy >= k ? (iy - k) / stride + 1 : 0, oy1 = min(iy / stride, oh - 1);
+        int ox0 = ix >= k ? (ix - k) / stride + 1 : 0, ox1 = min(ix / stride, ow - 1);
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                int a = amp[oy * ow + ox];
+                if (oy * stride + a / k == iy && ox * stride + a % k == ix)
+                    acc += dyp[oy * ow + ox];
+            }
+    }
+    if (gate && !(x[plane * h * w + p] > 0.0f)) acc = 0.0f;
+    dx[plane * h * w + p] = acc;
+}
+
+void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
+                             bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
+                             int ow, float *dx) {
+    dim3 grid((unsigned)((h * w + 127) / 128), (unsigned)(batch * c));
+    maxpool_backward_kernel<<<grid, 128, 0, s>>>(dy, argmax, x, gate, h, w, k, stride, oh, ow, dx);
+}
+
+/* ---- dropout: the CPU's Philox4x32-10 stream (core/rng.c), bit for bit ---- */
+__device__ static float philox_uniform(uint64_t key, uint64_t stream, uint64_t index) {
+    const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+    uint64_t blk = index >> 2;
+    uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32);
+    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(M0, c0), lo0 = M0 * c0;
+        uint32_t hi1 = __umulhi(M1, c2), lo1 = M1 * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c1 = lo1, c3 = lo0, c0 = n0, c2 = n2;
+        k0 += W0, k1 += W1;
+    }
+    uint32_t lane = (uint32_t)(index & 3);
+    uint32_t v = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+    return __fmul_rn((float)(v >> 8), 1.0f / 16777216.0f);
+}
+
+__global__ void dropout_kernel(const float *x, const uint64_t *ids, const td_gpu_args *a, int idx,
+                               float p, float scale, int batch, size_t size, float *y,
+                               uint8_t *mask) {
+    size_t n = (size_t)batch * size;
+    bool training = a->training && p != 0.0f;
+    uint64_t key = a->dropout_key[idx];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (!training) {
+            y[i] = x[i];
+            continue;
+        }
+        size_t b = i / size, e = i % size;
+        bool keep = philox_uniform(key, ids[b], e) >= p;
+        mask[i] = keep;
+        y[i] = keep ? __fmul_rn(x[i], scale) : 0.0f;
+    }
+}
+
+void td_gpu_dropout(cudaStream_t s, const float *x, const uint64_t *ids, const td_gpu_args *a,
+                    int idx, float p, int batch, size_t size, float *y, uint8_t *mask) {
+    size_t n = (size_t)batch * size;
+    float scale = 1.0f / (1.0f - p);
+    dropout_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, ids, a, idx, p, scale, batch, size, y,
+                                                     mask);
+}
+
+__global__ void dropout_backward_kernel(const float *dy, const uint8_t *mask, const td_gpu_args *a,
+                                        float p, float scale, size_t n, float *dx) {
+    bool training = a->training && p != 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = !training ? dy[i] : mask[i] ? __fmul_rn(dy[i], scale) : 0.0f;
+}
+
+void td_gpu_dropout_backward(cudaStream_t s, const float *dy, const uint8_t *mask,
+                             const td_gpu_args *a, float p, size_t n, float *dx) {
+    float scale = 1.0f / (1.0f - p);
+    dropout_backward_kernel<<<blocks_for(n), THREADS, 0, s>>>(dy, mask, a, p, scale, n, dx);
+}
+
+/* ---- log_softmax and the losses: one thread per row (classes are few) ---- */
+__global__ void log_softmax_kernel(const float *x, int batch, int classes, float *y) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= batch) return;
+    const float *xr = x + (size_t)r * classes;
+    float *yr = y + (size_t)r * classes;
+    float mx = xr[0];
+    for (int j = 1; j < classes; j++) mx = xr[j] > mx ? xr[j] : mx;
+    double se = 0;
+    for (int j = 0; j < classes; j++) se += exp((double)(xr[j] - mx));
+    float lse = mx + (float)log(se);
+    for (int j = 0; j < classes; j++) yr[j] = xr[j] - lse;
+}
+
+void td_gpu_log_softmax(cudaStream_t s, const float *x, int batch, int classes, float *y) {
+    log_softmax_kernel<<<blocks_for((size_t)batch), THREADS, 0, s>>>(x, batch, classes, y);
+}
+
+__global__ void log_softmax_backward_kernel(const float *y, const float *dy, int batch, int classes,
+                                            float *dx) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= batch) return;
+    const float *yr = y + (size_t)r * classes, *dyr = dy + (size_t)r * classes;
+    float *dxr = dx + (size_t)r * classes;
+    double sum = 0;
+    for (int j = 0; j < classes; j++) sum += dyr[j];
+    for (int j = 0; j < classes; j++) dxr[j] = dyr[j] - expf(yr[j]) * (float)sum;
+}
+
+void td_gpu_log_softmax_backward(cudaStream_t s, const float *y, const float *dy, int batch,
+                                 int classes, float *dx) {
+    log_softmax_backward_kernel<<<blocks_for((size_t)batch), THREADS, 0, s>>>(y, dy, batch, classes,
+                                                                              dx);
+}
+
+__global__ void loss_kernel(bool nll, const float *out, const int32_t *labels, int batch,
+                            int classes, const td_gpu_args *a, int slot, int rows, float scale,
+                            float *dout, double *row_loss, int *row_correct) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= batch) return;
+    if (a) {
+        rows = TD_GPU_SLOT_ROWS(a, slot, batch);
+        scale = a->scale;
+    }
+    const float *x = out + (size_t)r * classes;
+    float *dx = dout + (size_t)r * classes;
+    if (r >= rows) {
+        for (int j = 0; j < classes; j++) dx[j] = 0.0f;
+        row_loss[r] = 0;
+        row_correct[r] = 0;
+        return;
+    }
+    int y = labels[r];
+    int best = 0;
+    for (int j = 1; j < classes; j++)
+        if (x[j] > x[best]) best = j;
+    row_correct[r] = best == y;
+    if (y < 0 || y >= classes) { /* a bad label is loud: NaN loss, zero gradient */
+        for (int j = 0; j < classes; j++) dx[j] = 0.0f;
+        row_loss[r] = nan("");
+        return;
+    }
+    if (nll) {
+        for (int j = 0; j < classes; j++) dx[j] = j == y ? -scale : 0.0f;
+        row_loss[r] = -(double)x[y];
+        return;
+    }
+    float mx = x[0];
+    for (int j = 1; j < classes; j++) mx = x[j] > mx ? x[j] : mx;
+    double se = 0;
+    for (int j = 0; j < classes; j++) se += exp((double)x[j] - mx);
+    double lse = mx + log(se);
+    row_loss[r] = lse - x[y];
+    for (int j = 0; j < classes; j++) dx[j] = scale * (float)exp((double)x[j] - lse);
+    dx[y] -= scale;
+}
+
+void td_gpu_loss(cudaStream_t s, bool nll, const float *out, const int32_t *labels, int batch,
+                 int classes, const td_gpu_args *a, int slot, int rows, float scale, float *dout,
+                 double *row_loss, int *row_correct) {
+    loss_kernel<<<blocks_for((size_t)batch), THREADS, 0, s>>>(
+        nll, out, labels, batch, classes, a, slot, rows, scale, dout, row_loss, row_correct);
+}
+
+/* One warp: lane l adds rows l, l + 32, ... of each slot, then a fixed butterfly. */
+__global__ void step_stats_kernel(const double *row_loss, const int *row_correct,
+                                  const td_gpu_args *a, int first_slot, int slots, int batch,
+                                  double *stats) {
+    int lane = threadIdx.x;
+    double loss = 0, correct = 0, count = 0;
+    for (int j = 0; j < slots; j++) {
+        int rows = TD_GPU_SLOT_ROWS(a, first_slot + j, batch);
+        double l = 0, c = 0;
+        for (int r = lane; r < rows; r += 32) {
+            l += row_loss[(size_t)j * batch + r];
+            c += row_correct[(size_t)j * batch + r];
+        }
+        for (int off = 16; off > 0; off /= 2) {
+            l += __shfl_xor_sync(0xffffffffu, l, off);
+            c += __shfl_xor_sync(0xffffffffu, c, off);
+        }
+        loss += l, correct += c, count += rows;
+    }
+    if (lane == 0) stats[0] = loss, stats[1] = correct, stats[2] = count;
+}
+
+void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const int *row_correct,
+                         const td_gpu_args *a, int first_slot, int slots, int batch,
+                         double *stats) {
+    step_stats_kernel<<<1, 32, 0, s>>>(row_loss, row_correct, a, first_slot, slots, batch, stats);
+}
+
+__global__ void eval_accumulate_kernel(const double *row_loss, const int *row_correct, int rows,
+                                       double *sums) {
+    double l = 0, c = 0;
+    for (int r = 0; r < rows; r++) {
+        l += row_loss[r];
+        c += row_correct[r];
+    }
+    sums[0] += c, sums[1] += l, sums[2] += rows;
+}
+
+void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const int *row_correct,
+                            int rows, double *sums) {
+    eval_accumulate_kernel<<<1, 1, 0, s>>>(row_loss, row_correct, rows, sums);
+}
+
+__global__ void tree_sum_kernel(const float *const *src, int count, size_t n, float *out) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v[16];
+        for (int j = 0; j < count; j++) v[j] = src[j][i];
+        for (int m = count; m > 1; m = (m + 1) / 2) {
+            for (int j = 0; j < m / 2; j++) v[j] = __fadd_rn(v[2 * j], v[2 * j + 1]);
+            if (m & 1) v[m / 2] = v[m - 1];
+        }
+        out[i] = v[0];
+    }
+}
+
+void td_gpu_tree_sum(cudaStream_t s, const float *const *src, int count, size_t n, float *out) {
+    tree_sum_kernel<<<blocks_for(n), THREADS, 0, s>>>(src, count, n, out);
+}
+
+__global__ void add_kernel(const float *a, float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        b[i] = __fadd_rn(a[i], b[i]);
+}
+
+void td_gpu_add(cudaStream_t s, const float *a, float *b, size_t n) {
+    add_kernel<<<blocks_for(n), THREADS, 0, s>>>(a, b, n);
+}
+
+/* ---- optimizers: src/optim/optim.c's loops, rounding for rounding ---- */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
+                             const td_gpu_args *a) {
+    const td_optim_coefs k = a->coefs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float pi = __fmul_rn(p[i], k.decay);
+        float mi = __fmaf_rn(gi, k.omb1, __fmul_rn(m[i], k.b1));
+        float vi = __fmaf_rn(__fmul_rn(k.omb2, gi), gi, __fmul_rn(v[i], k.b2));
+        m[i] = mi;
+        v[i] = vi;
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+        p[i] = __fadd_rn(pi, __fdiv_rn(__fmul_rn(k.neg_step, mi), denom));
+    }
+}
+
+void td_gpu_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n,
+                  const td_gpu_args *a) {
+    adamw_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, m, v, n, a);
+}
+
+__global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, const td_gpu_args *a) {
+    const td_optim_coefs k = a->coefs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d = k.use_wd ? __fmaf_rn(p[i], k.wd, g[i]) : g[i];
+        if (buf) {
+            float b = k.first ? d : __fmaf_rn(d, k.damp, __fmul_rn(buf[i], k.mom));
+            buf[i] = b;
+            d = k.nesterov ? __fmaf_rn(b, k.mom, d) : b;
+        }
+        p[i] = __fmaf_rn(d, k.neg_lr, p[i]);
+    }
+}
+
+void td_gpu_sgd(cudaStream_t s, float *p, const float *g, float *buf, size_t n,
+                const td_gpu_args *a) {
+    sgd_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf, n, a);
+}

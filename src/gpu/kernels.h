@@ -1,0 +1,94 @@
+/* The CUDA kernels of the GPU backend, launched by engine.cu. Every kernel is deterministic: no
+ * atomics, and each output element is computed by one thread (or one block's fixed tree) in a
+ * fixed order, so the same inputs give the same bits on every launch.
+ *
+ * Layouts are the CPU engine's (nn.h): activations NCHW float32, batch-major; parameters flat,
+ * weight then bias per layer. */
+#ifndef TANDEM_GPU_KERNELS_H
+#define TANDEM_GPU_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "tandem/optim.h"
+
+#define TD_GPU_MAX_DROPOUT 16
+
+/* What changes from step to step, copied to the device ahead of each (graph) step. */
+typedef struct {
+    int64_t step, base, n; /* optimizer step; permutation window [base, base + n) */
+    float scale;           /* gradient scale 1/n */
+    int training;
+    uint64_t dropout_key[TD_GPU_MAX_DROPOUT]; /* per dropout layer (in model order) */
+    td_optim_coefs coefs;
+} td_gpu_args;
+
+/* Rows of micro-batch slot k that hold samples: clamp(n - k*B, 0, B). */
+#define TD_GPU_SLOT_ROWS(a, k, B)                                                                  \
+    ((int)max((int64_t)0, min((int64_t)(B), (a)->n - (int64_t)(k) * (B))))
+
+void td_gpu_gather_step(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
+                        const float *lut, const uint64_t *perm, const td_gpu_args *a, int slot,
+                        int batch, int size, float *x, int32_t *y, uint64_t *ids);
+void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
+                         const float *lut, uint64_t first, int batch, int size, float *x,
+                         int32_t *y, uint64_t *ids);
+
+/* Convolution lowering in the "CN" layout: col [c*k*k][batch * oh*ow] (row (ci*k + ki)*k + kj),
+ * so one gemm convolves the whole batch into [out_c][batch * oh*ow]. col2im is the adjoint
+ * (it writes x, gathering every tap in a fixed order). */
+void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                   int stride, int pad, int oh, int ow, float *col);
+void td_gpu_col2im(cudaStream_t s, const float *col, int batch, int c, int h, int w, int k,
+                   int stride, int pad, int oh, int ow, float *x);
+/* out [batch][c][n] = act(y [c][batch*n] + bias[c]): the conv gemm's output back to NCHW. */
+void td_gpu_cn_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int c, int n,
+                        bool relu, float *out);
+/* y [c][batch*n] = x [batch][c][n] */
+void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y);
+/* out[b][c][p] = act(y[b][c][p] + bias[c]) over [batch, channels, hw]. */
+void td_gpu_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int channels,
+                     int hw, bool relu, float *out);
+/* rs[r] = sum of x[r][0..n), rows of n floats, in a fixed order (a warp per row). */
+void td_gpu_row_sums(cudaStream_t s, const float *x, int rows, int n, float *rs);
+void td_gpu_relu(cudaStream_t s, const float *x, size_t n, float *y);
+void td_gpu_relu_backward(cudaStream_t s, const float *y, const float *dy, size_t n, float *dx);
+void td_gpu_maxpool(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                    int stride, int oh, int ow, float *y, uint8_t *argmax);
+/* gate: x (the pool's input) is a ReLU's output whose backward is folded in here. */
+void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
+                             bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
+                             int ow, float *dx);
+/* Training (a->training): y = u >= p ? x * 1/(1-p) : 0 with u the Philox uniform of
+ * (a->dropout_key[idx], sample id, element); otherwise y = x. */
+void td_gpu_dropout(cudaStream_t s, const float *x, const uint64_t *ids, const td_gpu_args *a,
+                    int idx, float p, int batch, size_t size, float *y, uint8_t *mask);
+void td_gpu_dropout_backward(cudaStream_t s, const float *dy, const uint8_t *mask,
+                             const td_gpu_args *a, float p, size_t n, float *dx);
+void td_gpu_log_softmax(cudaStream_t s, const float *x, int batch, int classes, float *y);
+void td_gpu_log_softmax_backward(cudaStream_t s, const float *y, const float *dy, int batch,
+                                 int classes, float *dx);
+/* Loss over rows of a micro-batch. With a (training): rows = TD_GPU_SLOT_ROWS(a, slot, batch)
+ * and scale a->scale; else rows and scale as given. Rows past `rows` get zero gradient and
+ * no loss. Writes row_loss[batch] (double) and row_correct[batch]. nll: out is log-probabilities;
+ * otherwise out is logits (fused log_softmax + NLL). */
+void td_gpu_loss(cudaStream_t s, bool nll, const float *out, const int32_t *labels, int batch,
+                 int classes, const td_gpu_args *a, int slot, int rows, float scale, float *dout,
+                 double *row_loss, int *row_correct);
+/* stats[0..3) = {loss sum, correct, samples} over the step's slots (a: rows per slot), or,
+ * for evaluation (a NULL), stats += {correct, loss, rows} of one batch of `rows` rows. */
+void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const int *row_correct,
+                         const td_gpu_args *a, int first_slot, int slots, int batch, double *stats);
+void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const int *row_correct,
+                            int rows, double *sums);
+/* out = the fixed-tree sum of src[0..count) (device array of device pointers), count <= 16:
+ * adjacent pairs level by level, an odd one carried up, as comm's td_allreduce adds. */
+void td_gpu_tree_sum(cudaStream_t s, const float *const *src, int count, size_t n, float *out);
+/* b[i] = a[i] + b[i] */
+void td_gpu_add(cudaStream_t s, const float *a, float *b, size_t n);
+void td_gpu_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n,
+                  const td_gpu_args *a);
+void td_gpu_sgd(cudaStream_t s, float *p, const float *g, float *buf, size_t n,
+                const td_gpu_args *a);
+
+#endif

@@ -1,0 +1,348 @@
+/* gpu: the CUDA engine against the CPU engine on the same inputs.
+ *
+ *  - every layer kind (conv with stride and padding, overlapping max pooling, relu folded and
+ *    not, dropout, flatten, linear, log_softmax) and the presets: forward output and every
+ *    parameter gradient within float tolerance of the CPU's;
+ *  - dropout masks: a dropout-only model's output equals the CPU's bit for bit;
+ *  - the GPU kernels pass a finite-difference gradient check on their own;
+ *  - AdamW and SGD (momentum, nesterov, weight decay) give the CPU's bits, step after step;
+ *  - a whole device step (gather from the uint8 data set, forward, NLL after log_softmax or the
+ *    fused cross-entropy on logits, backward, accumulation over 2 micro-batches, a short last
+ *    micro-batch) matches the CPU's loss and gradients.
+ * Skips (exit 77) where there is no CUDA device or no CUDA backend, printing why. */
+#include <math.h>
+
+#include "tandem/gpu.h"
+#include "tandem/nn.h"
+#include "tandem/optim.h"
+#include "tandem/tensor.h"
+#include "test.h"
+
+static float rnd(uint64_t stream, uint64_t i) {
+    return td_rng_uniform(4321, stream, i) * 2.0f - 1.0f;
+}
+
+static double rel_err(const float *got, const float *ref, size_t n) {
+    double worst = 0, scale = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)got[i] - ref[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    return worst / scale;
+}
+
+static td_gpu_t *engine_for(td_model_t *m, int batch, int accum, const td_optim_config *o) {
+    td_gpu_config gc = {.device = -1,
+                        .batch = batch,
+                        .accum = accum,
+                        .world_size = 1,
+                        .max_eval_batch = batch,
+                        .seed = 7,
+                        .graph = false};
+    td_gpu_t *g = NULL;
+    ASSERT_OK(td_gpu_new(m, o, &gc, &g));
+    ASSERT_OK(td_gpu_upload_state(g, td_model_params(m), NULL, 0));
+    return g;
+}
+
+/* Forward and backward of model m (finalized for batch) on both devices. */
+static void compare_model(const char *what, td_model_t *m, int batch, bool training, double tol) {
+    int in = td_model_input_size(m), out = td_model_output_size(m);
+    size_t np = td_model_num_params(m), nx = (size_t)batch * in, ny = (size_t)batch * out;
+    float *x = malloc(sizeof(float) * nx), *dy = malloc(sizeof(float) * ny);
+    float *y_gpu = malloc(sizeof(float) * ny), *y_cpu = malloc(sizeof(float) * ny);
+    float *g_gpu = malloc(sizeof(float) * (np ? np : 1));
+    for (size_t i = 0; i < nx; i++) x[i] = rnd(1, i);
+    for (size_t i = 0; i < ny; i++) dy[i] = rnd(2, i);
+    uint64_t ids[64];
+    for (int i = 0; i < batch; i++) ids[i] = 5000 + 13 * (uint64_t)i;
+    td_forward_ctx ctx = {.training = training, .seed = 11, .step = 3, .sample_ids = ids};
+    td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
+    td_gpu_t *g = engine_for(m, batch, 1, &o);
+    ASSERT_OK(td_gpu_model_forward(g, x, batch, &ctx, y_gpu));
+    ASSERT_OK(td_gpu_model_backward(g, dy, batch, g_gpu));
+    td_gpu_free(g);
+    td_model_zero_grads(m);
+    const float *y = td_model_forward(m, x, batch, &ctx);
+    ASSERT(y != NULL);
+    memcpy(y_cpu, y, sizeof(float) * ny);
+    td_model_backward(m, dy, batch);
+    double e = rel_err(y_gpu, y_cpu, ny);
+    printf("  %-34s forward  max|diff|/max|cpu| %.2e\n", what, e);
+    if (!(e <= tol)) TEST_FAIL("%s: GPU forward differs from the CPU's: %.3g > %.1g", what, e, tol);
+    for (int i = 0; i < td_model_num_layers(m); i++) {
+        td_layer_info li = td_model_layer(m, i);
+        if (!li.param_count) continue;
+        e = rel_err(g_gpu + li.param_offset, td_model_grads(m) + li.param_offset, li.param_count);
+        printf("  %-34s %-8s grad max|diff|/max|cpu| %.2e\n", what, li.name, e);
+        if (!(e <= tol))
+            TEST_FAIL("%s: GPU gradient of %s differs from the CPU's: %.3g > %.1g", what, li.name,
+                      e, tol);
+    }
+    free(x), free(dy), free(y_gpu), free(y_cpu), free(g_gpu);
+}
+
+static td_model_t *finalized(td_model_t *m, int batch) {
+    ASSERT_OK(td_model_finalize(m, batch));
+    td_model_init_params(m, 3);
+    return m;
+}
+
+static void test_layers(void) {
+    /* conv with stride and padding behind a conv (so its input gradient is used), overlapping
+     * max pooling, an unfolded relu (after pooling), log_softmax */
+    td_model_t *m = td_model_new(2, 9, 9);
+    ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 0));
+    ASSERT_OK(td_model_add_conv2d(m, 4, 3, 2, 1));
+    ASSERT_OK(td_model_add_maxpool2d(m, 3, 1));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 6));
+    ASSERT_OK(td_model_add_log_softmax(m));
+    compare_model("conv s1/s2 p1, maxpool k3 s1, relu", finalized(m, 5), 5, false, 1e-5);
+    td_model_free(m);
+
+    /* folded relus after conv and linear, 2x2 pooling, dropout in training mode */
+    m = td_model_new(1, 12, 12);
+    ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_conv2d(m, 5, 5, 2, 2));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_maxpool2d(m, 2, 2));
+    ASSERT_OK(td_model_add_dropout(m, 0.3f));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 16));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_dropout(m, 0.5f));
+    ASSERT_OK(td_model_add_linear(m, 10));
+    compare_model("conv+relu, pool, dropout, linear", finalized(m, 7), 7, true, 1e-5);
+    td_model_free(m);
+
+    const char *presets[] = {"basicnet", "mlp7"};
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(td_model_load(presets[i], &m));
+        compare_model(presets[i], finalized(m, 16), 16, true, 1e-4);
+        td_model_free(m);
+    }
+}
+
+/* A dropout-only model: the GPU's masks and scaling are the CPU's, bit for bit. */
+static void test_dropout_bits(void) {
+    td_model_t *m = td_model_new(3, 7, 5);
+    ASSERT_OK(td_model_add_dropout(m, 0.4f));
+    ASSERT_OK(td_model_add_flatten(m));
+    finalized(m, 9);
+    size_t n = 9 * 105;
+    float *x = malloc(sizeof(float) * n), *yg = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = rnd(3, i);
+    uint64_t ids[9];
+    for (int i = 0; i < 9; i++) ids[i] = 59990 + (uint64_t)i * 1000003;
+    td_forward_ctx ctx = {.training = true, .seed = 123, .step = 456, .sample_ids = ids};
+    td_optim_config o = td_optim_defaults(TD_OPTIM_SGD);
+    td_gpu_t *g = engine_for(m, 9, 1, &o);
+    ASSERT_OK(td_gpu_model_forward(g, x, 9, &ctx, yg));
+    td_gpu_free(g);
+    const float *yc = td_model_forward(m, x, 9, &ctx);
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&yg[i], &yc[i], 4))
+            TEST_FAIL("dropout element %zu: GPU %.9g vs CPU %.9g", i, yg[i], yc[i]);
+        zeros += yc[i] == 0.0f;
+    }
+    printf("  dropout masks: %zu elements equal bit for bit (%zu dropped)\n", n, zeros);
+    ASSERT(zeros > n / 4 && zeros < n / 2 + n / 10); /* p = 0.4 really drops */
+    td_model_free(m);
+    free(x), free(yg);
+}
+
+/* Central differences of L = sum(out * r) through the GPU engine alone. */
+static void test_gradcheck(void) {
+    td_model_t *m = td_model_new(2, 8, 8);
+    ASSERT_OK(td_model_add_conv2d(m, 3, 3, 2, 1));
+    ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 1));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 4));
+    ASSERT_OK(td_model_add_log_softmax(m));
+    int batch = 3;
+    finalized(m, batch);
+    size_t np = td_model_num_params(m), nx = (size_t)batch * 128, ny = (size_t)batch * 4;
+    float *x = malloc(sizeof(float) * nx), *r = malloc(sizeof(float) * ny);
+    float *y = malloc(sizeof(float) * ny), *ana = malloc(sizeof(float) * np);
+    float *p = malloc(sizeof(float) * np);
+    for (size_t i = 0; i < nx; i++) x[i] = rnd(4, i);
+    for (size_t i = 0; i < ny; i++) r[i] = rnd(5, i);
+    memcpy(p, td_model_params(m), sizeof(float) * np);
+    td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
+    td_gpu_t *g = engine_for(m, batch, 1, &o);
+    ASSERT_OK(td_gpu_model_forward(g, x, batch, NULL, y));
+    ASSERT_OK(td_gpu_model_backward(g, r, batch, ana));
+    double worst = 0;
+    const float eps = 1e-2f;
+    for (size_t j = 0; j < np; j += 3) {
+        double f[2];
+        for (int side = 0; side < 2; side++) {
+            float keep = p[j];
+            p[j] = keep + (side ? -eps : eps);
+            ASSERT_OK(td_gpu_upload_state(g, p, NULL, 0));
+            ASSERT_OK(td_gpu_model_forward(g, x, batch, NULL, y));
+            f[side] = td_dot_f64(y, r, ny);
+            p[j] = keep;
+        }
+        double num = (f[0] - f[1]) / (2.0 * eps), err = fabs(num - ana[j]);
+        if (!(err <= 2e-3 + 2e-2 * fabs(num)))
+            TEST_FAIL("GPU d loss / d param[%zu]: analytic %.7g vs finite difference %.7g", j,
+                      ana[j], num);
+        worst = fmax(worst, err);
+    }
+    printf("  gradient check: %zu of %zu parameters, worst abs error %.2e\n", (np + 2) / 3, np,
+           worst);
+    td_gpu_free(g);
+    td_model_free(m);
+    free(x), free(r), free(y), free(ana), free(p);
+}
+
+static void check_optim(const char *what, td_optim_config cfg) {
+    td_model_t *m = td_model_new(1, 1, 300);
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 70)); /* 21070 parameters */
+    finalized(m, 1);
+    size_t np = td_model_num_params(m);
+    float *pc = malloc(sizeof(float) * np), *pg = malloc(sizeof(float) * np);
+    float *gr = malloc(sizeof(float) * np);
+    memcpy(pc, td_model_params(m), sizeof(float) * np);
+    memcpy(pg, pc, sizeof(float) * np);
+    td_optim_t *cpu;
+    ASSERT_OK(td_optim_new(&cfg, np, &cpu));
+    td_gpu_t *g = engine_for(m, 1, 1, &cfg);
+    for (int step = 0; step < 5; step++) {
+        for (size_t i = 0; i < np; i++) gr[i] = rnd(10 + (uint64_t)step, i) * 0.1f;
+        td_optim_step(cpu, pc, gr);
+        ASSERT_OK(td_gpu_optim_step(g, pg, gr));
+        for (size_t i = 0; i < np; i++)
+            if (memcmp(&pc[i], &pg[i], 4))
+                TEST_FAIL("%s step %d param %zu: GPU %.9g vs CPU %.9g", what, step + 1, i, pg[i],
+                          pc[i]);
+    }
+    printf("  %-34s 5 steps over %zu parameters: bitwise equal to the CPU\n", what, np);
+    td_gpu_free(g);
+    td_optim_free(cpu);
+    td_model_free(m);
+    free(pc), free(pg), free(gr);
+}
+
+static void test_optimizers(void) {
+    check_optim("adamw (defaults)", td_optim_defaults(TD_OPTIM_ADAMW));
+    td_optim_config s = td_optim_defaults(TD_OPTIM_SGD);
+    s.lr = 0.05;
+    check_optim("sgd", s);
+    s.momentum = 0.9, s.weight_decay = 1e-3, s.dampening = 0.1;
+    check_optim("sgd momentum, dampening, wd", s);
+    s.dampening = 0, s.nesterov = true;
+    check_optim("sgd nesterov", s);
+}
+
+/* One device step (accum 2) against the CPU doing the same by hand; m is not finalized yet. */
+static void check_step(const char *model, td_model_t *m, int batch) {
+    finalized(m, batch);
+    int in = td_model_input_size(m), classes = td_model_output_size(m);
+    bool nll = td_model_layer(m, td_model_num_layers(m) - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    const uint64_t count = 100;
+    uint8_t *pixels = malloc(count * (size_t)in);
+    int32_t *labels = malloc(sizeof(int32_t) * count);
+    uint64_t perm[100];
+    for (size_t i = 0; i < count * (size_t)in; i++)
+        pixels[i] = (uint8_t)(td_rng_uniform(8, 0, i) * 256.0f);
+    for (uint64_t i = 0; i < count; i++) {
+        labels[i] = (int32_t)(td_rng_uniform(8, 1, i) * (float)classes);
+        perm[i] = (i * 37 + 11) % count;
+    }
+    float lut[256];
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - 0.2860f) / 0.3530f;
+    const int M = 2;
+    const int64_t step = 6, base = 30, n = 2 * batch - 3; /* a short last micro-batch */
+    const float scale = 1.0f / (float)n;
+    td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
+    td_gpu_config gc = {.device = -1,
+                        .batch = batch,
+                        .accum = M,
+                        .world_size = 1,
+                        .max_eval_batch = batch,
+                        .seed = 99,
+                        .graph = true};
+    td_gpu_t *g;
+    ASSERT_OK(td_gpu_new(m, &o, &gc, &g));
+    ASSERT_OK(td_gpu_upload_state(g, td_model_params(m), NULL, 0));
+    ASSERT_OK(td_gpu_set_dataset(g, 0, pixels, labels, count, in, lut));
+    ASSERT_OK(td_gpu_set_epoch(g, perm, count));
+    td_gpu_step_args a = {.step = step, .base = base, .n = n, .scale = scale};
+    ASSERT_OK(td_gpu_step(g, &a, false));
+    double sums[3];
+    ASSERT_OK(td_gpu_step_stats(g, step, sums));
+    ASSERT_OK(td_gpu_grads_to_host(g));
+    size_t np = td_model_num_params(m);
+    float *gpu_grads = malloc(sizeof(float) * np), *acc = calloc(np, sizeof(float));
+    memcpy(gpu_grads, td_model_grads(m), sizeof(float) * np);
+    td_gpu_free(g);
+    /* the CPU, micro-batch by micro-batch */
+    float *x = malloc(sizeof(float) * (size_t)batch * in);
+    float *dout = malloc(sizeof(float) * (size_t)batch * classes);
+    int32_t y[64];
+    uint64_t ids[64];
+    double loss = 0, correct = 0;
+    for (int j = 0; j < M; j++) {
+        int rows = (int)TD_MIN((int64_t)batch, n - (int64_t)j * batch);
+        for (int r = 0; r < rows; r++) {
+            ids[r] = perm[base + j * batch + r];
+            y[r] = labels[ids[r]];
+            for (int k = 0; k < in; k++) x[(size_t)r * in + k] = lut[pixels[ids[r] * in + k]];
+        }
+        td_forward_ctx ctx = {.training = true, .seed = 99, .step = step, .sample_ids = ids};
+        const float *out = td_model_forward(m, x, rows, &ctx);
+        loss += nll ? td_nll_loss(out, y, rows, classes, scale, dout)
+                    : td_cross_entropy(out, y, rows, classes, scale, dout);
+        correct += td_count_correct(out, y, rows, classes);
+        td_model_zero_grads(m);
+        td_model_backward(m, dout, rows);
+        for (size_t i = 0; i < np; i++) acc[i] += td_model_grads(m)[i];
+    }
+    printf("  %-8s step: loss %.6f (GPU %.6f), correct %.0f (GPU %.0f), samples %.0f\n", model,
+           loss, sums[0], correct, sums[1], sums[2]);
+    ASSERT_NEAR(sums[0], loss, 1e-4 * fabs(loss));
+    ASSERT(fabs(sums[1] - correct) <= 1);
+    ASSERT_NEAR(sums[2], (double)n, 0);
+    double e = rel_err(gpu_grads, acc, np);
+    printf("  %-8s step: gradient max|diff|/max|cpu| %.2e\n", model, e);
+    if (!(e <= 1e-4)) TEST_FAIL("%s: device step gradient differs from the CPU's: %.3g", model, e);
+    td_model_free(m);
+    free(pixels), free(labels), free(gpu_grads), free(acc), free(x), free(dout);
+}
+
+static void test_step(void) {
+    td_model_t *m;
+    ASSERT_OK(td_model_load("basicnet", &m)); /* ends in log_softmax: NLL */
+    check_step("basicnet", m, 16);
+    m = td_model_new(1, 28, 28); /* ends in logits: the fused cross-entropy */
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 96));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_dropout(m, 0.2f));
+    ASSERT_OK(td_model_add_linear(m, 10));
+    check_step("mlp, CE", m, 32);
+}
+
+int main(void) {
+    char why[512];
+    if (!td_gpu_available(why, sizeof why)) {
+        printf("SKIP: no GPU for the CUDA engine tests: %s\n", why);
+        return 77;
+    }
+    td_set_num_threads(1);
+    printf("CUDA: %s\n", why);
+    test_layers();
+    test_dropout_bits();
+    test_gradcheck();
+    test_optimizers();
+    test_step();
+    printf("gpu engine: all checks passed\n");
+    return 0;
+}
