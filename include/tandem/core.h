@@ -190,6 +190,10 @@ void td_env_print(FILE *out);
 /* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
 td_status td_parse_i64(const char *what, const char *s, int64_t *out);
 td_status td_parse_f64(const char *what, const char *s, double *out);
+/* Copies n bytes of untrusted text (a peer's message) into dst[cap] with every byte outside
+ * printable ASCII written as \xNN, so it can reach a terminal or a log safely; truncates with
+ * "..." when it does not fit. Returns dst. */
+char *td_escape_text(char *dst, size_t cap, const void *src, size_t n);
 /* CRC-32 (zlib polynomial) over a buffer, chainable: crc = td_crc32(crc, buf, n), start at 0. */
 uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes);
 

@@ -179,6 +179,7 @@ struct td_store_server {
     conn **conns;
     size_t nconns, cap_conns;
     int handshake_ms, frame_ms;
+    uint64_t accept_resume_ns; /* out of descriptors: accept again from then on (0: now) */
 };
 
 #define OUT_MAX ((size_t)256 << 20) /* a client that never reads its replies is dropped */
@@ -484,7 +485,21 @@ static void accept_all(td_store_server_t *srv) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         int fd = accept4(srv->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            /* At the descriptor (or memory) limit the pending connection stays queued and the
+             * listening socket readable: stop polling it for a while instead of spinning. */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                if (!srv->accept_resume_ns)
+                    TD_LOG_WARN("store: cannot accept connections (%s, %zu open); retrying every "
+                                "100 ms",
+                                strerror(errno), srv->nconns);
+                srv->accept_resume_ns = td_now_ns() + 100000000ull;
+            } else {
+                srv->accept_resume_ns = 0; /* EAGAIN: nothing pending, accepting as usual */
+            }
+            return;
+        }
+        srv->accept_resume_ns = 0;
         conn *c = td_xcalloc(1, sizeof(*c));
         c->fd = fd;
         char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
@@ -525,7 +540,9 @@ static void *server_main(void *arg) {
             pfds = td_xrealloc(pfds, pcap * sizeof(*pfds));
         }
         uint64_t now = td_now_ns(), next = UINT64_MAX;
-        pfds[0] = (struct pollfd){.fd = srv->listen_fd, .events = POLLIN};
+        bool accepting = !srv->accept_resume_ns || now >= srv->accept_resume_ns;
+        pfds[0] = (struct pollfd){.fd = srv->listen_fd, .events = accepting ? POLLIN : 0};
+        if (!accepting) next = srv->accept_resume_ns;
         pfds[1] = (struct pollfd){.fd = srv->wake_fd, .events = POLLIN};
         for (size_t i = 0; i < srv->nconns; i++) {
             conn *c = srv->conns[i];
@@ -571,7 +588,9 @@ static void *server_main(void *arg) {
             }
             if (why) drop(srv, k, *why ? why : NULL);
         }
-        if (pfds[0].revents & POLLIN) accept_all(srv);
+        if (pfds[0].revents & POLLIN ||
+            (srv->accept_resume_ns && td_now_ns() >= srv->accept_resume_ns))
+            accept_all(srv);
     }
     free(pfds);
     return NULL;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <zlib.h>
 
@@ -85,4 +86,24 @@ uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes) {
         nbytes -= chunk;
     }
     return crc;
+}
+
+char *td_escape_text(char *dst, size_t cap, const void *src, size_t n) {
+    const unsigned char *p = src;
+    size_t o = 0;
+    if (!cap) return dst;
+    for (size_t i = 0; i < n; i++) {
+        char esc[8];
+        int len = p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\'
+                      ? (esc[0] = (char)p[i], 1)
+                      : snprintf(esc, sizeof esc, "\\x%02x", p[i]);
+        if (o + (size_t)len + 4 > cap) { /* room for "..." and the NUL */
+            if (cap >= 4) memcpy(dst + TD_MIN(o, cap - 4), "...", 3), o = TD_MIN(o, cap - 4) + 3;
+            break;
+        }
+        memcpy(dst + o, esc, (size_t)len);
+        o += (size_t)len;
+    }
+    dst[TD_MIN(o, cap - 1)] = '\0';
+    return dst;
 }

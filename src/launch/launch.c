@@ -296,7 +296,8 @@ static void check_store(agent *a, attempt *t) {
     st = td_store_get(a->store, key, &v, &n, 0);
     if (st == TD_OK) {
         if (t->outcome != OUTCOME_FAILED) {
-            snprintf(t->cause, sizeof t->cause, "%.*s", (int)TD_MIN(n, 500), (char *)v);
+            /* a peer's words: escaped before they reach a terminal or a log */
+            td_escape_text(t->cause, sizeof t->cause, v, n);
             t->outcome = OUTCOME_FAILED;
             start_teardown(t, SIGTERM, a->o->grace_s);
         }
@@ -421,8 +422,20 @@ static td_status setup_store(agent *a) {
     TD_CHECK(
         td__parse_endpoint(o->rdzv_endpoint, a->store_host, sizeof a->store_host, &a->store_port));
     if (o->node_rank == 0) {
-        /* All interfaces: the endpoint name may resolve differently here than elsewhere. */
-        st = td_store_server_start(NULL, a->store_port, a->token, &a->server);
+        /* Where the endpoint says: a 127.0.0.1 endpoint must not listen on every interface
+         * (issue 8). Only when this host cannot bind the endpoint's address (its name resolves
+         * to another address here than elsewhere) does the store take all interfaces, saying
+         * so. */
+        st = td_store_server_start(a->store_host, a->store_port, a->token, &a->server);
+        if (st != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", td_error_msg());
+            st = td_store_server_start(NULL, a->store_port, a->token, &a->server);
+            if (st == TD_OK)
+                TD_LOG_WARN("the rendezvous store cannot bind %s here (%s); it listens on every "
+                            "interface, port %d, instead",
+                            a->store_host, why, a->store_port);
+        }
         if (st != TD_OK)
             return td_error(st,
                             "node rank 0 cannot host the rendezvous store on port %d (%s); pick "

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -252,6 +253,43 @@ int main(void) {
     usleep(400 * 1000);
     ASSERT_OK(td_store_get(s, "alive", &v, &n, 0));
     free(v);
+
+    /* issue 8: at the descriptor limit the store spun at 100% CPU (accept failed, the listening
+     * socket stayed readable). Now it backs off: fill the descriptor table with pending
+     * connections and measure the CPU the process burns meanwhile. */
+    {
+        struct rlimit old, lim;
+        ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+        lim = old;
+        lim.rlim_cur = 64;
+        ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+        int fds[64], nfd = 0;
+        for (; nfd < 64; nfd++) { /* ours and the server's accepted ends share the limit */
+            fds[nfd] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (fds[nfd] < 0) break;
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (connect(fds[nfd], (struct sockaddr *)&a, sizeof a) != 0) {
+                close(fds[nfd]);
+                break;
+            }
+        }
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        usleep(1000 * 1000);
+        getrusage(RUSAGE_SELF, &r1);
+        double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +
+                     (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                     1e-6 * (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) +
+                     1e-6 * (double)(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
+        printf("at the descriptor limit (%d client sockets): %.3f s of CPU in 1 s\n", nfd, cpu);
+        ASSERT(cpu < 0.1); /* a spinning accept loop burns a core (0.37 s here when it did) */
+        for (int i = 0; i < nfd; i++) close(fds[i]);
+        ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+        usleep(300 * 1000); /* accepting again: the store still answers */
+        ASSERT_OK(td_store_get(s, "alive", &v, &n, 0));
+        free(v);
+    }
 
     /* server stop: the client sees a peer error, not a hang */
     td_store_server_stop(srv);

@@ -72,5 +72,12 @@ int main(void) {
 
     /* CRC-32 of "123456789" is the standard check value */
     ASSERT_EQ(td_crc32(0, "123456789", 9), 0xCBF43926u);
+    /* a peer's text reaches a terminal escaped (issue 8: a stranger's "failed" key was printed
+     * with its terminal escapes), and a long one is cut with "..." */
+    char esc[32];
+    ASSERT_STREQ(td_escape_text(esc, sizeof esc, "ok \x1b[2J\\n\x01", 10),
+                 "ok \\x1b[2J\\x5cn\\x01");
+    ASSERT_STREQ(td_escape_text(esc, 12, "0123456789abcdef", 16), "01234567...");
+    ASSERT_STREQ(td_escape_text(esc, sizeof esc, "", 0), "");
     TEST_PASS();
 }
