@@ -104,12 +104,52 @@ static bool signal_pending(int sig_fd) {
     return poll(&p, 1, 0) > 0;
 }
 
+#define REPORT_EVERY_S 5.0
+
+/* Who has joined so far, for the user waiting on the others: "1 of 2 nodes (tdnode1)". */
+static void report_joined(const td__rdzv_params *p, double left_s) {
+    char key[512], hosts[512] = "";
+    int64_t count = 0;
+    snprintf(key, sizeof key, "%s/count", p->ns);
+    if (td_store_add(p->store, key, 0, &count) != TD_OK) {
+        td_error_clear();
+        return;
+    }
+    size_t used = 0;
+    for (int64_t s = 1; s <= count && used + 1 < sizeof hosts; s++) {
+        void *v = NULL;
+        size_t n = 0;
+        snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)s);
+        if (td_store_get(p->store, key, &v, &n, 0) != TD_OK) {
+            td_error_clear();
+            continue;
+        }
+        char host[256] = "?", safe[256];
+        int nr = -1, np = 0;
+        char addr[256];
+        if (sscanf(v, "%d %d %255s %255s", &nr, &np, addr, host) != 4)
+            snprintf(host, sizeof host, "?");
+        free(v);
+        td_escape_text(safe, sizeof safe, host, strlen(host));
+        used += (size_t)snprintf(hosts + used, sizeof hosts - used, "%s%s", used ? ", " : "", safe);
+    }
+    TD_LOG_INFO("rendezvous: %lld of %d node%s joined (%s); waiting for the rest, %.0f s left "
+                "(--rdzv-timeout)",
+                (long long)count, p->min_nodes, p->min_nodes == 1 ? "" : "s",
+                hosts[0] ? hosts : "none", left_s);
+}
+
 /* Waits for key in short slices so that a SIGTERM to the agent is noticed (it stays queued on
- * the signalfd for the agent loop to read). missing_ok: a timeout is not an error. */
+ * the signalfd for the agent loop to read). missing_ok: a timeout is not an error. report: say
+ * every few seconds which nodes have joined. */
 static td_status wait_key(const td__rdzv_params *p, const char *key, double timeout_s,
-                          bool missing_ok, char **val) {
-    double deadline = td_now_s() + timeout_s;
+                          bool missing_ok, bool report, char **val) {
+    double deadline = td_now_s() + timeout_s, next_report = td_now_s() + REPORT_EVERY_S;
     for (;;) {
+        if (report && td_now_s() >= next_report) {
+            report_joined(p, deadline - td_now_s());
+            next_report += REPORT_EVERY_S;
+        }
         double left = deadline - td_now_s();
         int slice = (int)TD_MIN(200.0, TD_MAX(left * 1000.0, 0.0));
         void *v = NULL;
@@ -169,12 +209,12 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
 
     /* At least min_nodes, then a last call for more up to max_nodes. */
     snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->min_nodes);
-    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, true, &val), st, out);
     free(val);
     val = NULL;
     if (p->max_nodes > p->min_nodes) {
         snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->max_nodes);
-        st = wait_key(p, key, p->last_call_s, true, &val);
+        st = wait_key(p, key, p->last_call_s, true, false, &val);
         if (st != TD_OK && st != TD_ERR_TIMEOUT) goto out;
         free(val);
         val = NULL;
@@ -208,7 +248,7 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     nodes = td_xcalloc((size_t)nnodes, sizeof *nodes);
     for (int s = 1; s <= nnodes; s++) {
         snprintf(key, sizeof key, "%s/slot/%d", p->ns, s);
-        TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+        TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, false, &val), st, out);
         node_info *ni = &nodes[s - 1];
         ni->slot = s;
         if (sscanf(val, "%d %d %255s %255s", &ni->node_rank, &ni->nproc, ni->addr, ni->host) != 4) {
@@ -270,7 +310,7 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
         int plen = snprintf(port, sizeof port, "%d", port_num);
         TD_CHECK_GOTO(td_store_set(p->store, key, port, (size_t)plen), st, out);
     }
-    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, &val), st, out);
+    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, false, &val), st, out);
     out->master_port = atoi(val);
 out:
     free(val);

@@ -18,8 +18,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,6 +123,7 @@ static td_status spawn(char *const *argv, char *const *envp, const char *cwd, in
                        int err_fd, pid_t *pid_out) {
     int errpipe[2];
     if (pipe2(errpipe, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe");
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(errpipe[0]);
@@ -129,6 +132,11 @@ static td_status spawn(char *const *argv, char *const *envp, const char *cwd, in
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* The group dies with its supervisor (issue 8: a kill -9 of the supervisor left the
+         * launcher and its workers training as orphans): SIGTERM, so the launcher stops its
+         * workers at a step boundary with a checkpoint. The supervisor may already be gone. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(143);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -805,6 +813,33 @@ static td_workflow *workflow_from_run(const td_run *r) {
     return w;
 }
 
+/* The run's lock: an exclusive flock on <run_dir>/lock, taken before the run is touched and
+ * inherited (no close-on-exec) by the supervisor, the launcher and every worker, so it is held
+ * exactly while any process of the run's group lives. A second group (a resume, or a run
+ * started on the same directory) is refused while it is. */
+static td_status lock_run(const td_run *run, int *fd_out) {
+    *fd_out = -1;
+    char *path = td_xasprintf("%s/lock", run->run_dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    td_status st = TD_OK;
+    if (fd < 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot open the lock of run %s (%s)", run->id, path);
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        st = errno == EWOULDBLOCK
+                 ? td_error(TD_ERR_EXISTS,
+                            "run %s is in use: processes of its group (supervisor, launcher or "
+                            "workers) are still alive and hold %s; wait for them or stop them "
+                            "(tandem stop %s) before starting another group on it",
+                            run->id, path, run->id)
+                 : td_error_errno(TD_ERR_IO, "cannot lock run %s (%s)", run->id, path);
+        close(fd);
+        fd = -1;
+    }
+    free(path);
+    *fd_out = fd;
+    return st;
+}
+
 td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char **run_id_out,
                           int *exit_code) {
     td_status st = TD_OK;
@@ -817,8 +852,10 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     if (run_id_out) *run_id_out = NULL;
     TD_CHECK(td_rundb_open(opts->project_dir, &store));
 
+    int lock_fd = -1;
     if (opts->resume_run) {
         TD_CHECK_GOTO(td_run_find(store, opts->resume_run, &s.run), st, out);
+        TD_CHECK_GOTO(lock_run(&s.run, &lock_fd), st, out);
         TD_CHECK_GOTO(td_run_reap_stale(store, &s.run), st, out);
         if (!td_run_status_is_final(s.run.status) || s.run.status == TD_RUN_SUCCEEDED) {
             st = td_error(TD_ERR_INVALID,
@@ -847,6 +884,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
         params_json = td_workflow_params_json(w);
         td_run_spec spec = {w->name, script, params_json, w->nodes, w->nproc_per_node};
         TD_CHECK_GOTO(td_run_create(store, &spec, &s.run), st, out);
+        TD_CHECK_GOTO(lock_run(&s.run, &lock_fd), st, out);
     }
     s.w = w;
     s.script = script;
@@ -954,6 +992,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
         *exit_code = 0;
     free(run_dir);
 out:
+    if (lock_fd >= 0) close(lock_fd); /* the group's own copies keep holding it */
     if (st != TD_OK && run_id_out) {
         free(*run_id_out);
         *run_id_out = NULL;

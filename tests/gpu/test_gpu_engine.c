@@ -31,14 +31,16 @@ static double rel_err(const float *got, const float *ref, size_t n) {
     return worst / scale;
 }
 
-static td_gpu_t *engine_for(td_model_t *m, int batch, int accum, const td_optim_config *o) {
+/* An engine for model m with its current parameters; seed keys the step's dropout. */
+static td_gpu_t *engine_for(td_model_t *m, int batch, int accum, const td_optim_config *o,
+                            uint64_t seed, bool graph) {
     td_gpu_config gc = {.device = -1,
                         .batch = batch,
                         .accum = accum,
                         .world_size = 1,
                         .max_eval_batch = batch,
-                        .seed = 7,
-                        .graph = false};
+                        .seed = seed,
+                        .graph = graph};
     td_gpu_t *g = NULL;
     ASSERT_OK(td_gpu_new(m, o, &gc, &g));
     ASSERT_OK(td_gpu_upload_state(g, td_model_params(m), NULL, 0));
@@ -58,7 +60,7 @@ static void compare_model(const char *what, td_model_t *m, int batch, bool train
     for (int i = 0; i < batch; i++) ids[i] = 5000 + 13 * (uint64_t)i;
     td_forward_ctx ctx = {.training = training, .seed = 11, .step = 3, .sample_ids = ids};
     td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
-    td_gpu_t *g = engine_for(m, batch, 1, &o);
+    td_gpu_t *g = engine_for(m, batch, 1, &o, 7, false);
     ASSERT_OK(td_gpu_model_forward(g, x, batch, &ctx, y_gpu));
     ASSERT_OK(td_gpu_model_backward(g, dy, batch, g_gpu));
     td_gpu_free(g);
@@ -139,7 +141,7 @@ static void test_dropout_bits(void) {
     for (int i = 0; i < 9; i++) ids[i] = 59990 + (uint64_t)i * 1000003;
     td_forward_ctx ctx = {.training = true, .seed = 123, .step = 456, .sample_ids = ids};
     td_optim_config o = td_optim_defaults(TD_OPTIM_SGD);
-    td_gpu_t *g = engine_for(m, 9, 1, &o);
+    td_gpu_t *g = engine_for(m, 9, 1, &o, 7, false);
     ASSERT_OK(td_gpu_model_forward(g, x, 9, &ctx, yg));
     td_gpu_free(g);
     const float *yc = td_model_forward(m, x, 9, &ctx);
@@ -173,7 +175,7 @@ static void test_gradcheck(void) {
     for (size_t i = 0; i < ny; i++) r[i] = rnd(5, i);
     memcpy(p, td_model_params(m), sizeof(float) * np);
     td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
-    td_gpu_t *g = engine_for(m, batch, 1, &o);
+    td_gpu_t *g = engine_for(m, batch, 1, &o, 7, false);
     ASSERT_OK(td_gpu_model_forward(g, x, batch, NULL, y));
     ASSERT_OK(td_gpu_model_backward(g, r, batch, ana));
     double worst = 0;
@@ -213,7 +215,7 @@ static void check_optim(const char *what, td_optim_config cfg) {
     memcpy(pg, pc, sizeof(float) * np);
     td_optim_t *cpu;
     ASSERT_OK(td_optim_new(&cfg, np, &cpu));
-    td_gpu_t *g = engine_for(m, 1, 1, &cfg);
+    td_gpu_t *g = engine_for(m, 1, 1, &cfg, 7, false);
     for (int step = 0; step < 5; step++) {
         for (size_t i = 0; i < np; i++) gr[i] = rnd(10 + (uint64_t)step, i) * 0.1f;
         td_optim_step(cpu, pc, gr);
@@ -262,16 +264,7 @@ static void check_step(const char *model, td_model_t *m, int batch) {
     const int64_t step = 6, base = 30, n = 2 * batch - 3; /* a short last micro-batch */
     const float scale = 1.0f / (float)n;
     td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
-    td_gpu_config gc = {.device = -1,
-                        .batch = batch,
-                        .accum = M,
-                        .world_size = 1,
-                        .max_eval_batch = batch,
-                        .seed = 99,
-                        .graph = true};
-    td_gpu_t *g;
-    ASSERT_OK(td_gpu_new(m, &o, &gc, &g));
-    ASSERT_OK(td_gpu_upload_state(g, td_model_params(m), NULL, 0));
+    td_gpu_t *g = engine_for(m, batch, M, &o, 99, true);
     ASSERT_OK(td_gpu_set_dataset(g, 0, pixels, labels, count, in, lut));
     ASSERT_OK(td_gpu_set_epoch(g, perm, count));
     td_gpu_step_args a = {.step = step, .base = base, .n = n, .scale = scale};
