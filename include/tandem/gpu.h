@@ -125,10 +125,10 @@ td_status td_gpu_ipc_apply(td_gpu_t *g);
  * count}. Waits for the device. */
 td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, double sums[3]);
 
-/* ---- single layers and losses, for tests: run on host arrays through the device ----
- * Forward of the whole model on x [batch, in] (training mode with ctx as in nn.h): writes the
- * output [batch, out] to y. Backward from dy: writes the model's parameter gradient [num_params]
- * to grads and (when din is not NULL) nothing else. */
+/* ---- one pass on host arrays, for tests and tools ----
+ * Forward of the whole model on x [batch, in] (training mode and dropout keys from ctx, as in
+ * nn.h; NULL: evaluation) writes the output [batch, out] to y. Backward from dy [batch, out] of
+ * that forward writes the parameter gradient [num_params] to grads. */
 td_status td_gpu_model_forward(td_gpu_t *g, const float *x, int batch, const td_forward_ctx *ctx,
                                float *y);
 td_status td_gpu_model_backward(td_gpu_t *g, const float *dy, int batch, float *grads);

@@ -109,7 +109,7 @@ struct td_gpu {
     double *stats;  /* [3] the step's statistics */
     double *evsums; /* [3] evaluation sums */
     float *ones;    /* [max_batch] 1.0f: column sums as a gemv */
-    float *rowsum;  /* conv bias gradient: per (sample, channel) sums */
+    float *rowsum;  /* conv bias gradient: per (channel, sample) sums of dy */
     float *lut;
     gdata train, test;
     uint64_t *perm;

@@ -169,12 +169,9 @@ static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *los
     }
     int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
     double sums[3] = {0, 0, 0}; /* correct, loss, count */
-    if (t->gpu) {
-        TD_CHECK(td_gpu_evaluate(t->gpu, lo, hi, sums));
-        hi = lo; /* done on the device */
-    }
+    if (t->gpu) TD_CHECK(td_gpu_evaluate(t->gpu, lo, hi, sums));
     td_forward_ctx ctx = {.training = false, .seed = cfg->seed, .step = (uint64_t)step};
-    for (uint64_t b = lo; b < hi; b += (uint64_t)max_batch) {
+    for (uint64_t b = lo; b < hi && !t->gpu; b += (uint64_t)max_batch) {
         int cnt = (int)TD_MIN((uint64_t)max_batch, hi - b);
         for (int i = 0; i < cnt; i++) t->ids[i] = b + (uint64_t)i;
         td_dataset_gather(t->test, t->ids, cnt, t->x, t->y);
