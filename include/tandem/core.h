@@ -188,6 +188,8 @@ void td_env_print(FILE *out);
 
 /* ---- small helpers used across layers ---- */
 /* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
+/* The cores this process may run on (its CPU affinity), at least 1. */
+int td_num_cores(void);
 td_status td_parse_i64(const char *what, const char *s, int64_t *out);
 td_status td_parse_f64(const char *what, const char *s, double *out);
 /* Copies n bytes of untrusted text (a peer's message) into dst[cap] with every byte outside

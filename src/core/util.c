@@ -2,10 +2,12 @@
 #include "tandem/core.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zlib.h>
 
 uint64_t td_now_ns(void) {
@@ -55,6 +57,13 @@ void td_env_print(FILE *out) {
     for (size_t i = 0; i < TD_ARRAY_LEN(env_table); i++)
         fprintf(out, "%-26s = %-10s  %s (default %s)\n", env_table[i].name,
                 td_env_str((td_env_knob)i), env_table[i].doc, env_table[i].def);
+}
+
+int td_num_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return TD_MAX(1, CPU_COUNT(&set));
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 td_status td_parse_i64(const char *what, const char *s, int64_t *out) {

@@ -71,13 +71,6 @@ typedef struct {
     bool store_lost;
 } attempt;
 
-static int count_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return TD_MAX(1, CPU_COUNT(&set));
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 static void random_hex(char *out, size_t nbytes_random) {
     unsigned char r[64];
     size_t got = 0;
@@ -498,11 +491,21 @@ static int backoff(agent *a, double wait_s) {
     return 0;
 }
 
+/* More workers than this per core is a typo, not a plan (issue 8: 1000 on 2 cores was started). */
+#define MAX_WORKERS_PER_CORE 32
+
 static td_status validate(const td_launch_options *o) {
     if (o->argc < 1 || !o->argv || !o->argv[0])
         return td_error(TD_ERR_USAGE, "no worker command: tandem launch [options] -- CMD ARGS...");
     if (o->nproc_per_node < 1)
         return td_error(TD_ERR_USAGE, "--nproc-per-node %d: need at least 1", o->nproc_per_node);
+    int cores = td_num_cores();
+    if (o->nproc_per_node > MAX_WORKERS_PER_CORE * cores)
+        return td_error(TD_ERR_USAGE,
+                        "--nproc-per-node %d on a machine with %d core%s: at most %d (%d per "
+                        "core); one worker per core is usual (--nproc-per-node auto)",
+                        o->nproc_per_node, cores, cores == 1 ? "" : "s",
+                        MAX_WORKERS_PER_CORE * cores, MAX_WORKERS_PER_CORE);
     if (o->min_nodes < 1 || o->max_nodes < o->min_nodes)
         return td_error(TD_ERR_USAGE, "--nnodes %d:%d: need 1 <= N <= M", o->min_nodes,
                         o->max_nodes);
@@ -545,7 +548,7 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
         return st;
     }
     a.multi = !o->standalone && o->rdzv_endpoint;
-    a.ncores = count_cores();
+    a.ncores = td_num_cores();
 
     /* Before any thread exists (the store server's), so that every thread has them blocked. */
     sigemptyset(&block);

@@ -322,8 +322,25 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     int64_t n = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
     q = NULL;
-    id = td_xasprintf("%s-%lld", name, (long long)n);
-    run_dir = td_xasprintf("%s/runs/%s", store->dir, id);
+    /* The directory is claimed with mkdir, which fails where it exists: a run directory is never
+     * reused, even when the index lost its row (issue 8: after runs.db was deleted, the next run
+     * took tiny-1 again and appended to the old run's logs and checkpoints). */
+    char *runs = td_xasprintf("%s/runs", store->dir);
+    st = td__mkdirs(runs);
+    free(runs);
+    if (st != TD_OK) goto out;
+    for (;; n++) {
+        id = td_xasprintf("%s-%lld", name, (long long)n);
+        run_dir = td_xasprintf("%s/runs/%s", store->dir, id);
+        if (mkdir(run_dir, 0755) == 0) break;
+        if (errno != EEXIST) {
+            st = td_error_errno(TD_ERR_IO, "cannot create the run directory %s", run_dir);
+            goto out;
+        }
+        free(id);
+        free(run_dir);
+        id = run_dir = NULL;
+    }
     TD_CHECK_GOTO(td__rundb_prepare(store,
                                     "INSERT INTO runs(id, workflow, n, status, created, command,"
                                     " code_version, params, nodes, nproc_per_node, run_dir)"
@@ -354,7 +371,10 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     TD_CHECK_GOTO(get_exact(store, id, out, &found), st, out);
     if (!found) st = td_error(TD_ERR_IO, "run %s vanished right after it was created", id);
 out:
-    if (st != TD_OK) td__rundb_rollback(store);
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        if (run_dir) rmdir(run_dir); /* an empty claim only; anything written stays */
+    }
     sqlite3_finalize(q);
     free(name);
     free(version);

@@ -47,4 +47,13 @@ for mode in ("kill", "exit"):
         with open(f"{d}/pids-{r}") as f:
             for pid in map(int, f.read().split()):
                 check(not pid_alive(pid), f"[{mode}] pid {pid} of rank {r} survived the launcher")
+# Issue 8: `--nproc-per-node 1000` on a small machine was started. Now a usage error, at once,
+# naming the bound, and no worker runs.
+cores = len(os.sched_getaffinity(0))
+marker = os.path.join(d, "started")
+rc, out, err, secs = launch(["--nproc-per-node", str(32 * cores + 1), "--", "touch", marker],
+                            timeout=30)
+check_eq(rc, 2, f"exit code for {32 * cores + 1} workers on {cores} cores (stderr: {err!r})")
+check(f"at most {32 * cores}" in err, f"the bound is not named: {err!r}")
+check(not os.path.exists(marker), "a worker was started anyway")
 print("test_launch_failure: ok")

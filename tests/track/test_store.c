@@ -205,7 +205,45 @@ static void test_concurrent_ingest(td_rundb *store, const char *run, const char 
     assert_exactly_once(store, run, "tailed", NPROC, NSTEP);
 }
 
+/* Issue 8: with runs.db deleted mid-project, the next run took the id tiny-1 and its directory
+ * again, appending to the old logs and mixing checkpoints. A run directory is never reused. */
+static void test_index_lost(void) {
+    char dir[] = "/tmp/tandem-index-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    td_rundb *s;
+    td_run a, b;
+    td_run_spec spec = {"tiny", "true", NULL, 1, 1};
+    ASSERT_OK(td_rundb_open(dir, &s));
+    ASSERT_OK(td_run_create(s, &spec, &a));
+    ASSERT_STREQ(a.id, "tiny-1");
+    char *marker = td_xasprintf("%s/logs/rank-0.log", a.run_dir);
+    FILE *f = fopen(marker, "w");
+    ASSERT(f != NULL);
+    fputs("the first run's log\n", f);
+    fclose(f);
+    td_rundb_close(s);
+    char *rm = td_xasprintf("rm -f '%s'/.tandem/runs.db*", dir);
+    ASSERT_EQ(system(rm), 0);
+    ASSERT_OK(td_rundb_open(dir, &s));
+    ASSERT_OK(td_run_create(s, &spec, &b));
+    ASSERT_STREQ(b.id, "tiny-2"); /* tiny-1's directory is still there: skipped */
+    f = fopen(marker, "r");
+    char line[64] = "";
+    ASSERT(f != NULL && fgets(line, sizeof line, f));
+    fclose(f);
+    ASSERT_STREQ(line, "the first run's log\n");
+    td_run_clear(&a);
+    td_run_clear(&b);
+    td_rundb_close(s);
+    free(marker);
+    free(rm);
+    rm = td_xasprintf("rm -rf '%s'", dir);
+    ASSERT_EQ(system(rm), 0);
+    free(rm);
+}
+
 int main(void) {
+    test_index_lost();
     ASSERT(mkdtemp(tmpdir) != NULL);
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));

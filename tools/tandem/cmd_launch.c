@@ -60,11 +60,6 @@ static int parse_nnodes(const char *s, td_launch_options *o) {
     return 0;
 }
 
-static int count_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 int cmd_launch(int argc, char **argv) {
     td_launch_options o;
     td_launch_options_init(&o);
@@ -113,7 +108,7 @@ int cmd_launch(int argc, char **argv) {
             rc = parse_nnodes(val, &o);
         else if (!strcmp(flag, "--nproc-per-node")) {
             if (!strcmp(val, "auto") || !strcmp(val, "cpu"))
-                o.nproc_per_node = count_cores();
+                o.nproc_per_node = td_num_cores();
             else
                 rc = parse_int(flag, val, 1, &o.nproc_per_node);
         } else if (!strcmp(flag, "--node-rank"))
