@@ -188,6 +188,9 @@ void td_env_print(FILE *out);
 
 /* ---- small helpers used across layers ---- */
 /* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
+/* mkdir -p: creates path and its missing parents (0755). A component that exists and is not a
+ * directory is TD_ERR_INVALID naming it ("... is in the way"); other failures TD_ERR_IO. */
+td_status td_mkdirs(const char *path);
 /* The cores this process may run on (its CPU affinity), at least 1. */
 int td_num_cores(void);
 td_status td_parse_i64(const char *what, const char *s, int64_t *out);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -57,6 +58,29 @@ void td_env_print(FILE *out) {
     for (size_t i = 0; i < TD_ARRAY_LEN(env_table); i++)
         fprintf(out, "%-26s = %-10s  %s (default %s)\n", env_table[i].name,
                 td_env_str((td_env_knob)i), env_table[i].doc, env_table[i].def);
+}
+
+td_status td_mkdirs(const char *path) {
+    char *p = td_xstrdup(path);
+    td_status rc = TD_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = td_error_errno(TD_ERR_IO, "cannot create directory %s", p);
+            break;
+        }
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = td_error(TD_ERR_INVALID, "%s is in the way and is not a directory", p);
+            break;
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    free(p);
+    return rc;
 }
 
 int td_num_cores(void) {

@@ -124,18 +124,8 @@ static td_status resolve_command(const char *cmd, char **path) {
 }
 
 static td_status mkdir_p(const char *dir, const char *what) {
-    char *p = td_xstrdup(dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        mkdir(p, 0755);
-        *s = '/';
-    }
-    td_status st = TD_OK;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        st = td_error_errno(TD_ERR_IO, "cannot create %s directory %s", what, dir);
-    free(p);
-    return st;
+    td_status st = td_mkdirs(dir);
+    return st == TD_OK ? TD_OK : td_error(st, "%s %s: %s", what, dir, td_error_msg());
 }
 
 /* The worker's environment: ours, with the launcher's variables replacing any inherited ones. */

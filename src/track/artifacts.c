@@ -152,7 +152,7 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
     }
     char *dst = td_xasprintf("%s/artifacts/%s", run->run_dir, name);
     char *dir = td_xstrdup(dst);
-    td_status st = td__mkdirs(dirname(dir));
+    td_status st = td_mkdirs(dirname(dir));
     char sha[65];
     if (st == TD_OK) st = copy_file(src, dst);
     if (st == TD_OK) st = td_sha256_file(dst, sha);

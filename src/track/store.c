@@ -60,23 +60,6 @@ td_status td__rundb_err(td_rundb *store, const char *what) {
                     sqlite3_errmsg(store->db));
 }
 
-td_status td__mkdirs(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return td_error(TD_ERR_INVALID, "path too long: %s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return td_error_errno(TD_ERR_IO, "cannot create directory %s", buf);
-            *p = saved;
-            if (saved == '\0') break;
-        }
-    }
-    return TD_OK;
-}
-
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -178,7 +161,7 @@ td_status td_rundb_open(const char *project_dir, td_rundb **out) {
     s->project_dir = abs;
     s->dir = td_xasprintf("%s/.tandem", abs);
     s->db_path = td_xasprintf("%s/runs.db", s->dir);
-    TD_CHECK_GOTO(td__mkdirs(s->dir), st, out);
+    TD_CHECK_GOTO(td_mkdirs(s->dir), st, out);
     if (sqlite3_open_v2(s->db_path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         st = td__rundb_err(s, "open");
@@ -326,7 +309,7 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
      * reused, even when the index lost its row (issue 8: after runs.db was deleted, the next run
      * took tiny-1 again and appended to the old run's logs and checkpoints). */
     char *runs = td_xasprintf("%s/runs", store->dir);
-    st = td__mkdirs(runs);
+    st = td_mkdirs(runs);
     free(runs);
     if (st != TD_OK) goto out;
     for (;; n++) {
@@ -363,7 +346,7 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     static const char *const subdirs[] = {"logs", "metrics", "artifacts", "checkpoints"};
     for (size_t i = 0; i < TD_ARRAY_LEN(subdirs); i++) {
         char *d = td_xasprintf("%s/%s", run_dir, subdirs[i]);
-        st = td__mkdirs(d);
+        st = td_mkdirs(d);
         free(d);
         if (st != TD_OK) goto out;
     }

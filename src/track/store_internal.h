@@ -38,7 +38,5 @@ td_status td__metric_insert_one(td_rundb *store, int64_t run_seq, int rank, int6
                                 int64_t step, double value, double time_s);
 /* Removes a rank's non-system points with step > step (a resume event). */
 td_status td__metrics_cut(td_rundb *store, int64_t run_seq, int rank, int64_t step);
-/* mkdir -p. */
-td_status td__mkdirs(const char *path);
 
 #endif

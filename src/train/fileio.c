@@ -93,31 +93,10 @@ td_status td__check_output_file(const char *path, const char *flag) {
 }
 
 td_status td__check_output_dir(const char *dir, const char *flag) {
-    char *p = td_xstrdup(dir);
-    td_status rc = TD_OK;
-    /* mkdir -p, reporting the first component that is in the way */
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char c = *s;
-        *s = '\0';
-        struct stat st;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = td_error_errno(TD_ERR_IO, "%s %s: cannot create %s", flag, dir, p);
-            break;
-        }
-        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            rc = td_error(TD_ERR_INVALID,
-                          "%s %s: %s is in the way and is not a directory; choose another "
-                          "directory",
-                          flag, dir, p);
-            break;
-        }
-        *s = c;
-        if (c == '\0') break;
-    }
-    if (rc == TD_OK) rc = probe_dir(dir, flag, dir);
-    free(p);
-    return rc;
+    td_status st = td_mkdirs(dir);
+    if (st != TD_OK)
+        return td_error(st, "%s %s: %s; choose another directory", flag, dir, td_error_msg());
+    return probe_dir(dir, flag, dir);
 }
 
 td_status td__write_atomic(const char *path, const char *what, const td__chunk *chunks,

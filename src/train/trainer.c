@@ -488,11 +488,6 @@ static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
         TD_CHECK(td_gpu_ipc_reduce(t->gpu));
         TD_CHECK(r->barrier(r->user));
         TD_CHECK(td_gpu_ipc_apply(t->gpu));
-        if (r->check_params) {
-            if (r->check_every <= 0 || (step + 1) % r->check_every == 0)
-                TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
-            TD_CHECK(r->check_params(r->user, step + 1));
-        }
     } else if (r) {
         TD_CHECK(td_gpu_grads_to_host(t->gpu));
         if (td_log_enabled(TD_LOG_DEBUG)) grads_digest(t, step, "this rank's gradient");
@@ -503,11 +498,11 @@ static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
         if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
         if (td_log_enabled(TD_LOG_DEBUG)) grads_digest(t, step, "reduced gradient");
         TD_CHECK(td_gpu_apply(t->gpu));
-        if (r->check_params) {
-            if (r->check_every <= 0 || (step + 1) % r->check_every == 0)
-                TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
-            TD_CHECK(r->check_params(r->user, step + 1));
-        }
+    }
+    if (r && r->check_params) { /* the host copy of the parameters only when it is compared */
+        if (r->check_every <= 0 || (step + 1) % r->check_every == 0)
+            TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
+        TD_CHECK(r->check_params(r->user, step + 1));
     }
     td_optim_set_step_count(t->opt, td_optim_step_count(t->opt) + 1);
     return TD_OK;
