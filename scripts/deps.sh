@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tandem needs, only those missing. Safe to run again.
 # Build: compiler, CMake, OpenBLAS (CBLAS), OpenMP (gcc), zlib, libyaml, SQLite, jansson.
+# Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer's runtime and clang's OpenMP.
 # Run: the Fashion-MNIST dataset. Peers for tests and benchmarks: PyTorch (python3-torch),
-# Open MPI, iproute2 (network namespaces for multi-host tests).
+# Open MPI, iproute2 (network namespaces for multi-host tests), Slurm and munge (the test
+# cluster of tests/lib/slurm.sh, which runs daemons of its own, not the packages' services).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-dev
           libsqlite3-dev libjansson-dev dataset-fashion-mnist python3-torch python3-numpy
-          libopenmpi-dev openmpi-bin iproute2 procps nettle-dev)
+          libopenmpi-dev openmpi-bin iproute2 procps nettle-dev
+          clang libclang-rt-14-dev libomp-14-dev
+          slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,14 +32,22 @@ typedef struct td_store_server td_store_server_t;
 typedef struct td_store td_store_t;
 
 /* Starts a server thread listening on host:port ("0.0.0.0" or NULL = all interfaces; port 0 =
- * an ephemeral port, read it back with td_store_server_port). token must be non-empty. */
+ * an ephemeral port, read it back with td_store_server_port). token must be non-empty. What
+ * clients can make it hold is bounded (docs/comm.md, "Limits"): 262144 keys, 64 MiB of keys and
+ * values, 16 MiB per value, 8192 connections; a request past a bound fails with TD_ERR_NOSPACE
+ * (a value too large: TD_ERR_INVALID) and a message naming the bound, and changes nothing. */
 td_status td_store_server_start(const char *host, int port, const char *token,
                                 td_store_server_t **out);
+/* The same over a listening socket the caller already holds (td_listen_tcp, possibly inherited
+ * from a parent that picked the port): the port can never be lost between choosing and serving
+ * it. The server owns fd from here on, also on failure (it is closed then). */
+td_status td_store_server_start_fd(int fd, const char *token, td_store_server_t **out);
 int td_store_server_port(const td_store_server_t *srv);
 void td_store_server_stop(td_store_server_t *srv);
 
 /* Connects and authenticates, retrying refused connections until timeout_ms has passed (the
- * server may not be up yet). A wrong token is TD_ERR_AUTH at once. */
+ * server may not be up yet, or be at its connection limit: then TD_ERR_NOSPACE in the end). A
+ * wrong token is TD_ERR_AUTH at once. */
 td_status td_store_connect(const char *host, int port, const char *token, int timeout_ms,
                            td_store_t **out);
 void td_store_close(td_store_t *store);
@@ -89,6 +97,37 @@ td_status td_pg_init_from_env(td_pg_t **out, td_store_t **store_out);
 void td_pg_free(td_pg_t *pg);
 int td_pg_rank(const td_pg_t *pg);
 int td_pg_world_size(const td_pg_t *pg);
+
+/* ---- progress, for the launcher's stall check (docs/comm.md, "Progress") ----
+ * A group that td_pg_init_from_env builds with TANDEM_HEARTBEAT_MS > 0 (tandem launch sets it
+ * from --stall-timeout) publishes what this rank's collectives are doing under
+ * td_pg_progress_key, from a thread with a store connection of its own: when it changed (at most
+ * every min(TANDEM_HEARTBEAT_MS, 1 s)) and every TANDEM_HEARTBEAT_MS regardless, as a heartbeat.
+ * Collectives themselves only update counters in memory. */
+typedef enum {
+    TD_PG_BETWEEN = 0, /* not inside a collective: before the first one, or past the last one */
+    TD_PG_INSIDE,      /* inside collective seq started-1 */
+    TD_PG_FAILED,      /* the group failed (the process is expected to exit) */
+    TD_PG_CLOSED,      /* td_pg_free ran */
+} td_pg_state;
+
+typedef struct {
+    uint64_t beat;     /* publication number: a new one at least every TANDEM_HEARTBEAT_MS */
+    uint64_t started;  /* collectives started; the current or last one has seq started-1 */
+    uint64_t finished; /* collectives finished */
+    uint64_t steps;    /* pipelined pieces moved in the current collective (data is moving) */
+    char op[16];       /* "allreduce", "broadcast", ... of that collective; "" before the first */
+    td_pg_state state;
+    int pid;
+} td_pg_progress;
+
+/* Where rank publishes for the group td_pg_init_from_env builds for (run_id, restart):
+ * "tandem/<run_id>/restart<restart>/pg/progress/<rank>". malloc'd. */
+char *td_pg_progress_key(const char *run_id, int restart, int rank);
+/* Parses a published value; TD_ERR_FORMAT naming what is wrong otherwise. */
+td_status td_pg_progress_parse(const void *value, size_t nbytes, td_pg_progress *out);
+/* Formats p as the one-line value the publisher stores (what td_pg_progress_parse reads). */
+void td_pg_progress_format(const td_pg_progress *p, char *buf, size_t nbytes);
 
 /* ================================ collectives ================================
  * All ranks must call the same collectives in the same order with the same counts; a mismatch

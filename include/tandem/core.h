@@ -69,7 +69,8 @@ void td__error_trace(const char *file, int line, const char *expr);
 #define td_error(st, ...)       td__error(__FILE__, __LINE__, (st), __VA_ARGS__)
 #define td_error_errno(st, ...) td__error_errno(__FILE__, __LINE__, (st), __VA_ARGS__)
 
-/* The last recorded detail on this thread (never NULL; "" when none). */
+/* The last recorded detail on this thread (never NULL; "" when none). It may be passed to
+ * td_error() to wrap it: "what we were doing: <the detail>". */
 const char *td_error_msg(void);
 /* The frames appended by TD_CHECK, one "  at file:line (expr)" per line. */
 const char *td_error_trace(void);
@@ -166,11 +167,14 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(COMM_TRANSPORT, "auto", "transport: auto (shm in a host, tcp across), shm, tcp")             \
     X(HOST_KEY, "", "ranks with equal host keys share memory (empty: boot id+netns+hostname)")     \
     X(HOME, "", "project directory holding .tandem/ (runs, workflows); empty: the cwd")            \
-    X(METRICS, "", "file this process appends metrics JSON lines to (set per rank by launch)")     \
     X(CONV_ALGO, "auto", "3x3 stride-1 conv: auto (winograd if in_c >= 8), im2col, winograd")      \
     X(CUDA_GRAPH, "1", "--device cuda: 1 replays each step as a CUDA graph, 0 launches kernels")   \
     X(RESTART_BACKOFF_MS, "1000",                                                                  \
       "launch: wait before the 2nd restart, doubling per restart up to 30 s (the 1st is at once)") \
+    X(LAUNCH_DETECT, "1",                                                                          \
+      "launch without rendezvous flags: 1 takes the topology from Slurm/MPI/dstack/SkyPilot/...")  \
+    X(STALL_TIMEOUT_MS, "120000",                                                                  \
+      "launch: fail or restart a group whose collectives are stuck this long (0 = never)")         \
     X(GPU_REDUCE, "auto",                                                                          \
       "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")
 
@@ -186,13 +190,65 @@ int64_t td_env_int(td_env_knob knob);
 /* Prints every knob, its value and its meaning. */
 void td_env_print(FILE *out);
 
-/* ---- small helpers used across layers ---- */
-/* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
-/* mkdir -p: creates path and its missing parents (0755). A component that exists and is not a
- * directory is TD_ERR_INVALID naming it ("... is in the way"); other failures TD_ERR_IO. */
-td_status td_mkdirs(const char *path);
+/* ---- the launcher/worker contract, declared once ----
+ * What `tandem launch` and the `tandem run` supervisor hand a worker through its environment,
+ * and what workers (comm's process group, the trainer, a PyTorch script) read. torchrun's names
+ * where torchrun has one, so a PyTorch script runs unchanged; TANDEM_* for tandem's own. Code on
+ * both sides names a variable through this table (td_var_name), never a string literal, and
+ * `tandem env` prints it. X(name, set by, meaning). */
+#define TD_VAR_MAP(X)                                                                              \
+    X(RANK, "launch", "global rank of this worker, 0 .. WORLD_SIZE-1")                             \
+    X(LOCAL_RANK, "launch", "rank of this worker on its node")                                     \
+    X(WORLD_SIZE, "launch", "number of workers in the job")                                        \
+    X(LOCAL_WORLD_SIZE, "launch", "number of workers on this node")                                \
+    X(GROUP_RANK, "launch", "rank of this node (node agent) among the nodes")                      \
+    X(GROUP_WORLD_SIZE, "launch", "number of nodes")                                               \
+    X(ROLE_RANK, "launch", "torchrun: equal to RANK (one role)")                                   \
+    X(ROLE_WORLD_SIZE, "launch", "torchrun: equal to WORLD_SIZE")                                  \
+    X(ROLE_NAME, "launch", "torchrun: always 'default'")                                           \
+    X(MASTER_ADDR, "launch", "address of node 0, for torch.distributed's own TCPStore")            \
+    X(MASTER_PORT, "launch", "a free port on node 0 for that TCPStore")                            \
+    X(TORCHELASTIC_RESTART_COUNT, "launch", "how many times the group was restarted")              \
+    X(TORCHELASTIC_MAX_RESTARTS, "launch", "--max-restarts")                                       \
+    X(TORCHELASTIC_RUN_ID, "launch", "--rdzv-id (the run id under tandem run)")                    \
+    X(TORCHELASTIC_USE_AGENT_STORE, "launch", "False: torch builds its store at MASTER_ADDR")      \
+    X(OMP_NUM_THREADS, "launch", "cores / LOCAL_WORLD_SIZE unless already set")                    \
+    X(TANDEM_NUM_THREADS, "launch", "tandem's compute threads, as OMP_NUM_THREADS unless set")     \
+    X(TANDEM_STORE_ADDR, "launch", "HOST:PORT of the job's rendezvous store (tandem's pg)")        \
+    X(TANDEM_STORE_LISTEN_FD, "run",                                                               \
+      "node 0's launcher serves the store on this inherited socket")                               \
+    X(TANDEM_TOKEN, "launch", "secret for the store's challenge-response (random per job)")        \
+    X(TANDEM_RUN_ID, "launch, run", "the run id (namespaces the store's keys)")                    \
+    X(TANDEM_RESTART_COUNT, "launch", "as TORCHELASTIC_RESTART_COUNT")                             \
+    X(TANDEM_NODE_RANK, "launch", "as GROUP_RANK")                                                 \
+    X(TANDEM_METRICS, "launch", "file this rank appends metrics JSON lines to (--metrics-dir)")    \
+    X(TANDEM_HEARTBEAT_MS, "launch", "the pg publishes its progress this often (0 = not at all)")  \
+    X(TANDEM_RUN_DIR, "run", "the run's directory under .tandem/runs/")                            \
+    X(TANDEM_WORK_DIR, "run", "the run's own working directory (the commands' cwd)")               \
+    X(TANDEM_PROJECT_DIR, "run", "the project (workflow) directory the run was started from")      \
+    X(TANDEM_CHECKPOINT_DIR, "run", "where tandem train keeps its checkpoints")                    \
+    X(TANDEM_RESUME, "run", "1: resume from the newest checkpoint in TANDEM_CHECKPOINT_DIR")       \
+    X(TANDEM_PROGRESS, "run", "1: a person watches; rank 0 draws a progress bar")                  \
+    X(TANDEM_PARAM_, "run", "TANDEM_PARAM_<KEY>: each workflow param, KEY upper-cased")
+
+typedef enum {
+#define TD__VAR_ENUM(name, by, doc) TD_VAR_##name,
+    TD_VAR_MAP(TD__VAR_ENUM)
+#undef TD__VAR_ENUM
+        TD_VAR_COUNT
+} td_var;
+
+/* The variable's name ("RANK", "TANDEM_STORE_ADDR"). */
+const char *td_var_name(td_var var);
+/* Its value in our environment, or NULL when unset or empty. */
+const char *td_var_get(td_var var);
+/* Prints the contract table. */
+void td_var_print(FILE *out);
+
+/* ---- small helpers used across layers (processes, files, sockets: tandem/os.h) ---- */
 /* The cores this process may run on (its CPU affinity), at least 1. */
 int td_num_cores(void);
+/* Parses a whole decimal integer / float string; TD_ERR_INVALID naming `what` otherwise. */
 td_status td_parse_i64(const char *what, const char *s, int64_t *out);
 td_status td_parse_f64(const char *what, const char *s, double *out);
 /* Copies n bytes of untrusted text (a peer's message) into dst[cap] with every byte outside

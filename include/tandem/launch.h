@@ -41,6 +41,9 @@ typedef struct {
     double stop_grace_s;       /* SIGTERM -> SIGKILL after the launcher is signalled (default 30) */
     double rdzv_timeout_s;     /* how long agents wait for each other (default 300) */
     double last_call_s;        /* with N:M, extra wait for more nodes after N arrived (default 3) */
+    double stall_timeout_s;    /* fail (or restart) a group whose collectives are stuck this long,
+                                  or whose node agent is silent this long; 0 = off (default
+                                  TANDEM_STALL_TIMEOUT_MS / 1000 = 120; docs/launch.md, "Stalls") */
     int argc;                  /* the worker command */
     char *const *argv;
     int out_fd; /* where prefixed worker stdout / stderr go (default 1 / 2) */
@@ -56,6 +59,41 @@ void td_launch_options_init(td_launch_options *opts);
  * Returns an error status (with *exit_code 1, or 2 for TD_ERR_USAGE) when the launcher itself
  * cannot run the job: bad options, rendezvous timeout, a command that cannot be executed. */
 td_status td_launch_run(const td_launch_options *opts, int *exit_code);
+
+/* ---- topology from the scheduler's environment (src/launch/detect.c) ----
+ * `tandem launch` given no rendezvous flag (--nnodes, --node-rank, --rdzv-endpoint,
+ * --master-addr/--master-port, --standalone) takes the node count, this node's rank, node 0's
+ * address and a run id from the scheduler that started it: Open MPI (mpirun), Slurm (srun),
+ * SkyPilot, dstack, SageMaker, the first found in that order. docs/launch.md ("Inside a
+ * scheduler") lists the variables each one reads. TANDEM_LAUNCH_DETECT=0 turns it off. */
+typedef struct {
+    const char *scheduler; /* "Slurm", "Open MPI", "SkyPilot", "dstack", "SageMaker"; NULL: none */
+    int nnodes;            /* nodes in the job, >= 1 */
+    int node_rank;         /* this node, 0 .. nnodes-1 */
+    char host[256];        /* node 0's address, where the store runs; "" for one node */
+    int port;              /* the store's port, the same on every node; 0 for one node */
+    char endpoint[272];    /* "host:port" ("[v6]:port"); "" for one node (standalone) */
+    char run_id[128];      /* the same on every node of the job: "slurm-<job>.<step>", ... */
+} td_launch_detected;
+
+/* Reads envp (a NULL-terminated "NAME=value" array, e.g. environ). TD_OK with
+ * out->scheduler == NULL when no scheduler's variables are there (or TANDEM_LAUNCH_DETECT=0).
+ * TD_ERR_USAGE when they are there but a variable is missing or disagrees with another (a
+ * launcher started twice on a node, a rank beyond the node count): the message names the
+ * variables, their values and the fix. */
+td_status td_launch_detect(char *const *envp, td_launch_detected *out);
+/* Sets opts' topology from det (nothing when det->scheduler is NULL): min/max nodes, node_rank,
+ * rdzv_endpoint (pointing into det, which must outlive opts) or standalone for one node, and
+ * rdzv_id unless the caller set one. nproc_per_node and the rest stay. */
+void td_launch_detected_apply(const td_launch_detected *det, td_launch_options *opts);
+/* The line `tandem launch` logs: "topology from Slurm: node 1 of 2, rendezvous tdnode1:23456,
+ * run id slurm-123456.0". */
+void td_launch_detected_describe(const td_launch_detected *det, char *buf, size_t nbytes);
+/* Expands a Slurm hostlist ("tdnode[1-3,5]", "a[01-03]b", "r[1-2]n[1-2]") into host names in the
+ * order `scontrol show hostnames` prints them. *hosts is freed with td_hostlist_free.
+ * TD_ERR_INVALID naming the spot when the list is malformed. */
+td_status td_hostlist_expand(const char *hostlist, char ***hosts, int *count);
+void td_hostlist_free(char **hosts, int count);
 
 #ifdef __cplusplus
 }

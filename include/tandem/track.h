@@ -72,8 +72,17 @@ void td_runs_free(td_run *runs, size_t count);
 typedef struct td_rundb td_rundb;
 
 /* Opens (creating if needed) <project_dir>/.tandem/runs.db. project_dir NULL means TANDEM_HOME
- * when set, else the current directory. The path is made absolute. */
+ * when set, else the current directory. The path is made absolute. When runs.db is missing and
+ * .tandem/runs holds run directories, it is rebuilt from them (td_rundb_rebuild; one warning
+ * says so). When runs.db is deleted or replaced while the store is open, the next call notices
+ * and reopens it (rebuilding it when it is gone). A store holding runs also sets aside
+ * .tandem/reserve (4 MiB) when there is room: see td_run_set_status. */
 td_status td_rundb_open(const char *project_dir, td_rundb **out);
+/* td_rundb_open with flags: TD_RUNDB_NO_AUTO_REBUILD leaves a missing index empty at this open
+ * (`tandem reindex` rebuilds it itself, reporting each run); a file lost later, while open, is
+ * still rebuilt when it is reopened. */
+#define TD_RUNDB_NO_AUTO_REBUILD 1u
+td_status td_rundb_open_ex(const char *project_dir, unsigned flags, td_rundb **out);
 void td_rundb_close(td_rundb *store);
 /* <project>/.tandem, absolute. */
 const char *td_rundb_dir(const td_rundb *store);
@@ -88,7 +97,13 @@ typedef struct td_run_spec {
 } td_run_spec;
 
 /* Inserts a pending run with a fresh id, records the project's code version and makes its
- * directory tree (logs/, metrics/, artifacts/, checkpoints/). */
+ * directory tree (logs/, metrics/, artifacts/, checkpoints/) and its run.json.
+ *
+ * run.json describes the run in its own directory (id, workflow, n, status, exit_code, created,
+ * started, ended, command, code_version, params, nodes, nproc_per_node, restarts,
+ * supervisor_pid, stop_requested, note, run_dir): every function below that changes the row
+ * rewrites it, atomically and in the same write transaction, so the index can be rebuilt from
+ * the directories (td_rundb_rebuild). */
 td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out);
 /* Looks a run up by exact id or unique id prefix. TD_ERR_NOTFOUND / TD_ERR_INVALID (ambiguous)
  * with a message listing the candidates. */
@@ -97,7 +112,13 @@ td_status td_run_find(td_rundb *store, const char *id_or_prefix, td_run *out);
 td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count);
 
 /* Status transitions. Stamps started_s on the first move to running and ended_s on a final
- * status; exit_code < -1 leaves the stored exit code unchanged; note may be NULL. */
+ * status; exit_code < -1 leaves the stored exit code unchanged; note may be NULL.
+ * On a full disk (TD_ERR_NOSPACE from SQLite or from run.json) the store deletes
+ * .tandem/reserve and tries once more, so how a run ended is recorded even then; a final status
+ * written while the disk is full (at most 1 MiB free, or the reserve was used) gets "the disk was
+ * full: the filesystem mounted at M had N KiB free; free space on M" added to its note.
+ * TD_ERR_NOSPACE, naming the filesystem, when even that fails. td_run_request_stop and
+ * td_run_reap_stale do the same; the other setters do not touch the reserve. */
 td_status td_run_set_status(td_rundb *store, const char *id, td_run_status status, int exit_code,
                             const char *note);
 td_status td_run_set_supervisor(td_rundb *store, const char *id, int64_t pid);
@@ -106,8 +127,42 @@ td_status td_run_set_restarts(td_rundb *store, const char *id, int restarts);
  * supervisor records "stopped" rather than "preempted". Cleared by a resume. */
 td_status td_run_request_stop(td_rundb *store, const char *id, int requested);
 /* A run recorded as pending/running/resumed whose supervisor process is gone (crashed, killed
- * with -9, machine rebooted) is marked failed with a note. Called by the listing verbs. */
+ * with -9, machine rebooted) is marked failed with a note. Called by the listing verbs. When the
+ * run's run.json has a final status (its supervisor recorded the end there but not in this
+ * index: the index was rebuilt while it ran), that status is taken instead, with the run's
+ * metrics, artifacts and logs brought up to date from its directory. */
 td_status td_run_reap_stale(td_rundb *store, td_run *run);
+
+/* ---- rebuilding the index from the run directories ---- */
+typedef struct td_rebuild_stats {
+    size_t dirs;           /* run directories found in .tandem/runs */
+    size_t restored;       /* rows added from the directory's run.json */
+    size_t recovered;      /* rows added from a directory without a readable run.json: status
+                            * failed, note "recovered by tandem reindex ..." */
+    size_t updated;        /* rows still running in the index while run.json had the end */
+    size_t present;        /* already in the index: left as they were, except for metric
+                            * lines, artifacts and logs their files hold and the index lacks */
+    size_t reaped;         /* restored as running, supervisor gone: now failed */
+    size_t skipped;        /* entries of .tandem/runs that are not <workflow>-<n> directories */
+    int64_t metric_points; /* ingested again from metrics/rank-R.jsonl */
+    size_t artifacts;      /* files registered from artifacts/ (size, SHA-256) */
+    size_t log_files;      /* files recorded from logs/ */
+} td_rebuild_stats;
+
+/* Called once per run directory; what is "restored", "recovered", "updated", "completed" (indexed
+ * already; metrics or artifacts it lacked were added) or "present" (nothing to do). */
+typedef void (*td_rebuild_fn)(void *arg, const td_run *run, const char *what);
+
+/* Adds to the index every run directory it lacks (oldest first, so ids keep their order and
+ * the per-workflow numbering continues after the highest one) and brings in their metrics,
+ * artifacts and log files; never changes the row of a run the index has, except to take a
+ * final status from run.json (see td_run_reap_stale), but adds the metric lines past its stored
+ * offsets and the artifacts it lacks (what a full disk kept out, say). Idempotent; safe beside
+ * live runs and other rebuilds.
+ * A directory that fails is reported and the rest still indexed: the first failure is returned.
+ * on_run and stats may be NULL. */
+td_status td_rundb_rebuild(td_rundb *store, td_rebuild_fn on_run, void *arg,
+                           td_rebuild_stats *stats);
 
 /* The project's code version as stored in runs: see td_run.code_version. Never fails: "none"
  * outside git. Caller frees. */
@@ -151,7 +206,11 @@ td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metri
 void td_ingester_free(td_ingester *ing);
 /* Reads what was appended to every rank-<R>.jsonl since the stored offsets and stores it.
  * Each file's points, resume cut-backs and new offset commit in one transaction. A partial
- * last line waits for its newline. *npoints (may be NULL) receives the points stored. */
+ * last line waits for its newline. *npoints (may be NULL) receives the points stored.
+ * On a full disk: TD_ERR_NOSPACE naming the filesystem, every time; the ingester itself logs
+ * one warning when that starts (the points stay in the files and are stored once there is
+ * room; nothing is skipped) and one line when it is over, so callers should not log
+ * TD_ERR_NOSPACE again. */
 td_status td_ingester_poll(td_ingester *ing, size_t *npoints);
 /* Malformed lines skipped so far by this ingester (each file's first one is logged as a warning
  * naming file:line). */
@@ -164,7 +223,10 @@ typedef struct td_metrics_sink td_metrics_sink;
  * NULL and the log functions below accept a NULL sink as a no-op. */
 td_status td_metrics_sink_open(const char *path, td_metrics_sink **out);
 void td_metrics_sink_close(td_metrics_sink *sink);
-/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2). */
+/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2). On a full disk:
+ * TD_ERR_NOSPACE naming the filesystem, no half line left behind, and one warning from the
+ * sink itself that points are being dropped (and one line when writing works again); the sink
+ * stays usable, so callers should keep it and not log TD_ERR_NOSPACE again. */
 td_status td_metrics_sink_log(td_metrics_sink *sink, int64_t step, size_t count,
                               const char *const *keys, const double *values);
 td_status td_metrics_sink_log1(td_metrics_sink *sink, int64_t step, const char *key, double value);

@@ -11,7 +11,9 @@
  *
  * The executor creates a run in the store, runs the setup commands, then runs
  * `tandem launch ... -- sh -c SCRIPT` as a child while ingesting metrics and sampling system
- * metrics, and records how it ended. Errors in a file name file:line:column and the field.
+ * metrics, and records how it ended. A workflow with `executor: slurm` is handed, after the
+ * setup commands, to that executor of the exec layer (tandem/exec.h), which submits it as a
+ * batch job instead. Errors in a file name file:line:column and the field.
  * The full format is in docs/runs.md.
  */
 #ifndef TANDEM_WORKFLOW_H
@@ -20,6 +22,7 @@
 #include <stddef.h>
 
 #include "tandem/core.h"
+#include "tandem/exec.h"
 #include "tandem/track.h"
 
 #ifdef __cplusplus
@@ -49,6 +52,10 @@ typedef struct td_workflow {
     int max_restarts;      /* default 0 */
     double max_duration_s; /* 0 = no limit */
     int line;              /* where the entry starts in the file (1-based) */
+    char *executor;        /* NULL: the local one (`executor: local`); else a name that
+                            * td_executor_find knows ("slurm") */
+    /* `slurm:` (executor slurm) */
+    td_slurm_options slurm;
 } td_workflow;
 
 typedef struct td_workflow_file {

@@ -16,6 +16,7 @@
  * reduces it in the tree, and sends the result back out. */
 #include "comm/pg_internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,7 @@ static bool fp_equal(const td_fingerprint *a, const td_fingerprint *b) {
 static td_status fail(td_pg_t *pg, td_status st) {
     if (!pg->broken) {
         pg->broken = st;
+        atomic_store_explicit(&pg->act.failed, true, memory_order_relaxed);
         pg->broken_msg = td_xstrdup(td_error_msg());
         td__pg_publish_failure(pg, st, pg->broken_msg);
         if (pg->shm) pg->shm->ops->abort(pg->shm, st, pg->broken_msg);
@@ -124,7 +126,26 @@ static td_status start(td_pg_t *pg, td_coll_kind kind, int op, uint64_t count, i
     pg->cur = fp;
     pg->deadline_ns = td_now_ns() + (uint64_t)pg->timeout_ms * 1000000ull;
     if (pg->world > 1) memset(pg->arrived, 0, (size_t)pg->world * sizeof(bool));
+    /* Progress for the launcher's stall check: relaxed stores, plain moves, no store traffic. */
+    atomic_store_explicit(&pg->act.kind, (uint32_t)kind, memory_order_relaxed);
+    atomic_store_explicit(&pg->act.steps, 0, memory_order_relaxed);
+    atomic_store_explicit(&pg->act.started, pg->seq, memory_order_relaxed);
     return TD_OK;
+}
+
+/* One pipelined piece done: data moves inside a long collective, so it is not stalled. Only this
+ * thread writes the counter, so load + store (no locked add) is enough. */
+static void step_done(td_pg_t *pg) {
+    uint64_t n = atomic_load_explicit(&pg->act.steps, memory_order_relaxed);
+    atomic_store_explicit(&pg->act.steps, n + 1, memory_order_relaxed);
+}
+
+/* Every collective ends here: a failure marks the group broken (once), and the collective counts
+ * as finished either way, so the progress record never shows a rank inside a call it left. */
+static td_status finish(td_pg_t *pg, td_status st) {
+    if (st != TD_OK && st != pg->broken) st = fail(pg, st);
+    atomic_store_explicit(&pg->act.finished, pg->seq, memory_order_relaxed);
+    return st;
 }
 
 /* Sends this collective's fingerprint to peer j, with the first data message (may be empty)
@@ -279,6 +300,7 @@ static td_status allreduce_large(td_pg_t *pg, float *buf, size_t count, td_reduc
             size_t jl, jo = piece(&p, j, k, &jl);
             RECV_INTO(j, buf + jo, jl * sizeof(float));
         }
+        step_done(pg);
     }
     return TD_OK;
 }
@@ -295,7 +317,7 @@ td_status td_allreduce(td_pg_t *pg, float *buf, size_t count, td_reduce_op op) {
         else
             st = allreduce_large(pg, buf, count, op);
     }
-    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+    return finish(pg, st);
 }
 
 /* ---------------- broadcast, allgather, reduce_scatter, barrier ---------------- */
@@ -310,6 +332,7 @@ static td_status broadcast_body(td_pg_t *pg, uint8_t *buf, size_t nbytes, int ro
         } else {
             RECV_INTO(root, buf + off, len);
         }
+        step_done(pg);
     }
     return TD_OK;
 }
@@ -322,7 +345,7 @@ td_status td_broadcast(td_pg_t *pg, void *buf, size_t nbytes, int root) {
                         root, pg->world);
     td_status st = begin(pg, TD_COLL_BROADCAST, 0, nbytes, root, 0);
     if (st == TD_OK && pg->world > 1) st = broadcast_body(pg, buf, nbytes, root);
-    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+    return finish(pg, st);
 }
 
 static td_status allgather_body(td_pg_t *pg, const uint8_t *in, uint8_t *out, size_t n) {
@@ -335,6 +358,7 @@ static td_status allgather_body(td_pg_t *pg, const uint8_t *in, uint8_t *out, si
             int j = (r + W - i) % W;
             RECV_INTO(j, out + (size_t)j * n + off, len);
         }
+        step_done(pg);
     }
     return TD_OK;
 }
@@ -346,7 +370,7 @@ td_status td_allgather(td_pg_t *pg, const void *in, void *out, size_t nbytes_per
         if (mine != in) memmove(mine, in, nbytes_per_rank);
         if (pg->world > 1) st = allgather_body(pg, mine, out, nbytes_per_rank);
     }
-    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+    return finish(pg, st);
 }
 
 static td_status reduce_scatter_body(td_pg_t *pg, const float *in, float *out, size_t count,
@@ -374,6 +398,7 @@ static td_status reduce_scatter_body(td_pg_t *pg, const float *in, float *out, s
         for (int j = 0; j < W; j++)
             if (j != r) pg->tp[j]->ops->recv_done(pg->tp[j], j, nb);
         if (op == TD_REDUCE_AVG) divide(out + off, len, W);
+        step_done(pg);
     }
     return TD_OK;
 }
@@ -384,10 +409,10 @@ td_status td_reduce_scatter(td_pg_t *pg, const float *in, float *out, size_t cou
         return td_error(TD_ERR_INVALID, "reduce_scatter: unknown reduce op %d", (int)op);
     td_status st = begin(pg, TD_COLL_REDUCE_SCATTER, op, count, -1, 1);
     if (st == TD_OK && count) st = reduce_scatter_body(pg, in, out, count, op);
-    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+    return finish(pg, st);
 }
 
 td_status td_barrier(td_pg_t *pg) {
     td_status st = begin(pg, TD_COLL_BARRIER, 0, 0, -1, 0);
-    return st == TD_OK || st == pg->broken ? st : fail(pg, st);
+    return finish(pg, st);
 }

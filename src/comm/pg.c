@@ -51,6 +51,16 @@ static char *derive_host_key(void) {
     return k;
 }
 
+const char *td__coll_name(uint32_t kind) {
+    static const char *const names[] = {"",          "barrier",   "allreduce",
+                                        "broadcast", "allgather", "reduce_scatter"};
+    return kind < TD_ARRAY_LEN(names) ? names[kind] : "unknown";
+}
+
+char *td__pg_env_prefix(const char *run_id, long long restart) {
+    return td_xasprintf("tandem/%s/restart%lld/pg", run_id, restart);
+}
+
 void td__fp_describe(const td_fingerprint *fp, char *buf, size_t n) {
     const char *op = fp->op == TD_REDUCE_AVG ? "avg" : "sum";
     switch (fp->kind) {
@@ -286,16 +296,25 @@ td_status td_pg_init_from_env(td_pg_t **out, td_store_t **store_out) {
     *out = NULL;
     *store_out = NULL;
     int64_t rank, world, restart;
-    TD_CHECK(env_int("RANK", -1, &rank));
-    TD_CHECK(env_int("WORLD_SIZE", -1, &world));
-    TD_CHECK(env_int("TANDEM_RESTART_COUNT", 0, &restart));
-    const char *addr = getenv("TANDEM_STORE_ADDR");
-    const char *token = getenv("TANDEM_TOKEN");
-    const char *run_id = getenv("TANDEM_RUN_ID");
-    if (!run_id || !*run_id) run_id = "run";
+    TD_CHECK(env_int(td_var_name(TD_VAR_RANK), -1, &rank));
+    TD_CHECK(env_int(td_var_name(TD_VAR_WORLD_SIZE), -1, &world));
+    TD_CHECK(env_int(td_var_name(TD_VAR_TANDEM_RESTART_COUNT), 0, &restart));
+    const char *addr = td_var_get(TD_VAR_TANDEM_STORE_ADDR);
+    const char *token = td_var_get(TD_VAR_TANDEM_TOKEN);
+    const char *run_id = td_var_get(TD_VAR_TANDEM_RUN_ID);
+    if (!run_id) run_id = "run";
     td_store_t *store = NULL;
     char *host = NULL, *prefix = NULL;
     td_status st = TD_OK;
+    int port = 0;
+    int64_t heartbeat_ms = 0;
+    const char *hb = td_var_get(TD_VAR_TANDEM_HEARTBEAT_MS);
+    if (hb && (td_parse_i64(td_var_name(TD_VAR_TANDEM_HEARTBEAT_MS), hb, &heartbeat_ms) != TD_OK ||
+               heartbeat_ms < 0 || heartbeat_ms > INT32_MAX))
+        return td_error(TD_ERR_INVALID,
+                        "%s='%s': expected milliseconds >= 0 (tandem launch sets it from "
+                        "--stall-timeout; unset it, or 0, to publish no progress)",
+                        td_var_name(TD_VAR_TANDEM_HEARTBEAT_MS), hb);
     if (world > 1 || (addr && *addr)) {
         if (!addr || !*addr)
             return td_error(TD_ERR_INVALID,
@@ -305,7 +324,6 @@ td_status td_pg_init_from_env(td_pg_t **out, td_store_t **store_out) {
         if (!token || !*token)
             return td_error(TD_ERR_INVALID, "TANDEM_TOKEN is not set (the launcher passes the "
                                             "job's token to every worker)");
-        int port = 0;
         TD_CHECK(split_addr(addr, &host, &port));
         TD_CHECK_GOTO(td_store_connect(host, port, token, -1, &store), st, out);
     }
@@ -321,9 +339,13 @@ td_status td_pg_init_from_env(td_pg_t **out, td_store_t **store_out) {
     }
     const char *hk = td_env_str(TD_ENV_HOST_KEY);
     o.host_key = hk && *hk ? hk : NULL;
-    prefix = td_xasprintf("tandem/%s/restart%lld/pg", run_id, (long long)restart);
+    prefix = td__pg_env_prefix(run_id, (long long)restart);
     o.prefix = prefix;
     TD_CHECK_GOTO(td_pg_init(&o, out), st, out);
+    /* Under `tandem launch` with a stall timeout, tell the launcher how far this rank got
+     * (docs/comm.md, "Progress"). A group of one has nobody to wait for: nothing to publish. */
+    if (world > 1 && heartbeat_ms > 0)
+        td__progress_start(*out, host, port, token, (int)heartbeat_ms, &(*out)->progress);
     *store_out = store;
     store = NULL;
 out:
@@ -335,6 +357,7 @@ out:
 
 void td_pg_free(td_pg_t *pg) {
     if (!pg) return;
+    td__progress_stop(pg->progress); /* first: its thread reads pg->act */
     if (pg->shm) pg->shm->ops->free(pg->shm);
     if (pg->tcp) pg->tcp->ops->free(pg->tcp);
     if (pg->host_keys)

@@ -2,6 +2,7 @@
 #ifndef TD_COMM_PG_INTERNAL_H
 #define TD_COMM_PG_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -29,6 +30,19 @@ typedef struct {
 
 #define TD_FP_MAGIC 0x43445446u /* "FTDC" */
 
+/* What this rank's collectives are doing, for the progress publisher (progress.c). Written only
+ * by the thread running a collective, with relaxed stores: on x86 each is one plain move, so the
+ * data path neither locks nor waits; the publisher reads them from its own thread. */
+typedef struct {
+    _Atomic uint64_t started;  /* collectives started; the current or last one has seq started-1 */
+    _Atomic uint64_t finished; /* collectives finished, successfully or not */
+    _Atomic uint64_t steps;    /* pipelined pieces done in the current collective */
+    _Atomic uint32_t kind;     /* td_coll_kind of the current or last collective; 0 = none yet */
+    _Atomic bool failed;       /* the group broke (pg->broken) */
+} td__pg_activity;
+
+typedef struct td__progress td__progress;
+
 struct td_pg {
     int rank, world;
     int timeout_ms;
@@ -52,6 +66,8 @@ struct td_pg {
     char *broken_msg;
     float *scratch; /* tree-reduction temporaries */
     size_t scratch_floats;
+    td__pg_activity act;
+    td__progress *progress; /* the publisher thread, or NULL */
 };
 
 /* Called by blocked transports: TD_ERR_TIMEOUT past the deadline (naming the ranks that never
@@ -70,5 +86,19 @@ char *td__pg_first_failure(td_pg_t *pg, td_status *st_out);
 void td__fp_describe(const td_fingerprint *fp, char *buf, size_t n);
 /* Store key "<prefix>/<suffix>" (caller frees). */
 char *td__pg_key(const td_pg_t *pg, const char *fmt, ...) TD_PRINTF(2, 3);
+/* The prefix td_pg_init_from_env gives the group of (run_id, restart): "tandem/<id>/restart<k>/pg".
+ * The launcher finds the progress keys under it (td_pg_progress_key). Caller frees. */
+char *td__pg_env_prefix(const char *run_id, long long restart);
+/* "allreduce", "broadcast", ...; "" for 0. */
+const char *td__coll_name(uint32_t kind);
+
+/* ---- progress publisher (progress.c) ----
+ * Starts a thread that publishes pg->act under "<prefix>/progress/<rank>" over a store connection
+ * of its own (host:port, token): when it changed, at most every min(heartbeat_ms, 1 s), and every
+ * heartbeat_ms regardless. Best effort: a failure to connect is logged and leaves *out NULL. */
+void td__progress_start(td_pg_t *pg, const char *host, int port, const char *token,
+                        int heartbeat_ms, td__progress **out);
+/* Publishes a last record (state closed), stops and joins the thread, closes its connection. */
+void td__progress_stop(td__progress *p);
 
 #endif

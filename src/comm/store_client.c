@@ -72,6 +72,25 @@ static td_status io_all(td_store_t *s, bool writing, void *buf, size_t n, uint64
     return TD_OK;
 }
 
+static const char *op_name(uint8_t op) {
+    static const char *const names[] = {"?", "set", "get", "add", "wait", "compare_set", "delete"};
+    return op < TD_ARRAY_LEN(names) ? names[op] : "?";
+}
+
+/* The server refused the request at one of its limits; its sentence names the limit and its value
+ * (escaped: it came off the wire). A value over the limit is the caller's mistake (as when the
+ * client catches it); a full store is TD_ERR_NOSPACE. */
+static td_status limit_error(const td_store_t *s, uint8_t op, const char *key,
+                             const td_store_resp *r, const uint8_t *text) {
+    char safe_text[600], safe_key[200];
+    td_escape_text(safe_text, sizeof(safe_text), text, r->len);
+    td_escape_text(safe_key, sizeof(safe_key), key ? key : "", key ? strlen(key) : 0);
+    td_status st = r->num == TD_STORE_LIMIT_VALUE ? TD_ERR_INVALID : TD_ERR_NOSPACE;
+    if (!key || !*key) /* a wait names its keys in its body */
+        return td_error(st, "store %s refused %s: %s", s->addr, op_name(op), safe_text);
+    return td_error(st, "store %s refused %s '%s': %s", s->addr, op_name(op), safe_key, safe_text);
+}
+
 static td_status rpc(td_store_t *s, uint8_t op, uint8_t flags, const char *key, const void *a,
                      size_t a_len, const void *b, size_t b_len, int64_t arg, int wait_ms,
                      td_store_resp *resp, void **data) {
@@ -80,9 +99,10 @@ static td_status rpc(td_store_t *s, uint8_t op, uint8_t flags, const char *key, 
         return td_error(TD_ERR_INVALID, "store key of %zu bytes is longer than the limit %u", klen,
                         TD_STORE_MAX_KEY);
     if (a_len > TD_STORE_MAX_VALUE || b_len > TD_STORE_MAX_VALUE)
-        return td_error(TD_ERR_INVALID, "store value for key '%s' is %zu bytes; the limit is %u",
-                        key ? key : "", TD_STORE_MAX_VALUE > a_len ? b_len : a_len,
-                        TD_STORE_MAX_VALUE);
+        return td_error(TD_ERR_INVALID,
+                        "store value for key '%s' is %zu bytes; the limit is %u bytes per value "
+                        "(keep large data elsewhere, e.g. a file, and store its path)",
+                        key ? key : "", TD_MAX(a_len, b_len), TD_STORE_MAX_VALUE);
     td_store_req q = {.magic = TD_STORE_MAGIC_REQ,
                       .op = op,
                       .flags = flags,
@@ -127,6 +147,11 @@ static td_status rpc(td_store_t *s, uint8_t op, uint8_t flags, const char *key, 
         TD_CHECK(st);
     }
     buf[resp->len] = 0;
+    if (resp->status == TD_STORE_R_LIMIT) {
+        st = limit_error(s, op, key, resp, buf);
+        free(buf);
+        return st;
+    }
     if (data)
         *data = buf;
     else
@@ -166,6 +191,73 @@ static td_status connect_once(const char *host, int port, int *fd_out, bool *ref
     return st;
 }
 
+static td_status full_error(const td_store_t *s, uint32_t limit) {
+    return td_error(TD_ERR_NOSPACE,
+                    "store %s is full: %u clients are connected, its limit of connections; close "
+                    "store connections that are no longer needed (each td_store_connect holds one "
+                    "until td_store_close)",
+                    s->addr, limit);
+}
+
+/* Challenge-response: both sides prove they hold the token without sending it. *retry: the
+ * server turned this client away for now (at its connection limit, or it closed the connection
+ * before answering: it drops the oldest of too many connections still authenticating), so a new
+ * connection may succeed. */
+static td_status handshake(td_store_t *s, const char *token, uint64_t deadline, bool *retry) {
+    td_store_hello h;
+    td_store_auth au = {.magic = TD_STORE_MAGIC_HELLO, .version = TD_STORE_VERSION};
+    td_store_auth_reply rep;
+    uint8_t expect[TD_STORE_MAC_BYTES];
+    *retry = false;
+    td_status st = io_all(s, false, &h, sizeof(h), deadline);
+    if (st == TD_OK && h.magic == TD_STORE_MAGIC_HELLO && h.flags & TD_STORE_HELLO_FULL) {
+        uint32_t limit;
+        memcpy(&limit, h.nonce, sizeof(limit));
+        *retry = true;
+        return full_error(s, limit);
+    }
+    if (st == TD_OK) {
+        if (h.magic != TD_STORE_MAGIC_HELLO || h.version != TD_STORE_VERSION)
+            return td_error(TD_ERR_PROTOCOL,
+                            "%s is not a tandem store (or speaks another version: "
+                            "magic 0x%08x version %u)",
+                            s->addr, h.magic, h.version);
+        if (td__random_bytes(au.nonce, sizeof(au.nonce)) != 0)
+            return td_error_errno(TD_ERR_SYS, "getrandom");
+        td__store_mac(token, "tandem-store-client", h.nonce, au.nonce, au.mac);
+        st = io_all(s, true, &au, sizeof(au), deadline);
+    }
+    if (st == TD_OK) st = io_all(s, false, &rep, sizeof(rep), deadline);
+    if (st == TD_ERR_PEER) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", td_error_msg());
+        *retry = true;
+        return td_error(TD_ERR_PEER,
+                        "store %s closed the connection during the handshake (too many "
+                        "connections authenticating at once, or it stopped): %s",
+                        s->addr, why);
+    }
+    TD_CHECK(st);
+    if (rep.status == TD_STORE_AUTH_FULL) {
+        uint32_t limit;
+        memcpy(&limit, rep.mac, sizeof(limit));
+        *retry = true;
+        return full_error(s, limit);
+    }
+    if (rep.status != TD_STORE_AUTH_OK)
+        return td_error(TD_ERR_AUTH,
+                        "store %s refused this client's token (TANDEM_TOKEN differs "
+                        "from the job's)",
+                        s->addr);
+    td__store_mac(token, "tandem-store-server", au.nonce, h.nonce, expect);
+    if (!td__store_mac_equal(expect, rep.mac))
+        return td_error(TD_ERR_AUTH,
+                        "the server at %s could not prove it knows the job token "
+                        "(a different job's store on that port?)",
+                        s->addr);
+    return TD_OK;
+}
+
 td_status td_store_connect(const char *host, int port, const char *token, int timeout_ms,
                            td_store_t **out) {
     *out = NULL;
@@ -175,72 +267,44 @@ td_status td_store_connect(const char *host, int port, const char *token, int ti
     if (!host || !*host) host = "127.0.0.1";
     if (timeout_ms < 0) timeout_ms = (int)td_env_int(TD_ENV_STORE_TIMEOUT_MS);
     uint64_t deadline = td_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    int fd = -1;
-    td_status st;
+    bool warned = false;
     for (unsigned attempt = 0;; attempt++) {
-        bool refused;
-        st = connect_once(host, port, &fd, &refused);
-        if (st == TD_OK) break;
-        if (!refused || td_now_ns() >= deadline) {
-            if (refused)
-                return td_error(TD_ERR_TIMEOUT,
-                                "store at %s:%d did not accept a connection "
-                                "within %d ms (is the server running?)",
-                                host, port, timeout_ms);
+        bool refused, retry = false;
+        int fd = -1;
+        td_status st = connect_once(host, port, &fd, &refused);
+        if (st == TD_OK) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            /* Non-blocking, so every read and write honours its deadline through poll. */
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+            td_store_t *s = td_xcalloc(1, sizeof(*s));
+            s->fd = fd;
+            s->io_timeout_ms = 60000;
+            snprintf(s->addr, sizeof(s->addr), "%s:%d", host, port);
+            uint64_t hs_deadline = td_now_ns() + (uint64_t)TD_MAX(timeout_ms, 10000) * 1000000ull;
+            st = handshake(s, token, hs_deadline, &retry);
+            if (st == TD_OK) {
+                *out = s;
+                return TD_OK;
+            }
+            td_store_close(s);
+            if (!retry) return st;
+            if (!warned && st == TD_ERR_NOSPACE && timeout_ms > 0) {
+                TD_LOG_WARN("%s; trying again for up to %d ms", td_error_msg(), timeout_ms);
+                warned = true;
+            }
+        } else if (!refused) {
             return st;
+        }
+        if (td_now_ns() >= deadline) {
+            if (retry) return st; /* the server's reason, recorded above */
+            return td_error(TD_ERR_TIMEOUT,
+                            "store at %s:%d did not accept a connection "
+                            "within %d ms (is the server running?)",
+                            host, port, timeout_ms);
         }
         usleep(TD_MIN(10000u << TD_MIN(attempt, 4u), 100000u));
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    /* Non-blocking, so every read and write honours its deadline through poll. */
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    td_store_t *s = td_xcalloc(1, sizeof(*s));
-    s->fd = fd;
-    s->io_timeout_ms = 60000;
-    snprintf(s->addr, sizeof(s->addr), "%s:%d", host, port);
-    /* Challenge-response: both sides prove they hold the token without sending it. */
-    uint64_t hs_deadline = td_now_ns() + (uint64_t)TD_MAX(timeout_ms, 10000) * 1000000ull;
-    td_store_hello h;
-    td_store_auth au = {.magic = TD_STORE_MAGIC_HELLO, .version = TD_STORE_VERSION};
-    td_store_auth_reply rep;
-    uint8_t expect[TD_STORE_MAC_BYTES];
-    TD_CHECK_GOTO(io_all(s, false, &h, sizeof(h), hs_deadline), st, fail);
-    if (h.magic != TD_STORE_MAGIC_HELLO || h.version != TD_STORE_VERSION) {
-        st = td_error(TD_ERR_PROTOCOL,
-                      "%s is not a tandem store (or speaks another version: "
-                      "magic 0x%08x version %u)",
-                      s->addr, h.magic, h.version);
-        goto fail;
-    }
-    if (td__random_bytes(au.nonce, sizeof(au.nonce)) != 0) {
-        st = td_error_errno(TD_ERR_SYS, "getrandom");
-        goto fail;
-    }
-    td__store_mac(token, "tandem-store-client", h.nonce, au.nonce, au.mac);
-    TD_CHECK_GOTO(io_all(s, true, &au, sizeof(au), hs_deadline), st, fail);
-    st = io_all(s, false, &rep, sizeof(rep), hs_deadline);
-    if (st == TD_ERR_PEER || (st == TD_OK && rep.status != 0)) {
-        st = td_error(TD_ERR_AUTH,
-                      "store %s refused this client's token (TANDEM_TOKEN differs "
-                      "from the job's)",
-                      s->addr);
-        goto fail;
-    }
-    TD_CHECK_GOTO(st, st, fail);
-    td__store_mac(token, "tandem-store-server", au.nonce, h.nonce, expect);
-    if (!td__store_mac_equal(expect, rep.mac)) {
-        st = td_error(TD_ERR_AUTH,
-                      "the server at %s could not prove it knows the job token "
-                      "(a different job's store on that port?)",
-                      s->addr);
-        goto fail;
-    }
-    *out = s;
-    return TD_OK;
-fail:
-    td_store_close(s);
-    return st;
 }
 
 void td_store_close(td_store_t *store) {
@@ -336,11 +400,13 @@ td_status td_store_wait(td_store_t *store, const char *const *keys, int nkeys, i
     if (r.status == TD_STORE_R_OK) {
         st = TD_OK;
     } else if (r.status == TD_STORE_R_TIMEOUT) {
-        /* data: the missing keys, one per line */
+        /* data: the missing keys, one per line (escaped: they came off the wire) */
+        char missing[2048];
         for (char *p = data; *p; p++)
             if (*p == '\n') *p = ',';
-        st = td_error(TD_ERR_TIMEOUT, "store wait: key(s) %s did not appear within %d ms",
-                      (char *)data, timeout_ms);
+        td_escape_text(missing, sizeof(missing), data, r.len);
+        st = td_error(TD_ERR_TIMEOUT, "store wait: key(s) %s did not appear within %d ms", missing,
+                      timeout_ms);
     } else {
         st = td_error(TD_ERR_PROTOCOL, "store wait failed with code %u", r.status);
     }

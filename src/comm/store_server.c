@@ -2,8 +2,16 @@
  * keys. Requests that wait (GET with a timeout, WAIT) park their connection until the keys appear
  * or the deadline passes; every mutation re-checks the parked connections. A connection that
  * fails authentication, sends garbage or an oversize frame, or stalls mid-handshake/mid-frame is
- * logged and dropped without disturbing the others. */
+ * logged and dropped without disturbing the others.
+ *
+ * Everything a client can make the server hold is bounded (issue 8: an authenticated client grew
+ * the launcher to 1 GB in 6 s): keys, bytes of keys and values, one value, connections (pending
+ * and authenticated), request bodies being received, parked requests and unsent replies. A
+ * request over a bound gets a TD_STORE_R_LIMIT reply naming the bound and its value, and the
+ * server goes on serving everyone else. Replies reference stored values instead of copying them,
+ * so clients that do not read their replies cannot multiply a value. */
 #include "tandem/comm.h"
+#include "tandem/os.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +65,50 @@ int td__random_bytes(void *buf, size_t nbytes) {
     return 0;
 }
 
-/* ---------------- key table ---------------- */
+/* What tandem itself stores, per rank and attempt (a restart is a new attempt under a new prefix,
+ * and nothing deletes the old one): the process group's info/, shm/, shm_mapped/ and tcp/ keys,
+ * about 45-byte keys with values up to ~300 bytes (pid and host key), ~0.6 KB in all; the launcher
+ * adds a few keys per node and attempt. PyTorch-style users store ids and small configs.
+ * - 256 Ki keys: 4096 ranks for 16 attempts, or 512 ranks for 128; the server's bookkeeping per
+ *   key (entry, key and value allocations, bucket) is ~100 bytes, so ~25 MiB at the limit.
+ * - 64 MiB of keys and values: 4096 ranks for ~25 attempts, and 1/16 of the 1 GB seen in issue 8.
+ * - 16 MiB per value (64 MiB before): a quarter of the total, so no single value fills the store,
+ *   and still far above anything a rendezvous needs (the largest tandem value is ~300 bytes).
+ * - 8192 authenticated connections: every worker and every node's launcher holds one, so jobs of
+ *   up to ~8000 processes; an idle connection costs ~0.5 KB here (plus its descriptor).
+ * - 256 connections in the handshake: it takes one round trip, so 256 cover a job's connect storm;
+ *   strangers cannot hold the slots, since the oldest is dropped once it is 1/10 of the handshake
+ *   deadline old.
+ * - 48 MiB of request bodies in flight: one CAS of two maximal values (32 MiB) plus many small
+ *   requests; past that, requests wait their turn (nothing is refused).
+ * - 64 MiB of parked requests: every rank of a group waits for all ranks' keys at once (pg.c), so
+ *   this grows with the square of the world size: ~44 bytes per key and waiter, less the keys
+ *   already there, fits groups of ~1700 ranks arriving together. */
+void td__store_limits_default(td__store_limits *l) {
+    *l = (td__store_limits){
+        .max_keys = (size_t)1 << 18,
+        .max_bytes = (size_t)64 << 20,
+        .max_value_bytes = TD_STORE_MAX_VALUE,
+        .max_conns = 8192,
+        .max_pending = 256,
+        .max_request_bytes = (size_t)48 << 20,
+        .max_waiting_bytes = (size_t)64 << 20,
+    };
+}
+
+/* ---------------- values and the key table ---------------- */
+
+/* A stored value, shared by the table and the replies that are sending it. */
+typedef struct blob {
+    size_t refs;
+    size_t nbytes;
+    uint8_t data[];
+} blob;
 
 typedef struct entry {
     struct entry *next;
     char *key;
-    uint8_t *val;
-    size_t nbytes;
+    blob *val;
 } entry;
 
 typedef struct {
@@ -98,75 +144,53 @@ static void table_grow(table *t) {
     t->nbuckets = nb;
 }
 
-/* Takes ownership of val. */
-static void table_put(table *t, const char *key, uint8_t *val, size_t nbytes) {
-    entry *e = table_find(t, key);
-    if (e) {
-        free(e->val);
-        e->val = val;
-        e->nbytes = nbytes;
-        return;
-    }
-    if (t->count + 1 > t->nbuckets) table_grow(t);
-    e = td_xcalloc(1, sizeof(*e));
-    e->key = td_xstrdup(key);
-    e->val = val;
-    e->nbytes = nbytes;
-    size_t h = hash_key(key) & (t->nbuckets - 1);
-    e->next = t->buckets[h];
-    t->buckets[h] = e;
-    t->count++;
-}
-
-static bool table_delete(table *t, const char *key) {
-    for (entry **pp = &t->buckets[hash_key(key) & (t->nbuckets - 1)]; *pp; pp = &(*pp)->next) {
-        entry *e = *pp;
-        if (!strcmp(e->key, key)) {
-            *pp = e->next;
-            free(e->key);
-            free(e->val);
-            free(e);
-            t->count--;
-            return true;
-        }
-    }
-    return false;
-}
-
-static void table_free(table *t) {
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        for (entry *e = t->buckets[i], *next; e; e = next) {
-            next = e->next;
-            free(e->key);
-            free(e->val);
-            free(e);
-        }
-    }
-    free(t->buckets);
-}
-
 /* ---------------- connections ---------------- */
 
-typedef enum { C_HELLO, C_READY, C_WAITING } conn_state;
+typedef enum {
+    C_HELLO,   /* authenticating */
+    C_READY,   /* reading a request (or idle) */
+    C_ROOM,    /* read a header; its body waits for room among the request bodies */
+    C_WAITING, /* parked GET or WAIT */
+} conn_state;
 
 typedef struct conn {
     int fd;
-    char peer[64];
+    char peer[96]; /* escaped: it reaches the log */
     conn_state state;
     uint8_t nonce[TD_STORE_NONCE_BYTES];
+    uint64_t since_ns;    /* accepted at */
     uint64_t deadline_ns; /* handshake or frame-in-progress deadline; 0 = none */
     /* input: the fixed header first, then the body it announces */
     uint8_t hdr[sizeof(td_store_auth)];
     size_t hdr_have;
     td_store_req req;
-    uint8_t *body;
+    uint8_t *body; /* in C_READY: the body being read; in C_WAITING: the parked request */
     size_t body_len, body_have;
+    size_t charge;   /* bytes of body counted in request_bytes (C_READY) or waiting_bytes */
+    uint64_t ticket; /* C_ROOM: order of arrival */
     /* parked request */
     uint64_t wait_deadline_ns; /* 0 = forever */
-    /* output */
+    /* output: bytes of its own, then (a reply's data) a stored value */
     uint8_t *out;
     size_t out_len, out_off, out_cap;
+    size_t out_charge; /* bytes of out counted in waiting_bytes (a WAIT's timeout reply) */
+    blob *out_val;
+    size_t out_val_off;
+    uint64_t out_stall_ns; /* unsent output and no progress by then: not reading its replies */
 } conn;
+
+/* A request body small enough to pass large ones waiting for room (take_room). */
+#define SMALL_REQUEST ((size_t)64 << 10)
+
+static bool is_small(const conn *c) {
+    return c->body_len + 1 <= SMALL_REQUEST;
+}
+
+/* At most one log line a second per kind: a flood of connections must not flood the log. */
+typedef struct {
+    uint64_t next_ns;
+    unsigned long suppressed;
+} ratelimit;
 
 struct td_store_server {
     int listen_fd;
@@ -180,32 +204,180 @@ struct td_store_server {
     size_t nconns, cap_conns;
     int handshake_ms, frame_ms;
     uint64_t accept_resume_ns; /* out of descriptors: accept again from then on (0: now) */
+    td__store_limits lim;
+    size_t nauth, npending;        /* connections past / in the handshake */
+    size_t stored_bytes;           /* keys in the table and live values (stored or being sent) */
+    size_t request_bytes;          /* request bodies being read */
+    size_t waiting_bytes;          /* parked requests and their timeout replies */
+    size_t nroom_big, nroom_small; /* connections in C_ROOM */
+    bool run_again;                /* a connection has work without any bytes to come */
+    uint64_t next_ticket;
+    ratelimit rl_drop, rl_full, rl_refuse;
 };
-
-#define OUT_MAX ((size_t)256 << 20) /* a client that never reads its replies is dropped */
 
 void td__store_server_set_deadlines(td_store_server_t *srv, int handshake_ms, int frame_ms) {
     srv->handshake_ms = handshake_ms;
     srv->frame_ms = frame_ms;
 }
 
-static void conn_free(conn *c) {
-    if (c->fd >= 0) close(c->fd);
+void td__store_server_set_limits(td_store_server_t *srv, const td__store_limits *limits) {
+    srv->lim = *limits;
+    if (srv->lim.max_value_bytes > TD_STORE_MAX_VALUE)
+        srv->lim.max_value_bytes = TD_STORE_MAX_VALUE;
+    if (srv->lim.max_pending < 1) srv->lim.max_pending = 1;
+}
+
+static bool rl_allow(ratelimit *r, unsigned long *suppressed) {
+    uint64_t now = td_now_ns();
+    if (now < r->next_ns) {
+        r->suppressed++;
+        return false;
+    }
+    r->next_ns = now + 1000000000ull;
+    *suppressed = r->suppressed;
+    r->suppressed = 0;
+    return true;
+}
+
+static void log_limited(ratelimit *r, const char *fmt, ...) TD_PRINTF(2, 3);
+static void log_limited(ratelimit *r, const char *fmt, ...) {
+    unsigned long suppressed;
+    if (!rl_allow(r, &suppressed)) return;
+    char line[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (suppressed)
+        TD_LOG_WARN("%s (and %lu more like it since the last such line)", line, suppressed);
+    else
+        TD_LOG_WARN("%s", line);
+}
+
+static uint64_t ms_from_now(int64_t ms) {
+    return td_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+static blob *blob_new(td_store_server_t *srv, const void *p, size_t n) {
+    blob *b = td_xmalloc(sizeof(*b) + n + 1);
+    b->refs = 1;
+    b->nbytes = n;
+    if (n) memcpy(b->data, p, n);
+    b->data[n] = 0;
+    srv->stored_bytes += n;
+    return b;
+}
+
+static void blob_release(td_store_server_t *srv, blob *b) {
+    if (b && --b->refs == 0) {
+        srv->stored_bytes -= b->nbytes;
+        free(b);
+    }
+}
+
+/* Takes over the caller's reference to val. */
+static void table_put(td_store_server_t *srv, const char *key, blob *val) {
+    table *t = &srv->kv;
+    entry *e = table_find(t, key);
+    if (e) {
+        blob_release(srv, e->val);
+        e->val = val;
+        return;
+    }
+    if (t->count + 1 > t->nbuckets) table_grow(t);
+    e = td_xcalloc(1, sizeof(*e));
+    e->key = td_xstrdup(key);
+    e->val = val;
+    size_t h = hash_key(key) & (t->nbuckets - 1);
+    e->next = t->buckets[h];
+    t->buckets[h] = e;
+    t->count++;
+    srv->stored_bytes += strlen(key);
+}
+
+static bool table_delete(td_store_server_t *srv, const char *key) {
+    table *t = &srv->kv;
+    for (entry **pp = &t->buckets[hash_key(key) & (t->nbuckets - 1)]; *pp; pp = &(*pp)->next) {
+        entry *e = *pp;
+        if (!strcmp(e->key, key)) {
+            *pp = e->next;
+            srv->stored_bytes -= strlen(e->key);
+            blob_release(srv, e->val);
+            free(e->key);
+            free(e);
+            t->count--;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void table_free(table *t) {
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        for (entry *e = t->buckets[i], *next; e; e = next) {
+            next = e->next;
+            free(e->key);
+            if (--e->val->refs == 0) free(e->val); /* replies hold none by now */
+            free(e);
+        }
+    }
+    free(t->buckets);
+}
+
+static bool out_pending(const conn *c) {
+    return c->out_len > c->out_off || c->out_val;
+}
+
+/* Gives back what the connection's request holds. */
+static void release_body(td_store_server_t *srv, conn *c) {
+    if (c->state == C_WAITING)
+        srv->waiting_bytes -= c->charge;
+    else
+        srv->request_bytes -= c->charge;
+    c->charge = 0;
     free(c->body);
+    c->body = NULL;
+}
+
+static void release_out(td_store_server_t *srv, conn *c) {
+    srv->waiting_bytes -= c->out_charge;
+    c->out_charge = 0;
+    blob_release(srv, c->out_val);
+    c->out_val = NULL;
+    c->out_val_off = 0;
+    c->out_off = c->out_len = 0;
+    c->out_stall_ns = 0;
+}
+
+/* Closes the connection and gives back everything it holds (it stays in srv->conns). */
+static void conn_free(td_store_server_t *srv, conn *c) {
+    if (c->fd >= 0) close(c->fd);
+    release_body(srv, c);
+    release_out(srv, c);
+    if (c->state == C_ROOM) {
+        if (is_small(c))
+            srv->nroom_small--;
+        else
+            srv->nroom_big--;
+    }
+    if (c->state == C_HELLO)
+        srv->npending--;
+    else
+        srv->nauth--;
     free(c->out);
     free(c);
 }
 
 static void drop(td_store_server_t *srv, size_t i, const char *why) {
     conn *c = srv->conns[i];
-    if (why) TD_LOG_WARN("store: dropping connection from %s: %s", c->peer, why);
-    conn_free(c);
+    if (why) log_limited(&srv->rl_drop, "store: dropping connection from %s: %s", c->peer, why);
+    conn_free(srv, c);
     srv->conns[i] = srv->conns[--srv->nconns];
 }
 
 static void out_append(conn *c, const void *p, size_t n) {
     if (c->out_len + n > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 4096;
+        size_t cap = c->out_cap ? c->out_cap : 256;
         while (cap < c->out_len + n) cap *= 2;
         c->out = td_xrealloc(c->out, cap);
         c->out_cap = cap;
@@ -220,20 +392,65 @@ static void respond(conn *c, uint32_t status, int64_t num, const void *data, siz
     if (len) out_append(c, data, len);
 }
 
+/* A reply whose data is a stored value: the reply shares it rather than copying it. */
+static void respond_val(conn *c, int64_t num, blob *val) {
+    td_store_resp r = {
+        .magic = TD_STORE_MAGIC_RESP, .status = TD_STORE_R_OK, .len = val->nbytes, .num = num};
+    out_append(c, &r, sizeof(r));
+    if (val->nbytes) {
+        val->refs++;
+        c->out_val = val;
+        c->out_val_off = 0;
+    }
+}
+
+/* A refusal at a limit: the client shows the text, so it names the limit, its value, the fix. */
+static void refuse(td_store_server_t *srv, conn *c, int which, const char *key, const char *fmt,
+                   ...) TD_PRINTF(5, 6);
+static void refuse(td_store_server_t *srv, conn *c, int which, const char *key, const char *fmt,
+                   ...) {
+    char text[400], safe_key[80];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    respond(c, TD_STORE_R_LIMIT, which, text, strlen(text));
+    td_escape_text(safe_key, sizeof(safe_key), key, strlen(key));
+    log_limited(&srv->rl_refuse, "store: refused a request from %s (key '%s'): %s", c->peer,
+                safe_key, text);
+}
+
 /* Returns false when the connection broke. */
-static bool flush_out(conn *c) {
-    while (c->out_off < c->out_len) {
-        ssize_t n =
-            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
+static bool flush_out(td_store_server_t *srv, conn *c) {
+    while (out_pending(c)) {
+        const uint8_t *p;
+        size_t n;
+        if (c->out_off < c->out_len) {
+            p = c->out + c->out_off;
+            n = c->out_len - c->out_off;
+        } else {
+            p = c->out_val->data + c->out_val_off;
+            n = c->out_val->nbytes - c->out_val_off;
+        }
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
             return false;
         }
-        c->out_off += (size_t)n;
+        c->out_stall_ns = ms_from_now(srv->frame_ms);
+        if (c->out_off < c->out_len) {
+            c->out_off += (size_t)w;
+        } else {
+            c->out_val_off += (size_t)w;
+            if (c->out_val_off == c->out_val->nbytes) {
+                blob_release(srv, c->out_val);
+                c->out_val = NULL;
+            }
+        }
     }
-    c->out_off = c->out_len = 0;
-    if (c->out_cap > (1u << 20)) { /* don't keep a 64 MiB reply buffer around */
+    release_out(srv, c);
+    if (c->out_cap > (64u << 10)) { /* don't keep a WAIT's long timeout reply around */
         free(c->out);
         c->out = NULL;
         c->out_cap = 0;
@@ -241,43 +458,69 @@ static bool flush_out(conn *c) {
     return true;
 }
 
-static uint64_t ms_from_now(int64_t ms) {
-    return td_now_ns() + (uint64_t)ms * 1000000ull;
-}
-
 /* WAIT's key list: repeated (u32 length, bytes). Returns the number of keys or -1. */
-static int wait_keys_missing(td_store_server_t *srv, const uint8_t *blob, size_t len, conn *reply) {
+static int wait_keys_missing(td_store_server_t *srv, const uint8_t *list, size_t len) {
     size_t off = 0;
     int missing = 0;
     char key[TD_STORE_MAX_KEY + 1];
     while (off < len) {
         uint32_t kl;
         if (len - off < 4) return -1;
-        memcpy(&kl, blob + off, 4);
+        memcpy(&kl, list + off, 4);
         off += 4;
         if (kl == 0 || kl > TD_STORE_MAX_KEY || kl > len - off) return -1;
-        memcpy(key, blob + off, kl);
+        memcpy(key, list + off, kl);
         key[kl] = 0;
         off += kl;
         if (memchr(key, 0, kl)) return -1;
-        if (!table_find(&srv->kv, key)) {
-            if (reply) {
-                if (missing) out_append(reply, "\n", 1);
-                out_append(reply, key, kl);
-            }
-            missing++;
-        }
+        if (!table_find(&srv->kv, key)) missing++;
     }
     return missing;
 }
 
-/* Tries to answer a parked request; returns true when it was answered. */
+/* A WAIT keeps only the keys still missing, from the first check on: a parked one holds and
+ * rescans less as keys arrive, so a group whose ranks all wait for all ranks' keys holds less
+ * than the square of its size. Returns how many keys are missing. */
+static size_t wait_compact(td_store_server_t *srv, conn *c) {
+    uint8_t *list = c->body + c->req.key_len + 1;
+    size_t len = c->req.a_len, off = 0, kept = 0, missing = 0;
+    char key[TD_STORE_MAX_KEY + 1];
+    while (off < len) { /* well-formed: wait_keys_missing checked it */
+        uint32_t kl;
+        memcpy(&kl, list + off, 4);
+        memcpy(key, list + off + 4, kl);
+        key[kl] = 0;
+        if (!table_find(&srv->kv, key)) {
+            memmove(list + kept, list + off, 4 + (size_t)kl);
+            kept += 4 + (size_t)kl;
+            missing++;
+        }
+        off += 4 + (size_t)kl;
+    }
+    c->req.a_len = kept;
+    return missing;
+}
+
+/* Gives back the memory of a WAIT's list once it has shrunk to less than half. */
+static void shrink_wait(td_store_server_t *srv, conn *c) {
+    size_t need = c->req.key_len + 1 + c->req.a_len;
+    if (c->req.op == TD_STORE_OP_WAIT && c->charge >= (64u << 10) && need < c->charge / 2) {
+        c->body = td_xrealloc(c->body, need);
+        if (c->state == C_WAITING)
+            srv->waiting_bytes -= c->charge - need;
+        else
+            srv->request_bytes -= c->charge - need;
+        c->charge = need;
+    }
+}
+
+/* Tries to answer a parked (or about to be parked) request; returns true when it was answered. */
 static bool try_complete_wait(td_store_server_t *srv, conn *c, bool timed_out) {
     const char *key = (const char *)c->body;
     if (c->req.op == TD_STORE_OP_GET) {
         entry *e = table_find(&srv->kv, key);
         if (e) {
-            respond(c, TD_STORE_R_OK, 0, e->val, e->nbytes);
+            respond_val(c, 0, e->val);
             return true;
         }
         if (timed_out) {
@@ -287,31 +530,44 @@ static bool try_complete_wait(td_store_server_t *srv, conn *c, bool timed_out) {
         return false;
     }
     /* WAIT */
-    const uint8_t *blob = c->body + c->req.key_len + 1;
-    int missing = wait_keys_missing(srv, blob, c->req.a_len, NULL);
-    if (missing == 0) {
+    if (wait_compact(srv, c) == 0) {
         respond(c, TD_STORE_R_OK, 0, NULL, 0);
         return true;
     }
     if (!timed_out) return false;
-    /* The reply's data names the missing keys, one per line. */
+    /* The reply's data names the missing keys, one per line; it is no longer than the list it
+     * replaces, and counts as waiting bytes until sent. */
+    const uint8_t *list = c->body + c->req.key_len + 1;
     td_store_resp r = {.magic = TD_STORE_MAGIC_RESP, .status = TD_STORE_R_TIMEOUT};
     size_t at = c->out_len;
     out_append(c, &r, sizeof(r));
-    wait_keys_missing(srv, blob, c->req.a_len, c);
+    for (size_t off = 0; off < c->req.a_len;) {
+        uint32_t kl;
+        memcpy(&kl, list + off, 4);
+        if (off) out_append(c, "\n", 1);
+        out_append(c, list + off + 4, kl);
+        off += 4 + (size_t)kl;
+    }
     uint64_t len = c->out_len - at - sizeof(r);
     memcpy(c->out + at + offsetof(td_store_resp, len), &len, sizeof(len));
+    c->out_charge = len;
+    srv->waiting_bytes += len;
     return true;
+}
+
+static void finish_wait(td_store_server_t *srv, conn *c) {
+    release_body(srv, c);
+    c->state = C_READY;
 }
 
 static void wake_waiters(td_store_server_t *srv) {
     for (size_t i = 0; i < srv->nconns; i++) {
         conn *c = srv->conns[i];
-        if (c->state == C_WAITING && try_complete_wait(srv, c, false)) {
-            c->state = C_READY;
-            free(c->body);
-            c->body = NULL;
-        }
+        if (c->state != C_WAITING) continue;
+        if (try_complete_wait(srv, c, false))
+            finish_wait(srv, c);
+        else
+            shrink_wait(srv, c);
     }
 }
 
@@ -328,6 +584,37 @@ static bool parse_i64(const uint8_t *p, size_t n, int64_t *out) {
     return true;
 }
 
+/* Whether storing nbytes under key (already there: e) stays within the limits; if not, the
+ * refusal is the reply. */
+static bool fits(td_store_server_t *srv, conn *c, const char *key, const entry *e, size_t nbytes) {
+    const td__store_limits *l = &srv->lim;
+    if (nbytes > l->max_value_bytes) {
+        refuse(srv, c, TD_STORE_LIMIT_VALUE, key,
+               "a value of %zu bytes is over the store's limit of %zu bytes per value; keep large "
+               "data elsewhere (a file) and store its path",
+               nbytes, l->max_value_bytes);
+        return false;
+    }
+    if (!e && srv->kv.count >= l->max_keys) {
+        refuse(srv, c, TD_STORE_LIMIT_KEYS, key,
+               "store is full: it holds %zu keys, its limit; delete keys that are no longer "
+               "needed (td_store_delete)",
+               l->max_keys);
+        return false;
+    }
+    /* What the store holds afterwards: a replaced value goes unless a reply is still sending it. */
+    size_t freed = e && e->val->refs == 1 ? e->val->nbytes : 0;
+    size_t add = (e ? 0 : strlen(key)) + nbytes;
+    if (srv->stored_bytes - freed + add > l->max_bytes) {
+        refuse(srv, c, TD_STORE_LIMIT_BYTES, key,
+               "store is full: %zu more bytes would pass its limit of %zu bytes (%zu MiB) of keys "
+               "and values, %zu in use; delete keys that are no longer needed (td_store_delete)",
+               add, l->max_bytes, l->max_bytes >> 20, srv->stored_bytes - freed);
+        return false;
+    }
+    return true;
+}
+
 /* Executes the complete request in c->body (key NUL-terminated, then a, then b). Returns false
  * when the request is malformed and the connection should be dropped. */
 static bool execute(td_store_server_t *srv, conn *c) {
@@ -338,32 +625,43 @@ static bool execute(td_store_server_t *srv, conn *c) {
     bool mutated = false;
     if (memchr(key, 0, q->key_len)) return false;
     switch (q->op) {
-    case TD_STORE_OP_SET: {
-        uint8_t *v = td_xmalloc(q->a_len ? q->a_len : 1);
-        memcpy(v, a, q->a_len);
-        table_put(&srv->kv, key, v, q->a_len);
+    case TD_STORE_OP_SET:
+        if (!fits(srv, c, key, table_find(&srv->kv, key), q->a_len)) break;
+        table_put(srv, key, blob_new(srv, a, q->a_len));
         respond(c, TD_STORE_R_OK, 0, NULL, 0);
         mutated = true;
         break;
-    }
     case TD_STORE_OP_GET:
     case TD_STORE_OP_WAIT:
-        if (q->op == TD_STORE_OP_WAIT && wait_keys_missing(srv, a, q->a_len, NULL) < 0)
-            return false;
+        if (q->op == TD_STORE_OP_WAIT && wait_keys_missing(srv, a, q->a_len) < 0) return false;
         if (try_complete_wait(srv, c, q->arg == 0)) break;
+        /* Park it: the body moves from the request bodies to the waiting bytes. */
+        shrink_wait(srv, c);
+        if (srv->waiting_bytes + c->charge > srv->lim.max_waiting_bytes) {
+            refuse(srv, c, TD_STORE_LIMIT_WAITING, key,
+                   "store is busy: %zu bytes of waiting requests (get with a timeout, wait) are "
+                   "parked, and %zu more would pass its limit of %zu bytes; wait for fewer keys "
+                   "at once, or retry",
+                   srv->waiting_bytes, c->charge, srv->lim.max_waiting_bytes);
+            break;
+        }
+        srv->request_bytes -= c->charge;
+        srv->waiting_bytes += c->charge;
         c->state = C_WAITING;
         c->wait_deadline_ns = q->arg < 0 ? 0 : ms_from_now(q->arg);
         return true; /* body kept until answered */
     case TD_STORE_OP_ADD: {
         entry *e = table_find(&srv->kv, key);
         int64_t cur = 0;
-        if (e && !parse_i64(e->val, e->nbytes, &cur)) {
+        if (e && !parse_i64(e->val->data, e->val->nbytes, &cur)) {
             respond(c, TD_STORE_R_INVALID, 0, NULL, 0);
             break;
         }
         int64_t sum = (int64_t)((uint64_t)cur + (uint64_t)q->arg);
-        char *txt = td_xasprintf("%lld", (long long)sum);
-        table_put(&srv->kv, key, (uint8_t *)txt, strlen(txt));
+        char txt[32];
+        int n = snprintf(txt, sizeof(txt), "%lld", (long long)sum);
+        if (!fits(srv, c, key, e, (size_t)n)) break;
+        table_put(srv, key, blob_new(srv, txt, (size_t)n));
         respond(c, TD_STORE_R_OK, sum, NULL, 0);
         mutated = true;
         break;
@@ -371,37 +669,92 @@ static bool execute(td_store_server_t *srv, conn *c) {
     case TD_STORE_OP_CAS: {
         entry *e = table_find(&srv->kv, key);
         bool expect_absent = q->flags & TD_STORE_CAS_EXPECT_ABSENT;
-        bool match = expect_absent ? e == NULL
-                                   : (e && e->nbytes == q->a_len && !memcmp(e->val, a, q->a_len));
+        bool match = expect_absent
+                         ? e == NULL
+                         : (e && e->val->nbytes == q->a_len && !memcmp(e->val->data, a, q->a_len));
         if (match) {
-            uint8_t *v = td_xmalloc(q->b_len ? q->b_len : 1);
-            memcpy(v, b, q->b_len);
-            table_put(&srv->kv, key, v, q->b_len);
+            if (!fits(srv, c, key, e, q->b_len)) break;
+            table_put(srv, key, blob_new(srv, b, q->b_len));
             mutated = true;
             e = table_find(&srv->kv, key);
         }
         if (e)
-            respond(c, TD_STORE_R_OK, 1, e->val, e->nbytes);
+            respond_val(c, 1, e->val);
         else
             respond(c, TD_STORE_R_OK, 0, NULL, 0);
         break;
     }
     case TD_STORE_OP_DELETE:
-        respond(c, TD_STORE_R_OK, table_delete(&srv->kv, key) ? 1 : 0, NULL, 0);
+        respond(c, TD_STORE_R_OK, table_delete(srv, key) ? 1 : 0, NULL, 0);
         break;
     default:
         return false;
     }
-    free(c->body);
-    c->body = NULL;
+    release_body(srv, c);
     if (mutated) wake_waiters(srv);
     return true;
+}
+
+/* Room for request bodies among all connections (max_request_bytes). Past it, requests wait
+ * their turn, which costs nothing: the body stays in the client's socket. Large bodies go first
+ * come first served; one alone always fits, so any legal request gets through. Small ones (every
+ * request of a rendezvous) pass whenever they fit, so a large body that a client stalls on (until
+ * the frame deadline) holds up only other large ones (is_small). */
+static bool take_room(td_store_server_t *srv, conn *c) {
+    size_t need = c->body_len + 1;
+    if (srv->request_bytes && srv->request_bytes + need > srv->lim.max_request_bytes) return false;
+    c->body = malloc(need);
+    if (!c->body) return false;
+    srv->request_bytes += need;
+    c->charge = need;
+    c->body_have = 0;
+    return true;
+}
+
+static void admit(td_store_server_t *srv, conn *c) {
+    if (is_small(c))
+        srv->nroom_small--;
+    else
+        srv->nroom_big--;
+    c->state = C_READY;
+    c->deadline_ns = ms_from_now(srv->frame_ms); /* from now on the body must flow */
+    if (c->body_len == 0) srv->run_again = true; /* nothing more will arrive to wake it */
+}
+
+static void admit_waiting(td_store_server_t *srv) {
+    while (srv->nroom_big) {
+        conn *first = NULL;
+        for (size_t i = 0; i < srv->nconns; i++) {
+            conn *c = srv->conns[i];
+            if (c->state == C_ROOM && !is_small(c) && (!first || c->ticket < first->ticket))
+                first = c;
+        }
+        if (!take_room(srv, first)) break;
+        admit(srv, first);
+    }
+    for (size_t i = 0; i < srv->nconns && srv->nroom_small; i++) {
+        conn *c = srv->conns[i];
+        if (c->state == C_ROOM && is_small(c) && take_room(srv, c)) admit(srv, c);
+    }
 }
 
 /* Reads what is available. Returns NULL to keep the connection, or why to drop it. */
 static const char *conn_read(td_store_server_t *srv, conn *c) {
     for (;;) {
-        if (c->state == C_WAITING || c->out_len) return NULL; /* one request at a time */
+        /* one request at a time: the next is read once this one's reply is out */
+        if (c->state == C_WAITING || c->state == C_ROOM || out_pending(c)) return NULL;
+        if (c->body && c->body_have == c->body_len) {
+            /* The body arrived: split the key off with a NUL by shifting a and b one byte. */
+            const td_store_req *q = &c->req;
+            memmove(c->body + q->key_len + 1, c->body + q->key_len, q->a_len + q->b_len);
+            c->body[q->key_len] = 0;
+            c->hdr_have = 0;
+            c->body_have = c->body_len = 0;
+            c->deadline_ns = 0;
+            if (!execute(srv, c)) return "malformed request";
+            if (!flush_out(srv, c)) return "write error";
+            continue;
+        }
         uint8_t *dst;
         size_t want;
         size_t hdr_size = c->state == C_HELLO ? sizeof(td_store_auth) : sizeof(td_store_req);
@@ -424,60 +777,85 @@ static const char *conn_read(td_store_server_t *srv, conn *c) {
             return ""; /* ordinary close */
         }
         if (c->hdr_have == 0 && c->state != C_HELLO) c->deadline_ns = ms_from_now(srv->frame_ms);
-        if (c->hdr_have < hdr_size) {
-            c->hdr_have += (size_t)n;
-            if (c->hdr_have < hdr_size) continue;
-            if (c->state == C_HELLO) {
-                td_store_auth au;
-                memcpy(&au, c->hdr, sizeof(au));
-                if (au.magic != TD_STORE_MAGIC_HELLO)
-                    return "not a tandem store client (bad magic)";
-                if (au.version != TD_STORE_VERSION) return "unsupported protocol version";
-                uint8_t expect[TD_STORE_MAC_BYTES];
-                td__store_mac(srv->token, "tandem-store-client", c->nonce, au.nonce, expect);
-                td_store_auth_reply rep = {.status = 1};
-                if (!td__store_mac_equal(expect, au.mac)) {
-                    /* Tell the client, so it can report TD_ERR_AUTH instead of a reset. */
-                    send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
-                    return "wrong token (authentication failed)";
-                }
-                rep.status = 0;
-                td__store_mac(srv->token, "tandem-store-server", au.nonce, c->nonce, rep.mac);
-                out_append(c, &rep, sizeof(rep));
-                c->state = C_READY;
-                c->hdr_have = 0;
-                c->deadline_ns = 0;
-                if (!flush_out(c)) return "write error";
-                continue;
-            }
-            memcpy(&c->req, c->hdr, sizeof(c->req));
-            const td_store_req *q = &c->req;
-            if (q->magic != TD_STORE_MAGIC_REQ) return "garbage (bad request magic)";
-            if (q->key_len > TD_STORE_MAX_KEY) return "oversize key";
-            uint64_t amax = q->op == TD_STORE_OP_WAIT ? TD_STORE_MAX_WAIT_BLOB : TD_STORE_MAX_VALUE;
-            if (q->a_len > amax || q->b_len > TD_STORE_MAX_VALUE) return "oversize value";
-            if (q->op < TD_STORE_OP_SET || q->op > TD_STORE_OP_DELETE) return "unknown request";
-            if (q->op != TD_STORE_OP_WAIT && q->key_len == 0) return "empty key";
-            /* key + NUL + a + b, so the key can be used as a C string in place */
-            c->body_len = q->key_len + q->a_len + q->b_len;
-            c->body = malloc(c->body_len + 1);
-            if (!c->body) return "out of memory for the request body";
-            c->body_have = 0;
-            if (c->body_len) continue;
-        } else {
+        if (c->hdr_have >= hdr_size) {
             c->body_have += (size_t)n;
-            if (c->body_have < c->body_len) continue;
+            continue;
         }
-        /* The body arrived: split the key off with a NUL by shifting a and b one byte. */
+        c->hdr_have += (size_t)n;
+        if (c->hdr_have < hdr_size) continue;
+        if (c->state == C_HELLO) {
+            td_store_auth au;
+            memcpy(&au, c->hdr, sizeof(au));
+            if (au.magic != TD_STORE_MAGIC_HELLO) return "not a tandem store client (bad magic)";
+            if (au.version != TD_STORE_VERSION) return "unsupported protocol version";
+            uint8_t expect[TD_STORE_MAC_BYTES];
+            td__store_mac(srv->token, "tandem-store-client", c->nonce, au.nonce, expect);
+            td_store_auth_reply rep = {.status = TD_STORE_AUTH_REFUSED};
+            if (!td__store_mac_equal(expect, au.mac)) {
+                /* Tell the client, so it can report TD_ERR_AUTH instead of a reset. */
+                send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+                return "wrong token (authentication failed)";
+            }
+            if (srv->nauth >= srv->lim.max_conns) {
+                /* Filled up since this one was accepted: tell the client, which retries. */
+                uint32_t lim = (uint32_t)TD_MIN(srv->lim.max_conns, (size_t)UINT32_MAX);
+                rep.status = TD_STORE_AUTH_FULL;
+                memcpy(rep.mac, &lim, sizeof(lim));
+                send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+                return "at the limit of authenticated connections";
+            }
+            rep.status = TD_STORE_AUTH_OK;
+            td__store_mac(srv->token, "tandem-store-server", au.nonce, c->nonce, rep.mac);
+            out_append(c, &rep, sizeof(rep));
+            c->state = C_READY;
+            srv->npending--;
+            srv->nauth++;
+            c->hdr_have = 0;
+            c->deadline_ns = 0;
+            if (!flush_out(srv, c)) return "write error";
+            continue;
+        }
+        memcpy(&c->req, c->hdr, sizeof(c->req));
         const td_store_req *q = &c->req;
-        memmove(c->body + q->key_len + 1, c->body + q->key_len, q->a_len + q->b_len);
-        c->body[q->key_len] = 0;
-        c->hdr_have = 0;
-        c->body_have = c->body_len = 0;
-        c->deadline_ns = 0;
-        if (!execute(srv, c)) return "malformed request";
-        if (!flush_out(c)) return "write error";
+        if (q->magic != TD_STORE_MAGIC_REQ) return "garbage (bad request magic)";
+        if (q->key_len > TD_STORE_MAX_KEY) return "oversize key";
+        uint64_t amax = q->op == TD_STORE_OP_WAIT ? TD_STORE_MAX_WAIT_BLOB : TD_STORE_MAX_VALUE;
+        if (q->a_len > amax || q->b_len > TD_STORE_MAX_VALUE) return "oversize value";
+        if (q->op < TD_STORE_OP_SET || q->op > TD_STORE_OP_DELETE) return "unknown request";
+        if (q->op != TD_STORE_OP_WAIT && q->key_len == 0) return "empty key";
+        /* key + NUL + a + b, so the key can be used as a C string in place */
+        c->body_len = q->key_len + q->a_len + q->b_len;
+        if ((!is_small(c) && srv->nroom_big) || !take_room(srv, c)) {
+            c->state = C_ROOM;
+            c->ticket = ++srv->next_ticket;
+            c->deadline_ns = 0; /* nothing is read meanwhile */
+            if (is_small(c))
+                srv->nroom_small++;
+            else
+                srv->nroom_big++;
+            return NULL;
+        }
     }
+}
+
+/* The handshake slots are full: drops the oldest connection still in the handshake if it has had
+ * a tenth of the handshake deadline (a real client needs one round trip), so strangers that
+ * connect and say nothing cannot keep the job's own clients out. Returns whether one was
+ * dropped. */
+static bool evict_pending(td_store_server_t *srv, uint64_t now) {
+    size_t oldest = SIZE_MAX;
+    for (size_t i = 0; i < srv->nconns; i++)
+        if (srv->conns[i]->state == C_HELLO &&
+            (oldest == SIZE_MAX || srv->conns[i]->since_ns < srv->conns[oldest]->since_ns))
+            oldest = i;
+    if (oldest == SIZE_MAX) return false;                        /* max_pending is 0 */
+    uint64_t grace_ns = (uint64_t)srv->handshake_ms * 100000ull; /* 1/10 */
+    if (now < srv->conns[oldest]->since_ns + grace_ns) return false;
+    char why[120];
+    snprintf(why, sizeof(why), "oldest of %zu connections still authenticating (the limit)",
+             srv->npending);
+    drop(srv, oldest, why);
+    return true;
 }
 
 static void accept_all(td_store_server_t *srv) {
@@ -500,33 +878,59 @@ static void accept_all(td_store_server_t *srv) {
             return;
         }
         srv->accept_resume_ns = 0;
-        conn *c = td_xcalloc(1, sizeof(*c));
-        c->fd = fd;
-        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?", peer[INET6_ADDRSTRLEN + 20];
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
                     NI_NUMERICHOST | NI_NUMERICSERV);
-        snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
+        snprintf(peer, sizeof(peer), "%s:%s", host, serv);
+        td_store_hello h = {.magic = TD_STORE_MAGIC_HELLO, .version = TD_STORE_VERSION};
+        if (srv->nauth >= srv->lim.max_conns) {
+            /* Closed at once, with a hello that says why, so the client can say so (and retry). */
+            uint32_t lim = (uint32_t)TD_MIN(srv->lim.max_conns, (size_t)UINT32_MAX);
+            h.flags = TD_STORE_HELLO_FULL;
+            memcpy(h.nonce, &lim, sizeof(lim));
+            send(fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+            close(fd);
+            char safe[sizeof(peer) * 4];
+            td_escape_text(safe, sizeof(safe), peer, strlen(peer));
+            log_limited(&srv->rl_full,
+                        "store: refusing a connection from %s: %zu clients are connected, the "
+                        "limit",
+                        safe, srv->nauth);
+            continue;
+        }
+        if (srv->npending >= srv->lim.max_pending && !evict_pending(srv, td_now_ns())) {
+            /* A storm of the job's own clients: this one tries again (see store_client.c). */
+            close(fd);
+            char safe[sizeof(peer) * 4];
+            td_escape_text(safe, sizeof(safe), peer, strlen(peer));
+            log_limited(&srv->rl_full,
+                        "store: refusing a connection from %s: %zu connections are still "
+                        "authenticating, the limit",
+                        safe, srv->npending);
+            continue;
+        }
+        conn *c = td_xcalloc(1, sizeof(*c));
+        c->fd = fd;
+        td_escape_text(c->peer, sizeof(c->peer), peer, strlen(peer));
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->state = C_HELLO;
+        c->since_ns = td_now_ns();
         c->deadline_ns = ms_from_now(srv->handshake_ms);
-        td_store_hello h = {.magic = TD_STORE_MAGIC_HELLO, .version = TD_STORE_VERSION};
-        if (td__random_bytes(c->nonce, sizeof(c->nonce)) != 0) {
-            TD_LOG_WARN("store: getrandom failed; refusing %s", c->peer);
-            conn_free(c);
-            continue;
-        }
-        memcpy(h.nonce, c->nonce, sizeof(h.nonce));
-        out_append(c, &h, sizeof(h));
-        if (!flush_out(c)) {
-            conn_free(c);
-            continue;
-        }
         if (srv->nconns == srv->cap_conns) {
             srv->cap_conns = srv->cap_conns ? srv->cap_conns * 2 : 16;
             srv->conns = td_xrealloc(srv->conns, srv->cap_conns * sizeof(*srv->conns));
         }
         srv->conns[srv->nconns++] = c;
+        srv->npending++;
+        if (td__random_bytes(c->nonce, sizeof(c->nonce)) != 0) {
+            TD_LOG_WARN("store: getrandom failed; refusing %s", c->peer);
+            drop(srv, srv->nconns - 1, NULL);
+            continue;
+        }
+        memcpy(h.nonce, c->nonce, sizeof(h.nonce));
+        out_append(c, &h, sizeof(h));
+        if (!flush_out(srv, c)) drop(srv, srv->nconns - 1, NULL);
     }
 }
 
@@ -540,22 +944,31 @@ static void *server_main(void *arg) {
             pfds = td_xrealloc(pfds, pcap * sizeof(*pfds));
         }
         uint64_t now = td_now_ns(), next = UINT64_MAX;
-        bool accepting = !srv->accept_resume_ns || now >= srv->accept_resume_ns;
-        pfds[0] = (struct pollfd){.fd = srv->listen_fd, .events = accepting ? POLLIN : 0};
-        if (!accepting) next = srv->accept_resume_ns;
         pfds[1] = (struct pollfd){.fd = srv->wake_fd, .events = POLLIN};
         for (size_t i = 0; i < srv->nconns; i++) {
             conn *c = srv->conns[i];
             short ev = 0;
-            if (c->out_len) ev |= POLLOUT;
-            if (c->state != C_WAITING && !c->out_len) ev |= POLLIN;
+            bool out = out_pending(c);
+            if (out) {
+                ev |= POLLOUT;
+                if (!c->out_stall_ns) c->out_stall_ns = ms_from_now(srv->frame_ms);
+                if (c->out_stall_ns < next) next = c->out_stall_ns;
+            }
+            if ((c->state == C_HELLO || c->state == C_READY) && !out) ev |= POLLIN;
+            /* not reading meanwhile, but a client that goes away must give its place back */
+            if (c->state == C_WAITING || c->state == C_ROOM) ev |= POLLRDHUP;
             pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
             if (c->deadline_ns && c->deadline_ns < next) next = c->deadline_ns;
             if (c->state == C_WAITING && c->wait_deadline_ns && c->wait_deadline_ns < next)
                 next = c->wait_deadline_ns;
         }
+        bool accepting = !srv->accept_resume_ns || now >= srv->accept_resume_ns;
+        if (!accepting) next = TD_MIN(next, srv->accept_resume_ns);
+        pfds[0] = (struct pollfd){.fd = srv->listen_fd, .events = accepting ? POLLIN : 0};
         int timeout = -1;
         if (next != UINT64_MAX) timeout = next <= now ? 0 : (int)((next - now) / 1000000 + 1);
+        if (srv->run_again) timeout = 0;
+        srv->run_again = false;
         size_t n = srv->nconns; /* conns accepted below are polled next round */
         if (poll(pfds, n + 2, timeout) < 0 && errno != EINTR) {
             TD_LOG_ERROR("store: poll failed: %s", strerror(errno));
@@ -572,22 +985,37 @@ static void *server_main(void *arg) {
             conn *c = srv->conns[k];
             short re = pfds[k + 2].revents;
             const char *why = NULL;
-            if (re & POLLOUT && !flush_out(c)) why = "write error";
-            if (!why && c->out_len > OUT_MAX) why = "not reading its replies";
-            if (!why && re & (POLLIN | POLLHUP | POLLERR)) why = conn_read(srv, c);
+            char stalled[120];
+            if (re & POLLOUT && !flush_out(srv, c)) why = "write error";
+            if (!why && out_pending(c) && c->out_stall_ns && now >= c->out_stall_ns) {
+                snprintf(stalled, sizeof(stalled),
+                         "not reading its replies (%zu bytes unsent, none taken for %d ms)",
+                         c->out_len - c->out_off +
+                             (c->out_val ? c->out_val->nbytes - c->out_val_off : 0),
+                         srv->frame_ms);
+                why = stalled;
+            }
+            if (!why && (c->state == C_WAITING || c->state == C_ROOM) &&
+                re & (POLLRDHUP | POLLHUP | POLLERR))
+                why = c->state == C_WAITING ? "closed while its request was parked"
+                                            : "closed in the middle of a request";
+            if (!why && (re & (POLLIN | POLLHUP | POLLERR) ||
+                         (c->state == C_READY && c->body && c->body_have == c->body_len)))
+                why = conn_read(srv, c);
             if (!why && c->deadline_ns && now >= c->deadline_ns)
                 why = c->state == C_HELLO ? "did not authenticate in time (stalled handshake)"
                                           : "stalled in the middle of a request";
             if (!why && c->state == C_WAITING && c->wait_deadline_ns &&
                 now >= c->wait_deadline_ns) {
                 try_complete_wait(srv, c, true);
-                c->state = C_READY;
-                free(c->body);
-                c->body = NULL;
-                if (!flush_out(c)) why = "write error";
+                finish_wait(srv, c);
+                if (!flush_out(srv, c)) why = "write error";
             }
             if (why) drop(srv, k, *why ? why : NULL);
         }
+        /* Bodies finished or dropped above may make room for those waiting; a connection
+         * admitted here is read next round (its bytes are waiting in the socket). */
+        admit_waiting(srv);
         if (pfds[0].revents & POLLIN ||
             (srv->accept_resume_ns && td_now_ns() >= srv->accept_resume_ns))
             accept_all(srv);
@@ -599,43 +1027,40 @@ static void *server_main(void *arg) {
 td_status td_store_server_start(const char *host, int port, const char *token,
                                 td_store_server_t **out) {
     *out = NULL;
-    if (!token || !*token)
-        return td_error(TD_ERR_INVALID, "store server: empty token; set TANDEM_TOKEN (any secret "
-                                        "string shared by the job) or let the launcher make one");
     if (port < 0 || port > 65535)
         return td_error(TD_ERR_INVALID, "store server: port %d out of range 0..65535", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
-                    *ai = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    if (host && !*host) host = NULL;
-    if (host && !strcmp(host, "0.0.0.0")) hints.ai_family = AF_INET;
-    int gai = getaddrinfo(host, portstr, &hints, &ai);
-    if (gai)
-        return td_error(TD_ERR_INVALID, "store server: cannot resolve bind address '%s': %s",
-                        host ? host : "*", gai_strerror(gai));
-    int fd = -1;
-    td_status st = TD_OK;
-    for (struct addrinfo *p = ai; p; p = p->ai_next) {
-        fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, p->ai_addr, p->ai_addrlen) == 0 && listen(fd, 512) == 0) break;
-        st = td_error_errno(TD_ERR_SYS,
-                            "store server: cannot listen on %s:%d (another process "
-                            "may hold the port; pass port 0 for a free one)",
-                            host ? host : "*", port);
+    int fd = -1, bound = 0;
+    td_status st = td_listen_tcp(host, port, 512, &fd, &bound);
+    if (st != TD_OK)
+        return td_error(st,
+                        "store server: %s (another process may hold the port; pass port 0 for a "
+                        "free one)",
+                        td_error_msg());
+    return td_store_server_start_fd(fd, token, out);
+}
+
+td_status td_store_server_start_fd(int fd, const char *token, td_store_server_t **out) {
+    *out = NULL;
+    if (!token || !*token) {
         close(fd);
-        fd = -1;
+        return td_error(TD_ERR_INVALID, "store server: empty token; set TANDEM_TOKEN (any secret "
+                                        "string shared by the job) or let the launcher make one");
     }
-    freeaddrinfo(ai);
-    if (fd < 0) return st != TD_OK ? st : td_error_errno(TD_ERR_SYS, "store server: socket");
+    int listening = 0;
+    socklen_t optlen = sizeof listening;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening ||
+        getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        close(fd);
+        return td_error(TD_ERR_INVALID,
+                        "store server: descriptor %d is not a listening TCP socket (it was handed "
+                        "over by the parent process, which must create it with td_listen_tcp)",
+                        fd);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    td_status st = TD_OK;
     td_store_server_t *srv = td_xcalloc(1, sizeof(*srv));
     srv->listen_fd = fd;
     srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -645,6 +1070,7 @@ td_status td_store_server_start(const char *host, int port, const char *token,
     srv->kv.buckets = td_xcalloc(srv->kv.nbuckets, sizeof(entry *));
     srv->handshake_ms = 10000;
     srv->frame_ms = 60000;
+    td__store_limits_default(&srv->lim);
     srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (srv->wake_fd < 0) {
         st = td_error_errno(TD_ERR_SYS, "store server: eventfd");
@@ -678,7 +1104,7 @@ void td_store_server_stop(td_store_server_t *srv) {
     ssize_t r = write(srv->wake_fd, &one, sizeof(one));
     (void)r;
     pthread_join(srv->thread, NULL);
-    for (size_t i = 0; i < srv->nconns; i++) conn_free(srv->conns[i]);
+    for (size_t i = 0; i < srv->nconns; i++) conn_free(srv, srv->conns[i]);
     free(srv->conns);
     close(srv->listen_fd);
     close(srv->wake_fd);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "comm/store_internal.h"
+#include "tandem/os.h"
 
 #define HELLO_MAGIC    0x50435454u /* "TTCP" */
 #define HELLO_VERSION  1
@@ -417,30 +418,15 @@ td_status td__tcp_transport_new(td_pg_t *pg, const bool *use, td_transport **out
     char host[256];
     TD_CHECK_GOTO(local_addr(pg, host, sizeof(host)), st, out);
 
-    /* listen on port 0 at the address peers can reach, publish it */
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
-                    *ai;
-    int gai = getaddrinfo(host, "0", &hints, &ai);
-    if (gai) {
-        st = td_error(TD_ERR_INVALID, "tcp: bind address '%s': %s", host, gai_strerror(gai));
+    /* listen on port 0 at the address peers can reach, keep the socket, publish the port */
+    int port = 0;
+    if (td_listen_tcp(host, 0, 128, &lfd, &port) != TD_OK) {
+        st = td_error(TD_ERR_SYS, "tcp: rank %d: %s (set bind_addr to an address of this host)", r,
+                      td_error_msg());
         goto out;
     }
-    lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd >= 0) tune(lfd);
-    if (lfd < 0 || bind(lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(lfd, 128) != 0) {
-        st = td_error_errno(TD_ERR_SYS,
-                            "tcp: rank %d cannot listen on %s (set bind_addr to an "
-                            "address of this host)",
-                            r, host);
-        freeaddrinfo(ai);
-        goto out;
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(lfd, (struct sockaddr *)&ss, &sl);
-    int port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                              : ((struct sockaddr_in *)&ss)->sin_port);
+    tune(lfd); /* accepted sockets inherit the options */
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
     val = td_xasprintf("%s %d", host, port);
     key = td__pg_key(pg, "tcp/%d", r);
     TD_CHECK_GOTO(td_store_set(pg->store, key, val, strlen(val)), st, out);

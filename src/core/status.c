@@ -46,7 +46,11 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
 
 static td_status record(const char *file, int line, td_status st, int err, const char *fmt,
                         va_list ap) {
-    vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+    /* Formatted aside first: callers wrap the previous detail, td_error(st, "...: %s",
+     * td_error_msg()), and vsnprintf from a buffer into itself is undefined. */
+    char fresh[ERROR_MSG_BYTES];
+    vsnprintf(fresh, sizeof fresh, fmt, ap);
+    memcpy(error_msg, fresh, sizeof error_msg);
     if (err) append(error_msg, sizeof error_msg, ": %s", strerror(err));
     error_trace[0] = '\0';
     append(error_trace, sizeof error_trace, "  at %s:%d\n", file, line);

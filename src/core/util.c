@@ -60,34 +60,35 @@ void td_env_print(FILE *out) {
                 td_env_str((td_env_knob)i), env_table[i].doc, env_table[i].def);
 }
 
-td_status td_mkdirs(const char *path) {
-    char *p = td_xstrdup(path);
-    td_status rc = TD_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char c = *s;
-        *s = '\0';
-        struct stat st;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = td_error_errno(TD_ERR_IO, "cannot create directory %s", p);
-            break;
-        }
-        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            rc = td_error(TD_ERR_INVALID, "%s is in the way and is not a directory", p);
-            break;
-        }
-        *s = c;
-        if (c == '\0') break;
-    }
-    free(p);
-    return rc;
-}
-
 int td_num_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) return TD_MAX(1, CPU_COUNT(&set));
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+static const struct {
+    const char *name;
+    const char *by;
+    const char *doc;
+} var_table[] = {
+#define TD__VAR_ROW(name, by, doc) {#name, by, doc},
+    TD_VAR_MAP(TD__VAR_ROW)
+#undef TD__VAR_ROW
+};
+
+const char *td_var_name(td_var var) {
+    return var_table[var].name;
+}
+
+const char *td_var_get(td_var var) {
+    const char *v = getenv(var_table[var].name);
+    return v && *v ? v : NULL;
+}
+
+void td_var_print(FILE *out) {
+    for (size_t i = 0; i < TD_ARRAY_LEN(var_table); i++)
+        fprintf(out, "%-28s %-12s %s\n", var_table[i].name, var_table[i].by, var_table[i].doc);
 }
 
 td_status td_parse_i64(const char *what, const char *s, int64_t *out) {

@@ -11,6 +11,8 @@
 
 /* Far above any IDX dataset we train on; guards the size product against nonsense headers. */
 #define IDX_MAX_BYTES ((uint64_t)1 << 36)
+/* The data buffer's first size; it doubles while more data arrives. */
+#define IDX_FIRST_CHUNK ((uint64_t)1 << 20)
 
 static uint32_t be32(const uint8_t *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
@@ -118,20 +120,31 @@ td_status td_idx_read(const char *path, uint32_t expected_magic, td_idx *out) {
         }
     }
     out->ndims = ndims;
-    data = td_xmalloc(total ? total : 1);
-    n = read_full(gz, data, total);
-    if (n < 0) {
-        rc = td_error(TD_ERR_FORMAT,
-                      "IDX file %s: cannot decompress the data: %s; the file is damaged, "
-                      "reinstall or re-download it",
-                      path, gz_errtext(gz));
-        goto out;
+    /* The header's size is only a promise: the buffer grows as the data arrives, so a corrupt
+     * 16-byte header cannot make us allocate gigabytes for a file that is not there (found by
+     * tests/fuzz/fuzz_idx.c; gzip hides the real size until the end). Doubling keeps the
+     * copying linear. */
+    uint64_t cap = total < IDX_FIRST_CHUNK ? total : IDX_FIRST_CHUNK, have = 0;
+    data = td_xmalloc(cap ? cap : 1);
+    for (;;) {
+        n = read_full(gz, data + have, cap - have);
+        if (n < 0) {
+            rc = td_error(TD_ERR_FORMAT,
+                          "IDX file %s: cannot decompress the data: %s; the file is damaged, "
+                          "reinstall or re-download it",
+                          path, gz_errtext(gz));
+            goto out;
+        }
+        have += (uint64_t)n;
+        if (have < cap || cap == total) break; /* end of file, or all of it */
+        cap = cap * 2 < total ? cap * 2 : total;
+        data = td_xrealloc(data, cap);
     }
-    if ((uint64_t)n < total) {
+    if (have < total) {
         rc = td_error(TD_ERR_FORMAT,
                       "IDX file %s is truncated: its header promises %llu data bytes but only "
-                      "%lld are there; reinstall or re-download it",
-                      path, (unsigned long long)total, (long long)n);
+                      "%llu are there; reinstall or re-download it",
+                      path, (unsigned long long)total, (unsigned long long)have);
         goto out;
     }
     uint8_t extra;

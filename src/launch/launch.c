@@ -7,17 +7,21 @@
  *   failed  the root cause, first failure in the group wins (compare_set)
  *   stop    the signal number a launcher received, for the others to forward
  *   done    count of nodes whose workers all exited 0
- *   exit    count of agents leaving; the store host waits for all before stopping the store */
+ *   exit    count of agents leaving; the store host waits for all before stopping the store
+ *   beat/<node>  the node agent's heartbeat, carrying its workers' progress (stall.c) */
 #include "launch_internal.h"
+#include "stall.h"
+
+#include "tandem/os.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -35,6 +39,7 @@ void td_launch_options_init(td_launch_options *o) {
     o->stop_grace_s = 30.0;
     o->rdzv_timeout_s = 300.0;
     o->last_call_s = 3.0;
+    o->stall_timeout_s = (double)td_env_int(TD_ENV_STALL_TIMEOUT_MS) / 1000.0;
     o->out_fd = STDOUT_FILENO;
     o->err_fd = STDERR_FILENO;
 }
@@ -50,8 +55,9 @@ typedef struct {
     char store_host[256]; /* how agents and workers reach the store */
     int store_port;
     td_store_server_t *server;
-    td_store_t *store; /* multi-node agents only */
-    char *path;        /* the worker command, resolved */
+    td_store_t *store;     /* multi-node agents only */
+    td_store_t *own_store; /* single node with a stall timeout: our client of our own store */
+    char *path;            /* the worker command, resolved */
     int ncores;
 } agent;
 
@@ -69,24 +75,10 @@ typedef struct {
     bool killed;
     bool done_published;
     bool store_lost;
+    td__stall *stall;  /* the stall check, or NULL (--stall-timeout 0) */
+    double next_stall; /* when it runs next */
+    int silent_nodes;  /* agents whose heartbeat stopped: they will not check out */
 } attempt;
-
-static void random_hex(char *out, size_t nbytes_random) {
-    unsigned char r[64];
-    size_t got = 0;
-    while (got < nbytes_random) {
-        ssize_t k = getrandom(r + got, nbytes_random - got, 0);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            /* No entropy source: fall back to time and pid mixed; still unique per run. */
-            uint64_t x = td_mix64(td_now_ns() ^ ((uint64_t)getpid() << 32) ^ got);
-            r[got++] = (unsigned char)x;
-            continue;
-        }
-        got += (size_t)k;
-    }
-    for (size_t i = 0; i < nbytes_random; i++) sprintf(out + 2 * i, "%02x", r[i]);
-}
 
 /* The same token on every node without a shared secret: anyone who knows the id can compute
  * it, which is why the caller warns. */
@@ -152,44 +144,58 @@ static void free_env(char **env) {
     free(env);
 }
 
+/* One "NAME=value" of the worker contract (core.h's TD_VAR_MAP). */
+static char *var(td_var v, const char *fmt, ...) TD_PRINTF(2, 3);
+static char *var(td_var v, const char *fmt, ...) {
+    char value[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    return td_xasprintf("%s=%s", td_var_name(v), value);
+}
+
 static char **worker_env(const agent *a, const attempt *t, int local_rank) {
     const td_launch_options *o = a->o;
     int rank = t->rz.rank_offset + local_rank;
-    char *v[32];
+    char *v[TD_VAR_COUNT];
     int n = 0;
-    v[n++] = td_xasprintf("RANK=%d", rank);
-    v[n++] = td_xasprintf("LOCAL_RANK=%d", local_rank);
-    v[n++] = td_xasprintf("WORLD_SIZE=%d", t->rz.world_size);
-    v[n++] = td_xasprintf("LOCAL_WORLD_SIZE=%d", o->nproc_per_node);
-    v[n++] = td_xasprintf("GROUP_RANK=%d", t->rz.group_rank);
-    v[n++] = td_xasprintf("GROUP_WORLD_SIZE=%d", t->rz.nnodes);
-    v[n++] = td_xasprintf("ROLE_RANK=%d", rank);
-    v[n++] = td_xasprintf("ROLE_WORLD_SIZE=%d", t->rz.world_size);
-    v[n++] = td_xasprintf("ROLE_NAME=default");
-    v[n++] = td_xasprintf("MASTER_ADDR=%s", t->rz.master_addr);
-    v[n++] = td_xasprintf("MASTER_PORT=%d", t->rz.master_port);
-    v[n++] = td_xasprintf("TORCHELASTIC_RESTART_COUNT=%d", t->restart);
-    v[n++] = td_xasprintf("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
-    v[n++] = td_xasprintf("TORCHELASTIC_RUN_ID=%s", a->run_id);
+    v[n++] = var(TD_VAR_RANK, "%d", rank);
+    v[n++] = var(TD_VAR_LOCAL_RANK, "%d", local_rank);
+    v[n++] = var(TD_VAR_WORLD_SIZE, "%d", t->rz.world_size);
+    v[n++] = var(TD_VAR_LOCAL_WORLD_SIZE, "%d", o->nproc_per_node);
+    v[n++] = var(TD_VAR_GROUP_RANK, "%d", t->rz.group_rank);
+    v[n++] = var(TD_VAR_GROUP_WORLD_SIZE, "%d", t->rz.nnodes);
+    v[n++] = var(TD_VAR_ROLE_RANK, "%d", rank);
+    v[n++] = var(TD_VAR_ROLE_WORLD_SIZE, "%d", t->rz.world_size);
+    v[n++] = var(TD_VAR_ROLE_NAME, "default");
+    v[n++] = var(TD_VAR_MASTER_ADDR, "%s", t->rz.master_addr);
+    v[n++] = var(TD_VAR_MASTER_PORT, "%d", t->rz.master_port);
+    v[n++] = var(TD_VAR_TORCHELASTIC_RESTART_COUNT, "%d", t->restart);
+    v[n++] = var(TD_VAR_TORCHELASTIC_MAX_RESTARTS, "%d", o->max_restarts);
+    v[n++] = var(TD_VAR_TORCHELASTIC_RUN_ID, "%s", a->run_id);
     /* torch.distributed then builds its own TCPStore at MASTER_ADDR:MASTER_PORT. */
-    v[n++] = td_xasprintf("TORCHELASTIC_USE_AGENT_STORE=False");
-    const char *omp = getenv("OMP_NUM_THREADS");
+    v[n++] = var(TD_VAR_TORCHELASTIC_USE_AGENT_STORE, "False");
+    const char *omp = td_var_get(TD_VAR_OMP_NUM_THREADS);
     char threads[32];
-    if (omp && *omp) {
+    if (omp) {
         snprintf(threads, sizeof threads, "%s", omp);
     } else {
         snprintf(threads, sizeof threads, "%d", TD_MAX(1, a->ncores / o->nproc_per_node));
-        v[n++] = td_xasprintf("OMP_NUM_THREADS=%s", threads);
+        v[n++] = var(TD_VAR_OMP_NUM_THREADS, "%s", threads);
     }
-    const char *tnt = getenv("TANDEM_NUM_THREADS");
-    if (!tnt || !*tnt || !strcmp(tnt, "0")) v[n++] = td_xasprintf("TANDEM_NUM_THREADS=%s", threads);
-    v[n++] = td_xasprintf("TANDEM_STORE_ADDR=%s:%d", a->store_host, a->store_port);
-    v[n++] = td_xasprintf("TANDEM_TOKEN=%s", a->token);
-    v[n++] = td_xasprintf("TANDEM_RUN_ID=%s", a->run_id);
-    v[n++] = td_xasprintf("TANDEM_RESTART_COUNT=%d", t->restart);
-    v[n++] = td_xasprintf("TANDEM_NODE_RANK=%d", t->rz.group_rank);
+    const char *tnt = td_var_get(TD_VAR_TANDEM_NUM_THREADS);
+    if (!tnt || !strcmp(tnt, "0")) v[n++] = var(TD_VAR_TANDEM_NUM_THREADS, "%s", threads);
+    v[n++] = var(TD_VAR_TANDEM_STORE_ADDR, "%s:%d", a->store_host, a->store_port);
+    v[n++] = var(TD_VAR_TANDEM_TOKEN, "%s", a->token);
+    v[n++] = var(TD_VAR_TANDEM_RUN_ID, "%s", a->run_id);
+    v[n++] = var(TD_VAR_TANDEM_RESTART_COUNT, "%d", t->restart);
+    v[n++] = var(TD_VAR_TANDEM_NODE_RANK, "%d", t->rz.group_rank);
     if (o->metrics_dir)
-        v[n++] = td_xasprintf("TANDEM_METRICS=%s/rank-%d.jsonl", o->metrics_dir, rank);
+        v[n++] = var(TD_VAR_TANDEM_METRICS, "%s/rank-%d.jsonl", o->metrics_dir, rank);
+    /* Always set, 0 too: an inherited value must not make workers publish for nobody. */
+    v[n++] = var(TD_VAR_TANDEM_HEARTBEAT_MS, "%d",
+                 o->stall_timeout_s > 0 ? td__stall_heartbeat_ms(o->stall_timeout_s) : 0);
     return build_env(v, n);
 }
 
@@ -209,14 +215,30 @@ static void start_teardown(attempt *t, int sig, double grace_s) {
     td__workers_signal(&t->ws, sig, false);
 }
 
+static void fail_group(agent *a, attempt *t);
+
 /* A local failure: the first one here, and (multi-node) the first in the group unless another
  * node published one before us. */
 static void on_local_failure(agent *a, attempt *t, int idx) {
     td__worker *w = &t->ws.w[idx];
     char how[128];
-    td__describe_status(w->status, how, sizeof how);
+    td_wait_describe(w->status, how, sizeof how);
     snprintf(t->cause, sizeof t->cause, "worker rank %d (local rank %d on node %d, pid %d) %s",
              w->rank, w->local_rank, t->rz.group_rank, (int)w->pid, how);
+    fail_group(a, t);
+}
+
+/* The stall check's verdict (stall.c) is a failure like a worker's. */
+static void on_stall(agent *a, attempt *t, const char *cause) {
+    snprintf(t->cause, sizeof t->cause, "%s", cause);
+    fail_group(a, t);
+    /* A stopped worker acts on the SIGTERM only once it runs again (as scancel does). */
+    td__workers_signal(&t->ws, SIGCONT, false);
+}
+
+/* t->cause is this node's failure: tear down, and publish it as the group's unless another node
+ * was first (then print ours as a consequence and take theirs). */
+static void fail_group(agent *a, attempt *t) {
     t->outcome = OUTCOME_FAILED;
     start_teardown(t, SIGTERM, a->o->grace_s);
     if (a->multi && !t->store_lost) {
@@ -269,6 +291,8 @@ static void read_signals(agent *a, attempt *t) {
         if ((int)si.ssi_signo != SIGCHLD) on_signal(a, t, (int)si.ssi_signo, false);
 }
 
+static void lose_store(agent *a, attempt *t);
+
 /* The other nodes' news, once per monitor interval. */
 static void check_store(agent *a, attempt *t) {
     char key[600];
@@ -300,6 +324,11 @@ static void check_store(agent *a, attempt *t) {
     td_error_clear();
     return;
 lost:
+    lose_store(a, t);
+}
+
+/* A store request failed (the detail is td_error_msg()): the group cannot go on. */
+static void lose_store(agent *a, attempt *t) {
     t->store_lost = true;
     if (t->outcome == OUTCOME_OK && !t->teardown) {
         snprintf(t->cause, sizeof t->cause,
@@ -308,6 +337,15 @@ lost:
         t->outcome = OUTCOME_FAILED;
         start_teardown(t, SIGTERM, a->o->grace_s);
     }
+}
+
+/* Heartbeats and the workers' collective progress, once per stall period (stall.c). */
+static void check_stall(agent *a, attempt *t) {
+    char cause[sizeof t->cause];
+    if (td__stall_check(t->stall, &t->ws, cause, sizeof cause) != TD_OK)
+        lose_store(a, t);
+    else if (cause[0])
+        on_stall(a, t, cause);
 }
 
 /* Local workers all succeeded: are all nodes done? */
@@ -330,6 +368,25 @@ static bool group_done(agent *a, attempt *t) {
 static void monitor(agent *a, attempt *t) {
     const td_launch_options *o = a->o;
     double next_tick = td_now_s();
+    double stall_period = 0;
+    if (o->stall_timeout_s > 0) {
+        td__stall_params sp = {.store = a->multi ? a->store : a->own_store,
+                               .ns = t->ns,
+                               .run_id = a->run_id,
+                               .restart = t->restart,
+                               .node = t->rz.group_rank,
+                               .nnodes = t->rz.nnodes,
+                               .rank_offset = t->rz.rank_offset,
+                               .nlocal = t->ws.n,
+                               .world_size = t->rz.world_size,
+                               .timeout_s = o->stall_timeout_s,
+                               .monitor_s = o->monitor_interval_s};
+        if (sp.store) {
+            t->stall = td__stall_new(&sp);
+            stall_period = td__stall_period_s(&sp);
+            t->next_stall = next_tick;
+        }
+    }
     struct pollfd *pfds = td_xcalloc((size_t)(2 * t->ws.n + 1), sizeof *pfds);
     for (;;) {
         int failed = -1;
@@ -340,6 +397,12 @@ static void monitor(agent *a, attempt *t) {
         if (now >= next_tick) {
             next_tick = now + o->monitor_interval_s;
             if (a->multi && !t->store_lost && !t->teardown) check_store(a, t);
+            /* Also while this node's workers are done and it waits for the others: its
+             * heartbeat tells them it is still here. */
+            if (t->stall && now >= t->next_stall && !t->store_lost && !t->teardown) {
+                t->next_stall = now + stall_period;
+                check_stall(a, t);
+            }
         }
         if (t->teardown && !t->killed && now >= t->kill_at && td__workers_running(&t->ws) > 0) {
             TD_LOG_WARN("workers still running %.1f s after SIGTERM: sending SIGKILL",
@@ -382,6 +445,12 @@ static void monitor(agent *a, attempt *t) {
     free(pfds);
     if (t->teardown) td__workers_signal(&t->ws, SIGKILL, true); /* grandchildren */
     td__workers_drain(&t->ws, 1.0);
+    if (t->stall) {
+        /* Silent for the stall time: it froze (a live agent's teardown is much shorter). */
+        t->silent_nodes = td__stall_silent_nodes(t->stall, o->stall_timeout_s);
+        td__stall_free(t->stall);
+        t->stall = NULL;
+    }
 }
 
 static int stop_exit_code(const attempt *t) {
@@ -404,7 +473,20 @@ static td_status setup_store(agent *a) {
     }
     TD_CHECK(
         td__parse_endpoint(o->rdzv_endpoint, a->store_host, sizeof a->store_host, &a->store_port));
-    if (o->node_rank == 0) {
+    const char *lfd = td_var_get(TD_VAR_TANDEM_STORE_LISTEN_FD);
+    if (o->node_rank == 0 && lfd) {
+        /* The socket our parent (the `tandem run` supervisor) bound for us: the port in the
+         * endpoint it gave every node is held from the moment it was picked. */
+        int64_t fd;
+        TD_CHECK(td_parse_i64(td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD), lfd, &fd));
+        TD_CHECK(td_store_server_start_fd((int)fd, a->token, &a->server));
+        if (td_store_server_port(a->server) != a->store_port)
+            return td_error(TD_ERR_USAGE,
+                            "%s=%s listens on port %d, but --rdzv-endpoint says %d; they must "
+                            "agree",
+                            td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD), lfd,
+                            td_store_server_port(a->server), a->store_port);
+    } else if (o->node_rank == 0) {
         /* Where the endpoint says: a 127.0.0.1 endpoint must not listen on every interface
          * (issue 8). Only when this host cannot bind the endpoint's address (its name resolves
          * to another address here than elsewhere) does the store take all interfaces, saying
@@ -447,12 +529,13 @@ static void exit_barrier(agent *a, const attempt *t, double wait_s) {
     int64_t v = 0;
     if (td_store_add(a->store, key, 1, &v) != TD_OK || !a->server) return;
     double deadline = td_now_s() + wait_s;
-    while (v < t->rz.nnodes && td_now_s() < deadline) {
+    int expect = t->rz.nnodes - t->silent_nodes; /* a frozen agent will not check out */
+    while (v < expect && td_now_s() < deadline) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (td_store_add(a->store, key, 0, &v) != TD_OK) return;
     }
-    if (v < t->rz.nnodes)
+    if (v < expect)
         TD_LOG_WARN("%lld of %d node agents checked out; stopping the store anyway", (long long)v,
                     t->rz.nnodes);
 }
@@ -503,6 +586,11 @@ static td_status validate(const td_launch_options *o) {
         return td_error(TD_ERR_USAGE, "--max-restarts %d: need >= 0", o->max_restarts);
     if (!(o->monitor_interval_s > 0) || o->grace_s < 0 || o->stop_grace_s < 0)
         return td_error(TD_ERR_USAGE, "--monitor-interval must be > 0 and grace periods >= 0");
+    if (!(o->stall_timeout_s >= 0))
+        return td_error(TD_ERR_USAGE,
+                        "--stall-timeout %g: need seconds >= 0 (0 turns the stall check off; "
+                        "the default comes from TANDEM_STALL_TIMEOUT_MS)",
+                        o->stall_timeout_s);
     if (o->standalone && o->max_nodes > 1)
         return td_error(TD_ERR_USAGE, "--standalone runs one node, but --nnodes is %d:%d",
                         o->min_nodes, o->max_nodes);
@@ -523,9 +611,7 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     agent a = {.o = o, .sig_fd = -1};
     attempt t;
     memset(&t, 0, sizeof t);
-    sigset_t block, old_mask;
-    struct sigaction old_pipe, ign = {.sa_handler = SIG_IGN};
-    bool masked = false;
+    td_sigwatch sigs = {.fd = -1};
 
     st = validate(o);
     if (st != TD_OK) {
@@ -541,31 +627,21 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     a.ncores = td_num_cores();
 
     /* Before any thread exists (the store server's), so that every thread has them blocked. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGCHLD);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-    sigaction(SIGPIPE, &ign, &old_pipe);
-    masked = true;
-    a.sig_fd = signalfd(-1, &block, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (a.sig_fd < 0) {
-        st = td_error_errno(TD_ERR_SYS, "signalfd");
-        goto out;
-    }
+    static const int watched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
+    TD_CHECK_GOTO(td_sigwatch_open(&sigs, watched, (int)TD_ARRAY_LEN(watched)), st, out);
+    a.sig_fd = sigs.fd;
 
     if (o->rdzv_id && *o->rdzv_id)
         snprintf(a.run_id, sizeof a.run_id, "%s", o->rdzv_id);
     else if (a.multi)
         snprintf(a.run_id, sizeof a.run_id, "none");
     else
-        random_hex(a.run_id, 8);
-    const char *tok = getenv("TANDEM_TOKEN");
-    if (tok && *tok) {
+        TD_CHECK_GOTO(td_random_hex(a.run_id, 8), st, out);
+    const char *tok = td_var_get(TD_VAR_TANDEM_TOKEN);
+    if (tok) {
         snprintf(a.token, sizeof a.token, "%s", tok);
     } else if (!a.multi) {
-        random_hex(a.token, 16);
+        TD_CHECK_GOTO(td_random_hex(a.token, 16), st, out);
     } else {
         token_from_id(a.run_id, a.token);
         TD_LOG_WARN("TANDEM_TOKEN is not set: the store token is derived from --rdzv-id '%s', so "
@@ -577,6 +653,9 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     if (o->log_dir) TD_CHECK_GOTO(mkdir_p(o->log_dir, "--log-dir"), st, out);
     if (o->metrics_dir) TD_CHECK_GOTO(mkdir_p(o->metrics_dir, "--metrics-dir"), st, out);
     TD_CHECK_GOTO(setup_store(&a), st, out);
+    if (!a.multi && o->stall_timeout_s > 0)
+        TD_CHECK_GOTO(td_store_connect(a.store_host, a.store_port, a.token, 10000, &a.own_store),
+                      st, out);
 
     for (int restart = 0;; restart++) {
         td__workers_free(&t.ws);
@@ -614,7 +693,7 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
             t.rz.rank_offset = 0;
             t.rz.world_size = o->nproc_per_node;
             snprintf(t.rz.master_addr, sizeof t.rz.master_addr, "127.0.0.1");
-            TD_CHECK_GOTO(td__free_port(&t.rz.master_port), st, out);
+            TD_CHECK_GOTO(td_pick_free_port(&t.rz.master_port), st, out);
         }
         td_log(a.multi && restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
                "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "
@@ -676,12 +755,9 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
 out:
     td__workers_free(&t.ws);
     if (a.store) td_store_close(a.store);
+    if (a.own_store) td_store_close(a.own_store);
     if (a.server) td_store_server_stop(a.server);
-    if (a.sig_fd >= 0) close(a.sig_fd);
-    if (masked) {
-        sigaction(SIGPIPE, &old_pipe, NULL);
-        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
-    }
+    td_sigwatch_close(&sigs);
     free(a.path);
     if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
     return st;

@@ -29,7 +29,9 @@ typedef struct {
     int status;   /* wait status once reaped */
     char prefix[32];
     td__stream out, err;
-    int log_fd; /* DIR/rank-R.log or -1 */
+    int log_fd;      /* DIR/rank-R.log or -1 */
+    char *log_path;  /* its path, for messages */
+    bool log_failed; /* a write to it failed and was reported */
 } td__worker;
 
 typedef struct {
@@ -56,8 +58,6 @@ int td__workers_reap(td__workers *ws, int *failed);
 int td__workers_running(const td__workers *ws);
 void td__workers_free(td__workers *ws);
 
-/* "exited with code 3" / "was killed by signal 9 (SIGKILL)". */
-void td__describe_status(int status, char *buf, size_t nbytes);
 bool td__status_ok(int status);
 
 /* ---- rendezvous ---- */
@@ -85,8 +85,6 @@ typedef struct {
 
 td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out);
 
-/* A TCP port that was free a moment ago (bind port 0, read it, close). */
-td_status td__free_port(int *port);
 /* The local address this host uses to reach host:port ("127.0.0.1" for loopback). */
 td_status td__local_addr_for(const char *host, int port, char *out, size_t nbytes);
 /* Splits "host:port" ("[v6]:port" too). */

@@ -8,6 +8,8 @@
  * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
 #include "launch_internal.h"
 
+#include "tandem/os.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -45,22 +47,6 @@ td_status td__parse_endpoint(const char *ep, char *host, size_t nbytes, int *por
 bad:
     return td_error(TD_ERR_USAGE, "--rdzv-endpoint '%s' is not HOST:PORT (e.g. 10.0.0.1:29400)",
                     ep);
-}
-
-td_status td__free_port(int *port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return td_error_errno(TD_ERR_SYS, "socket for a free port");
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-    socklen_t len = sizeof a;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
-        td_status st = td_error_errno(TD_ERR_SYS, "binding port 0 to pick MASTER_PORT");
-        close(fd);
-        return st;
-    }
-    *port = ntohs(a.sin_port);
-    close(fd);
-    return TD_OK;
 }
 
 /* A connected UDP socket sends nothing; it only asks the kernel which source address it would
@@ -306,7 +292,7 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     if (out->group_rank == 0) {
         char port[16];
         int port_num;
-        TD_CHECK_GOTO(td__free_port(&port_num), st, out);
+        TD_CHECK_GOTO(td_pick_free_port(&port_num), st, out);
         int plen = snprintf(port, sizeof port, "%d", port_num);
         TD_CHECK_GOTO(td_store_set(p->store, key, port, (size_t)plen), st, out);
     }

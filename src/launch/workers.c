@@ -2,37 +2,28 @@
  * output, reaping and signalling. Single-threaded: the agent loop drives everything. */
 #include "launch_internal.h"
 
+#include "tandem/os.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-void td__describe_status(int status, char *buf, size_t nbytes) {
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        const char *abbrev = sigabbrev_np(sig);
-        snprintf(buf, nbytes, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
-    } else if (WIFEXITED(status)) {
-        snprintf(buf, nbytes, "exited with code %d", WEXITSTATUS(status));
-    } else {
-        snprintf(buf, nbytes, "ended with wait status 0x%x", status);
-    }
-}
-
 bool td__status_ok(int status) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-/* Writes all of buf, retrying short writes; errors (a closed stdout) are dropped on purpose:
- * the agent must keep supervising its workers even when nobody reads their output. */
-static void write_all(int fd, const char *buf, size_t nbytes) {
+/* Writes all of buf, retrying short writes. Returns 0, or the errno of a failed write: the
+ * caller decides what a failure means (a closed stdout is ignored on purpose, the agent must
+ * keep supervising its workers even when nobody reads their output; a log file that cannot be
+ * written is reported). */
+static int write_all(int fd, const char *buf, size_t nbytes) {
     while (nbytes > 0) {
         ssize_t k = write(fd, buf, nbytes);
         if (k < 0) {
@@ -42,11 +33,27 @@ static void write_all(int fd, const char *buf, size_t nbytes) {
                 poll(&p, 1, 100);
                 continue;
             }
-            return;
+            return errno;
         }
         buf += k;
         nbytes -= (size_t)k;
     }
+    return 0;
+}
+
+/* A worker's log file could not be written (issue 8: a log on a full disk was cut at 1.9 MB
+ * without a word). Said once, on the agent's stderr, where the supervisor and the user see it;
+ * the output still reaches the agent's stdout. Later writes are not attempted: a log with a
+ * silent hole in the middle would be worse than one that stops where the message says. */
+static void log_failed(td__worker *w, int err) {
+    TD_LOG_ERROR("rank %d's log %s is incomplete from here on: %s%s", w->rank, w->log_path,
+                 strerror(err),
+                 err == ENOSPC ? " (the disk is full: free space there; the rest of this rank's "
+                                 "output is only on the launcher's output)"
+                               : "");
+    close(w->log_fd);
+    w->log_fd = -1;
+    w->log_failed = true;
 }
 
 /* Writes the rank prefix, text and end in one write, so that lines from different workers never
@@ -59,7 +66,10 @@ static void emit(td__worker *w, td__stream *s, const char *text, size_t len, cha
     memcpy(out + plen, text, len);
     out[plen + len] = end;
     write_all(s->out_fd, out, plen + len + 1);
-    if (log && w->log_fd >= 0) write_all(w->log_fd, out + plen, len + 1);
+    if (log && w->log_fd >= 0) {
+        int err = write_all(w->log_fd, out + plen, len + 1);
+        if (err) log_failed(w, err);
+    }
     if (out != stackbuf) free(out);
 }
 
@@ -210,6 +220,7 @@ void td__workers_free(td__workers *ws) {
         if (w->out.fd >= 0) close(w->out.fd);
         if (w->err.fd >= 0) close(w->err.fd);
         if (w->log_fd >= 0) close(w->log_fd);
+        free(w->log_path);
         free(w->out.buf);
         free(w->err.buf);
     }
@@ -218,30 +229,8 @@ void td__workers_free(td__workers *ws) {
     ws->n = 0;
 }
 
-/* Between fork and exec only async-signal-safe calls: the agent may have threads (the store). */
-static void child_exec(int out_w, int err_w, pid_t agent, const char *path, char *const *argv,
-                       char *const *envp) {
-    setpgid(0, 0);
-    /* If the agent dies (even by SIGKILL) its workers must not live on as orphans. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent) _exit(1);
-    dup2(out_w, STDOUT_FILENO);
-    dup2(err_w, STDERR_FILENO);
-    static const int reset[] = {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGQUIT};
-    for (size_t i = 0; i < TD_ARRAY_LEN(reset); i++) signal(reset[i], SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    /* Store sockets, the signalfd and other workers' pipes stay with the agent. */
-    close_range(3, ~0u, 0);
-    execve(path, argv, envp);
-    static const char msg[] = "tandem launch: cannot execute the worker command\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
-    _exit(127);
-}
-
-static td_status open_log(const char *log_dir, int rank, int restart_count, int *fd) {
+static td_status open_log(const char *log_dir, int rank, int restart_count, int *fd,
+                          char **path_out) {
     char *path = td_xasprintf("%s/rank-%d.log", log_dir, rank);
     *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (*fd < 0) {
@@ -249,11 +238,15 @@ static td_status open_log(const char *log_dir, int rank, int restart_count, int 
         free(path);
         return st;
     }
-    free(path);
+    *path_out = path;
     if (restart_count > 0) {
         char marker[64];
         int n = snprintf(marker, sizeof marker, "--- restart %d ---\n", restart_count);
-        write_all(*fd, marker, (size_t)n);
+        int err = write_all(*fd, marker, (size_t)n);
+        if (err) {
+            errno = err;
+            return td_error_errno(TD_ERR_IO, "cannot write worker log %s (--log-dir)", path);
+        }
     }
     return TD_OK;
 }
@@ -275,10 +268,11 @@ td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char 
         w->err.out_fd = err_fd;
         snprintf(w->prefix, sizeof w->prefix, "[rank %d] ", w->rank);
     }
-    pid_t agent = getpid();
     for (int i = 0; i < n; i++) {
         td__worker *w = &ws->w[i];
-        if (log_dir) TD_CHECK_GOTO(open_log(log_dir, w->rank, restart_count, &w->log_fd), st, out);
+        if (log_dir)
+            TD_CHECK_GOTO(open_log(log_dir, w->rank, restart_count, &w->log_fd, &w->log_path), st,
+                          out);
         int po[2], pe[2];
         if (pipe2(po, O_CLOEXEC) < 0) {
             st = td_error_errno(TD_ERR_SYS, "pipe for worker rank %d", w->rank);
@@ -290,18 +284,28 @@ td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char 
             close(po[1]);
             goto out;
         }
-        pid_t pid = fork();
-        if (pid == 0) child_exec(po[1], pe[1], agent, path, argv, envs[i]);
+        /* Its own group (a signal to the group reaches its children too); SIGKILL when the
+         * agent dies, even by SIGKILL, so no worker lives on as an orphan; the store sockets,
+         * the signalfd and the other workers' pipes stay with the agent. */
+        td_spawn_opts so;
+        td_spawn_opts_init(&so);
+        so.path = path;
+        so.argv = argv;
+        so.envp = envs[i];
+        so.out_fd = po[1];
+        so.err_fd = pe[1];
+        so.death_signal = SIGKILL;
+        so.close_fds = true;
+        pid_t pid = -1;
+        st = td_spawn(&so, &pid);
         close(po[1]);
         close(pe[1]);
-        if (pid < 0) {
-            st = td_error_errno(TD_ERR_SYS, "fork for worker rank %d", w->rank);
+        if (st != TD_OK) {
             close(po[0]);
             close(pe[0]);
+            st = td_error(st, "worker rank %d: %s", w->rank, td_error_msg());
             goto out;
         }
-        /* Also here: the agent may signal the group before the child ran setpgid. */
-        setpgid(pid, pid);
         w->pid = pid;
         w->running = true;
         w->out.fd = po[0];

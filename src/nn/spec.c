@@ -118,12 +118,15 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
             for (int f = 0; f < 5 && def->fields[f]; f++)
                 if (key && !strcmp(key, def->fields[f])) found = f;
             if (found < 0) {
-                char d[200];
-                int len = snprintf(d, sizeof d, "'%s' (expected", key ? key : "?");
-                for (int f = 0; f < 5 && def->fields[f]; f++)
-                    len += snprintf(d + len, sizeof d - (size_t)len, "%s%s", f ? ", " : " ",
-                                    def->fields[f]);
-                snprintf(d + len, sizeof d - (size_t)len, ")");
+                /* The known fields first, then the key cut to fit: appending after the key let
+                 * a long key push the write position past the end of d (a stack overflow found
+                 * by tests/fuzz/fuzz_safetensors.c). */
+                char names[64] = "", d[200];
+                size_t used = 0;
+                for (int f = 0; f < 5 && def->fields[f] && used < sizeof names; f++)
+                    used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                             f ? ", " : " ", def->fields[f]);
+                snprintf(d, sizeof d, "'%.100s' (expected%s)", key ? key : "?", names);
                 return at(c, kn, field, "unknown field %s", d);
             }
             vals[found] = yaml_document_get_node(c->doc, p->value);
@@ -198,6 +201,12 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
     return TD_OK;
 }
 
+/* Values per sample in the input and in every layer's output: the builder counts a shape in
+ * int (a flatten of [1000000, 1000000, 1000000] overflowed, found by tests/fuzz/fuzz_spec.c), and
+ * 2^28 floats (1 GiB) per sample is far beyond any model that trains. Kept at every layer, the
+ * bound also keeps the next layer's own arithmetic (a conv's padded size) in range. */
+#define SPEC_MAX_VALUES (1 << 28)
+
 static td_status build(const spec_ctx *c, td_model_t **out) {
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (!root)
@@ -237,11 +246,25 @@ static td_status build(const spec_ctx *c, td_model_t **out) {
     if (layers->type != YAML_SEQUENCE_NODE ||
         layers->data.sequence.items.top == layers->data.sequence.items.start)
         return at(c, layers, "layers", "expected a non-empty list of layers");
+    size_t values = (size_t)shape[0] * (size_t)shape[1] * (size_t)shape[2];
+    if (values > SPEC_MAX_VALUES)
+        return at(c, input, "input", "%zu values per sample, more than the %d a spec allows",
+                  values, SPEC_MAX_VALUES);
     td_model_t *m = td_model_new(shape[0], shape[1], shape[2]);
     int idx = 0;
     for (yaml_node_item_t *it = layers->data.sequence.items.start;
          it < layers->data.sequence.items.top; it++, idx++) {
-        td_status st = add_layer(c, m, idx, yaml_document_get_node(c->doc, *it));
+        const yaml_node_t *item = yaml_document_get_node(c->doc, *it);
+        td_status st = add_layer(c, m, idx, item);
+        if (st == TD_OK) {
+            td_layer_info li = td_model_layer(m, idx);
+            values = (size_t)li.out_c * (size_t)li.out_h * (size_t)li.out_w;
+            if (values > SPEC_MAX_VALUES)
+                st = at(c, item, "layers",
+                        "layer %d's output [%d, %d, %d] holds %zu values per sample, more than "
+                        "the %d a spec allows; use a smaller out, kernel, stride or padding",
+                        idx, li.out_c, li.out_h, li.out_w, values, SPEC_MAX_VALUES);
+        }
         if (st != TD_OK) {
             td_model_free(m);
             return st;

@@ -158,6 +158,14 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
     if (st == TD_OK) st = td_sha256_file(dst, sha);
     if (st == TD_OK) st = record(store, seq, name, dst, (int64_t)sb.st_size, sha);
     if (st == TD_OK) (*ncopied)++;
+    if (st == TD_ERR_NOSPACE) {
+        /* The copy failed; the file the run made is where it was. Say so, and where to look. */
+        char old[1024];
+        snprintf(old, sizeof old, "%s", td_error_msg());
+        td_error(TD_ERR_NOSPACE, "artifact %s not stored (the original %s is untouched): %s", name,
+                 src, old);
+        td__nospace_explain(st, run->run_dir);
+    }
     free(dir);
     free(dst);
     return st;
@@ -166,6 +174,7 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
 td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *work_dir,
                                const char *const *patterns, size_t npatterns, size_t *ncopied) {
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run->id, &seq));
     size_t copied = 0;
     td_status st = TD_OK;
@@ -194,10 +203,76 @@ td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *w
     return st;
 }
 
+/* Files under dir (relative name prefix `name`), registered as artifacts of run seq. A copy that
+ * never finished (<name>.partial, or the .<name>.tmp.<pid> of an atomic write) is not one. */
+static int is_recorded(td_rundb *store, int64_t seq, const char *name) {
+    sqlite3_stmt *q = NULL;
+    if (td__rundb_prepare(store, "SELECT 1 FROM artifacts WHERE run = ? AND name = ?", &q) !=
+        TD_OK) {
+        td_error_clear();
+        return 0;
+    }
+    sqlite3_bind_int64(q, 1, seq);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    int found = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return found;
+}
+
+static td_status register_tree(td_rundb *store, int64_t seq, const char *dir, const char *name,
+                               int only_missing, size_t *count, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? TD_OK : td_error_errno(TD_ERR_IO, "cannot list %s", dir);
+    td_status st = TD_OK;
+    struct dirent *e;
+    while (st == TD_OK && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            (len > 8 && !strcmp(e->d_name + len - 8, ".partial")) ||
+            (e->d_name[0] == '.' && strstr(e->d_name, ".tmp.")))
+            continue;
+        char *path = td_xasprintf("%s/%s", dir, e->d_name);
+        char *rel = *name ? td_xasprintf("%s/%s", name, e->d_name) : td_xstrdup(e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            if (depth < 32)
+                st = register_tree(store, seq, path, rel, only_missing, count, depth + 1);
+        } else if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                   !(only_missing && is_recorded(store, seq, rel))) {
+            char sha[65];
+            st = td_sha256_file(path, sha);
+            if (st == TD_OK) st = record(store, seq, rel, path, (int64_t)sb.st_size, sha);
+            if (st == TD_OK) (*count)++;
+        }
+        free(path);
+        free(rel);
+    }
+    closedir(d);
+    return st;
+}
+
+td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int only_missing,
+                                     size_t *count) {
+    int64_t seq;
+    *count = 0;
+    TD_CHECK(td__run_seq(store, run->id, &seq));
+    char *dir = td_xasprintf("%s/artifacts", run->run_dir);
+    td_status st = td__rundb_begin(store);
+    if (st == TD_OK) st = register_tree(store, seq, dir, "", only_missing, count, 0);
+    if (st == TD_OK) st = td__rundb_commit(store);
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        *count = 0;
+    }
+    free(dir);
+    return st;
+}
+
 td_status td_artifacts_list(td_rundb *store, const char *run_id, td_artifact **out, size_t *count) {
     *out = NULL;
     *count = 0;
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     sqlite3_stmt *q = NULL;
     TD_CHECK(td__rundb_prepare(
@@ -236,6 +311,7 @@ td_status td_logs_scan(td_rundb *store, const td_run *run, td_log_file **out, si
     *out = NULL;
     *count = 0;
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run->id, &seq));
     char *dir = td_xasprintf("%s/logs", run->run_dir);
     DIR *d = opendir(dir);

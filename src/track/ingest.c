@@ -35,6 +35,10 @@ struct td_ingester {
     size_t nfiles;
     size_t malformed;
     char *buf;
+    char *only;          /* poll this file name only (NULL: every metrics file); such an
+                          * ingester works beside the main one and leaves the telling to it */
+    unsigned generation; /* the store's: run_seq belongs to the database file opened then */
+    int nospace;         /* the disk is full: said once, and again when it is over */
 };
 
 td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metrics_dir,
@@ -47,6 +51,7 @@ td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metri
     ing->run_seq = seq;
     ing->dir = td_xstrdup(metrics_dir);
     ing->buf = td_xmalloc(INGEST_CHUNK_BYTES + 1);
+    ing->generation = store->generation;
     *out = ing;
     return TD_OK;
 }
@@ -57,16 +62,29 @@ void td_ingester_free(td_ingester *ing) {
     free(ing->files);
     free(ing->run_id);
     free(ing->dir);
+    free(ing->only);
     free(ing->buf);
     free(ing);
+}
+
+td_status td__ingester_new_file(td_rundb *store, const char *run_id, const char *metrics_dir,
+                                const char *name, td_ingester **out) {
+    TD_CHECK(td_ingester_new(store, run_id, metrics_dir, out));
+    (*out)->only = td_xstrdup(name);
+    return TD_OK;
 }
 
 size_t td_ingester_malformed(const td_ingester *ing) {
     return ing->malformed;
 }
 
-/* rank-<R>.jsonl -> R; -1 for any other name. */
+/* Ranks of files: rank-<R>.jsonl is rank R's; sys.jsonl (the supervisor's system metrics, see
+ * sysmon.c) names the rank on each line. */
+#define RANK_PER_LINE (-2)
+
+/* rank-<R>.jsonl -> R; sys.jsonl -> RANK_PER_LINE; -1 for any other name. */
 static int rank_of(const char *name) {
+    if (!strcmp(name, "sys.jsonl")) return RANK_PER_LINE;
     if (strncmp(name, "rank-", 5)) return -1;
     const char *p = name + 5;
     if (*p < '0' || *p > '9') return -1;
@@ -81,7 +99,7 @@ static void refresh_files(td_ingester *ing) {
     struct dirent *e;
     while ((e = readdir(d))) {
         int rank = rank_of(e->d_name);
-        if (rank < 0) continue;
+        if (rank == -1 || (ing->only && strcmp(e->d_name, ing->only))) continue;
         int known = 0;
         for (size_t i = 0; i < ing->nfiles && !known; i++)
             known = !strcmp(ing->files[i].name, e->d_name);
@@ -127,13 +145,23 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
         *malformed = 1;
         goto out;
     }
+    int rank = f->rank;
+    if (rank == RANK_PER_LINE) {
+        int64_t r = 0;
+        json_t *jrank = json_object_get(obj, "rank");
+        if (jrank && (!get_i64(jrank, &r) || r < 0 || r > 1000000)) {
+            *malformed = 1;
+            goto out;
+        }
+        rank = (int)r;
+    }
     json_t *event = json_object_get(obj, "event");
     if (event) {
         if (json_is_string(event) && !strcmp(json_string_value(event), "resume")) {
             if (!jstep)
                 *malformed = 1;
             else
-                st = td__metrics_cut(ing->store, ing->run_seq, f->rank, step);
+                st = td__metrics_cut(ing->store, ing->run_seq, rank, step);
         }
         goto out; /* other events carry no points */
     }
@@ -149,7 +177,7 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
         }
         int64_t key_id;
         TD_CHECK_GOTO(td__metric_key_id(ing->store, json_string_value(jkey), &key_id), st, out);
-        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, f->rank, key_id, step,
+        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, rank, key_id, step,
                                             json_number_value(jval), t),
                       st, out);
         (*npoints)++;
@@ -163,7 +191,7 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
             continue;
         int64_t key_id;
         TD_CHECK_GOTO(td__metric_key_id(ing->store, name, &key_id), st, out);
-        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, f->rank, key_id, step,
+        TD_CHECK_GOTO(td__metric_insert_one(ing->store, ing->run_seq, rank, key_id, step,
                                             json_number_value(val), t),
                       st, out);
         (*npoints)++;
@@ -313,11 +341,39 @@ done:
 
 td_status td_ingester_poll(td_ingester *ing, size_t *npoints) {
     size_t total = 0;
-    refresh_files(ing);
-    for (size_t i = 0; i < ing->nfiles; i++) {
-        int more = 1;
-        while (more) TD_CHECK(poll_file(ing, &ing->files[i], &total, &more));
+    td_status st = td__rundb_ensure(ing->store);
+    if (st == TD_OK && ing->generation != ing->store->generation) {
+        /* runs.db was replaced (and rebuilt) under us: the run has a new seq there, and the
+         * new file's offsets, not our hints, say what it already holds. */
+        st = td__run_seq(ing->store, ing->run_id, &ing->run_seq);
+        if (st == TD_OK) {
+            ing->generation = ing->store->generation;
+            for (size_t i = 0; i < ing->nfiles; i++) ing->files[i].known_offset = -1;
+        }
+    }
+    if (st == TD_OK) {
+        refresh_files(ing);
+        for (size_t i = 0; i < ing->nfiles && st == TD_OK; i++) {
+            int more = 1;
+            while (more && st == TD_OK) st = poll_file(ing, &ing->files[i], &total, &more);
+        }
     }
     if (npoints) *npoints = total;
-    return TD_OK;
+    if (st == TD_ERR_NOSPACE) {
+        td__nospace_explain(st, td_rundb_dir(ing->store));
+        if (!ing->nospace && !ing->only) {
+            /* Said here, once: a supervisor polls twice a second and must not repeat it. */
+            TD_LOG_WARN("metrics of run %s are not being stored: %s; the points stay in %s "
+                        "(as far as they could be written) and are stored when there is room "
+                        "again, or later by 'tandem reindex' (this is said once)",
+                        ing->run_id, td_error_msg(), ing->dir);
+            ing->nospace = 1;
+        }
+        return st;
+    }
+    if (st == TD_OK && ing->nospace && !ing->only) {
+        TD_LOG_WARN("metrics of run %s are being stored again (the disk has room)", ing->run_id);
+        ing->nospace = 0;
+    }
+    return st;
 }

@@ -70,6 +70,7 @@ td_status td_metrics_insert(td_rundb *store, const char *run_id, const td_metric
                             size_t count) {
     td_status st = TD_OK;
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     double now = td_wall_s();
     TD_CHECK(td__rundb_begin(store));
@@ -122,6 +123,7 @@ static td_status collect_rows(td_rundb *store, sqlite3_stmt *q, td_metric_row **
 td_status td_metrics_query(td_rundb *store, const char *run_id, const char *key, int rank,
                            td_metric_row **out, size_t *count) {
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     sqlite3_stmt *q = NULL;
     TD_CHECK(td__rundb_prepare(store,
@@ -143,6 +145,7 @@ td_status td_metrics_query(td_rundb *store, const char *run_id, const char *key,
 
 td_status td_metrics_last(td_rundb *store, const char *run_id, td_metric_row **out, size_t *count) {
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     sqlite3_stmt *q = NULL;
     /* For each key: the highest step, and on ties the lowest rank (rank 0 speaks for the job). */
@@ -160,6 +163,7 @@ td_status td_metrics_last(td_rundb *store, const char *run_id, td_metric_row **o
 
 td_status td_metrics_count(td_rundb *store, const char *run_id, int64_t *out) {
     int64_t seq;
+    TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     sqlite3_stmt *q = NULL;
     TD_CHECK(td__rundb_prepare(store, "SELECT COUNT(*) FROM metrics WHERE run = ?", &q));

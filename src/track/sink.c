@@ -1,27 +1,32 @@
 /* The metrics sink: what a training process uses to publish metrics. It appends JSON lines to
  * one file with O_APPEND and one write(2) per line, so a reader never sees half a line from a
  * writer that is alive, and several writers to one file never interleave inside a line. */
-#include "tandem/track.h"
+#include "store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct td_metrics_sink {
     int fd;
     char *path;
+    int nospace; /* the disk is full: said once, and again when it is over */
 };
 
 td_status td_metrics_sink_open(const char *path, td_metrics_sink **out) {
     *out = NULL;
-    if (!path || !*path) path = td_env_str(TD_ENV_METRICS);
+    if (!path || !*path) path = td_var_get(TD_VAR_TANDEM_METRICS);
     if (!path || !*path) return TD_OK;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return td_error_errno(TD_ERR_IO, "cannot open metrics file %s (TANDEM_METRICS)", path);
+    if (fd < 0) {
+        td_status st =
+            td_error_errno(TD_ERR_IO, "cannot open metrics file %s (TANDEM_METRICS)", path);
+        return td__nospace_explain(st, path);
+    }
     td_metrics_sink *s = td_xcalloc(1, sizeof *s);
     s->fd = fd;
     s->path = td_xstrdup(path);
@@ -36,13 +41,44 @@ void td_metrics_sink_close(td_metrics_sink *sink) {
     free(sink);
 }
 
+/* A line cut short by a full disk would glue itself to the next one (and make both
+ * unreadable): cut the file back to where the line began, unless another writer has appended
+ * since. */
+static void undo_partial(td_metrics_sink *sink, size_t done) {
+    off_t end = lseek(sink->fd, 0, SEEK_CUR);
+    struct stat sb;
+    if (end >= (off_t)done && fstat(sink->fd, &sb) == 0 && sb.st_size == end &&
+        ftruncate(sink->fd, end - (off_t)done) != 0)
+        TD_LOG_DEBUG("could not cut a partial metrics line from %s", sink->path);
+}
+
 static td_status append_line(td_metrics_sink *sink, const char *line, size_t len) {
     size_t done = 0;
     while (done < len) {
         ssize_t n = write(sink->fd, line + done, len - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return td_error_errno(TD_ERR_IO, "writing metrics to %s", sink->path);
+        if (n < 0) {
+            td_status st = td_error_errno(TD_ERR_IO, "writing metrics to %s", sink->path);
+            if (done) undo_partial(sink, done);
+            if (st != TD_ERR_NOSPACE) return st;
+            char *dir = td_xstrdup(sink->path);
+            char *slash = strrchr(dir, '/');
+            if (slash && slash != dir) *slash = '\0';
+            td__nospace_explain(st, slash ? dir : ".");
+            free(dir);
+            if (!sink->nospace) {
+                TD_LOG_WARN("metrics points are being dropped: %s (said once; each later "
+                            "point is tried again and written once there is room)",
+                            td_error_msg());
+                sink->nospace = 1;
+            }
+            return st;
+        }
         done += (size_t)n;
+    }
+    if (sink->nospace) {
+        TD_LOG_WARN("metrics are written to %s again (the disk has room)", sink->path);
+        sink->nospace = 0;
     }
     return TD_OK;
 }

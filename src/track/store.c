@@ -6,10 +6,12 @@
 #include "store_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,8 +58,33 @@ void td_runs_free(td_run *runs, size_t count) {
 }
 
 td_status td__rundb_err(td_rundb *store, const char *what) {
-    return td_error(TD_ERR_IO, "run store %s: %s: %s", store->db_path, what,
-                    sqlite3_errmsg(store->db));
+    if (!store->db)
+        return td_error(TD_ERR_IO,
+                        "run store %s: %s: the database is not open (an earlier reopen "
+                        "failed); open the store again",
+                        store->db_path, what);
+    int ext = sqlite3_extended_errcode(store->db), prim = ext & 0xff;
+    int sys = sqlite3_system_errno(store->db);
+    const char *msg = sqlite3_errmsg(store->db);
+    /* SQLite says SQLITE_FULL when a write hits ENOSPC, but some paths (growing the -shm index,
+     * a checkpoint) report a plain I/O error; on a filesystem with next to nothing free that is
+     * the same full disk and deserves the same message and fix. */
+    int64_t avail = -1;
+    if (prim == SQLITE_IOERR && sys != ENOSPC && sys != EDQUOT)
+        avail = td__fs_free_bytes(store->dir);
+    if (prim == SQLITE_FULL || (prim == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT)) ||
+        (prim == SQLITE_IOERR && avail >= 0 && avail <= TD__LOW_SPACE_BYTES)) {
+        td_error(TD_ERR_NOSPACE, "run store %s: %s: %s (no space left on device)", store->db_path,
+                 what, msg);
+        return td__nospace_explain(TD_ERR_NOSPACE, store->dir);
+    }
+    if (prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB)
+        return td_error(TD_ERR_FORMAT,
+                        "run store %s: %s: %s; the index is damaged: move it aside (mv %s "
+                        "%s.broken) and run 'tandem reindex' to rebuild it from the run "
+                        "directories",
+                        store->db_path, what, msg, store->db_path, store->db_path);
+    return td_error(TD_ERR_IO, "run store %s: %s: %s", store->db_path, what, msg);
 }
 
 static void sleep_ms(int ms) {
@@ -81,10 +108,10 @@ td_status td__rundb_exec(td_rundb *store, const char *sql) {
             sleep_ms(5 + attempt % 20);
             continue;
         }
-        td_status st = td_error(TD_ERR_IO, "run store %s: '%.60s': %s", store->db_path, sql,
-                                err ? err : sqlite3_errmsg(store->db));
         sqlite3_free(err);
-        return st;
+        char what[80];
+        snprintf(what, sizeof what, "'%.60s'", sql);
+        return td__rundb_err(store, what);
     }
 }
 
@@ -104,13 +131,13 @@ void td__rundb_rollback(td_rundb *store) {
 }
 
 td_status td__rundb_prepare(td_rundb *store, const char *sql, sqlite3_stmt **out) {
-    if (sqlite3_prepare_v2(store->db, sql, -1, out, NULL) != SQLITE_OK)
+    *out = NULL;
+    if (!store->db || sqlite3_prepare_v2(store->db, sql, -1, out, NULL) != SQLITE_OK)
         return td__rundb_err(store, "prepare");
     return TD_OK;
 }
 
-/* Steps a statement to completion (SQLITE_DONE), retrying while busy. */
-static td_status step_done(td_rundb *store, sqlite3_stmt *stmt, const char *what) {
+td_status td__rundb_step(td_rundb *store, sqlite3_stmt *stmt, const char *what) {
     for (int attempt = 0;; attempt++) {
         int rc = sqlite3_step(stmt);
         if (rc == SQLITE_DONE || rc == SQLITE_ROW) return TD_OK;
@@ -143,25 +170,54 @@ static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS logs(run INTEGER NOT NULL, rank INTEGER NOT NULL,"
     " path TEXT NOT NULL, PRIMARY KEY(run, path));";
 
-td_status td_rundb_open(const char *project_dir, td_rundb **out) {
-    td_status st = TD_OK;
-    *out = NULL;
-    char cwd[PATH_MAX];
-    const char *base = project_dir;
-    if (!base || !*base) base = td_env_str(TD_ENV_HOME);
-    if (!base || !*base) {
-        if (!getcwd(cwd, sizeof cwd))
-            return td_error_errno(TD_ERR_IO, "cannot read the current directory");
-        base = cwd;
+/* Closes the connection. When runs.db was deleted or replaced under us, the WAL and index files
+ * at <db>-wal and <db>-shm may already belong to the new database: SQLite deletes both by name
+ * when its last connection closes, so tell it to keep them (PERSIST_WAL) and leave them alone. */
+static void close_db(td_rundb *s) {
+    if (!s->db) return;
+    sqlite3_finalize(s->insert_metric);
+    s->insert_metric = NULL;
+    struct stat sb;
+    if (s->db_ino &&
+        (stat(s->db_path, &sb) != 0 || sb.st_dev != s->db_dev || sb.st_ino != s->db_ino)) {
+        int one = 1;
+        sqlite3_file_control(s->db, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
     }
-    char *abs = realpath(base, NULL);
-    if (!abs)
-        return td_error_errno(TD_ERR_NOTFOUND, "project directory %s (TANDEM_HOME or cwd)", base);
-    td_rundb *s = td_xcalloc(1, sizeof *s);
-    s->project_dir = abs;
-    s->dir = td_xasprintf("%s/.tandem", abs);
-    s->db_path = td_xasprintf("%s/runs.db", s->dir);
-    TD_CHECK_GOTO(td_mkdirs(s->dir), st, out);
+    sqlite3_close(s->db);
+    s->db = NULL;
+    s->db_ino = 0;
+    for (size_t i = 0; i < s->nkeys; i++) free(s->keys[i].name);
+    s->nkeys = 0;
+}
+
+/* Opens s->db_path. Under an exclusive flock on <dir>/runs.db.lock a process decides whether the
+ * database is missing, creates it and, when run directories exist, rebuilds it from them: so
+ * exactly one process rebuilds and every other one waits and then sees the whole index, never a
+ * half-built one. */
+static td_status open_db(td_rundb *s) {
+    td_status st = TD_OK;
+    char *lock_path = td_xasprintf("%s.lock", s->db_path);
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* Without the lock file (a full or read-only disk) opening still works; only two processes
+     * rebuilding a missing index at the same moment would each do part of the work. */
+    if (lock_fd >= 0)
+        while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+    free(lock_path);
+    struct stat sb;
+    int missing = stat(s->db_path, &sb) != 0 && errno == ENOENT;
+    int rebuild = missing && !s->no_auto_rebuild && td__runs_dir_has_runs(s->dir);
+    if (missing) {
+        /* A -wal or -shm left by a deleted runs.db (perhaps still open in a supervisor that has
+         * not noticed yet) would be replayed into the new file and corrupt it. The old
+         * database is gone; its journal is of no use to anyone but that process, which keeps
+         * its descriptors. */
+        char *wal = td_xasprintf("%s-wal", s->db_path), *shm = td_xasprintf("%s-shm", s->db_path);
+        unlink(wal);
+        unlink(shm);
+        free(wal);
+        free(shm);
+    }
     if (sqlite3_open_v2(s->db_path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         st = td__rundb_err(s, "open");
@@ -184,6 +240,67 @@ td_status td_rundb_open(const char *project_dir, td_rundb **out) {
                                     "VALUES(?,?,?,?,?,?)",
                                     &s->insert_metric),
                   st, out);
+    if (stat(s->db_path, &sb) == 0) {
+        s->db_dev = sb.st_dev;
+        s->db_ino = sb.st_ino;
+    }
+    if (rebuild) {
+        /* The run directories are the record (each holds its run.json); an empty index over
+         * them would show no runs while their ids stay taken. Rebuilding is what `tandem
+         * reindex` does, and it is idempotent. */
+        td_rebuild_stats rs;
+        td_status rst = td_rundb_rebuild(s, NULL, NULL, &rs);
+        if (rst == TD_OK)
+            TD_LOG_WARN("the run index %s was missing; rebuilt it from %zu run director%s in "
+                        "%s/runs (%zu from run.json, %zu recovered without one)",
+                        s->db_path, rs.dirs, rs.dirs == 1 ? "y" : "ies", s->dir, rs.restored,
+                        rs.recovered);
+        else
+            TD_LOG_WARN("the run index %s was missing and could only partly be rebuilt from "
+                        "%s/runs: %s; run 'tandem reindex' once that is fixed",
+                        s->db_path, s->dir, td_error_msg());
+        td_error_clear();
+    }
+out:
+    if (st != TD_OK) close_db(s);
+    if (lock_fd >= 0) close(lock_fd); /* releases the flock */
+    return st;
+}
+
+td_status td_rundb_open(const char *project_dir, td_rundb **out) {
+    return td_rundb_open_ex(project_dir, 0, out);
+}
+
+td_status td_rundb_open_ex(const char *project_dir, unsigned flags, td_rundb **out) {
+    td_status st = TD_OK;
+    *out = NULL;
+    char cwd[PATH_MAX];
+    const char *base = project_dir;
+    if (!base || !*base) base = td_env_str(TD_ENV_HOME);
+    if (!base || !*base) {
+        if (!getcwd(cwd, sizeof cwd))
+            return td_error_errno(TD_ERR_IO, "cannot read the current directory");
+        base = cwd;
+    }
+    char *abs = realpath(base, NULL);
+    if (!abs)
+        return td_error_errno(TD_ERR_NOTFOUND, "project directory %s (TANDEM_HOME or cwd)", base);
+    td_rundb *s = td_xcalloc(1, sizeof *s);
+    s->project_dir = abs;
+    s->dir = td_xasprintf("%s/.tandem", abs);
+    s->db_path = td_xasprintf("%s/runs.db", s->dir);
+    s->no_auto_rebuild = (flags & TD_RUNDB_NO_AUTO_REBUILD) != 0;
+    st = td_mkdirs(s->dir);
+    if (st != TD_OK) {
+        td__nospace_explain(st, s->project_dir);
+        goto out;
+    }
+    TD_CHECK_GOTO(open_db(s), st, out);
+    /* Only this first open: a file lost later, while open, is always rebuilt on the reopen. */
+    s->no_auto_rebuild = 0;
+    /* Only a store in use gets a reserve: `tandem ps` typed in the wrong directory should not
+     * leave 4 MiB behind. td_run_create sets it aside for a new one. */
+    if (td__runs_dir_has_runs(s->dir)) td__reserve_ensure(s);
 out:
     if (st != TD_OK) {
         td_rundb_close(s);
@@ -193,11 +310,23 @@ out:
     return TD_OK;
 }
 
+td_status td__rundb_ensure(td_rundb *store) {
+    if (store->rebuilding || (store->db && !sqlite3_get_autocommit(store->db))) return TD_OK;
+    struct stat sb;
+    int exists = stat(store->db_path, &sb) == 0;
+    if (store->db && exists && sb.st_dev == store->db_dev && sb.st_ino == store->db_ino)
+        return TD_OK;
+    if (store->db)
+        TD_LOG_WARN("run store %s was %s while this process had it open; reopening it",
+                    store->db_path, exists ? "replaced" : "deleted");
+    close_db(store);
+    store->generation++;
+    return open_db(store);
+}
+
 void td_rundb_close(td_rundb *store) {
     if (!store) return;
-    sqlite3_finalize(store->insert_metric);
-    if (store->db) sqlite3_close(store->db);
-    for (size_t i = 0; i < store->nkeys; i++) free(store->keys[i].name);
+    close_db(store);
     free(store->keys);
     free(store->project_dir);
     free(store->dir);
@@ -263,13 +392,13 @@ static void read_run(sqlite3_stmt *q, td_run *r) {
     r->stop_requested = sqlite3_column_int(q, 16);
 }
 
-static td_status get_exact(td_rundb *store, const char *id, td_run *out, int *found) {
+td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found) {
     sqlite3_stmt *q = NULL;
+    *found = 0;
     TD_CHECK(td__rundb_prepare(store, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", &q));
     sqlite3_bind_text(q, 1, id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);
     td_status st = TD_OK;
-    *found = 0;
     if (rc == SQLITE_ROW) {
         read_run(q, out);
         *found = 1;
@@ -280,9 +409,56 @@ static td_status get_exact(td_rundb *store, const char *id, td_run *out, int *fo
     return st;
 }
 
+int64_t td__run_number(const char *id) {
+    const char *dash = id ? strrchr(id, '-') : NULL;
+    if (!dash || dash == id || !dash[1]) return -1;
+    int64_t n = 0;
+    for (const char *p = dash + 1; *p; p++) {
+        if (*p < '0' || *p > '9' || n > (INT64_MAX - 9) / 10) return -1;
+        n = n * 10 + (*p - '0');
+    }
+    return n > 0 ? n : -1;
+}
+
+td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(store,
+                               "INSERT INTO runs(id, workflow, n, status, exit_code, created,"
+                               " started, ended, command, code_version, params, nodes,"
+                               " nproc_per_node, restarts, supervisor_pid, run_dir, note,"
+                               " stop_requested) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               &q));
+    sqlite3_bind_text(q, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, r->workflow ? r->workflow : "run", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, n);
+    sqlite3_bind_text(q, 4, td_run_status_str(r->status), -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 5, r->exit_code);
+    sqlite3_bind_double(q, 6, r->created_s);
+    sqlite3_bind_double(q, 7, r->started_s);
+    sqlite3_bind_double(q, 8, r->ended_s);
+    sqlite3_bind_text(q, 9, r->command ? r->command : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 10, r->code_version ? r->code_version : "unknown", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 11, r->params_json ? r->params_json : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 12, r->nodes > 0 ? r->nodes : 1);
+    sqlite3_bind_int(q, 13, r->nproc_per_node > 0 ? r->nproc_per_node : 1);
+    sqlite3_bind_int(q, 14, r->restarts);
+    sqlite3_bind_int64(q, 15, r->supervisor_pid);
+    sqlite3_bind_text(q, 16, r->run_dir, -1, SQLITE_STATIC);
+    if (r->note)
+        sqlite3_bind_text(q, 17, r->note, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 17);
+    sqlite3_bind_int(q, 18, r->stop_requested);
+    td_status st = td__rundb_step(store, q, "restore a run");
+    sqlite3_finalize(q);
+    return st;
+}
+
 td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     td_status st = TD_OK;
     memset(out, 0, sizeof *out);
+    TD_CHECK(td__rundb_ensure(store));
+    td__reserve_ensure(store);
     char *name = td_xstrdup(spec->workflow && *spec->workflow ? spec->workflow : "run");
     for (char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -290,6 +466,7 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
             *p = '_';
     char *version = td_code_version(store->project_dir);
     char *id = NULL, *run_dir = NULL;
+    int wrote_json = 0, committed = 0;
     sqlite3_stmt *q = NULL;
     TD_CHECK_GOTO(td__rundb_begin(store), st, out);
     /* The per-workflow counter is read and bumped under the write lock, so two runs created at
@@ -318,6 +495,9 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
         if (mkdir(run_dir, 0755) == 0) break;
         if (errno != EEXIST) {
             st = td_error_errno(TD_ERR_IO, "cannot create the run directory %s", run_dir);
+            free(id);
+            free(run_dir);
+            id = run_dir = NULL;
             goto out;
         }
         free(id);
@@ -341,8 +521,19 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     sqlite3_bind_int(q, 9, spec->nodes > 0 ? spec->nodes : 1);
     sqlite3_bind_int(q, 10, spec->nproc_per_node > 0 ? spec->nproc_per_node : 1);
     sqlite3_bind_text(q, 11, run_dir, -1, SQLITE_STATIC);
-    TD_CHECK_GOTO(step_done(store, q, "insert run"), st, out);
+    TD_CHECK_GOTO(td__rundb_step(store, q, "insert run"), st, out);
+    int found = 0;
+    TD_CHECK_GOTO(td__run_get(store, id, out, &found), st, out);
+    if (!found) {
+        st = td_error(TD_ERR_IO, "run %s vanished right after it was inserted", id);
+        goto out;
+    }
+    /* run.json is written under the write lock and before the row commits: the directory
+     * describes its run from the first moment, and a failed commit takes both back. */
+    wrote_json = 1;
+    TD_CHECK_GOTO(td__run_json_write(out), st, out);
     TD_CHECK_GOTO(td__rundb_commit(store), st, out);
+    committed = 1;
     static const char *const subdirs[] = {"logs", "metrics", "artifacts", "checkpoints"};
     for (size_t i = 0; i < TD_ARRAY_LEN(subdirs); i++) {
         char *d = td_xasprintf("%s/%s", run_dir, subdirs[i]);
@@ -350,13 +541,21 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
         free(d);
         if (st != TD_OK) goto out;
     }
-    int found = 0;
-    TD_CHECK_GOTO(get_exact(store, id, out, &found), st, out);
-    if (!found) st = td_error(TD_ERR_IO, "run %s vanished right after it was created", id);
 out:
     if (st != TD_OK) {
-        td__rundb_rollback(store);
-        if (run_dir) rmdir(run_dir); /* an empty claim only; anything written stays */
+        td__nospace_explain(st, store->dir);
+        if (!committed) {
+            td__rundb_rollback(store);
+            if (run_dir) { /* an empty claim only; anything written by others stays */
+                if (wrote_json) {
+                    char *json = td_xasprintf("%s/run.json", run_dir);
+                    unlink(json);
+                    free(json);
+                }
+                rmdir(run_dir);
+            }
+        }
+        td_run_clear(out);
     }
     sqlite3_finalize(q);
     free(name);
@@ -368,10 +567,11 @@ out:
 
 td_status td_run_find(td_rundb *store, const char *id_or_prefix, td_run *out) {
     memset(out, 0, sizeof *out);
+    TD_CHECK(td__rundb_ensure(store));
     if (!id_or_prefix || !*id_or_prefix)
         return td_error(TD_ERR_INVALID, "empty run id; 'tandem ps -a' lists the runs");
     int found = 0;
-    TD_CHECK(get_exact(store, id_or_prefix, out, &found));
+    TD_CHECK(td__run_get(store, id_or_prefix, out, &found));
     if (found) return TD_OK;
     sqlite3_stmt *q = NULL;
     TD_CHECK(td__rundb_prepare(store,
@@ -420,6 +620,7 @@ td_status td_run_find(td_rundb *store, const char *id_or_prefix, td_run *out) {
 td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count) {
     *out = NULL;
     *count = 0;
+    TD_CHECK(td__rundb_ensure(store));
     sqlite3_stmt *q = NULL;
     const char *sql =
         all ? "SELECT " RUN_COLUMNS " FROM runs ORDER BY seq"
@@ -441,12 +642,125 @@ td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count) {
     return st;
 }
 
+typedef void (*bind_fn)(sqlite3_stmt *q, const void *arg);
+
+/* One UPDATE of a run's row and its run.json rewritten from the updated row, in one write
+ * transaction: run.json changes in the same order as the row, and a failure takes back the row
+ * (a run.json already renamed into place then describes a state the index missed, which is
+ * what reap_stale and the rebuild trust it for). *changed: rows updated, 0 or 1. */
+static td_status update_row(td_rundb *store, const char *id, const char *sql, bind_fn bind,
+                            const void *arg, const char *what, int *changed, td_run *row_out) {
+    td_status st = TD_OK;
+    sqlite3_stmt *q = NULL;
+    td_run row;
+    memset(&row, 0, sizeof row);
+    *changed = 0;
+    TD_CHECK(td__rundb_ensure(store));
+    TD_CHECK(td__rundb_begin(store));
+    TD_CHECK_GOTO(td__rundb_prepare(store, sql, &q), st, out);
+    bind(q, arg);
+    TD_CHECK_GOTO(td__rundb_step(store, q, what), st, out);
+    *changed = sqlite3_changes(store->db);
+    if (*changed) {
+        int found = 0;
+        TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
+        /* A run directory deleted by hand has nothing left to describe. */
+        struct stat sb;
+        if (found && row.run_dir && stat(row.run_dir, &sb) == 0)
+            TD_CHECK_GOTO(td__run_json_write(&row), st, out);
+    }
+    TD_CHECK_GOTO(td__rundb_commit(store), st, out);
+out:
+    sqlite3_finalize(q);
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        *changed = 0;
+        td__nospace_explain(st, store->dir);
+    }
+    if (st == TD_OK && row_out)
+        *row_out = row;
+    else
+        td_run_clear(&row);
+    return st;
+}
+
+static int disk_is_full(td_rundb *store) {
+    if (store->nospace_noted) return 1;
+    int64_t avail = td__fs_free_bytes(store->dir);
+    return avail >= 0 && avail <= TD__LOW_SPACE_BYTES;
+}
+
+/* note, then the remark that the disk was full (once). */
+static char *note_with_disk_full(const char *note, td_rundb *store) {
+    if (note && strstr(note, "the disk was full")) return td_xstrdup(note);
+    char *full = td__nospace_note(store->dir);
+    char *s = note && *note ? td_xasprintf("%s; %s", note, full) : td_xstrdup(full);
+    free(full);
+    return s;
+}
+
+/* A write that records how a run stands (its status, a stop request). When it fails for lack of
+ * space, the store deletes its reserve file and tries once more: a run that succeeded on a full
+ * disk must not be left "running" for a reaper to call failed (issue 8). *note_slot (may be
+ * NULL) is the note being written; the retry adds that the disk was full. */
+static td_status write_with_reserve(td_rundb *store, const char *id, const char *sql, bind_fn bind,
+                                    const void *arg, const char **note_slot, const char *what,
+                                    int *changed, td_run *row_out) {
+    td_status st = update_row(store, id, sql, bind, arg, what, changed, row_out);
+    if (st != TD_ERR_NOSPACE) return st;
+    char first[1024];
+    snprintf(first, sizeof first, "%s", td_error_msg());
+    int freed = td__reserve_release(store);
+    if (!freed) TD_LOG_DEBUG("%s/reserve was gone already; trying once more anyway", store->dir);
+    store->nospace_noted = 1;
+    char *noted = NULL;
+    const char *saved = NULL;
+    if (note_slot) {
+        saved = *note_slot;
+        noted = note_with_disk_full(saved, store);
+        *note_slot = noted;
+    }
+    st = update_row(store, id, sql, bind, arg, what, changed, row_out);
+    if (note_slot) *note_slot = saved;
+    free(noted);
+    if (st == TD_OK)
+        TD_LOG_WARN("%s; run %s was recorded after %s/reserve was deleted to make room", first, id,
+                    store->dir);
+    return st;
+}
+
+struct status_args {
+    const char *id;
+    td_run_status status;
+    int exit_code;
+    const char *note;
+    double now;
+};
+
+static void bind_status(sqlite3_stmt *q, const void *p) {
+    const struct status_args *a = p;
+    sqlite3_bind_text(q, 1, td_run_status_str(a->status), -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, a->exit_code);
+    sqlite3_bind_double(q, 3, a->now);
+    sqlite3_bind_int(q, 4, td_run_status_is_final(a->status));
+    if (a->note)
+        sqlite3_bind_text(q, 5, a->note, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 5);
+    sqlite3_bind_text(q, 6, a->id, -1, SQLITE_STATIC);
+}
+
 td_status td_run_set_status(td_rundb *store, const char *id, td_run_status status, int exit_code,
                             const char *note) {
-    sqlite3_stmt *q = NULL;
-    td_status st;
-    TD_CHECK(td__rundb_prepare(
-        store,
+    /* A run that ends on a full disk says so even when this write found room (SQLite reuses
+     * its WAL in place): whatever went wrong with the run probably began there. */
+    char *noted = td_run_status_is_final(status) && disk_is_full(store)
+                      ? note_with_disk_full(note, store)
+                      : NULL;
+    struct status_args a = {id, status, exit_code, noted ? noted : note, td_wall_s()};
+    int changed = 0;
+    td_status st = write_with_reserve(
+        store, id,
         "UPDATE runs SET status = ?1,"
         " exit_code = CASE WHEN ?2 < -1 THEN exit_code ELSE ?2 END,"
         " started = CASE WHEN ?1 = 'running' AND started = 0 THEN ?3 ELSE started END,"
@@ -454,45 +768,47 @@ td_status td_run_set_status(td_rundb *store, const char *id, td_run_status statu
         " ELSE ended END,"
         " note = CASE WHEN ?5 IS NOT NULL THEN ?5 WHEN ?4 THEN note ELSE NULL END"
         " WHERE id = ?6",
-        &q));
-    sqlite3_bind_text(q, 1, td_run_status_str(status), -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 2, exit_code);
-    sqlite3_bind_double(q, 3, td_wall_s());
-    sqlite3_bind_int(q, 4, td_run_status_is_final(status));
-    if (note)
-        sqlite3_bind_text(q, 5, note, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(q, 5);
-    sqlite3_bind_text(q, 6, id, -1, SQLITE_STATIC);
-    st = step_done(store, q, "update run status");
-    if (st == TD_OK && sqlite3_changes(store->db) == 0)
-        st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
-    sqlite3_finalize(q);
+        bind_status, &a, &a.note, "update run status", &changed, NULL);
+    free(noted);
+    if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
     return st;
 }
 
-static td_status set_int_column(td_rundb *store, const char *sql, const char *id, int64_t v) {
-    sqlite3_stmt *q = NULL;
-    TD_CHECK(td__rundb_prepare(store, sql, &q));
-    sqlite3_bind_int64(q, 1, v);
-    sqlite3_bind_text(q, 2, id, -1, SQLITE_STATIC);
-    td_status st = step_done(store, q, "update run");
-    if (st == TD_OK && sqlite3_changes(store->db) == 0)
-        st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
-    sqlite3_finalize(q);
+struct int_args {
+    const char *id;
+    int64_t value;
+};
+
+static void bind_int(sqlite3_stmt *q, const void *p) {
+    const struct int_args *a = p;
+    sqlite3_bind_int64(q, 1, a->value);
+    sqlite3_bind_text(q, 2, a->id, -1, SQLITE_STATIC);
+}
+
+static td_status set_int_column(td_rundb *store, const char *sql, const char *id, int64_t v,
+                                int use_reserve) {
+    struct int_args a = {id, v};
+    int changed = 0;
+    td_status st =
+        use_reserve
+            ? write_with_reserve(store, id, sql, bind_int, &a, NULL, "update run", &changed, NULL)
+            : update_row(store, id, sql, bind_int, &a, "update run", &changed, NULL);
+    if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
     return st;
 }
 
 td_status td_run_set_supervisor(td_rundb *store, const char *id, int64_t pid) {
-    return set_int_column(store, "UPDATE runs SET supervisor_pid = ? WHERE id = ?", id, pid);
+    return set_int_column(store, "UPDATE runs SET supervisor_pid = ? WHERE id = ?", id, pid, 0);
 }
 
 td_status td_run_set_restarts(td_rundb *store, const char *id, int restarts) {
-    return set_int_column(store, "UPDATE runs SET restarts = ? WHERE id = ?", id, restarts);
+    return set_int_column(store, "UPDATE runs SET restarts = ? WHERE id = ?", id, restarts, 0);
 }
 
 td_status td_run_request_stop(td_rundb *store, const char *id, int requested) {
-    return set_int_column(store, "UPDATE runs SET stop_requested = ? WHERE id = ?", id, requested);
+    /* The reserve too: `tandem stop` on a full disk must still tell stopped from preempted. */
+    return set_int_column(store, "UPDATE runs SET stop_requested = ? WHERE id = ?", id, requested,
+                          1);
 }
 
 /* Alive and still a tandem process: a recycled pid running something else does not count. */
@@ -511,34 +827,103 @@ static int supervisor_alive(int64_t pid) {
     return strstr(buf, "tandem") != NULL;
 }
 
+struct adopt_args {
+    const td_run *disk;
+    const char *id;
+    const char *expect; /* the status the index still shows */
+};
+
+static void bind_adopt(sqlite3_stmt *q, const void *p) {
+    const struct adopt_args *a = p;
+    sqlite3_bind_text(q, 1, td_run_status_str(a->disk->status), -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, a->disk->exit_code);
+    sqlite3_bind_double(q, 3, a->disk->started_s);
+    sqlite3_bind_double(q, 4, a->disk->ended_s);
+    if (a->disk->note)
+        sqlite3_bind_text(q, 5, a->disk->note, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 5);
+    sqlite3_bind_int(q, 6, a->disk->restarts);
+    sqlite3_bind_text(q, 7, a->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 8, a->expect, -1, SQLITE_STATIC);
+}
+
+td_status td__run_adopt(td_rundb *store, td_run *run, const td_run *disk, int *changed) {
+    struct adopt_args a = {disk, run->id, td_run_status_str(run->status)};
+    td_run row;
+    memset(&row, 0, sizeof row);
+    TD_CHECK(update_row(store, run->id,
+                        "UPDATE runs SET status = ?1, exit_code = ?2,"
+                        " started = CASE WHEN ?3 > 0 THEN ?3 ELSE started END, ended = ?4,"
+                        " note = ?5, restarts = MAX(restarts, ?6) WHERE id = ?7 AND status = ?8",
+                        bind_adopt, &a, "take a run's end from its run.json", changed, &row));
+    if (*changed) {
+        td_run_clear(run);
+        *run = row;
+    }
+    return TD_OK;
+}
+
+struct reap_args {
+    const char *id;
+    const char *note;
+    const char *expect;
+    int64_t pid;
+    double now;
+};
+
+static void bind_reap(sqlite3_stmt *q, const void *p) {
+    const struct reap_args *a = p;
+    sqlite3_bind_double(q, 1, a->now);
+    sqlite3_bind_text(q, 2, a->note, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, a->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, a->expect, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 5, a->pid);
+}
+
 td_status td_run_reap_stale(td_rundb *store, td_run *run) {
     if (td_run_status_is_final(run->status)) return TD_OK;
     /* A pending run without a supervisor may be being set up right now; give it a minute. */
     if (run->supervisor_pid == 0 && td_wall_s() - run->created_s < 60) return TD_OK;
     if (supervisor_alive(run->supervisor_pid)) return TD_OK;
+    /* The supervisor may have recorded the end in run.json and not in this index: the index was
+     * deleted and rebuilt while it ran, or the disk was full. run.json is then the record. */
+    td_run disk;
+    int found = 0;
+    memset(&disk, 0, sizeof disk);
+    if (run->run_dir && td__run_json_read(run->run_dir, &disk, &found) == TD_OK && found &&
+        disk.id && !strcmp(disk.id, run->id) && td_run_status_is_final(disk.status)) {
+        int changed = 0;
+        td_status st = td__run_adopt(store, run, &disk, &changed);
+        td_run_clear(&disk);
+        if (st == TD_OK && changed) st = td__run_sync_files(store, run, 1, NULL, NULL, NULL);
+        return st;
+    }
+    td_run_clear(&disk);
+    td_error_clear();
     char *note = td_xasprintf("its supervisor (pid %lld) is gone; it died or was killed",
                               (long long)run->supervisor_pid);
-    sqlite3_stmt *q = NULL;
-    td_status st = td__rundb_prepare(store,
-                                     "UPDATE runs SET status = 'failed', ended = ?, note = ?"
-                                     " WHERE id = ? AND status = ? AND supervisor_pid = ?",
-                                     &q);
-    if (st == TD_OK) {
-        sqlite3_bind_double(q, 1, td_wall_s());
-        sqlite3_bind_text(q, 2, note, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 3, run->id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 4, td_run_status_str(run->status), -1, SQLITE_STATIC);
-        sqlite3_bind_int64(q, 5, run->supervisor_pid);
-        st = step_done(store, q, "mark a stale run failed");
-        if (st == TD_OK && sqlite3_changes(store->db) == 1) {
-            run->status = TD_RUN_FAILED;
-            run->ended_s = td_wall_s();
-            free(run->note);
-            run->note = note;
-            note = NULL;
-        }
+    if (disk_is_full(store)) {
+        char *noted = note_with_disk_full(note, store);
+        free(note);
+        note = noted;
     }
-    sqlite3_finalize(q);
+    struct reap_args a = {run->id, note, td_run_status_str(run->status), run->supervisor_pid,
+                          td_wall_s()};
+    int changed = 0;
+    td_run row;
+    memset(&row, 0, sizeof row);
+    td_status st =
+        write_with_reserve(store, run->id,
+                           "UPDATE runs SET status = 'failed', ended = ?, note = ?"
+                           " WHERE id = ? AND status = ? AND supervisor_pid = ?",
+                           bind_reap, &a, &a.note, "mark a stale run failed", &changed, &row);
+    if (st == TD_OK && changed) {
+        td_run_clear(run);
+        *run = row;
+    } else {
+        td_run_clear(&row);
+    }
     free(note);
     return st;
 }

@@ -3,7 +3,9 @@
 #define TANDEM_TRACK_STORE_INTERNAL_H
 
 #include <sqlite3.h>
+#include <sys/types.h>
 
+#include "tandem/os.h"
 #include "tandem/track.h"
 
 struct td_rundb {
@@ -11,6 +13,15 @@ struct td_rundb {
     char *project_dir; /* absolute */
     char *dir;         /* <project>/.tandem */
     char *db_path;
+    /* The database file this connection opened: when runs.db is deleted or replaced under us
+     * (issue 8), the next write notices the change and reopens the new file. */
+    dev_t db_dev;
+    ino_t db_ino;
+    /* Bumped on every reopen: run seqs and statement caches of the old file are void. */
+    unsigned generation;
+    int rebuilding;      /* inside td_rundb_rebuild: do not reopen or rebuild again */
+    int no_auto_rebuild; /* TD_RUNDB_NO_AUTO_REBUILD */
+    int nospace_noted;   /* the reserve was released by this process (status writes say so) */
     /* metric key name -> id, valid across transactions because keys are never deleted; cleared
      * on rollback since a rolled-back insert may have handed out an id that no longer exists. */
     struct {
@@ -21,7 +32,9 @@ struct td_rundb {
     sqlite3_stmt *insert_metric;
 };
 
-/* Records a TD_ERR_IO detail naming the database, what was being done and SQLite's message. */
+/* Records a detail naming the database, what was being done and SQLite's message: TD_ERR_NOSPACE
+ * (naming the filesystem and the fix) for SQLITE_FULL or an I/O error with ENOSPC,
+ * TD_ERR_FORMAT (with how to rebuild) for a damaged file, TD_ERR_IO otherwise. */
 td_status td__rundb_err(td_rundb *store, const char *what);
 /* BEGIN IMMEDIATE, retried while another process holds the write lock (up to about a minute). */
 td_status td__rundb_begin(td_rundb *store);
@@ -29,6 +42,12 @@ td_status td__rundb_commit(td_rundb *store);
 void td__rundb_rollback(td_rundb *store);
 td_status td__rundb_exec(td_rundb *store, const char *sql);
 td_status td__rundb_prepare(td_rundb *store, const char *sql, sqlite3_stmt **out);
+/* Steps a statement to SQLITE_DONE (or a row), retrying while busy outside a transaction. */
+td_status td__rundb_step(td_rundb *store, sqlite3_stmt *stmt, const char *what);
+/* Reopens the database when its file was deleted or replaced since this connection opened it
+ * (rebuilding it from the run directories when it is gone). Call outside transactions, at the
+ * top of the public functions; a no-op otherwise. */
+td_status td__rundb_ensure(td_rundb *store);
 /* The integer key (runs.seq) of a run id; TD_ERR_NOTFOUND naming it. */
 td_status td__run_seq(td_rundb *store, const char *run_id, int64_t *out);
 /* The id of a metric key, inserting it when new; call inside a transaction. */
@@ -38,5 +57,60 @@ td_status td__metric_insert_one(td_rundb *store, int64_t run_seq, int rank, int6
                                 int64_t step, double value, double time_s);
 /* Removes a rank's non-system points with step > step (a resume event). */
 td_status td__metrics_cut(td_rundb *store, int64_t run_seq, int rank, int64_t step);
+
+/* An ingester for one file of metrics_dir only (sysmon stores its own sys.jsonl at once). */
+td_status td__ingester_new_file(td_rundb *store, const char *run_id, const char *metrics_dir,
+                                const char *name, td_ingester **out);
+
+/* ---- rows (store.c) ---- */
+/* Reads the row of an exact id; *found = 0 when there is none. */
+td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found);
+/* Inserts a complete row (a run restored from its directory) with per-workflow number n. */
+td_status td__run_insert(td_rundb *store, const td_run *run, int64_t n);
+/* Takes a run's end (status, exit code, times, note, restarts) from its run.json (disk) while
+ * the index still shows the status *run has; *changed = 1 and *run refreshed when it did. */
+td_status td__run_adopt(td_rundb *store, td_run *run, const td_run *disk, int *changed);
+/* The per-workflow number of an id "<workflow>-<n>": n, or -1 when the id has no such tail. */
+int64_t td__run_number(const char *id);
+
+/* ---- run.json (runjson.c): the run directory describes its run ---- */
+/* Writes <run_dir>/run.json from the row, atomically (temporary file, fsync, rename). */
+td_status td__run_json_write(const td_run *run);
+/* Reads <run_dir>/run.json into out (run_dir set to the directory given). *found = 0 and TD_OK
+ * when there is no run.json; TD_ERR_FORMAT naming the file when it is unreadable. */
+td_status td__run_json_read(const char *run_dir, td_run *out, int *found);
+
+/* ---- disk space (space.c) ---- */
+/* The mount point of the filesystem holding path (path itself when it cannot tell). */
+void td__fs_mount_point(const char *path, char *out, size_t cap);
+/* Bytes an unprivileged writer may still use on the filesystem holding path; -1 unknown. */
+int64_t td__fs_free_bytes(const char *path);
+/* When st is TD_ERR_NOSPACE, rewrites the current error detail to name the filesystem holding
+ * path, its free space and the fix ("free space on /mnt/x"). Returns st. */
+td_status td__nospace_explain(td_status st, const char *path);
+/* "the filesystem mounted at M was full (N KiB free); free space on M", for notes. */
+char *td__nospace_note(const char *path);
+/* Creates <dir>/reserve (a few MiB, posix_fallocate) when it is missing and at least as much
+ * again stays free; quiet when it cannot. */
+void td__reserve_ensure(td_rundb *store);
+/* Deletes the reserve so that a status write can go through on a full disk; 1 when it freed
+ * something. */
+int td__reserve_release(td_rundb *store);
+/* Free space at or below this on the store's filesystem counts as a full disk. */
+#define TD__LOW_SPACE_BYTES ((int64_t)1 << 20)
+
+/* ---- artifacts (artifacts.c) ---- */
+/* Registers every file under <run_dir>/artifacts (name = path below it, size, SHA-256);
+ * only_missing: only those the index does not have (no hashing of the others). */
+td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int only_missing,
+                                     size_t *count);
+
+/* ---- rebuild (rebuild.c) ---- */
+/* Whether <dir>/runs holds at least one run directory. */
+int td__runs_dir_has_runs(const char *store_dir);
+/* Brings one run's metrics (from the stored offsets on), artifacts (only_missing: those the
+ * index lacks) and log files from its directory into the index; counts are added to. */
+td_status td__run_sync_files(td_rundb *store, const td_run *run, int only_missing, int64_t *npoints,
+                             size_t *nartifacts, size_t *nlogs);
 
 #endif

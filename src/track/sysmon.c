@@ -3,13 +3,17 @@
  * A worker is any descendant of the launch process whose environment carries RANK (the launcher
  * sets it; a shell wrapper and the program it runs share it), so the numbers per rank cover the
  * whole subtree the rank runs in. */
-#include "tandem/track.h"
+#include "store_internal.h"
 #include "track/nvml.h"
 
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct proc_sample {
@@ -21,6 +25,10 @@ struct proc_sample {
 struct td_sysmon {
     struct proc_sample *prev;
     size_t nprev;
+    /* stores sys.jsonl of the run last sampled (see store_points) */
+    td_ingester *ing;
+    td_rundb *ing_store;
+    char *ing_run;
 };
 
 struct proc_info {
@@ -36,7 +44,64 @@ td_sysmon *td_sysmon_new(void) {
 void td_sysmon_free(td_sysmon *mon) {
     if (!mon) return;
     free(mon->prev);
+    td_ingester_free(mon->ing);
+    free(mon->ing_run);
     free(mon);
+}
+
+/* The samples are appended to <run_dir>/metrics/sys.jsonl, one line per rank
+ * ({"rank": R, "step": S, "time": T, "sys/cpu_percent": ...}), and stored from there at once
+ * through the same exactly-once ingest as the workers' files: the run directory then holds
+ * every point of the run, and `tandem reindex` gets these back too. A run without a metrics
+ * directory has them stored directly. pts are grouped by rank. */
+static td_status store_points(td_sysmon *mon, td_rundb *store, const td_run *run,
+                              const td_metric_point *pts, size_t npts) {
+    struct stat sb;
+    char *dir = run->run_dir ? td_xasprintf("%s/metrics", run->run_dir) : NULL;
+    if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        free(dir);
+        return td_metrics_insert(store, run->id, pts, npts);
+    }
+    char *path = td_xasprintf("%s/sys.jsonl", dir);
+    td_status st = TD_OK;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) st = td_error_errno(TD_ERR_IO, "cannot open system metrics file %s", path);
+    double now = td_wall_s();
+    for (size_t i = 0; i < npts && st == TD_OK;) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "{\"rank\": %d, \"step\": %lld, \"time\": %.17g",
+                         pts[i].rank, (long long)pts[i].step, now);
+        int rank = pts[i].rank;
+        for (; i < npts && pts[i].rank == rank; i++)
+            if (isfinite(pts[i].value) && n < (int)sizeof line)
+                n += snprintf(line + n, sizeof line - (size_t)n, ", \"%s\": %.17g", pts[i].key,
+                              pts[i].value);
+        if (n + 2 >= (int)sizeof line) continue; /* cannot happen with four keys */
+        line[n++] = '}';
+        line[n++] = '\n';
+        /* One write per line in append mode: a reader never sees half of one. */
+        ssize_t w = write(fd, line, (size_t)n);
+        if (w != n) {
+            if (w >= 0) errno = ENOSPC; /* a short write to a regular file: the disk filled */
+            st = td_error_errno(TD_ERR_IO, "writing system metrics to %s", path);
+            if (w > 0 && ftruncate(fd, lseek(fd, 0, SEEK_CUR) - w) != 0)
+                TD_LOG_DEBUG("could not cut a partial line from %s", path);
+            td__nospace_explain(st, dir);
+        }
+    }
+    if (fd >= 0) close(fd);
+    if (st == TD_OK && (!mon->ing || mon->ing_store != store || strcmp(mon->ing_run, run->id))) {
+        td_ingester_free(mon->ing);
+        free(mon->ing_run);
+        mon->ing = NULL;
+        mon->ing_run = td_xstrdup(run->id);
+        mon->ing_store = store;
+        st = td__ingester_new_file(store, run->id, dir, "sys.jsonl", &mon->ing);
+    }
+    if (st == TD_OK) st = td_ingester_poll(mon->ing, NULL);
+    free(path);
+    free(dir);
+    return st;
 }
 
 static int read_stat(pid_t pid, struct proc_info *pi) {
@@ -70,6 +135,14 @@ static int read_stat(pid_t pid, struct proc_info *pi) {
 }
 
 /* RANK and the restart counter from /proc/<pid>/environ; rank -1 when absent. */
+
+/* The value in a "NAME=value" entry of an environment block when NAME is var, else NULL. */
+static const char *var_value(const char *kv, td_var var) {
+    const char *name = td_var_name(var);
+    size_t n = strlen(name);
+    return !strncmp(kv, name, n) && kv[n] == '=' ? kv + n + 1 : NULL;
+}
+
 static void read_env(pid_t pid, int *rank, int *restart) {
     *rank = -1;
     *restart = -1;
@@ -84,12 +157,12 @@ static void read_env(pid_t pid, int *rank, int *restart) {
     for (size_t i = 0; i < n;) {
         const char *kv = buf + i;
         size_t len = strlen(kv);
-        if (!strncmp(kv, "RANK=", 5))
-            *rank = atoi(kv + 5);
-        else if (!strncmp(kv, "TORCHELASTIC_RESTART_COUNT=", 27))
-            *restart = atoi(kv + 27);
-        else if (!strncmp(kv, "TANDEM_RESTART_COUNT=", 21))
-            *restart = atoi(kv + 21);
+        const char *v;
+        if ((v = var_value(kv, TD_VAR_RANK)))
+            *rank = atoi(v);
+        else if ((v = var_value(kv, TD_VAR_TORCHELASTIC_RESTART_COUNT)) ||
+                 (v = var_value(kv, TD_VAR_TANDEM_RESTART_COUNT)))
+            *restart = atoi(v);
         i += len + 1;
     }
 }
@@ -206,7 +279,7 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
         if (gpu[r].util >= 0)
             pts[npts++] = (td_metric_point){r, "sys/gpu_util_percent", step, gpu[r].util, 0};
     }
-    td_status st = npts ? td_metrics_insert(store, run->id, pts, npts) : TD_OK;
+    td_status st = npts ? store_points(mon, store, run, pts, npts) : TD_OK;
     free(pts);
     free(gpu);
     free(wpid);

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "tandem/train.h"
-#include "train/fileio.h"
+#include "tandem/os.h"
 
 #define CKPT_MAGIC          "TDCKPT\r\n" /* \r\n catches text-mode mangling, like PNG's signature */
 #define CKPT_VERSION        1u
@@ -136,12 +136,12 @@ td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep)
     crc = td_crc32(crc, ck->params, params_bytes);
     if (state_bytes) crc = td_crc32(crc, ck->optim_state, state_bytes);
     put32(head + OFF_CRC, crc);
-    td__chunk chunks[4] = {{head, sizeof head},
-                           {meta_padded, meta_bytes},
-                           {ck->params, params_bytes},
-                           {ck->optim_state, state_bytes}};
+    td_chunk chunks[4] = {{head, sizeof head},
+                          {meta_padded, meta_bytes},
+                          {ck->params, params_bytes},
+                          {ck->optim_state, state_bytes}};
     char *path = td_xasprintf("%s/ckpt-%lld.tdck", dir, (long long)ck->step);
-    td_status rc = td__write_atomic(path, "checkpoint", chunks, state_bytes ? 4 : 3);
+    td_status rc = td_write_atomic(path, "checkpoint", chunks, state_bytes ? 4 : 3);
     free(meta_padded);
     if (rc == TD_OK && keep > 0) {
         size_t n;

@@ -10,7 +10,7 @@
 #include "tandem/data.h"
 #include "tandem/tensor.h"
 #include "tandem/train.h"
-#include "train/fileio.h"
+#include "tandem/os.h"
 
 #define CKPT_KEEP         2
 #define EVAL_BATCH        128
@@ -377,7 +377,7 @@ static td_status gpu_ipc_setup(trainer *t) {
         return TD_OK;
     if (strcmp(mode, "auto") && strcmp(mode, "ipc") && strcmp(mode, "host"))
         return td_error(TD_ERR_INVALID, "TANDEM_GPU_REDUCE='%s': use auto, ipc or host", mode);
-    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    const char *lws = td_var_get(TD_VAR_LOCAL_WORLD_SIZE);
     bool one_host = lws && atoi(lws) == cfg->world_size;
     if (!strcmp(mode, "host") || (!strcmp(mode, "auto") && !one_host)) return TD_OK;
     if (!one_host)
@@ -648,9 +648,9 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
     memset(&ck, 0, sizeof ck);
     TD_CHECK(validate(cfg));
     if (cfg->rank == 0) { /* before the data loads: a bad path must not cost a training run */
-        if (cfg->save_path) TD_CHECK(td__check_output_file(cfg->save_path, "--save"));
+        if (cfg->save_path) TD_CHECK(td_check_output_file(cfg->save_path, "--save"));
         if (cfg->checkpoint_dir)
-            TD_CHECK(td__check_output_dir(cfg->checkpoint_dir, "--checkpoint-dir"));
+            TD_CHECK(td_check_output_dir(cfg->checkpoint_dir, "--checkpoint-dir"));
     }
     t->ckpt_steps[0] = t->ckpt_steps[1] = -1;
     td_set_num_threads(cfg->threads > 0 ? cfg->threads : (int)td_env_int(TD_ENV_NUM_THREADS));

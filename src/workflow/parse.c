@@ -188,6 +188,8 @@ static void workflow_clear(td_workflow *w) {
     free(w->artifacts);
     free(w->checkpoint_dir);
     free(w->workdir);
+    free(w->executor);
+    td_slurm_options_clear(&w->slurm);
     memset(w, 0, sizeof *w);
 }
 
@@ -207,7 +209,77 @@ void td_workflow_file_free(td_workflow_file *wf) {
 
 static const char *const known_fields =
     "name, description, command, commands, setup, nodes, nproc_per_node, env, params, "
-    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration";
+    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm";
+
+static const char *const slurm_fields = "partition, time, account, sbatch_args, signal_lead";
+
+/* slurm.time: Slurm's own forms (30:00, 2:00:00, 1-12:00:00) or a tandem duration (90m, 2h).
+ * A plain number is neither: Slurm reads minutes where tandem reads seconds. */
+static td_status get_slurm_time(const parse_ctx *c, const yaml_node_t *v, double *out) {
+    const char *s = scalar(v);
+    if (!s) return node_error(c, v, "slurm.time", "expected a time limit, got %s", describe(v));
+    size_t digits = strspn(s, "0123456789");
+    if (*s && !s[digits])
+        return node_error(c, v, "slurm.time",
+                          "'%s' is ambiguous (Slurm reads minutes, tandem durations seconds); "
+                          "write %sm, or Slurm's %s:00",
+                          s, s, s);
+    td_status st = strpbrk(s, ":-") ? td_slurm_parse_time("slurm.time", s, out)
+                                    : td_parse_duration("slurm.time", s, out);
+    if (st == TD_OK) return TD_OK;
+    td_error_clear();
+    return node_error(c, v, "slurm.time",
+                      "expected a time limit such as 30:00, 2:00:00, 1-12:00:00, 90m or 2h, "
+                      "got '%s'",
+                      s);
+}
+
+static td_status parse_slurm(const parse_ctx *c, const yaml_node_t *n, td_slurm_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "slurm", "expected a mapping with %s, got %s", slurm_fields,
+                          describe(n));
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (!f) return node_error(c, k, "slurm", "field names must be strings");
+        if (!strcmp(f, "partition")) {
+            TD_CHECK(get_string(c, v, "slurm.partition", &o->partition));
+        } else if (!strcmp(f, "account")) {
+            TD_CHECK(get_string(c, v, "slurm.account", &o->account));
+        } else if (!strcmp(f, "time")) {
+            TD_CHECK(get_slurm_time(c, v, &o->time_limit_s));
+        } else if (!strcmp(f, "signal_lead")) {
+            const char *s = scalar(v);
+            if (!s || td_parse_duration("slurm.signal_lead", s, &o->signal_lead_s) != TD_OK ||
+                o->signal_lead_s > TD_SLURM_SIGNAL_LEAD_MAX_S) {
+                td_error_clear();
+                return node_error(c, v, "slurm.signal_lead",
+                                  "expected a duration up to %.0f s (Slurm's limit) such as 60s "
+                                  "or 5m, got '%s'",
+                                  TD_SLURM_SIGNAL_LEAD_MAX_S, describe(v));
+            }
+        } else if (!strcmp(f, "sbatch_args")) {
+            TD_CHECK(get_string_list(c, v, "slurm.sbatch_args", &o->sbatch_args, &o->nsbatch_args));
+        } else {
+            return node_error(c, k, "slurm", "unknown field '%s'; the fields are: %s", f,
+                              slurm_fields);
+        }
+    }
+    if (o->time_limit_s > 0 && o->signal_lead_s > 0 && o->signal_lead_s >= o->time_limit_s)
+        return node_error(c, n, "slurm.signal_lead",
+                          "%.0f s is not shorter than the time limit (%.0f s): the job would be "
+                          "signalled as soon as it starts; lower signal_lead",
+                          o->signal_lead_s, o->time_limit_s);
+    if (o->time_limit_s > 0 && !o->signal_lead_s &&
+        TD_SLURM_SIGNAL_LEAD_DEFAULT_S >= o->time_limit_s)
+        return node_error(c, n, "slurm.time",
+                          "%.0f s leaves no room for the time-limit signal, which comes %.0f s "
+                          "before the limit by default; set a longer time or a shorter "
+                          "signal_lead",
+                          o->time_limit_s, TD_SLURM_SIGNAL_LEAD_DEFAULT_S);
+    return TD_OK;
+}
 
 static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_workflow *w) {
     w->nodes = 1;
@@ -218,7 +290,7 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                           "each entry must be a mapping with name and "
                           "command, got %s",
                           describe(n));
-    const yaml_node_t *command_node = NULL, *commands_node = NULL;
+    const yaml_node_t *command_node = NULL, *commands_node = NULL, *slurm_node = NULL;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
@@ -266,11 +338,30 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                                   "expected a duration such as 90s, 30m, 2h or 1h30m, got '%s'",
                                   describe(v));
             }
+        } else if (!strcmp(f, "executor")) {
+            const char *s = scalar(v);
+            if (s && !strcmp(s, "local")) {
+                free(w->executor);
+                w->executor = NULL;
+            } else if (s && td_executor_find(s)) {
+                TD_CHECK(get_string(c, v, f, &w->executor));
+            } else {
+                return node_error(c, v, f, "expected local or %s, got '%s'", td_executor_names(),
+                                  describe(v));
+            }
+        } else if (!strcmp(f, "slurm")) {
+            TD_CHECK(parse_slurm(c, v, &w->slurm));
+            slurm_node = v;
         } else {
             return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
         }
     }
     if (!w->name) return node_error(c, n, "name", "every workflow needs a name");
+    if (slurm_node && (!w->executor || strcmp(w->executor, "slurm")))
+        return node_error(c, slurm_node, "slurm",
+                          "workflow '%s' sets slurm: but runs on the %s executor; add "
+                          "'executor: slurm' or remove slurm:",
+                          w->name, w->executor ? w->executor : "local");
     if (command_node && commands_node)
         return node_error(c, commands_node, "commands",
                           "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
@@ -332,12 +423,50 @@ static td_status parse_doc(const parse_ctx *c, td_workflow_file *wf) {
     return TD_OK;
 }
 
+/* A workflow file nests four levels deep (workflows: a list of mappings whose values are
+ * lists or mappings). libyaml's document loader takes time quadratic in the nesting depth
+ * (issue 8: 100,000 brackets in a model spec took 46 s), so, as for model specs (src/nn/spec.c),
+ * a pass over the events first refuses anything deeper than this, in time linear in the bytes
+ * read before the refusal. Syntax errors are left to the loader, which reports them. */
+#define WORKFLOW_MAX_DEPTH 32
+
+static td_status check_depth(const char *text, size_t nbytes, const char *name) {
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    td_status st = TD_OK;
+    int depth = 0;
+    if (!yaml_parser_initialize(&parser)) return td_error(TD_ERR_NOMEM, "libyaml init failed");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, nbytes);
+    for (;;) {
+        if (!yaml_parser_parse(&parser, &ev)) break;
+        yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > WORKFLOW_MAX_DEPTH) {
+                st = td_error(TD_ERR_FORMAT,
+                              "%s:%zu:%zu: nested more than %d levels deep; a workflow file "
+                              "needs 4 (workflows: a list of mappings of lists and mappings)",
+                              name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+                              WORKFLOW_MAX_DEPTH);
+                yaml_event_delete(&ev);
+                break;
+            }
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+        if (type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&parser);
+    return st;
+}
+
 td_status td_workflow_file_parse(const char *text, size_t nbytes, const char *name,
                                  td_workflow_file **out) {
     *out = NULL;
     yaml_parser_t parser;
     yaml_document_t doc;
     td_status st = TD_OK;
+    TD_CHECK(check_depth(text, nbytes, name));
     if (!yaml_parser_initialize(&parser)) return td_error(TD_ERR_NOMEM, "libyaml init failed");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, nbytes);
     if (!yaml_parser_load(&parser, &doc)) {
@@ -431,6 +560,8 @@ td_workflow *td_workflow_copy(const td_workflow *w) {
     c->artifacts = copy_strs(w->artifacts, w->nartifacts);
     c->checkpoint_dir = w->checkpoint_dir ? td_xstrdup(w->checkpoint_dir) : NULL;
     c->workdir = w->workdir ? td_xstrdup(w->workdir) : NULL;
+    c->executor = w->executor ? td_xstrdup(w->executor) : NULL;
+    td_slurm_options_copy(&c->slurm, &w->slurm);
     return c;
 }
 

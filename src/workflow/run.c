@@ -1,30 +1,34 @@
-/* The local executor behind `tandem run`: creates (or resumes) a run, runs the setup commands,
- * starts `tandem launch` as a child process, and supervises it: metrics ingest, system metrics,
- * stop requests, max_duration, and the final record (status, exit code, artifacts, logs).
+/* The local executor behind `tandem run`: creates (or resumes) a run, prepares its working
+ * directory, runs the setup commands, starts `tandem launch` as a child process, and supervises
+ * it: metrics ingest, system metrics, stop requests, max_duration, and the final record (status,
+ * exit code, artifacts, logs).
  *
  * The launcher is a separate process found through /proc/self/exe, so this layer depends on
  * launch's command-line contract only. It runs in its own process group: a Ctrl-C at the
  * terminal reaches the supervisor alone, which turns it into one SIGTERM for the launcher (the
- * trainer checkpoints on SIGTERM), instead of every process receiving it at once. */
+ * trainer checkpoints on SIGTERM), instead of every process receiving it at once. Signals are
+ * read from a signalfd (core's td_sigwatch) in the one poll() of the supervision loop, beside
+ * the launchers' stderr pipes; nothing runs in a signal handler. */
 #include "tandem/workflow.h"
 
-#include <arpa/inet.h>
+#include <dirent.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
-#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tandem/os.h"
 
 extern char **environ;
 
@@ -76,174 +80,63 @@ static char *param_env_name(const char *key) {
     return name;
 }
 
-/* ---- signals: the handler only counts; the loop acts ---- */
-static volatile sig_atomic_t g_signals;
-static volatile sig_atomic_t g_last_signal;
+/* ---- signals: read from a signalfd by the loop that acts on them ---- */
+static const int watched_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 
-static void on_stop_signal(int sig) {
-    g_signals++;
-    g_last_signal = sig;
-}
-
-static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-
-typedef struct {
-    struct sigaction old[3];
-    struct sigaction old_pipe;
-} saved_handlers;
-
-static void install_handlers(saved_handlers *saved) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++)
-        sigaction(stop_signals[i], &sa, &saved->old[i]);
-    struct sigaction ign;
-    memset(&ign, 0, sizeof ign);
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ign, &saved->old_pipe);
-}
-
-static void restore_handlers(const saved_handlers *saved) {
-    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++)
-        sigaction(stop_signals[i], &saved->old[i], NULL);
-    sigaction(SIGPIPE, &saved->old_pipe, NULL);
+static int is_stop_signal(int sig) {
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 }
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL); /* a signal cuts it short, which is what the loop wants */
+    nanosleep(&ts, NULL);
 }
 
-/* fork + exec in a new process group, with env, cwd and the given stdout/stderr (-1 = keep).
- * stdin is /dev/null: workers never read the terminal, and a background process group that did
- * would be stopped by SIGTTIN. */
-static td_status spawn(char *const *argv, char *const *envp, const char *cwd, int out_fd,
-                       int err_fd, pid_t *pid_out) {
-    int errpipe[2];
-    if (pipe2(errpipe, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe");
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(errpipe[0]);
-        close(errpipe[1]);
-        return td_error_errno(TD_ERR_SYS, "fork for %s", argv[0]);
+/* Links each entry of the workflow's directory into the run's own working directory, so that
+ * inputs (code, data, configs) resolve there as they would in the project, except what the
+ * workflow declares as outputs (the first component of each artifact pattern and of a relative
+ * checkpoint_dir) and .tandem: those start empty in every run. Two concurrent runs of one
+ * workflow then never share an output path (issue 8: one run recorded the other's weights as its
+ * artifact). Entries already there (a resumed run) are kept. */
+static int is_output_name(const td_workflow *w, const char *name) {
+    char first[NAME_MAX + 1];
+    for (size_t i = 0; i <= w->nartifacts; i++) {
+        const char *pat = i < w->nartifacts ? w->artifacts[i] : w->checkpoint_dir;
+        if (!pat || pat[0] == '/') continue;
+        while (pat[0] == '.' && pat[1] == '/') pat += 2;
+        size_t len = strcspn(pat, "/");
+        if (len == 0 || len > NAME_MAX) continue;
+        memcpy(first, pat, len);
+        first[len] = '\0';
+        if (fnmatch(first, name, FNM_PERIOD) == 0) return 1;
     }
-    if (pid == 0) {
-        setpgid(0, 0);
-        /* The group dies with its supervisor (issue 8: a kill -9 of the supervisor left the
-         * launcher and its workers training as orphans): SIGTERM, so the launcher stops its
-         * workers at a step boundary with a checkpoint. The supervisor may already be gone. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(143);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        for (int s = 1; s < 32; s++)
-            if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        if (out_fd >= 0) dup2(out_fd, 1);
-        if (err_fd >= 0) dup2(err_fd, 2);
-        int err = 0;
-        if (cwd && chdir(cwd) != 0)
-            err = errno;
-        else {
-            execve(argv[0], argv, envp);
-            err = errno;
-        }
-        ssize_t w = write(errpipe[1], &err, sizeof err);
-        (void)w;
-        _exit(127); /* the forked child of a failed exec: nothing to clean up */
-    }
-    setpgid(pid, pid); /* also here, so a signal sent right away reaches the new group */
-    close(errpipe[1]);
-    int err = 0;
-    ssize_t n;
-    while ((n = read(errpipe[0], &err, sizeof err)) < 0 && errno == EINTR) {
-    }
-    close(errpipe[0]);
-    if (n == (ssize_t)sizeof err) {
-        waitpid(pid, NULL, 0);
-        errno = err;
-        return td_error_errno(TD_ERR_SYS, "cannot start %s%s%s", argv[0], cwd ? " in " : "",
-                              cwd ? cwd : "");
-    }
-    *pid_out = pid;
-    return TD_OK;
+    return 0;
 }
 
-static int exit_code_of(int status) {
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 1;
-}
-
-/* Every descendant of root (found through /proc), so a launcher that has to be killed does not
- * leave workers behind: they sit in process groups of their own. */
-static size_t descendants(pid_t root, pid_t *out, size_t cap) {
-    size_t n = 0;
-    out[n++] = root;
-    for (size_t scanned = 0; scanned < n && n < cap; scanned++) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)out[scanned],
-                 (int)out[scanned]);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int c;
-        while (n < cap && fscanf(f, "%d", &c) == 1) out[n++] = (pid_t)c;
-        fclose(f);
+static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
+                                  const char *work_dir) {
+    TD_CHECK(td_mkdirs(work_dir));
+    DIR *d = opendir(project_dir);
+    if (!d)
+        return td_error_errno(TD_ERR_IO, "cannot read the workflow's directory %s (workdir)",
+                              project_dir);
+    td_status st = TD_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) && st == TD_OK) {
+        const char *n = e->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, ".tandem") || is_output_name(w, n))
+            continue;
+        char *from = td_xasprintf("%s/%s", project_dir, n);
+        char *to = td_xasprintf("%s/%s", work_dir, n);
+        struct stat lst;
+        if (lstat(to, &lst) != 0 && symlink(from, to) != 0)
+            st = td_error_errno(TD_ERR_IO, "cannot link %s into the run's directory as %s", from,
+                                to);
+        free(from);
+        free(to);
     }
-    return n;
-}
-
-static void kill_tree(pid_t root) {
-    pid_t pids[4096];
-    size_t n = descendants(root, pids, TD_ARRAY_LEN(pids));
-    for (size_t i = 0; i < n; i++) {
-        kill(-pids[i], SIGKILL); /* its group, when it leads one */
-        kill(pids[i], SIGKILL);
-    }
-}
-
-static void mkdirs(const char *path) {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            mkdir(buf, 0755); /* EEXIST is fine; other failures surface when the path is used */
-            *p = saved;
-            if (!saved) break;
-        }
-    }
-}
-
-static int pick_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static void random_hex(char *out, size_t nbytes) {
-    unsigned char raw[32];
-    nbytes = TD_MIN(nbytes, sizeof raw);
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    ssize_t got = fd >= 0 ? read(fd, raw, nbytes) : -1;
-    if (fd >= 0) close(fd);
-    if (got != (ssize_t)nbytes)
-        for (size_t i = 0; i < nbytes; i++)
-            raw[i] = (unsigned char)(td_mix64(td_now_ns() + i) & 0xff);
-    for (size_t i = 0; i < nbytes; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    closedir(d);
+    return st;
 }
 
 /* What is on the terminal's current line: a worker's progress bar that the launcher passed on
@@ -280,7 +173,11 @@ typedef struct {
     int resuming;
     int base_restarts;
     const char *tandem_bin;
-    char *work_dir;
+    char *project_dir; /* the workflow's directory (workdir:), whose entries are linked */
+    char *work_dir;    /* the run's own working directory: <run_dir>/work */
+    td_sigwatch *sigs; /* stop signals and SIGCHLD, read in the loop */
+    int nsignals;      /* stop signals received so far */
+    int last_signal;
     FILE *out;        /* progress lines */
     int quiet_output; /* detached: nothing to a terminal */
     term_state term;  /* what the launcher's stderr left on our terminal */
@@ -301,12 +198,27 @@ static void progress(supervisor *s, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void build_env(supervisor *s, strvec *env) {
+/* Reads every pending signal; stop signals are counted for the loop to act on, SIGCHLD only
+ * wakes it (it reaps after every wakeup). */
+static void read_signals(supervisor *s) {
+    for (int sig; (sig = td_sigwatch_next(s->sigs));)
+        if (is_stop_signal(sig)) {
+            s->nsignals++;
+            s->last_signal = sig;
+        }
+}
+
+static void set_var(strvec *env, td_var v, const char *value) {
+    env_set(env, td_var_name(v), value);
+}
+
+static td_status build_env(supervisor *s, strvec *env) {
     for (char **e = environ; e && *e; e++) sv_push(env, td_xstrdup(*e));
     /* The workers' output reaches the terminal through pipes (launcher, then us), so a program
      * cannot see that someone is watching: TANDEM_PROGRESS=1 says so (`tandem train` draws its
      * bar on rank 0). The workflow's env may still override it. */
-    if (s->term.tty && !getenv("TANDEM_PROGRESS")) env_set(env, "TANDEM_PROGRESS", "1");
+    if (s->term.tty && !td_var_get(TD_VAR_TANDEM_PROGRESS))
+        set_var(env, TD_VAR_TANDEM_PROGRESS, "1");
     const td_workflow *w = s->w;
     for (size_t i = 0; i < w->nenv; i++) env_set(env, w->env[i].key, w->env[i].value);
     if (s->resuming) {
@@ -338,8 +250,10 @@ static void build_env(supervisor *s, strvec *env) {
         env_set(env, "PATH", p);
         free(p);
     }
-    env_set(env, "TANDEM_RUN_ID", s->run.id);
-    env_set(env, "TANDEM_RUN_DIR", s->run.run_dir);
+    set_var(env, TD_VAR_TANDEM_RUN_ID, s->run.id);
+    set_var(env, TD_VAR_TANDEM_RUN_DIR, s->run.run_dir);
+    set_var(env, TD_VAR_TANDEM_WORK_DIR, s->work_dir);
+    set_var(env, TD_VAR_TANDEM_PROJECT_DIR, s->project_dir);
     char *ckpt;
     if (!w->checkpoint_dir)
         ckpt = td_xasprintf("%s/checkpoints", s->run.run_dir);
@@ -347,14 +261,15 @@ static void build_env(supervisor *s, strvec *env) {
         ckpt = td_xstrdup(w->checkpoint_dir);
     else
         ckpt = td_xasprintf("%s/%s", s->work_dir, w->checkpoint_dir);
-    mkdirs(ckpt);
-    env_set(env, "TANDEM_CHECKPOINT_DIR", ckpt);
+    td_status st = td_check_output_dir(ckpt, "checkpoint_dir");
+    set_var(env, TD_VAR_TANDEM_CHECKPOINT_DIR, ckpt);
     free(ckpt);
     if (s->resuming)
-        env_set(env, "TANDEM_RESUME", "1");
+        set_var(env, TD_VAR_TANDEM_RESUME, "1");
     else
-        env_unset(env, "TANDEM_RESUME");
-    env_unset(env, "TANDEM_METRICS"); /* launch sets one file per rank */
+        env_unset(env, td_var_name(TD_VAR_TANDEM_RESUME));
+    env_unset(env, td_var_name(TD_VAR_TANDEM_METRICS)); /* launch sets one file per rank */
+    return st;
 }
 
 /* Runs each setup command with `sh -c`, output to logs/setup.log and (attached) the terminal.
@@ -371,7 +286,8 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
         return st;
     }
     for (size_t i = 0; i < s->w->nsetup && st == TD_OK && !*failed_code; i++) {
-        if (g_signals) {
+        read_signals(s);
+        if (s->nsignals) {
             *failed_code = 130;
             break;
         }
@@ -382,8 +298,15 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
             break;
         }
         char *argv[] = {"/bin/sh", "-c", s->w->setup[i], NULL};
+        td_spawn_opts so;
+        td_spawn_opts_init(&so);
+        so.argv = argv;
+        so.envp = envp;
+        so.cwd = s->work_dir;
+        so.out_fd = so.err_fd = p[1];
+        so.death_signal = SIGTERM;
         pid_t pid;
-        st = spawn(argv, envp, s->work_dir, p[1], p[1], &pid);
+        st = td_spawn(&so, &pid);
         close(p[1]);
         if (st != TD_OK) {
             close(p[0]);
@@ -392,14 +315,19 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
         char buf[8192];
         int signalled = 0;
         for (;;) {
-            ssize_t n = read(p[0], buf, sizeof buf);
-            if (n < 0 && errno == EINTR) {
-                if (g_signals && !signalled) {
+            struct pollfd pf[2] = {{.fd = p[0], .events = POLLIN},
+                                   {.fd = s->sigs->fd, .events = POLLIN}};
+            if (poll(pf, 2, -1) < 0 && errno != EINTR) break;
+            if (pf[1].revents) {
+                read_signals(s);
+                if (s->nsignals && !signalled) {
                     kill(-pid, SIGTERM);
                     signalled = 1;
                 }
-                continue;
             }
+            if (!pf[0].revents) continue;
+            ssize_t n = read(p[0], buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
             if (n <= 0) break;
             ssize_t w = write(log_fd, buf, (size_t)n);
             (void)w;
@@ -410,9 +338,8 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
         }
         close(p[0]);
         int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        int code = exit_code_of(status);
+        td_waitpid(pid, &status, 0);
+        int code = td_wait_exit_code(status);
         if (code != 0) {
             *failed_code = code;
             progress(s, "setup command failed with exit code %d: %s", code, s->w->setup[i]);
@@ -522,6 +449,31 @@ static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
     sv_push(argv, td_xasprintf("trap : TERM\n%s", s->script));
 }
 
+/* A workflow for another executor (executor: slurm): after the setup it gets what was
+ * prepared here (run, work dir, environment, signals) and runs the job to its end and record. */
+static int run_on_executor(supervisor *s, strvec *env) {
+    td_exec_job job = {
+        .store = s->store,
+        .run = &s->run,
+        .work_dir = s->work_dir,
+        .script = s->script,
+        .tandem_bin = s->tandem_bin,
+        .env = env->v,
+        .max_restarts = s->w->max_restarts,
+        .max_duration_s = s->w->max_duration_s,
+        .artifacts = (const char *const *)s->w->artifacts,
+        .nartifacts = s->w->nartifacts,
+        .resuming = s->resuming,
+        .base_restarts = s->base_restarts,
+        .slurm = &s->w->slurm,
+        .sigs = s->sigs,
+        .stop_signal = s->nsignals ? s->last_signal : 0,
+        .out = s->out,
+        .quiet_output = s->quiet_output,
+    };
+    return td_executor_find(s->w->executor)->run(&job);
+}
+
 /* Runs setup and the launcher, supervises to the end and records the outcome.
  * Returns the CLI exit code. */
 static int supervise(supervisor *s) {
@@ -536,15 +488,18 @@ static int supervise(supervisor *s) {
     double t0 = td_now_s();
 
     st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
-    if (st == TD_OK) st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
+    /* Another executor's run is pending until its scheduler starts it. */
+    if (st == TD_OK && !s->w->executor)
+        st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
+    if (st == TD_OK) st = prepare_work_dir(s->w, s->project_dir, s->work_dir);
+    if (st == TD_OK) st = build_env(s, &env);
     if (st != TD_OK) goto fail;
-    build_env(s, &env);
 
     int setup_code = 0;
     st = run_setup(s, env.v, &setup_code);
     if (st != TD_OK) goto fail;
     if (setup_code) {
-        if (g_signals) {
+        if (s->nsignals) {
             stop_requested = 1;
             snprintf(note, sizeof note, "stopped during setup");
         } else {
@@ -552,6 +507,10 @@ static int supervise(supervisor *s) {
         }
         launch_code = setup_code;
         goto record;
+    }
+    if (s->w->executor) {
+        cli_code = run_on_executor(s, &env);
+        goto out;
     }
 
     char *metrics_dir = td_xasprintf("%s/metrics", s->run.run_dir);
@@ -562,14 +521,16 @@ static int supervise(supervisor *s) {
 
     nagents = s->run.nodes;
     agents = td_xcalloc((size_t)nagents, sizeof *agents);
-    int port = 0;
+    int port = 0, listen_fd = -1;
     if (nagents > 1) {
         /* Several node agents on this host: they meet at node 0's store on a loopback port,
-         * with a token of our choosing. */
-        port = pick_free_port();
+         * with a random token: tandem starts these nodes itself, so it hands the secret over.
+         * We bind the port and node 0 inherits the socket, so it cannot be taken in between. */
         char token[33];
-        random_hex(token, 16);
-        env_set(&env, "TANDEM_TOKEN", token);
+        st = td_listen_tcp("127.0.0.1", 0, 512, &listen_fd, &port);
+        if (st == TD_OK) st = td_random_hex(token, 16);
+        if (st != TD_OK) goto fail;
+        set_var(&env, TD_VAR_TANDEM_TOKEN, token);
     }
     for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
     for (int i = 0; i < nagents; i++) {
@@ -579,22 +540,43 @@ static int supervise(supervisor *s) {
         if (pipe2(errp, O_CLOEXEC) != 0) {
             st = td_error_errno(TD_ERR_SYS, "pipe");
             sv_free(&argv);
-            for (int j = 0; j < i; j++) kill_tree(agents[j].pid);
-            for (int j = 0; j < i; j++) waitpid(agents[j].pid, NULL, 0);
+            for (int j = 0; j < i; j++) td_kill_tree(agents[j].pid, SIGKILL);
+            for (int j = 0; j < i; j++) td_waitpid(agents[j].pid, NULL, 0);
             goto fail;
         }
         /* Detached, the workers' output is in the rank logs already; only the launcher's
-         * stderr (root causes) goes on to supervisor.log. */
-        int out_fd = s->quiet_output ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
-        st = spawn(argv.v, env.v, s->work_dir, out_fd, errp[1], &agents[i].pid);
-        if (out_fd >= 0) close(out_fd);
+         * stderr (root causes) goes on to supervisor.log. The launcher's group dies with us
+         * (issue 8: a kill -9 of the supervisor left the launcher and its workers training as
+         * orphans): SIGTERM, so it stops its workers at a step boundary with a checkpoint. */
+        td_spawn_opts so;
+        td_spawn_opts_init(&so);
+        so.argv = argv.v;
+        so.envp = env.v;
+        so.cwd = s->work_dir;
+        so.out_fd = s->quiet_output ? TD_SPAWN_DEVNULL : TD_SPAWN_INHERIT;
+        so.err_fd = errp[1];
+        so.death_signal = SIGTERM;
+        if (i == 0 && listen_fd >= 0) {
+            char fdtext[16];
+            snprintf(fdtext, sizeof fdtext, "%d", listen_fd);
+            set_var(&env, TD_VAR_TANDEM_STORE_LISTEN_FD, fdtext);
+            so.envp = env.v;
+            so.keep_fds = &listen_fd;
+            so.nkeep = 1;
+        }
+        st = td_spawn(&so, &agents[i].pid);
+        if (i == 0 && listen_fd >= 0) {
+            env_unset(&env, td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD));
+            close(listen_fd); /* node 0 has it now */
+            listen_fd = -1;
+        }
         close(errp[1]);
         fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
         agents[i].err_fd = errp[0];
         sv_free(&argv);
         if (st != TD_OK) {
-            for (int j = 0; j < i; j++) kill_tree(agents[j].pid);
-            for (int j = 0; j < i; j++) waitpid(agents[j].pid, NULL, 0);
+            for (int j = 0; j < i; j++) td_kill_tree(agents[j].pid, SIGKILL);
+            for (int j = 0; j < i; j++) td_waitpid(agents[j].pid, NULL, 0);
             goto fail;
         }
     }
@@ -602,18 +584,21 @@ static int supervise(supervisor *s) {
              nagents > 1 ? "s" : "", s->run.nproc_per_node, s->run.nproc_per_node > 1 ? "s" : "",
              s->run.run_dir);
 
+    /* One loop, one poll(): the signalfd and the launchers' stderr wake it, the timers
+     * (ingest, system metrics, the kill deadline) bound its sleep. */
     double next_ingest = 0, next_sys = td_now_s() + 0.5, stop_at = 0;
-    sig_atomic_t handled = 0;
+    int handled = 0;
     int alive = nagents, killed = 0, restarts = s->base_restarts;
+    struct pollfd *pfds = td_xcalloc((size_t)nagents + 1, sizeof *pfds);
     while (alive > 0) {
         double now = td_now_s();
-        if (g_signals != handled) {
+        if (s->nsignals != handled) {
             int first = handled == 0 && !stop_requested && !preempt_signal;
-            handled = g_signals;
+            handled = s->nsignals;
             if (first) {
                 /* SIGTERM without a `tandem stop` behind it comes from the system (a scheduler
                  * or cloud preemption): the run is preempted if the workers checkpoint. */
-                int user = g_last_signal != SIGTERM;
+                int user = s->last_signal != SIGTERM;
                 td_run cur;
                 if (!user && td_run_find(s->store, s->run.id, &cur) == TD_OK) {
                     user = cur.stop_requested;
@@ -623,9 +608,9 @@ static int supervise(supervisor *s) {
                 if (user) {
                     stop_requested = 1;
                     snprintf(note, sizeof note, "stopped by %s",
-                             g_last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
-                             : g_last_signal == SIGHUP ? "SIGHUP"
-                                                       : "tandem stop");
+                             s->last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
+                             : s->last_signal == SIGHUP ? "SIGHUP"
+                                                        : "tandem stop");
                 } else {
                     preempt_signal = 1;
                 }
@@ -648,28 +633,27 @@ static int supervise(supervisor *s) {
                 if (!agents[i].done) kill(agents[i].pid, SIGTERM);
             stop_at = now + KILL_AFTER_S;
         }
-        if (stop_requested && stop_at > 0 && now >= stop_at && !killed) {
+        if ((stop_requested || preempt_signal) && stop_at > 0 && now >= stop_at && !killed) {
             killed = 1;
             progress(s, "run %s: killing what is left of it", s->run.id);
             for (int i = 0; i < nagents; i++)
-                if (!agents[i].done) kill_tree(agents[i].pid);
+                if (!agents[i].done) td_kill_tree(agents[i].pid, SIGKILL);
         }
-        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term, cause, sizeof cause);
         for (int i = 0; i < nagents; i++) {
             if (agents[i].done) continue;
             int status;
-            pid_t r = waitpid(agents[i].pid, &status, WNOHANG);
-            if (r == agents[i].pid) {
+            if (td_waitpid(agents[i].pid, &status, WNOHANG) == agents[i].pid) {
                 agents[i].done = 1;
-                agents[i].code = exit_code_of(status);
+                agents[i].code = td_wait_exit_code(status);
                 alive--;
             }
         }
         if (now >= next_ingest) {
-            if (td_ingester_poll(ing, NULL) != TD_OK) {
+            /* A full disk is said once, by the ingester itself; it retries from its offset. */
+            td_status ist = td_ingester_poll(ing, NULL);
+            if (ist != TD_OK && ist != TD_ERR_NOSPACE)
                 TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-                td_error_clear();
-            }
+            td_error_clear();
             next_ingest = now + INGEST_PERIOD_S;
         }
         if (now >= next_sys && alive > 0) {
@@ -688,8 +672,20 @@ static int supervise(supervisor *s) {
             }
             next_sys = now + SYSMON_PERIOD_S;
         }
-        if (alive > 0) sleep_s(0.1);
+        if (alive == 0) break;
+        double wake = TD_MIN(next_ingest, next_sys);
+        if (stop_at > 0 && !killed) wake = TD_MIN(wake, stop_at);
+        int np = 0;
+        pfds[np++] = (struct pollfd){.fd = s->sigs->fd, .events = POLLIN};
+        for (int i = 0; i < nagents; i++)
+            if (agents[i].err_fd >= 0)
+                pfds[np++] = (struct pollfd){.fd = agents[i].err_fd, .events = POLLIN};
+        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
+        if (poll(pfds, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) sleep_s(0.01);
+        read_signals(s);
+        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term, cause, sizeof cause);
     }
+    free(pfds);
     /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
     launch_code = 0;
     for (int i = 0; i < nagents; i++)
@@ -704,10 +700,10 @@ static int supervise(supervisor *s) {
                         sizeof cause); /* to EOF: the launcher has exited */
         }
     }
-    if (td_ingester_poll(ing, NULL) != TD_OK) {
+    td_status ist = td_ingester_poll(ing, NULL);
+    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
         TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
-        td_error_clear();
-    }
+    td_error_clear();
     if (td_ingester_malformed(ing))
         progress(s, "%zu malformed metrics line%s skipped", td_ingester_malformed(ing),
                  td_ingester_malformed(ing) > 1 ? "s" : "");
@@ -768,7 +764,23 @@ record:;
     else
         td_error_clear();
     st = td_run_set_status(s->store, s->run.id, final, launch_code, note[0] ? note : NULL);
+    if (st == TD_ERR_NOSPACE) {
+        /* The store freed its reserve and still could not write: the job's outcome stands (it
+         * is not a supervisor failure); the message names the disk. */
+        td_error_print(st);
+        progress(s, "run %s %s after %.1f s (exit code %d), but its record could not be written",
+                 s->run.id, td_run_status_str(final), td_now_s() - t0, launch_code);
+        goto out;
+    }
     if (st != TD_OK) goto fail;
+    {
+        /* The stored note: the store adds to it what it met (a full disk). */
+        td_run cur = {0};
+        if (td_run_find(s->store, s->run.id, &cur) == TD_OK && cur.note && *cur.note)
+            snprintf(note, sizeof note, "%s", cur.note);
+        td_run_clear(&cur);
+        td_error_clear();
+    }
     progress(s, "run %s %s after %.1f s (exit code %d)%s%s", s->run.id, td_run_status_str(final),
              td_now_s() - t0, launch_code, note[0] ? ": " : "", note);
     goto out;
@@ -891,27 +903,30 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     s.params_json = params_json;
     s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
     s.out = opts->out ? opts->out : stdout;
-    s.term.tty = !opts->detach && isatty(STDERR_FILENO);
+    /* another executor's workers draw no progress bar: their output reaches no terminal */
+    s.term.tty = !opts->detach && isatty(STDERR_FILENO) && !w->executor;
     if (w->workdir && w->workdir[0] == '/')
-        s.work_dir = td_xstrdup(w->workdir);
+        s.project_dir = td_xstrdup(w->workdir);
     else if (w->workdir)
-        s.work_dir = td_xasprintf("%s/%s", td_rundb_project_dir(store), w->workdir);
+        s.project_dir = td_xasprintf("%s/%s", td_rundb_project_dir(store), w->workdir);
     else
-        s.work_dir = td_xstrdup(td_rundb_project_dir(store));
+        s.project_dir = td_xstrdup(td_rundb_project_dir(store));
+    s.work_dir = td_xasprintf("%s/work", s.run.run_dir);
     if (run_id_out) *run_id_out = td_xstrdup(s.run.id);
 
+    td_sigwatch sigs = {.fd = -1};
+    s.sigs = &sigs;
     if (!opts->detach) {
-        saved_handlers saved;
-        g_signals = 0;
-        install_handlers(&saved);
+        TD_CHECK_GOTO(td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals)),
+                      st, out);
         s.store = store;
         *exit_code = supervise(&s);
-        restore_handlers(&saved);
+        td_sigwatch_close(&sigs);
         goto out;
     }
 
     /* Detached: double fork so the supervisor is nobody's child and leads its own session.
-     * Stop signals stay blocked until it has installed its handlers and recorded its pid, so a
+     * Stop signals are blocked from here on and read from its signalfd once it runs, so a
      * `tandem stop` issued right after `tandem run -d` returns is never lost. */
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) != 0) {
@@ -920,7 +935,8 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     }
     sigset_t block, old;
     sigemptyset(&block);
-    for (size_t i = 0; i < TD_ARRAY_LEN(stop_signals); i++) sigaddset(&block, stop_signals[i]);
+    for (size_t i = 0; i < TD_ARRAY_LEN(watched_signals); i++)
+        sigaddset(&block, watched_signals[i]);
     sigprocmask(SIG_BLOCK, &block, &old);
     char *run_dir = td_xstrdup(s.run.run_dir);
     td_rundb_close(store); /* an SQLite connection must not cross fork() */
@@ -954,16 +970,13 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
         FILE *out = fdopen(dup(1), "w");
         s.out = out ? out : stdout;
         s.quiet_output = 1;
-        saved_handlers saved;
-        g_signals = 0;
-        install_handlers(&saved);
         int code = 1;
-        if (td_rundb_open(opts->project_dir, &s.store) == TD_OK &&
+        if (td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals)) == TD_OK &&
+            td_rundb_open(opts->project_dir, &s.store) == TD_OK &&
             td_run_set_supervisor(s.store, s.run.id, (int64_t)getpid()) == TD_OK) {
             ssize_t wr = write(ready[1], "k", 1);
             (void)wr;
             close(ready[1]);
-            sigprocmask(SIG_SETMASK, &old, NULL);
             code = supervise(&s);
         } else {
             td_error_print(TD_ERR_IO);
@@ -1002,6 +1015,7 @@ out:
     td_workflow_free(synth);
     free((char *)s.tandem_bin);
     free(s.work_dir);
+    free(s.project_dir);
     free(script);
     free(params_json);
     return st;
@@ -1018,6 +1032,13 @@ td_status td_run_stop(td_rundb *store, const char *run_id, double wait_s, td_run
         goto out;
     }
     st = td_run_request_stop(store, r.id, 1);
+    if (st == TD_ERR_NOSPACE) {
+        /* The request could not be recorded; the signal still reaches the supervisor (it will
+         * take the stop for a preemption, since it cannot read the request). */
+        TD_LOG_WARN("%s; stopping run %s anyway", td_error_msg(), r.id);
+        td_error_clear();
+        st = TD_OK;
+    }
     if (st != TD_OK) goto out;
     if (r.supervisor_pid <= 0 || kill((pid_t)r.supervisor_pid, SIGTERM) != 0) {
         /* Nobody to ask (a pending run whose supervisor never started): record it directly. */

@@ -19,3 +19,10 @@ endif()
 if(TARGET launch_test_rdzv)
   target_include_directories(launch_test_rdzv PRIVATE ${CMAKE_SOURCE_DIR}/src)
 endif()
+# test_stall.c drives the stall check's internals (src/launch/stall.h).
+if(TARGET launch_test_stall)
+  target_include_directories(launch_test_stall PRIVATE ${CMAKE_SOURCE_DIR}/src)
+endif()
+# The stall tests freeze processes and wait on the stall time: keep them off a loaded box too.
+set_tests_properties(launch/test_launch_stall launch/test_launch_stall_nodes launch/test_stall
+                     PROPERTIES RUN_SERIAL TRUE TIMEOUT 180)

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "launch/launch_internal.h"
+#include "tandem/os.h"
 
 typedef struct {
     int port;
@@ -108,9 +109,9 @@ int main(void) {
 
     /* status text */
     char buf[128];
-    td__describe_status(9, buf, sizeof buf); /* killed by SIGKILL */
+    td_wait_describe(9, buf, sizeof buf); /* killed by SIGKILL */
     ASSERT_STREQ(buf, "was killed by signal 9 (SIGKILL)");
-    td__describe_status(3 << 8, buf, sizeof buf);
+    td_wait_describe(3 << 8, buf, sizeof buf);
     ASSERT_STREQ(buf, "exited with code 3");
     ASSERT(td__status_ok(0));
     ASSERT(!td__status_ok(3 << 8));

@@ -6,33 +6,8 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "tandem/os.h"
 #include "run_cli.h"
-
-static int mkdirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++)
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-            *p = c;
-            if (!c) return 0;
-        }
-}
-
-static int copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
-    int rc = in && out ? 0 : -1;
-    char buf[1 << 16];
-    size_t n;
-    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) rc = -1;
-    if (in && ferror(in)) rc = -1;
-    if (in) fclose(in);
-    if (out && fclose(out) != 0) rc = -1;
-    return rc;
-}
 
 static const run_cli_verb verb = {
     .name = "tandem artifacts",
@@ -70,9 +45,9 @@ int cmd_artifacts(int argc, char **argv) {
             char *to = td_xasprintf("%s/%s", dest, arts[i].name);
             char *dir = td_xstrdup(to);
             char sha[65];
-            if (mkdirs(dirname(dir)) != 0 || copy_file(arts[i].path, to) != 0) {
-                fprintf(stderr, "tandem artifacts: cannot copy %s to %s: %s\n", arts[i].path, to,
-                        strerror(errno));
+            if ((st = td_mkdirs(dirname(dir))) != TD_OK ||
+                (st = td_copy_file(arts[i].path, to, "artifact")) != TD_OK) {
+                td_error_print(st);
                 rc = 1;
             } else if ((st = td_sha256_file(to, sha)) != TD_OK) {
                 td_error_print(st);

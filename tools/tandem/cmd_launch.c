@@ -24,7 +24,15 @@ static void launch_usage(FILE *out) {
                  "(default 30)\n"
                  "  --rdzv-timeout S        how long nodes wait for each other (default 300)\n"
                  "  --rdzv-last-call S      with N:M, extra wait for more nodes (default 3)\n"
+                 "  --stall-timeout S       fail/restart the group when a rank is stuck in a\n"
+                 "                          collective or a node agent is silent this long;\n"
+                 "                          0 = off (default TANDEM_STALL_TIMEOUT_MS: 120 s)\n"
                  "  --master-addr/--master-port   torchrun's static form of --rdzv-endpoint\n"
+                 "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
+                 "topology comes from the scheduler that started one launcher per node: Slurm\n"
+                 "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
+                 "-x MASTER_ADDR), SkyPilot, dstack, SageMaker (docs/launch.md);\n"
+                 "TANDEM_LAUNCH_DETECT=0 turns it off.\n"
                  "Flags also accept torchrun's underscore spellings (--nproc_per_node) and "
                  "--flag=value.\n"
                  "Exit: 0 ok, 1 a worker failed, 2 usage, 130 SIGINT, 143 SIGTERM (workers "
@@ -67,6 +75,7 @@ int cmd_launch(int argc, char **argv) {
     char *endpoint_buf = NULL;
     char **cmd = NULL;
     int ncmd = 0, rc = 0;
+    bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -94,6 +103,7 @@ int cmd_launch(int argc, char **argv) {
         }
         if (!strcmp(flag, "--standalone")) {
             o.standalone = true;
+            rdzv_flags = true;
             continue;
         }
         const char *val = eq ? eq + 1 : NULL;
@@ -104,6 +114,10 @@ int cmd_launch(int argc, char **argv) {
             }
             val = argv[++i];
         }
+        if (!strcmp(flag, "--nnodes") || !strcmp(flag, "--node-rank") ||
+            !strcmp(flag, "--rdzv-endpoint") || !strcmp(flag, "--master-addr") ||
+            !strcmp(flag, "--master-port"))
+            rdzv_flags = true;
         if (!strcmp(flag, "--nnodes"))
             rc = parse_nnodes(val, &o);
         else if (!strcmp(flag, "--nproc-per-node")) {
@@ -136,6 +150,8 @@ int cmd_launch(int argc, char **argv) {
             rc = parse_secs(flag, val, &o.rdzv_timeout_s);
         else if (!strcmp(flag, "--rdzv-last-call"))
             rc = parse_secs(flag, val, &o.last_call_s);
+        else if (!strcmp(flag, "--stall-timeout"))
+            rc = parse_secs(flag, val, &o.stall_timeout_s);
         else if (!strcmp(flag, "--master-addr"))
             master_addr = val;
         else if (!strcmp(flag, "--master-port"))
@@ -151,6 +167,22 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "tandem launch: no worker command\n\n");
         launch_usage(stderr);
         return 2;
+    }
+    /* Flags win over the environment, all or nothing: half a topology from each would be
+     * neither what the scheduler nor what the user said. --rdzv-id still names the run. */
+    td_launch_detected det;
+    if (!rdzv_flags) {
+        td_status dst = td_launch_detect(environ, &det);
+        if (dst != TD_OK) {
+            td_error_print(dst);
+            return 2;
+        }
+        if (det.scheduler) {
+            char line[600];
+            td_launch_detected_apply(&det, &o);
+            td_launch_detected_describe(&det, line, sizeof line);
+            TD_LOG_INFO("%s", line);
+        }
     }
     if (!o.rdzv_endpoint && master_addr && o.max_nodes > 1)
         o.rdzv_endpoint = endpoint_buf = td_xasprintf("%s:%s", master_addr, master_port);

@@ -48,6 +48,9 @@ static const td_metric_row *pick_loss(const td_metric_row *rows, size_t n) {
     return train ? train : best;
 }
 
+/* The widest note `tandem ps` prints; tandem show has the whole of it. */
+#define NOTE_MAX 100
+
 int cmd_ps(int argc, char **argv) {
     int all = 0;
     for (int i = 1; i < argc; i++) {
@@ -72,8 +75,8 @@ int cmd_ps(int argc, char **argv) {
         run_cli_close(store, NULL);
         return 1;
     }
-    printf("%-20s %-14s %-10s %-17s %-9s %8s %10s\n", "ID", "WORKFLOW", "STATUS", "STARTED",
-           "DURATION", "STEP", "LOSS");
+    printf("%-20s %-14s %-10s %-17s %-9s %8s %10s  %s\n", "ID", "WORKFLOW", "STATUS", "STARTED",
+           "DURATION", "STEP", "LOSS", "NOTE");
     double now = td_wall_s();
     for (size_t i = 0; i < n; i++) {
         td_run *r = &runs[i];
@@ -94,8 +97,13 @@ int cmd_ps(int argc, char **argv) {
         } else {
             td_error_clear();
         }
-        printf("%-20s %-14s %-10s %-17s %-9s %8s %10s\n", r->id, r->workflow,
-               td_run_status_str(r->status), started, dur, step, loss);
+        /* The note of a run still going says where it stands (a Slurm job's state and, while
+         * it waits, Slurm's reason); a finished run's is in tandem show. */
+        const char *note = !td_run_status_is_final(r->status) && r->note ? r->note : "";
+        int cut = strlen(note) > NOTE_MAX;
+        printf("%-20s %-14s %-10s %-17s %-9s %8s %10s%s%.*s%s\n", r->id, r->workflow,
+               td_run_status_str(r->status), started, dur, step, loss, *note ? "  " : "",
+               cut ? NOTE_MAX - 3 : NOTE_MAX, note, cut ? "..." : "");
     }
     td_runs_free(runs, n);
     run_cli_close(store, NULL);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tandem/exec.h"
 #include "tandem/workflow.h"
 
 static void run_usage(FILE *out) {
@@ -93,6 +94,8 @@ int cmd_run(int argc, char **argv) {
             st = td_workflow_file_load(path, &wf);
             if (st == TD_OK && td_workflow_find(wf, r.workflow, &found) == TD_OK)
                 w = td_workflow_copy(found);
+            else if (st == TD_OK && td_executor_of_run(&r))
+                td_error_clear(); /* refused below */
             else if (st == TD_OK) {
                 fprintf(stderr,
                         "tandem run: workflow '%s' is no longer in %s; resuming with "
@@ -101,6 +104,16 @@ int cmd_run(int argc, char **argv) {
                 td_error_clear();
             }
         }
+        /* The stored command is not the whole job on a scheduler: without the workflow its
+         * executor settings (partition, time limit, ...) are unknown, and running it locally
+         * instead would be a surprise. */
+        if (st == TD_OK && !w && td_executor_of_run(&r))
+            st = td_error(TD_ERR_INVALID,
+                          "run %s ran on the %s executor, but its workflow '%s' is not in %s, "
+                          "so its %s settings are unknown; put the workflow back (or pass the "
+                          "file that has it with -f) to resume it",
+                          r.id, td_executor_of_run(&r)->name, r.workflow, path,
+                          td_executor_of_run(&r)->name);
         td_run_clear(&r);
         td_rundb_close(store);
     } else {

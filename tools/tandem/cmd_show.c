@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "run_cli.h"
+#include "tandem/exec.h"
 
 static void print_time(const char *label, double t) {
     if (t <= 0) {
@@ -49,6 +50,10 @@ int cmd_show(int argc, char **argv) {
         printf("%-15s %.1f s\n", "duration",
                (r.ended_s > 0 ? r.ended_s : td_wall_s()) - r.started_s);
     printf("%-15s %d node(s) x %d process(es)\n", "workers", r.nodes, r.nproc_per_node);
+    const td_executor *ex = td_executor_of_run(&r);
+    char *where = ex ? ex->describe(&r) : NULL;
+    if (where) printf("%-15s %s\n", "executor", where);
+    free(where);
     printf("%-15s %d\n", "restarts", r.restarts);
     printf("%-15s %s\n", "code version", r.code_version ? r.code_version : "none");
     printf("%-15s %s\n", "params", r.params_json ? r.params_json : "{}");

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "run_cli.h"
+#include "tandem/exec.h"
 #include "tandem/workflow.h"
 
 static const run_cli_verb verb = {
@@ -33,6 +34,30 @@ int cmd_stop(int argc, char **argv) {
     td_status st = td_rundb_open(NULL, &store);
     td_run r = {0};
     if (st == TD_OK) st = td_run_stop(store, id, wait_s, &r);
+    /* A run on a cluster scheduler whose supervisor died (the run is recorded as ended, and
+     * td_run_stop had nobody to ask) may have left its job queued or running there: cancel it
+     * too. A supervisor that recorded the end left no job behind, and this does nothing. */
+    td_run cur = {0};
+    if (store && (st == TD_OK || st == TD_ERR_INVALID) && td_run_find(store, id, &cur) == TD_OK &&
+        td_run_status_is_final(cur.status) && td_executor_of_run(&cur)) {
+        int cancelled = 0;
+        char what[512];
+        td_status cst =
+            td_executor_of_run(&cur)->cancel_orphan(&cur, &cancelled, what, sizeof what);
+        if (cst != TD_OK) {
+            if (st == TD_OK) td_run_clear(&r);
+            st = cst;
+        } else if (cancelled) {
+            printf("%s\n", what);
+            if (st != TD_OK) { /* "already ended": its job had not */
+                td_error_clear();
+                st = TD_OK;
+                r = cur;
+                memset(&cur, 0, sizeof cur);
+            }
+        }
+    }
+    td_run_clear(&cur);
     rc = 0;
     if (st != TD_OK) {
         td_error_print(st);

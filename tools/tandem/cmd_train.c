@@ -163,8 +163,8 @@ static int device_flag(const char *s, td_train_config *cfg) {
 }
 
 /* WORLD_SIZE / RANK as torchrun and `tandem launch` set them; 1 / 0 without. */
-static int env_rank(const char *name, int64_t def, int64_t *out) {
-    const char *v = getenv(name);
+static int env_rank(td_var var, int64_t def, int64_t *out) {
+    const char *name = td_var_name(var), *v = td_var_get(var);
     *out = def;
     if (!v || !*v) return 0;
     if (td_parse_i64(name, v, out) != TD_OK || *out < 0 || *out > 1 << 20) {
@@ -176,8 +176,8 @@ static int env_rank(const char *name, int64_t def, int64_t *out) {
 }
 
 /* An environment variable holding an integer > 0. */
-static bool env_positive(const char *name) {
-    const char *v = getenv(name);
+static bool env_positive(td_var var) {
+    const char *name = td_var_name(var), *v = td_var_get(var);
     int64_t n;
     return v && *v && td_parse_i64(name, v, &n) == TD_OK && n > 0;
 }
@@ -193,7 +193,10 @@ typedef struct {
 
 static void on_metric(void *user, const char *key, int64_t step, double value) {
     metrics_ctx *m = user;
-    if (m->sink && td_metrics_sink_log1(m->sink, step, key, value) != TD_OK) {
+    td_status st = m->sink ? td_metrics_sink_log1(m->sink, step, key, value) : TD_OK;
+    if (st == TD_ERR_NOSPACE) {
+        td_error_clear(); /* the sink said so once, and writes again when there is room */
+    } else if (st != TD_OK) {
         TD_LOG_WARN("metrics sink: %s; metrics are no longer recorded", td_error_msg());
         td_metrics_sink_close(m->sink);
         m->sink = NULL;
@@ -222,7 +225,7 @@ static void on_resumed(void *user, int64_t step) {
  * tandem train ARGS`: replace this process with the launcher. Returns only on failure. */
 static int exec_launcher(int argc, char **argv, const char *nproc) {
     /* The launcher pipes the workers' output: tell rank 0 the user is watching a terminal. */
-    if (isatty(STDERR_FILENO)) setenv("TANDEM_PROGRESS", "1", 0);
+    if (isatty(STDERR_FILENO)) setenv(td_var_name(TD_VAR_TANDEM_PROGRESS), "1", 0);
     char **args = td_xcalloc((size_t)argc + 8, sizeof(char *));
     int n = 0;
     args[n++] = "/proc/self/exe";
@@ -412,18 +415,18 @@ int cmd_train(int argc, char **argv) {
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     /* What `tandem run` passes through the environment stands for the flags when they are
      * absent. */
-    const char *env_ckpt = getenv("TANDEM_CHECKPOINT_DIR");
-    if (!cfg.checkpoint_dir && env_ckpt && *env_ckpt) cfg.checkpoint_dir = env_ckpt;
-    const char *env_resume = getenv("TANDEM_RESUME");
+    const char *env_ckpt = td_var_get(TD_VAR_TANDEM_CHECKPOINT_DIR);
+    if (!cfg.checkpoint_dir && env_ckpt) cfg.checkpoint_dir = env_ckpt;
+    const char *env_resume = td_var_get(TD_VAR_TANDEM_RESUME);
     if (env_resume && !strcmp(env_resume, "1")) cfg.resume = true;
     /* A launcher restart (tandem launch / torchrun --max-restarts after a worker died) re-runs
      * the same command: continue from the newest checkpoint instead of redoing the steps. */
-    if (cfg.checkpoint_dir &&
-        (env_positive("TANDEM_RESTART_COUNT") || env_positive("TORCHELASTIC_RESTART_COUNT")))
+    if (cfg.checkpoint_dir && (env_positive(TD_VAR_TANDEM_RESTART_COUNT) ||
+                               env_positive(TD_VAR_TORCHELASTIC_RESTART_COUNT)))
         cfg.resume = true;
     /* The launcher's output is a pipe even when the user's terminal is not: TANDEM_PROGRESS=1
      * (set by `tandem run` / `tandem train --nproc-per-node` on a terminal) asks for the bar. */
-    const char *env_progress = getenv("TANDEM_PROGRESS");
+    const char *env_progress = td_var_get(TD_VAR_TANDEM_PROGRESS);
     if (cfg.progress < 0 && env_progress &&
         (!strcmp(env_progress, "1") || !strcmp(env_progress, "0")))
         cfg.progress = env_progress[0] == '1';
@@ -445,7 +448,7 @@ int cmd_train(int argc, char **argv) {
     if (cfg.resume && !cfg.checkpoint_dir)
         return usage_error("--resume needs --checkpoint-dir DIR");
     int64_t world, rank;
-    if (env_rank("WORLD_SIZE", 1, &world) || env_rank("RANK", 0, &rank)) return 2;
+    if (env_rank(TD_VAR_WORLD_SIZE, 1, &world) || env_rank(TD_VAR_RANK, 0, &rank)) return 2;
     if (world < 1 || rank >= world) {
         fprintf(stderr, "tandem train: RANK=%lld is not below WORLD_SIZE=%lld\n", (long long)rank,
                 (long long)world);
@@ -460,7 +463,8 @@ int cmd_train(int argc, char **argv) {
     if (cfg.world_size > 1) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "[rank %d] ", cfg.rank);
-        td_log_set_prefix(getenv("TANDEM_STORE_ADDR") ? "" : prefix); /* launch prefixes lines */
+        td_log_set_prefix(
+            td_var_get(TD_VAR_TANDEM_STORE_ADDR) ? "" : prefix); /* launch prefixes lines */
         st = td_train_dist_from_env(&dist);
         if (st != TD_OK) {
             td_error_print(st);

@@ -1,0 +1,99 @@
+/* tandem exec: executors that run a tracked run's job through a cluster scheduler rather than
+ * as child processes of `tandem run` (Slurm today).
+ *
+ * `tandem run` (the workflow layer) does what every executor shares: it creates or resumes the
+ * run (id, directory, run.json, lock), prepares RUN/work, computes the workers' environment and
+ * runs the setup commands. A workflow that names `executor: slurm` then hands the job to an
+ * executor of this layer, which submits it, supervises it to its end (scheduler state, metrics
+ * ingest, stop requests) and records how it ended (status, exit code, note, artifacts, logs),
+ * as the local executor does for its child processes. The local executor, the default, stays in
+ * src/workflow/run.c. docs/executors.md describes the Slurm executor.
+ *
+ * This layer sits below workflow (it links track and core only), so an executor sees a job as
+ * the plain values below, never a td_workflow. */
+#ifndef TANDEM_EXEC_H
+#define TANDEM_EXEC_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "tandem/core.h"
+#include "tandem/os.h"
+#include "tandem/track.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Slurm's part of a workflow (`slurm:` in a workflow file) ---- */
+#define TD_SLURM_SIGNAL_LEAD_DEFAULT_S 60.0
+/* Slurm's own bound on --signal's time (a 16-bit field). */
+#define TD_SLURM_SIGNAL_LEAD_MAX_S 65535.0
+
+typedef struct td_slurm_options {
+    char *partition;      /* --partition; NULL: the cluster's default partition */
+    char *account;        /* --account; NULL: the user's default account */
+    double time_limit_s;  /* --time; 0: the partition's default limit */
+    double signal_lead_s; /* the time-limit signal comes this long before the limit; 0: 60 s */
+    char **sbatch_args;   /* more sbatch options, given after tandem's own (so they win) */
+    size_t nsbatch_args;
+} td_slurm_options;
+
+void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src);
+void td_slurm_options_clear(td_slurm_options *o);
+
+/* Slurm's --time formats with a ':' or a '-', to seconds: "M:S", "H:M:S", "D-H", "D-H:M",
+ * "D-H:M:S" (and "M", which the workflow parser refuses before it gets here: Slurm reads a
+ * plain number as minutes, tandem's durations as seconds). TD_ERR_INVALID naming `what` and the
+ * value. */
+td_status td_slurm_parse_time(const char *what, const char *text, double *seconds_out);
+
+/* ---- a job, as `tandem run` hands it to an executor ---- */
+typedef struct td_exec_job {
+    td_rundb *store;
+    const td_run *run;      /* created or resumed, and locked, by tandem run */
+    const char *work_dir;   /* RUN/work, prepared: the commands' working directory */
+    const char *script;     /* what each worker runs with /bin/sh -c */
+    const char *tandem_bin; /* this tandem, absolute: the nodes run it from the shared file
+                             * system */
+    char *const *env;       /* the workers' environment as the local executor computes it: ours
+                             * plus the run's variables (NULL-terminated "KEY=VALUE") */
+    int max_restarts;       /* tandem launch --max-restarts */
+    double max_duration_s;  /* 0: no limit; exceeded: stopped */
+    const char *const *artifacts; /* globs relative to work_dir, collected at the end */
+    size_t nartifacts;
+    int resuming;      /* tandem run --resume: the workers get TANDEM_RESUME=1 */
+    int base_restarts; /* restarts recorded before this job: the scheduler's count adds to it */
+    const td_slurm_options *slurm; /* executor slurm */
+    td_sigwatch *sigs; /* the supervisor's stop signals (SIGINT, SIGTERM, SIGHUP; SIGCHLD) */
+    int stop_signal;   /* a stop signal tandem run read before handing over (0: none) */
+    FILE *out;         /* progress lines */
+    int quiet_output;  /* detached: the job's output is not copied to a terminal */
+} td_exec_job;
+
+typedef struct td_executor {
+    const char *name;
+    /* Runs the job to its end and records it (status, exit code, note, artifacts, logs).
+     * Returns the CLI exit code: 0 succeeded, 1 failed (or stopped without a checkpoint), 143
+     * preempted or stopped after the workers checkpointed. */
+    int (*run)(const td_exec_job *job);
+    /* For a run whose supervisor is gone: cancels what the executor left queued or running for
+     * it (*cancelled = 1, a line saying what in buf), or does nothing (*cancelled = 0). */
+    td_status (*cancel_orphan)(const td_run *run, int *cancelled, char *buf, size_t nbytes);
+    /* One line on where the run's job is or was ("slurm job 12, script ..."), for tandem show.
+     * Caller frees; NULL when there is nothing to say. */
+    char *(*describe)(const td_run *run);
+} td_executor;
+
+/* The executor called `name` ("slurm"), or NULL; "local" is the workflow layer's own and not
+ * found here. */
+const td_executor *td_executor_find(const char *name);
+/* The names td_executor_find knows, for messages ("slurm"). */
+const char *td_executor_names(void);
+/* The executor that ran `run`, from what it left in the run directory; NULL: the local one. */
+const td_executor *td_executor_of_run(const td_run *run);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_EXEC_H */

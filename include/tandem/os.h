@@ -1,0 +1,130 @@
+/* tandem core, the operating-system part: the one home for processes, files and sockets.
+ *
+ * The supervisor (workflow), the node agent (launch), the trainer and the run store all start
+ * processes, watch signals, replace files and open ports. Each did it its own way before; the
+ * ways differed exactly where bugs hide (a pipe without CLOEXEC, an exec failure reported as
+ * exit 127, a port picked by bind-close-and-hope, a rename over a device). Here each is done
+ * once, carefully, and the layers above call it. */
+#ifndef TANDEM_OS_H
+#define TANDEM_OS_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- processes ---- */
+
+/* How td_spawn starts a child. td_spawn_opts_init fills the defaults; then set what differs. */
+typedef struct td_spawn_opts {
+    const char *path;    /* the executable; NULL: argv[0] (no PATH search either way) */
+    char *const *argv;   /* NULL-terminated */
+    char *const *envp;   /* NULL: our environment */
+    const char *cwd;     /* NULL: ours */
+    int in_fd;           /* TD_SPAWN_DEVNULL (default), TD_SPAWN_INHERIT or a descriptor */
+    int out_fd, err_fd;  /* TD_SPAWN_INHERIT (default), TD_SPAWN_DEVNULL or a descriptor */
+    bool new_group;      /* leads a process group of its own (default true): signals reach the
+                          * child and everything it starts, and not us */
+    int death_signal;    /* sent to the child when we die, even by SIGKILL (0: none) */
+    bool close_fds;      /* close every descriptor >= 3 except keep_fds (default false: only
+                          * CLOEXEC ones close) */
+    const int *keep_fds; /* inherited by the child even when CLOEXEC (our copies stay CLOEXEC,
+                          * so other children do not get them) */
+    int nkeep;
+} td_spawn_opts;
+
+#define TD_SPAWN_INHERIT (-1)
+#define TD_SPAWN_DEVNULL (-2)
+
+void td_spawn_opts_init(td_spawn_opts *o);
+/* fork + exec. The child resets every signal to its default and unblocks them all, so it never
+ * inherits a supervisor's blocked set. Returns only once the child has exec'd or failed: a
+ * failure to chdir or exec comes back through a close-on-exec pipe as an error naming the
+ * program and errno (not as a mysterious exit 127), and the child is reaped. Between fork and
+ * exec the child makes async-signal-safe calls only, so the caller may have threads. */
+td_status td_spawn(const td_spawn_opts *o, pid_t *pid_out);
+
+/* Signals root, every descendant (found through /proc) and the process group each one leads:
+ * the workers of a launcher sit in groups of their own, and a SIGKILL must leave none behind. */
+void td_kill_tree(pid_t root, int sig);
+
+/* A wait status as a shell reports it: the exit code, or 128 + the signal. */
+int td_wait_exit_code(int wait_status);
+/* "exited with code 3" / "was killed by signal 9 (SIGKILL)". */
+void td_wait_describe(int wait_status, char *buf, size_t nbytes);
+/* waitpid that retries on EINTR; returns its result. */
+pid_t td_waitpid(pid_t pid, int *status, int options);
+
+/* Signals read from a descriptor (signalfd) instead of handlers: the loop that owns the process
+ * polls it beside its pipes and acts on a signal where it is safe to. Opening blocks the given
+ * signals in the calling thread (do it before any thread starts, so every thread inherits the
+ * mask) and ignores SIGPIPE; closing restores both. */
+typedef struct td_sigwatch {
+    int fd;
+    sigset_t old_mask;
+    struct sigaction old_pipe;
+} td_sigwatch;
+td_status td_sigwatch_open(td_sigwatch *w, const int *signals, int count);
+/* The next pending signal, or 0 when none is. */
+int td_sigwatch_next(td_sigwatch *w);
+void td_sigwatch_close(td_sigwatch *w);
+
+/* ---- files ---- */
+
+/* mkdir -p: creates path and its missing parents (0755). A component that exists and is not a
+ * directory is TD_ERR_INVALID naming it ("... is in the way"); other failures TD_ERR_IO. */
+td_status td_mkdirs(const char *path);
+
+/* What is at `path` when it is not a regular file ("a symbolic link", "a directory", "a
+ * character device", ...); NULL when it is a regular file or nothing is there. lstat: a link
+ * is reported as a link, not as its target. */
+const char *td_file_kind(const char *path);
+
+typedef struct {
+    const void *data;
+    size_t nbytes;
+} td_chunk;
+
+/* Writes the chunks in order as `path`: a temporary file in the same directory, every byte
+ * written and fsync'd, renamed over the target, the directory fsync'd. A crash or a full disk
+ * at any point leaves the old file or the new one, never a torn one. Only a regular file is
+ * ever replaced: a directory, a device or a symbolic link at `path` is refused with its kind
+ * named. `what` names the file's role in messages ("checkpoint"). TD_ERR_NOSPACE on a full
+ * disk, saying nothing existing was touched. */
+td_status td_write_atomic(const char *path, const char *what, const td_chunk *chunks, int nchunks);
+/* Copies src to dst the same way (atomic, regular targets only). */
+td_status td_copy_file(const char *src, const char *dst, const char *what);
+
+/* Checks before any work that `path` can be written as a regular file: its directory exists and
+ * takes a new file, and `path` is absent or a regular file. `what` names the option or role in
+ * messages ("--save"). */
+td_status td_check_output_file(const char *path, const char *what);
+/* Creates `dir` and its missing parents and checks that it takes a new file. */
+td_status td_check_output_dir(const char *dir, const char *what);
+
+/* nbytes_random bytes from the kernel's CSPRNG as 2*nbytes_random hex digits (out must hold
+ * 2*nbytes_random + 1). For tokens and ids: never time-derived. */
+td_status td_random_hex(char *out, size_t nbytes_random);
+
+/* ---- sockets ---- */
+
+/* A listening TCP socket on host (NULL or "": every interface) and port (0: the kernel picks
+ * one); *port_out is the port it got. The descriptor is kept open and handed on, so the port
+ * cannot be taken between picking and using it (bind, close and pass the number on is a race).
+ * CLOEXEC, SO_REUSEADDR. */
+td_status td_listen_tcp(const char *host, int port, int backlog, int *fd_out, int *port_out);
+/* A port that was free a moment ago, for a program that binds it itself and cannot take a
+ * descriptor (torch.distributed's TCPStore at MASTER_PORT). Racy by nature: use td_listen_tcp
+ * whenever the listener is ours. */
+td_status td_pick_free_port(int *port_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_OS_H */

@@ -1,0 +1,484 @@
+/* Processes, files and sockets: see include/tandem/os.h for why they live in one place. */
+#include "tandem/os.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ---------------- processes ---------------- */
+
+void td_spawn_opts_init(td_spawn_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->in_fd = TD_SPAWN_DEVNULL; /* a background group that read the terminal would stop */
+    o->out_fd = o->err_fd = TD_SPAWN_INHERIT;
+    o->new_group = true;
+}
+
+/* The child between fork and exec: async-signal-safe calls only. Reports errno on the pipe. */
+static void __attribute__((noreturn))
+spawn_child(const td_spawn_opts *o, pid_t parent, int err_w, int devnull) {
+    int err = 0;
+    if (o->new_group) setpgid(0, 0);
+    if (o->death_signal) {
+        prctl(PR_SET_PDEATHSIG, o->death_signal);
+        /* the parent may have died before prctl: then nobody would ever send it */
+        if (getppid() != parent) _exit(128 + o->death_signal);
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    const int want[3] = {o->in_fd, o->out_fd, o->err_fd};
+    for (int i = 0; i < 3; i++) {
+        int fd = want[i] == TD_SPAWN_DEVNULL ? devnull : want[i];
+        if (fd >= 0 && fd != i && dup2(fd, i) < 0) goto fail;
+        if (fd == i) fcntl(i, F_SETFD, 0); /* an inherited 0..2 must survive exec */
+    }
+    /* mark rather than close: the error pipe must stay open until exec succeeds */
+    if (o->close_fds) close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
+    for (int i = 0; i < o->nkeep; i++)
+        if (o->keep_fds[i] != err_w) fcntl(o->keep_fds[i], F_SETFD, 0);
+    if (o->cwd && chdir(o->cwd) != 0) goto fail;
+    execve(o->path ? o->path : o->argv[0], o->argv, o->envp ? o->envp : environ);
+fail:
+    err = errno;
+    ssize_t w = write(err_w, &err, sizeof err);
+    (void)w;
+    _exit(127);
+}
+
+td_status td_spawn(const td_spawn_opts *o, pid_t *pid_out) {
+    const char *prog = o->path ? o->path : o->argv[0];
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe to start %s", prog);
+    /* opened here: open() between fork and exec is safe, but failing there would be silent */
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) spawn_child(o, parent, errpipe[1], devnull);
+    close(errpipe[1]);
+    if (devnull >= 0) close(devnull);
+    if (pid < 0) {
+        close(errpipe[0]);
+        return td_error_errno(TD_ERR_SYS, "cannot fork to start %s", prog);
+    }
+    /* also here: a signal sent to the group right after we return must reach it */
+    if (o->new_group) setpgid(pid, pid);
+    int err = 0;
+    ssize_t n;
+    while ((n = read(errpipe[0], &err, sizeof err)) < 0 && errno == EINTR) {
+    }
+    close(errpipe[0]);
+    if (n == (ssize_t)sizeof err) {
+        td_waitpid(pid, NULL, 0);
+        errno = err;
+        return td_error_errno(TD_ERR_SYS, "cannot start %s%s%s", prog, o->cwd ? " in " : "",
+                              o->cwd ? o->cwd : "");
+    }
+    *pid_out = pid;
+    return TD_OK;
+}
+
+pid_t td_waitpid(pid_t pid, int *status, int options) {
+    pid_t r;
+    while ((r = waitpid(pid, status, options)) < 0 && errno == EINTR) {
+    }
+    return r;
+}
+
+/* root and its descendants, breadth first, through /proc/<pid>/task/<pid>/children. */
+static size_t descendants(pid_t root, pid_t *out, size_t cap) {
+    size_t n = 0;
+    out[n++] = root;
+    for (size_t scanned = 0; scanned < n && n < cap; scanned++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)out[scanned],
+                 (int)out[scanned]);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int c;
+        while (n < cap && fscanf(f, "%d", &c) == 1) out[n++] = (pid_t)c;
+        fclose(f);
+    }
+    return n;
+}
+
+void td_kill_tree(pid_t root, int sig) {
+    if (root <= 0) return;
+    pid_t *pids = td_xmalloc(4096 * sizeof *pids);
+    size_t n = descendants(root, pids, 4096);
+    /* stop first, so nobody forks a new child between the scan and the kill */
+    if (sig == SIGKILL)
+        for (size_t i = 0; i < n; i++) kill(pids[i], SIGSTOP);
+    for (size_t i = 0; i < n; i++) {
+        kill(-pids[i], sig); /* its group, when it leads one */
+        kill(pids[i], sig);
+    }
+    free(pids);
+}
+
+int td_wait_exit_code(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+void td_wait_describe(int status, char *buf, size_t nbytes) {
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *abbrev = sigabbrev_np(sig);
+        snprintf(buf, nbytes, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
+    } else if (WIFEXITED(status)) {
+        snprintf(buf, nbytes, "exited with code %d", WEXITSTATUS(status));
+    } else {
+        snprintf(buf, nbytes, "ended with wait status 0x%x", status);
+    }
+}
+
+td_status td_sigwatch_open(td_sigwatch *w, const int *signals, int count) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < count; i++) sigaddset(&set, signals[i]);
+    pthread_sigmask(SIG_BLOCK, &set, &w->old_mask);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &w->old_pipe);
+    w->fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (w->fd < 0) {
+        td_status st = td_error_errno(TD_ERR_SYS, "signalfd");
+        sigaction(SIGPIPE, &w->old_pipe, NULL);
+        pthread_sigmask(SIG_SETMASK, &w->old_mask, NULL);
+        return st;
+    }
+    return TD_OK;
+}
+
+int td_sigwatch_next(td_sigwatch *w) {
+    struct signalfd_siginfo si;
+    ssize_t n;
+    while ((n = read(w->fd, &si, sizeof si)) < 0 && errno == EINTR) {
+    }
+    return n == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
+}
+
+void td_sigwatch_close(td_sigwatch *w) {
+    if (w->fd < 0) return;
+    close(w->fd);
+    w->fd = -1;
+    sigaction(SIGPIPE, &w->old_pipe, NULL);
+    pthread_sigmask(SIG_SETMASK, &w->old_mask, NULL);
+}
+
+/* ---------------- files ---------------- */
+
+td_status td_mkdirs(const char *path) {
+    char *p = td_xstrdup(path);
+    td_status rc = TD_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            rc = td_error_errno(TD_ERR_IO, "cannot create directory %s", p);
+            break;
+        }
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = td_error(TD_ERR_INVALID, "%s is in the way and is not a directory", p);
+            break;
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    free(p);
+    return rc;
+}
+
+const char *td_file_kind(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) return NULL;
+    if (S_ISLNK(st.st_mode)) return "a symbolic link";
+    if (S_ISDIR(st.st_mode)) return "a directory";
+    if (S_ISCHR(st.st_mode)) return "a character device";
+    if (S_ISBLK(st.st_mode)) return "a block device";
+    if (S_ISFIFO(st.st_mode)) return "a FIFO";
+    if (S_ISSOCK(st.st_mode)) return "a socket";
+    return "not a regular file";
+}
+
+static td_status refuse(const char *path, const char *what, const char *kind) {
+    if (!strcmp(kind, "a symbolic link")) {
+        char target[4096];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        return td_error(TD_ERR_INVALID,
+                        "%s %s is a symbolic link (to %s): tandem replaces its output files "
+                        "atomically, which would replace the link, not write through it; pass the "
+                        "link's target instead",
+                        what, path, target);
+    }
+    if (!strcmp(kind, "a directory"))
+        return td_error(TD_ERR_INVALID, "%s %s is a directory; pass a file path in it, e.g. %s/%s",
+                        what, path, path, !strcmp(what, "--save") ? "weights.safetensors" : "out");
+    return td_error(TD_ERR_INVALID,
+                    "%s %s is %s, not a regular file: tandem writes a new file and renames it "
+                    "over the target, which would replace %s; pass a regular file path",
+                    what, path, kind, kind);
+}
+
+/* A probe file created and removed in dir: the directory takes new files right now. */
+static td_status probe_dir(const char *dir, const char *what, const char *for_path) {
+    char *probe = td_xasprintf("%s/.tandem-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    td_status rc = TD_OK;
+    if (fd < 0)
+        rc = td_error_errno(TD_ERR_IO, "%s %s: cannot create a file in %s", what, for_path, dir);
+    else {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return rc;
+}
+
+td_status td_check_output_file(const char *path, const char *what) {
+    const char *kind = td_file_kind(path);
+    if (kind) return refuse(path, what, kind);
+    char *dircopy = td_xstrdup(path);
+    const char *dir = dirname(dircopy);
+    struct stat st;
+    td_status rc;
+    if (stat(dir, &st) != 0)
+        rc = td_error_errno(TD_ERR_NOTFOUND,
+                            "%s %s: the directory %s does not exist; create it first", what, path,
+                            dir);
+    else if (!S_ISDIR(st.st_mode))
+        rc = td_error(TD_ERR_INVALID, "%s %s: %s is not a directory", what, path, dir);
+    else
+        rc = probe_dir(dir, what, path);
+    free(dircopy);
+    return rc;
+}
+
+td_status td_check_output_dir(const char *dir, const char *what) {
+    td_status st = td_mkdirs(dir);
+    if (st != TD_OK)
+        return td_error(st, "%s %s: %s; choose another directory", what, dir, td_error_msg());
+    return probe_dir(dir, what, dir);
+}
+
+static td_status write_all(int fd, const void *buf, size_t nbytes, const char *tmp,
+                           const char *what) {
+    const char *p = buf;
+    while (nbytes > 0) {
+        ssize_t n = write(fd, p, nbytes > (1u << 30) ? (1u << 30) : nbytes);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return td_error_errno(TD_ERR_IO, "cannot write %s %s", what, tmp);
+        }
+        p += n;
+        nbytes -= (size_t)n;
+    }
+    return TD_OK;
+}
+
+/* The common tail of td_write_atomic and td_copy_file: fd holds tmp's bytes; make it path. */
+static td_status commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
+                            const char *what) {
+    if (fsync(fd) != 0) {
+        td_status st = td_error_errno(TD_ERR_IO, "cannot fsync %s %s", what, tmp);
+        close(fd);
+        return st;
+    }
+    if (close(fd) != 0) return td_error_errno(TD_ERR_IO, "cannot close %s %s", what, tmp);
+    const char *kind = td_file_kind(path); /* it may have appeared since the caller checked */
+    if (kind) return refuse(path, what, kind);
+    if (rename(tmp, path) != 0)
+        return td_error_errno(TD_ERR_IO, "cannot rename %s to %s", tmp, path);
+    /* the rename is durable only once the directory entry is */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return TD_OK;
+}
+
+typedef struct {
+    char *dircopy, *basecopy, *tmp;
+    const char *dir;
+} tmp_name;
+
+static void tmp_name_init(tmp_name *t, const char *path) {
+    t->dircopy = td_xstrdup(path);
+    t->basecopy = td_xstrdup(path);
+    t->dir = dirname(t->dircopy);
+    t->tmp = td_xasprintf("%s/.%s.tmp.%ld", t->dir, basename(t->basecopy), (long)getpid());
+}
+
+static td_status tmp_name_finish(tmp_name *t, td_status rc, const char *what, const char *path) {
+    if (rc != TD_OK) {
+        unlink(t->tmp);
+        if (rc == TD_ERR_NOSPACE) {
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", td_error_msg());
+            td_error(TD_ERR_NOSPACE,
+                     "%s; the %s %s was not written (existing files are untouched): free space "
+                     "on that filesystem or choose another directory",
+                     detail, what, path);
+        }
+    }
+    free(t->tmp);
+    free(t->dircopy);
+    free(t->basecopy);
+    return rc;
+}
+
+td_status td_write_atomic(const char *path, const char *what, const td_chunk *chunks, int nchunks) {
+    const char *kind = td_file_kind(path);
+    if (kind) return refuse(path, what, kind);
+    tmp_name t;
+    tmp_name_init(&t, path);
+    td_status rc = TD_OK;
+    int fd = open(t.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = td_error_errno(TD_ERR_IO,
+                            "cannot create %s %s (for %s); check that the directory exists and "
+                            "is writable",
+                            what, t.tmp, path);
+        return tmp_name_finish(&t, rc, what, path);
+    }
+    for (int i = 0; i < nchunks && rc == TD_OK; i++)
+        rc = write_all(fd, chunks[i].data, chunks[i].nbytes, t.tmp, what);
+    if (rc == TD_OK)
+        rc = commit_tmp(fd, t.tmp, path, t.dir, what);
+    else
+        close(fd);
+    return tmp_name_finish(&t, rc, what, path);
+}
+
+td_status td_copy_file(const char *src, const char *dst, const char *what) {
+    const char *kind = td_file_kind(dst);
+    if (kind) return refuse(dst, what, kind);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return td_error_errno(TD_ERR_IO, "cannot open %s %s", what, src);
+    tmp_name t;
+    tmp_name_init(&t, dst);
+    td_status rc = TD_OK;
+    int out = open(t.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        rc = td_error_errno(TD_ERR_IO, "cannot create %s (for %s %s)", t.tmp, what, dst);
+        close(in);
+        return tmp_name_finish(&t, rc, what, dst);
+    }
+    char *buf = td_xmalloc(1 << 16);
+    for (;;) {
+        ssize_t n = read(in, buf, 1 << 16);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = td_error_errno(TD_ERR_IO, "cannot read %s %s", what, src);
+            break;
+        }
+        if (n == 0) break;
+        if ((rc = write_all(out, buf, (size_t)n, t.tmp, what)) != TD_OK) break;
+    }
+    free(buf);
+    close(in);
+    if (rc == TD_OK)
+        rc = commit_tmp(out, t.tmp, dst, t.dir, what);
+    else
+        close(out);
+    return tmp_name_finish(&t, rc, what, dst);
+}
+
+td_status td_random_hex(char *out, size_t nbytes_random) {
+    unsigned char r[64];
+    if (nbytes_random > sizeof r)
+        return td_error(TD_ERR_INVALID, "td_random_hex: %zu bytes asked, at most %zu",
+                        nbytes_random, sizeof r);
+    size_t got = 0;
+    while (got < nbytes_random) {
+        ssize_t k = getrandom(r + got, nbytes_random - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return td_error_errno(TD_ERR_SYS, "getrandom (for a token or id)");
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < nbytes_random; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
+    out[2 * nbytes_random] = '\0';
+    return TD_OK;
+}
+
+/* ---------------- sockets ---------------- */
+
+td_status td_listen_tcp(const char *host, int port, int backlog, int *fd_out, int *port_out) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int gai = getaddrinfo(host && *host ? host : NULL, service, &hints, &res);
+    if (gai != 0)
+        return td_error(TD_ERR_INVALID, "cannot listen on %s:%d: %s", host && *host ? host : "*",
+                        port, gai_strerror(gai));
+    int fd = -1, err = 0;
+    for (struct addrinfo *p = res; p; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, p->ai_addr, p->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        errno = err;
+        return td_error_errno(TD_ERR_SYS, "cannot listen on %s:%d", host && *host ? host : "*",
+                              port);
+    }
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        td_status st = td_error_errno(TD_ERR_SYS, "getsockname");
+        close(fd);
+        return st;
+    }
+    *port_out = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                              : ((struct sockaddr_in *)&a)->sin_port);
+    *fd_out = fd;
+    return TD_OK;
+}
+
+td_status td_pick_free_port(int *port_out) {
+    int fd, port;
+    TD_CHECK(td_listen_tcp(NULL, 0, 1, &fd, &port));
+    close(fd);
+    *port_out = port;
+    return TD_OK;
+}

@@ -1,0 +1,244 @@
+/* The executor interface (tandem/exec.h) and what every executor shares: finding and running
+ * the scheduler's client commands, shell quoting for batch scripts, secrets on disk, and
+ * recording how a run ended exactly as the local executor does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec/internal.h"
+
+/* ---- the executors ---- */
+static const td_executor *const executors[] = {&td__executor_slurm};
+
+const td_executor *td_executor_find(const char *name) {
+    for (size_t i = 0; name && i < TD_ARRAY_LEN(executors); i++)
+        if (!strcmp(executors[i]->name, name)) return executors[i];
+    return NULL;
+}
+
+const char *td_executor_names(void) {
+    return "slurm";
+}
+
+const td_executor *td_executor_of_run(const td_run *run) {
+    /* Each executor leaves its batch script in the run directory; the local one leaves none. */
+    if (!run || !run->run_dir) return NULL;
+    char *path = td_xasprintf("%s/job.sbatch", run->run_dir);
+    int slurm = access(path, F_OK) == 0;
+    free(path);
+    return slurm ? &td__executor_slurm : NULL;
+}
+
+/* ---- strings ---- */
+void td__buf_add(td__buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->s = td_xrealloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+void td__buf_addf(td__buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        fprintf(stderr, "tandem: out of memory formatting a string\n");
+        abort();
+    }
+    td__buf_add(b, s, (size_t)n);
+    free(s);
+}
+
+void td__buf_quote(td__buf *b, const char *s) {
+    td__buf_add(b, "'", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'')
+            td__buf_add(b, "'\\''", 4);
+        else
+            td__buf_add(b, p, 1);
+    }
+    td__buf_add(b, "'", 1);
+}
+
+/* ---- client commands ---- */
+char *td__exec_which(const char *prog) {
+    if (strchr(prog, '/')) return access(prog, X_OK) == 0 ? td_xstrdup(prog) : NULL;
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n > 0) {
+            char *cand = td_xasprintf("%.*s/%s", (int)n, p, prog);
+            struct stat stt;
+            if (stat(cand, &stt) == 0 && S_ISREG(stt.st_mode) && access(cand, X_OK) == 0)
+                return cand;
+            free(cand);
+        }
+        p += n;
+        if (*p == ':') p++;
+    }
+    return NULL;
+}
+
+#define CAPTURE_MAX (64 * 1024)
+
+td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s, char **out,
+                           char **err, int *code) {
+    *out = *err = NULL;
+    *code = -1;
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe to run %s", argv[0]);
+    if (pipe2(pe, O_CLOEXEC) != 0) {
+        close(po[0]);
+        close(po[1]);
+        return td_error_errno(TD_ERR_SYS, "pipe to run %s", argv[0]);
+    }
+    td_spawn_opts so;
+    td_spawn_opts_init(&so);
+    so.argv = argv;
+    so.cwd = cwd;
+    so.out_fd = po[1];
+    so.err_fd = pe[1];
+    so.death_signal = SIGKILL; /* a client command is nothing without us */
+    pid_t pid;
+    td_status st = td_spawn(&so, &pid);
+    close(po[1]);
+    close(pe[1]);
+    if (st != TD_OK) {
+        close(po[0]);
+        close(pe[0]);
+        return st;
+    }
+    td__buf bufs[2] = {{0}, {0}};
+    td__buf_add(&bufs[0], "", 0);
+    td__buf_add(&bufs[1], "", 0);
+    int fds[2] = {po[0], pe[0]};
+    double deadline = td_now_s() + timeout_s;
+    int timed_out = 0;
+    while (fds[0] >= 0 || fds[1] >= 0) {
+        struct pollfd pf[2];
+        int np = 0, which[2];
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0) {
+                pf[np] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+                which[np++] = i;
+            }
+        double left = deadline - td_now_s();
+        if (left <= 0) {
+            timed_out = 1;
+            break;
+        }
+        int r = poll(pf, (nfds_t)np, (int)(left * 1000) + 1);
+        if (r < 0 && errno != EINTR) break;
+        for (int k = 0; r > 0 && k < np; k++) {
+            if (!pf[k].revents) continue;
+            int i = which[k];
+            char chunk[4096];
+            ssize_t n = read(fds[i], chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                close(fds[i]);
+                fds[i] = -1;
+                continue;
+            }
+            if (bufs[i].len < CAPTURE_MAX)
+                td__buf_add(&bufs[i], chunk, TD_MIN((size_t)n, CAPTURE_MAX - bufs[i].len));
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    if (timed_out) kill(-pid, SIGKILL); /* it leads its own group: take its children too */
+    int status = 0;
+    td_waitpid(pid, &status, 0);
+    *code = timed_out ? 124 : td_wait_exit_code(status);
+    *out = bufs[0].s;
+    *err = bufs[1].s;
+    return TD_OK;
+}
+
+td_status td__write_private(const char *path, const char *what, const char *text) {
+    char *tmp = td_xasprintf("%s.tmp.%d", path, (int)getpid());
+    td_status st = TD_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot create the %s %s", what, tmp);
+        free(tmp);
+        return st;
+    }
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, text + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            st = td_error_errno(TD_ERR_IO, "cannot write the %s %s", what, tmp);
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (st == TD_OK && fsync(fd) != 0)
+        st = td_error_errno(TD_ERR_IO, "cannot sync the %s %s", what, tmp);
+    close(fd);
+    if (st == TD_OK && rename(tmp, path) != 0)
+        st = td_error_errno(TD_ERR_IO, "cannot rename %s to %s", tmp, path);
+    if (st != TD_OK) unlink(tmp);
+    free(tmp);
+    return st;
+}
+
+/* ---- the end of a run ---- */
+int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, double t0) {
+    const td_run *run = job->run;
+    if (job->nartifacts) {
+        size_t copied = 0;
+        if (td_artifacts_collect(job->store, run, job->work_dir, job->artifacts, job->nartifacts,
+                                 &copied) != TD_OK) {
+            TD_LOG_WARN("artifacts: %s", td_error_msg());
+            td_error_clear();
+        } else if (copied) {
+            fprintf(job->out, "tandem: %zu artifact file%s stored\n", copied,
+                    copied > 1 ? "s" : "");
+        }
+    }
+    td_log_file *logs = NULL;
+    size_t nlogs = 0;
+    if (td_logs_scan(job->store, run, &logs, &nlogs) == TD_OK)
+        td_log_files_free(logs, nlogs);
+    else
+        td_error_clear();
+    td_status st = td_run_set_status(job->store, run->id, o->status, o->exit_code,
+                                     o->note[0] ? o->note : NULL);
+    if (st != TD_OK) {
+        /* The job's outcome stands; only its record is missing (a full disk names itself). */
+        td_error_print(st);
+        fprintf(job->out, "tandem: run %s %s after %.1f s, but its record could not be written\n",
+                run->id, td_run_status_str(o->status), td_now_s() - t0);
+        fflush(job->out);
+        return st == TD_ERR_NOSPACE ? o->cli_code : 1;
+    }
+    /* The stored note: the store adds what it met (a full disk). */
+    char note[1024];
+    snprintf(note, sizeof note, "%s", o->note);
+    td_run cur = {0};
+    if (td_run_find(job->store, run->id, &cur) == TD_OK && cur.note && *cur.note)
+        snprintf(note, sizeof note, "%s", cur.note);
+    td_run_clear(&cur);
+    td_error_clear();
+    char code[32] = "no exit code";
+    if (o->exit_code >= 0) snprintf(code, sizeof code, "exit code %d", o->exit_code);
+    fprintf(job->out, "tandem: run %s %s after %.1f s (%s)%s%s\n", run->id,
+            td_run_status_str(o->status), td_now_s() - t0, code, note[0] ? ": " : "", note);
+    fflush(job->out);
+    return o->cli_code;
+}

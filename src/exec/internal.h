@@ -1,0 +1,95 @@
+/* Internals of the exec layer: what every executor needs (running a client command, shell
+ * quoting, recording the end of a run) and the Slurm executor's pure parts, which
+ * tests/executors/test_slurm_unit.c checks without a cluster. */
+#ifndef TANDEM_EXEC_INTERNAL_H
+#define TANDEM_EXEC_INTERNAL_H
+
+#include <stddef.h>
+
+#include "tandem/exec.h"
+
+/* ---- a growable string ---- */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} td__buf;
+
+void td__buf_add(td__buf *b, const char *s, size_t n);
+void td__buf_addf(td__buf *b, const char *fmt, ...) TD_PRINTF(2, 3);
+/* s as one shell word: '...' with each ' written as '\'' (sh, dash and bash read it alike). */
+void td__buf_quote(td__buf *b, const char *s);
+
+/* The absolute path of `prog` found on PATH (executable), or NULL. Caller frees. */
+char *td__exec_which(const char *prog);
+
+/* Runs argv (argv[0] absolute) in cwd (NULL: ours) with our environment and stdin from
+ * /dev/null, and collects its stdout and stderr (the first 64 KiB of each) and exit code
+ * (td_wait_exit_code). After timeout_s it is killed (*code = 124, as timeout(1)). A program
+ * that cannot be started is an error; one that fails is not (the caller reads *code). */
+td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s, char **out,
+                           char **err, int *code);
+
+/* Writes text as `path` readable by its owner only (0600), atomically: a secret never exists
+ * with wider permissions, not even half written. */
+td_status td__write_private(const char *path, const char *what, const char *text);
+
+/* How a job ended, as the run records it. */
+typedef struct {
+    td_run_status status;
+    int exit_code; /* the job's (a worker's, when the launcher names one); -2: leave as is */
+    int cli_code;  /* what tandem run exits with */
+    char note[768];
+} td__exec_outcome;
+
+/* The end, as the local executor records it: artifacts collected from work_dir (also after a
+ * failure), log files recorded, then status, exit code and note; a progress line says it.
+ * Returns the CLI exit code (1 when even the status could not be written). */
+int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, double t0);
+
+/* ---- Slurm ---- */
+/* One job as `scontrol show job -o` prints it. */
+typedef struct {
+    char state[32];   /* JobState: PENDING, RUNNING, COMPLETED, ... */
+    char reason[160]; /* Reason: why it waits or ended (None, Resources, PartitionConfig...) */
+    char nodes[256];  /* NodeList (empty while pending) */
+    int restarts;     /* Restarts: requeues so far */
+    int exit_code;    /* ExitCode=A:S -> A */
+    int exit_signal;  /*                  S */
+} td__slurm_job;
+
+/* Parses one line of `scontrol show job -o`. TD_ERR_FORMAT naming the line when JobState is
+ * missing. */
+td_status td__slurm_parse_job(const char *line, td__slurm_job *out);
+
+typedef enum {
+    TD__SLURM_WAITING, /* queued: pending, requeued, held, nodes booting */
+    TD__SLURM_ACTIVE,  /* running, suspended, completing */
+    TD__SLURM_ENDED,   /* a final state */
+} td__slurm_phase;
+td__slurm_phase td__slurm_phase_of(const char *state);
+
+/* What a pending job's Reason means, in a few words, or NULL for reasons that need none. */
+const char *td__slurm_reason_hint(const char *reason);
+
+/* The run's status line while the job lives ("slurm job 12 pending: Resources (...)"). */
+void td__slurm_live_note(const char *job_id, const td__slurm_job *j, char *buf, size_t nbytes);
+
+/* How the run ends, from the job's final state. stopped_by: what stopped it on our side
+ * ("tandem stop", "SIGINT (Ctrl-C)", "max_duration of 60 s exceeded"), or NULL; preempted_by_us:
+ * the supervisor got a SIGTERM from outside and cancelled the job; cause: the launcher's last
+ * "tandem: error:" line, or "". */
+void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_job *j,
+                       const char *stopped_by, int preempted_by_us, const char *cause,
+                       td__exec_outcome *o);
+
+/* The batch script RUN/job.sbatch of a job (see docs/executors.md). token_path: the 0600 file
+ * holding TANDEM_TOKEN. Caller frees. */
+char *td__slurm_batch_script(const td_exec_job *job, const char *token_path);
+
+/* The sbatch command line: sbatch --parsable [sbatch_args...] SCRIPT. argv[0] is `sbatch` as
+ * given; NULL-terminated, caller frees each string and the array. */
+char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script);
+
+extern const td_executor td__executor_slurm;
+
+#endif /* TANDEM_EXEC_INTERNAL_H */

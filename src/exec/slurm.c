@@ -1,0 +1,1044 @@
+/* The Slurm executor: `executor: slurm` in a workflow.
+ *
+ * tandem run writes the run's batch script RUN/job.sbatch (one `tandem launch` per node under
+ * srun, the workers' environment, the token, the time-limit relay), submits it with
+ * `sbatch --parsable`, and supervises the job from the submitting host: `scontrol show job`
+ * every 1.5 s maps Slurm's state to the run's (with Slurm's Reason in the note), the metrics
+ * the workers append under RUN/metrics are ingested as the local executor does, the job's output
+ * files are followed, stop signals become scancel, and the end is recorded as for a local run.
+ * Everything between the two sides travels through the run directory, so it must be on a file
+ * system that the submitting host and every node share (docs/executors.md). */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/internal.h"
+
+extern char **environ;
+
+#define QUERY_PERIOD_S  1.5  /* scontrol show job: cheap for slurmctld, prompt enough for us */
+#define INGEST_PERIOD_S 0.5  /* as the local executor */
+#define TAIL_PERIOD_S   0.5  /* the job's output files */
+#define CMD_TIMEOUT_S   60.0 /* a client command; slurmctld answers in MessageTimeout (10 s) */
+/* The launchers' --stop-grace, as the local executor's; shorter when the time-limit signal
+ * comes less than a minute before the limit, so the requeue happens before the kill. */
+#define LAUNCH_STOP_GRACE_S 30.0
+/* A stop asks the launchers to checkpoint (scancel --signal=TERM); what is left after this
+ * long is cancelled outright (the local executor escalates to SIGKILL after as long). */
+#define CANCEL_AFTER_S (LAUNCH_STOP_GRACE_S + 15.0)
+
+/* ---- options ---- */
+void td_slurm_options_clear(td_slurm_options *o) {
+    free(o->partition);
+    free(o->account);
+    for (size_t i = 0; i < o->nsbatch_args; i++) free(o->sbatch_args[i]);
+    free(o->sbatch_args);
+    memset(o, 0, sizeof *o);
+}
+
+void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src) {
+    *dst = *src;
+    dst->partition = src->partition ? td_xstrdup(src->partition) : NULL;
+    dst->account = src->account ? td_xstrdup(src->account) : NULL;
+    dst->sbatch_args = NULL;
+    if (src->nsbatch_args) {
+        dst->sbatch_args = td_xcalloc(src->nsbatch_args, sizeof *dst->sbatch_args);
+        for (size_t i = 0; i < src->nsbatch_args; i++)
+            dst->sbatch_args[i] = td_xstrdup(src->sbatch_args[i]);
+    }
+}
+
+/* A whole non-negative decimal number of at most 9 digits at *p; advances p. */
+static int time_part(const char **p, long *out) {
+    const char *s = *p;
+    long v = 0;
+    int n = 0;
+    while (isdigit((unsigned char)*s) && n < 9) {
+        v = v * 10 + (*s++ - '0');
+        n++;
+    }
+    if (!n || isdigit((unsigned char)*s)) return 0;
+    *p = s;
+    *out = v;
+    return 1;
+}
+
+td_status td_slurm_parse_time(const char *what, const char *text, double *seconds_out) {
+    /* Slurm's src/common/parse_time.c (time_str2secs): with a day part, D-H[:M[:S]]; without,
+     * the fields are M, M:S or H:M:S. */
+    long f[4] = {0, 0, 0, 0};
+    int nf = 0;
+    long days = 0;
+    const char *p = text ? text : "";
+    const char *dash = strchr(p, '-');
+    if (dash) {
+        if (!time_part(&p, &days) || *p != '-') goto bad;
+        p++;
+    }
+    for (;;) {
+        if (nf == 3 || !time_part(&p, &f[nf])) goto bad;
+        nf++;
+        if (*p == '\0') break;
+        if (*p != ':') goto bad;
+        p++;
+    }
+    double s;
+    if (dash)
+        s = (double)days * 86400 + (double)f[0] * 3600 + (nf > 1 ? (double)f[1] * 60 : 0) +
+            (nf > 2 ? (double)f[2] : 0);
+    else if (nf == 1)
+        s = (double)f[0] * 60;
+    else if (nf == 2)
+        s = (double)f[0] * 60 + (double)f[1];
+    else
+        s = (double)f[0] * 3600 + (double)f[1] * 60 + (double)f[2];
+    if (s <= 0) goto bad;
+    *seconds_out = s;
+    return TD_OK;
+bad:
+    return td_error(TD_ERR_INVALID,
+                    "%s: expected a Slurm time limit such as 30:00 (minutes:seconds), 2:00:00 "
+                    "(hours:minutes:seconds) or 1-12:00:00 (days-hours:minutes:seconds), or a "
+                    "duration such as 90m or 2h, got '%s'",
+                    what, text ? text : "");
+}
+
+/* ---- what scontrol says ---- */
+/* The value of " KEY=" in an `scontrol show job -o` line, up to the next blank. */
+static void field(const char *line, const char *key, char *out, size_t nbytes) {
+    size_t klen = strlen(key);
+    out[0] = '\0';
+    for (const char *p = line; (p = strstr(p, key)); p += klen) {
+        if ((p != line && p[-1] != ' ') || p[klen] != '=') continue;
+        const char *v = p + klen + 1;
+        size_t n = strcspn(v, " \n");
+        snprintf(out, nbytes, "%.*s", (int)TD_MIN(n, nbytes - 1), v);
+        return;
+    }
+}
+
+td_status td__slurm_parse_job(const char *line, td__slurm_job *out) {
+    memset(out, 0, sizeof *out);
+    char v[64];
+    field(line, "JobState", out->state, sizeof out->state);
+    if (!out->state[0])
+        return td_error(TD_ERR_FORMAT, "scontrol show job printed no JobState: '%.200s'", line);
+    field(line, "Reason", out->reason, sizeof out->reason);
+    field(line, "NodeList", out->nodes, sizeof out->nodes);
+    if (!strcmp(out->nodes, "(null)")) out->nodes[0] = '\0';
+    field(line, "Restarts", v, sizeof v);
+    out->restarts = atoi(v);
+    field(line, "ExitCode", v, sizeof v);
+    out->exit_code = atoi(v);
+    const char *colon = strchr(v, ':');
+    out->exit_signal = colon ? atoi(colon + 1) : 0;
+    return TD_OK;
+}
+
+td__slurm_phase td__slurm_phase_of(const char *state) {
+    static const char *const waiting[] = {"PENDING",      "REQUEUED",     "REQUEUE_FED",
+                                          "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD",
+                                          "CONFIGURING",  "POWER_UP_NODE"};
+    static const char *const ended[] = {"COMPLETED", "CANCELLED", "FAILED",    "TIMEOUT",
+                                        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY",
+                                        "DEADLINE",  "REVOKED"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(waiting); i++)
+        if (!strcmp(state, waiting[i])) return TD__SLURM_WAITING;
+    for (size_t i = 0; i < TD_ARRAY_LEN(ended); i++)
+        if (!strcmp(state, ended[i])) return TD__SLURM_ENDED;
+    /* RUNNING, SUSPENDED, COMPLETING, SIGNALING, STAGE_OUT, RESIZING, and any state a newer
+     * Slurm adds: the job holds nodes, so it counts as running until a final state shows. */
+    return TD__SLURM_ACTIVE;
+}
+
+const char *td__slurm_reason_hint(const char *reason) {
+    static const struct {
+        const char *reason, *hint;
+    } hints[] = {
+        {"Resources", "waiting for nodes to become free"},
+        {"Priority", "other jobs are ahead of it in the queue"},
+        {"PartitionConfig",
+         "it asks for more than the partition has (nodes, CPUs, memory or time) and will not "
+         "start unless that changes; tandem stop the run and lower nodes or the slurm: settings"},
+        {"PartitionNodeLimit", "it asks for more nodes than the partition allows a job"},
+        {"PartitionTimeLimit", "its time limit (slurm: time) is above the partition's"},
+        {"BeginTime", "not eligible yet; a requeued job waits a few seconds before it may start"},
+        {"Dependency", "waiting for a job it depends on"},
+        {"JobHeldUser", "held: scontrol release the job"},
+        {"JobHeldAdmin", "held by an administrator"},
+        {"ReqNodeNotAvail", "a node it needs is down, drained or reserved"},
+        {"NodeDown", "a node allocated to it is down"},
+        {"InvalidAccount", "the account (slurm: account) is not valid here"},
+        {"InvalidQOS", "the QOS is not valid for this account or partition"},
+        {"Reservation", "waiting for its reservation to start"},
+    };
+    if (!reason) return NULL;
+    for (size_t i = 0; i < TD_ARRAY_LEN(hints); i++)
+        if (!strcmp(reason, hints[i].reason)) return hints[i].hint;
+    if (!strncmp(reason, "Assoc", 5) || !strncmp(reason, "QOS", 3))
+        return "an account or QOS limit holds it back";
+    return NULL;
+}
+
+void td__slurm_live_note(const char *job_id, const td__slurm_job *j, char *buf, size_t nbytes) {
+    char again[48] = "";
+    if (j->restarts > 0) snprintf(again, sizeof again, " (requeued, restart %d)", j->restarts);
+    const char *state = j->state;
+    if (td__slurm_phase_of(state) == TD__SLURM_WAITING) {
+        const char *hint = td__slurm_reason_hint(j->reason);
+        int has_reason = j->reason[0] && strcmp(j->reason, "None");
+        snprintf(buf, nbytes, "slurm job %s%s %s%s%s%s%s%s", job_id, again,
+                 !strcmp(state, "PENDING") ? "pending" : state, has_reason ? ": " : "",
+                 has_reason ? j->reason : "", hint ? " (" : "", hint ? hint : "", hint ? ")" : "");
+    } else {
+        char lower[32];
+        size_t n = 0;
+        for (; state[n] && n + 1 < sizeof lower; n++)
+            lower[n] = (char)tolower((unsigned char)state[n]);
+        lower[n] = '\0';
+        snprintf(buf, nbytes, "slurm job %s%s %s%s%s", job_id, again, lower,
+                 j->nodes[0] ? " on " : "", j->nodes);
+    }
+}
+
+/* "... exited with code N" in the launcher's root cause: the worker's own exit code. */
+static int worker_code_in(const char *cause) {
+    const char *p = strstr(cause, "exited with code ");
+    return p ? atoi(p + 17) : -1;
+}
+
+void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_job *j,
+                       const char *stopped_by, int preempted_by_us, const char *cause,
+                       td__exec_outcome *o) {
+    memset(o, 0, sizeof *o);
+    const char *s = j->state;
+    /* The batch script exits with the launchers' code (srun passes the highest on); a job
+     * killed by a signal reports it after the colon. */
+    int code = j->exit_signal ? 128 + j->exit_signal : j->exit_code;
+    int ran = j->nodes[0] != '\0';
+    int checkpointed = !strcmp(s, "FAILED") && code == 143;
+    char reason[200] = "";
+    if (j->reason[0] && strcmp(j->reason, "None"))
+        snprintf(reason, sizeof reason, " (%s)", j->reason);
+    o->exit_code = code;
+    if (!strcmp(s, "COMPLETED")) {
+        o->status = TD_RUN_SUCCEEDED;
+        o->exit_code = o->cli_code = 0;
+        snprintf(o->note, sizeof o->note, "slurm job %s completed on %s", job_id,
+                 ran ? j->nodes : "its nodes");
+    } else if (stopped_by) {
+        o->status = TD_RUN_STOPPED;
+        o->cli_code = checkpointed ? 143 : 1;
+        if (!ran) o->exit_code = -2; /* stopped before it started: no exit code */
+        snprintf(o->note, sizeof o->note, "stopped by %s: slurm job %s %s%s", stopped_by, job_id,
+                 !ran           ? "cancelled before it started"
+                 : checkpointed ? "ended after the workers checkpointed (exit 143)"
+                                : "cancelled",
+                 ran && !checkpointed ? " before the workers had all checkpointed" : "");
+    } else if (preempted_by_us) {
+        o->status = checkpointed ? TD_RUN_PREEMPTED : TD_RUN_FAILED;
+        o->cli_code = checkpointed ? 143 : 1;
+        if (checkpointed)
+            snprintf(o->note, sizeof o->note,
+                     "preempted: tandem run got SIGTERM and ended slurm job %s after the workers "
+                     "checkpointed; continue with tandem run --resume %s",
+                     job_id, run_id);
+        else
+            snprintf(o->note, sizeof o->note,
+                     "received SIGTERM but the workers did not all checkpoint and exit 143: "
+                     "slurm job %s %s%s",
+                     job_id, s, reason);
+    } else if (!strcmp(s, "TIMEOUT") || !strcmp(s, "PREEMPTED") || !strcmp(s, "DEADLINE") ||
+               checkpointed) {
+        o->status = TD_RUN_PREEMPTED;
+        o->cli_code = 143;
+        snprintf(o->note, sizeof o->note,
+                 "preempted: slurm job %s %s; continue with tandem run "
+                 "--resume %s",
+                 job_id,
+                 !strcmp(s, "TIMEOUT")     ? "reached its time limit and was not requeued"
+                 : !strcmp(s, "PREEMPTED") ? "was preempted and not requeued"
+                 : !strcmp(s, "DEADLINE")
+                     ? "reached its deadline"
+                     : "ended after the workers checkpointed and exited 143 "
+                       "(a SIGTERM from outside tandem: scancel --signal=TERM?)",
+                 run_id);
+    } else if (!strcmp(s, "CANCELLED")) {
+        o->status = TD_RUN_STOPPED;
+        o->cli_code = 1;
+        if (!ran) o->exit_code = -2;
+        snprintf(o->note, sizeof o->note,
+                 "slurm job %s was cancelled outside tandem (scancel, or an administrator)%s",
+                 job_id, reason);
+    } else {
+        o->status = TD_RUN_FAILED;
+        o->cli_code = 1;
+        if (!s[0]) {
+            snprintf(o->note, sizeof o->note,
+                     "slurm job %s is no longer known to slurmctld (it ended more than MinJobAge "
+                     "ago, or the controller lost its state); see tandem logs %s",
+                     job_id, run_id);
+        } else if (!strcmp(s, "FAILED") && cause && cause[0]) {
+            snprintf(o->note, sizeof o->note, "%s", cause);
+            if (code == 1 && worker_code_in(cause) > 0) o->exit_code = worker_code_in(cause);
+        } else if (!strcmp(s, "FAILED")) {
+            snprintf(o->note, sizeof o->note,
+                     "slurm job %s failed with exit code %d%s; see tandem logs %s and "
+                     "logs/slurm-%s.err in the run directory",
+                     job_id, code, reason, run_id, job_id);
+        } else if (!strcmp(s, "NODE_FAIL")) {
+            snprintf(o->note, sizeof o->note,
+                     "slurm job %s lost a node (NODE_FAIL on %s) and was not requeued; continue "
+                     "with tandem run --resume %s",
+                     job_id, ran ? j->nodes : "its nodes", run_id);
+        } else if (!strcmp(s, "OUT_OF_MEMORY")) {
+            snprintf(o->note, sizeof o->note,
+                     "slurm job %s ran out of memory (OUT_OF_MEMORY); ask for more with slurm: "
+                     "sbatch_args: [--mem=...]",
+                     job_id);
+        } else {
+            snprintf(o->note, sizeof o->note, "slurm job %s ended %s%s", job_id, s, reason);
+        }
+    }
+}
+
+/* ---- the batch script ---- */
+static int shell_name(const char *s, size_t n) {
+    if (!n || isdigit((unsigned char)s[0])) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_') return 0;
+    return 1;
+}
+
+/* The environment lines: what the job's environment adds to or removes from ours. sbatch
+ * passes ours on as it is (--export=ALL, its default), so the script carries only the
+ * difference, and the workers end with exactly the local executor's environment. */
+static void add_env_lines(td__buf *b, char *const *env) {
+    for (char *const *e = env; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        size_t klen = (size_t)(eq - *e);
+        char *key = td_xasprintf("%.*s", (int)klen, *e);
+        const char *old = getenv(key);
+        const char *val = eq + 1;
+        if (!old || strcmp(old, val)) {
+            size_t olen = old ? strlen(old) : 0, vlen = strlen(val);
+            if (!shell_name(key, klen)) {
+                TD_LOG_WARN("the environment variable '%s' cannot be set by a shell script (its "
+                            "name is not a shell name); the Slurm job's workers will not have it",
+                            key);
+            } else if (!strcmp(key, "PATH") && old && olen && vlen > olen + 1 &&
+                       !strcmp(val + vlen - olen, old) && val[vlen - olen - 1] == ':') {
+                /* this tandem's directory first, then the node's own PATH */
+                td__buf_addf(b, "export PATH=");
+                char *prefix = td_xasprintf("%.*s", (int)(vlen - olen - 1), val);
+                td__buf_quote(b, prefix);
+                free(prefix);
+                td__buf_addf(b, ":\"$PATH\"\n");
+            } else {
+                td__buf_addf(b, "export %s=", key);
+                td__buf_quote(b, val);
+                td__buf_add(b, "\n", 1);
+            }
+        }
+        free(key);
+    }
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        size_t klen = (size_t)(eq - *e);
+        int kept = 0;
+        for (char *const *f = env; f && *f && !kept; f++)
+            kept = !strncmp(*f, *e, klen) && (*f)[klen] == '=';
+        if (!kept && shell_name(*e, klen)) td__buf_addf(b, "unset %.*s\n", (int)klen, *e);
+    }
+}
+
+/* The name of a TANDEM_* knob, from core's table (TD_ENV_MAP), never spelled out here. */
+#define TD__KNOB_CASE(name, def, doc)                                                              \
+    case TD_ENV_##name:                                                                            \
+        return "TANDEM_" #name;
+static const char *knob_name(td_env_knob k) {
+    switch (k) {
+        TD_ENV_MAP(TD__KNOB_CASE)
+    default:
+        return "";
+    }
+}
+#undef TD__KNOB_CASE
+
+static double signal_lead(const td_slurm_options *o) {
+    return o && o->signal_lead_s > 0 ? o->signal_lead_s : TD_SLURM_SIGNAL_LEAD_DEFAULT_S;
+}
+
+char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
+    const td_run *run = job->run;
+    const td_slurm_options *o = job->slurm;
+    td__buf b = {0};
+    double lead = signal_lead(o);
+    double grace = TD_MIN(LAUNCH_STOP_GRACE_S, TD_MAX(1.0, floor(lead / 2)));
+    int nodes = run->nodes, nproc = run->nproc_per_node;
+
+    td__buf_addf(&b, "#!/bin/sh\n");
+    td__buf_addf(&b,
+                 "# The Slurm batch script of tandem run %s, written by `tandem run` "
+                 "(docs/executors.md).\n"
+                 "# Submitted with: sbatch --parsable [slurm: sbatch_args] %s/job.sbatch\n",
+                 run->id, run->run_dir);
+    /* Directive values cannot be quoted (sbatch splits them at blanks), so they name only
+     * what tandem controls: the run id, its directory, numbers. */
+    td__buf_addf(&b, "#SBATCH --job-name=%s\n", run->id);
+    td__buf_addf(&b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
+    td__buf_addf(&b, "#SBATCH --cpus-per-task=%d\n", nproc);
+    td__buf_addf(&b, "#SBATCH --requeue\n");
+    td__buf_addf(&b, "#SBATCH --signal=B:USR1@%.0f\n", lead);
+    td__buf_addf(&b, "#SBATCH --open-mode=append\n");
+    td__buf_addf(&b, "#SBATCH --output=%s/logs/slurm-%%j.out\n", run->run_dir);
+    td__buf_addf(&b, "#SBATCH --error=%s/logs/slurm-%%j.err\n", run->run_dir);
+    td__buf_addf(&b, "#SBATCH --chdir=%s\n", job->work_dir);
+    if (o && o->partition) td__buf_addf(&b, "#SBATCH --partition=%s\n", o->partition);
+    if (o && o->account) td__buf_addf(&b, "#SBATCH --account=%s\n", o->account);
+    if (o && o->time_limit_s > 0) {
+        long s = (long)ceil(o->time_limit_s);
+        td__buf_addf(&b, "#SBATCH --time=%ld-%02ld:%02ld:%02ld\n", s / 86400, s / 3600 % 24,
+                     s / 60 % 60, s % 60);
+    }
+
+    td__buf_addf(&b, "\n# The workers' environment: what tandem run adds to or removes from the "
+                     "submitting shell's,\n# which sbatch passes on (--export=ALL).\n");
+    add_env_lines(&b, job->env);
+    td__buf_addf(&b,
+                 "# The rendezvous store's secret: random per run, in a file only its owner "
+                 "can read.\n%s=$(cat ",
+                 td_var_name(TD_VAR_TANDEM_TOKEN));
+    td__buf_quote(&b, token_path);
+    td__buf_addf(&b, ") || exit 1\nexport %s\n", td_var_name(TD_VAR_TANDEM_TOKEN));
+    td__buf_addf(&b,
+                 "# tandem launch takes the nodes, this node's rank and node 0's address from "
+                 "srun's variables\n# (docs/launch.md); a %s=0 of the submitting shell must "
+                 "not turn that off.\nexport %s=1\n",
+                 knob_name(TD_ENV_LAUNCH_DETECT), knob_name(TD_ENV_LAUNCH_DETECT));
+    td__buf_addf(&b,
+                 "# A requeued job (scontrol requeue, preemption, the time-limit requeue below) "
+                 "resumes from the\n# newest checkpoint; each rank log says where.\n"
+                 "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
+                 "    export %s=1\n"
+                 "    r=0\n"
+                 "    while [ \"$r\" -lt %d ]; do\n"
+                 "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job $SLURM_JOB_ID ---\" "
+                 ">>",
+                 td_var_name(TD_VAR_TANDEM_RESUME), nodes * nproc);
+    char *rank_log = td_xasprintf("%s/logs/rank-", run->run_dir);
+    td__buf_quote(&b, rank_log);
+    free(rank_log);
+    td__buf_addf(&b, "\"$r.log\"\n        r=$((r + 1))\n    done\nfi\n");
+
+    td__buf_addf(&b,
+                 "\n# The time-limit signal (--signal=B:USR1@%.0f) comes to this shell alone: it "
+                 "passes it on to the\n# launchers as SIGTERM (their workers stop at a step "
+                 "boundary with a checkpoint) and, once\n# they have exited 143, requeues the job, "
+                 "which continues under the same run id. (A SIGTERM to\n# this shell's srun would "
+                 "end the step at once: srun takes it for a cancel.)\n"
+                 "limit=0\n"
+                 "trap 'limit=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1\n",
+                 lead);
+    td__buf_addf(&b,
+                 "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 "
+                 "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} \\\n    ",
+                 nodes, nodes);
+    td__buf_quote(&b, job->tandem_bin);
+    td__buf_addf(&b, " launch --nproc-per-node=%d --rdzv-id=", nproc);
+    td__buf_quote(&b, run->id);
+    td__buf_addf(&b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=", job->max_restarts,
+                 grace);
+    char *dir = td_xasprintf("%s/logs", run->run_dir);
+    td__buf_quote(&b, dir);
+    free(dir);
+    td__buf_addf(&b, " --metrics-dir=");
+    dir = td_xasprintf("%s/metrics", run->run_dir);
+    td__buf_quote(&b, dir);
+    free(dir);
+    /* As the local executor: the worker is this shell, which waits for the program under
+     * `trap : TERM` and exits with its status (143 after a checkpoint). */
+    td__buf_addf(&b, " -- /bin/sh -c ");
+    char *worker = td_xasprintf("trap : TERM\n%s", job->script);
+    td__buf_quote(&b, worker);
+    free(worker);
+    td__buf_addf(&b, " &\n");
+    td__buf_addf(&b, "# wait returns early when a trap runs: wait again until srun itself has "
+                     "ended\nsrun_pid=$!\n"
+                     "while :; do\n"
+                     "    wait \"$srun_pid\"\n"
+                     "    code=$?\n"
+                     "    kill -0 \"$srun_pid\" 2>/dev/null || break\n"
+                     "done\n"
+                     "if [ \"$limit\" = 1 ] && [ \"$code\" = 143 ]; then\n"
+                     "    echo \"tandem: the time limit is near and the workers checkpointed: "
+                     "requeueing slurm job $SLURM_JOB_ID\" >&2\n"
+                     "    scontrol requeue \"$SLURM_JOB_ID\"\n"
+                     "fi\n"
+                     "exit \"$code\"\n");
+    return b.s;
+}
+
+char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script) {
+    size_t n = 0, extra = o ? o->nsbatch_args : 0;
+    char **argv = td_xcalloc(extra + 4, sizeof *argv);
+    argv[n++] = td_xstrdup(sbatch);
+    argv[n++] = td_xstrdup("--parsable");
+    for (size_t i = 0; i < extra; i++) argv[n++] = td_xstrdup(o->sbatch_args[i]);
+    argv[n++] = td_xstrdup(script);
+    argv[n] = NULL;
+    return argv;
+}
+
+static void argv_free(char **argv) {
+    for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
+    free(argv);
+}
+
+/* ---- the supervisor ---- */
+/* One of the job's output files, followed: lines go to a descriptor of ours, and the
+ * launchers' "tandem: error: ..." lines (the root cause of a failure) are remembered. */
+typedef struct {
+    char *path;
+    off_t off;
+    td__buf line;
+    int to_fd; /* -1: read for the cause only */
+} tail;
+
+typedef struct {
+    const td_exec_job *job;
+    char *sbatch, *scontrol, *scancel;
+    char job_id[32];
+    td_ingester *ing;
+    tail out, err;
+    char cause[512];
+    td_run_status shown_status;
+    char shown_note[768];
+    int shown_restarts;
+    int query_warned;
+} slurm_sup;
+
+static void say(slurm_sup *c, const char *fmt, ...) TD_PRINTF(2, 3);
+static void say(slurm_sup *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tandem: ", c->job->out);
+    vfprintf(c->job->out, fmt, ap);
+    fputc('\n', c->job->out);
+    fflush(c->job->out);
+    va_end(ap);
+}
+
+static void write_all(int fd, const char *s, size_t n) {
+    while (fd >= 0 && n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* nobody reads it: keep supervising anyway */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void tail_line(slurm_sup *c, tail *t) {
+    write_all(t->to_fd, t->line.s, t->line.len);
+    if (t == &c->err && !strncmp(t->line.s, "tandem: error: ", 15)) {
+        size_t len = strcspn(t->line.s + 15, "\r\n");
+        snprintf(c->cause, sizeof c->cause, "%.*s", (int)len, t->line.s + 15);
+    }
+    t->line.len = 0;
+    t->line.s[0] = '\0';
+}
+
+static void tail_pump(slurm_sup *c, tail *t, int final) {
+    if (!t->path) return;
+    int fd = open(t->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return; /* not there until the job starts */
+    struct stat stt;
+    if (fstat(fd, &stt) == 0 && stt.st_size < t->off) t->off = 0; /* replaced: start over */
+    char buf[8192];
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, t->off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        t->off += n;
+        for (ssize_t i = 0; i < n; i++) {
+            td__buf_add(&t->line, &buf[i], 1);
+            if (buf[i] == '\n' || t->line.len >= 65536) tail_line(c, t);
+        }
+    }
+    close(fd);
+    if (final && t->line.len) {
+        td__buf_add(&t->line, "\n", 1);
+        tail_line(c, t);
+    }
+}
+
+static void tail_init(tail *t, const char *run_dir, const char *job_id, const char *ext,
+                      int to_fd) {
+    t->path = td_xasprintf("%s/logs/slurm-%s.%s", run_dir, job_id, ext);
+    t->to_fd = to_fd;
+    td__buf_add(&t->line, "", 0);
+    /* A resume may reuse nothing of an earlier job's files, but a restarted supervisor of the
+     * same job must not print them twice: start from what is there now. */
+    struct stat stt;
+    t->off = stat(t->path, &stt) == 0 ? stt.st_size : 0;
+}
+
+static void tail_free(tail *t) {
+    free(t->path);
+    free(t->line.s);
+}
+
+/* The first line of s, trimmed, for messages. */
+static void first_line(const char *s, char *out, size_t nbytes) {
+    while (s && isspace((unsigned char)*s)) s++;
+    size_t n = s ? strcspn(s, "\n") : 0;
+    while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
+    snprintf(out, nbytes, "%.*s", (int)n, s ? s : "");
+}
+
+/* The lines of s joined with "; ", trimmed, for a note (sbatch explains a refusal over
+ * several lines: the reason, then "Batch job submission failed: ..."). */
+static void joined_lines(const char *s, char *out, size_t nbytes) {
+    size_t used = 0;
+    out[0] = '\0';
+    while (s && *s && used + 1 < nbytes) {
+        char line[512];
+        first_line(s, line, sizeof line);
+        if (line[0])
+            used += (size_t)snprintf(out + used, nbytes - used, "%s%s", used ? "; " : "", line);
+        const char *nl = strchr(s, '\n');
+        s = nl ? nl + 1 : NULL;
+    }
+}
+
+/* scontrol show job -o JOB. *gone: slurmctld no longer knows the job. TD_ERR_PEER when
+ * scontrol cannot get an answer (the controller is down or busy): the caller tries again. */
+static td_status query_job(slurm_sup *c, const char *job_id, td__slurm_job *j, int *gone) {
+    char *argv[] = {c->scontrol, "show", "job", "-o", (char *)job_id, NULL};
+    char *out = NULL, *err = NULL;
+    int code = 0;
+    *gone = 0;
+    td_status st = td__exec_capture(argv, NULL, CMD_TIMEOUT_S, &out, &err, &code);
+    if (st == TD_OK) {
+        if (code == 0 && out[0]) {
+            st = td__slurm_parse_job(out, j);
+        } else if (strstr(err, "Invalid job id")) {
+            *gone = 1;
+        } else {
+            char line[300];
+            first_line(err[0] ? err : out, line, sizeof line);
+            st =
+                td_error(TD_ERR_PEER, "scontrol show job %s: exit code %d: %s", job_id, code, line);
+        }
+    }
+    free(out);
+    free(err);
+    return st;
+}
+
+/* scancel [--signal=TERM] JOB; a failure is reported, not fatal (the job may have just
+ * ended). */
+static void cancel_job(slurm_sup *c, const char *job_id, int term_only) {
+    char *argv[] = {c->scancel, term_only ? "--signal=TERM" : (char *)job_id,
+                    term_only ? (char *)job_id : NULL, NULL};
+    char *out = NULL, *err = NULL;
+    int code = 0;
+    if (td__exec_capture(argv, NULL, CMD_TIMEOUT_S, &out, &err, &code) != TD_OK) {
+        TD_LOG_WARN("scancel %s: %s", job_id, td_error_msg());
+        td_error_clear();
+    } else if (code != 0) {
+        char line[300];
+        first_line(err, line, sizeof line);
+        TD_LOG_WARN("scancel%s %s: exit code %d: %s", term_only ? " --signal=TERM" : "", job_id,
+                    code, line);
+    }
+    free(out);
+    free(err);
+}
+
+/* The run's status and note while the job lives, written when they change. */
+static void show_live(slurm_sup *c, const td__slurm_job *j) {
+    const td_exec_job *job = c->job;
+    td_run_status st =
+        td__slurm_phase_of(j->state) == TD__SLURM_WAITING ? TD_RUN_PENDING : TD_RUN_RUNNING;
+    char note[768];
+    td__slurm_live_note(c->job_id, j, note, sizeof note);
+    if (st != c->shown_status || strcmp(note, c->shown_note)) {
+        if (td_run_set_status(job->store, job->run->id, st, -1, note) != TD_OK) {
+            TD_LOG_WARN("run %s: %s", job->run->id, td_error_msg());
+            td_error_clear();
+        } else {
+            c->shown_status = st;
+            snprintf(c->shown_note, sizeof c->shown_note, "%s", note);
+            say(c, "%s", note);
+        }
+    }
+    int restarts = job->base_restarts + j->restarts;
+    if (restarts != c->shown_restarts) {
+        if (td_run_set_restarts(job->store, job->run->id, restarts) != TD_OK)
+            td_error_clear();
+        else
+            c->shown_restarts = restarts;
+    }
+}
+
+/* RUN/slurm-job: the newest job submitted for the run, its id on the first line; a second line
+ * "ended STATE" once its supervisor saw it end. Only a job without that line can be left in
+ * the queue by a supervisor that died. */
+static char *job_file(const td_run *run) {
+    return td_xasprintf("%s/slurm-job", run->run_dir);
+}
+
+static void write_job_file(const td_run *run, const char *job_id, const char *ended) {
+    char *path = job_file(run);
+    char text[96];
+    snprintf(text, sizeof text, "%s\n%s%s%s", job_id, ended ? "ended " : "", ended ? ended : "",
+             ended ? "\n" : "");
+    td_chunk chunk = {text, strlen(text)};
+    if (td_write_atomic(path, "Slurm job id", &chunk, 1) != TD_OK) {
+        /* Only `tandem stop` of an orphaned job needs the file: go on without it. */
+        TD_LOG_WARN("%s", td_error_msg());
+        td_error_clear();
+    }
+    free(path);
+}
+
+/* The id of the newest job submitted for run, or "" when none was; *ended (may be NULL): its
+ * supervisor saw it end. */
+static void read_job_id(const td_run *run, char *out, size_t nbytes, int *ended) {
+    out[0] = '\0';
+    if (ended) *ended = 0;
+    char *path = job_file(run);
+    FILE *f = fopen(path, "r");
+    free(path);
+    if (!f) return;
+    char line[64] = "";
+    if (fgets(line, sizeof line, f)) first_line(line, out, nbytes);
+    if (ended && fgets(line, sizeof line, f)) *ended = !strncmp(line, "ended ", 6);
+    fclose(f);
+}
+
+static int find_commands(slurm_sup *c, char *missing, size_t nbytes) {
+    c->sbatch = td__exec_which("sbatch");
+    c->scontrol = td__exec_which("scontrol");
+    c->scancel = td__exec_which("scancel");
+    snprintf(missing, nbytes, "%s%s%s", c->sbatch ? "" : "sbatch ", c->scontrol ? "" : "scontrol ",
+             c->scancel ? "" : "scancel ");
+    return c->sbatch && c->scontrol && c->scancel;
+}
+
+/* The token file RUN/token (0600), made once per run: a resumed or requeued job keeps it. */
+static td_status ensure_token(const td_run *run, char **path_out) {
+    char *path = td_xasprintf("%s/token", run->run_dir);
+    *path_out = path;
+    struct stat stt;
+    if (stat(path, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) {
+        if ((stt.st_mode & 077) && chmod(path, 0600) != 0)
+            return td_error_errno(TD_ERR_IO, "cannot make the token file %s private (0600)", path);
+        return TD_OK;
+    }
+    char token[33], text[40];
+    TD_CHECK(td_random_hex(token, 16));
+    snprintf(text, sizeof text, "%s\n", token);
+    return td__write_private(path, "rendezvous token", text);
+}
+
+static int fail_run(slurm_sup *c, double t0, const char *fmt, ...) TD_PRINTF(3, 4);
+static int fail_run(slurm_sup *c, double t0, const char *fmt, ...) {
+    td__exec_outcome o = {.status = TD_RUN_FAILED, .exit_code = -2, .cli_code = 1};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o.note, sizeof o.note, fmt, ap);
+    va_end(ap);
+    return td__exec_record_end(c->job, &o, t0);
+}
+
+static int slurm_run(const td_exec_job *job) {
+    const td_run *run = job->run;
+    slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT, .shown_restarts = -1};
+    double t0 = td_now_s();
+    int cli = 1;
+    char *token_path = NULL, *script_path = NULL, *script = NULL, **argv = NULL;
+    char *out = NULL, *err = NULL;
+    char missing[64], line[512];
+    td_status st;
+
+    if (!find_commands(&c, missing, sizeof missing)) {
+        cli = fail_run(&c, t0,
+                       "executor slurm: %sis not on PATH; run tandem run where Slurm's client "
+                       "commands are (a login node of the cluster), or install them "
+                       "(Debian: slurm-client)",
+                       missing);
+        goto out;
+    }
+    /* An earlier job of this run (before a --resume) must be over: two jobs would train into
+     * the same checkpoints. The run's lock keeps a second supervisor out, not a job whose
+     * supervisor is gone. */
+    char old[32];
+    int old_ended = 0;
+    read_job_id(run, old, sizeof old, &old_ended);
+    if (old[0] && !old_ended) {
+        td__slurm_job j;
+        int gone = 0;
+        if (query_job(&c, old, &j, &gone) == TD_OK && !gone &&
+            td__slurm_phase_of(j.state) != TD__SLURM_ENDED) {
+            cli = fail_run(&c, t0,
+                           "slurm job %s of run %s is still %s; cancel it first (scancel %s, or "
+                           "tandem stop %s) so that two jobs never share the run's checkpoints",
+                           old, run->id, j.state, old, run->id);
+            goto out;
+        }
+        td_error_clear();
+    }
+
+    st = ensure_token(run, &token_path);
+    if (st == TD_OK) {
+        script = td__slurm_batch_script(job, token_path);
+        script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
+        td_chunk chunk = {script, strlen(script)};
+        st = td_write_atomic(script_path, "Slurm batch script", &chunk, 1);
+    }
+    if (st == TD_OK) {
+        char *metrics_dir = td_xasprintf("%s/metrics", run->run_dir);
+        st = td_ingester_new(job->store, run->id, metrics_dir, &c.ing);
+        free(metrics_dir);
+    }
+    if (st != TD_OK) {
+        cli = fail_run(&c, t0, "supervisor error: %s", td_error_msg());
+        td_error_print(st);
+        goto out;
+    }
+
+    argv = td__slurm_sbatch_argv(c.sbatch, job->slurm, script_path);
+    int code = 0;
+    st = td__exec_capture(argv, job->work_dir, CMD_TIMEOUT_S, &out, &err, &code);
+    if (st != TD_OK) {
+        cli = fail_run(&c, t0, "cannot submit the run's Slurm job: %s", td_error_msg());
+        td_error_clear();
+        goto out;
+    }
+    first_line(out, line, sizeof line);
+    size_t idlen = strspn(line, "0123456789");
+    if (code != 0 || idlen == 0 || idlen >= sizeof c.job_id ||
+        (line[idlen] && line[idlen] != ';')) {
+        char why[600];
+        joined_lines(err[0] ? err : out, why, sizeof why);
+        cli = fail_run(&c, t0, "sbatch refused the run's job (exit code %d): %s", code,
+                       why[0] ? why : "(no message)");
+        goto out;
+    }
+    memcpy(c.job_id, line, idlen);
+    c.job_id[idlen] = '\0';
+    write_job_file(run, c.job_id, NULL);
+    say(&c,
+        "run %s: submitted slurm job %s (%d node%s x %d worker%s); output in %s/logs/slurm-%s.*",
+        run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
+        run->nproc_per_node > 1 ? "s" : "", run->run_dir, c.job_id);
+    tail_init(&c.out, run->run_dir, c.job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
+    tail_init(&c.err, run->run_dir, c.job_id, "err", STDERR_FILENO);
+
+    /* The loop: signals, the job's state, metrics and output, each on its own period. */
+    td__slurm_job j;
+    memset(&j, 0, sizeof j);
+    snprintf(j.state, sizeof j.state, "PENDING");
+    show_live(&c, &j);
+    int nsignals = job->stop_signal ? 1 : 0, last_signal = job->stop_signal;
+    int handled = 0, preempt = 0, hard = 0, gone = 0;
+    char stopped_by[160] = "";
+    double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
+    for (;;) {
+        for (int sig; (sig = td_sigwatch_next(job->sigs));)
+            if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+                nsignals++;
+                last_signal = sig;
+            }
+        double now = td_now_s();
+        td__slurm_phase phase = td__slurm_phase_of(j.state);
+        int act = 0; /* 1: ask the workers to checkpoint; 2: cancel outright */
+        if (nsignals != handled) {
+            int first = handled == 0 && !stopped_by[0] && !preempt;
+            handled = nsignals;
+            if (first) {
+                /* As the local executor: SIGTERM without a `tandem stop` behind it comes from
+                 * the system (this host is going down, a scheduler above us): preempted. */
+                int user = last_signal != SIGTERM;
+                td_run cur;
+                if (!user && td_run_find(job->store, run->id, &cur) == TD_OK) {
+                    user = cur.stop_requested;
+                    td_run_clear(&cur);
+                }
+                td_error_clear();
+                if (user)
+                    snprintf(stopped_by, sizeof stopped_by, "%s",
+                             last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
+                             : last_signal == SIGHUP ? "SIGHUP"
+                                                     : "tandem stop");
+                else
+                    preempt = 1;
+                act = 1;
+            } else if (!hard) {
+                act = 2; /* a second signal: do not wait */
+            }
+        }
+        if (!stopped_by[0] && !preempt && job->max_duration_s > 0 && run_since > 0 &&
+            now - run_since > job->max_duration_s) {
+            snprintf(stopped_by, sizeof stopped_by, "max_duration of %.0f s exceeded",
+                     job->max_duration_s);
+            act = 1;
+        }
+        if (act == 1) {
+            /* A queued job has nothing to checkpoint: cancel it. A running one: SIGTERM to the
+             * launchers (not to the batch shell: its srun would end the step at once). */
+            int queued = phase == TD__SLURM_WAITING;
+            say(&c, "%s run %s: %s slurm job %s%s", preempt ? "SIGTERM: preempting" : "stopping",
+                run->id, queued ? "cancelling" : "asking the workers of", c.job_id,
+                queued ? "" : " to checkpoint and exit (signal again to cancel it now)");
+            cancel_job(&c, c.job_id, !queued);
+            hard = queued;
+            cancel_at = now + CANCEL_AFTER_S;
+        }
+        if (act == 2 || (cancel_at > 0 && now >= cancel_at && !hard)) {
+            say(&c, "run %s: cancelling slurm job %s", run->id, c.job_id);
+            cancel_job(&c, c.job_id, 0);
+            hard = 1;
+        }
+        if (now >= next_query) {
+            td__slurm_job nj;
+            st = query_job(&c, c.job_id, &nj, &gone);
+            if (st == TD_OK && !gone) {
+                j = nj;
+                phase = td__slurm_phase_of(j.state);
+                if (phase == TD__SLURM_ACTIVE && run_since == 0) run_since = now;
+                if (phase != TD__SLURM_ENDED) show_live(&c, &j);
+                if (c.query_warned) say(&c, "slurmctld answers again");
+                c.query_warned = 0;
+            } else if (st != TD_OK) {
+                if (!c.query_warned)
+                    TD_LOG_WARN("%s (will keep asking every %.1f s)", td_error_msg(),
+                                QUERY_PERIOD_S);
+                c.query_warned = 1;
+                td_error_clear();
+            }
+            if (gone || phase == TD__SLURM_ENDED) break;
+            next_query = now + QUERY_PERIOD_S;
+        }
+        if (now >= next_ingest) {
+            /* A full disk is said once, by the ingester itself; it retries from its offset. */
+            td_status ist = td_ingester_poll(c.ing, NULL);
+            if (ist != TD_OK && ist != TD_ERR_NOSPACE)
+                TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
+            td_error_clear();
+            next_ingest = now + INGEST_PERIOD_S;
+        }
+        if (now >= next_tail) {
+            tail_pump(&c, &c.out, 0);
+            tail_pump(&c, &c.err, 0);
+            next_tail = now + TAIL_PERIOD_S;
+        }
+        double wake = TD_MIN(next_query, TD_MIN(next_ingest, next_tail));
+        if (cancel_at > 0 && !hard) wake = TD_MIN(wake, cancel_at);
+        struct pollfd pf = {.fd = job->sigs->fd, .events = POLLIN};
+        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
+        if (poll(&pf, 1, timeout_ms) < 0 && errno != EINTR) usleep(10000);
+    }
+
+    /* The end: the rest of the output and of the metrics, then the record. */
+    write_job_file(run, c.job_id, gone ? "GONE" : j.state);
+    tail_pump(&c, &c.out, 1);
+    tail_pump(&c, &c.err, 1);
+    td_status ist = td_ingester_poll(c.ing, NULL);
+    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
+        TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
+    td_error_clear();
+    if (td_ingester_malformed(c.ing))
+        say(&c, "%zu malformed metrics line%s skipped", td_ingester_malformed(c.ing),
+            td_ingester_malformed(c.ing) > 1 ? "s" : "");
+    {
+        int restarts = job->base_restarts + j.restarts;
+        if (restarts != c.shown_restarts &&
+            td_run_set_restarts(job->store, run->id, restarts) != TD_OK)
+            td_error_clear();
+    }
+    if (gone) memset(&j, 0, sizeof j); /* what the outcome reads as "no longer known" */
+    td__exec_outcome o;
+    td__slurm_outcome(run->id, c.job_id, &j, stopped_by[0] ? stopped_by : NULL, preempt, c.cause,
+                      &o);
+    cli = td__exec_record_end(job, &o, t0);
+out:
+    td_ingester_free(c.ing);
+    tail_free(&c.out);
+    tail_free(&c.err);
+    argv_free(argv);
+    free(out);
+    free(err);
+    free(script);
+    free(script_path);
+    free(token_path);
+    free(c.sbatch);
+    free(c.scontrol);
+    free(c.scancel);
+    return cli;
+}
+
+/* ---- after the supervisor ---- */
+static td_status slurm_cancel_orphan(const td_run *run, int *cancelled, char *buf, size_t nbytes) {
+    *cancelled = 0;
+    buf[0] = '\0';
+    char id[32];
+    int ended = 0;
+    read_job_id(run, id, sizeof id, &ended);
+    if (!id[0] || ended) return TD_OK;
+    slurm_sup c = {0};
+    char missing[64];
+    td_status st = TD_OK;
+    if (!find_commands(&c, missing, sizeof missing)) {
+        st = td_error(TD_ERR_UNSUPPORTED,
+                      "run %s has slurm job %s, which may still be queued or running, but %sis "
+                      "not on PATH here; cancel it where Slurm's commands are (scancel %s)",
+                      run->id, id, missing, id);
+        goto out;
+    }
+    td__slurm_job j;
+    int gone = 0;
+    st = query_job(&c, id, &j, &gone);
+    if (st != TD_OK || gone || td__slurm_phase_of(j.state) == TD__SLURM_ENDED) goto out;
+    /* Nobody is left to wait for a checkpoint: a plain scancel, whose SIGTERM still gives the
+     * workers Slurm's KillWait to write one. */
+    cancel_job(&c, id, 0);
+    *cancelled = 1;
+    snprintf(buf, nbytes, "cancelled slurm job %s of run %s (it was %s without a supervisor)", id,
+             run->id, j.state);
+out:
+    free(c.sbatch);
+    free(c.scontrol);
+    free(c.scancel);
+    return st;
+}
+
+static char *slurm_describe(const td_run *run) {
+    char id[32];
+    read_job_id(run, id, sizeof id, NULL);
+    if (!id[0])
+        return td_xasprintf("slurm (no job submitted); batch script %s/job.sbatch", run->run_dir);
+    return td_xasprintf("slurm job %s; batch script %s/job.sbatch, its output "
+                        "%s/logs/slurm-%s.out and .err",
+                        id, run->run_dir, run->run_dir, id);
+}
+
+const td_executor td__executor_slurm = {
+    .name = "slurm",
+    .run = slurm_run,
+    .cancel_orphan = slurm_cancel_orphan,
+    .describe = slurm_describe,
+};

@@ -1,0 +1,142 @@
+"""An #include that reaches up a layer, or into another layer's src/, does not compile.
+
+Each layer compiles with the include directories CMake gives td_<layer> (read from
+$TANDEM_BUILD_DIR/tandem-layers.txt, the same list its own sources are compiled with). In that
+context this test compiles one tiny probe per header:
+  - #include "tandem/<h>.h" for every public header: it must compile where the header's layer
+    is the layer itself or in its closure (DEPS, HEADERS, transitively), which also shows each
+    public header is self-contained, and must fail with "No such file" everywhere else;
+  - #include "<m>/<x>.h" for every internal header of src/<m>/: it must be found from layer m
+    and fail with "No such file" from every other layer.
+The expected successes are the control: a context that sees nothing fails them, so the test
+cannot pass vacuously. Last, no file under src/ may #include a path with "..", the one way
+around include directories.
+"""
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("TANDEM_BUILD_DIR", "build")
+SOURCE = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+GRAPH = os.path.join(BUILD, "tandem-layers.txt")
+
+
+def read_graph():
+    tools, headers, layers = {}, {}, {}
+    with open(GRAPH) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("|")
+            if parts[0] == "layer":
+                name, deps, hdeps, incs = parts[1], parts[3], parts[4], parts[7]
+                layers[name] = {"deps": deps.split(), "hdeps": hdeps.split(), "incs": incs.split()}
+            elif parts[0] == "header":
+                headers[parts[1]] = parts[2]
+            else:
+                tools[parts[0]] = parts[1]
+    return tools, headers, layers
+
+
+def closure(layers, name, seen=None):
+    seen = set() if seen is None else seen
+    if name not in seen:
+        seen.add(name)
+        for dep in layers[name]["deps"] + layers[name]["hdeps"]:
+            closure(layers, dep, seen)
+    return seen
+
+
+def main():
+    if not os.path.exists(GRAPH):
+        print(f"FAIL: {GRAPH} missing: configure with CMake first")
+        return 1
+    tools, headers, layers = read_graph()
+    cc = tools.get("cc") or "cc"
+    implicit = set(tools.get("implicit", "").split())
+    errors = []
+
+    source_include = os.path.realpath(os.path.join(SOURCE, "include"))
+    source_src = os.path.realpath(os.path.join(SOURCE, "src"))
+    for name, L in layers.items():
+        for d in L["incs"]:
+            if os.path.realpath(d) in (source_include, source_src):
+                errors.append(f"td_{name} compiles with -I{d}: it sees every layer's headers")
+
+    internal = {}
+    for name in layers:
+        src_dir = os.path.join(SOURCE, "src", name)
+        internal[name] = sorted(f for f in os.listdir(src_dir) if f.endswith(".h"))
+
+    work = tempfile.mkdtemp(prefix="tandem-layering-")
+    probes = []  # (layer, include, expect_found, full_compile)
+    for name in layers:
+        seen = closure(layers, name)
+        for h, owner in sorted(headers.items()):
+            probes.append((name, f"tandem/{h}", owner in seen, True))
+        for m, files in internal.items():
+            for f in files:
+                # An internal header of its own need only be found: some are C++ or need the
+                # including file's context (kernels.h of the CUDA backend).
+                probes.append((name, f"{m}/{f}", m == name, False))
+
+    def run(probe):
+        name, include, expect_found, full = probe
+        path = os.path.join(work, f"{name}-{include.replace('/', '-')}.c")
+        with open(path, "w") as f:
+            f.write(f'#include "{include}"\nint tandem_layering_probe;\n')
+        args = [cc, "-std=gnu11", "-D_GNU_SOURCE", "-fsyntax-only", path]
+        args += [f"-I{d}" for d in layers[name]["incs"] if d not in implicit]
+        r = subprocess.run(args, capture_output=True, text=True)
+        # gcc: "x.h: No such file or directory"; clang: "'x.h' file not found"
+        inc = re.escape(include)
+        missing = re.search(r"fatal error: (%s: No such file|'%s' file not found)" % (inc, inc),
+                            r.stderr)
+        if expect_found:
+            if missing or (full and r.returncode != 0):
+                return (f"src/{name} cannot compile #include \"{include}\" though its layer is "
+                        f"in {name}'s closure:\n{r.stderr.strip()}")
+        elif r.returncode == 0 or not missing:
+            why = "compiles" if r.returncode == 0 else f"fails otherwise:\n{r.stderr.strip()}"
+            whose = ("a layer above or beside it" if include.startswith("tandem/")
+                     else "another layer's internal header")
+            return (f"src/{name}: #include \"{include}\" ({whose}) should fail with 'No such "
+                    f"file' but {why}")
+        return None
+
+    jobs = max(2, os.cpu_count() or 2)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            results = list(pool.map(run, probes))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    errors += [r for r in results if r]
+    found = sum(1 for p in probes if p[2])
+
+    include_re = re.compile(r'^\s*#\s*include\s*[<"]([^>"]*)[>"]', re.M)
+    for root, _, files in os.walk(os.path.join(SOURCE, "src")):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, errors="replace") as fh:
+                for inc in include_re.findall(fh.read()):
+                    if ".." in inc.split("/"):
+                        errors.append(f"{os.path.relpath(path, SOURCE)}: #include \"{inc}\" "
+                                      f"climbs out of its directory: include \"<layer>/x.h\" "
+                                      f"of its own layer or a public header")
+
+    for e in errors:
+        print("FAIL:", e)
+    if errors:
+        return 1
+    print(f"ok: {len(probes)} probes over {len(layers)} layers: {found} headers of a layer and "
+          f"its closure found, {len(probes) - found} others refused")
+    for name in layers:
+        seen = closure(layers, name) - {name}
+        print(f"  {name:9s} sees {' '.join(sorted(seen)) or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+/* core's processes, files and sockets (tandem/os.h): each behaviour the layers above rely on. */
+#include "test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tandem/os.h"
+
+static char dir[] = "/tmp/tandem-test-os-XXXXXX";
+
+static char *path_in(const char *name) {
+    return td_xasprintf("%s/%s", dir, name);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = td_xcalloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void test_spawn(void) {
+    /* exec failure comes back as an error naming the program, not as exit 127 */
+    char *missing[] = {"/nonexistent/tandem-no-such-program", NULL};
+    td_spawn_opts o;
+    td_spawn_opts_init(&o);
+    o.argv = missing;
+    pid_t pid = 0;
+    ASSERT_STATUS(td_spawn(&o, &pid), TD_ERR_SYS);
+    ASSERT_CONTAINS(td_error_msg(), "cannot start /nonexistent/tandem-no-such-program");
+    ASSERT_CONTAINS(td_error_msg(), "No such file or directory");
+
+    /* a bad cwd is named too */
+    char *sh_true[] = {"/bin/true", NULL};
+    o.argv = sh_true;
+    o.cwd = "/nonexistent-dir";
+    ASSERT_STATUS(td_spawn(&o, &pid), TD_ERR_SYS);
+    ASSERT_CONTAINS(td_error_msg(), "in /nonexistent-dir");
+
+    /* output to a descriptor, cwd honoured, its own process group, stdin is /dev/null, and the
+     * signals we block are not blocked in the child */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    char *out_path = path_in("spawn.out");
+    int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT(fd >= 0);
+    char *argv[] = {"/bin/sh", "-c",
+                    "pwd; read x && echo read-something || echo stdin-empty; "
+                    "ps -o pgid= -p $$ | tr -d ' '; echo $$; grep SigBlk /proc/self/status",
+                    NULL};
+    td_spawn_opts_init(&o);
+    o.argv = argv;
+    o.cwd = dir;
+    o.out_fd = fd;
+    ASSERT_OK(td_spawn(&o, &pid));
+    close(fd);
+    int status = 0;
+    ASSERT_EQ(td_waitpid(pid, &status, 0), pid);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    ASSERT_EQ(td_wait_exit_code(status), 0);
+    char *text = slurp(out_path);
+    ASSERT(text);
+    ASSERT_CONTAINS(text, dir);
+    ASSERT_CONTAINS(text, "stdin-empty");
+    char expect[64];
+    snprintf(expect, sizeof expect, "%d\n%d\n", (int)pid, (int)pid); /* pgid == pid */
+    ASSERT_CONTAINS(text, expect);
+    ASSERT_CONTAINS(text, "SigBlk:\t0000000000000000");
+    free(text);
+
+    /* close_fds: an inheritable descriptor is closed unless kept */
+    int keep = open("/dev/null", O_RDONLY), drop = open("/dev/null", O_RDONLY);
+    ASSERT(keep >= 0 && drop >= 0);
+    char *cmd = td_xasprintf("test -e /proc/self/fd/%d && echo kept; test -e /proc/self/fd/%d "
+                             "|| echo dropped",
+                             keep, drop);
+    char *argv2[] = {"/bin/sh", "-c", cmd, NULL};
+    fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    td_spawn_opts_init(&o);
+    o.argv = argv2;
+    o.out_fd = fd;
+    o.close_fds = true;
+    o.keep_fds = &keep;
+    o.nkeep = 1;
+    ASSERT_OK(td_spawn(&o, &pid));
+    close(fd);
+    ASSERT_EQ(td_waitpid(pid, &status, 0), pid);
+    text = slurp(out_path);
+    ASSERT_STREQ(text, "kept\ndropped\n");
+    free(text);
+    free(cmd);
+    close(keep);
+    close(drop);
+    free(out_path);
+
+    /* exit codes and their words */
+    char words[128];
+    td_wait_describe(9, words, sizeof words);
+    ASSERT_STREQ(words, "was killed by signal 9 (SIGKILL)");
+    ASSERT_EQ(td_wait_exit_code(9), 137);
+    td_wait_describe(3 << 8, words, sizeof words);
+    ASSERT_STREQ(words, "exited with code 3");
+}
+
+/* A child that starts a grandchild in a process group of its own (as the launcher's workers
+ * are) and prints its pid: td_kill_tree must reach both. */
+static void test_kill_tree(void) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    char *argv[] = {"/bin/sh", "-c", "setsid sleep 60 & echo $!; wait", NULL};
+    td_spawn_opts o;
+    td_spawn_opts_init(&o);
+    o.argv = argv;
+    o.out_fd = p[1];
+    pid_t pid;
+    ASSERT_OK(td_spawn(&o, &pid));
+    close(p[1]);
+    char buf[32] = "";
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    ASSERT_GT(n, 0);
+    close(p[0]);
+    pid_t grandchild = (pid_t)atoi(buf);
+    ASSERT_GT(grandchild, 0);
+    /* setsid sleep forks only when it is a group leader; wait until it runs as sleep */
+    for (int i = 0; i < 200 && kill(grandchild, 0) != 0; i++) usleep(10000);
+    ASSERT_EQ(kill(grandchild, 0), 0);
+    td_kill_tree(pid, SIGKILL);
+    int status;
+    ASSERT_EQ(td_waitpid(pid, &status, 0), pid);
+    ASSERT(WIFSIGNALED(status));
+    /* the grandchild is reparented (to init or a subreaper) and reaped there: poll for it */
+    int gone = 0;
+    for (int i = 0; i < 500 && !gone; i++) {
+        char path[64], state = 0;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)grandchild);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            gone = 1;
+            break;
+        }
+        if (fscanf(f, "%*d %*s %c", &state) == 1 && state == 'Z') gone = 1;
+        fclose(f);
+        if (!gone) usleep(10000);
+    }
+    ASSERT(gone);
+}
+
+static void test_sigwatch(void) {
+    td_sigwatch w;
+    const int sigs[] = {SIGUSR1, SIGUSR2};
+    ASSERT_OK(td_sigwatch_open(&w, sigs, 2));
+    ASSERT_EQ(td_sigwatch_next(&w), 0);
+    kill(getpid(), SIGUSR2); /* blocked: no handler runs, the fd has it */
+    ASSERT_EQ(td_sigwatch_next(&w), SIGUSR2);
+    ASSERT_EQ(td_sigwatch_next(&w), 0);
+    td_sigwatch_close(&w);
+    sigset_t now;
+    sigprocmask(SIG_SETMASK, NULL, &now);
+    ASSERT(!sigismember(&now, SIGUSR2)); /* the mask is restored */
+}
+
+static void test_files(void) {
+    char *deep = path_in("a/b/c");
+    ASSERT_OK(td_mkdirs(deep));
+    struct stat st;
+    ASSERT(stat(deep, &st) == 0 && S_ISDIR(st.st_mode));
+    char *file = path_in("a/file");
+    td_chunk chunks[2] = {{"hello ", 6}, {"world\n", 6}};
+    ASSERT_OK(td_write_atomic(file, "test file", chunks, 2));
+    char *text = slurp(file);
+    ASSERT_STREQ(text, "hello world\n");
+    free(text);
+    char *under_file = path_in("a/file/x");
+    ASSERT_STATUS(td_mkdirs(under_file), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "is in the way");
+
+    /* kinds: a link is a link (lstat), a device a device, a regular file nothing */
+    char *link = path_in("link");
+    ASSERT_EQ(symlink(file, link), 0);
+    ASSERT_STREQ(td_file_kind(link), "a symbolic link");
+    ASSERT_STREQ(td_file_kind("/dev/null"), "a character device");
+    ASSERT_STREQ(td_file_kind(dir), "a directory");
+    ASSERT(td_file_kind(file) == NULL);
+    ASSERT(td_file_kind("/nonexistent/x") == NULL);
+
+    /* issue 8: an atomic replace never swaps a link, a device or a directory for a file */
+    ASSERT_STATUS(td_write_atomic(link, "--save", chunks, 2), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "is a symbolic link");
+    ASSERT(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    ASSERT_STATUS(td_write_atomic("/dev/null", "--save", chunks, 2), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "a character device");
+    ASSERT(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    ASSERT_STATUS(td_check_output_file(dir, "--save"), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "is a directory");
+    ASSERT_STATUS(td_check_output_file("/nonexistent-dir/x", "--save"), TD_ERR_NOTFOUND);
+    ASSERT_CONTAINS(td_error_msg(), "does not exist");
+    ASSERT_OK(td_check_output_file(file, "--save"));
+    char *ck = path_in("ck/d");
+    ASSERT_OK(td_check_output_dir(ck, "--checkpoint-dir"));
+
+    /* copy: same bytes, and the same refusals */
+    char *copy = path_in("copy");
+    ASSERT_OK(td_copy_file(file, copy, "artifact"));
+    text = slurp(copy);
+    ASSERT_STREQ(text, "hello world\n");
+    free(text);
+    ASSERT_STATUS(td_copy_file(file, link, "artifact"), TD_ERR_INVALID);
+    ASSERT_STATUS(td_copy_file("/nonexistent/x", copy, "artifact"), TD_ERR_IO);
+    ASSERT_CONTAINS(td_error_msg(), "/nonexistent/x");
+    /* nothing left behind: no temporary files in the directory */
+    char *cmd = td_xasprintf("ls -a %s | grep -c tmp", dir);
+    FILE *pp = popen(cmd, "r");
+    int ntmp = -1;
+    ASSERT(pp && fscanf(pp, "%d", &ntmp) == 1);
+    pclose(pp);
+    ASSERT_EQ(ntmp, 0);
+    free(cmd);
+
+    char a[33], b[33];
+    ASSERT_OK(td_random_hex(a, 16));
+    ASSERT_OK(td_random_hex(b, 16));
+    ASSERT_EQ(strlen(a), 32);
+    ASSERT(strcmp(a, b) != 0);
+    free(deep);
+    free(file);
+    free(under_file);
+    free(link);
+    free(ck);
+    free(copy);
+}
+
+static void test_sockets(void) {
+    int fd, port;
+    ASSERT_OK(td_listen_tcp("127.0.0.1", 0, 4, &fd, &port));
+    ASSERT_GT(port, 0);
+    /* the descriptor is kept: the port stays ours, a second listener cannot take it */
+    int fd2, port2;
+    ASSERT_STATUS(td_listen_tcp("127.0.0.1", port, 4, &fd2, &port2), TD_ERR_SYS);
+    ASSERT_CONTAINS(td_error_msg(), "Address already in use");
+    ASSERT(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    close(fd);
+    ASSERT_STATUS(td_listen_tcp("no-such-host.invalid", 0, 4, &fd2, &port2), TD_ERR_INVALID);
+    ASSERT_OK(td_pick_free_port(&port));
+    ASSERT_GT(port, 0);
+}
+
+int main(void) {
+    ASSERT(mkdtemp(dir) != NULL);
+    test_spawn();
+    test_kill_tree();
+    test_sigwatch();
+    test_files();
+    test_sockets();
+    char *cmd = td_xasprintf("rm -rf %s", dir);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+    TEST_PASS();
+}

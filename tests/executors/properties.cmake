@@ -1,0 +1,15 @@
+# A real Slurm cluster in namespaces (root only; skips with 77 otherwise, or when the Slurm
+# packages cannot be installed or started), then two trainings of 2 workers and a requeue that
+# waits out cred_expire (10 s): about 40 s on 2 idle cores. The fixture shares nothing with other
+# tests (private namespaces, munged, state dir), so it needs no RUN_SERIAL.
+set_tests_properties(executors/test_slurm_cluster PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
+
+# The slurm executor (src/exec/slurm.c). test_slurm_unit reads the layer's internals (parsing,
+# state mapping, the batch script) and needs no cluster. The three cluster tests each bring up
+# their own 2-node cluster (1-2 s) and train BasicNet for 40-120 steps on 2 workers; the requeue
+# test waits out cred_expire (10 s) twice. 20 s (run), 30 s (stop) and 42 s (requeue) on 2 idle
+# cores; up to 60 s each when they run at once with test_slurm_cluster (ctest -j4), about 110 s
+# under AddressSanitizer.
+target_include_directories(executors_test_slurm_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
+set_tests_properties(executors/test_slurm_run executors/test_slurm_requeue
+                     executors/test_slurm_stop PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)

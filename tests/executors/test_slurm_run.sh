@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# executors: `tandem run` of a workflow with `executor: slurm` on a real two-node Slurm cluster
+# (tests/lib/slurm.sh). 1. BasicNet on 2 nodes x 1 worker, submitted with sbatch and supervised
+# through scontrol, ends succeeded with weights bitwise equal to 2 local workers (`tandem launch
+# --standalone --nproc-per-node 2`), the artifact stored, both nodes' rank logs and every step's
+# metrics in the run store. 2. The workers' environment under Slurm is the local executor's
+# (the same TANDEM_* variables and values, the workflow's env and params, PATH), and the token
+# file is private.
+set -uo pipefail
+. "$(dirname "$0")/exec_test.sh" run
+t0=$SECONDS
+slurm_up 2 || fail "the cluster did not come up"
+n1=${TDS_NODES[0]} n2=${TDS_NODES[1]}
+
+mkdir -p "$P/.tandem"
+train="tandem train --model basicnet --data $TANDEM_DATA --steps 40 --batch 32 --threads 1 --seed 7 --no-progress"
+cat >"$P/.tandem/workflows.yaml" <<EOF
+workflows:
+  - name: bn
+    nodes: 2
+    executor: slurm
+    commands:
+      - mkdir -p out
+      - $train --save out/w.safetensors
+    artifacts: [out/w.safetensors]
+  # what each worker sees, under either executor
+  - name: env-slurm
+    nodes: 2
+    executor: slurm
+    slurm: {time: '10:00', signal_lead: 30s}
+    env: {TD_WF_VAR: "a b'c"}
+    params: {tag: blue}
+    command: echo \${{ params.tag }} >/dev/null; env | sort >"\$TANDEM_RUN_DIR/env-\$RANK"
+  - name: env-local
+    nodes: 2
+    env: {TD_WF_VAR: "a b'c"}
+    params: {tag: blue}
+    command: echo \${{ params.tag }} >/dev/null; env | sort >"\$TANDEM_RUN_DIR/env-\$RANK"
+EOF
+
+# --- 1. training on two Slurm nodes == two local workers
+# tandem run is a client of the cluster: it runs on the login node (slurm_exec), like sbatch.
+slurm_exec timeout -k 5 150 "$B" run bn >"$P/run.log" 2>&1 || fail "tandem run bn: exit $?"
+R=$P/.tandem/runs/bn-1
+grep -q "submitted slurm job" "$P/run.log" || fail "no 'submitted slurm job' line"
+grep -q "slurm job [0-9]* running on " "$P/run.log" || fail "never saw the job running"
+show=$("$B" show bn-1) || fail "tandem show bn-1"
+grep -q '^status  *succeeded' <<<"$show" || fail "bn-1 did not succeed: $show"
+grep -q '^note .*slurm job [0-9]* completed on ' <<<"$show" || fail "note: $show"
+grep -q '^executor  *slurm job [0-9]*; batch script .*/job.sbatch' <<<"$show" || fail "no executor line: $show"
+jid=$(head -1 "$R/slurm-job") || fail "no RUN/slurm-job"
+[ -s "$R/logs/slurm-$jid.err" ] || fail "no job stderr in logs/slurm-$jid.err"
+# one launcher per node, each found its place through Slurm's variables
+for n in 0 1; do
+    grep -q "topology from Slurm: node $n of 2" "$R/logs/slurm-$jid.err" ||
+        fail "launcher of node $n did not detect Slurm: $(cat "$R/logs/slurm-$jid.err")"
+done
+[ -s "$R/artifacts/out/w.safetensors" ] || fail "artifact not stored"
+[ "$(stat -c %a "$R/token")" = 600 ] || fail "token file is $(stat -c %a "$R/token"), not 600"
+
+timeout -k 5 150 "$B" launch --standalone --nproc-per-node 2 -- "$B" ${train#tandem } --save "$P/w-local.safetensors" \
+    >"$P/local.log" 2>&1 || fail "2 local workers: exit $?"
+cmp "$R/artifacts/out/w.safetensors" "$P/w-local.safetensors" ||
+    fail "weights differ: 2 Slurm nodes vs 2 local workers"
+echo "executor slurm, 2 nodes x 1 worker == 2 local workers: bitwise-identical weights" \
+     "($(sha256sum <"$P/w-local.safetensors" | cut -c1-16))"
+
+# the run store has both nodes' logs and every step once
+logs=$("$B" logs bn-1) || fail "tandem logs"
+grep -q '^\[rank 0\] .*training basicnet' <<<"$logs" || fail "rank 0's log: $(head -5 <<<"$logs")"
+[ -f "$R/logs/rank-1.log" ] || fail "no rank-1.log (node 2's worker)"
+"$B" show bn-1 | grep -q "logs/rank-1.log" || fail "rank-1.log not recorded"
+steps=$("$B" metrics bn-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | sort -n | tr '\n' ' ')
+[ "$steps" = "$(seq 1 40 | tr '\n' ' ')" ] || fail "train/loss steps: $steps"
+"$B" ps | grep -q '^bn-1 .* succeeded .* 40 ' || fail "ps: $("$B" ps)"
+echo "run store: status succeeded, rank logs of both nodes, train/loss steps 1..40 once each"
+
+# --- 2. the workers' environment: as the local executor's
+slurm_exec timeout -k 5 60 "$B" run env-slurm >"$P/env-slurm.log" 2>&1 || fail "env-slurm: exit $?"
+"$B" run env-local >"$P/env-local.log" 2>&1 || fail "env-local: exit $?"
+# What may differ: the run's id and directory, the store's token, address and (local nodes)
+# inherited socket, all per job, and TANDEM_LAUNCH_DETECT, which the batch script pins to 1.
+norm() { # FILE RUN_ID
+    grep -E '^(TANDEM_|TD_WF_VAR=|PATH=|RANK=|WORLD_SIZE=|LOCAL_RANK=|GROUP_RANK=)' "$1" |
+        grep -vE '^TANDEM_(TOKEN|STORE_ADDR|STORE_LISTEN_FD|LAUNCH_DETECT)=' |
+        sed "s#$P/.tandem/runs/$2#RUN#g; s#=$2\$#=ID#"
+}
+for r in 0 1; do
+    [ -f "$P/.tandem/runs/env-slurm-1/env-$r" ] || fail "no env of slurm rank $r"
+    diff <(norm "$P/.tandem/runs/env-local-1/env-$r" env-local-1) \
+        <(norm "$P/.tandem/runs/env-slurm-1/env-$r" env-slurm-1) >"$P/env.diff" ||
+        fail "rank $r's environment differs (local < > slurm): $(cat "$P/env.diff")"
+done
+e1=$P/.tandem/runs/env-slurm-1/env-1
+grep -qx "TD_WF_VAR=a b'c" "$e1" || fail "workflow env missing on node 2"
+grep -qx "TANDEM_PARAM_TAG=blue" "$e1" || fail "TANDEM_PARAM_TAG missing on node 2"
+grep -qx "TANDEM_RUN_ID=env-slurm-1" "$e1" || fail "TANDEM_RUN_ID on node 2"
+grep -qx "TANDEM_TOKEN=$(cat "$P/.tandem/runs/env-slurm-1/token")" "$e1" || fail "token not from the file"
+grep -q "^PATH=$(dirname "$B"):" "$e1" || fail "PATH does not start with tandem's directory"
+! grep -q '^TANDEM_RESUME=' "$e1" || fail "TANDEM_RESUME set in a fresh run"
+grep -q "^SLURM_JOB_ID=" "$e1" || fail "not run by Slurm?"
+grep -q "#SBATCH --time=0-00:10:00" "$P/.tandem/runs/env-slurm-1/job.sbatch" || fail "no --time"
+grep -q "#SBATCH --signal=B:USR1@30" "$P/.tandem/runs/env-slurm-1/job.sbatch" || fail "no --signal"
+hosts=$(grep -h '^SLURMD_NODENAME=' "$P"/.tandem/runs/env-slurm-1/env-* | sort | tr '\n' ' ')
+[ "$hosts" = "SLURMD_NODENAME=$n1 SLURMD_NODENAME=$n2 " ] || fail "workers ran on: $hosts"
+echo "environment: the same TANDEM_* variables and values as the local executor on $n1 and $n2"
+echo "ok: $((SECONDS - t0)) s"
