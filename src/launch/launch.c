@@ -22,7 +22,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,7 +48,8 @@ typedef enum { OUTCOME_OK, OUTCOME_FAILED, OUTCOME_STOPPED } outcome_kind;
 typedef struct {
     const td_launch_options *o;
     bool multi;
-    int sig_fd;
+    td_sigwatch *sigs; /* SIGCHLD, SIGTERM, SIGINT, SIGHUP */
+    int sig_fd;        /* sigs->fd, for poll */
     char token[129];
     char run_id[256];
     char store_host[256]; /* how agents and workers reach the store */
@@ -286,9 +286,8 @@ static void on_signal(agent *a, attempt *t, int sig, bool remote) {
 
 /* SIGCHLD needs nothing here: the loop reaps after every wakeup. */
 static void read_signals(agent *a, attempt *t) {
-    struct signalfd_siginfo si;
-    while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-        if ((int)si.ssi_signo != SIGCHLD) on_signal(a, t, (int)si.ssi_signo, false);
+    for (int sig; (sig = td_sigwatch_next(a->sigs));)
+        if (sig != SIGCHLD) on_signal(a, t, sig, false);
 }
 
 static void lose_store(agent *a, attempt *t);
@@ -557,9 +556,8 @@ static int backoff(agent *a, double wait_s) {
     for (double left = wait_s; left > 0; left = end - td_now_s()) {
         struct pollfd p = {.fd = a->sig_fd, .events = POLLIN};
         if (poll(&p, 1, (int)(left * 1000.0) + 1) <= 0) continue;
-        struct signalfd_siginfo si;
-        while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-            if ((int)si.ssi_signo != SIGCHLD) return (int)si.ssi_signo; /* reaped workers ring */
+        for (int sig; (sig = td_sigwatch_next(a->sigs));)
+            if (sig != SIGCHLD) return sig; /* reaped workers ring */
     }
     return 0;
 }
@@ -629,6 +627,7 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     /* Before any thread exists (the store server's), so that every thread has them blocked. */
     static const int watched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
     TD_CHECK_GOTO(td_sigwatch_open(&sigs, watched, (int)TD_ARRAY_LEN(watched)), st, out);
+    a.sigs = &sigs;
     a.sig_fd = sigs.fd;
 
     if (o->rdzv_id && *o->rdzv_id)
@@ -676,10 +675,9 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
                                  .sig_fd = a.sig_fd};
             st = td__rdzv_join(&p, &t.rz);
             if (st == TD_ERR_INTERRUPTED) {
-                struct signalfd_siginfo si;
                 int sig = SIGTERM;
-                while (read(a.sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-                    if ((int)si.ssi_signo != SIGCHLD) sig = (int)si.ssi_signo;
+                for (int got; (got = td_sigwatch_next(&sigs));)
+                    if (got != SIGCHLD) sig = got;
                 TD_LOG_INFO("received SIG%s during rendezvous; no workers were started",
                             sig_name(sig));
                 *exit_code = sig == SIGINT ? 130 : 143;
