@@ -64,11 +64,20 @@ pid_t td_waitpid(pid_t pid, int *status, int options);
 /* Signals read from a descriptor (signalfd) instead of handlers: the loop that owns the process
  * polls it beside its pipes and acts on a signal where it is safe to. Opening blocks the given
  * signals in the calling thread (do it before any thread starts, so every thread inherits the
- * mask) and ignores SIGPIPE; closing restores both. */
+ * mask) and ignores SIGPIPE; closing restores both.
+ * A thread that was started before (OpenBLAS starts one at load time, before main, with nothing
+ * blocked) would take a process-directed signal itself, and a SIGTERM's default action there
+ * kills the process: so each watched signal also gets a handler that passes it on to the
+ * watching thread (tgkill), where it is blocked and so read from the descriptor. One sigwatch
+ * per process at a time; at most TD_SIGWATCH_MAX signals. */
+#define TD_SIGWATCH_MAX 8
 typedef struct td_sigwatch {
     int fd;
     sigset_t old_mask;
     struct sigaction old_pipe;
+    int signals[TD_SIGWATCH_MAX];
+    struct sigaction old_actions[TD_SIGWATCH_MAX];
+    int count;
 } td_sigwatch;
 td_status td_sigwatch_open(td_sigwatch *w, const int *signals, int count);
 /* The next pending signal, or 0 when none is. */

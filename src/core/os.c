@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -155,7 +156,19 @@ void td_wait_describe(int status, char *buf, size_t nbytes) {
     }
 }
 
+/* The thread that reads the open sigwatch; the handler below passes stray signals to it. */
+static volatile pid_t sigwatch_tid;
+
+static void sigwatch_pass_on(int sig) {
+    int saved = errno;
+    syscall(SYS_tgkill, getpid(), sigwatch_tid, sig);
+    errno = saved;
+}
+
 td_status td_sigwatch_open(td_sigwatch *w, const int *signals, int count) {
+    if (count > TD_SIGWATCH_MAX)
+        return td_error(TD_ERR_INVALID, "td_sigwatch_open: %d signals, at most %d", count,
+                        TD_SIGWATCH_MAX);
     sigset_t set;
     sigemptyset(&set);
     for (int i = 0; i < count; i++) sigaddset(&set, signals[i]);
@@ -170,6 +183,17 @@ td_status td_sigwatch_open(td_sigwatch *w, const int *signals, int count) {
         sigaction(SIGPIPE, &w->old_pipe, NULL);
         pthread_sigmask(SIG_SETMASK, &w->old_mask, NULL);
         return st;
+    }
+    sigwatch_tid = (pid_t)syscall(SYS_gettid);
+    struct sigaction pass;
+    memset(&pass, 0, sizeof pass);
+    pass.sa_handler = sigwatch_pass_on;
+    sigfillset(&pass.sa_mask);
+    pass.sa_flags = SA_RESTART;
+    w->count = count;
+    for (int i = 0; i < count; i++) {
+        w->signals[i] = signals[i];
+        sigaction(signals[i], &pass, &w->old_actions[i]);
     }
     return TD_OK;
 }
@@ -186,6 +210,8 @@ void td_sigwatch_close(td_sigwatch *w) {
     if (w->fd < 0) return;
     close(w->fd);
     w->fd = -1;
+    for (int i = 0; i < w->count; i++) sigaction(w->signals[i], &w->old_actions[i], NULL);
+    w->count = 0;
     sigaction(SIGPIPE, &w->old_pipe, NULL);
     pthread_sigmask(SIG_SETMASK, &w->old_mask, NULL);
 }

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -169,6 +171,42 @@ static void test_sigwatch(void) {
     ASSERT(!sigismember(&now, SIGUSR2)); /* the mask is restored */
 }
 
+/* A thread started before the sigwatch (as OpenBLAS starts one at load time) has nothing
+ * blocked: a process-directed SIGTERM may land there, and its default action would kill the
+ * process. The sigwatch's handler passes it on to the fd instead. */
+static void *idle_thread(void *arg) {
+    (void)arg;
+    for (;;) pause();
+    return NULL;
+}
+
+static void test_sigwatch_early_thread(void) {
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        pthread_t th;
+        sigset_t none;
+        sigemptyset(&none);
+        pthread_sigmask(SIG_SETMASK, &none, NULL);
+        if (pthread_create(&th, NULL, idle_thread, NULL) != 0) _exit(3);
+        usleep(100 * 1000); /* running, its mask set: OpenBLAS's has long been by main() */
+        td_sigwatch w;
+        int sigs[] = {SIGTERM};
+        if (td_sigwatch_open(&w, sigs, 1) != TD_OK) _exit(4);
+        for (int i = 0; i < 20; i++) {
+            kill(getpid(), SIGTERM);
+            struct pollfd p = {.fd = w.fd, .events = POLLIN};
+            if (poll(&p, 1, 2000) != 1 || td_sigwatch_next(&w) != SIGTERM) _exit(5);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(td_waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        TEST_FAIL("killed by signal %d: a thread took the SIGTERM", WTERMSIG(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
 static void test_files(void) {
     char *deep = path_in("a/b/c");
     ASSERT_OK(td_mkdirs(deep));
@@ -259,6 +297,7 @@ int main(void) {
     test_spawn();
     test_kill_tree();
     test_sigwatch();
+    test_sigwatch_early_thread();
     test_files();
     test_sockets();
     char *cmd = td_xasprintf("rm -rf %s", dir);
