@@ -1,13 +1,13 @@
-/* tandem exec: executors that run a tracked run's job through a cluster scheduler rather than
- * as child processes of `tandem run` (Slurm today).
+/* tandem exec: executors that run a tracked run's job on other machines rather than as child
+ * processes of `tandem run`: through Slurm, or on ssh hosts.
  *
  * `tandem run` (the workflow layer) does what every executor shares: it creates or resumes the
  * run (id, directory, run.json, lock), prepares RUN/work, computes the workers' environment and
- * runs the setup commands. A workflow that names `executor: slurm` then hands the job to an
- * executor of this layer, which submits it, supervises it to its end (scheduler state, metrics
+ * runs the setup commands. A workflow that names `executor: slurm` or `ssh` then hands the job to
+ * an executor of this layer, which submits it, supervises it to its end (scheduler state, metrics
  * ingest, stop requests) and records how it ended (status, exit code, note, artifacts, logs),
  * as the local executor does for its child processes. The local executor, the default, stays in
- * src/workflow/run.c. docs/executors.md describes the Slurm executor.
+ * src/workflow/run.c. docs/executors.md describes both.
  *
  * This layer sits below workflow (it links track and core only), so an executor sees a job as
  * the plain values below, never a td_workflow. */
@@ -48,6 +48,30 @@ void td_slurm_options_clear(td_slurm_options *o);
  * value. */
 td_status td_slurm_parse_time(const char *what, const char *text, double *seconds_out);
 
+/* ---- ssh's part of a workflow (`ssh:` in a workflow file) ---- */
+typedef struct td_ssh_options {
+    char **hosts; /* node i runs on hosts[i]: "host", "user@host", "host:port", "user@host:port" */
+    size_t nhosts;
+    char *hostfile;  /* or: one host per line ('#' comments), relative to the project */
+    char *work_dir;  /* on each host, where runs go (RUN_ID below it); NULL: ~/.tandem-runs */
+    char **ssh_args; /* more ssh options before the host (-i KEY, -F CONFIG, -o ...) */
+    size_t nssh_args;
+    char *tandem;    /* tandem on the hosts; NULL: this tandem's absolute path */
+    char *rdzv_host; /* how the hosts reach node 0; NULL: hosts[0]'s host part */
+} td_ssh_options;
+
+void td_ssh_options_copy(td_ssh_options *dst, const td_ssh_options *src);
+void td_ssh_options_clear(td_ssh_options *o);
+/* The hosts of o: o->hosts, or the hostfile's lines (relative to project_dir). TD_ERR_INVALID or
+ * TD_ERR_IO naming the file and line when it has none or a malformed one. Free with
+ * td_ssh_hosts_free. */
+td_status td_ssh_hosts(const td_ssh_options *o, const char *project_dir, char ***hosts,
+                       size_t *count);
+void td_ssh_hosts_free(char **hosts, size_t count);
+/* Checks one host entry ("user@host:port"): TD_ERR_INVALID naming it when it is empty, has
+ * spaces or a shell metacharacter, or a bad port. */
+td_status td_ssh_host_check(const char *what, const char *host);
+
 /* ---- a job, as `tandem run` hands it to an executor ---- */
 typedef struct td_exec_job {
     td_rundb *store;
@@ -65,6 +89,8 @@ typedef struct td_exec_job {
     int resuming;      /* tandem run --resume: the workers get TANDEM_RESUME=1 */
     int base_restarts; /* restarts recorded before this job: the scheduler's count adds to it */
     const td_slurm_options *slurm; /* executor slurm */
+    const td_ssh_options *ssh;     /* executor ssh */
+    const char *project_dir;       /* the project (the code an ssh executor copies) */
     td_sigwatch *sigs; /* the supervisor's stop signals (SIGINT, SIGTERM, SIGHUP; SIGCHLD) */
     int stop_signal;   /* a stop signal tandem run read before handing over (0: none) */
     FILE *out;         /* progress lines */
@@ -85,10 +111,10 @@ typedef struct td_executor {
     char *(*describe)(const td_run *run);
 } td_executor;
 
-/* The executor called `name` ("slurm"), or NULL; "local" is the workflow layer's own and not
- * found here. */
+/* The executor called `name` ("slurm", "ssh"), or NULL; "local" is the workflow layer's own and
+ * not found here. */
 const td_executor *td_executor_find(const char *name);
-/* The names td_executor_find knows, for messages ("slurm"). */
+/* The names td_executor_find knows, for messages ("slurm or ssh"). */
 const char *td_executor_names(void);
 /* The executor that ran `run`, from what it left in the run directory; NULL: the local one. */
 const td_executor *td_executor_of_run(const td_run *run);

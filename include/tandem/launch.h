@@ -48,6 +48,14 @@ typedef struct {
     char *const *argv;
     int out_fd; /* where prefixed worker stdout / stderr go (default 1 / 2) */
     int err_fd;
+    /* Called once this agent hosts the rendezvous store (node rank 0 of a multi-node job), with
+     * its port: an --rdzv-endpoint with port 0 binds any free port, and the caller tells the
+     * other nodes (td_agent_link_store_port). NULL: nobody needs to know. */
+    void (*on_store)(void *user, int port);
+    /* How many other node agents the executor knows are gone (it saw their connection end):
+     * the store host's exit barrier stops waiting for them. NULL: none known. */
+    int (*lost_nodes)(void *user);
+    void *executor_link; /* the user of both (a td_agent_link) */
 } td_launch_options;
 
 /* Fills the defaults above; the caller then sets argc/argv and whatever else it needs. */
@@ -59,6 +67,33 @@ void td_launch_options_init(td_launch_options *opts);
  * Returns an error status (with *exit_code 1, or 2 for TD_ERR_USAGE) when the launcher itself
  * cannot run the job: bad options, rendezvous timeout, a command that cannot be executed. */
 td_status td_launch_run(const td_launch_options *opts, int *exit_code);
+
+/* ---- the node agent's link to an executor's supervisor (tandem launch --forward-stdio) ----
+ * An executor that starts agents over ssh (src/exec/ssh.c) shares no file system with them: it
+ * reads each agent's stdout as a mirror stream (tandem/mirror.h) carrying the rank logs and
+ * metric files this agent writes under --log-dir and --metrics-dir, and writes to its stdin:
+ *   token HEX            first (optional): TANDEM_TOKEN, kept off command lines and out of ps
+ *   have NAME SIZE       what the supervisor's copies hold already (its manifest), then
+ *   go                   start
+ *   stop                 later, any time: as a SIGTERM to this agent (workers checkpoint)
+ *   lost NODE            node NODE's agent is gone (its connection ended): do not wait for
+ *                        it to check out at the end
+ * End of file on stdin (the supervisor or its connection is gone) also stops the job like a
+ * SIGTERM: an agent never trains on alone. A link that breaks the other way (EPIPE) likewise.
+ * A thread of its own does the sending, so a slow link never holds up the agent's loop. */
+typedef struct td_agent_link td_agent_link;
+/* Reads the opening lines from in_fd (TD_ERR_IO when it ends before "go", TD_ERR_FORMAT for a
+ * line it does not know), sets TANDEM_TOKEN when given, and starts the sender on out_fd. Call
+ * it before td_launch_run, from the thread that will call it: the sender thread blocks the
+ * signals the agent reads through its signalfd. */
+td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const char *metrics_dir,
+                             td_agent_link **out);
+/* A td_launch_options.on_store for the link: tells the supervisor "store_port PORT". */
+void td_agent_link_store_port(void *link, int port);
+/* A td_launch_options.lost_nodes for the link: the "lost NODE" lines the supervisor sent. */
+int td_agent_link_lost_nodes(void *link);
+/* Sends what is left and "end" (the supervisor then knows nothing is missing), and frees. */
+td_status td_agent_link_close(td_agent_link *link);
 
 /* ---- topology from the scheduler's environment (src/launch/detect.c) ----
  * `tandem launch` given no rendezvous flag (--nnodes, --node-rank, --rdzv-endpoint,

@@ -44,6 +44,9 @@ typedef struct td_train_reducer {
     /* Sums vals[0..n) over ranks in place: the step's loss/accuracy counts and the stop flag, so
      * every rank logs the global numbers and all ranks stop at the same step. */
     td_status (*allreduce_sum)(void *user, double *vals, int n);
+    /* Copies nbytes at buf from rank root to every rank (a resume: rank 0's optimizer state
+     * and step, so that only rank 0 reads the checkpoint). */
+    td_status (*broadcast)(void *user, void *buf, size_t nbytes, int root);
     /* Makes every rank's parameters equal rank 0's (after init, and after a resume). */
     td_status (*sync_params)(void *user);
     /* After each optimizer step: compare replicas cheaply (every rank, same step). */

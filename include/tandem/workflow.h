@@ -53,9 +53,11 @@ typedef struct td_workflow {
     double max_duration_s; /* 0 = no limit */
     int line;              /* where the entry starts in the file (1-based) */
     char *executor;        /* NULL: the local one (`executor: local`); else a name that
-                            * td_executor_find knows ("slurm") */
+                            * td_executor_find knows ("slurm", "ssh") */
     /* `slurm:` (executor slurm) */
     td_slurm_options slurm;
+    /* `ssh:` (executor ssh); nodes is the number of hosts */
+    td_ssh_options ssh;
 } td_workflow;
 
 typedef struct td_workflow_file {

@@ -1,6 +1,7 @@
 /* The executor interface (tandem/exec.h) and what every executor shares: finding and running
  * the scheduler's client commands, shell quoting for batch scripts, secrets on disk, and
  * recording how a run ended exactly as the local executor does. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +16,7 @@
 #include "exec/internal.h"
 
 /* ---- the executors ---- */
-static const td_executor *const executors[] = {&td__executor_slurm};
+static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
 
 const td_executor *td_executor_find(const char *name) {
     for (size_t i = 0; name && i < TD_ARRAY_LEN(executors); i++)
@@ -24,16 +25,20 @@ const td_executor *td_executor_find(const char *name) {
 }
 
 const char *td_executor_names(void) {
-    return "slurm";
+    return "slurm or ssh";
 }
 
 const td_executor *td_executor_of_run(const td_run *run) {
-    /* Each executor leaves its batch script in the run directory; the local one leaves none. */
+    /* Each executor leaves its mark in the run directory (Slurm its batch script, ssh its host
+     * list); the local one leaves neither. */
     if (!run || !run->run_dir) return NULL;
     char *path = td_xasprintf("%s/job.sbatch", run->run_dir);
     int slurm = access(path, F_OK) == 0;
     free(path);
-    return slurm ? &td__executor_slurm : NULL;
+    path = td_xasprintf("%s/ssh-hosts", run->run_dir);
+    int ssh = access(path, F_OK) == 0;
+    free(path);
+    return slurm ? &td__executor_slurm : ssh ? &td__executor_ssh : NULL;
 }
 
 /* ---- strings ---- */
@@ -197,7 +202,77 @@ td_status td__write_private(const char *path, const char *what, const char *text
     return st;
 }
 
+/* ---- output ---- */
+void td__exec_say(FILE *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tandem: ", out);
+    vfprintf(out, fmt, ap);
+    fputc('\n', out);
+    fflush(out);
+    va_end(ap);
+}
+
+void td__exec_write_all(int fd, const char *s, size_t n) {
+    while (fd >= 0 && n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+void td__exec_joined_lines(const char *s, char *out, size_t nbytes) {
+    size_t used = 0;
+    out[0] = '\0';
+    while (s && *s && used + 1 < nbytes) {
+        size_t n = strcspn(s, "\n");
+        size_t k = n;
+        while (k > 0 && isspace((unsigned char)s[k - 1])) k--;
+        if (k) { /* snprintf says what it would have written: never step past the end */
+            int w = snprintf(out + used, nbytes - used, "%s%.*s", used ? "; " : "", (int)k, s);
+            used = w < 0 ? nbytes - 1 : TD_MIN(nbytes - 1, used + (size_t)w);
+        }
+        s = s[n] ? s + n + 1 : NULL;
+    }
+}
+
+void td__exec_final_ingest(FILE *out, td_ingester *ing) {
+    td_status st = td_ingester_poll(ing, NULL);
+    if (st != TD_OK && st != TD_ERR_NOSPACE)
+        TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
+    td_error_clear();
+    size_t bad = td_ingester_malformed(ing);
+    if (bad) td__exec_say(out, "%zu malformed metrics line%s skipped", bad, bad > 1 ? "s" : "");
+}
+
+/* ---- secrets ---- */
+td_status td__exec_token(const td_run *run, char **path_out) {
+    char *path = td_xasprintf("%s/token", run->run_dir);
+    *path_out = path;
+    struct stat stt;
+    if (stat(path, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) {
+        if ((stt.st_mode & 077) && chmod(path, 0600) != 0)
+            return td_error_errno(TD_ERR_IO, "cannot make the token file %s private (0600)", path);
+        return TD_OK;
+    }
+    char token[33], text[40];
+    TD_CHECK(td_random_hex(token, 16));
+    snprintf(text, sizeof text, "%s\n", token);
+    return td__write_private(path, "rendezvous token", text);
+}
+
 /* ---- the end of a run ---- */
+int td__exec_fail(const td_exec_job *job, double t0, const char *fmt, ...) {
+    td__exec_outcome o = {.status = TD_RUN_FAILED, .exit_code = -2, .cli_code = 1};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o.note, sizeof o.note, fmt, ap);
+    va_end(ap);
+    return td__exec_record_end(job, &o, t0);
+}
+
 int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, double t0) {
     const td_run *run = job->run;
     if (job->nartifacts) {

@@ -5,6 +5,7 @@
 #define TANDEM_EXEC_INTERNAL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "tandem/exec.h"
 
@@ -33,6 +34,18 @@ td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s,
  * with wider permissions, not even half written. */
 td_status td__write_private(const char *path, const char *what, const char *text);
 
+/* "tandem: " + the line, to out (flushed): an executor's progress. */
+void td__exec_say(FILE *out, const char *fmt, ...) TD_PRINTF(2, 3);
+/* Writes everything to fd; gives up quietly when nobody reads it (supervising goes on). */
+void td__exec_write_all(int fd, const char *s, size_t n);
+/* The non-empty lines of s joined with "; ", trimmed, for a note (a client command explains a
+ * refusal over several lines). */
+void td__exec_joined_lines(const char *s, char *out, size_t nbytes);
+
+/* The last metrics ingest of a run (a full disk was said by the ingester already), and a line
+ * on the malformed metric lines it skipped. */
+void td__exec_final_ingest(FILE *out, td_ingester *ing);
+
 /* How a job ended, as the run records it. */
 typedef struct {
     td_run_status status;
@@ -45,6 +58,9 @@ typedef struct {
  * failure), log files recorded, then status, exit code and note; a progress line says it.
  * Returns the CLI exit code (1 when even the status could not be written). */
 int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, double t0);
+/* A run that failed before or while its job was handed over: status failed, the note from fmt,
+ * no exit code. Returns the CLI exit code. */
+int td__exec_fail(const td_exec_job *job, double t0, const char *fmt, ...) TD_PRINTF(3, 4);
 
 /* ---- Slurm ---- */
 /* One job as `scontrol show job -o` prints it. */
@@ -91,5 +107,10 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path);
 char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script);
 
 extern const td_executor td__executor_slurm;
+extern const td_executor td__executor_ssh;
+
+/* The run's token file RUN/token (0600), made once per run: a requeued, restarted or resumed
+ * job keeps it. *path_out is its path (caller frees). */
+td_status td__exec_token(const td_run *run, char **path_out);
 
 #endif /* TANDEM_EXEC_INTERNAL_H */

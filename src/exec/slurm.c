@@ -528,26 +528,10 @@ typedef struct {
     int query_warned;
 } slurm_sup;
 
-static void say(slurm_sup *c, const char *fmt, ...) TD_PRINTF(2, 3);
-static void say(slurm_sup *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tandem: ", c->job->out);
-    vfprintf(c->job->out, fmt, ap);
-    fputc('\n', c->job->out);
-    fflush(c->job->out);
-    va_end(ap);
-}
-
-static void write_all(int fd, const char *s, size_t n) {
-    while (fd >= 0 && n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return; /* nobody reads it: keep supervising anyway */
-        s += w;
-        n -= (size_t)w;
-    }
-}
+/* A progress line ("tandem: ...") and how a run fails before its job ran: exec.c's. */
+#define say(c, ...)          td__exec_say((c)->job->out, __VA_ARGS__)
+#define fail_run(c, t0, ...) td__exec_fail((c)->job, (t0), __VA_ARGS__)
+#define write_all            td__exec_write_all
 
 static void tail_line(slurm_sup *c, tail *t) {
     write_all(t->to_fd, t->line.s, t->line.len);
@@ -605,21 +589,6 @@ static void first_line(const char *s, char *out, size_t nbytes) {
     size_t n = s ? strcspn(s, "\n") : 0;
     while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
     snprintf(out, nbytes, "%.*s", (int)n, s ? s : "");
-}
-
-/* The lines of s joined with "; ", trimmed, for a note (sbatch explains a refusal over
- * several lines: the reason, then "Batch job submission failed: ..."). */
-static void joined_lines(const char *s, char *out, size_t nbytes) {
-    size_t used = 0;
-    out[0] = '\0';
-    while (s && *s && used + 1 < nbytes) {
-        char line[512];
-        first_line(s, line, sizeof line);
-        if (line[0])
-            used += (size_t)snprintf(out + used, nbytes - used, "%s%s", used ? "; " : "", line);
-        const char *nl = strchr(s, '\n');
-        s = nl ? nl + 1 : NULL;
-    }
 }
 
 /* scontrol show job -o JOB. *gone: slurmctld no longer knows the job. TD_ERR_PEER when
@@ -738,32 +707,6 @@ static int find_commands(slurm_sup *c, char *missing, size_t nbytes) {
     return c->sbatch && c->scontrol && c->scancel;
 }
 
-/* The token file RUN/token (0600), made once per run: a resumed or requeued job keeps it. */
-static td_status ensure_token(const td_run *run, char **path_out) {
-    char *path = td_xasprintf("%s/token", run->run_dir);
-    *path_out = path;
-    struct stat stt;
-    if (stat(path, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) {
-        if ((stt.st_mode & 077) && chmod(path, 0600) != 0)
-            return td_error_errno(TD_ERR_IO, "cannot make the token file %s private (0600)", path);
-        return TD_OK;
-    }
-    char token[33], text[40];
-    TD_CHECK(td_random_hex(token, 16));
-    snprintf(text, sizeof text, "%s\n", token);
-    return td__write_private(path, "rendezvous token", text);
-}
-
-static int fail_run(slurm_sup *c, double t0, const char *fmt, ...) TD_PRINTF(3, 4);
-static int fail_run(slurm_sup *c, double t0, const char *fmt, ...) {
-    td__exec_outcome o = {.status = TD_RUN_FAILED, .exit_code = -2, .cli_code = 1};
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(o.note, sizeof o.note, fmt, ap);
-    va_end(ap);
-    return td__exec_record_end(c->job, &o, t0);
-}
-
 static int slurm_run(const td_exec_job *job) {
     const td_run *run = job->run;
     slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT, .shown_restarts = -1};
@@ -802,7 +745,7 @@ static int slurm_run(const td_exec_job *job) {
         td_error_clear();
     }
 
-    st = ensure_token(run, &token_path);
+    st = td__exec_token(run, &token_path);
     if (st == TD_OK) {
         script = td__slurm_batch_script(job, token_path);
         script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
@@ -833,7 +776,7 @@ static int slurm_run(const td_exec_job *job) {
     if (code != 0 || idlen == 0 || idlen >= sizeof c.job_id ||
         (line[idlen] && line[idlen] != ';')) {
         char why[600];
-        joined_lines(err[0] ? err : out, why, sizeof why);
+        td__exec_joined_lines(err[0] ? err : out, why, sizeof why);
         cli = fail_run(&c, t0, "sbatch refused the run's job (exit code %d): %s", code,
                        why[0] ? why : "(no message)");
         goto out;
@@ -957,13 +900,7 @@ static int slurm_run(const td_exec_job *job) {
     write_job_file(run, c.job_id, gone ? "GONE" : j.state);
     tail_pump(&c, &c.out, 1);
     tail_pump(&c, &c.err, 1);
-    td_status ist = td_ingester_poll(c.ing, NULL);
-    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-        TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
-    td_error_clear();
-    if (td_ingester_malformed(c.ing))
-        say(&c, "%zu malformed metrics line%s skipped", td_ingester_malformed(c.ing),
-            td_ingester_malformed(c.ing) > 1 ? "s" : "");
+    td__exec_final_ingest(job->out, c.ing);
     {
         int restarts = job->base_restarts + j.restarts;
         if (restarts != c.shown_restarts &&

@@ -472,6 +472,12 @@ static td_status setup_store(agent *a) {
     }
     TD_CHECK(
         td__parse_endpoint(o->rdzv_endpoint, a->store_host, sizeof a->store_host, &a->store_port));
+    if (a->store_port == 0 && (o->node_rank != 0 || !o->on_store))
+        return td_error(TD_ERR_USAGE,
+                        "--rdzv-endpoint %s: port 0 (any free port) works only for node rank 0 "
+                        "started by an executor, which tells the other nodes the port; give a "
+                        "port",
+                        o->rdzv_endpoint);
     const char *lfd = td_var_get(TD_VAR_TANDEM_STORE_LISTEN_FD);
     if (o->node_rank == 0 && lfd) {
         /* The socket our parent (the `tandem run` supervisor) bound for us: the port in the
@@ -513,7 +519,11 @@ static td_status setup_store(agent *a) {
             td_error_clear();
         }
     }
-    if (a->server) TD_LOG_DEBUG("hosting the rendezvous store on port %d", a->store_port);
+    if (a->server) {
+        if (a->store_port == 0) a->store_port = td_store_server_port(a->server);
+        TD_LOG_DEBUG("hosting the rendezvous store on port %d", a->store_port);
+        if (o->on_store) o->on_store(o->executor_link, a->store_port);
+    }
     TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token,
                               (int)(o->rdzv_timeout_s * 1000), &a->store));
     return TD_OK;
@@ -528,13 +538,17 @@ static void exit_barrier(agent *a, const attempt *t, double wait_s) {
     int64_t v = 0;
     if (td_store_add(a->store, key, 1, &v) != TD_OK || !a->server) return;
     double deadline = td_now_s() + wait_s;
-    int expect = t->rz.nnodes - t->silent_nodes; /* a frozen agent will not check out */
-    while (v < expect && td_now_s() < deadline) {
+    const td_launch_options *o = a->o;
+    /* A frozen agent will not check out, nor one that the executor saw go (it may say so while
+     * we wait). */
+    int expect = t->rz.nnodes - t->silent_nodes;
+    while (v < expect - (o->lost_nodes ? o->lost_nodes(o->executor_link) : 0) &&
+           td_now_s() < deadline) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (td_store_add(a->store, key, 0, &v) != TD_OK) return;
     }
-    if (v < expect)
+    if (v < expect - (o->lost_nodes ? o->lost_nodes(o->executor_link) : 0))
         TD_LOG_WARN("%lld of %d node agents checked out; stopping the store anyway", (long long)v,
                     t->rz.nnodes);
 }

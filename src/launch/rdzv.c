@@ -40,7 +40,8 @@ td_status td__parse_endpoint(const char *ep, char *host, size_t nbytes, int *por
     *port = 29400; /* torchrun's default rendezvous port */
     if (colon) {
         int64_t v;
-        if (td_parse_i64("port", colon + 1, &v) != TD_OK || v < 1 || v > 65535) goto bad;
+        /* 0: any free port, for node rank 0 with an on_store callback (setup_store checks). */
+        if (td_parse_i64("port", colon + 1, &v) != TD_OK || v < 0 || v > 65535) goto bad;
         *port = (int)v;
     }
     return TD_OK;

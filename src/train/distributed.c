@@ -57,6 +57,11 @@ static td_status dist_barrier(void *user) {
     return td_barrier(d->pg);
 }
 
+static td_status dist_broadcast(void *user, void *buf, size_t nbytes, int root) {
+    td_train_dist *d = user;
+    return td_broadcast(d->pg, buf, nbytes, root);
+}
+
 static td_status dist_sync_params(void *user) {
     td_train_dist *d = user;
     return td_ddp_broadcast_params(d->ddp);
@@ -96,6 +101,7 @@ td_status td_train_dist_make_reducer(void *user, td_model_t *model, const td_tra
         .layer_ready = dist_layer_ready,
         .wait = dist_wait,
         .allreduce_sum = dist_allreduce_sum,
+        .broadcast = dist_broadcast,
         .sync_params = dist_sync_params,
         .check_params = dist_check_params,
         .check_every = d->ddp_opts.check_every > 0 ? d->ddp_opts.check_every : 100,

@@ -657,16 +657,43 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
     TD_CHECK_GOTO(setup(t, cfg), rc, out);
 
     if (cfg->resume) {
-        TD_CHECK_GOTO(td_checkpoint_find_latest(cfg->checkpoint_dir, &resumed_path, &ck), rc, out);
-        if (resumed_path) {
-            TD_CHECK_GOTO(check_resume(t, resumed_path, &ck), rc, out);
-            memcpy(td_model_params(t->model), ck.params, t->num_params * sizeof(float));
-            if (ck.optim_state_count)
-                memcpy(td_optim_state(t->opt), ck.optim_state,
-                       ck.optim_state_count * sizeof(float));
-            td_optim_set_step_count(t->opt, ck.optim_steps);
-            t->start_step = ck.step;
-            if (cfg->callbacks.resumed) cfg->callbacks.resumed(cfg->callbacks.user, ck.step);
+        /* With a broadcast, rank 0 alone reads the checkpoint and sends what it restored: the
+         * other ranks' nodes need not see rank 0's checkpoint directory (an ssh executor's hosts
+         * share no file system), and every rank resumes from the one checkpoint rank 0 chose,
+         * even when a newer one appeared on a shared directory meanwhile. The parameters follow
+         * by sync_params below. */
+        const td_train_reducer *r = t->reducer;
+        bool from_root = r && r->broadcast && cfg->world_size > 1;
+        int64_t found = 0;
+        if (!from_root || cfg->rank == 0) {
+            TD_CHECK_GOTO(td_checkpoint_find_latest(cfg->checkpoint_dir, &resumed_path, &ck), rc,
+                          out);
+            if (resumed_path) {
+                TD_CHECK_GOTO(check_resume(t, resumed_path, &ck), rc, out);
+                memcpy(td_model_params(t->model), ck.params, t->num_params * sizeof(float));
+                if (ck.optim_state_count)
+                    memcpy(td_optim_state(t->opt), ck.optim_state,
+                           ck.optim_state_count * sizeof(float));
+                td_optim_set_step_count(t->opt, ck.optim_steps);
+                t->start_step = ck.step;
+                found = 1;
+            }
+        }
+        if (from_root) {
+            int64_t head[3] = {found, t->start_step, td_optim_step_count(t->opt)};
+            TD_CHECK_GOTO(r->broadcast(r->user, head, sizeof head, 0), rc, out);
+            found = head[0];
+            if (found) {
+                t->start_step = head[1];
+                td_optim_set_step_count(t->opt, head[2]);
+                if (td_optim_state_count(t->opt))
+                    TD_CHECK_GOTO(r->broadcast(r->user, td_optim_state(t->opt),
+                                               td_optim_state_count(t->opt) * sizeof(float), 0),
+                                  rc, out);
+            }
+        }
+        if (found) {
+            if (cfg->callbacks.resumed) cfg->callbacks.resumed(cfg->callbacks.user, t->start_step);
             if (cfg->rank == 0)
                 TD_LOG_INFO("resuming from %s at step %lld (epoch %lld, step %lld of it)",
                             resumed_path, (long long)ck.step, (long long)ck.epoch + 1,

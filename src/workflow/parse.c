@@ -190,6 +190,7 @@ static void workflow_clear(td_workflow *w) {
     free(w->workdir);
     free(w->executor);
     td_slurm_options_clear(&w->slurm);
+    td_ssh_options_clear(&w->ssh);
     memset(w, 0, sizeof *w);
 }
 
@@ -209,9 +210,48 @@ void td_workflow_file_free(td_workflow_file *wf) {
 
 static const char *const known_fields =
     "name, description, command, commands, setup, nodes, nproc_per_node, env, params, "
-    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm";
+    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh";
 
 static const char *const slurm_fields = "partition, time, account, sbatch_args, signal_lead";
+static const char *const ssh_fields = "hosts, hostfile, work_dir, ssh_args, tandem, rdzv_host";
+
+static td_status parse_ssh(const parse_ctx *c, const yaml_node_t *n, td_ssh_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "ssh", "expected a mapping with %s, got %s", ssh_fields,
+                          describe(n));
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (!f) return node_error(c, k, "ssh", "field names must be strings");
+        if (!strcmp(f, "hosts")) {
+            TD_CHECK(get_string_list(c, v, "ssh.hosts", &o->hosts, &o->nhosts));
+            for (size_t i = 0; i < o->nhosts; i++)
+                if (td_ssh_host_check("ssh.hosts", o->hosts[i]) != TD_OK) {
+                    char why[512];
+                    snprintf(why, sizeof why, "%s", td_error_msg());
+                    td_error_clear();
+                    return node_error(c, v, "ssh.hosts", "%s", why);
+                }
+        } else if (!strcmp(f, "hostfile")) {
+            TD_CHECK(get_string(c, v, "ssh.hostfile", &o->hostfile));
+        } else if (!strcmp(f, "work_dir")) {
+            TD_CHECK(get_string(c, v, "ssh.work_dir", &o->work_dir));
+        } else if (!strcmp(f, "ssh_args")) {
+            TD_CHECK(get_string_list(c, v, "ssh.ssh_args", &o->ssh_args, &o->nssh_args));
+        } else if (!strcmp(f, "tandem")) {
+            TD_CHECK(get_string(c, v, "ssh.tandem", &o->tandem));
+        } else if (!strcmp(f, "rdzv_host")) {
+            TD_CHECK(get_string(c, v, "ssh.rdzv_host", &o->rdzv_host));
+        } else {
+            return node_error(c, k, "ssh", "unknown field '%s'; the fields are: %s", f, ssh_fields);
+        }
+    }
+    if (!o->nhosts == !o->hostfile)
+        return node_error(c, n, "ssh",
+                          "give the machines as hosts: [a, b] or as hostfile: FILE (one of them)");
+    return TD_OK;
+}
 
 /* slurm.time: Slurm's own forms (30:00, 2:00:00, 1-12:00:00) or a tandem duration (90m, 2h).
  * A plain number is neither: Slurm reads minutes where tandem reads seconds. */
@@ -291,6 +331,7 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                           "command, got %s",
                           describe(n));
     const yaml_node_t *command_node = NULL, *commands_node = NULL, *slurm_node = NULL;
+    const yaml_node_t *ssh_node = NULL, *nodes_node = NULL;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
@@ -316,6 +357,7 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
             TD_CHECK(get_string_list(c, v, f, &w->setup, &w->nsetup));
         } else if (!strcmp(f, "nodes")) {
             TD_CHECK(get_int(c, v, f, 1, &w->nodes));
+            nodes_node = v;
         } else if (!strcmp(f, "nproc_per_node")) {
             TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
         } else if (!strcmp(f, "max_restarts")) {
@@ -352,6 +394,9 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
         } else if (!strcmp(f, "slurm")) {
             TD_CHECK(parse_slurm(c, v, &w->slurm));
             slurm_node = v;
+        } else if (!strcmp(f, "ssh")) {
+            TD_CHECK(parse_ssh(c, v, &w->ssh));
+            ssh_node = v;
         } else {
             return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
         }
@@ -362,6 +407,27 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                           "workflow '%s' sets slurm: but runs on the %s executor; add "
                           "'executor: slurm' or remove slurm:",
                           w->name, w->executor ? w->executor : "local");
+    int on_ssh = w->executor && !strcmp(w->executor, "ssh");
+    if (ssh_node && !on_ssh)
+        return node_error(c, ssh_node, "ssh",
+                          "workflow '%s' sets ssh: but runs on the %s executor; add "
+                          "'executor: ssh' or remove ssh:",
+                          w->name, w->executor ? w->executor : "local");
+    if (on_ssh && !ssh_node)
+        return node_error(c, n, "ssh",
+                          "workflow '%s' runs on the ssh executor but names no machines; add "
+                          "ssh: {hosts: [host1, host2]} (or hostfile: FILE)",
+                          w->name);
+    /* One node per host: nodes: is the host count (a hostfile's is known when the run starts,
+     * and checked then). */
+    if (on_ssh && w->ssh.nhosts) {
+        if (nodes_node && w->nodes != (int)w->ssh.nhosts)
+            return node_error(c, nodes_node, "nodes",
+                              "workflow '%s' has nodes: %d but %zu ssh host%s (one node per "
+                              "host); drop nodes: or make them agree",
+                              w->name, w->nodes, w->ssh.nhosts, w->ssh.nhosts > 1 ? "s" : "");
+        w->nodes = (int)w->ssh.nhosts;
+    }
     if (command_node && commands_node)
         return node_error(c, commands_node, "commands",
                           "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
@@ -562,6 +628,7 @@ td_workflow *td_workflow_copy(const td_workflow *w) {
     c->workdir = w->workdir ? td_xstrdup(w->workdir) : NULL;
     c->executor = w->executor ? td_xstrdup(w->executor) : NULL;
     td_slurm_options_copy(&c->slurm, &w->slurm);
+    td_ssh_options_copy(&c->ssh, &w->ssh);
     return c;
 }
 

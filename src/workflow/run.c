@@ -466,6 +466,8 @@ static int run_on_executor(supervisor *s, strvec *env) {
         .resuming = s->resuming,
         .base_restarts = s->base_restarts,
         .slurm = &s->w->slurm,
+        .ssh = &s->w->ssh,
+        .project_dir = s->project_dir,
         .sigs = s->sigs,
         .stop_signal = s->nsignals ? s->last_signal : 0,
         .out = s->out,

@@ -13,3 +13,17 @@ set_tests_properties(executors/test_slurm_cluster PROPERTIES TIMEOUT 240 SKIP_RE
 target_include_directories(executors_test_slurm_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
 set_tests_properties(executors/test_slurm_run executors/test_slurm_requeue
                      executors/test_slurm_stop PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
+
+# The ssh fixture (tests/lib/sshd.sh): two hosts with their own sshd in namespaces, a hidden
+# directory, a port between the hosts, publickey only, a SIGKILLed fixture's leftovers, nothing
+# left after sshd_down. 7-15 s on the shared 2-core machine (about 30 ssh round trips); shares
+# nothing with other tests (private namespaces, its own sshds and keys).
+set_tests_properties(executors/test_ssh_fixture PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# The ssh executor (src/exec/ssh.c). test_ssh_unit reads the layer's internals (fields, hosts,
+# hostfiles) and needs no host. test_ssh_run brings up two sshd hosts (tests/lib/sshd.sh) and
+# trains BasicNet twice (40 and 300 steps, one host's agent killed in the second) plus the two
+# local references, then stops one run and resumes it, and fails two with bad hosts: about 110 s
+# on 2 idle cores.
+target_include_directories(executors_test_ssh_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
+set_tests_properties(executors/test_ssh_run PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -71,7 +71,7 @@ static void test_parse(void) {
         snprintf(buf, sizeof buf, "%s%s", head, extra);                                            \
         expect_error(buf, n1, n2);                                                                 \
     } while (0)
-    BAD("    executor: ssh\n", "wf.yaml:4:15: executor: expected local or slurm", "'ssh'");
+    BAD("    executor: rsh\n", "wf.yaml:4:15: executor: expected local or slurm or ssh", "'rsh'");
     BAD("    executor: slurm\n    slurm: {queue: x}\n", "unknown field 'queue'",
         "partition, time, account, sbatch_args, signal_lead");
     BAD("    slurm: {partition: x}\n", "slurm: workflow 'a' sets slurm: but runs on the local",

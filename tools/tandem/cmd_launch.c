@@ -1,4 +1,6 @@
 /* tandem launch: torchrun-compatible flag parsing; the work is td_launch_run (src/launch). */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +30,9 @@ static void launch_usage(FILE *out) {
                  "                          collective or a node agent is silent this long;\n"
                  "                          0 = off (default TANDEM_STALL_TIMEOUT_MS: 120 s)\n"
                  "  --master-addr/--master-port   torchrun's static form of --rdzv-endpoint\n"
+                 "  --forward-stdio         node agent of an executor (ssh): stdout carries the\n"
+                 "                          rank logs and metrics, stdin the supervisor's\n"
+                 "                          requests (needs --log-dir; docs/executors.md)\n"
                  "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
                  "topology comes from the scheduler that started one launcher per node: Slurm\n"
                  "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
@@ -68,6 +73,46 @@ static int parse_nnodes(const char *s, td_launch_options *o) {
     return 0;
 }
 
+/* --forward-stdio: the link to the supervisor keeps stdin and stdout for itself (close-on-exec
+ * copies), and 0 and 1 become /dev/null, so that neither a worker (which inherits them) nor a
+ * stray printf can steal or corrupt a byte of it. Workers' output reaches the supervisor
+ * through the rank logs only. Stop signals stay blocked to the end: the agent reads them from
+ * its signalfd, and one that arrives after td_launch_run has returned (a last "stop") must not
+ * kill the process before its final bytes are sent. */
+static int open_link(td_launch_options *o, td_agent_link **link) {
+    if (!o->log_dir) {
+        fprintf(stderr, "tandem launch: --forward-stdio needs --log-dir (the rank logs are what "
+                        "it forwards)\n");
+        return 2;
+    }
+    int in = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3),
+        out = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (in < 0 || out < 0 || null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 ||
+        dup2(null_fd, STDOUT_FILENO) < 0) {
+        perror("tandem launch: --forward-stdio");
+        return 1;
+    }
+    close(null_fd);
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
+    signal(SIGPIPE, SIG_IGN);              /* a broken link is an EPIPE the sender reports */
+    o->out_fd = o->err_fd = STDOUT_FILENO; /* /dev/null now: the rank logs have every line */
+    td_status st = td_agent_link_open(in, out, o->log_dir, o->metrics_dir, link);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    o->on_store = td_agent_link_store_port;
+    o->lost_nodes = td_agent_link_lost_nodes;
+    o->executor_link = *link;
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv) {
     td_launch_options o;
     td_launch_options_init(&o);
@@ -76,6 +121,7 @@ int cmd_launch(int argc, char **argv) {
     char **cmd = NULL;
     int ncmd = 0, rc = 0;
     bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
+    bool forward = false;    /* --forward-stdio */
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -100,6 +146,10 @@ int cmd_launch(int argc, char **argv) {
         if (!strcmp(flag, "--help")) {
             launch_usage(stdout);
             return 0;
+        }
+        if (!strcmp(flag, "--forward-stdio")) {
+            forward = true;
+            continue;
         }
         if (!strcmp(flag, "--standalone")) {
             o.standalone = true;
@@ -200,11 +250,18 @@ int cmd_launch(int argc, char **argv) {
     o.argv = cmd;
 
     int exit_code = 1;
+    td_agent_link *link = NULL;
+    if (forward && (rc = open_link(&o, &link)) != 0) {
+        free(cmd);
+        free(endpoint_buf);
+        return rc;
+    }
     td_status st = td_launch_run(&o, &exit_code);
     if (st != TD_OK) {
         td_error_print(st);
         if (st == TD_ERR_USAGE) exit_code = 2;
     }
+    if (link && td_agent_link_close(link) != TD_OK) td_error_print(TD_ERR_IO);
     free(cmd);
     free(endpoint_buf);
     return exit_code;

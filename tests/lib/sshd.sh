@@ -1,0 +1,292 @@
+# ssh hosts on this machine for tests: one unmodified OpenSSH sshd per host, each host a network
+# + UTS + mount + PID namespace with its own hostname, address, /run, /dev/shm and (empty) root
+# home, joined on a bridge with a "login" namespace where the clients run.
+# Source this file, set an EXIT trap that calls sshd_down, then call
+#   sshd_up N [HIDE_DIR...]     (N = 1..8 hosts)
+# which sets TSH_HOSTS (array of host names = their hostnames, tdh<pid>n1 ...), TSH_ADDRS (their
+# addresses), TSH_PIDS (each host's sshd = its PID 1, as the root namespace numbers it),
+# TSH_LOGIN (the login namespace's hostname), and exports TSH_STATE (this fixture's directory:
+# keys, configs, logs) and TSH_SSH_CONFIG ($TSH_STATE/ssh_config); it returns once every sshd
+# answers `ssh HOST true` from the login namespace. Every HIDE_DIR is covered by an empty tmpfs
+# on every host (not in the login namespace), so that what a test writes there is invisible over
+# ssh: no shared file system for those paths; everything else (/usr, /tmp, the build tree, the
+# dataset) is the same file system everywhere, like identical machine images. Run clients with
+#   sshd_exec CMD ARGS...       (in the login namespace; cwd and environment kept)
+# where plain `ssh HOST CMD` works (the fixture's ssh_config is /etc/ssh/ssh_config there and on
+# every host), and commands on host I with
+#   sshd_host_exec I CMD ARGS... (in host I's namespaces: `pkill` there sees only its processes)
+# sshd_logs [LINES] prints the sshd logs' tails, sshd_wait SECS WHAT CMD... polls CMD, and
+# sshd_down is idempotent. sshd_up exits 77 (skip) with the reason when not root, when
+# openssh-server/-client are missing and apt-get cannot install them, or when the namespaces
+# cannot be made; it returns 1 with the logs when an sshd exits at start or the hosts do not all
+# answer within 20 s. Over ssh, a command runs as root in bash -c, in /root (an empty tmpfs per
+# host), with sshd's PATH (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin) and none
+# of the client's environment. docs/executors.md explains the layout and the obstacles.
+#
+# Nothing outside this fixture's namespaces is touched but its state directory: the network
+# (bridge, veths, 10.81.0.0/24) lives in the login namespace, names resolve through a private
+# /etc/hosts bind-mounted in each namespace, and /run/sshd exists only in each host's private
+# /run.
+# Namespaces, host names and the state directory carry the test's pid (tsh-<pid>-h1,
+# tdh<pid>n1, /tmp/tandem-ssh-<pid>), so concurrent tests cannot collide, and leftovers of a
+# killed earlier run (SIGKILL skips the trap) are recognised and removed first. One fixture per
+# test process ($$, also in subshells): a second sshd_up replaces the first.
+
+TSH_NET=10.81.0 # only inside the fixture's namespaces; distinct from the other fixtures' anyway
+
+_tsh_home() { getent passwd root | cut -d: -f6; }
+
+# The mounts every namespace of the fixture gets (sh code, run as root in a fresh mount
+# namespace with $st and $host set): the hostname, the private /etc/hosts and ssh client
+# config, and a sysfs of the namespace's own network (/sys/class/net shows eth0 and lo) with
+# the machine's cgroup tree carried over (mounting sysfs hides /sys/fs/cgroup).
+_TSH_COMMON='
+    hostname "$host"
+    mount --bind "$st/hosts" /etc/hosts
+    [ ! -e /etc/ssh/ssh_config ] || mount --bind "$st/ssh_config" /etc/ssh/ssh_config
+    if [ -d /sys/fs/cgroup ]; then
+        mkdir -p "$st/cg/$host"; mount --rbind /sys/fs/cgroup "$st/cg/$host"
+        mount -t sysfs sysfs /sys; mount --move "$st/cg/$host" /sys/fs/cgroup
+    else
+        mount -t sysfs sysfs /sys
+    fi'
+
+# sshd_exec CMD...: runs CMD in the login namespace (net + UTS + mount of its holder process).
+sshd_exec() {
+    [ -n "${TSH_STATE:-}" ] || { echo "sshd_exec: no fixture (sshd_up first)" >&2; return 1; }
+    nsenter -t "$(cat "$TSH_STATE/login.pid")" -n -u -m --wd="$PWD" -- "$@"
+}
+
+# sshd_host_exec I CMD...: runs CMD in host I's namespaces (net, UTS, mount, PID), in the
+# caller's directory when the host sees it, else in /; environment kept.
+sshd_host_exec() {
+    local i=$1
+    shift
+    [ -n "${TSH_STATE:-}" ] && [ -s "$TSH_STATE/h$i/pid" ] ||
+        { echo "sshd_host_exec: no host $i" >&2; return 1; }
+    nsenter -t "$(cat "$TSH_STATE/h$i/pid")" -n -u -m -p -- \
+        sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' sh "$PWD" "$@"
+}
+
+# sshd_wait SECS WHAT CMD...: polls CMD every 0.1 s; returns 1 after SECS.
+sshd_wait() {
+    local t=$(($1 * 10)) what=$2
+    shift 2
+    while ! "$@" >/dev/null 2>&1; do
+        t=$((t - 1))
+        [ $t -gt 0 ] || { echo "sshd: timed out waiting for $what" >&2; return 1; }
+        sleep 0.1
+    done
+}
+
+# The last lines of every sshd's log (-E) and of what each namespace's setup printed.
+sshd_logs() {
+    local f
+    for f in "${TSH_STATE:-/nonexistent}"/log/*.log; do
+        [ -s "$f" ] && { echo "--- $f" && tail -n "${1:-20}" "$f"; } >&2
+    done
+    return 0
+}
+_tsh_skip() { echo "SKIP: $*"; sshd_logs 20; sshd_down; exit 77; }
+_tsh_fail() { echo "sshd_up: $*" >&2; sshd_logs 20; return 1; }
+
+# Kills everything in the namespaces of fixture PID (sshds, the login holder, ssh sessions and
+# whatever they started, clients) and deletes them (the veths go with them), then its state.
+# A host's sshd is PID 1 of its PID namespace: its death takes the host's processes with it.
+_tsh_teardown() {
+    local p=$1 ns nss pids=''
+    nss=$(ip netns list 2>/dev/null | sed -n "s/^\(tsh-$p-[a-z0-9]*\).*/\1/p")
+    for ns in $nss; do pids="$pids $(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"; done
+    # shellcheck disable=SC2086
+    [ -n "${pids// /}" ] && kill -9 $pids 2>/dev/null
+    for ns in $nss; do
+        sshd_wait 5 "the processes of $ns to exit" sh -c "[ -z \"\$(ip netns pids $ns 2>/dev/null)\" ]"
+        ip netns del "$ns" 2>/dev/null
+    done
+    rm -rf "${TMPDIR:-/tmp}/tandem-ssh-$p" 2>/dev/null
+    return 0
+}
+
+sshd_down() {
+    [ -n "${TSH_STATE:-}" ] || return 0
+    _tsh_teardown $$
+    TSH_STATE='' TSH_SSH_CONFIG='' TSH_HOSTS=() TSH_ADDRS=() TSH_PIDS=()
+}
+
+# _tsh_bg LOG CMD...: starts CMD detached from this shell's job table (no "Killed" lines when
+# teardown kills it), stdin /dev/null, output to LOG; prints its pid.
+_tsh_bg() {
+    local log=$1
+    shift
+    ("$@" </dev/null >>"$log" 2>&1 & echo $!)
+}
+
+# _tsh_alive PID: it runs and is no zombie (orphans go to PID 1, which may reap them late).
+_tsh_alive() { [ -e "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+_tsh_ssh_all() { # all at once: about 0.25 s per ssh on a busy 2-core machine
+    sshd_exec bash -c 'p=(); for h; do ssh -o ConnectTimeout=3 "$h" true </dev/null & p+=($!); done
+        for q in "${p[@]}"; do wait "$q" || exit 1; done' bash "$@"
+}
+
+sshd_up() {
+    local n=${1:-2} i p d st host ip pid home t0 hide=() missing=()
+    case $n in [1-8]) ;; *) echo "sshd_up: 1..8 hosts, not '$n'" >&2; return 1 ;; esac
+    shift
+    [ "$(id -u)" = 0 ] || { echo "SKIP: the ssh fixture needs root (namespaces, sshd)"; exit 77; }
+    ip netns list >/dev/null 2>&1 && command -v nsenter >/dev/null && command -v unshare >/dev/null ||
+        { echo "SKIP: ip netns, nsenter or unshare is unavailable"; exit 77; }
+    [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+    if ((${#missing[@]})); then
+        echo "sshd: installing ${missing[*]}" >&2
+        DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends \
+            "${missing[@]}" >/dev/null 2>&1 && [ -x /usr/sbin/sshd ] ||
+            { echo "SKIP: cannot install ${missing[*]}"; exit 77; }
+    fi
+    for p in $(ip netns list | sed -n 's/^tsh-\([0-9]*\)-.*/\1/p' | sort -u) \
+        $(ls "${TMPDIR:-/tmp}" | sed -n 's/^tandem-ssh-\([0-9][0-9]*\)$/\1/p'); do
+        [ "$p" = $$ ] || ! kill -0 "$p" 2>/dev/null && _tsh_teardown "$p" # leftovers
+    done
+
+    st=${TMPDIR:-/tmp}/tandem-ssh-$$ home=$(_tsh_home)
+    for p in "$@"; do
+        d=$(realpath -e "$p" 2>/dev/null) && [ -d "$d" ] ||
+            { echo "sshd_up: HIDE_DIR '$p' is not a directory" >&2; return 1; }
+        case $st/ in "$d"/* | "$d"//*) echo "sshd_up: HIDE_DIR $d would hide the state dir $st" >&2; return 1 ;; esac
+        hide+=("$d")
+    done
+    t0=$SECONDS
+    export TSH_STATE=$st TSH_SSH_CONFIG=$st/ssh_config
+    TSH_LOGIN=tdh$$login TSH_HOSTS=() TSH_ADDRS=() TSH_PIDS=()
+    # 755: sshd (StrictModes aside) and the hosts' ssh clients read keys and configs here.
+    mkdir -m 755 "$st" && mkdir "$st"/{log,cg} ||
+        { echo "sshd_up: cannot create $st" >&2; return 1; }
+    for i in $(seq 1 "$n"); do TSH_HOSTS+=("tdh$$n$i") TSH_ADDRS+=("$TSH_NET.$((10 + i))"); done
+
+    # Keys: one client key (root's on the login namespace and on every host) and an ed25519 host
+    # key per host, whose public halves pre-fill known_hosts under the name and the address.
+    ssh-keygen -q -t ed25519 -N '' -C "tandem-ssh-fixture-$$" -f "$st/id_ed25519" &&
+        cp "$st/id_ed25519.pub" "$st/authorized_keys" || _tsh_skip "ssh-keygen failed"
+    : >"$st/known_hosts"
+    printf '127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n%s %s\n' \
+        "$TSH_NET.1" "$TSH_LOGIN" >"$st/hosts"
+    {
+        echo "# tests/lib/sshd.sh, fixture $$: ssh -F $st/ssh_config HOST (or plain ssh inside it)"
+        for i in $(seq 1 "$n"); do printf 'Host %s\n    HostName %s\n' "${TSH_HOSTS[i - 1]}" "${TSH_ADDRS[i - 1]}"; done
+        echo "Host ${TSH_HOSTS[*]} ${TSH_ADDRS[*]}"
+        cat <<EOF
+    User root
+    Port 22
+    IdentityFile $st/id_ed25519
+    IdentitiesOnly yes
+    IdentityAgent none
+    UserKnownHostsFile $st/known_hosts
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    CheckHostIP no
+    UpdateHostKeys no
+    BatchMode yes
+    LogLevel ERROR
+    ConnectTimeout 10
+EOF
+    } >"$st/ssh_config"
+    for i in $(seq 1 "$n"); do
+        host=${TSH_HOSTS[i - 1]} ip=${TSH_ADDRS[i - 1]}
+        mkdir "$st/h$i" &&
+            ssh-keygen -q -t ed25519 -N '' -C "$host" -f "$st/h$i/ssh_host_ed25519_key" ||
+            _tsh_skip "ssh-keygen failed"
+        echo "$host,$ip $(cut -d' ' -f1,2 "$st/h$i/ssh_host_ed25519_key.pub")" >>"$st/known_hosts"
+        echo "$ip $host" >>"$st/hosts"
+        cat >"$st/h$i/sshd_config" <<EOF
+# tests/lib/sshd.sh, fixture $$, host $host: sshd -D -f this; nothing of /etc/ssh is read.
+ListenAddress $ip
+Port 22
+HostKey $st/h$i/ssh_host_ed25519_key
+PidFile $st/h$i/sshd.pid
+AuthorizedKeysFile $st/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitEmptyPasswords no
+UsePAM no
+# The state dir is under /tmp (1777): StrictModes would refuse the authorized_keys there.
+StrictModes no
+PermitUserEnvironment no
+X11Forwarding no
+PrintMotd no
+PrintLastLog no
+UseDNS no
+LoginGraceTime 20
+# Tests may open many sessions at once (one per launcher, plus kills and copies).
+MaxStartups 100:30:200
+MaxSessions 100
+LogLevel VERBOSE
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+    done
+
+    # Network: the bridge lives in the login namespace, where the clients run; each host has
+    # one veth into it. Nothing in the root namespace.
+    local login=tsh-$$-login
+    ip netns add "$login" && ip -n "$login" link set lo up &&
+        ip -n "$login" link add br0 type bridge && ip -n "$login" addr add "$TSH_NET.1/24" dev br0 &&
+        ip -n "$login" link set br0 up || _tsh_skip "cannot create a network namespace with a bridge"
+    for i in $(seq 1 "$n"); do
+        ip netns add "tsh-$$-h$i" &&
+            ip -n "$login" link add "v$i" type veth peer name eth0 netns "tsh-$$-h$i" &&
+            ip -n "$login" link set "v$i" master br0 up &&
+            ip -n "tsh-$$-h$i" addr add "${TSH_ADDRS[i - 1]}/24" dev eth0 &&
+            ip -n "tsh-$$-h$i" link set eth0 up && ip -n "tsh-$$-h$i" link set lo up ||
+            _tsh_skip "cannot wire host ${TSH_HOSTS[i - 1]} into the bridge"
+    done
+
+    # The login namespace: a holder process keeps its UTS and mount namespaces for sshd_exec.
+    # It is the submitting machine: its file system is the machine's, root's home included.
+    pid=$(_tsh_bg "$st/log/setup-login.log" nsenter --net="/run/netns/$login" \
+        unshare --uts --mount --propagation private sh -c '
+        set -e; st=$1 host=$2'"$_TSH_COMMON"'
+        echo ready >"$st/login.ready"
+        exec sleep infinity' sh "$st" "$TSH_LOGIN")
+    echo "$pid" >"$st/login.pid"
+    sshd_wait 10 "the login namespace" test -e "$st/login.ready" ||
+        _tsh_skip "cannot set up the login namespace ($(cat "$st/log/setup-login.log"))"
+
+    # The hosts: unshare --fork makes the sh below PID 1 of a new PID namespace (with its own
+    # /proc), which execs sshd; sshd -D reaps orphans, and its death ends the host.
+    for i in $(seq 1 "$n"); do
+        host=${TSH_HOSTS[i - 1]}
+        pid=$(_tsh_bg "$st/log/setup-$host.log" nsenter --net="/run/netns/tsh-$$-h$i" \
+            unshare --uts --mount --pid --fork --mount-proc --propagation private sh -c '
+            set -e; st=$1 host=$2 home=$3 i=$4; shift 4'"$_TSH_COMMON"'
+            mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+            mount -t tmpfs -o mode=755 tmpfs /run
+            mkdir -m 755 /run/sshd; mkdir -m 1777 /run/lock; ln -s /dev/shm /run/shm
+            mount -t tmpfs -o mode=700 tmpfs "$home"
+            for d; do [ ! -d "$d" ] || mount -t tmpfs -o mode=755 tmpfs "$d"; done
+            cd /
+            exec /usr/sbin/sshd -D -f "$st/h$i/sshd_config" -E "$st/log/sshd-$host.log"' \
+            sh "$st" "$host" "$home" "$i" "${hide[@]}")
+        echo "$pid" >"$st/h$i/unshare.pid"
+    done
+    # Each sshd writes its PidFile once it listens (the number is 1: its own PID namespace's).
+    for i in $(seq 1 "$n"); do
+        host=${TSH_HOSTS[i - 1]} pid=$(cat "$st/h$i/unshare.pid")
+        while :; do
+            if [ -s "$st/h$i/sshd.pid" ]; then break; fi
+            _tsh_alive "$pid" || _tsh_fail "sshd on $host exited at start" || return 1
+            [ $((SECONDS - t0)) -lt 20 ] || _tsh_fail "sshd on $host did not start within 20 s" || return 1
+            sleep 0.05
+        done
+        p=$(cat "/proc/$pid/task/$pid/children" 2>/dev/null) p=${p%% *}
+        [ -n "$p" ] ||
+            _tsh_fail "cannot find the sshd of $host (child of $pid)" || return 1
+        echo "$p" >"$st/h$i/pid"
+        TSH_PIDS+=("$p")
+    done
+    until _tsh_ssh_all "${TSH_HOSTS[@]}" 2>"$st/log/ssh-ready.log"; do
+        [ $((SECONDS - t0)) -lt 20 ] || _tsh_fail "the hosts did not all answer ssh within 20 s" || return 1
+        sleep 0.1
+    done
+    rm -f "$st/log/ssh-ready.log"
+}
