@@ -54,6 +54,10 @@ show "tandem logs $run --rank 0 | tail -n 4"
 t=$build_dir/tandem
 cat <<EOF
 
+Look at it in the dashboard (docs/ui.md): the runs, their curves (live while a run trains),
+logs, artifacts, and several runs compared:
+  $t ui                                               then open the URL it prints
+
 Try next (README.md, "The demo", says more):
   $t metrics $run --key train/loss --csv | head    every point; also --json
   $t artifacts $run --download /tmp/weights         the weights, SHA-256 checked

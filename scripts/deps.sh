@@ -4,13 +4,19 @@
 # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer's runtime and clang's OpenMP.
 # Run: the Fashion-MNIST dataset. Peers for tests and benchmarks: PyTorch (python3-torch),
 # Open MPI, iproute2 (network namespaces for multi-host tests), Slurm and munge (the test
-# cluster of tests/lib/slurm.sh, which runs daemons of its own, not the packages' services).
+# cluster of tests/lib/slurm.sh, which runs daemons of its own, not the packages' services),
+# OpenSSH's server and client (the ssh hosts of tests/lib/sshd.sh, likewise).
+# tandem ui: libmicrohttpd (its HTTP server); node and npm, then `npm ci` in src/ui/web for the
+# page's uPlot, which the build compiles into the binary (and puppeteer-core for its tests,
+# which drive Debian's chromium).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-dev
           libsqlite3-dev libjansson-dev dataset-fashion-mnist python3-torch python3-numpy
           libopenmpi-dev openmpi-bin iproute2 procps nettle-dev
           clang libclang-rt-14-dev libomp-14-dev
-          slurmctld slurmd slurm-client munge)
+          slurmctld slurmd slurm-client munge openssh-server openssh-client
+          libmicrohttpd-dev chromium)
+command -v npm > /dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,4 +38,10 @@ if ((${#missing[@]})); then
     "${sudo_cmd[@]}" apt-get update
     "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
   fi
+fi
+# uPlot from the lock file, where it is not installed yet (node_modules is not in git).
+web=$(cd "$(dirname "$0")/.." && pwd)/src/ui/web
+if [ ! -d "$web/node_modules/uplot" ] && [ -f "$web/package-lock.json" ]; then
+  echo "tandem: installing the ui page's npm packages (npm ci --prefix src/ui/web)"
+  npm ci --prefix "$web"
 fi

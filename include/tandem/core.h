@@ -176,7 +176,8 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(STALL_TIMEOUT_MS, "120000",                                                                  \
       "launch: fail or restart a group whose collectives are stuck this long (0 = never)")         \
     X(GPU_REDUCE, "auto",                                                                          \
-      "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")
+      "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")   \
+    X(UI_TOKEN, "", "tandem ui: a fixed access token (empty: a new random one each start)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,

@@ -278,6 +278,95 @@ typedef struct td_log_file {
 td_status td_logs_scan(td_rundb *store, const td_run *run, td_log_file **out, size_t *count);
 void td_log_files_free(td_log_file *logs, size_t count);
 
+/* ---- dashboard queries (query.c): what `tandem ui` reads ----
+ * Read-only and bounded: each call reads what it needs through the (run, key, rank, step) and
+ * (run, key, rank, time) indexes and holds at most one short read transaction, so a training
+ * run's writes (WAL) are never blocked. */
+
+/* A read-only connection to the database store has open (same runs.db, busy timeout), for a
+ * reader thread: a td_rundb is used by one thread at a time. Close with td_rundb_close. */
+td_status td_rundb_open_reader(const td_rundb *store, td_rundb **out);
+/* SQLite's data_version of this connection: it changes when another connection commits, so a
+ * poller can skip its queries while nothing was written. */
+td_status td_rundb_data_version(td_rundb *store, int64_t *out);
+
+/* Every metric key any run has recorded, sorted. Caller frees each and the array. */
+td_status td_metrics_all_keys(td_rundb *store, char ***out, size_t *count);
+void td_metrics_keys_free(char **keys, size_t count);
+
+/* One (key, rank) of a run: how many points and the range they span. */
+typedef struct td_metric_key_summary {
+    char *key;
+    int rank;
+    int64_t count;
+    int64_t first_step, last_step; /* lowest and highest step */
+    double first_time, last_time;  /* earliest and latest wall time */
+} td_metric_key_summary;
+/* Every (key, rank) of a run, ordered by key name then rank. */
+td_status td_metrics_keys_summary(td_rundb *store, const char *run_id, td_metric_key_summary **out,
+                                  size_t *count);
+void td_metric_key_summaries_free(td_metric_key_summary *s, size_t count);
+
+/* A key's headline numbers in a run: the last point (highest step) of the lowest rank that has
+ * the key, and the minimum and maximum over every rank and step. found = 0 when the run has no
+ * point of the key (the other fields are then 0). */
+typedef struct td_metric_stats {
+    int found;
+    int last_rank;
+    int64_t last_step;
+    double last, min, max;
+} td_metric_stats;
+/* out[i] for keys[i]. */
+td_status td_metrics_stats(td_rundb *store, const char *run_id, const char *const *keys,
+                           size_t nkeys, td_metric_stats *out);
+
+/* A key's points, downsampled for a chart nbuckets wide: [from, to] is cut into nbuckets
+ * equal-width buckets and, per rank and bucket, the first, the lowest, the highest and the last
+ * point are kept (each once, in x order; ties go to the earliest). So no extreme is ever lost,
+ * each rank gives at most 4 * nbuckets points, and the same query over the same points gives
+ * the same answer. Rows stream in index order and are bucketed as they come: memory is
+ * O(nbuckets), whatever the range holds. */
+typedef struct td_series_query {
+    const char *key;
+    int rank;             /* < 0: every rank */
+    int x_time;           /* 0: x is the step; 1: x is the point's wall time */
+    int has_from, has_to; /* 0: the key's lowest / highest x over every rank */
+    double from, to;
+    int nbuckets; /* >= 1 */
+} td_series_query;
+
+typedef struct td_metric_series {
+    int rank;
+    int64_t count;  /* points of this rank in [from, to] */
+    size_t npoints; /* kept: x[i], y[i] */
+    double *x, *y;
+} td_metric_series;
+
+typedef struct td_series_result {
+    double from, to; /* the range bucketed, defaults filled in */
+    int64_t total;   /* points in [from, to] over the ranks returned */
+    td_metric_series *series;
+    size_t nseries; /* one per rank that has the key, in rank order */
+} td_series_result;
+
+/* TD_ERR_NOTFOUND when the run has no point of the key (or of that rank), naming what it has;
+ * TD_ERR_INVALID for from > to, nbuckets < 1 or a range whose width overflows. */
+td_status td_metrics_series(td_rundb *store, const char *run_id, const td_series_query *q,
+                            td_series_result *out);
+void td_series_result_clear(td_series_result *r);
+
+/* The metrics cursor: the highest row id of the metrics table now (0 when empty). Rows added
+ * later get higher ids, until a resume cut deletes the newest rows (then ids are reused). */
+td_status td_metrics_cursor(td_rundb *store, int64_t *out);
+/* A run's points added after cursor `after`, in insertion order, at most `limit`; *cursor_out
+ * is where the next call should start (the cursor of the whole table when every row up to it
+ * was returned, so other runs' rows are not scanned again). */
+td_status td_metrics_since(td_rundb *store, const char *run_id, int64_t after, size_t limit,
+                           td_metric_row **out, size_t *count, int64_t *cursor_out);
+/* How far the ingest has read <run_dir>/metrics/<file> (bytes; 0 before it starts). */
+td_status td_metrics_ingested_offset(td_rundb *store, const char *run_id, const char *file,
+                                     int64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -162,6 +162,8 @@ static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS metrics(run INTEGER NOT NULL, rank INTEGER NOT NULL,"
     " key INTEGER NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, time REAL NOT NULL);"
     "CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run, key, rank, step);"
+    "CREATE INDEX IF NOT EXISTS metrics_by_time ON metrics(run, key, rank, time);"
+    "CREATE INDEX IF NOT EXISTS metrics_by_value ON metrics(run, key, value);"
     "CREATE TABLE IF NOT EXISTS ingest_offsets(run INTEGER NOT NULL, file TEXT NOT NULL,"
     " offset INTEGER NOT NULL, line INTEGER NOT NULL, malformed INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY(run, file));"

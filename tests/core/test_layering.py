@@ -116,8 +116,12 @@ def main():
     found = sum(1 for p in probes if p[2])
 
     include_re = re.compile(r'^\s*#\s*include\s*[<"]([^>"]*)[>"]', re.M)
-    for root, _, files in os.walk(os.path.join(SOURCE, "src")):
+    for root, dirs, files in os.walk(os.path.join(SOURCE, "src")):
+        # npm's packages (the dashboard's uPlot, under src/ui/web) are not tandem's C code.
+        dirs[:] = [d for d in dirs if d != "node_modules"]
         for f in files:
+            if not f.endswith((".c", ".h", ".cu")):
+                continue
             path = os.path.join(root, f)
             with open(path, errors="replace") as fh:
                 for inc in include_re.findall(fh.read()):

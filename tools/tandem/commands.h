@@ -18,6 +18,7 @@
     X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
     X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                                \
     X("reindex", cmd_reindex, "rebuild the run index (.tandem/runs.db) from the run directories")  \
+    X("ui", cmd_ui, "serve the runs dashboard (http://127.0.0.1:8080)")                            \
     X("bench", cmd_bench, "benchmarks: 'tandem bench comm ...' (collectives)")
 
 int cmd_env(int argc, char **argv);
@@ -31,6 +32,7 @@ int cmd_metrics(int argc, char **argv);
 int cmd_artifacts(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_reindex(int argc, char **argv);
+int cmd_ui(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 #endif

@@ -1,0 +1,795 @@
+/* Server-sent events: the live side of `tandem ui`.
+ *
+ * One poller thread serves every open stream. Every POLL_RUN_S it asks SQLite whether anything
+ * was committed since its last look (data_version: one cheap pragma) and, for each stream that
+ * follows a run, reads the metric rows past the stream's cursor (a rowid range: only new rows
+ * are visited), the run's row (status changes), the growth of its log files and of its metric
+ * files (a resume event there means the ingest will cut points back: the page must refetch).
+ * Every POLL_RUNS_S it lists the runs for the streams of the runs table. What it finds is
+ * queued as text on each stream; the stream's reader (a libmicrohttpd connection thread,
+ * blocked in td__ui_stream_read) wakes and hands it out.
+ *
+ * A stream is held by its connection and by the poller's list; it is freed when both let go.
+ * A client that is too slow stops getting points until its queue drains (its cursor waits), so
+ * memory stays bounded and nothing is skipped. */
+#include "ui_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#define POLL_RUN_S         0.15 /* the latency target is 0.5 s from the store to the wire */
+#define POLL_RUNS_S        0.5
+#define RUNS_METRICS_EVERY 4   /* runs-table passes between metric refreshes of live runs */
+#define REAP_S             5.0 /* how often runs shown as live are checked for a dead supervisor */
+#define PING_S             15.0
+#define POINTS_PER_EVENT   5000
+#define POINTS_PER_PASS    200000
+#define LOG_CHUNK_BYTES    (256 * 1024)
+#define SCAN_CHUNK_BYTES   (1 << 20)
+#define QUEUE_MAX_BYTES    (8u << 20) /* per stream: past this the poller waits for the client */
+#define FINAL_LOG_BYTES    (16 << 20) /* a finished run's logs are flushed up to this much */
+
+enum { STREAM_RUN, STREAM_RUNS };
+
+struct log_follow {
+    char *label;
+    int rank;
+    int64_t offset; /* sent up to here */
+};
+
+struct resume_scan {
+    char *name;      /* rank-<R>.jsonl */
+    int64_t scanned; /* complete lines read up to here */
+    int64_t pending; /* > 0: a resume line ends here; reset once the ingest has passed it */
+};
+
+struct known_run {
+    char *id;
+    char *sig;     /* what makes a change: status, restarts, ended, note, exit code */
+    char *metrics; /* the metrics object last sent for a live run (NULL: not looked at yet) */
+};
+
+struct td__ui_stream {
+    td__ui_events *ev;
+    int kind;
+    int refs;     /* under ev->lock: the connection and the poller's list */
+    int released; /* the connection let go */
+    int done;     /* nothing more will be queued: the reader ends once the queue is empty */
+    char *q;      /* queued text, q[qpos..qlen) not yet handed out */
+    size_t qlen, qpos, qcap;
+    double last_out; /* monotonic time the reader last handed out bytes (pings) */
+    pthread_cond_t cond;
+    td__ui_stream *next;
+    /* STREAM_RUN: poller-only state */
+    char *run_id, *run_dir;
+    int64_t cursor;
+    int more_points; /* the last pass left points for the next one */
+    char *status_sig;
+    struct log_follow *logs;
+    size_t nlogs;
+    struct resume_scan *scans;
+    size_t nscans;
+    /* STREAM_RUNS */
+    char **keys;
+    size_t nkeys;
+    struct known_run *known;
+    size_t nknown;
+};
+
+struct td__ui_events {
+    td_ui *ui;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int started, stopping;
+    td__ui_stream *streams;
+    td_rundb *db; /* the poller's own reader */
+    int64_t data_version;
+    int runs_pass;
+};
+
+/* ---- queueing (under ev->lock) ---- */
+
+static void queue_locked(td__ui_stream *s, const char *text, size_t n) {
+    if (s->qpos && s->qpos == s->qlen) s->qpos = s->qlen = 0;
+    if (s->qpos > s->qcap / 2) {
+        memmove(s->q, s->q + s->qpos, s->qlen - s->qpos);
+        s->qlen -= s->qpos;
+        s->qpos = 0;
+    }
+    if (s->qlen + n > s->qcap) {
+        while (s->qlen + n > s->qcap) s->qcap = s->qcap ? 2 * s->qcap : 16384;
+        s->q = td_xrealloc(s->q, s->qcap);
+    }
+    memcpy(s->q + s->qlen, text, n);
+    s->qlen += n;
+    pthread_cond_signal(&s->cond);
+}
+
+static void queue(td__ui_stream *s, const td__ui_buf *b) {
+    if (!b->n) return;
+    pthread_mutex_lock(&s->ev->lock);
+    queue_locked(s, b->p, b->n);
+    pthread_mutex_unlock(&s->ev->lock);
+}
+
+static size_t queued(td__ui_stream *s) {
+    pthread_mutex_lock(&s->ev->lock);
+    size_t n = s->qlen - s->qpos;
+    pthread_mutex_unlock(&s->ev->lock);
+    return n;
+}
+
+/* "event: NAME\ndata: JSON\n\n" (with "id: ID\n" first when id >= 0: an EventSource that
+ * reconnects sends it back as Last-Event-ID). data is consumed. */
+static void add_event(td__ui_buf *b, const char *name, int64_t id, json_t *data) {
+    char head[96];
+    if (id >= 0)
+        snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ", (long long)id, name);
+    else
+        snprintf(head, sizeof head, "event: %s\ndata: ", name);
+    td__ui_buf_str(b, head);
+    td__ui_buf_json(b, data);
+    td__ui_buf_str(b, "\n\n");
+}
+
+/* ---- streams: life ---- */
+
+static void stream_free(td__ui_stream *s) {
+    free(s->q);
+    pthread_cond_destroy(&s->cond);
+    free(s->run_id);
+    free(s->run_dir);
+    free(s->status_sig);
+    for (size_t i = 0; i < s->nlogs; i++) free(s->logs[i].label);
+    free(s->logs);
+    for (size_t i = 0; i < s->nscans; i++) free(s->scans[i].name);
+    free(s->scans);
+    for (size_t i = 0; i < s->nkeys; i++) free(s->keys[i]);
+    free(s->keys);
+    for (size_t i = 0; i < s->nknown; i++) {
+        free(s->known[i].id);
+        free(s->known[i].sig);
+        free(s->known[i].metrics);
+    }
+    free(s->known);
+    free(s);
+}
+
+/* Drops one reference; under ev->lock. */
+static void unref_locked(td__ui_stream *s) {
+    if (--s->refs == 0) stream_free(s);
+}
+
+static td__ui_stream *stream_new(td__ui_events *ev, int kind) {
+    td__ui_stream *s = td_xcalloc(1, sizeof *s);
+    s->ev = ev;
+    s->kind = kind;
+    s->refs = 2; /* the connection's and the list's */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    s->last_out = td_now_s();
+    return s;
+}
+
+static void stream_add(td__ui_events *ev, td__ui_stream *s) {
+    pthread_mutex_lock(&ev->lock);
+    /* Headers and a first line go out at once: the browser's EventSource opens without waiting
+     * for the first event. */
+    queue_locked(s, ": tandem\n\n", 10);
+    if (ev->stopping) s->done = 1;
+    s->next = ev->streams;
+    ev->streams = s;
+    pthread_cond_signal(&ev->wake);
+    pthread_mutex_unlock(&ev->lock);
+}
+
+void td__ui_stream_release(td__ui_stream *s) {
+    if (!s) return;
+    td__ui_events *ev = s->ev;
+    pthread_mutex_lock(&ev->lock);
+    s->released = 1;
+    unref_locked(s);
+    pthread_mutex_unlock(&ev->lock);
+}
+
+static void timespec_at(double t_mono, struct timespec *ts) {
+    /* td_now_s is CLOCK_MONOTONIC, as the streams' condition variables are. */
+    ts->tv_sec = (time_t)t_mono;
+    ts->tv_nsec = (long)((t_mono - (double)ts->tv_sec) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+ssize_t td__ui_stream_read(td__ui_stream *s, char *buf, size_t max) {
+    td__ui_events *ev = s->ev;
+    pthread_mutex_lock(&ev->lock);
+    for (;;) {
+        if (s->qpos < s->qlen) {
+            size_t n = s->qlen - s->qpos < max ? s->qlen - s->qpos : max;
+            memcpy(buf, s->q + s->qpos, n);
+            s->qpos += n;
+            s->last_out = td_now_s();
+            pthread_mutex_unlock(&ev->lock);
+            return (ssize_t)n;
+        }
+        if (s->done || ev->stopping) {
+            pthread_mutex_unlock(&ev->lock);
+            return -1; /* MHD_CONTENT_READER_END_OF_STREAM */
+        }
+        double now = td_now_s(), ping_at = s->last_out + PING_S;
+        if (now >= ping_at) {
+            /* Also how a client that went away is noticed: the write fails. */
+            queue_locked(s, ": ping\n\n", 8);
+            continue;
+        }
+        struct timespec ts;
+        timespec_at(ping_at, &ts);
+        pthread_cond_timedwait(&s->cond, &ev->lock, &ts);
+    }
+}
+
+/* ---- following one run ---- */
+
+static struct log_follow *find_log(td__ui_stream *s, const char *label) {
+    for (size_t i = 0; i < s->nlogs; i++)
+        if (!strcmp(s->logs[i].label, label)) return &s->logs[i];
+    return NULL;
+}
+
+static struct log_follow *add_log(td__ui_stream *s, const td__ui_log *l, int64_t offset) {
+    s->logs = td_xrealloc(s->logs, (s->nlogs + 1) * sizeof *s->logs);
+    s->logs[s->nlogs] = (struct log_follow){td_xstrdup(l->label), l->rank, offset};
+    return &s->logs[s->nlogs++];
+}
+
+/* New bytes of the run's logs as `log` events. Live: whole lines only (the rest waits for its
+ * newline, unless a line outgrows a chunk). Final: everything, partial last line included.
+ * Returns 1 when something was left for the next pass. */
+static int poll_logs(td__ui_stream *s, int final) {
+    td__ui_log *logs = NULL;
+    size_t n = 0;
+    int more = 0;
+    td__ui_logs_list(s->run_dir, &logs, &n);
+    char *chunk = NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct log_follow *f = find_log(s, logs[i].label);
+        if (!f) f = add_log(s, &logs[i], 0); /* a file that appeared since the stream opened */
+        if (logs[i].nbytes < f->offset) f->offset = 0; /* truncated: from its start again */
+        if (logs[i].nbytes == f->offset) continue;
+        int fd = open(logs[i].path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        if (!chunk) chunk = td_xmalloc(LOG_CHUNK_BYTES);
+        int64_t budget = final ? FINAL_LOG_BYTES : LOG_CHUNK_BYTES;
+        while (f->offset < logs[i].nbytes && budget > 0) {
+            if (queued(s) > QUEUE_MAX_BYTES) {
+                more = 1;
+                break;
+            }
+            int64_t left = logs[i].nbytes - f->offset;
+            size_t k = (size_t)(left < LOG_CHUNK_BYTES ? left : LOG_CHUNK_BYTES);
+            if (td__ui_pread_all(fd, chunk, k, f->offset) != 0) break;
+            size_t send = k;
+            if (!final) {
+                while (send > 0 && chunk[send - 1] != '\n') send--;
+                if (send == 0 && k < LOG_CHUNK_BYTES) break; /* a partial line: wait */
+                if (send == 0) send = k;
+            }
+            td__ui_buf b = {0};
+            json_t *d = json_object();
+            json_object_set_new(d, "rank", td__ui_log_label_json(&logs[i]));
+            json_object_set_new(d, "offset", json_integer(f->offset));
+            json_object_set_new(d, "end", json_integer(f->offset + (int64_t)send));
+            json_object_set_new(d, "text", td__ui_json_text(chunk, send));
+            add_event(&b, "log", -1, d);
+            queue(s, &b);
+            free(b.p);
+            f->offset += (int64_t)send;
+            budget -= (int64_t)send;
+        }
+        if (f->offset < logs[i].nbytes && !final && budget <= 0) more = 1;
+        close(fd);
+    }
+    free(chunk);
+    td__ui_logs_free(logs, n);
+    return more;
+}
+
+/* rank-<R>.jsonl (a worker's metrics file; sys.jsonl is never cut back). */
+static int is_rank_metrics(const char *name) {
+    size_t n = strlen(name);
+    return !strncmp(name, "rank-", 5) && n > 11 && !strcmp(name + n - 6, ".jsonl");
+}
+
+static struct resume_scan *find_scan(td__ui_stream *s, const char *name) {
+    for (size_t i = 0; i < s->nscans; i++)
+        if (!strcmp(s->scans[i].name, name)) return &s->scans[i];
+    return NULL;
+}
+
+static struct resume_scan *add_scan(td__ui_stream *s, const char *name, int64_t from) {
+    s->scans = td_xrealloc(s->scans, (s->nscans + 1) * sizeof *s->scans);
+    s->scans[s->nscans] = (struct resume_scan){td_xstrdup(name), from, 0};
+    return &s->scans[s->nscans++];
+}
+
+/* Whether a metrics line is a resume event ({"event": "resume", "step": S}): the ingest cuts the
+ * rank's points after S when it stores that line. */
+static int is_resume_line(const char *line, size_t n) {
+    if (!memmem(line, n, "\"event\"", 7)) return 0;
+    json_t *o = json_loadb(line, n, 0, NULL);
+    const char *e = json_string_value(json_object_get(o, "event"));
+    int yes = e && !strcmp(e, "resume");
+    json_decref(o);
+    return yes;
+}
+
+/* Reads what was appended to the run's rank metric files for resume events; returns 1 when one
+ * has been stored since (its cut is in the database): the stream then says `reset`. */
+static int poll_resets(td__ui_stream *s, td_rundb *db, int final) {
+    char *dir = td_xasprintf("%s/metrics", s->run_dir);
+    DIR *d = opendir(dir);
+    int reset = 0;
+    char *chunk = NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!is_rank_metrics(e->d_name)) continue;
+            struct resume_scan *sc = find_scan(s, e->d_name);
+            if (!sc) sc = add_scan(s, e->d_name, 0);
+            char *path = td_xasprintf("%s/%s", dir, e->d_name);
+            struct stat sb;
+            int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            free(path);
+            if (fd < 0) continue;
+            if (fstat(fd, &sb) == 0 && (int64_t)sb.st_size < sc->scanned)
+                sc->scanned = 0; /* rewritten: the ingest reads it again from the start too */
+            while (fstat(fd, &sb) == 0 && (int64_t)sb.st_size > sc->scanned) {
+                int64_t left = (int64_t)sb.st_size - sc->scanned;
+                size_t k = (size_t)(left < SCAN_CHUNK_BYTES ? left : SCAN_CHUNK_BYTES);
+                if (!chunk) chunk = td_xmalloc(SCAN_CHUNK_BYTES);
+                if (td__ui_pread_all(fd, chunk, k, sc->scanned) != 0) break;
+                size_t used = 0;
+                for (;;) {
+                    char *nl = memchr(chunk + used, '\n', k - used);
+                    if (!nl) break;
+                    size_t len = (size_t)(nl - (chunk + used));
+                    if (is_resume_line(chunk + used, len))
+                        sc->pending = sc->scanned + (int64_t)(used + len + 1);
+                    used += len + 1;
+                }
+                if (used == 0) break; /* a line longer than a chunk, or a partial one */
+                sc->scanned += (int64_t)used;
+            }
+            close(fd);
+            if (sc->pending > 0) {
+                int64_t ingested = 0;
+                if (td_metrics_ingested_offset(db, s->run_id, sc->name, &ingested) != TD_OK)
+                    td_error_clear();
+                if (ingested >= sc->pending || final) {
+                    sc->pending = 0;
+                    reset = 1;
+                }
+            }
+        }
+        closedir(d);
+    }
+    free(chunk);
+    free(dir);
+    return reset;
+}
+
+static char *run_sig(const td_run *r) {
+    return td_xasprintf("%s|%d|%.6f|%d|%s", td_run_status_str(r->status), r->restarts, r->ended_s,
+                        r->exit_code, r->note ? r->note : "");
+}
+
+/* Points after the stream's cursor as `points` events; returns 1 when more are left (a pass
+ * takes at most POINTS_PER_PASS, and none while the client's queue is full). */
+static int poll_points(td__ui_stream *s, td_rundb *db) {
+    size_t sent = 0;
+    while (sent < POINTS_PER_PASS) {
+        if (queued(s) > QUEUE_MAX_BYTES) return 1;
+        td_metric_row *rows = NULL;
+        size_t n = 0;
+        int64_t cursor;
+        if (td_metrics_since(db, s->run_id, s->cursor, POINTS_PER_EVENT, &rows, &n, &cursor) !=
+            TD_OK) {
+            TD_LOG_DEBUG("tandem ui: new points of run %s: %s", s->run_id, td_error_msg());
+            td_error_clear();
+            return 1;
+        }
+        if (n) {
+            td__ui_buf b = {0};
+            char head[96];
+            snprintf(head, sizeof head,
+                     "id: %lld\nevent: points\ndata: {\"cursor\":%lld,\"points\":[",
+                     (long long)cursor, (long long)cursor);
+            td__ui_buf_str(&b, head);
+            const char *last_key = NULL;
+            char *key_json = NULL;
+            for (size_t i = 0; i < n; i++) {
+                if (!last_key || strcmp(last_key, rows[i].key)) {
+                    free(key_json);
+                    json_t *k = td__ui_json_text(rows[i].key, strlen(rows[i].key));
+                    key_json = json_dumps(k, JSON_ENCODE_ANY);
+                    json_decref(k);
+                    last_key = rows[i].key;
+                }
+                td__ui_buf_str(&b, i ? ",[" : "[");
+                td__ui_buf_str(&b, key_json ? key_json : "\"\"");
+                char t[48];
+                snprintf(t, sizeof t, ",%d,%lld,", rows[i].rank, (long long)rows[i].step);
+                td__ui_buf_str(&b, t);
+                td__ui_buf_num(&b, rows[i].time_s);
+                td__ui_buf_put(&b, ",", 1);
+                td__ui_buf_num(&b, rows[i].value);
+                td__ui_buf_put(&b, "]", 1);
+            }
+            free(key_json);
+            td__ui_buf_str(&b, "]}\n\n");
+            queue(s, &b);
+            free(b.p);
+            sent += n;
+        }
+        td_metric_rows_free(rows, n);
+        s->cursor = cursor;
+        if (n < POINTS_PER_EVENT) return 0;
+    }
+    return 1;
+}
+
+static void poll_run(td__ui_events *ev, td__ui_stream *s, int changed) {
+    td_rundb *db = ev->db;
+    td_run r;
+    td_status st = td_run_find(db, s->run_id, &r);
+    if (st != TD_OK) {
+        /* Gone from the index (a reindex in progress?): try again next pass, unless it is
+         * really unknown now. */
+        if (st == TD_ERR_NOTFOUND) {
+            pthread_mutex_lock(&ev->lock);
+            s->done = 1;
+            pthread_cond_signal(&s->cond);
+            pthread_mutex_unlock(&ev->lock);
+        }
+        td_error_clear();
+        return;
+    }
+    int final = td_run_status_is_final(r.status), more = 0;
+    char *sig = run_sig(&r);
+    int status_changed = !s->status_sig || strcmp(sig, s->status_sig);
+    /* The supervisor records a final status after its last ingest: points and logs read after
+     * seeing it are complete. */
+    if (changed || s->more_points || status_changed || final || !s->status_sig)
+        s->more_points = poll_points(s, db);
+    more |= s->more_points;
+    more |= poll_logs(s, final);
+    if (poll_resets(s, db, final)) {
+        int64_t cursor = s->cursor;
+        if (td_metrics_cursor(db, &cursor) != TD_OK) td_error_clear();
+        /* The page refetches its series, which then hold everything up to here; points come
+         * after. */
+        s->cursor = cursor > s->cursor ? cursor : s->cursor;
+        td__ui_buf b = {0};
+        add_event(&b, "reset", s->cursor, json_pack("{s:I}", "cursor", (json_int_t)s->cursor));
+        queue(s, &b);
+        free(b.p);
+    }
+    if (status_changed || (final && !more)) {
+        td__ui_buf b = {0};
+        add_event(&b, "status", -1,
+                  td__ui_run_json(db, &r, td__ui_default_keys, td__ui_ndefault_keys));
+        queue(s, &b);
+        free(b.p);
+        free(s->status_sig);
+        s->status_sig = sig;
+        sig = NULL;
+    }
+    free(sig);
+    if (final && !more) {
+        pthread_mutex_lock(&ev->lock);
+        s->done = 1;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&ev->lock);
+    }
+    td_run_clear(&r);
+}
+
+td__ui_stream *td__ui_stream_run(td__ui_events *ev, td_rundb *db, const td_run *run, int64_t since,
+                                 int has_since) {
+    td__ui_stream *s = stream_new(ev, STREAM_RUN);
+    s->run_id = td_xstrdup(run->id);
+    s->run_dir = td_xstrdup(run->run_dir ? run->run_dir : "");
+    s->cursor = since;
+    if (!has_since && td_metrics_cursor(db, &s->cursor) != TD_OK) {
+        s->refs = 1;
+        stream_free(s);
+        return NULL;
+    }
+    /* Logs from their current ends (the page read them through /logs), metric files from where
+     * the ingest is: a resume line before that is in the series the page has. */
+    td__ui_log *logs = NULL;
+    size_t n = 0;
+    td__ui_logs_list(s->run_dir, &logs, &n);
+    for (size_t i = 0; i < n; i++) add_log(s, &logs[i], logs[i].nbytes);
+    td__ui_logs_free(logs, n);
+    char *dir = td_xasprintf("%s/metrics", s->run_dir);
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!is_rank_metrics(e->d_name)) continue;
+            int64_t off = 0;
+            if (td_metrics_ingested_offset(db, s->run_id, e->d_name, &off) != TD_OK)
+                td_error_clear();
+            add_scan(s, e->d_name, off);
+        }
+        closedir(d);
+    }
+    free(dir);
+    stream_add(ev, s);
+    return s;
+}
+
+/* ---- the runs table ---- */
+
+static struct known_run *find_known(td__ui_stream *s, const char *id) {
+    for (size_t i = 0; i < s->nknown; i++)
+        if (!strcmp(s->known[i].id, id)) return &s->known[i];
+    return NULL;
+}
+
+static struct known_run *add_known(td__ui_stream *s, const td_run *r) {
+    s->known = td_xrealloc(s->known, (s->nknown + 1) * sizeof *s->known);
+    s->known[s->nknown] = (struct known_run){td_xstrdup(r->id), run_sig(r), NULL};
+    return &s->known[s->nknown++];
+}
+
+static char *metrics_text(json_t *run_obj) {
+    return json_dumps(json_object_get(run_obj, "metrics"), JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+static void poll_runs(td__ui_events *ev, td__ui_stream *s, const td_run *runs, size_t n,
+                      int metrics_pass) {
+    json_t *changed = json_array();
+    const char **keys = (const char **)s->keys;
+    for (size_t i = 0; i < n; i++) {
+        const td_run *r = &runs[i];
+        struct known_run *k = find_known(s, r->id);
+        char *sig = run_sig(r);
+        int live = !td_run_status_is_final(r->status);
+        int is_new = !k, differs = k && strcmp(k->sig, sig);
+        if (!k) k = add_known(s, r);
+        json_t *obj = NULL;
+        if (is_new || differs || (live && metrics_pass)) {
+            obj = td__ui_run_json(ev->db, r, keys, s->nkeys);
+            char *m = metrics_text(obj);
+            /* A live run's last/min/max move while its status does not. */
+            int metrics_moved = live && k->metrics && m && strcmp(k->metrics, m);
+            free(k->metrics);
+            k->metrics = m;
+            if (is_new || differs || metrics_moved) {
+                json_array_append(changed, obj);
+                free(k->sig);
+                k->sig = sig;
+                sig = NULL;
+            }
+            json_decref(obj);
+        }
+        free(sig);
+    }
+    if (json_array_size(changed)) {
+        td__ui_buf b = {0};
+        add_event(&b, "runs", -1, json_pack("{s:O}", "runs", changed));
+        queue(s, &b);
+        free(b.p);
+    }
+    json_decref(changed);
+}
+
+td__ui_stream *td__ui_stream_runs(td__ui_events *ev, td_rundb *db, const char *const *keys,
+                                  size_t nkeys) {
+    td__ui_stream *s = stream_new(ev, STREAM_RUNS);
+    s->keys = td_xcalloc(nkeys ? nkeys : 1, sizeof *s->keys);
+    for (size_t i = 0; i < nkeys; i++) s->keys[i] = td_xstrdup(keys[i]);
+    s->nkeys = nkeys;
+    /* What the page has (it listed the runs first): changes from here on. */
+    td_run *runs = NULL;
+    size_t n = 0;
+    if (td_run_list(db, 1, &runs, &n) != TD_OK) {
+        s->refs = 1;
+        stream_free(s);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) add_known(s, &runs[i]);
+    td_runs_free(runs, n);
+    stream_add(ev, s);
+    return s;
+}
+
+/* ---- the poller ---- */
+
+/* A run recorded as running whose supervisor died (killed, machine rebooted) would stay "live"
+ * on the page for ever: mark it failed, as `tandem ps` does when it lists runs. The one write the
+ * server makes on its own, and only for runs that nothing writes to any more. */
+static void reap_stale(td__ui_events *ev) {
+    td_ui *ui = ev->ui;
+    td_run *runs = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&ui->writer_lock);
+    if (td_run_list(ui->writer, 0, &runs, &n) == TD_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (!td_run_status_is_final(runs[i].status) &&
+                td_run_reap_stale(ui->writer, &runs[i]) != TD_OK) {
+                TD_LOG_DEBUG("tandem ui: checking run %s: %s", runs[i].id, td_error_msg());
+                td_error_clear();
+            }
+    }
+    td_error_clear();
+    pthread_mutex_unlock(&ui->writer_lock);
+    td_runs_free(runs, n);
+}
+
+static void *poller(void *arg) {
+    td__ui_events *ev = arg;
+    double next_run = 0, next_runs = 0, next_reap = 0;
+    /* A commit seen on a pass that served only one kind of stream is still news for the other
+     * kind's next pass: each keeps its own flag (one shared flag lost points for seconds when
+     * a runs-table pass consumed it). */
+    int run_news = 0, runs_news = 0;
+    pthread_mutex_lock(&ev->lock);
+    while (!ev->stopping) {
+        /* Take the streams that need work, with a reference each, and drop released ones. */
+        td__ui_stream *work[256];
+        size_t nwork = 0;
+        for (td__ui_stream **pp = &ev->streams; *pp;) {
+            td__ui_stream *s = *pp;
+            if (s->released || s->done) {
+                *pp = s->next;
+                unref_locked(s);
+                continue;
+            }
+            if (nwork < TD_ARRAY_LEN(work)) {
+                s->refs++;
+                work[nwork++] = s;
+            }
+            pp = &s->next;
+        }
+        pthread_mutex_unlock(&ev->lock);
+        double now = td_now_s();
+        if (now >= next_reap) {
+            reap_stale(ev);
+            next_reap = now + REAP_S;
+        }
+        int run_due = now >= next_run, runs_due = now >= next_runs;
+        int have_runs = 0;
+        for (size_t i = 0; i < nwork; i++) have_runs |= work[i]->kind == STREAM_RUNS;
+        if (nwork && (run_due || runs_due)) {
+            int64_t dv = 0;
+            if (td_rundb_data_version(ev->db, &dv) != TD_OK) {
+                td_error_clear();
+                dv = ev->data_version + 1;
+            }
+            if (dv != ev->data_version) run_news = runs_news = 1;
+            ev->data_version = dv;
+        }
+        int run_changed = 0, runs_changed = 0;
+        if (run_due) {
+            next_run = now + POLL_RUN_S;
+            run_changed = run_news;
+            run_news = 0;
+        }
+        td_run *runs = NULL;
+        size_t nruns = 0;
+        int metrics_pass = 0;
+        if (runs_due && have_runs) {
+            next_runs = now + POLL_RUNS_S;
+            metrics_pass = ++ev->runs_pass % RUNS_METRICS_EVERY == 0;
+            runs_changed = runs_news;
+            runs_news = 0;
+            if ((runs_changed || metrics_pass) && td_run_list(ev->db, 1, &runs, &nruns) != TD_OK) {
+                td_error_clear();
+                runs = NULL;
+                nruns = 0;
+            }
+        }
+        for (size_t i = 0; i < nwork; i++) {
+            td__ui_stream *s = work[i];
+            int gone;
+            pthread_mutex_lock(&ev->lock);
+            gone = s->released || ev->stopping;
+            pthread_mutex_unlock(&ev->lock);
+            if (gone) continue;
+            if (s->kind == STREAM_RUN && run_due)
+                poll_run(ev, s, run_changed);
+            else if (s->kind == STREAM_RUNS && runs)
+                poll_runs(ev, s, runs, nruns, metrics_pass);
+        }
+        td_runs_free(runs, nruns);
+        pthread_mutex_lock(&ev->lock);
+        for (size_t i = 0; i < nwork; i++) unref_locked(work[i]);
+        if (ev->stopping) break;
+        /* Sleep until the next pass, or until a new stream wants its first events. */
+        double wake_at = next_run < next_runs || !have_runs ? next_run : next_runs;
+        if (!ev->streams) wake_at = td_now_s() + 1.0;
+        struct timespec ts;
+        timespec_at(wake_at, &ts);
+        if (wake_at > td_now_s()) {
+            int rc = pthread_cond_timedwait(&ev->wake, &ev->lock, &ts);
+            if (rc == 0) next_run = 0; /* woken for a new stream: serve it now */
+        }
+    }
+    pthread_mutex_unlock(&ev->lock);
+    return NULL;
+}
+
+td_status td__ui_events_start(td_ui *ui, td__ui_events **out) {
+    *out = NULL;
+    td__ui_events *ev = td_xcalloc(1, sizeof *ev);
+    ev->ui = ui;
+    td_status st = td_rundb_open_reader(ui->writer, &ev->db);
+    if (st != TD_OK) {
+        free(ev);
+        return st;
+    }
+    pthread_mutex_init(&ev->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ev->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = pthread_create(&ev->thread, NULL, poller, ev);
+    if (rc != 0) {
+        errno = rc;
+        st = td_error_errno(TD_ERR_SYS, "cannot start the ui's event poller thread");
+        pthread_mutex_destroy(&ev->lock);
+        pthread_cond_destroy(&ev->wake);
+        td_rundb_close(ev->db);
+        free(ev);
+        return st;
+    }
+    ev->started = 1;
+    *out = ev;
+    return TD_OK;
+}
+
+void td__ui_events_stop(td__ui_events *ev) {
+    if (!ev) return;
+    pthread_mutex_lock(&ev->lock);
+    ev->stopping = 1;
+    for (td__ui_stream *s = ev->streams; s; s = s->next) pthread_cond_signal(&s->cond);
+    pthread_cond_signal(&ev->wake);
+    pthread_mutex_unlock(&ev->lock);
+    if (ev->started) pthread_join(ev->thread, NULL);
+    ev->started = 0;
+}
+
+void td__ui_events_free(td__ui_events *ev) {
+    if (!ev) return;
+    td__ui_events_stop(ev);
+    pthread_mutex_lock(&ev->lock);
+    /* The connections are gone (MHD stopped before this): only the list's references remain. */
+    while (ev->streams) {
+        td__ui_stream *s = ev->streams;
+        ev->streams = s->next;
+        unref_locked(s);
+    }
+    pthread_mutex_unlock(&ev->lock);
+    pthread_mutex_destroy(&ev->lock);
+    pthread_cond_destroy(&ev->wake);
+    td_rundb_close(ev->db);
+    free(ev);
+}

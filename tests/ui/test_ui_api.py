@@ -1,0 +1,729 @@
+"""ui: the HTTP API of `tandem ui` against a store made by real `tandem run`s (docs/ui-api.md).
+
+Every endpoint, with good input and bad: unknown runs, keys, logs and artifacts (404), malformed,
+huge, negative and crossed parameters (400), traversal attempts on artifacts, logs and assets,
+unknown routes (404), wrong methods (405), POST without or with a wrong token (401) or from
+another origin (403), a non-loopback listener that wants the token for every GET, a loopback
+one that wants it for a foreign Host header (DNS rebinding). Downsampling: 100,000 points with
+one spike keep the spike in <= 4 * width points per rank, twice the same bytes, zoom stays in
+range. Live: a point appended to a running run's metrics file arrives as `event: points`
+(latency measured and printed; asserted < 2 s), a log line as `event: log`, a resume event as
+`event: reset`, the end as a final `status` and the end of the stream; POST stop stops a run;
+/api/events announces a new run. The server survives all of it and stops cleanly on SIGTERM.
+Python stdlib only."""
+import hashlib
+import http.client
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TANDEM = os.environ.get("TANDEM_BIN") or os.path.join(
+    os.environ.get("TANDEM_BUILD_DIR", "build"), "tandem")
+TANDEM = os.path.abspath(TANDEM)
+FAILURES = []
+MEASURED = {}
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    FAILURES.append(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def check_eq(got, want, what):
+    if got != want:
+        fail(f"{what}: got {got!r}, expected {want!r}")
+        return False
+    return True
+
+
+def die(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+P = tempfile.mkdtemp(prefix="tandem-ui-api-")
+ENV = dict(os.environ, TANDEM_HOME=P)
+ENV.pop("TANDEM_UI_TOKEN", None)
+os.makedirs(os.path.join(P, ".tandem"))
+
+# Workflows. small: 2 ranks, 20 steps, logs (one line with a byte that is not UTF-8), artifacts.
+# big: 100,000 points of "loss" with one spike (1000 at step 73337), times 1e9 + step/100.
+# live: waits for RUN/release (printing a tick every 0.2 s) or SIGTERM; the test appends to its
+# metrics file. quick: ends at once (for /api/events).
+BIG_N, SPIKE_STEP, SPIKE = 100000, 73337, 1000.0
+with open(os.path.join(P, ".tandem", "workflows.yaml"), "w") as f:
+    f.write(r"""workflows:
+  - name: small
+    nproc_per_node: 2
+    params: {lr: 0.5, opt: adam}
+    command: |
+      for i in $(seq 1 20); do echo "{\"step\": $i, \"train/loss\": $((100 - i)).5, \"test/acc\": 0.$i}" >> "$TANDEM_METRICS"; done
+      for i in 1 2 3; do echo "rank $RANK line $i"; done
+      printf 'bad byte \377 here\n'
+      echo "rank $RANK last line"
+      mkdir -p out/sub && echo "model of rank $RANK" > out/model.txt && printf 'x\000y' > out/sub/w.bin
+    artifacts: [out/model.txt, out/sub/w.bin]
+  - name: big
+    command: |
+      python3 -c '
+      import os
+      with open(os.environ["TANDEM_METRICS"], "w") as f:
+          for i in range(%d):
+              v = %r if i == %d else 1.0 + (i %% 97) / 1000.0
+              f.write("{\"step\": %%d, \"loss\": %%r, \"time\": %%r}\n" %% (i, v, 1e9 + i / 100.0))
+      '
+  - name: live
+    command: |
+      trap 'exit 143' TERM
+      i=0
+      echo "{\"step\": 0, \"live/x\": 1}" >> "$TANDEM_METRICS"
+      while [ ! -e "$TANDEM_RUN_DIR/release" ]; do i=$((i + 1)); echo "tick $i"; sleep 0.2; done
+      echo "released"
+  - name: sleepy
+    command: |
+      trap 'echo got TERM; exit 143' TERM
+      while :; do sleep 0.1; done
+  - name: quick
+    command: echo quick
+""" % (BIG_N, SPIKE, SPIKE_STEP))
+
+
+def tandem(*args, timeout=120, check_rc=True):
+    p = subprocess.run([TANDEM, *args], env=ENV, cwd=P, capture_output=True, text=True,
+                       errors="replace", timeout=timeout)
+    if check_rc and p.returncode != 0:
+        die(f"tandem {' '.join(args)} exited {p.returncode}: {p.stdout}{p.stderr}")
+    return p
+
+
+t0 = time.time()
+tandem("run", "small")
+tandem("run", "small")  # small-2: makes the prefix "small" ambiguous
+tandem("run", "big")
+print(f"store made ({time.time() - t0:.1f} s): small-1, small-2, big-1")
+
+
+def run_dir(rid):
+    return os.path.join(P, ".tandem", "runs", rid)
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    die(f"timed out after {timeout} s waiting for {what}")
+
+
+class Server:
+    """`tandem ui` on a free port; .base_host/.port/.token from the URL it prints."""
+
+    def __init__(self, *args, env=None):
+        self.p = subprocess.Popen([TANDEM, "ui", "--port", "0", *args], env=env or ENV, cwd=P,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        line = self.p.stdout.readline()
+        self.lines.append(line)
+        m = re.match(r"tandem ui: http://([^/]+):(\d+)/\?token=([0-9a-f]{32})\n$", line)
+        if not m:
+            self.p.kill()
+            die(f"tandem ui printed {line!r} (stderr {self.p.stderr.read()!r}), expected "
+                "'tandem ui: http://HOST:PORT/?token=<32 hex>'")
+        self.url_host, self.port, self.token = m.group(1), int(m.group(2)), m.group(3)
+        # The rest of its output, in the background (so a full pipe never blocks it).
+        self.errors = []
+        self.reader = threading.Thread(target=self._drain, args=(self.p.stdout, self.lines),
+                                       daemon=True)
+        self.reader.start()
+        threading.Thread(target=self._drain, args=(self.p.stderr, self.errors), daemon=True).start()
+
+    @staticmethod
+    def _drain(f, into):
+        for line in f:
+            into.append(line)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return None
+        self.reader.join(5)
+        return rc
+
+
+def request(srv, method, path, headers=None, body=None, timeout=30):
+    """(status, headers dict lower-cased, body bytes); path is sent exactly as given."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
+    try:
+        c.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        h = {"Host": f"127.0.0.1:{srv.port}"}
+        h.update(headers or {})
+        for k, v in h.items():
+            if v is not None:
+                c.putheader(k, v)
+        if body is not None:
+            c.putheader("Content-Length", str(len(body)))
+        c.endheaders(body)
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def get_json(srv, path, status=200, headers=None):
+    st, h, body = request(srv, "GET", path, headers)
+    if not check_eq(st, status, f"GET {path} status (body {body[:300]!r})"):
+        return None
+    if not check(h.get("content-type", "").startswith("application/json"),
+                 f"GET {path}: Content-Type {h.get('content-type')!r}, expected JSON"):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        fail(f"GET {path}: body is not JSON: {body[:200]!r}")
+        return None
+
+
+def expect_error(srv, method, path, status, needle=None, headers=None, body=None):
+    st, h, data = request(srv, method, path, headers, body)
+    check_eq(st, status, f"{method} {path} status (body {data[:300]!r})")
+    try:
+        msg = json.loads(data)["error"]
+    except (ValueError, KeyError, TypeError):
+        fail(f"{method} {path}: a {st} without a JSON error: {data[:200]!r}")
+        return None
+    check(len(msg) > 10, f"{method} {path}: error message too short to help: {msg!r}")
+    if needle:
+        check(needle in msg, f"{method} {path}: error {msg!r} does not mention {needle!r}")
+    return h
+
+
+srv = Server()
+print(f"tandem ui on port {srv.port}, token {srv.token[:6]}...")
+TOK = {"X-Tandem-Token": srv.token}
+
+# ---- the page and its assets ----
+st, h, body = request(srv, "GET", "/")
+check_eq(st, 200, "GET / status")
+check(h.get("content-type", "").startswith("text/html"), f"GET /: Content-Type {h}")
+check_eq(h.get("cache-control"), "no-cache", "GET / Cache-Control")
+check(b"<html" in body.lower() or b"<!doctype" in body.lower(), f"GET / is not HTML: {body[:80]!r}")
+etag = h.get("etag")
+check(etag and etag.startswith('"'), f"GET /: ETag {etag!r}")
+st, _, body = request(srv, "GET", "/", {"If-None-Match": etag})
+check_eq(st, 304, "GET / with If-None-Match status")
+check_eq(body, b"", "a 304's body")
+for name, ctype, needle in [("app.js", "text/javascript", None), ("style.css", "text/css", None),
+                            ("uPlot.iife.min.js", "text/javascript", b"uPlot"),
+                            ("uPlot.min.css", "text/css", b".uplot")]:
+    st, h, body = request(srv, "GET", "/assets/" + name)
+    check_eq(st, 200, f"GET /assets/{name}")
+    check(h.get("content-type", "").startswith(ctype), f"/assets/{name}: {h.get('content-type')}")
+    check(h.get("etag"), f"/assets/{name}: no ETag")
+    check_eq(h.get("x-content-type-options"), "nosniff", f"/assets/{name} nosniff")
+    if needle:
+        check(needle in body, f"/assets/{name} does not contain {needle!r} ({len(body)} bytes)")
+for path, status in [("/assets/nope.js", 404), ("/assets/", 404), ("/assets/index.html", 404),
+                     ("/assets/../CMakeLists.txt", 404), ("/assets/..%2fCMakeLists.txt", 404),
+                     ("/assets/%2e%2e%2f%2e%2e%2fetc%2fpasswd", 404),
+                     ("/assets//etc/passwd", 404), ("/assets/app.js%00.css", 400),
+                     ("/assets/app.js/x", 404), ("/assets/%zz", 400)]:
+    expect_error(srv, "GET", path, status)
+expect_error(srv, "POST", "/assets/app.js", 405, headers=TOK)
+
+# ---- unknown routes and methods ----
+for path in ["/nope", "/api", "/api/", "/api/nope", "/api/runs/small-1/nope",
+             "/api/runs/small-1/series/x", "/index.html", "/api/runs/small-1/logs"]:
+    expect_error(srv, "GET", path, 404)
+for method, path, allow in [("PUT", "/api/runs", None), ("DELETE", "/api/runs/small-1", None),
+                            ("PATCH", "/", None), ("POST", "/api/runs", "GET, HEAD"),
+                            ("GET", "/api/runs/small-1/stop", "POST"),
+                            ("POST", "/api/runs/small-1/series", "GET, HEAD")]:
+    h = expect_error(srv, method, path, 405, headers=TOK)
+    if h is not None and allow:
+        check_eq(h.get("allow"), allow, f"{method} {path} Allow header")
+st, h, body = request(srv, "HEAD", "/api/runs")
+check_eq((st, body), (200, b""), "HEAD /api/runs")
+
+# ---- /api/runs ----
+runs = get_json(srv, "/api/runs?all=1")
+ids = [r["id"] for r in runs["runs"]]
+check_eq(ids, ["big-1", "small-2", "small-1"], "/api/runs ids, newest first")
+small = next(r for r in runs["runs"] if r["id"] == "small-1")
+for field in ["id", "workflow", "status", "exit_code", "created", "started", "ended", "duration",
+              "restarts", "code_version", "params", "nodes", "nproc_per_node", "note", "live",
+              "metrics"]:
+    check(field in small, f"/api/runs: run object lacks '{field}': {sorted(small)}")
+check_eq((small["status"], small["exit_code"], small["live"]), ("succeeded", 0, False),
+         "small-1 status, exit code, live")
+check_eq(small["params"], {"lr": 0.5, "opt": "adam"}, "small-1 params")
+check_eq((small["nodes"], small["nproc_per_node"]), (1, 2), "small-1 nodes x nproc")
+check(small["duration"] is not None and 0 <= small["duration"] < 120,
+      f"small-1 duration {small['duration']}")
+check_eq(small["metrics"].get("train/loss"), {"last": 80.5, "last_step": 20, "min": 80.5,
+                                              "max": 99.5}, "small-1 train/loss summary")
+check_eq(small["metrics"].get("test/acc", {}).get("max"), 0.9, "small-1 test/acc max (0.9 at step 9)")
+check_eq(runs["metric_keys"], sorted(runs["metric_keys"]), "metric_keys sorted")
+for k in ["loss", "test/acc", "train/loss"]:
+    check(k in runs["metric_keys"], f"metric_keys lacks {k}: {runs['metric_keys']}")
+r = get_json(srv, "/api/runs?all=1&metrics=loss,nokey")
+big = next(x for x in r["runs"] if x["id"] == "big-1")
+check_eq(big["metrics"].get("loss", {}).get("max"), SPIKE, "big-1 loss max (the spike)")
+check_eq(big["metrics"].get("loss", {}).get("last_step"), BIG_N - 1, "big-1 loss last step")
+check("nokey" not in big["metrics"], "a key the run lacks is left out of its metrics")
+check_eq(get_json(srv, "/api/runs?all=1&metrics=")["runs"][0]["metrics"], {}, "metrics= (none)")
+check_eq(len(get_json(srv, "/api/runs")["runs"]), 3, "/api/runs without all=1 (few runs: all)")
+expect_error(srv, "GET", "/api/runs?all=2", 400, "all")
+expect_error(srv, "GET", "/api/runs?metrics=" + ",".join(f"k{i}" for i in range(65)), 400, "metrics")
+expect_error(srv, "GET", "/api/runs?all=%00", 400)
+
+# ---- /api/runs/{id} ----
+one = get_json(srv, "/api/runs/small-1")
+check_eq(one["id"], "small-1", "run by id")
+check(one["command"] and "TANDEM_METRICS" in one["command"], "run has its command")
+check_eq(one["run_dir"], os.path.realpath(run_dir("small-1")), "run_dir")
+keys = {k["key"]: k for k in one["keys"]}
+check_eq(sorted(keys), ["test/acc", "train/loss"], "small-1 keys")
+check_eq({k: keys["train/loss"][k] for k in ["ranks", "count", "first_step", "last_step"]},
+         {"ranks": [0, 1], "count": 40, "first_step": 1, "last_step": 20}, "train/loss key summary")
+check(keys["train/loss"]["first_time"] <= keys["train/loss"]["last_time"], "key times ordered")
+arts = {a["name"]: a for a in one["artifacts"]}
+check_eq(sorted(arts), ["out/model.txt", "out/sub/w.bin"], "small-1 artifacts")
+logs = {str(l["rank"]): l for l in one["logs"]}
+check(set(logs) >= {"0", "1"}, f"small-1 logs: {one['logs']}")
+check_eq(get_json(srv, "/api/runs/big")["id"], "big-1", "a unique prefix finds the run")
+expect_error(srv, "GET", "/api/runs/nosuch-9", 404, "nosuch-9")
+expect_error(srv, "GET", "/api/runs/small", 400, "ambiguous")
+expect_error(srv, "GET", "/api/runs/..%2f..%2fetc", 404)
+expect_error(srv, "GET", "/api/runs/small-1%00x", 400, "NUL")
+
+# ---- series ----
+s = get_json(srv, "/api/runs/small-1/series?key=train/loss")
+check_eq((s["run"], s["key"], s["x"], s["from"], s["to"], s["width"], s["total"]),
+         ("small-1", "train/loss", "step", 1, 20, 1000, 40), "small-1 train/loss series header")
+check_eq([(x["rank"], x["n"]) for x in s["series"]], [(0, 20), (1, 20)], "series ranks and counts")
+check_eq(s["series"][0]["x"], list(range(1, 21)), "every point kept when width > points")
+check_eq(s["series"][0]["y"], [100 - i + 0.5 for i in range(1, 21)], "series values")
+s = get_json(srv, "/api/runs/small-1/series?key=train/loss&rank=1&width=2")
+check_eq([x["rank"] for x in s["series"]], [1], "rank=1 only")
+check_eq(s["series"][0]["x"], [1, 10, 11, 20], "2 buckets of a monotone line: first/last each")
+s = get_json(srv, "/api/runs/small-1/series?key=test/acc&x=time")
+check_eq(s["x"], "time", "x=time")
+check(all(abs(t - time.time()) < 3600 for t in s["series"][0]["x"]), "x=time gives wall times")
+for q, status, needle in [
+        ("", 400, "key"), ("key=", 400, "key"), ("key=nokey", 404, "nokey"),
+        ("key=train/loss&width=0", 400, "width"), ("key=train/loss&width=-5", 400, "width"),
+        ("key=train/loss&width=10001", 400, "width"), ("key=train/loss&width=abc", 400, "width"),
+        ("key=train/loss&width=1e3", 400, "width"),
+        ("key=train/loss&width=99999999999999999999999", 400, "width"),
+        ("key=train/loss&from=abc", 400, "from"), ("key=train/loss&to=1x", 400, "to"),
+        ("key=train/loss&from=nan", 400, "from"), ("key=train/loss&to=inf", 400, "to"),
+        ("key=train/loss&from=1e999", 400, "from"),
+        ("key=train/loss&from=5&to=2", 400, "from"), ("key=train/loss&rank=-1", 400, "rank"),
+        ("key=train/loss&rank=x", 400, "rank"), ("key=train/loss&rank=7", 404, "rank 7"),
+        ("key=train/loss&x=foo", 400, "x"),
+        ("key=train/loss&from=-1e308&to=1e308", 400, "range"),
+        ("key=train%00loss", 400, "NUL")]:
+    expect_error(srv, "GET", "/api/runs/small-1/series?" + q, status, needle)
+expect_error(srv, "GET", "/api/runs/nosuch-1/series?key=train/loss", 404)
+
+# Downsampling: 100,000 points, one spike.
+for width in [1, 100, 1000, 10000]:
+    path = f"/api/runs/big-1/series?key=loss&width={width}"
+    t = time.time()
+    st, _, raw = request(srv, "GET", path)
+    dt = time.time() - t
+    s = json.loads(raw)
+    ser = s["series"][0]
+    MEASURED[f"series 100k width={width}"] = f"{dt * 1000:.0f} ms, {len(ser['x'])} points"
+    check_eq((s["total"], ser["n"]), (BIG_N, BIG_N), f"width={width}: points in range")
+    check(len(ser["x"]) <= 4 * width, f"width={width}: {len(ser['x'])} points > 4*width")
+    check(SPIKE in ser["y"], f"width={width}: the spike (y={SPIKE}) was lost")
+    if SPIKE in ser["y"]:
+        check_eq(ser["x"][ser["y"].index(SPIKE)], SPIKE_STEP, f"width={width}: spike at its step")
+    check_eq(min(ser["y"]), 1.0, f"width={width}: the minimum kept")
+    check(ser["x"][0] == 0 and ser["x"][-1] == BIG_N - 1, f"width={width}: ends kept")
+    check(ser["x"] == sorted(ser["x"]), f"width={width}: points in x order")
+    st2, _, raw2 = request(srv, "GET", path)
+    check(raw == raw2, f"width={width}: the same request gave different bytes")
+s = get_json(srv, "/api/runs/big-1/series?key=loss&from=50000&to=50100&width=50")
+ser = s["series"][0]
+check_eq((s["from"], s["to"], ser["n"]), (50000, 50100, 101), "zoom: range and points in it")
+check(all(50000 <= x <= 50100 for x in ser["x"]), f"zoom: x outside [50000, 50100]: {ser['x']}")
+check(len(ser["x"]) <= 200, "zoom: <= 4*width points")
+s = get_json(srv, f"/api/runs/big-1/series?key=loss&x=time&from={1e9 + 700}&to={1e9 + 800}&width=20")
+ser = s["series"][0]
+check(all(1e9 + 700 <= x <= 1e9 + 800 for x in ser["x"]), "x=time zoom stays in range")
+check(SPIKE in ser["y"], "x=time zoom around the spike keeps it")
+check_eq(ser["n"], 10001, "x=time zoom: points in range")
+s = get_json(srv, "/api/runs/big-1/series?key=loss&from=200000&to=300000")
+check_eq((s["total"], s["series"][0]["x"]), (0, []), "a range past the data: no points")
+
+# ---- logs ----
+lg = get_json(srv, "/api/runs/small-1/logs/0")
+check_eq((lg["rank"], lg["offset"], lg["end"], lg["size"]), (0, 0, lg["size"], lg["size"]),
+         "log 0 whole (tail 200)")
+check(lg["text"].endswith("rank 0 last line\n"), f"log 0 ends with its last line: {lg['text']!r}")
+check("bad byte \ufffd here" in lg["text"], f"a byte that is not UTF-8 becomes U+FFFD: {lg['text']!r}")
+lg1 = get_json(srv, "/api/runs/small-1/logs/1?tail=1")
+check_eq(lg1["text"], "rank 1 last line\n", "tail=1")
+check_eq(lg1["end"], lg1["size"], "tail end = size")
+lg2 = get_json(srv, "/api/runs/small-1/logs/0?offset=2&limit=5")
+check_eq((lg2["offset"], lg2["end"], lg2["text"]), (2, 7, lg["text"][2:7]), "offset/limit")
+lg3 = get_json(srv, f"/api/runs/small-1/logs/0?offset={lg['size'] + 100}")
+check_eq((lg3["offset"], lg3["end"], lg3["text"]), (lg["size"], lg["size"], ""), "offset past end")
+check_eq(get_json(srv, "/api/runs/small-1/logs/0?tail=0")["text"], "", "tail=0")
+for q, status, needle in [("0?tail=abc", 400, "tail"), ("0?tail=100001", 400, "tail"),
+                          ("0?tail=-1", 400, "tail"), ("0?offset=-1", 400, "offset"),
+                          ("0?limit=0", 400, "limit"), ("0?limit=16777217", 400, "limit"),
+                          ("0?tail=5&offset=0", 400, "tail"), ("9", 404, "9"),
+                          ("-1", 404, None), ("00", 404, None), ("rank-0.log", 404, None),
+                          ("..%2f..%2f..%2fetc%2fpasswd", 404, None), ("%2fetc%2fpasswd", 404, None),
+                          ("0%00", 400, "NUL"), ("setup", 404, None)]:
+    expect_error(srv, "GET", "/api/runs/small-1/logs/" + q, status, needle)
+
+# ---- artifacts ----
+for path in ["/api/runs/small-1/artifacts/out/model.txt", "/api/runs/small-1/artifacts/out%2Fmodel.txt"]:
+    st, h, body = request(srv, "GET", path)
+    check_eq(st, 200, f"GET {path}")
+    check(h.get("content-disposition", "").startswith("attachment"), f"{path}: {h.get('content-disposition')}")
+    check(body in (b"model of rank 0\n", b"model of rank 1\n"), f"{path}: body {body!r}")
+    check_eq(hashlib.sha256(body).hexdigest(), arts["out/model.txt"]["sha256"], "artifact SHA-256")
+    check_eq(len(body), arts["out/model.txt"]["size"], "artifact size")
+st, h, body = request(srv, "GET", arts["out/sub/w.bin"]["url"])
+check_eq((st, body), (200, b"x\x00y"), "binary artifact through its url")
+for name in ["..%2f..%2fetc%2fpasswd", "../../etc/passwd", "%2Fetc%2Fpasswd", "/etc/passwd",
+             "out/../out/model.txt", "out/./model.txt", "out//model.txt", "OUT/model.txt",
+             "out/model.txt%00", "out/model.txt%00.png", "model.txt", "nope", "out",
+             "%2e%2e/%2e%2e/.tandem/runs.db"]:
+    expect_error(srv, "GET", "/api/runs/small-1/artifacts/" + name,
+                 400 if "%00" in name else 404)
+expect_error(srv, "GET", "/api/runs/small-1/artifacts/", 404)
+
+# ---- access ----
+st, h, _ = request(srv, "GET", f"/api/runs?token={srv.token}")
+cookie = h.get("set-cookie", "")
+check(cookie.startswith(f"tandem_token={srv.token}") and "HttpOnly" in cookie and
+      "SameSite=Strict" in cookie and "Path=/" in cookie, f"?token= sets the cookie: {cookie!r}")
+st, h, _ = request(srv, "GET", "/api/runs?token=0123456789abcdef0123456789abcdef")
+check_eq((st, h.get("set-cookie")), (200, None), "a wrong ?token= on loopback: served, no cookie")
+# DNS rebinding: a page of another site whose name resolves to 127.0.0.1.
+expect_error(srv, "GET", "/api/runs", 401, "token", headers={"Host": f"evil.example:{srv.port}"})
+st, _, _ = request(srv, "GET", "/api/runs", {"Host": f"evil.example:{srv.port}", **TOK})
+check_eq(st, 200, "a foreign Host with the token")
+st, _, _ = request(srv, "GET", "/api/runs", {"Host": f"localhost:{srv.port}"})
+check_eq(st, 200, "Host localhost")
+# POST: token and origin (small-1 has ended: a request that gets through is a 409).
+stop = "/api/runs/small-1/stop"
+expect_error(srv, "POST", stop, 401, "token")
+expect_error(srv, "POST", stop, 401, "token", headers={"X-Tandem-Token": "0" * 32})
+expect_error(srv, "POST", f"{stop}?token={srv.token}", 401, "token")  # the URL alone is not enough
+expect_error(srv, "POST", stop, 401, headers={"Cookie": "tandem_token=" + "1" * 32})
+expect_error(srv, "POST", stop, 403, "origin",
+             headers={**TOK, "Origin": "http://evil.example"})
+expect_error(srv, "POST", stop, 403, "origin",
+             headers={**TOK, "Origin": f"http://127.0.0.1:{srv.port + 1}"})
+expect_error(srv, "POST", stop, 409, "already ended",
+             headers={**TOK, "Origin": f"http://127.0.0.1:{srv.port}"})
+expect_error(srv, "POST", stop, 409, headers={"Cookie": f"tandem_token={srv.token}"})
+expect_error(srv, "POST", stop, 413, headers=TOK, body=b"x" * 100000)
+expect_error(srv, "POST", "/api/runs/nosuch-3/stop", 404, headers=TOK)
+
+# Another listener: not loopback, so every request needs the token.
+wide = Server("--host", "0.0.0.0")
+time.sleep(0.2)
+check(any("every request needs the token" in l for l in wide.lines),
+      f"tandem ui --host 0.0.0.0 says the token is required: {wide.lines}")
+expect_error(wide, "GET", "/api/runs", 401, "token")
+expect_error(wide, "GET", "/", 401, "token")
+expect_error(wide, "GET", "/assets/app.js", 401)
+st, _, _ = request(wide, "GET", "/api/runs", {"X-Tandem-Token": wide.token})
+check_eq(st, 200, "non-loopback GET with the token header")
+st, h, _ = request(wide, "GET", f"/?token={wide.token}")
+check_eq(st, 200, "non-loopback GET / with ?token=")
+check(h.get("set-cookie", "").startswith("tandem_token="), "non-loopback ?token= sets the cookie")
+st, _, _ = request(wide, "GET", "/api/runs", {"Cookie": f"tandem_token={wide.token}"})
+check_eq(st, 200, "non-loopback GET with the cookie")
+expect_error(wide, "GET", "/api/runs", 401, headers={"X-Tandem-Token": srv.token})
+check_eq(wide.stop(), 0, "the 0.0.0.0 server's exit code on SIGTERM")
+
+
+# ---- live: events of a running run ----
+class Events:
+    """Reads an event stream in a thread: .q gets (arrival time, event, data) per event and
+    (time, None, None) at its end."""
+
+    def __init__(self, srv, path, headers=None):
+        self.c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        self.c.request("GET", path, headers=headers or {})
+        self.r = self.c.getresponse()
+        self.status = self.r.status
+        self.headers = {k.lower(): v for k, v in self.r.getheaders()}
+        self.q = queue.Queue()
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        ev, data = None, []
+        try:
+            while True:
+                line = self.r.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\n")
+                if line == "":
+                    if ev or data:
+                        self.q.put((time.time(), ev or "message", json.loads("\n".join(data))))
+                    ev, data = None, []
+                elif line.startswith("event: "):
+                    ev = line[7:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+        except Exception as e:  # noqa: BLE001 (closing the socket under a read lands here)
+            self.q.put((time.time(), "error", str(e)))
+        self.q.put((time.time(), None, None))
+
+    def next(self, want, timeout, pred=None):
+        """The next event named want (matching pred), skipping others; None on timeout/end."""
+        deadline = time.time() + timeout
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                return None
+            try:
+                t, ev, data = self.q.get(timeout=left)
+            except queue.Empty:
+                return None
+            if ev is None:
+                return ("end", t)
+            if ev == want and (pred is None or pred(data)):
+                return (t, data)
+
+    def close(self):
+        try:
+            self.c.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.c.close()
+
+
+p = tandem("run", "-d", "live")
+live_id = "live-1"
+wait_for(lambda: os.path.exists(os.path.join(run_dir(live_id), "metrics", "rank-0.jsonl")) and
+         get_json(srv, f"/api/runs/{live_id}")["status"] == "running", 60, "live-1 running")
+ev = Events(srv, f"/api/runs/{live_id}/events")
+check_eq(ev.status, 200, "events status")
+check(ev.headers.get("content-type", "").startswith("text/event-stream"), f"events: {ev.headers}")
+check_eq(ev.headers.get("cache-control"), "no-cache", "events Cache-Control")
+got = ev.next("status", 5)
+check(got and got != "end" and got[1]["status"] == "running" and got[1]["live"] is True,
+      f"the first event is the run's status: {got}")
+got = ev.next("log", 5, lambda d: "tick" in d["text"])
+check(got and got[0] != "end" and got[1]["rank"] == 0 and got[1]["end"] > got[1]["offset"],
+      f"a log line of a running run arrives as event: log ({got})")
+
+metrics_file = os.path.join(run_dir(live_id), "metrics", "rank-0.jsonl")
+
+
+def append_line(obj):
+    fd = os.open(metrics_file, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (json.dumps(obj) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+# (a) end to end: a line appended to the worker's metrics file (the supervisor ingests every
+# 0.5 s) until the point is on the wire.
+lat = []
+for i in range(1, 9):
+    t = time.time()
+    append_line({"step": 1000 + i, "live/x": i * 1.5})
+    got = ev.next("points", 5, lambda d, i=i: any(p[0] == "live/x" and p[2] == 1000 + i
+                                                  for p in d["points"]))
+    if not check(got and got[0] != "end", f"point {i} did not arrive as event: points within 5 s"):
+        break
+    lat.append(got[0] - t)
+    pt = next(p for p in got[1]["points"] if p[2] == 1000 + i)
+    check_eq((pt[0], pt[1], pt[2], pt[4]), ("live/x", 0, 1000 + i, i * 1.5), "point fields")
+    check(isinstance(got[1]["cursor"], int) and got[1]["cursor"] > 0, "points carry a cursor")
+    time.sleep(0.13 * (i % 4))
+if lat:
+    MEASURED["SSE file append -> event (incl. 0.5 s ingest)"] = (
+        f"median {statistics.median(lat) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms, n={len(lat)}")
+    check(max(lat) < 2.0, f"file append -> event: points took {max(lat):.2f} s (limit 2 s)")
+
+# (b) from the store: a row committed to runs.db (as the ingest commits) until it is on the wire.
+db = sqlite3.connect(os.path.join(P, ".tandem", "runs.db"), timeout=10)
+seq = db.execute("SELECT seq FROM runs WHERE id = ?", (live_id,)).fetchone()[0]
+key = db.execute("SELECT id FROM metric_keys WHERE name = 'live/x'").fetchone()[0]
+lat = []
+for i in range(1, 9):
+    t = time.time()
+    with db:
+        db.execute("INSERT INTO metrics(run, rank, key, step, value, time) VALUES(?,?,?,?,?,?)",
+                   (seq, 0, key, 5000 + i, 7.0, time.time()))
+    got = ev.next("points", 5, lambda d, i=i: any(p[2] == 5000 + i for p in d["points"]))
+    if not check(got and got[0] != "end", f"stored point {i} did not arrive within 5 s"):
+        break
+    lat.append(got[0] - t)
+    time.sleep(0.07 * (i % 5))
+db.close()
+if lat:
+    MEASURED["SSE store commit -> event"] = (
+        f"median {statistics.median(lat) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms, n={len(lat)}")
+    check(max(lat) < 2.0, f"store -> event: points took {max(lat):.2f} s (limit 2 s)")
+
+# A second stream resuming from a cursor gets what came after it, and nothing before.
+ev2 = Events(srv, f"/api/runs/{live_id}/events?since=0")
+got = ev2.next("points", 5, lambda d: any(p[2] == 0 for p in d["points"]))
+check(got and got[0] != "end", "since=0 replays the run's points from the start")
+ev2.close()
+expect_error(srv, "GET", f"/api/runs/{live_id}/events?since=-1", 400, "since")
+expect_error(srv, "GET", f"/api/runs/{live_id}/events?since=x", 400, "since")
+
+# reset: a resume event (the worker restarted from a checkpoint) cuts points back.
+append_line({"event": "resume", "step": 1002})
+append_line({"step": 1003, "live/x": 99.0})
+got = ev.next("reset", 5)
+check(got and got[0] != "end" and isinstance(got[1].get("cursor"), int),
+      f"a resume in the metrics file gives event: reset ({got})")
+s = get_json(srv, f"/api/runs/{live_id}/series?key=live/x")
+xs = s["series"][0]["x"]
+check(1003 in xs and 1004 not in xs and 5001 not in xs, f"after the resume cut the series is {xs}")
+
+# /api/events: a run that appears is announced.
+rev = Events(srv, "/api/events")
+check_eq(rev.status, 200, "/api/events status")
+tandem("run", "quick")
+got = rev.next("runs", 5, lambda d: any(r["id"] == "quick-1" for r in d["runs"]))
+check(got and got[0] != "end", f"/api/events announced quick-1: {got}")
+rev.close()
+
+# The end of a run: a last status, then the end of the stream.
+open(os.path.join(run_dir(live_id), "release"), "w").close()
+got = ev.next("status", 30, lambda d: d["status"] != "running")
+check(got and got[0] != "end" and got[1]["status"] == "succeeded" and got[1]["live"] is False,
+      f"the run's end arrives as event: status ({got})")
+got = ev.next("never", 10)
+check(got and got[0] == "end", f"the stream ends after the final status ({got})")
+ev.close()
+
+# ---- POST stop ----
+tandem("run", "-d", "sleepy")
+wait_for(lambda: get_json(srv, "/api/runs/sleepy-1")["status"] == "running", 60, "sleepy-1 running")
+expect_error(srv, "POST", "/api/runs/sleepy-1/stop", 401)
+st, h, body = request(srv, "POST", "/api/runs/sleepy-1/stop",
+                      {**TOK, "Origin": f"http://127.0.0.1:{srv.port}"})
+check_eq(st, 200, f"POST stop with the token (body {body[:200]!r})")
+if st == 200:
+    d = json.loads(body)
+    check_eq((d["id"], d["requested"]), ("sleepy-1", True), "stop reply")
+end = wait_for(lambda: (lambda r: r if not r["live"] else None)(
+    get_json(srv, "/api/runs/sleepy-1")), 60, "sleepy-1 to end after POST stop")
+check_eq(end["status"], "stopped", "the run stopped through the API")
+expect_error(srv, "POST", "/api/runs/sleepy-1/stop", 409, "already ended", headers=TOK)
+
+# A run whose supervisor dies (kill -9) is marked failed by the server within seconds (as
+# tandem ps would), and its event stream ends.
+tandem("run", "-d", "sleepy")
+wait_for(lambda: get_json(srv, "/api/runs/sleepy-2")["status"] == "running", 60, "sleepy-2 running")
+with open(os.path.join(run_dir("sleepy-2"), "run.json")) as f:
+    sup = json.load(f)["supervisor_pid"]
+ev = Events(srv, "/api/runs/sleepy-2/events")
+check(ev.next("status", 5), "sleepy-2: first status")
+os.kill(sup, signal.SIGKILL)
+got = ev.next("status", 20, lambda d: not d["live"])
+check(got and got[0] != "end" and got[1]["status"] == "failed" and "supervisor" in (got[1]["note"] or ""),
+      f"a run whose supervisor died is shown failed, with why ({got})")
+check_eq((ev.next("never", 10) or ("?",))[0], "end", "its stream ends")
+ev.close()
+
+# ---- load, odd requests, and still alive ----
+errors = []
+
+
+def hammer():
+    for path in ["/api/runs?all=1", "/api/runs/big-1/series?key=loss&width=500",
+                 "/api/runs/small-1/logs/0?tail=3", "/assets/app.js"] * 5:
+        try:
+            st, _, _ = request(srv, "GET", path)
+            if st != 200:
+                errors.append(f"{path}: {st}")
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+
+
+threads = [threading.Thread(target=hammer) for _ in range(8)]
+t = time.time()
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+MEASURED["160 requests from 8 threads"] = f"{(time.time() - t) * 1000:.0f} ms"
+check_eq(errors, [], "concurrent requests")
+with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sk:
+    sk.sendall(b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    check(sk.recv(100).startswith(b"HTTP/1.1 4"), "a 20 kB path gets a 4xx")
+with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sk:
+    sk.sendall(b"GARBAGE\r\n\r\n")
+    sk.recv(100)
+st, _, _ = request(srv, "GET", "/api/runs")
+check_eq(st, 200, "the server still answers after everything above")
+
+# ---- the command line ----
+for args, needle in [(["--port", "abc"], "--port"), (["--port", "70000"], "--port"),
+                     (["--port"], "--port"), (["--host"], "--host"), (["--bogus"], "--bogus"),
+                     (["--port=-1"], "--port")]:
+    p = subprocess.run([TANDEM, "ui", *args], env=ENV, cwd=P, capture_output=True, text=True,
+                       timeout=30)
+    check_eq(p.returncode, 2, f"tandem ui {' '.join(args)} exit code")
+    check(needle in p.stderr, f"tandem ui {' '.join(args)}: stderr {p.stderr!r} lacks {needle!r}")
+p = subprocess.run([TANDEM, "ui", "--help"], env=ENV, capture_output=True, text=True, timeout=30)
+check(p.returncode == 0 and "--port" in p.stdout, f"tandem ui --help: {p.returncode} {p.stdout!r}")
+p = subprocess.run([TANDEM, "ui", "--port", str(srv.port)], env=ENV, cwd=P, capture_output=True,
+                   text=True, timeout=30)
+check(p.returncode == 1 and str(srv.port) in p.stderr, f"a port in use: {p.returncode} {p.stderr!r}")
+env = dict(ENV, TANDEM_UI_TOKEN="fixed-token-0123456789")
+p = subprocess.Popen([TANDEM, "ui", "--port", "0"], env=env, cwd=P, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
+line = p.stdout.readline()
+check(line.rstrip().endswith("?token=fixed-token-0123456789"), f"TANDEM_UI_TOKEN: {line!r}")
+p.send_signal(signal.SIGINT)
+check_eq(p.wait(timeout=10), 0, "tandem ui exit code on SIGINT")
+
+rc = srv.stop()
+check_eq(rc, 0, f"tandem ui exit code on SIGTERM (stderr: {''.join(srv.errors)[-2000:]!r})")
+check(not any("ERROR" in l or "Sanitizer" in l for l in srv.errors),
+      f"tandem ui complained on stderr: {''.join(srv.errors)[-2000:]!r}")
+check(any("stopped" in l for l in srv.lines), f"tandem ui says it stopped: {srv.lines[-2:]}")
+
+for k, v in MEASURED.items():
+    print(f"measured: {k}: {v}")
+if FAILURES:
+    print(f"{len(FAILURES)} check(s) failed; store kept in {P}", file=sys.stderr)
+    sys.exit(1)
+shutil.rmtree(P, ignore_errors=True)
+print("ui api: ok")
