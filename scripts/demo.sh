@@ -56,7 +56,7 @@ cat <<EOF
 
 Look at it in the dashboard (docs/ui.md): the runs, their curves (live while a run trains),
 logs, artifacts, and several runs compared:
-  $t ui                                               then open the URL it prints
+  $t ui        then open the URL it prints (Ctrl-C stops it)
 
 Try next (README.md, "The demo", says more):
   $t metrics $run --key train/loss --csv | head    every point; also --json
