@@ -230,6 +230,9 @@ void td_env_print(FILE *out);
     X(TANDEM_CHECKPOINT_DIR, "run", "where tandem train keeps its checkpoints")                    \
     X(TANDEM_RESUME, "run", "1: resume from the newest checkpoint in TANDEM_CHECKPOINT_DIR")       \
     X(TANDEM_PROGRESS, "run", "1: a person watches; rank 0 draws a progress bar")                  \
+    X(TANDEM_SYS_METRICS, "run",                                                                   \
+      "the node agent writes its workers' CPU/RSS/GPU to --metrics-dir/sys-HOST.jsonl, steps in "  \
+      "seconds since this wall time (the run's creation): set by the Slurm and ssh executors")     \
     X(TANDEM_PARAM_, "run", "TANDEM_PARAM_<KEY>: each workflow param, KEY upper-cased")
 
 typedef enum {

@@ -249,6 +249,10 @@ void td_sysmon_free(td_sysmon *mon);
  * environments, or -1. */
 td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
                            int *max_restart);
+/* The same sample, appended to the file path as sys.jsonl's lines (one per rank, steps whole
+ * seconds since t0_wall) instead of stored: a node agent on another machine (TANDEM_SYS_METRICS)
+ * writes METRICS_DIR/sys-HOST.jsonl, which reaches the run store as its metric files do. */
+td_status td_sysmon_sample_to_file(td_sysmon *mon, const char *path, pid_t root, double t0_wall);
 
 /* ---- artifacts ---- */
 typedef struct td_artifact {

@@ -427,6 +427,11 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                  "not turn that off.\nexport %s=1\n",
                  knob_name(TD_ENV_LAUNCH_DETECT), knob_name(TD_ENV_LAUNCH_DETECT));
     td__buf_addf(&b,
+                 "# Each node's launcher samples its workers' CPU, memory and GPU (this "
+                 "supervisor cannot see\n# the nodes' /proc): steps are seconds since the "
+                 "run was created.\nexport %s=%.3f\n",
+                 td_var_name(TD_VAR_TANDEM_SYS_METRICS), job->run->created_s);
+    td__buf_addf(&b,
                  "# A requeued job (scontrol requeue, preemption, the time-limit requeue below) "
                  "resumes from the\n# newest checkpoint; each rank log says where.\n"
                  "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"

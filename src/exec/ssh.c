@@ -435,6 +435,9 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
         free(key);
     }
     if (resume) td__buf_addf(b, "export %s=1\n", resume_name);
+    /* The agent samples its workers' CPU, memory and GPU (we cannot see the host's /proc). */
+    td__buf_addf(b, "export %s=%.3f\n", td_var_name(TD_VAR_TANDEM_SYS_METRICS),
+                 c->job->run->created_s);
     char *dir = td_xstrdup(tandem_on_hosts(c));
     char *slash = strrchr(dir, '/');
     if (slash) {

@@ -82,9 +82,13 @@ size_t td_ingester_malformed(const td_ingester *ing) {
  * sysmon.c) names the rank on each line. */
 #define RANK_PER_LINE (-2)
 
-/* rank-<R>.jsonl -> R; sys.jsonl -> RANK_PER_LINE; -1 for any other name. */
+/* rank-<R>.jsonl -> R; sys.jsonl and sys-<NODE>.jsonl (a remote node agent's system metrics)
+ * -> RANK_PER_LINE; -1 for any other name. */
 static int rank_of(const char *name) {
-    if (!strcmp(name, "sys.jsonl")) return RANK_PER_LINE;
+    size_t n = strlen(name);
+    if (!strcmp(name, "sys.jsonl") ||
+        (!strncmp(name, "sys-", 4) && n > 10 && !strcmp(name + n - 6, ".jsonl")))
+        return RANK_PER_LINE;
     if (strncmp(name, "rank-", 5)) return -1;
     const char *p = name + 5;
     if (*p < '0' || *p > '9') return -1;

@@ -54,15 +54,9 @@ void td_sysmon_free(td_sysmon *mon) {
  * through the same exactly-once ingest as the workers' files: the run directory then holds
  * every point of the run, and `tandem reindex` gets these back too. A run without a metrics
  * directory has them stored directly. pts are grouped by rank. */
-static td_status store_points(td_sysmon *mon, td_rundb *store, const td_run *run,
-                              const td_metric_point *pts, size_t npts) {
-    struct stat sb;
-    char *dir = run->run_dir ? td_xasprintf("%s/metrics", run->run_dir) : NULL;
-    if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        free(dir);
-        return td_metrics_insert(store, run->id, pts, npts);
-    }
-    char *path = td_xasprintf("%s/sys.jsonl", dir);
+/* Appends pts (grouped by rank) to path as one JSON line per rank. */
+static td_status append_points(const char *path, const char *dir, const td_metric_point *pts,
+                               size_t npts) {
     td_status st = TD_OK;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) st = td_error_errno(TD_ERR_IO, "cannot open system metrics file %s", path);
@@ -90,6 +84,24 @@ static td_status store_points(td_sysmon *mon, td_rundb *store, const td_run *run
         }
     }
     if (fd >= 0) close(fd);
+    return st;
+}
+
+/* The samples are appended to <run_dir>/metrics/sys.jsonl, one line per rank
+ * ({"rank": R, "step": S, "time": T, "sys/cpu_percent": ...}), and stored from there at once
+ * through the same exactly-once ingest as the workers' files: the run directory then holds
+ * every point of the run, and `tandem reindex` gets these back too. A run without a metrics
+ * directory has them stored directly. pts are grouped by rank. */
+static td_status store_points(td_sysmon *mon, td_rundb *store, const td_run *run,
+                              const td_metric_point *pts, size_t npts) {
+    struct stat sb;
+    char *dir = run->run_dir ? td_xasprintf("%s/metrics", run->run_dir) : NULL;
+    if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        free(dir);
+        return td_metrics_insert(store, run->id, pts, npts);
+    }
+    char *path = td_xasprintf("%s/sys.jsonl", dir);
+    td_status st = append_points(path, dir, pts, npts);
     if (st == TD_OK && (!mon->ing || mon->ing_store != store || strcmp(mon->ing_run, run->id))) {
         td_ingester_free(mon->ing);
         free(mon->ing_run);
@@ -177,11 +189,15 @@ static double uptime_s(void) {
     return up;
 }
 
-td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
-                           int *max_restart) {
+/* One sample of root's descendants as points (grouped by rank, step as given); caller frees
+ * *out. */
+static void collect(td_sysmon *mon, pid_t root, int64_t step, int *max_restart,
+                    td_metric_point **out, size_t *nout) {
+    *out = NULL;
+    *nout = 0;
     if (max_restart) *max_restart = -1;
     DIR *d = opendir("/proc");
-    if (!d) return TD_OK; /* no /proc: no system metrics, not an error */
+    if (!d) return; /* no /proc: no system metrics, not an error */
     struct proc_info *all = NULL;
     size_t nall = 0, cap = 0;
     struct dirent *e;
@@ -268,7 +284,6 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
 
     td_metric_point *pts = td_xcalloc(4 * MAX_RANKS, sizeof *pts);
     size_t npts = 0;
-    int64_t step = (int64_t)(td_wall_s() - run->created_s);
     for (int r = 0; r < MAX_RANKS; r++) {
         if (!seen[r]) continue;
         pts[npts++] = (td_metric_point){r, "sys/cpu_percent", step, cpu[r], 0};
@@ -279,8 +294,8 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
         if (gpu[r].util >= 0)
             pts[npts++] = (td_metric_point){r, "sys/gpu_util_percent", step, gpu[r].util, 0};
     }
-    td_status st = npts ? store_points(mon, store, run, pts, npts) : TD_OK;
-    free(pts);
+    *out = pts;
+    *nout = npts;
     free(gpu);
     free(wpid);
     free(wrank);
@@ -289,5 +304,30 @@ td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, p
     free(seen);
     free(in);
     free(all);
+}
+
+td_status td_sysmon_sample(td_sysmon *mon, td_rundb *store, const td_run *run, pid_t root,
+                           int *max_restart) {
+    td_metric_point *pts;
+    size_t npts;
+    collect(mon, root, (int64_t)(td_wall_s() - run->created_s), max_restart, &pts, &npts);
+    td_status st = npts ? store_points(mon, store, run, pts, npts) : TD_OK;
+    free(pts);
+    return st;
+}
+
+td_status td_sysmon_sample_to_file(td_sysmon *mon, const char *path, pid_t root, double t0_wall) {
+    td_metric_point *pts;
+    size_t npts;
+    collect(mon, root, (int64_t)(td_wall_s() - t0_wall), NULL, &pts, &npts);
+    td_status st = TD_OK;
+    if (npts) {
+        char *dir = td_xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        st = append_points(path, slash ? dir : ".", pts, npts);
+        free(dir);
+    }
+    free(pts);
     return st;
 }

@@ -73,16 +73,22 @@ grep -q '^\[rank 0\] .*training basicnet' <<<"$logs" || fail "rank 0's log: $(he
 steps=$("$B" metrics bn-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | sort -n | tr '\n' ' ')
 [ "$steps" = "$(seq 1 40 | tr '\n' ' ')" ] || fail "train/loss steps: $steps"
 "$B" ps | grep -q '^bn-1 .* succeeded .* 40 ' || fail "ps: $("$B" ps)"
-echo "run store: status succeeded, rank logs of both nodes, train/loss steps 1..40 once each"
+# system metrics: each node's launcher sampled its worker (the supervisor sees no node's /proc)
+sys=$("$B" metrics bn-1 --key sys/cpu_percent --csv | tail -n +2 | cut -d, -f1 | sort -u | tr '\n' ' ')
+[ "$sys" = "0 1 " ] || fail "sys/cpu_percent ranks: '$sys' (want 0 and 1)"
+ls "$R/metrics/" | grep -q "^sys-$n1.jsonl$" || fail "no sys-$n1.jsonl: $(ls "$R/metrics")"
+echo "run store: status succeeded, rank logs of both nodes, train/loss steps 1..40 once each," \
+     "both nodes' system metrics"
 
 # --- 2. the workers' environment: as the local executor's
 slurm_exec timeout -k 5 60 "$B" run env-slurm >"$P/env-slurm.log" 2>&1 || fail "env-slurm: exit $?"
 "$B" run env-local >"$P/env-local.log" 2>&1 || fail "env-local: exit $?"
 # What may differ: the run's id and directory, the store's token, address and (local nodes)
-# inherited socket, all per job, and TANDEM_LAUNCH_DETECT, which the batch script pins to 1.
+# inherited socket, all per job, TANDEM_LAUNCH_DETECT, which the batch script pins to 1, and
+# TANDEM_SYS_METRICS, which asks the Slurm nodes' launchers to sample their workers.
 norm() { # FILE RUN_ID
     grep -E '^(TANDEM_|TD_WF_VAR=|PATH=|RANK=|WORLD_SIZE=|LOCAL_RANK=|GROUP_RANK=)' "$1" |
-        grep -vE '^TANDEM_(TOKEN|STORE_ADDR|STORE_LISTEN_FD|LAUNCH_DETECT)=' |
+        grep -vE '^TANDEM_(TOKEN|STORE_ADDR|STORE_LISTEN_FD|LAUNCH_DETECT|SYS_METRICS)=' |
         sed "s#$P/.tandem/runs/$2#RUN#g; s#=$2\$#=ID#"
 }
 for r in 0 1; do

@@ -97,7 +97,11 @@ steps=$("$B" metrics bn-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | so
 [ "$steps" = "$(seq 1 40 | tr '\n' ' ')" ] || fail "train/loss steps: $steps"
 cmp <(sshd_host_exec 1 cat "$REMOTE/bn-1/agent/logs/rank-0.log") "$R/logs/rank-0.log" ||
     fail "the run store's rank-0.log differs from host 1's"
-echo "run store: both ranks' logs (equal to the hosts' own), train/loss steps 1..40 once each"
+sys=$("$B" metrics bn-1 --key sys/cpu_percent --csv | tail -n +2 | cut -d, -f1 | sort -u | tr '\n' ' ')
+[ "$sys" = "0 1 " ] || fail "sys/cpu_percent ranks: '$sys' (want 0 and 1, sampled on each host)"
+[ -s "$R/metrics/sys-$h2.jsonl" ] || fail "no sys-$h2.jsonl from host 2: $(ls "$R/metrics")"
+echo "run store: both ranks' logs (equal to the hosts' own), train/loss steps 1..40 once each," \
+     "each host's system metrics"
 
 # --- 2. one host's agent killed: the other stops, the run restarts and resumes
 sshd_exec timeout -k 5 240 "$B" run long >"$P/long.log" 2>&1 &

@@ -1,12 +1,16 @@
 /* tandem launch: torchrun-compatible flag parsing; the work is td_launch_run (src/launch). */
+#include <ctype.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "commands.h"
 #include "tandem/launch.h"
+#include "tandem/track.h"
 
 static void launch_usage(FILE *out) {
     fprintf(out, "usage: tandem launch [options] -- CMD ARGS...\n"
@@ -111,6 +115,66 @@ static int open_link(td_launch_options *o, td_agent_link **link) {
     o->lost_nodes = td_agent_link_lost_nodes;
     o->executor_link = *link;
     return 0;
+}
+
+/* TANDEM_SYS_METRICS (set by the Slurm and ssh executors, whose supervisor cannot see this
+ * machine's /proc): a thread samples this agent's workers every SYS_PERIOD_S into
+ * METRICS_DIR/sys-HOST.jsonl, which reaches the run store like the workers' metric files (the
+ * shared run directory, or the agent link). */
+#define SYS_PERIOD_S 2.0
+
+typedef struct {
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    char *path;
+    double t0;
+} sys_sampler;
+
+static void *sys_sample_loop(void *arg) {
+    sys_sampler *s = arg;
+    td_sysmon *mon = td_sysmon_new();
+    bool warned = false;
+    while (!atomic_load(&s->stop)) {
+        if (td_sysmon_sample_to_file(mon, s->path, getpid(), s->t0) != TD_OK && !warned) {
+            TD_LOG_WARN("system metrics: %s (not sampled any more)", td_error_msg());
+            warned = true;
+        }
+        td_error_clear();
+        for (int i = 0; i < (int)(SYS_PERIOD_S * 10) && !atomic_load(&s->stop); i++)
+            usleep(100 * 1000);
+        if (warned) break;
+    }
+    td_sysmon_free(mon);
+    return NULL;
+}
+
+static void sys_sampler_start(sys_sampler *s, const td_launch_options *o) {
+    const char *t0 = td_var_get(TD_VAR_TANDEM_SYS_METRICS);
+    if (!t0 || !*t0 || !o->metrics_dir) return;
+    if (td_parse_f64(td_var_name(TD_VAR_TANDEM_SYS_METRICS), t0, &s->t0) != TD_OK) {
+        td_error_print(TD_ERR_INVALID);
+        return;
+    }
+    char host[256] = "node";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++) /* a file name the agent link forwards */
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-' && *c != '_') *c = '_';
+    s->path = td_xasprintf("%s/sys-%s.jsonl", o->metrics_dir, host);
+    /* All signals blocked in the thread (it inherits the mask): they are the agent's. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    s->started = pthread_create(&s->thread, NULL, sys_sample_loop, s) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void sys_sampler_stop(sys_sampler *s) {
+    if (s->started) {
+        atomic_store(&s->stop, true);
+        pthread_join(s->thread, NULL);
+    }
+    free(s->path);
 }
 
 int cmd_launch(int argc, char **argv) {
@@ -256,7 +320,10 @@ int cmd_launch(int argc, char **argv) {
         free(endpoint_buf);
         return rc;
     }
+    sys_sampler sys = {0};
+    sys_sampler_start(&sys, &o);
     td_status st = td_launch_run(&o, &exit_code);
+    sys_sampler_stop(&sys);
     if (st != TD_OK) {
         td_error_print(st);
         if (st == TD_ERR_USAGE) exit_code = 2;
