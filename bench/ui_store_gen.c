@@ -41,7 +41,7 @@ static double wall_now(void) {
 
 #define NKEYS 10
 static const char *const big_keys[NKEYS] = {
-    "train/loss", "train/acc",      "test/loss",       "test/acc",         "lr",
+    "train/loss", "train/acc",     "test/loss",       "test/acc",   "lr",
     "grad_norm",  "samples_per_s", "sys/cpu_percent", "sys/rss_mb", "sys/gpu_util_percent"};
 
 static double value(int key, int rank, int64_t step, int64_t steps, double lr0) {
@@ -51,15 +51,24 @@ static double value(int key, int rank, int64_t step, int64_t steps, double lr0) 
     switch (key) {
     case 0: /* spikes every ~9973 steps: the downsampler must keep them */
         return loss * (1 + 0.25 * noise) * (step % 9973 == 4000 ? 4.0 : 1.0);
-    case 1: return fmin(1.0, 1.0 - loss / 2.6 + 0.02 * noise);
-    case 2: return loss * 1.08 + 0.01 * noise;
-    case 3: return fmin(1.0, 1.0 - loss / 2.4 + 0.01 * noise);
-    case 4: return lr0 * 0.5 * (1 + cos(M_PI * p));
-    case 5: return 1.5 * exp(-3 * p) + 0.3 + 0.4 * fabs(noise) + (urand() < 1e-4 ? 20.0 : 0.0);
-    case 6: return 5200 + 300 * noise - 150 * rank;
-    case 7: return 97 + 6 * noise;
-    case 8: return 1800 + 400 * p + 30 * noise + 120 * rank;
-    default: return 88 + 10 * noise;
+    case 1:
+        return fmin(1.0, 1.0 - loss / 2.6 + 0.02 * noise);
+    case 2:
+        return loss * 1.08 + 0.01 * noise;
+    case 3:
+        return fmin(1.0, 1.0 - loss / 2.4 + 0.01 * noise);
+    case 4:
+        return lr0 * 0.5 * (1 + cos(M_PI * p));
+    case 5:
+        return 1.5 * exp(-3 * p) + 0.3 + 0.4 * fabs(noise) + (urand() < 1e-4 ? 20.0 : 0.0);
+    case 6:
+        return 5200 + 300 * noise - 150 * rank;
+    case 7:
+        return 97 + 6 * noise;
+    case 8:
+        return 1800 + 400 * p + 30 * noise + 120 * rank;
+    default:
+        return 88 + 10 * noise;
     }
 }
 
@@ -89,7 +98,8 @@ int main(int argc, char **argv) {
     const int64_t small_steps = 1000;
     for (int r = 0; r < small_runs; r++) {
         double lr = 0.001 * (1 + r % 10);
-        char *params = td_xasprintf("{\"lr\": %g, \"batch\": %d, \"seed\": %d}", lr, 32 << (r % 3), r);
+        char *params =
+            td_xasprintf("{\"lr\": %g, \"batch\": %d, \"seed\": %d}", lr, 32 << (r % 3), r);
         td_run_spec spec = {"sweep", "python3 train.py", params, 1, 2};
         td_run run;
         check(td_run_create(db, &spec, &run));

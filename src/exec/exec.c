@@ -247,6 +247,23 @@ void td__exec_final_ingest(FILE *out, td_ingester *ing) {
     if (bad) td__exec_say(out, "%zu malformed metrics line%s skipped", bad, bad > 1 ? "s" : "");
 }
 
+/* ---- stopping ---- */
+int td__exec_stop_cause(const td_exec_job *job, int sig, char *stopped_by, size_t nbytes) {
+    int user = sig != SIGTERM;
+    td_run cur;
+    if (!user && td_run_find(job->store, job->run->id, &cur) == TD_OK) {
+        user = cur.stop_requested;
+        td_run_clear(&cur);
+    }
+    td_error_clear();
+    if (!user) return 1;
+    snprintf(stopped_by, nbytes, "%s",
+             sig == SIGINT   ? "SIGINT (Ctrl-C)"
+             : sig == SIGHUP ? "SIGHUP"
+                             : "tandem stop");
+    return 0;
+}
+
 /* ---- secrets ---- */
 td_status td__exec_token(const td_run *run, char **path_out) {
     char *path = td_xasprintf("%s/token", run->run_dir);

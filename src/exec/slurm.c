@@ -818,22 +818,7 @@ static int slurm_run(const td_exec_job *job) {
             int first = handled == 0 && !stopped_by[0] && !preempt;
             handled = nsignals;
             if (first) {
-                /* As the local executor: SIGTERM without a `tandem stop` behind it comes from
-                 * the system (this host is going down, a scheduler above us): preempted. */
-                int user = last_signal != SIGTERM;
-                td_run cur;
-                if (!user && td_run_find(job->store, run->id, &cur) == TD_OK) {
-                    user = cur.stop_requested;
-                    td_run_clear(&cur);
-                }
-                td_error_clear();
-                if (user)
-                    snprintf(stopped_by, sizeof stopped_by, "%s",
-                             last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
-                             : last_signal == SIGHUP ? "SIGHUP"
-                                                     : "tandem stop");
-                else
-                    preempt = 1;
+                preempt = td__exec_stop_cause(job, last_signal, stopped_by, sizeof stopped_by);
                 act = 1;
             } else if (!hard) {
                 act = 2; /* a second signal: do not wait */

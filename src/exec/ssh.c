@@ -159,6 +159,7 @@ typedef struct {
     char *port;   /* -p, or NULL */
     char *addr;   /* host: how the other hosts reach this one (node 0's store) */
     char *remote; /* the run's directory there, absolute (the run directory itself if shared) */
+    char *work;   /* remote/work: the commands' working directory there */
     int shared;   /* it sees this machine's run directory at the same path */
 } host;
 
@@ -325,6 +326,7 @@ static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
             } else {
                 h->shared = !strncmp(out, "shared", 6);
                 h->remote = td_xstrdup(path);
+                h->work = td_xasprintf("%s/work", path);
             }
         } else {
             snprintf(why, nbytes, "ssh host %s: %s", h->entry, td_error_msg());
@@ -341,6 +343,32 @@ static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
     return st;
 }
 
+/* Runs `[local |] ssh HOST 'remote' [| after]` through /bin/sh, a tar stream between this
+ * machine and the host: *code gets the pipeline's exit code, msg (nbytes) what it said. */
+static td_status ssh_pipe(const ssh_sup *c, const host *h, const char *local, const char *remote,
+                          const char *after, int *code, char *msg, size_t nbytes) {
+    char *rcmd = remote_sh(remote);
+    char **sargv = ssh_argv(c, h, rcmd);
+    free(rcmd);
+    td__buf l = {0};
+    if (local) td__buf_addf(&l, "%s | ", local);
+    for (char **a = sargv; *a; a++) {
+        td__buf_quote(&l, *a);
+        td__buf_add(&l, " ", 1);
+    }
+    argv_free(sargv);
+    if (after) td__buf_addf(&l, "| %s", after);
+    char *argv[] = {"/bin/sh", "-c", l.s, NULL};
+    char *out = NULL, *err = NULL;
+    td_status st = td__exec_capture(argv, NULL, COPY_TIMEOUT_S, &out, &err, code);
+    td__exec_joined_lines(st != TD_OK ? td_error_msg() : err, msg, nbytes);
+    td_error_clear();
+    free(l.s);
+    free(out);
+    free(err);
+    return st;
+}
+
 /* The code, to each host that does not share our file system: the files of the project as
  * RUN/work shows them (its entries are the project's, linked), which for a git work tree are
  * the files git sees (tracked, and untracked but not ignored: what the recorded code version
@@ -348,55 +376,38 @@ static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
  * outputs the workflow declares are empty in RUN/work, so they are not copied. */
 static td_status copy_code(ssh_sup *c, char *why, size_t nbytes) {
     const td_exec_job *job = c->job;
-    for (size_t i = 0; i < c->nhosts; i++) {
+    /* the file list and the tar stream, the same for every host */
+    td__buf l = {0};
+    td__buf_addf(&l, "cd ");
+    td__buf_quote(&l, job->work_dir);
+    td__buf_addf(&l, " || exit 1\nif git -C ");
+    td__buf_quote(&l, job->project_dir);
+    td__buf_addf(&l, " rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C ");
+    td__buf_quote(&l, job->project_dir);
+    td__buf_addf(&l, " ls-files -z -co --exclude-standard -- . ':(exclude).tandem'; else "
+                     "find -L . -mindepth 1 \\( -name .git -o -name .tandem \\) -prune -o ! "
+                     "-type d -print0; fi | tar --null -T - -chf - --ignore-failed-read");
+    td_status st = TD_OK;
+    for (size_t i = 0; i < c->nhosts && st == TD_OK; i++) {
         host *h = &c->hosts[i];
         if (h->shared) continue;
         td__buf rs = {0};
         td__buf_addf(&rs, "mkdir -p ");
-        char *work = td_xasprintf("%s/work", h->remote);
-        td__buf_quote(&rs, work);
+        td__buf_quote(&rs, h->work);
         td__buf_addf(&rs, " && tar -xf - -C ");
-        td__buf_quote(&rs, work);
-        free(work);
-        char *rcmd = remote_sh(rs.s);
-        free(rs.s);
-        char **sargv = ssh_argv(c, h, rcmd);
-        free(rcmd);
-        td__buf l = {0};
-        td__buf_addf(&l, "cd ");
-        td__buf_quote(&l, job->work_dir);
-        td__buf_addf(&l, " || exit 1\nif git -C ");
-        td__buf_quote(&l, job->project_dir);
-        td__buf_addf(&l, " rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C ");
-        td__buf_quote(&l, job->project_dir);
-        td__buf_addf(&l, " ls-files -z -co --exclude-standard -- . ':(exclude).tandem'; else "
-                         "find -L . -mindepth 1 \\( -name .git -o -name .tandem \\) -prune -o ! "
-                         "-type d -print0; fi | tar --null -T - -chf - --ignore-failed-read | ");
-        for (char **a = sargv; *a; a++) {
-            td__buf_quote(&l, *a);
-            td__buf_add(&l, " ", 1);
-        }
-        argv_free(sargv);
-        char *argv[] = {"/bin/sh", "-c", l.s, NULL};
-        char *out = NULL, *err = NULL;
+        td__buf_quote(&rs, h->work);
         int code = 0;
-        td_status st = td__exec_capture(argv, NULL, COPY_TIMEOUT_S, &out, &err, &code);
-        free(l.s);
+        char msg[600];
+        st = ssh_pipe(c, h, l.s, rs.s, NULL, &code, msg, sizeof msg);
+        free(rs.s);
         if (st != TD_OK || code != 0) {
-            char msg[600];
-            td__exec_joined_lines(st != TD_OK ? td_error_msg() : err, msg, sizeof msg);
-            snprintf(why, nbytes,
-                     "copying the code to ssh host %s (%s/work) failed (exit code %d): %s",
-                     h->entry, h->remote, code, msg[0] ? msg : "no message");
-            td_error_clear();
-            free(out);
-            free(err);
-            return TD_ERR_IO;
+            snprintf(why, nbytes, "copying the code to ssh host %s (%s) failed (exit code %d): %s",
+                     h->entry, h->work, code, msg[0] ? msg : "no message");
+            st = TD_ERR_IO;
         }
-        free(out);
-        free(err);
     }
-    return TD_OK;
+    free(l.s);
+    return st;
 }
 
 /* What the workers' environment adds to ours (the run's variables, the workflow's env,
@@ -422,7 +433,7 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
         if (!skip) {
             char *v;
             if (!strcmp(key, project))
-                v = td_xasprintf("%s/work", h->remote);
+                v = td_xstrdup(h->work);
             else if (!h->shared && !strncmp(val, run_dir, rlen) && (val[rlen] == '/' || !val[rlen]))
                 v = td_xasprintf("%s%s", h->remote, val + rlen);
             else
@@ -491,9 +502,7 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     td__buf s = {0};
     add_env(c, h, &s, resume);
     td__buf_addf(&s, "cd ");
-    char *work = td_xasprintf("%s/work", h->remote);
-    td__buf_quote(&s, work);
-    free(work);
+    td__buf_quote(&s, h->work);
     td__buf_addf(&s, " || exit 1\nexec ");
     td__buf_quote(&s, tandem_on_hosts(c));
     const host *h0 = &c->hosts[0];
@@ -677,20 +686,8 @@ static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, doub
         if (first) {
             /* As the local executor: a SIGTERM that `tandem stop` did not ask for comes from
              * the system, and the run is preempted rather than stopped. */
-            int user = ss->last_signal != SIGTERM;
-            td_run cur;
-            if (!user && td_run_find(job->store, job->run->id, &cur) == TD_OK) {
-                user = cur.stop_requested;
-                td_run_clear(&cur);
-            }
-            td_error_clear();
-            if (user)
-                snprintf(ss->stopped_by, sizeof ss->stopped_by, "%s",
-                         ss->last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
-                         : ss->last_signal == SIGHUP ? "SIGHUP"
-                                                     : "tandem stop");
-            else
-                ss->preempt = 1;
+            ss->preempt =
+                td__exec_stop_cause(job, ss->last_signal, ss->stopped_by, sizeof ss->stopped_by);
             act = 1;
         } else {
             act = 2;
@@ -899,14 +896,15 @@ static int plain_glob(const char *p) {
 static void fetch_artifacts(ssh_sup *c) {
     const td_exec_job *job = c->job;
     if (!job->nartifacts) return;
+    td__buf after = {0};
+    td__buf_addf(&after, "tar -xf - -C ");
+    td__buf_quote(&after, job->work_dir);
     for (size_t k = c->nhosts; k-- > 0;) {
         host *h = &c->hosts[k];
         if (h->shared) continue;
         td__buf rs = {0};
         td__buf_addf(&rs, "cd ");
-        char *work = td_xasprintf("%s/work", h->remote);
-        td__buf_quote(&rs, work);
-        free(work);
+        td__buf_quote(&rs, h->work);
         td__buf_addf(&rs, " || exit 1\nfor f in");
         for (size_t i = 0; i < job->nartifacts; i++) {
             td__buf_add(&rs, " ", 1);
@@ -917,32 +915,14 @@ static void fetch_artifacts(ssh_sup *c) {
         }
         td__buf_addf(&rs, "; do [ -f \"$f\" ] && printf '%%s\\0' \"$f\"; done | "
                           "tar --null -T - -cf -");
-        char *rcmd = remote_sh(rs.s);
-        free(rs.s);
-        char **sargv = ssh_argv(c, h, rcmd);
-        free(rcmd);
-        td__buf l = {0};
-        for (char **a = sargv; *a; a++) {
-            td__buf_quote(&l, *a);
-            td__buf_add(&l, " ", 1);
-        }
-        argv_free(sargv);
-        td__buf_addf(&l, "| tar -xf - -C ");
-        td__buf_quote(&l, job->work_dir);
-        char *argv[] = {"/bin/sh", "-c", l.s, NULL};
-        char *out = NULL, *err = NULL;
         int code = 0;
-        td_status st = td__exec_capture(argv, NULL, COPY_TIMEOUT_S, &out, &err, &code);
-        if (st != TD_OK || code != 0) {
-            char msg[600];
-            td__exec_joined_lines(st != TD_OK ? td_error_msg() : err, msg, sizeof msg);
+        char msg[600];
+        td_status st = ssh_pipe(c, h, NULL, rs.s, after.s, &code, msg, sizeof msg);
+        if (st != TD_OK || code != 0)
             TD_LOG_WARN("artifacts from ssh host %s: %s (exit code %d)", h->entry, msg, code);
-            td_error_clear();
-        }
-        free(l.s);
-        free(out);
-        free(err);
+        free(rs.s);
     }
+    free(after.s);
 }
 
 /* ---- the run ---- */
@@ -1102,6 +1082,7 @@ out:
         free(c.hosts[i].port);
         free(c.hosts[i].addr);
         free(c.hosts[i].remote);
+        free(c.hosts[i].work);
     }
     free(c.hosts);
     td_ssh_hosts_free(list, nlist);

@@ -32,9 +32,9 @@ struct td_agent_link {
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
  * the workers (they checkpoint), and tells the other nodes. Sent to the agent's thread, not to
- * the process: a process-directed signal goes to any thread that does not block it, and
- * OpenBLAS starts one at load time with nothing blocked, whose default action would kill the
- * agent before it could forward anything. */
+ * the process: a stop may come before td_launch_run has opened its sigwatch (whose handler
+ * passes stray signals on), and until then a process-directed SIGTERM could land on the thread
+ * OpenBLAS starts at load time with nothing blocked, and kill the agent there. */
 static void stop_self(td_agent_link *l, const char *why) {
     if (l->stopped) return;
     l->stopped = true;

@@ -238,16 +238,22 @@ static int param_keys(const td__ui_request *req, td__ui_reply *rep, char **buf, 
     return 0;
 }
 
-/* Resolves the {id} segment; 0, or -1 after replying 404 (no such run) or 400 (ambiguous). */
-static int find_run(td_rundb *db, const char *id, td__ui_reply *rep, td_run *run) {
-    td_status st = td_run_find(db, id, run);
-    if (st == TD_OK) return 0;
+/* A store error as the reply: 404 for what is not there, 400 for what the request got wrong,
+ * 500 otherwise, with the error's own message. */
+static void reply_status(td__ui_reply *rep, td_status st) {
     td__ui_reply_error(rep,
                        st == TD_ERR_NOTFOUND  ? 404
                        : st == TD_ERR_INVALID ? 400
                                               : 500,
                        "%s", td_error_msg());
     td_error_clear();
+}
+
+/* Resolves the {id} segment; 0, or -1 after replying 404 (no such run) or 400 (ambiguous). */
+static int find_run(td_rundb *db, const char *id, td__ui_reply *rep, td_run *run) {
+    td_status st = td_run_find(db, id, run);
+    if (st == TD_OK) return 0;
+    reply_status(rep, st);
     return -1;
 }
 
@@ -396,12 +402,7 @@ static void get_series(td_rundb *db, const td_run *run, const td__ui_request *re
     td_series_result r;
     td_status st = td_metrics_series(db, run->id, &q, &r);
     if (st != TD_OK) {
-        td__ui_reply_error(rep,
-                           st == TD_ERR_NOTFOUND  ? 404
-                           : st == TD_ERR_INVALID ? 400
-                                                  : 500,
-                           "%s", td_error_msg());
-        td_error_clear();
+        reply_status(rep, st);
         return;
     }
     td__ui_buf b = {0};

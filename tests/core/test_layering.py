@@ -20,24 +20,9 @@ import subprocess
 import sys
 import tempfile
 
-BUILD = os.environ.get("TANDEM_BUILD_DIR", "build")
+from layer_graph import GRAPH, read_graph  # tests/core/layer_graph.py
+
 SOURCE = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-GRAPH = os.path.join(BUILD, "tandem-layers.txt")
-
-
-def read_graph():
-    tools, headers, layers = {}, {}, {}
-    with open(GRAPH) as f:
-        for line in f:
-            parts = line.rstrip("\n").split("|")
-            if parts[0] == "layer":
-                name, deps, hdeps, incs = parts[1], parts[3], parts[4], parts[7]
-                layers[name] = {"deps": deps.split(), "hdeps": hdeps.split(), "incs": incs.split()}
-            elif parts[0] == "header":
-                headers[parts[1]] = parts[2]
-            else:
-                tools[parts[0]] = parts[1]
-    return tools, headers, layers
 
 
 def closure(layers, name, seen=None):

@@ -16,26 +16,10 @@ import re
 import subprocess
 import sys
 
-BUILD = os.environ.get("TANDEM_BUILD_DIR", "build")
+from layer_graph import GRAPH, read_graph  # tests/core/layer_graph.py
+
 SOURCE = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-GRAPH = os.path.join(BUILD, "tandem-layers.txt")
 UNDEFINED = {"U", "w", "v"}  # nm -P: undefined, weak undefined
-
-
-def read_graph():
-    tools, headers, layers = {}, {}, {}
-    with open(GRAPH) as f:
-        for line in f:
-            parts = line.rstrip("\n").split("|")
-            if parts[0] == "layer":
-                _, name, archive, deps, hdeps, lib_files, lib_flags, _incs = parts
-                layers[name] = {"archive": archive, "deps": deps.split(), "hdeps": hdeps.split(),
-                                "lib_files": lib_files.split(), "lib_flags": lib_flags.split()}
-            elif parts[0] == "header":
-                headers[parts[1]] = parts[2]
-            else:
-                tools[parts[0]] = parts[1]
-    return tools, headers, layers
 
 
 def nm_symbols(nm, path, dynamic=False):
