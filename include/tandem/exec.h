@@ -37,6 +37,11 @@ typedef struct td_slurm_options {
     double signal_lead_s; /* the time-limit signal comes this long before the limit; 0: 60 s */
     char **sbatch_args;   /* more sbatch options, given after tandem's own (so they win) */
     size_t nsbatch_args;
+    /* Set: the nodes do not share this machine's run directory. Each keeps its copy of the run
+     * under work_dir/RUN_ID (absolute, on the nodes); the code, logs, metrics and artifacts
+     * travel over a connection each node's agent opens back to tandem run (docs/executors.md). */
+    char *work_dir;
+    char *link_host; /* how the nodes reach this machine; NULL: its host name */
 } td_slurm_options;
 
 void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src);

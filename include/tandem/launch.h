@@ -88,11 +88,23 @@ typedef struct td_agent_link td_agent_link;
  * signals the agent reads through its signalfd. */
 td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const char *metrics_dir,
                              td_agent_link **out);
+/* The same link over TCP (tandem launch --link HOST:PORT; the Slurm executor without a shared
+ * file system): connects to the supervisor, proves the run's token (TANDEM_TOKEN, from the
+ * job's environment) both ways (td_mirror_auth_connect), says "hello NODE FIRST", and reads the
+ * opening as above, which may also hold
+ *   code SIZE\n<SIZE bytes>  the run's code as a tar stream, unpacked into the working directory
+ *   artifact GLOB           files to send back as whole files (work/PATH) when the job ends
+ * A connection that drops does not stop the job: the files wait on this node's disk, the link
+ * is dialled again every 2 s (and for 20 s at the end) and the mirror sends from the new
+ * manifest, so nothing is lost or sent twice. */
+td_status td_agent_link_connect(const char *endpoint, int node, const char *log_dir,
+                                const char *metrics_dir, td_agent_link **out);
 /* A td_launch_options.on_store for the link: tells the supervisor "store_port PORT". */
 void td_agent_link_store_port(void *link, int port);
 /* A td_launch_options.lost_nodes for the link: the "lost NODE" lines the supervisor sent. */
 int td_agent_link_lost_nodes(void *link);
-/* Sends what is left and "end" (the supervisor then knows nothing is missing), and frees. */
+/* Sends what is left, the artifacts, and "end" (the supervisor then knows nothing is missing),
+ * and frees. */
 td_status td_agent_link_close(td_agent_link *link);
 
 /* ---- topology from the scheduler's environment (src/launch/detect.c) ----

@@ -4,19 +4,33 @@
  * A node agent without a file system shared with the submitting machine writes its workers'
  * logs and metrics to local directories, as it always does; a td_mirror_out sends what those
  * files gain over its link to the supervisor (tandem launch --forward-stdio: its stdout, carried
- * by ssh), and the supervisor's td_mirror_in appends it to the run directory's copies. A copy is
- * only ever appended to at its own end: a frame is (name, offset, bytes), and the receiver
- * writes only the part beyond what it has. When a link starts, the receiver first tells the
- * sender how much of each file it holds (the manifest, "have NAME SIZE" lines), so a restarted
- * agent sends the tails the last connection did not deliver and nothing twice. The files on the
- * agent's disk are the spool: nothing is lost while they exist.
+ * by ssh; or a TCP connection the agent makes back to `tandem run`, authenticated first with
+ * td_mirror_auth_*), and the supervisor's td_mirror_in appends it to the run directory's copies.
+ * A copy is only ever appended to at its own end: a frame is (name, offset, bytes), and the
+ * receiver writes only the part beyond what it has. When a link starts, the receiver first tells
+ * the sender how much of each file it holds (the manifest, "have NAME SIZE" lines), so a
+ * restarted agent sends the tails the last connection did not deliver and nothing twice. The
+ * files on the agent's disk are the spool: nothing is lost while they exist.
+ *
+ * A spool can also be new: a requeued Slurm job may put node N on another machine, or a node's
+ * directory may have been cleaned. Its local file is then shorter than the receiver's copy (or
+ * absent) when the manifest arrives, so it is not the file the copy came from; its bytes
+ * continue the copy instead: local byte K goes out at offset SIZE + K (SIZE from the "have"
+ * line, the file's base). A local file at least SIZE long is the copy's source, sent from SIZE
+ * on. The base outlives td_mirror_out_reset, so the next connection of the same agent resumes
+ * the continuation rather than appending it twice.
  *
  * The stream, sender to receiver (text headers, raw payload):
  *   tdm data NAME OFFSET LENGTH\n<LENGTH bytes>   NAME is PREFIX/FILE, FILE of [A-Za-z0-9._-]
+ *   tdm file NAME SIZE\n<SIZE bytes>              a whole file (an artifact), replacing the copy
  *   tdm note KEY VALUE\n                          a fact for the supervisor ("store_port 41234")
  *   tdm end\n                                     everything was sent; the sender is done
  * The receiver accepts only names under the prefixes it was given, never a '/', ".." or a
- * leading '.', so a remote host cannot write anywhere else. docs/executors.md has the rest. */
+ * leading '.', so a remote host cannot write anywhere else. A file frame's NAME may go deeper,
+ * PREFIX/DIR/.../FILE, each component of [A-Za-z0-9._+-] and none starting with '.'; its
+ * directories are made and entered one at a time without following a link, so a symlink under
+ * the receiver's root cannot send the write elsewhere, and the file appears whole (written
+ * beside it, then renamed) or not at all. docs/executors.md has the rest. */
 #ifndef TANDEM_MIRROR_H
 #define TANDEM_MIRROR_H
 
@@ -34,21 +48,56 @@ extern "C" {
 /* Files a mirror tracks at most (ranks x 2 streams): more is an error, not unbounded memory. */
 #define TD_MIRROR_MAX_FILES 4096
 
+/* ---- authentication: both ends prove they know the run's token, which never travels ----
+ * A TCP link is reachable by anyone on the network, and what arrives is written into the run
+ * directory, so the supervisor accepts only agents that know the run's token (TANDEM_TOKEN),
+ * and an agent sends its logs only to a supervisor that knows it too. Challenge-response with
+ * HMAC-SHA256 over fresh 32-byte nonces from both sides (a recorded exchange replays nowhere),
+ * one text line each way, in lowercase hex (the MACs cover the raw nonce bytes):
+ *   supervisor: tandem-link 1 NONCE_S\n
+ *   agent:      NONCE_C MAC_C\n     MAC_C = HMAC(token, "tandem-link-agent" NONCE_S NONCE_C)
+ *   supervisor: ok MAC_S\n          MAC_S = HMAC(token, "tandem-link-supervisor" NONCE_C NONCE_S)
+ *               or denied\n when MAC_C is wrong
+ * Lines are read a byte at a time, so nothing after the last newline is taken from fd: the
+ * caller's protocol starts right there. The whole exchange must finish within timeout_ms.
+ * TD_ERR_AUTH when the tokens differ (the supervisor cannot tell whose is wrong: it refuses,
+ * the agent hears so) or the supervisor's proof is wrong; TD_ERR_TIMEOUT naming the line
+ * waited for; TD_ERR_PROTOCOL quoting a line that is not the protocol (a stranger on the port);
+ * TD_ERR_IO when the connection closes or fails; TD_ERR_INVALID for an empty token. */
+/* The supervisor's side, on a connection it accepted. */
+td_status td_mirror_auth_accept(int fd, const char *token, int timeout_ms);
+/* The agent's side, on a connection it made. */
+td_status td_mirror_auth_connect(int fd, const char *token, int timeout_ms);
+
 /* ---- sender ---- */
 typedef struct td_mirror_out td_mirror_out;
 
 /* Frames go to fd (blocking writes: call it from a thread that may wait on a slow link). */
 td_mirror_out *td_mirror_out_new(int fd);
 void td_mirror_out_free(td_mirror_out *m);
-/* Sends the regular files directly in dir as "prefix/FILE" (dir need not exist yet). */
+/* Sends the regular files directly in dir as "prefix/FILE" (dir need not exist yet). Files a
+ * receiver would refuse (a leading '.', as an atomic write's temporary has, or a character
+ * outside FILE's set) are skipped, so one stray file cannot end the stream. */
 void td_mirror_out_watch(td_mirror_out *m, const char *prefix, const char *dir);
-/* One manifest line from the receiver, "have NAME SIZE": sending NAME starts at SIZE.
+/* One manifest line from the receiver, "have NAME SIZE" (after td_mirror_out_watch, since the
+ * local file's size decides): a local file of at least SIZE bytes is sent from SIZE; a shorter
+ * or missing one is a new spool and continues the copy (base SIZE, see above).
  * TD_ERR_FORMAT naming the line when it is not one. */
 td_status td_mirror_out_have(td_mirror_out *m, const char *line);
+/* A new link (the agent reconnected): frames go to fd from now on, and what the last receiver
+ * had is forgotten, so every file is sent from its start until this link's "have" lines say
+ * otherwise (a receiver drops what it already has). The bases of continued files are kept. */
+void td_mirror_out_reset(td_mirror_out *m, int fd);
 /* Sends what every watched file gained since the last call. TD_ERR_IO when the stream is gone
  * (EPIPE: the link broke) or a file cannot be read; *sent (may be NULL) gets the payload bytes. */
 td_status td_mirror_out_poll(td_mirror_out *m, int64_t *sent);
 td_status td_mirror_out_note(td_mirror_out *m, const char *key, const char *value);
+/* Sends the regular file at path (not a link: O_NOFOLLOW) whole as NAME, replacing the
+ * receiver's copy: its size when opened, exactly that many bytes. A NAME the receiver would
+ * refuse is skipped with a warning (TD_OK), as one odd artifact should not cost the others.
+ * TD_ERR_IO when path cannot be read or shrinks while being sent; after an error in the
+ * middle of the frame the stream is unusable (drop the link and reset). */
+td_status td_mirror_out_file(td_mirror_out *m, const char *name, const char *path);
 /* A last poll, then "tdm end". */
 td_status td_mirror_out_end(td_mirror_out *m);
 
@@ -59,10 +108,14 @@ typedef struct {
     /* Bytes newly appended to a copy (for echoing logs to a terminal); duplicates are not. */
     void (*data)(void *user, const char *name, const char *bytes, size_t n);
     void *user;
+    /* A whole file (tdm file) is in place under its NAME, size bytes. Optional. */
+    void (*file)(void *user, const char *name, int64_t size);
 } td_mirror_callbacks;
 
 /* Copies live under root: a frame for "logs/rank-0.log" appends to root/logs/rank-0.log.
- * prefixes: the first components accepted ("logs", "metrics"); directories made on demand. */
+ * prefixes: the first components accepted ("logs", "metrics"); directories made on demand.
+ * One receiver per connection: a new one on the same root (the agent reconnected) starts from
+ * the files on disk, as its manifest does. */
 td_mirror_in *td_mirror_in_new(const char *root, const char *const *prefixes, size_t nprefixes,
                                const td_mirror_callbacks *cb);
 void td_mirror_in_free(td_mirror_in *m);
@@ -71,13 +124,15 @@ void td_mirror_in_free(td_mirror_in *m);
 char *td_mirror_in_manifest(td_mirror_in *m);
 /* Bytes read from the stream, in any pieces. TD_ERR_FORMAT naming what was wrong for a
  * malformed frame or a name outside the prefixes (stop reading that stream: it cannot be
- * trusted); TD_ERR_IO when a copy cannot be written. */
+ * trusted); TD_ERR_IO when a copy cannot be written (a link or a file where a directory goes
+ * included). After any error, stop feeding that stream. */
 td_status td_mirror_in_feed(td_mirror_in *m, const void *buf, size_t n);
 /* The sender said "tdm end" (everything arrived). */
 int td_mirror_in_ended(const td_mirror_in *m);
 /* Payload bytes appended to the copies, and bytes dropped because a copy already had them. */
 void td_mirror_in_counts(const td_mirror_in *m, int64_t *appended, int64_t *duplicate);
-/* A new link begins (the sender restarted): a half-read frame of the old one is dropped. */
+/* A new link begins (the sender restarted): a half-read frame of the old one is dropped (a
+ * half-received whole file too: its copy stays as it was). */
 void td_mirror_in_reset(td_mirror_in *m);
 
 #ifdef __cplusplus

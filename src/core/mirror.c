@@ -5,18 +5,28 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
 
 #include "tandem/os.h"
 
 /* A frame header line is short; a longer one is garbage, not a reason to buffer without end. */
 #define HEADER_MAX 1024
+/* A whole file larger than this is a corrupt header, not an artifact (a checkpoint is far less). */
+#define FILE_MAX ((int64_t)64 << 30)
+/* Components of a file frame's NAME at most (PREFIX/a/b/c.ext). */
+#define FILE_DEPTH_MAX 32
 
 /* FILE of PREFIX/FILE: what a rank log or metric stream is called, nothing a path could hide in. */
 static int file_name_ok(const char *s, size_t n) {
@@ -28,6 +38,32 @@ static int file_name_ok(const char *s, size_t n) {
             return 0;
     }
     return 1;
+}
+
+/* A component of a file frame's NAME: FILE's set and '+', never "..", nor hidden. */
+static int component_ok(const char *s, size_t n) {
+    if (n == 0 || n > 200 || s[0] == '.') return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '+'))
+            return 0;
+    }
+    return 1;
+}
+
+/* PREFIX/a/b/FILE: at least two components, each component_ok (the prefix is checked apart). */
+static int path_name_ok(const char *name) {
+    size_t len = strlen(name), depth = 0;
+    if (len == 0 || len > 500) return 0;
+    for (const char *p = name;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (!component_ok(p, n) || ++depth > FILE_DEPTH_MAX) return 0;
+        if (!slash) break;
+        p = slash + 1;
+    }
+    return depth >= 2;
 }
 
 static int write_all(int fd, const void *buf, size_t n) {
@@ -44,12 +80,238 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* -------------------------------------------------------- authentication ---- */
+
+#define AUTH_NONCE_BYTES 32
+#define AUTH_MAC_BYTES   SHA256_DIGEST_SIZE
+/* The longest line of the exchange is the agent's (129 bytes); anything much longer is not it. */
+#define AUTH_LINE_MAX 256
+#define AUTH_VERSION  "1"
+
+static void auth_mac(const char *token, const char *label, const uint8_t *n1, const uint8_t *n2,
+                     uint8_t out[AUTH_MAC_BYTES]) {
+    struct hmac_sha256_ctx ctx;
+    hmac_sha256_set_key(&ctx, strlen(token), (const uint8_t *)token);
+    hmac_sha256_update(&ctx, strlen(label), (const uint8_t *)label);
+    hmac_sha256_update(&ctx, AUTH_NONCE_BYTES, n1);
+    hmac_sha256_update(&ctx, AUTH_NONCE_BYTES, n2);
+    hmac_sha256_digest(&ctx, AUTH_MAC_BYTES, out);
+    memset(&ctx, 0, sizeof ctx); /* keyed state */
+}
+
+static td_status auth_random(uint8_t *buf, size_t n) {
+    while (n > 0) {
+        ssize_t r = getrandom(buf, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return td_error_errno(TD_ERR_SYS, "link: getrandom for a nonce");
+        buf += r;
+        n -= (size_t)r;
+    }
+    return TD_OK;
+}
+
+static void hex_encode(char *out, const uint8_t *in, size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Exactly 2n hex digits at s; returns the characters used (2n) or 0. */
+static size_t hex_decode(uint8_t *out, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_value(s[2 * i]), lo = hi < 0 ? -1 : hex_value(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 2 * n;
+}
+
+static int remaining_ms(uint64_t deadline_ns) {
+    uint64_t now = td_now_ns();
+    if (now >= deadline_ns) return 0;
+    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Waits until fd is ready for events, or the deadline: TD_ERR_TIMEOUT naming what was awaited. */
+static td_status auth_wait(int fd, short events, uint64_t deadline_ns, int timeout_ms,
+                           const char *what) {
+    for (;;) {
+        int ms = remaining_ms(deadline_ns);
+        if (ms == 0)
+            return td_error(TD_ERR_TIMEOUT,
+                            "link: no %s within %d ms of the connection (is the other end a "
+                            "tandem of this version, and not stalled?)",
+                            what, timeout_ms);
+        struct pollfd p = {.fd = fd, .events = events};
+        int r = poll(&p, 1, ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return td_error_errno(TD_ERR_IO, "link: waiting for %s", what);
+        if (r > 0) return TD_OK; /* ready, or an error/hangup the read or write reports */
+    }
+}
+
+/* One line (without its '\n') into line[AUTH_LINE_MAX], a byte at a time: what follows the
+ * newline belongs to the caller's protocol and stays in fd. */
+static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int timeout_ms,
+                                const char *what) {
+    size_t len = 0;
+    for (;;) {
+        TD_CHECK(auth_wait(fd, POLLIN, deadline_ns, timeout_ms, what));
+        char c;
+        ssize_t r = read(fd, &c, 1);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (r < 0) return td_error_errno(TD_ERR_IO, "link: reading %s", what);
+        if (r == 0)
+            return td_error(TD_ERR_IO, "link: the connection closed while waiting for %s", what);
+        if (c == '\n') {
+            line[len] = '\0';
+            return TD_OK;
+        }
+        if (len + 1 >= AUTH_LINE_MAX) {
+            char quoted[96];
+            td_escape_text(quoted, sizeof quoted, line, len);
+            return td_error(TD_ERR_PROTOCOL,
+                            "link: %s is a line over %d bytes ('%s'): not a tandem link", what,
+                            AUTH_LINE_MAX, quoted);
+        }
+        line[len++] = c;
+    }
+}
+
+static td_status auth_write(int fd, const char *text, uint64_t deadline_ns, int timeout_ms,
+                            const char *what) {
+    size_t n = strlen(text);
+    while (n > 0) {
+        /* MSG_NOSIGNAL: a peer that hung up is an error here, not a SIGPIPE for the process. */
+        ssize_t w = send(fd, text, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK) w = write(fd, text, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            TD_CHECK(auth_wait(fd, POLLOUT, deadline_ns, timeout_ms, what));
+            continue;
+        }
+        if (w < 0) return td_error_errno(TD_ERR_IO, "link: sending %s", what);
+        text += w;
+        n -= (size_t)w;
+    }
+    return TD_OK;
+}
+
+static td_status auth_malformed(const char *what, const char *line, const char *expected) {
+    char quoted[96];
+    td_escape_text(quoted, sizeof quoted, line, strlen(line));
+    return td_error(TD_ERR_PROTOCOL,
+                    "link: %s was '%s', not '%s': the other end is not a tandem link of this "
+                    "version",
+                    what, quoted, expected);
+}
+
+static td_status auth_args(int fd, const char *token, int timeout_ms) {
+    if (fd < 0 || timeout_ms <= 0)
+        return td_error(TD_ERR_INVALID,
+                        "link: authentication needs a connection and a timeout "
+                        "(fd %d, timeout_ms %d)",
+                        fd, timeout_ms);
+    if (!token || !*token)
+        return td_error(TD_ERR_INVALID, "link: no run token to authenticate with (TANDEM_TOKEN)");
+    return TD_OK;
+}
+
+td_status td_mirror_auth_accept(int fd, const char *token, int timeout_ms) {
+    TD_CHECK(auth_args(fd, token, timeout_ms));
+    uint64_t deadline = td_now_ns() + (uint64_t)timeout_ms * 1000000;
+    uint8_t nonce_s[AUTH_NONCE_BYTES], nonce_c[AUTH_NONCE_BYTES];
+    uint8_t want[AUTH_MAC_BYTES], got[AUTH_MAC_BYTES];
+    char line[AUTH_LINE_MAX], hex[2 * AUTH_MAC_BYTES + 1];
+    TD_CHECK(auth_random(nonce_s, sizeof nonce_s));
+    hex_encode(hex, nonce_s, sizeof nonce_s);
+    snprintf(line, sizeof line, "tandem-link " AUTH_VERSION " %s\n", hex);
+    TD_CHECK(auth_write(fd, line, deadline, timeout_ms, "the challenge"));
+
+    const char *what = "the agent's answer to the challenge";
+    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
+    size_t k = hex_decode(nonce_c, line, AUTH_NONCE_BYTES);
+    if (k == 0 || line[k] != ' ' || hex_decode(got, line + k + 1, AUTH_MAC_BYTES) == 0 ||
+        line[k + 1 + 2 * AUTH_MAC_BYTES] != '\0')
+        return auth_malformed(what, line, "NONCE MAC");
+    auth_mac(token, "tandem-link-agent", nonce_s, nonce_c, want);
+    if (!memeql_sec(want, got, AUTH_MAC_BYTES)) {
+        (void)auth_write(fd, "denied\n", deadline, timeout_ms, "the refusal");
+        return td_error(TD_ERR_AUTH,
+                        "link: refused a connection: the peer does not know the run's token "
+                        "(TANDEM_TOKEN); an agent of another run, or not an agent");
+    }
+    auth_mac(token, "tandem-link-supervisor", nonce_c, nonce_s, want);
+    hex_encode(hex, want, sizeof want);
+    snprintf(line, sizeof line, "ok %s\n", hex);
+    return auth_write(fd, line, deadline, timeout_ms, "the proof");
+}
+
+td_status td_mirror_auth_connect(int fd, const char *token, int timeout_ms) {
+    TD_CHECK(auth_args(fd, token, timeout_ms));
+    uint64_t deadline = td_now_ns() + (uint64_t)timeout_ms * 1000000;
+    uint8_t nonce_s[AUTH_NONCE_BYTES], nonce_c[AUTH_NONCE_BYTES];
+    uint8_t want[AUTH_MAC_BYTES], got[AUTH_MAC_BYTES];
+    char line[AUTH_LINE_MAX], hex_n[2 * AUTH_NONCE_BYTES + 1], hex_m[2 * AUTH_MAC_BYTES + 1];
+
+    const char *what = "the supervisor's challenge (tandem-link)";
+    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
+    static const char greeting[] = "tandem-link " AUTH_VERSION " ";
+    size_t glen = sizeof greeting - 1;
+    if (strncmp(line, greeting, glen) != 0 ||
+        hex_decode(nonce_s, line + glen, AUTH_NONCE_BYTES) == 0 ||
+        line[glen + 2 * AUTH_NONCE_BYTES] != '\0')
+        return auth_malformed(what, line, "tandem-link " AUTH_VERSION " NONCE");
+
+    TD_CHECK(auth_random(nonce_c, sizeof nonce_c));
+    auth_mac(token, "tandem-link-agent", nonce_s, nonce_c, want);
+    hex_encode(hex_n, nonce_c, sizeof nonce_c);
+    hex_encode(hex_m, want, sizeof want);
+    snprintf(line, sizeof line, "%s %s\n", hex_n, hex_m);
+    TD_CHECK(auth_write(fd, line, deadline, timeout_ms, "the answer to the challenge"));
+
+    what = "the supervisor's verdict (ok or denied)";
+    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
+    if (!strcmp(line, "denied"))
+        return td_error(TD_ERR_AUTH,
+                        "link: the supervisor refused this agent's token: it is not the run's "
+                        "(TANDEM_TOKEN); was the job started by another run?");
+    if (strncmp(line, "ok ", 3) != 0 || hex_decode(got, line + 3, AUTH_MAC_BYTES) == 0 ||
+        line[3 + 2 * AUTH_MAC_BYTES] != '\0')
+        return auth_malformed(what, line, "ok MAC");
+    auth_mac(token, "tandem-link-supervisor", nonce_c, nonce_s, want);
+    if (!memeql_sec(want, got, AUTH_MAC_BYTES))
+        return td_error(TD_ERR_AUTH,
+                        "link: the supervisor did not prove it knows the run's token "
+                        "(TANDEM_TOKEN): not sending it this node's logs (is the link host and "
+                        "port the run's?)");
+    return TD_OK;
+}
+
 /* ---------------------------------------------------------------- sender ---- */
 
 typedef struct {
-    char *name; /* prefix/FILE */
-    int64_t sent;
+    char *name;   /* prefix/FILE */
+    int64_t sent; /* bytes of the local file the receiver has (sent, or had already) */
+    int64_t base; /* the receiver's offset of local byte 0: 0, or where a new spool continues */
+    /* The base this agent chose for the file on an earlier link: a reset forgets base (the next
+     * receiver may have nothing), and the next "have" line brings it back when it fits. */
+    int64_t origin;
     bool announced; /* sent at least once: an empty file exists on the other side too */
+    /* A "have" line came before its prefix was watched: decided at the first poll. */
+    bool pending;
+    int64_t have;
 } out_file;
 
 typedef struct {
@@ -95,8 +357,38 @@ static out_file *out_find(td_mirror_out *m, const char *name, int create) {
         if (!strcmp(m->files[i].name, name)) return &m->files[i];
     if (!create || m->nfiles >= TD_MIRROR_MAX_FILES) return NULL;
     m->files = td_xrealloc(m->files, (m->nfiles + 1) * sizeof *m->files);
-    m->files[m->nfiles] = (out_file){td_xstrdup(name), 0, false};
+    m->files[m->nfiles] = (out_file){.name = td_xstrdup(name)};
     return &m->files[m->nfiles++];
+}
+
+/* Where sending starts, given that the receiver has size bytes and the local file local bytes
+ * (-1: none). */
+static void out_resume(out_file *f, int64_t size, int64_t local) {
+    f->pending = false;
+    f->announced = true; /* the receiver has it */
+    if (f->origin > 0 && size >= f->origin && size - f->origin <= TD_MAX(local, 0)) {
+        /* This agent continued the copy on an earlier link; the copy has size - origin of it. */
+        f->base = f->origin;
+        f->sent = size - f->origin;
+    } else if (local >= size) {
+        f->base = f->origin = 0; /* the copy came from this file */
+        f->sent = size;
+    } else {
+        f->base = f->origin = size; /* a new spool: its bytes follow the copy's */
+        f->sent = 0;
+    }
+}
+
+/* The local path of a watched file's name, or NULL when its prefix is not watched. */
+static char *out_path(const td_mirror_out *m, const char *name) {
+    const char *slash = strchr(name, '/');
+    if (!slash) return NULL;
+    for (size_t d = 0; d < m->ndirs; d++) {
+        size_t plen = strlen(m->dirs[d].prefix);
+        if (plen == (size_t)(slash - name) && !strncmp(m->dirs[d].prefix, name, plen))
+            return td_xasprintf("%s/%s", m->dirs[d].dir, slash + 1);
+    }
+    return NULL;
 }
 
 td_status td_mirror_out_have(td_mirror_out *m, const char *line) {
@@ -109,9 +401,27 @@ td_status td_mirror_out_have(td_mirror_out *m, const char *line) {
                         line);
     out_file *f = out_find(m, name, 1);
     if (!f) return td_error(TD_ERR_FORMAT, "mirror: more than %d files", TD_MIRROR_MAX_FILES);
-    f->sent = size;
-    f->announced = true; /* the receiver has it */
+    char *path = out_path(m, name);
+    if (!path) {
+        f->pending = true;
+        f->have = size;
+        f->announced = true;
+        return TD_OK;
+    }
+    struct stat sb;
+    out_resume(f, size, stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1);
+    free(path);
     return TD_OK;
+}
+
+void td_mirror_out_reset(td_mirror_out *m, int fd) {
+    m->fd = fd;
+    for (size_t i = 0; i < m->nfiles; i++) {
+        out_file *f = &m->files[i];
+        f->sent = f->base = 0;
+        f->announced = f->pending = false;
+        f->have = 0;
+    }
 }
 
 static td_status send_header(td_mirror_out *m, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -141,6 +451,7 @@ static td_status send_file(td_mirror_out *m, out_file *f, const char *path, int6
         st = td_error_errno(TD_ERR_IO, "mirror: stat %s", path);
         goto out;
     }
+    if (f->pending) out_resume(f, f->have, sb.st_size);
     if (sb.st_size < f->sent) {
         /* The receiver holds more than this file: not the file its copy came from (the agent's
          * directory was replaced). Appending our bytes there would corrupt the copy. */
@@ -159,7 +470,7 @@ static td_status send_file(td_mirror_out *m, out_file *f, const char *path, int6
             goto out;
         }
         if (r == 0) break; /* truncated under us */
-        st = send_header(m, "tdm data %s %" PRId64 " %zd\n", f->name, f->sent, r);
+        st = send_header(m, "tdm data %s %" PRId64 " %zd\n", f->name, f->base + f->sent, r);
         if (st != TD_OK) goto out;
         if (write_all(m->fd, m->buf, (size_t)r) != 0) {
             st = td_error_errno(TD_ERR_IO, "mirror: writing to the link");
@@ -176,6 +487,8 @@ out:
 td_status td_mirror_out_poll(td_mirror_out *m, int64_t *sent) {
     if (sent) *sent = 0;
     for (size_t d = 0; d < m->ndirs; d++) {
+        /* A prefix the receiver refuses would end the stream at its first frame. */
+        if (!file_name_ok(m->dirs[d].prefix, strlen(m->dirs[d].prefix))) continue;
         DIR *dir = opendir(m->dirs[d].dir);
         if (!dir) continue; /* not made yet */
         td_status st = TD_OK;
@@ -191,11 +504,11 @@ td_status td_mirror_out_poll(td_mirror_out *m, int64_t *sent) {
                 st = td_error(TD_ERR_INVALID, "mirror: more than %d files", TD_MIRROR_MAX_FILES);
                 break;
             }
-            if (sb.st_size > f->sent) {
+            if (f->pending || sb.st_size > f->sent) {
                 st = send_file(m, f, path, sent);
             } else if (!f->announced && sb.st_size == 0) {
                 /* An empty file (a rank that printed nothing yet) is a file all the same. */
-                st = send_header(m, "tdm data %s 0 0\n", f->name);
+                st = send_header(m, "tdm data %s %" PRId64 " 0\n", f->name, f->base);
             }
             f->announced = true;
         }
@@ -209,6 +522,58 @@ td_status td_mirror_out_note(td_mirror_out *m, const char *key, const char *valu
     if (strpbrk(key, " \n") || strchr(value, '\n'))
         return td_error(TD_ERR_INVALID, "mirror: a note's key has no space, its value no newline");
     return send_header(m, "tdm note %s %s\n", key, value);
+}
+
+td_status td_mirror_out_file(td_mirror_out *m, const char *name, const char *path) {
+    if (!path_name_ok(name)) {
+        TD_LOG_WARN("mirror: not sending %s as '%s': the supervisor accepts only PREFIX/DIR/FILE "
+                    "names of [A-Za-z0-9._+-] with no component starting with '.'",
+                    path, name);
+        return TD_OK;
+    }
+    /* O_NONBLOCK: a FIFO put where a file was expected fails the check below, not blocks. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return td_error_errno(TD_ERR_IO, "mirror: opening %s to send it", path);
+    td_status st = TD_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "mirror: stat %s", path);
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = td_error(TD_ERR_IO, "mirror: %s is not a regular file; only files are sent", path);
+        goto out;
+    }
+    if (sb.st_size > FILE_MAX) {
+        st = td_error(TD_ERR_IO, "mirror: %s has %lld bytes, over the %lld a link carries", path,
+                      (long long)sb.st_size, (long long)FILE_MAX);
+        goto out;
+    }
+    TD_CHECK_GOTO(send_header(m, "tdm file %s %lld\n", name, (long long)sb.st_size), st, out);
+    for (int64_t done = 0; done < sb.st_size;) {
+        size_t want = (size_t)TD_MIN((int64_t)TD_MIRROR_CHUNK, sb.st_size - done);
+        ssize_t r = read(fd, m->buf, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            st = td_error_errno(TD_ERR_IO, "mirror: reading %s", path);
+            goto out;
+        }
+        if (r == 0) {
+            st = td_error(TD_ERR_IO,
+                          "mirror: %s shrank while being sent (%lld of its %lld bytes read); "
+                          "is something still writing it?",
+                          path, (long long)done, (long long)sb.st_size);
+            goto out;
+        }
+        if (write_all(m->fd, m->buf, (size_t)r) != 0) {
+            st = td_error_errno(TD_ERR_IO, "mirror: writing to the link");
+            goto out;
+        }
+        done += r;
+    }
+out:
+    close(fd);
+    return st;
 }
 
 td_status td_mirror_out_end(td_mirror_out *m) {
@@ -236,7 +601,13 @@ struct td_mirror_in {
     /* inside a data frame: */
     in_file *cur;
     int64_t pos;       /* offset in the file of the next payload byte */
-    int64_t remaining; /* payload bytes still to come */
+    int64_t remaining; /* payload bytes still to come (of a data or a file frame) */
+    /* inside a file frame: its directory, the temporary being written there, the final name */
+    int wdir, wfd;
+    char wtmp[64];
+    char *wname;  /* NAME from the frame */
+    char *wfinal; /* its last component */
+    int64_t wsize;
     int ended;
     int64_t appended, duplicate;
 };
@@ -249,11 +620,27 @@ td_mirror_in *td_mirror_in_new(const char *root, const char *const *prefixes, si
     for (size_t i = 0; i < nprefixes; i++) m->prefixes[i] = td_xstrdup(prefixes[i]);
     m->nprefixes = nprefixes;
     if (cb) m->cb = *cb;
+    m->wdir = m->wfd = -1;
     return m;
+}
+
+/* Drops a whole file being received: the temporary goes, the copy stays as it was. */
+static void in_file_abort(td_mirror_in *m) {
+    if (m->wfd >= 0) {
+        close(m->wfd);
+        unlinkat(m->wdir, m->wtmp, 0);
+    }
+    if (m->wdir >= 0) close(m->wdir);
+    m->wdir = m->wfd = -1;
+    free(m->wname);
+    free(m->wfinal);
+    m->wname = m->wfinal = NULL;
+    m->remaining = 0;
 }
 
 void td_mirror_in_free(td_mirror_in *m) {
     if (!m) return;
+    in_file_abort(m);
     for (size_t i = 0; i < m->nfiles; i++) {
         if (m->files[i].fd >= 0) close(m->files[i].fd);
         free(m->files[i].name);
@@ -265,15 +652,20 @@ void td_mirror_in_free(td_mirror_in *m) {
     free(m);
 }
 
-/* "prefix/FILE" with an accepted prefix and a plain file name. */
-static int name_ok(const td_mirror_in *m, const char *name) {
+/* "PREFIX/..." with a prefix this receiver accepts. */
+static int prefix_ok(const td_mirror_in *m, const char *name) {
     const char *slash = strchr(name, '/');
     if (!slash) return 0;
     size_t plen = (size_t)(slash - name);
-    int known = 0;
     for (size_t i = 0; i < m->nprefixes; i++)
-        if (strlen(m->prefixes[i]) == plen && !strncmp(m->prefixes[i], name, plen)) known = 1;
-    return known && file_name_ok(slash + 1, strlen(slash + 1));
+        if (strlen(m->prefixes[i]) == plen && !strncmp(m->prefixes[i], name, plen)) return 1;
+    return 0;
+}
+
+/* "prefix/FILE" with an accepted prefix and a plain file name. */
+static int name_ok(const td_mirror_in *m, const char *name) {
+    const char *slash = strchr(name, '/');
+    return prefix_ok(m, name) && file_name_ok(slash + 1, strlen(slash + 1));
 }
 
 static td_status in_open(td_mirror_in *m, const char *name, in_file **out) {
@@ -362,6 +754,108 @@ static td_status in_payload(td_mirror_in *m, const char *p, size_t n) {
     return TD_OK;
 }
 
+/* The file is complete: it replaces the copy in one rename. */
+static td_status in_file_finish(td_mirror_in *m) {
+    td_status st = TD_OK;
+    int fd = m->wfd;
+    m->wfd = -1;
+    if (close(fd) != 0) {
+        st = td_error_errno(TD_ERR_IO, "mirror: writing %s/%s", m->root, m->wname);
+        unlinkat(m->wdir, m->wtmp, 0);
+    } else if (renameat(m->wdir, m->wtmp, m->wdir, m->wfinal) != 0) {
+        st = td_error_errno(TD_ERR_IO, "mirror: putting %s/%s in place", m->root, m->wname);
+        unlinkat(m->wdir, m->wtmp, 0);
+    } else if (m->cb.file) {
+        m->cb.file(m->cb.user, m->wname, m->wsize);
+    }
+    in_file_abort(m);
+    return st;
+}
+
+/* "NAME SIZE" of a file frame: the directories exist (made here, none of them a link) and a
+ * temporary beside the final name is open for the payload. */
+static td_status in_file_header(td_mirror_in *m, char *args) {
+    char *sp = strrchr(args, ' ');
+    if (!sp) return td_error(TD_ERR_FORMAT, "mirror: malformed file frame 'tdm file %.80s'", args);
+    *sp = '\0';
+    const char *name = args, *digits = sp + 1;
+    size_t nd = strlen(digits);
+    int64_t size = 0;
+    int strict = nd >= 1 && nd <= 12 && !(nd > 1 && digits[0] == '0');
+    for (size_t i = 0; strict && i < nd; i++) {
+        if (digits[i] < '0' || digits[i] > '9')
+            strict = 0;
+        else
+            size = size * 10 + (digits[i] - '0');
+    }
+    if (!strict || size > FILE_MAX)
+        return td_error(TD_ERR_FORMAT,
+                        "mirror: file frame for '%.80s' has size '%.20s', not a byte count up to "
+                        "%lld",
+                        name, digits, (long long)FILE_MAX);
+    if (!prefix_ok(m, name) || !path_name_ok(name))
+        return td_error(TD_ERR_FORMAT,
+                        "mirror: the link names '%.80s', which is not a file it may write "
+                        "(PREFIX/DIR/.../FILE of [A-Za-z0-9._+-], nothing hidden, under the run "
+                        "directory's prefixes)",
+                        name);
+    in_file_abort(m);
+    td_status st = td_mkdirs(m->root);
+    if (st != TD_OK) return st;
+    /* The root is the supervisor's own; below it, every directory is entered without following
+     * a link, so a symlink planted there cannot take the write elsewhere. */
+    int dfd = open(m->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return td_error_errno(TD_ERR_IO, "mirror: opening %s", m->root);
+    char *copy = td_xstrdup(name);
+    char *comp = copy;
+    for (char *slash; (slash = strchr(comp, '/')); comp = slash + 1) {
+        *slash = '\0';
+        if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
+            st = td_error_errno(TD_ERR_IO, "mirror: making directory %s under %s for %s", comp,
+                                m->root, name);
+            break;
+        }
+        int next = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0) {
+            st = td_error_errno(TD_ERR_IO,
+                                "mirror: %s under %s, on the way to %s, is not a directory (a "
+                                "link or a file there is not followed)",
+                                comp, m->root, name);
+            break;
+        }
+        close(dfd);
+        dfd = next;
+    }
+    if (st != TD_OK) {
+        close(dfd);
+        free(copy);
+        return st;
+    }
+    uint64_t r = td_mix64(td_now_ns() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)m);
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 16; tries++, r = td_mix64(r)) {
+        /* A leading '.': no manifest lists it and no sender would send it. */
+        snprintf(m->wtmp, sizeof m->wtmp, ".tdm-%016" PRIx64 ".part", r);
+        fd = openat(dfd, m->wtmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        st = td_error_errno(TD_ERR_IO, "mirror: creating a temporary for %s/%s", m->root, name);
+        close(dfd);
+        free(copy);
+        return st;
+    }
+    m->wdir = dfd;
+    m->wfd = fd;
+    m->wname = td_xstrdup(name);
+    m->wfinal = td_xstrdup(comp); /* the last component: the final name within wdir */
+    free(copy);
+    m->wsize = size;
+    m->remaining = size;
+    if (size == 0) return in_file_finish(m);
+    return TD_OK;
+}
+
 static td_status in_header(td_mirror_in *m) {
     char *h = m->header;
     if (!strncmp(h, "tdm data ", 9)) {
@@ -377,10 +871,14 @@ static td_status in_header(td_mirror_in *m) {
                             "(PREFIX/NAME under the run directory's logs/ or metrics/)",
                             name);
         TD_CHECK(in_open(m, name, &m->cur));
+        /* Another receiver (an older connection's) may have appended since: the file decides. */
+        struct stat sb;
+        if (fstat(m->cur->fd, &sb) == 0) m->cur->size = sb.st_size;
         m->pos = off;
         m->remaining = len;
         return TD_OK;
     }
+    if (!strncmp(h, "tdm file ", 9)) return in_file_header(m, h + 9);
     if (!strncmp(h, "tdm note ", 9)) {
         char *key = h + 9, *sp = strchr(key, ' ');
         if (!sp || sp == key) return td_error(TD_ERR_FORMAT, "mirror: malformed note '%.80s'", h);
@@ -398,6 +896,20 @@ static td_status in_header(td_mirror_in *m) {
 td_status td_mirror_in_feed(td_mirror_in *m, const void *buf, size_t n) {
     const char *p = buf;
     while (n > 0) {
+        if (m->remaining > 0 && m->wfd >= 0) {
+            size_t take = (size_t)TD_MIN((int64_t)n, m->remaining);
+            if (write_all(m->wfd, p, take) != 0) {
+                td_status st =
+                    td_error_errno(TD_ERR_IO, "mirror: writing %s/%s", m->root, m->wname);
+                in_file_abort(m);
+                return st;
+            }
+            m->remaining -= (int64_t)take;
+            p += take;
+            n -= take;
+            if (m->remaining == 0) TD_CHECK(in_file_finish(m));
+            continue;
+        }
         if (m->remaining > 0) {
             size_t take = (size_t)TD_MIN((int64_t)n, m->remaining);
             TD_CHECK(in_payload(m, p, take));
@@ -437,6 +949,7 @@ void td_mirror_in_counts(const td_mirror_in *m, int64_t *appended, int64_t *dupl
 }
 
 void td_mirror_in_reset(td_mirror_in *m) {
+    in_file_abort(m);
     m->hlen = 0;
     m->remaining = 0;
     m->cur = NULL;

@@ -280,6 +280,57 @@ td_status td__exec_token(const td_run *run, char **path_out) {
     return td__write_private(path, "rendezvous token", text);
 }
 
+td_status td__exec_read_token(const td_run *run, char token[33]) {
+    char *path = NULL;
+    td_status st = td__exec_token(run, &path);
+    if (st == TD_OK) {
+        FILE *f = fopen(path, "r");
+        if (!f || !fgets(token, 33, f))
+            st = td_error_errno(TD_ERR_IO, "reading the run's token %s", path);
+        if (f) fclose(f);
+        token[strcspn(token, "\n")] = '\0';
+    }
+    free(path);
+    return st;
+}
+
+char *td__exec_code_tar_script(const td_exec_job *job) {
+    td__buf l = {0};
+    td__buf_addf(&l, "cd ");
+    td__buf_quote(&l, job->work_dir);
+    td__buf_addf(&l, " || exit 1\nif git -C ");
+    td__buf_quote(&l, job->project_dir);
+    td__buf_addf(&l, " rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C ");
+    td__buf_quote(&l, job->project_dir);
+    td__buf_addf(&l, " ls-files -z -co --exclude-standard -- . ':(exclude).tandem'; else "
+                     "find -L . -mindepth 1 \\( -name .git -o -name .tandem \\) -prune -o ! "
+                     "-type d -print0; fi | tar --null -T - -chf - --ignore-failed-read");
+    return l.s;
+}
+
+void td__exec_echo_rank_log(td__echo *echo, const char *name, const char *bytes, size_t n) {
+    if (strncmp(name, "logs/rank-", 10)) return;
+    td__echo_file *e = NULL;
+    for (size_t i = 0; i < TD_ARRAY_LEN(echo->files) && !e; i++)
+        if (!strcmp(echo->files[i].name, name) || !echo->files[i].name[0]) e = &echo->files[i];
+    if (!e) return;
+    if (!e->name[0]) {
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->at_line_start = 1;
+    }
+    int rank = atoi(name + 10);
+    char prefix[32];
+    int plen = snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
+    for (size_t i = 0; i < n;) {
+        if (e->at_line_start) td__exec_write_all(STDOUT_FILENO, prefix, (size_t)plen);
+        const char *nl = memchr(bytes + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - bytes - i) + 1 : n - i;
+        td__exec_write_all(STDOUT_FILENO, bytes + i, len);
+        e->at_line_start = nl != NULL;
+        i += len;
+    }
+}
+
 /* ---- the end of a run ---- */
 int td__exec_fail(const td_exec_job *job, double t0, const char *fmt, ...) {
     td__exec_outcome o = {.status = TD_RUN_FAILED, .exit_code = -2, .cli_code = 1};

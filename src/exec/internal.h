@@ -105,8 +105,10 @@ void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_j
                        td__exec_outcome *o);
 
 /* The batch script RUN/job.sbatch of a job (see docs/executors.md). token_path: the 0600 file
- * holding TANDEM_TOKEN. Caller frees. */
-char *td__slurm_batch_script(const td_exec_job *job, const char *token_path);
+ * holding TANDEM_TOKEN, which the job reads through the shared file system; or, with
+ * slurm: work_dir, link: "HOST:PORT" where each node's launcher connects back to tandem run
+ * (the token then comes in sbatch's environment). Caller frees. */
+char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, const char *link);
 
 /* The sbatch command line: sbatch --parsable [sbatch_args...] SCRIPT. argv[0] is `sbatch` as
  * given; NULL-terminated, caller frees each string and the array. */
@@ -118,5 +120,43 @@ extern const td_executor td__executor_ssh;
 /* The run's token file RUN/token (0600), made once per run: a requeued, restarted or resumed
  * job keeps it. *path_out is its path (caller frees). */
 td_status td__exec_token(const td_run *run, char **path_out);
+
+/* The run's token (td__exec_token's file, made when missing) as 32 hex digits. */
+td_status td__exec_read_token(const td_run *run, char token[33]);
+
+/* A /bin/sh script that writes the run's code as a tar stream to its stdout: the files git sees
+ * in the project (tracked, and untracked ones not ignored), or everything but .git and .tandem
+ * outside a git work tree, read through RUN/work (whose entries link into the project), without
+ * the declared outputs. Caller frees. */
+char *td__exec_code_tar_script(const td_exec_job *job);
+
+/* Rank log bytes that came over a link, to our stdout as the local launcher prints them
+ * ("[rank R] line"); other files are not echoed. */
+typedef struct {
+    char name[64];
+    int at_line_start;
+} td__echo_file;
+typedef struct {
+    td__echo_file files[64];
+} td__echo;
+void td__exec_echo_rank_log(td__echo *echo, const char *name, const char *bytes, size_t n);
+
+/* ---- the nodes' links back to the supervisor (links.c) ---- */
+typedef struct td__links td__links;
+/* Packs the run's code into RUN/code.tar and listens on a free port of every interface; the
+ * nodes reach it at host:PORT (td__links_endpoint). */
+td_status td__links_open(const td_exec_job *job, const char *token, const char *host,
+                         td__links **out);
+const char *td__links_endpoint(const td__links *l);
+/* Waits up to timeout_ms for a new link, bytes on one, or extra_fd (our signals; -1: none),
+ * and handles what came. */
+void td__links_pump(td__links *l, int extra_fd, int timeout_ms);
+/* After the job: what the links still carry, until every agent said end or seconds pass. */
+void td__links_drain(td__links *l, double seconds);
+/* How many nodes have connected at least once; the last "tandem: error:" line a node's
+ * launcher sent ("" when none). */
+int td__links_nodes_seen(const td__links *l);
+const char *td__links_cause(const td__links *l);
+void td__links_free(td__links *l);
 
 #endif /* TANDEM_EXEC_INTERNAL_H */

@@ -39,6 +39,8 @@ extern char **environ;
 void td_slurm_options_clear(td_slurm_options *o) {
     free(o->partition);
     free(o->account);
+    free(o->work_dir);
+    free(o->link_host);
     for (size_t i = 0; i < o->nsbatch_args; i++) free(o->sbatch_args[i]);
     free(o->sbatch_args);
     memset(o, 0, sizeof *o);
@@ -48,6 +50,8 @@ void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src) {
     *dst = *src;
     dst->partition = src->partition ? td_xstrdup(src->partition) : NULL;
     dst->account = src->account ? td_xstrdup(src->account) : NULL;
+    dst->work_dir = src->work_dir ? td_xstrdup(src->work_dir) : NULL;
+    dst->link_host = src->link_host ? td_xstrdup(src->link_host) : NULL;
     dst->sbatch_args = NULL;
     if (src->nsbatch_args) {
         dst->sbatch_args = td_xcalloc(src->nsbatch_args, sizeof *dst->sbatch_args);
@@ -318,10 +322,17 @@ static int shell_name(const char *s, size_t n) {
     return 1;
 }
 
+/* With slurm: work_dir, the run's directory on the nodes (their own copy), for the paths in
+ * the workers' environment and the launchers' directories. */
+typedef struct {
+    const char *run_dir; /* ours */
+    char *node_run;      /* work_dir/RUN_ID */
+} node_paths;
+
 /* The environment lines: what the job's environment adds to or removes from ours. sbatch
  * passes ours on as it is (--export=ALL, its default), so the script carries only the
  * difference, and the workers end with exactly the local executor's environment. */
-static void add_env_lines(td__buf *b, char *const *env) {
+static void add_env_lines(td__buf *b, char *const *env, const node_paths *np) {
     for (char *const *e = env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
@@ -329,6 +340,13 @@ static void add_env_lines(td__buf *b, char *const *env) {
         char *key = td_xasprintf("%.*s", (int)klen, *e);
         const char *old = getenv(key);
         const char *val = eq + 1;
+        char *moved = NULL; /* the value with the run's directory as the nodes have it */
+        if (np && !strcmp(key, td_var_name(TD_VAR_TANDEM_PROJECT_DIR))) {
+            val = moved = td_xasprintf("%s/work", np->node_run);
+        } else if (np && !strncmp(val, np->run_dir, strlen(np->run_dir)) &&
+                   (val[strlen(np->run_dir)] == '/' || !val[strlen(np->run_dir)])) {
+            val = moved = td_xasprintf("%s%s", np->node_run, val + strlen(np->run_dir));
+        }
         if (!old || strcmp(old, val)) {
             size_t olen = old ? strlen(old) : 0, vlen = strlen(val);
             if (!shell_name(key, klen)) {
@@ -349,6 +367,7 @@ static void add_env_lines(td__buf *b, char *const *env) {
                 td__buf_add(b, "\n", 1);
             }
         }
+        free(moved);
         free(key);
     }
     for (char **e = environ; e && *e; e++) {
@@ -379,13 +398,31 @@ static double signal_lead(const td_slurm_options *o) {
     return o && o->signal_lead_s > 0 ? o->signal_lead_s : TD_SLURM_SIGNAL_LEAD_DEFAULT_S;
 }
 
-char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
+/* The launcher's command line, after `tandem launch`: the same on every node. log_dir and
+ * metrics_dir are shell words already (quoted, or "$d/logs"). */
+static void add_launch_args(td__buf *b, const td_exec_job *job, double grace, const char *log_dir,
+                            const char *metrics_dir) {
+    td__buf_addf(b, " --nproc-per-node=%d --rdzv-id=", job->run->nproc_per_node);
+    td__buf_quote(b, job->run->id);
+    td__buf_addf(b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=%s --metrics-dir=%s",
+                 job->max_restarts, grace, log_dir, metrics_dir);
+    /* As the local executor: the worker is this shell, which waits for the program under
+     * `trap : TERM` and exits with its status (143 after a checkpoint). */
+    td__buf_addf(b, " -- /bin/sh -c ");
+    char *worker = td_xasprintf("trap : TERM\n%s", job->script);
+    td__buf_quote(b, worker);
+    free(worker);
+}
+
+char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, const char *link) {
     const td_run *run = job->run;
     const td_slurm_options *o = job->slurm;
     td__buf b = {0};
     double lead = signal_lead(o);
     double grace = TD_MIN(LAUNCH_STOP_GRACE_S, TD_MAX(1.0, floor(lead / 2)));
     int nodes = run->nodes, nproc = run->nproc_per_node;
+    node_paths np = {.run_dir = run->run_dir};
+    if (link) np.node_run = td_xasprintf("%s/%s", o->work_dir, run->id);
 
     td__buf_addf(&b, "#!/bin/sh\n");
     td__buf_addf(&b,
@@ -394,16 +431,24 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                  "# Submitted with: sbatch --parsable [slurm: sbatch_args] %s/job.sbatch\n",
                  run->id, run->run_dir);
     /* Directive values cannot be quoted (sbatch splits them at blanks), so they name only
-     * what tandem controls: the run id, its directory, numbers. */
+     * what tandem controls: the run id, its directory, numbers, a checked work_dir. */
     td__buf_addf(&b, "#SBATCH --job-name=%s\n", run->id);
     td__buf_addf(&b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
     td__buf_addf(&b, "#SBATCH --cpus-per-task=%d\n", nproc);
     td__buf_addf(&b, "#SBATCH --requeue\n");
     td__buf_addf(&b, "#SBATCH --signal=B:USR1@%.0f\n", lead);
     td__buf_addf(&b, "#SBATCH --open-mode=append\n");
-    td__buf_addf(&b, "#SBATCH --output=%s/logs/slurm-%%j.out\n", run->run_dir);
-    td__buf_addf(&b, "#SBATCH --error=%s/logs/slurm-%%j.err\n", run->run_dir);
-    td__buf_addf(&b, "#SBATCH --chdir=%s\n", job->work_dir);
+    if (link) {
+        /* The nodes do not see our run directory: the job's own output stays on its first
+         * node, beside the nodes' copies of the run. */
+        td__buf_addf(&b, "#SBATCH --output=%s/%s-slurm-%%j.out\n", o->work_dir, run->id);
+        td__buf_addf(&b, "#SBATCH --error=%s/%s-slurm-%%j.err\n", o->work_dir, run->id);
+        td__buf_addf(&b, "#SBATCH --chdir=%s\n", o->work_dir);
+    } else {
+        td__buf_addf(&b, "#SBATCH --output=%s/logs/slurm-%%j.out\n", run->run_dir);
+        td__buf_addf(&b, "#SBATCH --error=%s/logs/slurm-%%j.err\n", run->run_dir);
+        td__buf_addf(&b, "#SBATCH --chdir=%s\n", job->work_dir);
+    }
     if (o && o->partition) td__buf_addf(&b, "#SBATCH --partition=%s\n", o->partition);
     if (o && o->account) td__buf_addf(&b, "#SBATCH --account=%s\n", o->account);
     if (o && o->time_limit_s > 0) {
@@ -412,15 +457,29 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                      s / 60 % 60, s % 60);
     }
 
-    td__buf_addf(&b, "\n# The workers' environment: what tandem run adds to or removes from the "
-                     "submitting shell's,\n# which sbatch passes on (--export=ALL).\n");
-    add_env_lines(&b, job->env);
     td__buf_addf(&b,
-                 "# The rendezvous store's secret: random per run, in a file only its owner "
-                 "can read.\n%s=$(cat ",
-                 td_var_name(TD_VAR_TANDEM_TOKEN));
-    td__buf_quote(&b, token_path);
-    td__buf_addf(&b, ") || exit 1\nexport %s\n", td_var_name(TD_VAR_TANDEM_TOKEN));
+                 "\n# The workers' environment: what tandem run adds to or removes from the "
+                 "submitting shell's,\n# which sbatch passes on (--export=ALL)%s.\n",
+                 link ? ", with the run's directory as the nodes have it" : "");
+    add_env_lines(&b, job->env, link ? &np : NULL);
+    const char *tok = td_var_name(TD_VAR_TANDEM_TOKEN);
+    if (link) {
+        td__buf_addf(&b,
+                     "# The rendezvous store's and the link's secret: in sbatch's environment "
+                     "(Slurm keeps a job's\n# environment from everyone but its owner and the "
+                     "administrators), never in this script.\n"
+                     "[ -n \"${%s:-}\" ] || { echo \"tandem: error: %s is not in the job's "
+                     "environment (sbatch --export=NONE in slurm: sbatch_args?)\" >&2; exit 1; "
+                     "}\n",
+                     tok, tok);
+    } else {
+        td__buf_addf(&b,
+                     "# The rendezvous store's secret: random per run, in a file only its "
+                     "owner can read.\n%s=$(cat ",
+                     tok);
+        td__buf_quote(&b, token_path);
+        td__buf_addf(&b, ") || exit 1\nexport %s\n", tok);
+    }
     td__buf_addf(&b,
                  "# tandem launch takes the nodes, this node's rank and node 0's address from "
                  "srun's variables\n# (docs/launch.md); a %s=0 of the submitting shell must "
@@ -435,16 +494,21 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                  "# A requeued job (scontrol requeue, preemption, the time-limit requeue below) "
                  "resumes from the\n# newest checkpoint; each rank log says where.\n"
                  "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
-                 "    export %s=1\n"
-                 "    r=0\n"
-                 "    while [ \"$r\" -lt %d ]; do\n"
-                 "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job $SLURM_JOB_ID ---\" "
-                 ">>",
-                 td_var_name(TD_VAR_TANDEM_RESUME), nodes * nproc);
-    char *rank_log = td_xasprintf("%s/logs/rank-", run->run_dir);
-    td__buf_quote(&b, rank_log);
-    free(rank_log);
-    td__buf_addf(&b, "\"$r.log\"\n        r=$((r + 1))\n    done\nfi\n");
+                 "    export %s=1\n",
+                 td_var_name(TD_VAR_TANDEM_RESUME));
+    if (!link) {
+        td__buf_addf(&b,
+                     "    r=0\n"
+                     "    while [ \"$r\" -lt %d ]; do\n"
+                     "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
+                     "$SLURM_JOB_ID ---\" >>",
+                     nodes * nproc);
+        char *rank_log = td_xasprintf("%s/logs/rank-", run->run_dir);
+        td__buf_quote(&b, rank_log);
+        free(rank_log);
+        td__buf_addf(&b, "\"$r.log\"\n        r=$((r + 1))\n    done\n");
+    }
+    td__buf_addf(&b, "fi\n");
 
     td__buf_addf(&b,
                  "\n# The time-limit signal (--signal=B:USR1@%.0f) comes to this shell alone: it "
@@ -455,28 +519,54 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                  "limit=0\n"
                  "trap 'limit=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1\n",
                  lead);
+    if (link)
+        td__buf_addf(&b,
+                     "# On each node: its copy of the run (the code comes over the link, "
+                     "into work/), the\n# requeue line in its own ranks' logs, and the "
+                     "launcher, linked back to tandem run at %s.\n",
+                     link);
     td__buf_addf(&b,
                  "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 "
                  "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} \\\n    ",
                  nodes, nodes);
-    td__buf_quote(&b, job->tandem_bin);
-    td__buf_addf(&b, " launch --nproc-per-node=%d --rdzv-id=", nproc);
-    td__buf_quote(&b, run->id);
-    td__buf_addf(&b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=", job->max_restarts,
-                 grace);
-    char *dir = td_xasprintf("%s/logs", run->run_dir);
-    td__buf_quote(&b, dir);
-    free(dir);
-    td__buf_addf(&b, " --metrics-dir=");
-    dir = td_xasprintf("%s/metrics", run->run_dir);
-    td__buf_quote(&b, dir);
-    free(dir);
-    /* As the local executor: the worker is this shell, which waits for the program under
-     * `trap : TERM` and exits with its status (143 after a checkpoint). */
-    td__buf_addf(&b, " -- /bin/sh -c ");
-    char *worker = td_xasprintf("trap : TERM\n%s", job->script);
-    td__buf_quote(&b, worker);
-    free(worker);
+    if (link) {
+        td__buf node = {0};
+        td__buf_addf(&node, "d=");
+        td__buf_quote(&node, np.node_run);
+        td__buf_addf(&node,
+                     "\nmkdir -p \"$d/work\" \"$d/logs\" \"$d/metrics\" || exit 1\n"
+                     "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
+                     "    r=$((SLURM_NODEID * %d)); e=$((r + %d))\n"
+                     "    while [ \"$r\" -lt \"$e\" ]; do\n"
+                     "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
+                     "$SLURM_JOB_ID ---\" >>\"$d/logs/rank-$r.log\"\n"
+                     "        r=$((r + 1))\n"
+                     "    done\n"
+                     "fi\n"
+                     "cd \"$d/work\" || exit 1\nexec ",
+                     nproc, nproc);
+        td__buf_quote(&node, job->tandem_bin);
+        td__buf_addf(&node, " launch --link=%s", link);
+        add_launch_args(&node, job, grace, "\"$d/logs\"", "\"$d/metrics\"");
+        td__buf_addf(&b, "/bin/sh -c ");
+        td__buf_quote(&b, node.s);
+        free(node.s);
+    } else {
+        td__buf_quote(&b, job->tandem_bin);
+        td__buf_addf(&b, " launch");
+        td__buf dirs = {0};
+        char *dir = td_xasprintf("%s/logs", run->run_dir);
+        td__buf_quote(&dirs, dir);
+        free(dir);
+        size_t split = dirs.len;
+        dir = td_xasprintf("%s/metrics", run->run_dir);
+        td__buf_quote(&dirs, dir);
+        free(dir);
+        char *log_word = td_xasprintf("%.*s", (int)split, dirs.s);
+        add_launch_args(&b, job, grace, log_word, dirs.s + split);
+        free(log_word);
+        free(dirs.s);
+    }
     td__buf_addf(&b, " &\n");
     td__buf_addf(&b, "# wait returns early when a trap runs: wait again until srun itself has "
                      "ended\nsrun_pid=$!\n"
@@ -491,6 +581,7 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path) {
                      "    scontrol requeue \"$SLURM_JOB_ID\"\n"
                      "fi\n"
                      "exit \"$code\"\n");
+    free(np.node_run);
     return b.s;
 }
 
@@ -527,6 +618,7 @@ typedef struct {
     td_ingester *ing;
     tail out, err;
     char cause[512];
+    td__links *links; /* slurm: work_dir: the nodes' links back to us */
     td_run_status shown_status;
     char shown_note[768];
     int shown_restarts;
@@ -750,9 +842,22 @@ static int slurm_run(const td_exec_job *job) {
         td_error_clear();
     }
 
-    st = td__exec_token(run, &token_path);
+    /* With slurm: work_dir the nodes see nothing of ours: the token goes in sbatch's
+     * environment, and the code, logs, metrics and artifacts over the nodes' links. */
+    int linked = job->slurm && job->slurm->work_dir;
+    char token[33] = "";
+    st = linked ? td__exec_read_token(run, token) : td__exec_token(run, &token_path);
+    if (st == TD_OK && linked) {
+        char host[256] = "";
+        if (job->slurm->link_host)
+            snprintf(host, sizeof host, "%s", job->slurm->link_host);
+        else if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+            snprintf(host, sizeof host, "localhost");
+        st = td__links_open(job, token, host, &c.links);
+    }
     if (st == TD_OK) {
-        script = td__slurm_batch_script(job, token_path);
+        script =
+            td__slurm_batch_script(job, token_path, linked ? td__links_endpoint(c.links) : NULL);
         script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
         td_chunk chunk = {script, strlen(script)};
         st = td_write_atomic(script_path, "Slurm batch script", &chunk, 1);
@@ -770,7 +875,12 @@ static int slurm_run(const td_exec_job *job) {
 
     argv = td__slurm_sbatch_argv(c.sbatch, job->slurm, script_path);
     int code = 0;
+    /* sbatch passes its environment to the job (--export=ALL): the token rides there, and
+     * leaves ours again at once (the script was written without it). */
+    if (linked) setenv(td_var_name(TD_VAR_TANDEM_TOKEN), token, 1);
     st = td__exec_capture(argv, job->work_dir, CMD_TIMEOUT_S, &out, &err, &code);
+    if (linked) unsetenv(td_var_name(TD_VAR_TANDEM_TOKEN));
+    memset(token, 0, sizeof token);
     if (st != TD_OK) {
         cli = fail_run(&c, t0, "cannot submit the run's Slurm job: %s", td_error_msg());
         td_error_clear();
@@ -789,10 +899,19 @@ static int slurm_run(const td_exec_job *job) {
     memcpy(c.job_id, line, idlen);
     c.job_id[idlen] = '\0';
     write_job_file(run, c.job_id, NULL);
-    say(&c,
-        "run %s: submitted slurm job %s (%d node%s x %d worker%s); output in %s/logs/slurm-%s.*",
-        run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
-        run->nproc_per_node > 1 ? "s" : "", run->run_dir, c.job_id);
+    if (linked)
+        say(&c,
+            "run %s: submitted slurm job %s (%d node%s x %d worker%s); the nodes keep the run in "
+            "%s/%s and link back to %s",
+            run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
+            run->nproc_per_node > 1 ? "s" : "", job->slurm->work_dir, run->id,
+            td__links_endpoint(c.links));
+    else
+        say(&c,
+            "run %s: submitted slurm job %s (%d node%s x %d worker%s); output in "
+            "%s/logs/slurm-%s.*",
+            run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
+            run->nproc_per_node > 1 ? "s" : "", run->run_dir, c.job_id);
     tail_init(&c.out, run->run_dir, c.job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
     tail_init(&c.err, run->run_dir, c.job_id, "err", STDERR_FILENO);
 
@@ -883,13 +1002,32 @@ static int slurm_run(const td_exec_job *job) {
         if (cancel_at > 0 && !hard) wake = TD_MIN(wake, cancel_at);
         struct pollfd pf = {.fd = job->sigs->fd, .events = POLLIN};
         int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
-        if (poll(&pf, 1, timeout_ms) < 0 && errno != EINTR) usleep(10000);
+        if (c.links)
+            td__links_pump(c.links, job->sigs->fd, timeout_ms);
+        else if (poll(&pf, 1, timeout_ms) < 0 && errno != EINTR)
+            usleep(10000);
     }
 
     /* The end: the rest of the output and of the metrics, then the record. */
     write_job_file(run, c.job_id, gone ? "GONE" : j.state);
     tail_pump(&c, &c.out, 1);
     tail_pump(&c, &c.err, 1);
+    if (c.links) {
+        /* The agents sent everything before they exited; what is still in flight arrives. */
+        td__links_drain(c.links, 10.0);
+        if (td__links_cause(c.links)[0])
+            snprintf(c.cause, sizeof c.cause, "%s", td__links_cause(c.links));
+        else if (!td__links_nodes_seen(c.links) && j.nodes[0]) {
+            char *why = td_xasprintf(
+                "slurm job %s ran on %s, but no node connected back to tandem run at %s (slurm: "
+                "link_host: can the nodes reach this machine by that name?); the launchers' "
+                "messages are in %s/%s-slurm-%s.err on the job's first node",
+                c.job_id, j.nodes, td__links_endpoint(c.links), job->slurm->work_dir, run->id,
+                c.job_id);
+            snprintf(c.cause, sizeof c.cause, "%.*s", (int)sizeof c.cause - 1, why);
+            free(why);
+        }
+    }
     td__exec_final_ingest(job->out, c.ing);
     {
         int restarts = job->base_restarts + j.restarts;
@@ -903,6 +1041,7 @@ static int slurm_run(const td_exec_job *job) {
                       &o);
     cli = td__exec_record_end(job, &o, t0);
 out:
+    td__links_free(c.links);
     td_ingester_free(c.ing);
     tail_free(&c.out);
     tail_free(&c.err);
@@ -958,6 +1097,16 @@ static char *slurm_describe(const td_run *run) {
     read_job_id(run, id, sizeof id, NULL);
     if (!id[0])
         return td_xasprintf("slurm (no job submitted); batch script %s/job.sbatch", run->run_dir);
+    /* RUN/code.tar: the nodes had no shared file system (slurm: work_dir), and the job's
+     * output stayed on its first node. */
+    char *code = td_xasprintf("%s/code.tar", run->run_dir);
+    int linked = access(code, F_OK) == 0;
+    free(code);
+    if (linked)
+        return td_xasprintf("slurm job %s; batch script %s/job.sbatch, its output on the job's "
+                            "first node (slurm: work_dir), the nodes' messages in "
+                            "logs/node-N.log",
+                            id, run->run_dir);
     return td_xasprintf("slurm job %s; batch script %s/job.sbatch, its output "
                         "%s/logs/slurm-%s.out and .err",
                         id, run->run_dir, run->run_dir, id);

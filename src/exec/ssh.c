@@ -175,12 +175,6 @@ typedef struct {
     int stop_sent;
 } agent;
 
-/* Lines of a rank log echoed to our terminal, "[rank R] " at each line start. */
-typedef struct {
-    char name[64];
-    int at_line_start;
-} echo_state;
-
 typedef struct {
     const td_exec_job *job;
     host *hosts;
@@ -189,7 +183,7 @@ typedef struct {
     char token[33]; /* the run's RUN/token */
     agent *agents;  /* one per host in an attempt */
     int store_port; /* node 0's, from its link; 0 before */
-    echo_state echo[64];
+    td__echo echo;
     td_ingester *ing;
     int failed_code; /* the failing agent's exit code */
 } ssh_sup;
@@ -377,16 +371,7 @@ static td_status ssh_pipe(const ssh_sup *c, const host *h, const char *local, co
 static td_status copy_code(ssh_sup *c, char *why, size_t nbytes) {
     const td_exec_job *job = c->job;
     /* the file list and the tar stream, the same for every host */
-    td__buf l = {0};
-    td__buf_addf(&l, "cd ");
-    td__buf_quote(&l, job->work_dir);
-    td__buf_addf(&l, " || exit 1\nif git -C ");
-    td__buf_quote(&l, job->project_dir);
-    td__buf_addf(&l, " rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C ");
-    td__buf_quote(&l, job->project_dir);
-    td__buf_addf(&l, " ls-files -z -co --exclude-standard -- . ':(exclude).tandem'; else "
-                     "find -L . -mindepth 1 \\( -name .git -o -name .tandem \\) -prune -o ! "
-                     "-type d -print0; fi | tar --null -T - -chf - --ignore-failed-read");
+    td__buf l = {.s = td__exec_code_tar_script(job)};
     td_status st = TD_OK;
     for (size_t i = 0; i < c->nhosts && st == TD_OK; i++) {
         host *h = &c->hosts[i];
@@ -469,26 +454,7 @@ static void on_note(void *user, const char *key, const char *value) {
 /* Rank log bytes, to our stdout as the local launcher prints them ("[rank R] line"). */
 static void on_data(void *user, const char *name, const char *bytes, size_t n) {
     ssh_sup *c = user;
-    if (c->job->quiet_output || strncmp(name, "logs/rank-", 10)) return;
-    echo_state *e = NULL;
-    for (size_t i = 0; i < TD_ARRAY_LEN(c->echo) && !e; i++)
-        if (!strcmp(c->echo[i].name, name) || !c->echo[i].name[0]) e = &c->echo[i];
-    if (!e) return;
-    if (!e->name[0]) {
-        snprintf(e->name, sizeof e->name, "%s", name);
-        e->at_line_start = 1;
-    }
-    int rank = atoi(name + 10);
-    char prefix[32];
-    int plen = snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
-    for (size_t i = 0; i < n;) {
-        if (e->at_line_start) write_all(STDOUT_FILENO, prefix, (size_t)plen);
-        const char *nl = memchr(bytes + i, '\n', n - i);
-        size_t len = nl ? (size_t)(nl - bytes - i) + 1 : n - i;
-        write_all(STDOUT_FILENO, bytes + i, len);
-        e->at_line_start = nl != NULL;
-        i += len;
-    }
+    if (!c->job->quiet_output) td__exec_echo_rank_log(&c->echo, name, bytes, n);
 }
 
 /* Starts node `node`'s agent: ssh ... 'cd R/work && exec tandem launch --forward-stdio ...',
@@ -981,16 +947,7 @@ static int ssh_run(const td_exec_job *job) {
     c.hosts = td_xcalloc(nlist, sizeof *c.hosts);
     for (size_t i = 0; i < nlist; i++) split_host(list[i], &c.hosts[i]);
     write_hosts_file(&c);
-    char *token_path = NULL;
-    st = td__exec_token(run, &token_path);
-    if (st == TD_OK) {
-        FILE *f = fopen(token_path, "r");
-        if (!f || !fgets(c.token, sizeof c.token, f))
-            st = td_error_errno(TD_ERR_IO, "reading the run's token %s", token_path);
-        if (f) fclose(f);
-        c.token[strcspn(c.token, "\n")] = '\0';
-    }
-    free(token_path);
+    st = td__exec_read_token(run, c.token);
     if (st != TD_OK) {
         cli = fail_run(&c, t0, "supervisor error: %s", td_error_msg());
         td_error_clear();

@@ -1,6 +1,9 @@
-/* The node agent's link to an executor's supervisor over its stdin and stdout
- * (tandem launch --forward-stdio; include/tandem/launch.h). */
+/* The node agent's link to an executor's supervisor: over its stdin and stdout (ssh, tandem
+ * launch --forward-stdio) or over a TCP connection it opens back to the supervisor (Slurm
+ * without a shared file system, --link). include/tandem/launch.h describes both. */
 #include <errno.h>
+#include <glob.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,18 +21,32 @@
 
 /* How often the files are looked at: a log line reaches the supervisor within this. */
 #define LINK_PERIOD_MS 200
+/* A dropped TCP link is dialled again this often while the job goes on (its files wait on
+ * this node's disk), and for this long at the end, so the last lines still arrive. */
+#define REDIAL_PERIOD_S 2.0
+#define FINAL_REDIAL_S  20.0
+/* Connecting and proving the token; the opening lines (which carry the code) after it. */
+#define DIAL_TIMEOUT_MS    10000
+#define OPENING_TIMEOUT_MS 120000
 
 struct td_agent_link {
     int in_fd, out_fd;
     pid_t agent_tid; /* the thread that runs td_launch_run and reads the signalfd */
     td_mirror_out *mirror;
-    pthread_mutex_t lock; /* the mirror: the sender thread and the agent's on_store */
+    pthread_mutex_t lock; /* the mirror and the descriptors: the sender thread and the agent */
     pthread_t thread;
     bool thread_started;
     atomic_bool closing;
     atomic_int lost; /* "lost NODE" lines: other agents known gone */
-    bool broken;     /* the stream to the supervisor failed: nothing more is sent */
+    bool broken;     /* stdio: the stream to the supervisor failed: nothing more is sent */
     bool stopped;    /* we asked ourselves to stop already */
+    /* --link: the supervisor's address, and what a dropped connection needs to start again */
+    char *host, *port;
+    int node;
+    bool down;        /* the TCP link is gone and not dialled again yet */
+    double next_dial; /* when to try */
+    char **artifacts; /* "artifact GLOB" lines: sent as whole files at the end */
+    size_t nartifacts;
 };
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
@@ -52,18 +71,210 @@ static void on_line(td_agent_link *l, const char *line) {
         TD_LOG_WARN("the supervisor sent '%.60s', which this agent does not know; ignored", line);
 }
 
+/* ---- the opening ---- */
+static td_status read_exact(int fd, void *buf, size_t n, double deadline, const char *what) {
+    char *p = buf;
+    while (n) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int left_ms = (int)((deadline - td_now_s()) * 1000);
+        if (left_ms <= 0) return td_error(TD_ERR_TIMEOUT, "link: %s took too long", what);
+        int r = poll(&pf, 1, left_ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) continue;
+        ssize_t got = read(fd, p, n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return td_error_errno(TD_ERR_IO, "link: reading %s", what);
+        if (got == 0) return td_error(TD_ERR_IO, "link: the supervisor hung up during %s", what);
+        p += got;
+        n -= (size_t)got;
+    }
+    return TD_OK;
+}
+
+/* "code SIZE" and SIZE bytes of a tar stream: the run's code, unpacked into our working
+ * directory (the node's copy of the run's work directory) by tar. */
+static td_status unpack_code(td_agent_link *l, const char *size_text, double deadline) {
+    int64_t size;
+    TD_CHECK(td_parse_i64("link: code size", size_text, &size));
+    char cwd[4096] = "?";
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
+    FILE *tar = popen("tar -xf - --no-same-owner --warning=no-timestamp", "w");
+    if (!tar) return td_error_errno(TD_ERR_SYS, "link: starting tar to unpack the code");
+    char buf[65536];
+    td_status st = TD_OK;
+    bool tar_gone = false;
+    for (int64_t left = size; left > 0 && st == TD_OK;) {
+        size_t n = (size_t)TD_MIN(left, (int64_t)sizeof buf);
+        st = read_exact(l->in_fd, buf, n, deadline, "receiving the code");
+        if (st == TD_OK && !tar_gone && fwrite(buf, 1, n, tar) != n) tar_gone = true;
+        left -= (int64_t)n;
+    }
+    int status = pclose(tar);
+    if (st != TD_OK) return st;
+    if (tar_gone || status != 0)
+        return td_error(TD_ERR_IO,
+                        "link: unpacking the run's code (%lld bytes) into %s failed (tar: wait "
+                        "status %d); is slurm: work_dir writable on this node, with room?",
+                        (long long)size, cwd, status);
+    TD_LOG_INFO("unpacked the run's code (%lld bytes) into %s", (long long)size, cwd);
+    return TD_OK;
+}
+
+/* The opening lines, up to "go", one byte at a time: nothing after "go" may be consumed here,
+ * and the lines are few. */
+static td_status read_opening(td_agent_link *l, double deadline) {
+    char line[600];
+    size_t len = 0;
+    for (;;) {
+        char c;
+        if (l->host) {
+            TD_CHECK(read_exact(l->in_fd, &c, 1, deadline, "the opening lines"));
+        } else {
+            ssize_t n = read(l->in_fd, &c, 1);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return td_error_errno(TD_ERR_IO, "--forward-stdio: reading stdin");
+            if (n == 0)
+                return td_error(TD_ERR_IO, "--forward-stdio: stdin ended before the supervisor's "
+                                           "'go' line (is this agent started by an executor?)");
+        }
+        if (c != '\n') {
+            if (len + 1 >= sizeof line)
+                return td_error(TD_ERR_FORMAT, "link: an opening line over %zu bytes", sizeof line);
+            line[len++] = c;
+            continue;
+        }
+        line[len] = '\0';
+        len = 0;
+        if (!strcmp(line, "go")) return TD_OK;
+        if (!strncmp(line, "token ", 6)) {
+            setenv(td_var_name(TD_VAR_TANDEM_TOKEN), line + 6, 1);
+            memset(line, 0, sizeof line);
+        } else if (!strncmp(line, "have ", 5)) {
+            TD_CHECK(td_mirror_out_have(l->mirror, line));
+        } else if (!strncmp(line, "code ", 5) && l->host) {
+            TD_CHECK(unpack_code(l, line + 5, deadline));
+        } else if (!strncmp(line, "artifact ", 9) && l->host) {
+            l->artifacts = td_xrealloc(l->artifacts, (l->nartifacts + 1) * sizeof *l->artifacts);
+            l->artifacts[l->nartifacts++] = td_xstrdup(line + 9);
+        } else {
+            return td_error(TD_ERR_FORMAT,
+                            "link: '%.60s' from the supervisor is not an opening line (token, "
+                            "have, code, artifact, go)",
+                            line);
+        }
+    }
+}
+
+/* ---- --link: the TCP connection ---- */
+static td_status dial_tcp(const char *host, const char *port, int *fd_out) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0)
+        return td_error(TD_ERR_IO,
+                        "link: cannot resolve the supervisor's host '%s' (%s); set slurm: "
+                        "link_host to a name or address the nodes can reach",
+                        host, gai_strerror(rc));
+    int err = 0;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+            freeaddrinfo(res);
+            int one = 1;
+            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+            *fd_out = fd;
+            return TD_OK;
+        }
+        err = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    errno = err;
+    return td_error_errno(TD_ERR_IO,
+                          "link: cannot connect to the supervisor at %s:%s; check that the nodes "
+                          "reach it there (slurm: link_host, a firewall between them)",
+                          host, port);
+}
+
+/* Connects, proves the token, says who we are ("hello NODE FIRST": FIRST 1 asks for the code)
+ * and reads the opening. The mirror then sends from what the new manifest says. */
+static td_status dial(td_agent_link *l, bool first) {
+    int fd = -1;
+    TD_CHECK(dial_tcp(l->host, l->port, &fd));
+    const char *token = td_var_get(TD_VAR_TANDEM_TOKEN);
+    td_status st = token && *token ? td_mirror_auth_connect(fd, token, DIAL_TIMEOUT_MS)
+                                   : td_error(TD_ERR_AUTH,
+                                              "link: %s is not set; the executor passes the "
+                                              "run's token in the job's environment",
+                                              td_var_name(TD_VAR_TANDEM_TOKEN));
+    if (st == TD_OK) {
+        char hello[64];
+        int n = snprintf(hello, sizeof hello, "hello %d %d\n", l->node, first ? 1 : 0);
+        if (write(fd, hello, (size_t)n) != n)
+            st = td_error_errno(TD_ERR_IO, "link: greeting the supervisor");
+    }
+    if (st == TD_OK) {
+        l->in_fd = l->out_fd = fd;
+        td_mirror_out_reset(l->mirror, fd);
+        for (size_t i = 0; i < l->nartifacts; i++) free(l->artifacts[i]);
+        l->nartifacts = 0;
+        st = read_opening(l, td_now_s() + OPENING_TIMEOUT_MS / 1000.0);
+    }
+    if (st != TD_OK) {
+        close(fd);
+        l->in_fd = l->out_fd = -1;
+        return st;
+    }
+    l->down = false;
+    return TD_OK;
+}
+
+/* The TCP link failed (held under l->lock): its files wait on this disk until a dial works. */
+static void link_down(td_agent_link *l, const char *why) {
+    if (l->down) return;
+    TD_LOG_WARN("link to the supervisor at %s:%s lost (%s); logs and metrics wait on this node "
+                "and follow when it is back (trying every %.0f s)",
+                l->host, l->port, why, REDIAL_PERIOD_S);
+    close(l->in_fd);
+    l->in_fd = l->out_fd = -1;
+    l->down = true;
+    l->next_dial = td_now_s() + REDIAL_PERIOD_S;
+}
+
+static void try_dial(td_agent_link *l) {
+    if (!l->down || td_now_s() < l->next_dial) return;
+    if (dial(l, false) == TD_OK) {
+        TD_LOG_INFO("link to the supervisor at %s:%s is back", l->host, l->port);
+    } else {
+        td_error_clear();
+        l->next_dial = td_now_s() + REDIAL_PERIOD_S;
+    }
+}
+
+/* ---- the sender ---- */
 static void *sender(void *arg) {
     td_agent_link *l = arg;
     char buf[512];
     size_t len = 0;
     bool in_open = true;
     while (!atomic_load(&l->closing)) {
-        struct pollfd p = {.fd = l->in_fd, .events = POLLIN};
-        int r = in_open ? poll(&p, 1, LINK_PERIOD_MS) : poll(NULL, 0, LINK_PERIOD_MS);
-        if (r > 0) {
+        pthread_mutex_lock(&l->lock);
+        int in_fd = l->down ? -1 : l->in_fd;
+        pthread_mutex_unlock(&l->lock);
+        struct pollfd p = {.fd = in_fd, .events = POLLIN};
+        int r = in_open && in_fd >= 0 ? poll(&p, 1, LINK_PERIOD_MS) : poll(NULL, 0, LINK_PERIOD_MS);
+        pthread_mutex_lock(&l->lock);
+        if (r > 0 && in_fd == l->in_fd && !l->down) {
             ssize_t n = read(l->in_fd, buf + len, sizeof buf - 1 - len);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
+            if (n < 0 && errno == EINTR) {
+                /* again */
+            } else if (n <= 0 && l->host) {
+                link_down(l, n == 0 ? "the supervisor closed it" : strerror(errno));
+                len = 0;
+            } else if (n <= 0) {
                 in_open = false;
                 stop_self(l, "the link to the supervisor closed (its host, ssh or the supervisor "
                              "is gone)");
@@ -79,59 +290,39 @@ static void *sender(void *arg) {
                 if (len == sizeof buf - 1) len = 0; /* a line that long is no command */
             }
         }
-        pthread_mutex_lock(&l->lock);
-        if (!l->broken && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
-            l->broken = true;
+        if (l->host) try_dial(l);
+        if (!l->broken && !l->down && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
             char why[600];
             snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
                      td_error_msg());
-            stop_self(l, why);
+            td_error_clear();
+            if (l->host) {
+                link_down(l, why);
+            } else {
+                l->broken = true;
+                stop_self(l, why);
+            }
         }
         pthread_mutex_unlock(&l->lock);
     }
     return NULL;
 }
 
-/* The opening lines, up to "go", one byte at a time: nothing after "go" may be consumed here,
- * and the lines are few. */
-static td_status read_opening(td_agent_link *l) {
-    char line[600];
-    size_t len = 0;
-    for (;;) {
-        char c;
-        ssize_t n = read(l->in_fd, &c, 1);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return td_error_errno(TD_ERR_IO, "--forward-stdio: reading stdin");
-        if (n == 0)
-            return td_error(TD_ERR_IO, "--forward-stdio: stdin ended before the supervisor's "
-                                       "'go' line (is this agent started by an executor?)");
-        if (c != '\n') {
-            if (len + 1 >= sizeof line)
-                return td_error(TD_ERR_FORMAT, "--forward-stdio: a line over %zu bytes on stdin",
-                                sizeof line);
-            line[len++] = c;
-            continue;
-        }
-        line[len] = '\0';
-        len = 0;
-        if (!strcmp(line, "go")) return TD_OK;
-        if (!strncmp(line, "token ", 6)) {
-            setenv(td_var_name(TD_VAR_TANDEM_TOKEN), line + 6, 1);
-            memset(line, 0, sizeof line);
-        } else if (!strncmp(line, "have ", 5)) {
-            TD_CHECK(td_mirror_out_have(l->mirror, line));
-        } else {
-            return td_error(TD_ERR_FORMAT,
-                            "--forward-stdio: '%.60s' on stdin is not an opening line (token, "
-                            "have, go)",
-                            line);
-        }
-    }
+static td_status start(td_agent_link *l) {
+    /* The thread starts with every signal blocked (it inherits this mask): the agent's
+     * SIGTERM and SIGCHLD belong to its signalfd, never to a thread's default action. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int err = pthread_create(&l->thread, NULL, sender, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) return td_error(TD_ERR_SYS, "link: starting a thread: %s", strerror(err));
+    l->thread_started = true;
+    return TD_OK;
 }
 
-td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const char *metrics_dir,
-                             td_agent_link **out) {
-    *out = NULL;
+static td_agent_link *link_new(int in_fd, int out_fd, const char *log_dir,
+                               const char *metrics_dir) {
     td_agent_link *l = td_xcalloc(1, sizeof *l);
     l->in_fd = in_fd;
     l->out_fd = out_fd;
@@ -140,18 +331,36 @@ td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const c
     pthread_mutex_init(&l->lock, NULL);
     if (log_dir) td_mirror_out_watch(l->mirror, "logs", log_dir);
     if (metrics_dir) td_mirror_out_watch(l->mirror, "metrics", metrics_dir);
-    td_status st = read_opening(l);
-    if (st == TD_OK) {
-        /* The thread starts with every signal blocked (it inherits this mask): the agent's
-         * SIGTERM and SIGCHLD belong to its signalfd, never to a thread's default action. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        int err = pthread_create(&l->thread, NULL, sender, l);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err) st = td_error(TD_ERR_SYS, "--forward-stdio: starting a thread: %s", strerror(err));
-        l->thread_started = err == 0;
+    return l;
+}
+
+td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const char *metrics_dir,
+                             td_agent_link **out) {
+    *out = NULL;
+    td_agent_link *l = link_new(in_fd, out_fd, log_dir, metrics_dir);
+    td_status st = read_opening(l, 0);
+    if (st == TD_OK) st = start(l);
+    if (st != TD_OK) {
+        td_agent_link_close(l);
+        return st;
     }
+    *out = l;
+    return TD_OK;
+}
+
+td_status td_agent_link_connect(const char *endpoint, int node, const char *log_dir,
+                                const char *metrics_dir, td_agent_link **out) {
+    *out = NULL;
+    const char *colon = strrchr(endpoint, ':');
+    if (!colon || colon == endpoint || !colon[1])
+        return td_error(TD_ERR_USAGE, "--link '%s': expected HOST:PORT (the supervisor's)",
+                        endpoint);
+    td_agent_link *l = link_new(-1, -1, log_dir, metrics_dir);
+    l->host = td_xasprintf("%.*s", (int)(colon - endpoint), endpoint);
+    l->port = td_xstrdup(colon + 1);
+    l->node = node;
+    td_status st = dial(l, true);
+    if (st == TD_OK) st = start(l);
     if (st != TD_OK) {
         td_agent_link_close(l);
         return st;
@@ -165,9 +374,10 @@ void td_agent_link_store_port(void *link, int port) {
     char value[16];
     snprintf(value, sizeof value, "%d", port);
     pthread_mutex_lock(&l->lock);
-    if (!l->broken && td_mirror_out_note(l->mirror, "store_port", value) != TD_OK) {
-        l->broken = true;
+    if (!l->broken && !l->down && td_mirror_out_note(l->mirror, "store_port", value) != TD_OK) {
         TD_LOG_WARN("cannot tell the supervisor the store's port: %s", td_error_msg());
+        td_error_clear();
+        if (!l->host) l->broken = true;
     }
     pthread_mutex_unlock(&l->lock);
 }
@@ -176,14 +386,52 @@ int td_agent_link_lost_nodes(void *link) {
     return atomic_load(&((td_agent_link *)link)->lost);
 }
 
+/* The "artifact GLOB" files (relative to our working directory: the node's copy of the run's
+ * work directory), as whole files named work/PATH. */
+static td_status send_artifacts(td_agent_link *l) {
+    td_status st = TD_OK;
+    for (size_t i = 0; i < l->nartifacts && st == TD_OK; i++) {
+        glob_t g;
+        if (glob(l->artifacts[i], 0, NULL, &g) != 0) continue; /* none (or unreadable) */
+        for (size_t k = 0; k < g.gl_pathc && st == TD_OK; k++) {
+            struct stat sb;
+            const char *path = g.gl_pathv[k];
+            if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+            while (!strncmp(path, "./", 2)) path += 2;
+            char *name = td_xasprintf("work/%s", path);
+            st = td_mirror_out_file(l->mirror, name, g.gl_pathv[k]);
+            free(name);
+        }
+        globfree(&g);
+    }
+    return st;
+}
+
 td_status td_agent_link_close(td_agent_link *l) {
     if (!l) return TD_OK;
     td_status st = TD_OK;
     if (l->thread_started) {
         atomic_store(&l->closing, true);
         pthread_join(l->thread, NULL);
-        if (!l->broken) st = td_mirror_out_end(l->mirror);
+        /* A TCP link that is down gets a last chance: the tails and the artifacts are here. */
+        for (double until = td_now_s() + FINAL_REDIAL_S; l->host && l->down && td_now_s() < until;
+             usleep(200 * 1000))
+            try_dial(l);
+        if (l->down) {
+            st = td_error(TD_ERR_IO,
+                          "link: the supervisor at %s:%s could not be reached again; what this "
+                          "node did not send is in its --log-dir and --metrics-dir",
+                          l->host, l->port);
+        } else if (!l->broken) {
+            st = send_artifacts(l);
+            if (st == TD_OK) st = td_mirror_out_end(l->mirror);
+        }
     }
+    if (l->host && l->in_fd >= 0) close(l->in_fd);
+    for (size_t i = 0; i < l->nartifacts; i++) free(l->artifacts[i]);
+    free(l->artifacts);
+    free(l->host);
+    free(l->port);
     td_mirror_out_free(l->mirror);
     pthread_mutex_destroy(&l->lock);
     free(l);

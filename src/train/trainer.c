@@ -692,8 +692,13 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                                   rc, out);
             }
         }
+        /* Found or not, what the metrics hold past the step training goes on from is stale: a
+         * resume that finds no checkpoint (a requeued Slurm job whose first node is another
+         * machine, with no shared file system) starts again from step 0, and its steps must
+         * replace what the store has, not add to it. */
+        if (cfg->callbacks.resumed)
+            cfg->callbacks.resumed(cfg->callbacks.user, found ? t->start_step : 0);
         if (found) {
-            if (cfg->callbacks.resumed) cfg->callbacks.resumed(cfg->callbacks.user, t->start_step);
             if (cfg->rank == 0)
                 TD_LOG_INFO("resuming from %s at step %lld (epoch %lld, step %lld of it)",
                             resumed_path, (long long)ck.step, (long long)ck.epoch + 1,

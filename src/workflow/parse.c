@@ -212,7 +212,8 @@ static const char *const known_fields =
     "name, description, command, commands, setup, nodes, nproc_per_node, env, params, "
     "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh";
 
-static const char *const slurm_fields = "partition, time, account, sbatch_args, signal_lead";
+static const char *const slurm_fields =
+    "partition, time, account, sbatch_args, signal_lead, work_dir, link_host";
 static const char *const ssh_fields = "hosts, hostfile, work_dir, ssh_args, tandem, rdzv_host";
 
 static td_status parse_ssh(const parse_ctx *c, const yaml_node_t *n, td_ssh_options *o) {
@@ -301,11 +302,36 @@ static td_status parse_slurm(const parse_ctx *c, const yaml_node_t *n, td_slurm_
             }
         } else if (!strcmp(f, "sbatch_args")) {
             TD_CHECK(get_string_list(c, v, "slurm.sbatch_args", &o->sbatch_args, &o->nsbatch_args));
+        } else if (!strcmp(f, "work_dir")) {
+            /* It appears in #SBATCH directives (--output), which cannot be quoted. */
+            TD_CHECK(get_string(c, v, "slurm.work_dir", &o->work_dir));
+            if (o->work_dir[0] != '/' ||
+                strspn(o->work_dir, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij"
+                                    "klmnopqrstuvwxyz0123456789/._+-") != strlen(o->work_dir))
+                return node_error(c, v, "slurm.work_dir",
+                                  "expected an absolute path on the nodes of letters, digits and "
+                                  "/._+- (such as /tmp or a node-local scratch directory), got "
+                                  "'%s'",
+                                  o->work_dir);
+        } else if (!strcmp(f, "link_host")) {
+            TD_CHECK(get_string(c, v, "slurm.link_host", &o->link_host));
+            if (td_ssh_host_check("slurm.link_host", o->link_host) != TD_OK ||
+                strpbrk(o->link_host, "@:") || o->link_host[0] == '-') {
+                td_error_clear();
+                return node_error(c, v, "slurm.link_host",
+                                  "expected a host name or address by which the nodes reach this "
+                                  "machine, got '%s'",
+                                  o->link_host);
+            }
         } else {
             return node_error(c, k, "slurm", "unknown field '%s'; the fields are: %s", f,
                               slurm_fields);
         }
     }
+    if (o->link_host && !o->work_dir)
+        return node_error(c, n, "slurm.link_host",
+                          "is only used without a shared file system; set slurm.work_dir (where "
+                          "the nodes keep their copy of the run) or remove link_host");
     if (o->time_limit_s > 0 && o->signal_lead_s > 0 && o->signal_lead_s >= o->time_limit_s)
         return node_error(c, n, "slurm.signal_lead",
                           "%.0f s is not shorter than the time limit (%.0f s): the job would be "

@@ -14,6 +14,12 @@ target_include_directories(executors_test_slurm_unit PRIVATE ${CMAKE_SOURCE_DIR}
 set_tests_properties(executors/test_slurm_run executors/test_slurm_requeue
                      executors/test_slurm_stop PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
 
+# The slurm executor without a shared file system (slurm: work_dir): its own 2-node cluster
+# whose nodes see neither the project nor each other's work dir (TDS_HIDE_DIRS); BasicNet for
+# 40 steps plus its local reference, 300 steps requeued twice (cred_expire, 10 s, each time)
+# beside its uninterrupted reference, and a link_host the nodes cannot resolve.
+set_tests_properties(executors/test_slurm_nofs PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
 # The ssh fixture (tests/lib/sshd.sh): two hosts with their own sshd in namespaces, a hidden
 # directory, a port between the hosts, publickey only, a SIGKILLed fixture's leftovers, nothing
 # left after sshd_down. 7-15 s on the shared 2-core machine (about 30 ssh round trips); shares

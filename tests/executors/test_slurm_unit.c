@@ -38,7 +38,7 @@ static void test_parse(void) {
                        "  - name: c\n"
                        "    command: tandem train\n"
                        "    executor: slurm\n"
-                       "    slurm: {time: 90m}\n";
+                       "    slurm: {time: 90m, work_dir: /scratch/td, link_host: login1}\n";
     td_workflow_file *wf;
     ASSERT_OK(td_workflow_file_parse(text, strlen(text), "wf.yaml", &wf));
     const td_workflow *a, *b, *c;
@@ -55,9 +55,16 @@ static void test_parse(void) {
     ASSERT(b->executor == NULL);
     ASSERT_NEAR(c->slurm.time_limit_s, 5400, 0);
     ASSERT_NEAR(c->slurm.signal_lead_s, 0, 0); /* the default, 60 s, applies */
+    ASSERT_STREQ(c->slurm.work_dir, "/scratch/td");
+    ASSERT_STREQ(c->slurm.link_host, "login1");
+    ASSERT(a->slurm.work_dir == NULL && a->slurm.link_host == NULL);
 
     /* a copy owns its slurm settings */
-    td_workflow *copy = td_workflow_copy(a);
+    td_workflow *copy = td_workflow_copy(c);
+    ASSERT(copy->slurm.work_dir != c->slurm.work_dir);
+    ASSERT_STREQ(copy->slurm.link_host, "login1");
+    td_workflow_free(copy);
+    copy = td_workflow_copy(a);
     ASSERT(copy->slurm.sbatch_args != a->slurm.sbatch_args);
     ASSERT_STREQ(copy->slurm.sbatch_args[0], "--exclusive");
     ASSERT_STREQ(copy->executor, "slurm");
@@ -73,7 +80,17 @@ static void test_parse(void) {
     } while (0)
     BAD("    executor: rsh\n", "wf.yaml:4:15: executor: expected local or slurm or ssh", "'rsh'");
     BAD("    executor: slurm\n    slurm: {queue: x}\n", "unknown field 'queue'",
-        "partition, time, account, sbatch_args, signal_lead");
+        "partition, time, account, sbatch_args, signal_lead, work_dir, link_host");
+    BAD("    executor: slurm\n    slurm: {work_dir: scratch}\n",
+        "slurm.work_dir: expected an absolute path on the nodes", "'scratch'");
+    BAD("    executor: slurm\n    slurm: {work_dir: '/a b'}\n", "slurm.work_dir: expected",
+        "'/a b'");
+    BAD("    executor: slurm\n    slurm: {work_dir: /s, link_host: 'a;b'}\n",
+        "slurm.link_host: expected a host name or address", "'a;b'");
+    BAD("    executor: slurm\n    slurm: {work_dir: /s, link_host: 'h:1'}\n",
+        "slurm.link_host: expected a host name", "'h:1'");
+    BAD("    executor: slurm\n    slurm: {link_host: h}\n", "slurm.link_host: is only used",
+        "set slurm.work_dir");
     BAD("    slurm: {partition: x}\n", "slurm: workflow 'a' sets slurm: but runs on the local",
         "add 'executor: slurm'");
     BAD("    executor: slurm\n    slurm: {time: 90}\n", "slurm.time: '90' is ambiguous",
@@ -248,7 +265,7 @@ static void test_script(void) {
                        .env = env,
                        .max_restarts = 1,
                        .slurm = &so};
-    char *s = td__slurm_batch_script(&job, "/p/.tandem/runs/bn-1/token");
+    char *s = td__slurm_batch_script(&job, "/p/.tandem/runs/bn-1/token", NULL);
     ASSERT_CONTAINS(s, "#SBATCH --job-name=bn-1\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
                        "#SBATCH --cpus-per-task=3\n#SBATCH --requeue\n"
                        "#SBATCH --signal=B:USR1@90\n");
@@ -280,6 +297,8 @@ static void test_script(void) {
     ASSERT_CONTAINS(s, "scontrol requeue \"$SLURM_JOB_ID\"");
     /* the shell reads it */
     char path[] = "/tmp/tandem-sbatch-XXXXXX";
+    char path0[sizeof path];
+    memcpy(path0, path, sizeof path);
     int fd = mkstemp(path);
     ASSERT(fd >= 0);
     ASSERT_EQ(write(fd, s, strlen(s)), (ssize_t)strlen(s));
@@ -292,9 +311,45 @@ static void test_script(void) {
 
     /* a short signal lead shortens the launchers' stop grace, so the requeue comes first */
     so.signal_lead_s = 20;
-    s = td__slurm_batch_script(&job, "/t");
+    s = td__slurm_batch_script(&job, "/t", NULL);
     ASSERT_CONTAINS(s, "--stop-grace=10 ");
     free(s);
+
+    /* slurm: work_dir: the nodes keep their own copy of the run; nothing of ours is read */
+    so.signal_lead_s = 90;
+    so.work_dir = "/scratch/td";
+    char *env2[] = {"TANDEM_RUN_DIR=/p/.tandem/runs/bn-1",
+                    "TANDEM_CHECKPOINT_DIR=/p/.tandem/runs/bn-1/work/ckpt", "TANDEM_PROJECT_DIR=/p",
+                    "TANDEM_RUN_DIRX=/p/.tandem/runs/bn-1x", NULL};
+    job.env = env2;
+    s = td__slurm_batch_script(&job, NULL, "login1:4242");
+    ASSERT_CONTAINS(s, "#SBATCH --output=/scratch/td/bn-1-slurm-%j.out\n");
+    ASSERT_CONTAINS(s, "#SBATCH --chdir=/scratch/td\n");
+    ASSERT_CONTAINS(s, "\nexport TANDEM_RUN_DIR='/scratch/td/bn-1'\n");
+    ASSERT_CONTAINS(s, "\nexport TANDEM_CHECKPOINT_DIR='/scratch/td/bn-1/work/ckpt'\n");
+    ASSERT_CONTAINS(s, "\nexport TANDEM_PROJECT_DIR='/scratch/td/bn-1/work'\n");
+    ASSERT_CONTAINS(s, "\nexport TANDEM_RUN_DIRX='/p/.tandem/runs/bn-1x'\n"); /* a prefix only */
+    /* no path the nodes cannot see (the comment at the top names the script itself) */
+    ASSERT(!strstr(s, "runs/bn-1/work") && !strstr(s, "runs/bn-1/logs") &&
+           !strstr(s, "runs/bn-1/metrics") && !strstr(s, "runs/bn-1/token"));
+    ASSERT(!strstr(s, "TANDEM_TOKEN=$(cat")); /* the token is in sbatch's environment */
+    ASSERT_CONTAINS(s, "[ -n \"${TANDEM_TOKEN:-}\" ] ||");
+    ASSERT_CONTAINS(s, "launch --link=login1:4242 --nproc-per-node=3");
+    ASSERT_CONTAINS(s, "--log-dir=\"$d/logs\" --metrics-dir=\"$d/metrics\"");
+    /* each node writes the requeue line into its own ranks' logs only */
+    ASSERT_CONTAINS(s, "r=$((SLURM_NODEID * 3)); e=$((r + 3))");
+    memcpy(path, path0, sizeof path);
+    fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+    close(fd);
+    cmd = td_xasprintf("sh -n %s", path);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+    unlink(path);
+    free(s);
+    job.env = env;
+    so.work_dir = NULL;
 
     td_slurm_options extra = {.sbatch_args = (char *[]){"--exclusive", "--qos=high"},
                               .nsbatch_args = 2};

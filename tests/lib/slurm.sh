@@ -9,7 +9,14 @@
 # on the "login node" (the controller's namespaces, SLURM_CONF set). It exits 77 (skip) with the
 # reason when not root, when the packages cannot be installed or a daemon cannot be started, and
 # returns 1 with sinfo and the log tails when the nodes do not come up. slurm_down is idempotent.
-# Helpers: slurm_wait SECS WHAT CMD... (poll until CMD succeeds), slurm_logs [LINES] (log tails).
+# Helpers: slurm_wait SECS WHAT CMD... (poll until CMD succeeds), slurm_logs [LINES] (log tails),
+# slurm_node_exec I CMD... (CMD in node I's namespaces, as its jobs see the machine).
+# TDS_HIDE_DIRS (space-separated absolute paths of existing directories, set before slurm_up)
+# hides them from the nodes: each node's slurmd, and so every job task, sees an empty tmpfs
+# (1777) of its own over each, while the login node (slurm_exec) sees the real directories: no
+# shared file system for those paths, and what a job writes there stays on its node. Unset or
+# empty: nothing is hidden; an entry that is not a directory, or that would hide the state
+# directory, makes slurm_up return 1 before it starts anything.
 # docs/executors.md explains the layout and the obstacles each step answers.
 #
 # Nothing outside this cluster's namespaces is touched but its state directory, its cgroup
@@ -26,22 +33,35 @@ TDS_NET=10.80.0 # only inside the cluster's namespaces; distinct from netns.sh u
 # _tds_ns NS HOST CMD...: runs CMD in network namespace NS, in a new UTS namespace (hostname
 # HOST) and a new private mount namespace with this cluster's /etc/hosts, a sysfs of NS (so
 # /sys/class/net shows eth0 and lo, like a real node) with the host's cgroup tree carried over
-# (mounting sysfs hides /sys/fs/cgroup, and slurmd needs it), and a private /dev/shm.
+# (mounting sysfs hides /sys/fs/cgroup, and slurmd needs it), and a private /dev/shm. Over
+# every directory in _TDS_HIDE (slurm_up sets it for the nodes only), an empty tmpfs of this
+# namespace's own.
 # `ip netns exec` is not used: it remounts /sys without the cgroup tree and slurmd then dies.
 _tds_ns() {
     local ns=$1 host=$2
     shift 2
     nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c '
-        set -e; host=$1 st=$2; shift 2
+        set -e; host=$1 st=$2 hide=$3; shift 3
         hostname "$host"
         mount --bind "$st/hosts" /etc/hosts
         mkdir -p "$st/cg/$host"; mount --rbind /sys/fs/cgroup "$st/cg/$host"
         mount -t sysfs sysfs /sys; mount --move "$st/cg/$host" /sys/fs/cgroup
         mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm
-        exec "$@"' sh "$host" "$TDS_STATE" "$@"
+        for d in $hide; do mount -t tmpfs -o mode=1777 tmpfs "$d"; done
+        exec "$@"' sh "$host" "$TDS_STATE" "${_TDS_HIDE:-}" "$@"
 }
 
 slurm_exec() { _tds_ns "tds-$$-ctl" "$TDS_CTL" env SLURM_CONF="$TDS_STATE/slurm.conf" "$@"; }
+
+# slurm_node_exec I CMD...: runs CMD in node I's namespaces (net, UTS, mount: its hidden
+# directories, /dev/shm, hostname), in the caller's directory where the node sees it, else /.
+slurm_node_exec() {
+    local i=$1 pid
+    shift
+    pid=$(cat "${TDS_STATE:-/nonexistent}/slurmd-${TDS_NODES[i - 1]:-}.pid" 2>/dev/null) &&
+        [ -n "$pid" ] || { echo "slurm_node_exec: no node $i" >&2; return 1; }
+    nsenter -t "$pid" -n -u -m -- sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' sh "$PWD" "$@"
+}
 
 # slurm_wait SECS WHAT CMD...: polls CMD every 0.2 s; returns 1 after SECS.
 slurm_wait() {
@@ -90,8 +110,16 @@ slurm_down() {
 _tds_idle() { [ "$(slurm_exec sinfo -h -N -o %t | grep -c '^idle$')" = "$1" ]; }
 
 slurm_up() {
-    local n=${1:-2} i p node ip pt hw missing=()
+    local n=${1:-2} i p d node ip pt hw missing=() hide=''
     case $n in [1-8]) ;; *) echo "slurm_up: 1..8 nodes, not '$n'" >&2; return 1 ;; esac
+    for p in ${TDS_HIDE_DIRS:-}; do
+        d=$(realpath -e "$p" 2>/dev/null) && [ "${p#/}" != "$p" ] && [ -d "$d" ] ||
+            { echo "slurm_up: TDS_HIDE_DIRS: '$p' is not the absolute path of a directory" >&2; return 1; }
+        case ${TMPDIR:-/tmp}/tandem-slurm-$$/ in "$d"/* | "$d"//*)
+            echo "slurm_up: TDS_HIDE_DIRS: $d would hide the cluster's state directory" >&2; return 1 ;;
+        esac
+        hide="$hide $d"
+    done
     [ "$(id -u)" = 0 ] || { echo "SKIP: the Slurm fixture needs root (namespaces, daemons)"; exit 77; }
     ip netns list >/dev/null 2>&1 && command -v nsenter >/dev/null && command -v unshare >/dev/null ||
         { echo "SKIP: ip netns, nsenter or unshare is unavailable"; exit 77; }
@@ -197,7 +225,7 @@ EOF
     for i in $(seq 1 "$n"); do
         node=${TDS_NODES[i - 1]}
         mkdir -p "$TDS_STATE/spool/$node"
-        _tds_ns "tds-$$-n$i" "$node" slurmd -f "$TDS_STATE/slurm.conf" </dev/null \
+        _TDS_HIDE=$hide _tds_ns "tds-$$-n$i" "$node" slurmd -f "$TDS_STATE/slurm.conf" </dev/null \
             >"$TDS_STATE/log/start-$node.log" 2>&1 &&
             slurm_wait 10 "slurmd on $node" test -s "$TDS_STATE/slurmd-$node.pid" ||
             _tds_skip "slurmd on $node did not start"

@@ -1,5 +1,6 @@
 /* tandem launch: torchrun-compatible flag parsing; the work is td_launch_run (src/launch). */
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include "commands.h"
 #include "tandem/launch.h"
+#include "tandem/os.h"
 #include "tandem/track.h"
 
 static void launch_usage(FILE *out) {
@@ -37,6 +39,9 @@ static void launch_usage(FILE *out) {
                  "  --forward-stdio         node agent of an executor (ssh): stdout carries the\n"
                  "                          rank logs and metrics, stdin the supervisor's\n"
                  "                          requests (needs --log-dir; docs/executors.md)\n"
+                 "  --link HOST:PORT        node agent of the Slurm executor without a shared\n"
+                 "                          file system: the same over a connection back to\n"
+                 "                          the supervisor (TANDEM_TOKEN; needs --log-dir)\n"
                  "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
                  "topology comes from the scheduler that started one launcher per node: Slurm\n"
                  "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
@@ -117,6 +122,53 @@ static int open_link(td_launch_options *o, td_agent_link **link) {
     return 0;
 }
 
+/* --link: as --forward-stdio, over TCP to the supervisor (once this node's rank is known).
+ * The workers' lines reach it through the rank logs, and this launcher's own messages, once
+ * the link is up, through LOG_DIR/node-N.log: the job's output file is on a disk the
+ * supervisor cannot read. */
+static int connect_link(td_launch_options *o, const char *endpoint, td_agent_link **link) {
+    if (!o->log_dir) {
+        fprintf(stderr, "tandem launch: --link needs --log-dir (the rank logs are what it "
+                        "forwards)\n");
+        return 2;
+    }
+    if (o->node_rank < 0) {
+        fprintf(stderr, "tandem launch: --link needs this node's rank (--node-rank, or a "
+                        "scheduler's variables such as SLURM_NODEID)\n");
+        return 2;
+    }
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    td_status st = td_mkdirs(o->log_dir);
+    if (st == TD_OK && o->metrics_dir) st = td_mkdirs(o->metrics_dir);
+    if (st == TD_OK)
+        st = td_agent_link_connect(endpoint, o->node_rank, o->log_dir, o->metrics_dir, link);
+    if (st != TD_OK) {
+        td_error_print(st);
+        return 1;
+    }
+    char *path = td_xasprintf("%s/node-%d.log", o->log_dir, o->node_rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0)
+        TD_LOG_INFO("linked to the supervisor at %s; this launcher's messages go on in %s",
+                    endpoint, path);
+    if (fd < 0 || null_fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0)
+        TD_LOG_WARN("cannot write this launcher's messages to %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (null_fd >= 0) close(null_fd);
+    free(path);
+    o->out_fd = o->err_fd = STDOUT_FILENO; /* /dev/null: the rank logs have every line */
+    o->lost_nodes = td_agent_link_lost_nodes;
+    o->executor_link = *link;
+    return 0;
+}
+
 /* TANDEM_SYS_METRICS (set by the Slurm and ssh executors, whose supervisor cannot see this
  * machine's /proc): a thread samples this agent's workers every SYS_PERIOD_S into
  * METRICS_DIR/sys-HOST.jsonl, which reaches the run store like the workers' metric files (the
@@ -186,6 +238,7 @@ int cmd_launch(int argc, char **argv) {
     int ncmd = 0, rc = 0;
     bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
     bool forward = false;    /* --forward-stdio */
+    const char *link_endpoint = NULL; /* --link */
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -232,7 +285,9 @@ int cmd_launch(int argc, char **argv) {
             !strcmp(flag, "--rdzv-endpoint") || !strcmp(flag, "--master-addr") ||
             !strcmp(flag, "--master-port"))
             rdzv_flags = true;
-        if (!strcmp(flag, "--nnodes"))
+        if (!strcmp(flag, "--link"))
+            link_endpoint = val;
+        else if (!strcmp(flag, "--nnodes"))
             rc = parse_nnodes(val, &o);
         else if (!strcmp(flag, "--nproc-per-node")) {
             if (!strcmp(val, "auto") || !strcmp(val, "cpu"))
@@ -315,7 +370,16 @@ int cmd_launch(int argc, char **argv) {
 
     int exit_code = 1;
     td_agent_link *link = NULL;
-    if (forward && (rc = open_link(&o, &link)) != 0) {
+    if (forward && link_endpoint) {
+        fprintf(stderr, "tandem launch: --forward-stdio and --link are two ways to the same "
+                        "supervisor; give one\n");
+        rc = 2;
+    } else if (forward) {
+        rc = open_link(&o, &link);
+    } else if (link_endpoint) {
+        rc = connect_link(&o, link_endpoint, &link);
+    }
+    if (rc != 0) {
         free(cmd);
         free(endpoint_buf);
         return rc;
