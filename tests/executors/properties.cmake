@@ -17,8 +17,10 @@ set_tests_properties(executors/test_slurm_run executors/test_slurm_requeue
 # The slurm executor without a shared file system (slurm: work_dir): its own 2-node cluster
 # whose nodes see neither the project nor each other's work dir (TDS_HIDE_DIRS); BasicNet for
 # 40 steps plus its local reference, 300 steps requeued twice (cred_expire, 10 s, each time)
-# beside its uninterrupted reference, and a link_host the nodes cannot resolve.
-set_tests_properties(executors/test_slurm_nofs PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# beside its uninterrupted reference, with both nodes' links aborted once, and a link_host the
+# nodes cannot resolve: 60-90 s on 2 idle cores; 600 s leaves room for AddressSanitizer beside
+# the other tests (test_ssh_run took up to 370 s there).
+set_tests_properties(executors/test_slurm_nofs PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 
 # The ssh fixture (tests/lib/sshd.sh): two hosts with their own sshd in namespaces, a hidden
 # directory, a port between the hosts, publickey only, a SIGKILLed fixture's leftovers, nothing
