@@ -88,6 +88,12 @@ td_status td_mirror_out_have(td_mirror_out *m, const char *line);
  * had is forgotten, so every file is sent from its start until this link's "have" lines say
  * otherwise (a receiver drops what it already has). The bases of continued files are kept. */
 void td_mirror_out_reset(td_mirror_out *m, int fd);
+/* Every watched file is new, made for this sender alone (tandem launch --link: a spool per job
+ * incarnation): the first "have" line of a name sets its base to SIZE whatever the local file
+ * holds, so its bytes always follow the copy's. Guessing from sizes cannot tell a new spool
+ * whose file already outgrew a short copy (a requeue line written before the link opened) from
+ * the copy's own source. Call it before the first manifest. */
+void td_mirror_out_fresh_spool(td_mirror_out *m);
 /* Sends what every watched file gained since the last call. TD_ERR_IO when the stream is gone
  * (EPIPE: the link broke) or a file cannot be read; *sent (may be NULL) gets the payload bytes. */
 td_status td_mirror_out_poll(td_mirror_out *m, int64_t *sent);

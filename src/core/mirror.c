@@ -311,6 +311,7 @@ typedef struct {
     bool announced; /* sent at least once: an empty file exists on the other side too */
     /* A "have" line came before its prefix was watched: decided at the first poll. */
     bool pending;
+    bool decided; /* a "have" line set its base once already (td_mirror_out_fresh_spool) */
     int64_t have;
 } out_file;
 
@@ -320,6 +321,7 @@ typedef struct {
 
 struct td_mirror_out {
     int fd;
+    bool fresh; /* td_mirror_out_fresh_spool */
     out_dir *dirs;
     size_t ndirs;
     out_file *files;
@@ -363,10 +365,15 @@ static out_file *out_find(td_mirror_out *m, const char *name, int create) {
 
 /* Where sending starts, given that the receiver has size bytes and the local file local bytes
  * (-1: none). */
-static void out_resume(out_file *f, int64_t size, int64_t local) {
+static void out_resume(const td_mirror_out *m, out_file *f, int64_t size, int64_t local) {
     f->pending = false;
     f->announced = true; /* the receiver has it */
-    if (f->origin > 0 && size >= f->origin && size - f->origin <= TD_MAX(local, 0)) {
+    bool first = !f->decided;
+    f->decided = true;
+    if (m->fresh && first) {
+        f->base = f->origin = size; /* the sender said: all of this file is new */
+        f->sent = 0;
+    } else if (f->origin > 0 && size >= f->origin && size - f->origin <= TD_MAX(local, 0)) {
         /* This agent continued the copy on an earlier link; the copy has size - origin of it. */
         f->base = f->origin;
         f->sent = size - f->origin;
@@ -409,9 +416,13 @@ td_status td_mirror_out_have(td_mirror_out *m, const char *line) {
         return TD_OK;
     }
     struct stat sb;
-    out_resume(f, size, stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1);
+    out_resume(m, f, size, stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1);
     free(path);
     return TD_OK;
+}
+
+void td_mirror_out_fresh_spool(td_mirror_out *m) {
+    m->fresh = true;
 }
 
 void td_mirror_out_reset(td_mirror_out *m, int fd) {
@@ -451,7 +462,7 @@ static td_status send_file(td_mirror_out *m, out_file *f, const char *path, int6
         st = td_error_errno(TD_ERR_IO, "mirror: stat %s", path);
         goto out;
     }
-    if (f->pending) out_resume(f, f->have, sb.st_size);
+    if (f->pending) out_resume(m, f, f->have, sb.st_size);
     if (sb.st_size < f->sent) {
         /* The receiver holds more than this file: not the file its copy came from (the agent's
          * directory was replaced). Appending our bytes there would corrupt the copy. */
@@ -511,6 +522,7 @@ td_status td_mirror_out_poll(td_mirror_out *m, int64_t *sent) {
                 st = send_header(m, "tdm data %s %" PRId64 " 0\n", f->name, f->base);
             }
             f->announced = true;
+            f->decided = true; /* its base is set: a later manifest's "have" continues it */
         }
         closedir(dir);
         if (st != TD_OK) return st;

@@ -9,6 +9,7 @@
  * its own messages (logs/node-N.log) append to the run directory, and at the end its artifacts
  * land in RUN/work, where the run's end collects them as for a local run. A connection that
  * drops is dialled again by the agent; a requeued job's agents connect anew. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -45,7 +46,6 @@ struct td__links {
     char endpoint[300];
     char token[33];
     char *code_path; /* RUN/code.tar */
-    int64_t code_size;
     conn conns[MAX_CONNS];
     size_t nconns;
     unsigned char *seen; /* per node: connected at least once */
@@ -53,7 +53,55 @@ struct td__links {
     td__echo echo;
     node_echo *node_lines;
     char cause[512];
+    /* The run's checkpoint directory below RUN (TANDEM_CHECKPOINT_DIR), as node 0 names what it
+     * sends; NULL when it lies elsewhere (then checkpoints do not travel). */
+    char *ckpt_rel;
 };
+
+/* Checkpoints kept in the supervisor's copy: the newest is what a new node 0 gets; one more in
+ * case the newest was cut short when its node died (the sender renames whole files only, so
+ * this is belt and braces). */
+#define CKPT_KEEP 2
+
+/* The steps of RUN/ckpt_rel/ckpt-STEP.tdck, newest first; *n of them. Caller frees. */
+static long long *ckpt_steps(const td__links *l, size_t *n) {
+    *n = 0;
+    char *dir = td_xasprintf("%s/%s", l->job->run->run_dir, l->ckpt_rel);
+    DIR *d = opendir(dir);
+    free(dir);
+    if (!d) return NULL;
+    long long *v = NULL, step;
+    size_t cap = 0;
+    int used;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) != 1 ||
+            used != (int)strlen(e->d_name))
+            continue;
+        if (*n == cap) v = td_xrealloc(v, (cap = cap ? 2 * cap : 8) * sizeof *v);
+        size_t i = (*n)++;
+        for (; i > 0 && v[i - 1] < step; i--) v[i] = v[i - 1];
+        v[i] = step;
+    }
+    closedir(d);
+    return v;
+}
+
+/* A whole file arrived: a checkpoint replaces all but the newest CKPT_KEEP. */
+static void on_file(void *user, const char *name, int64_t size) {
+    td__links *l = user;
+    (void)size;
+    size_t rlen = l->ckpt_rel ? strlen(l->ckpt_rel) : 0;
+    if (!rlen || strncmp(name, l->ckpt_rel, rlen) || name[rlen] != '/') return;
+    size_t n;
+    long long *steps = ckpt_steps(l, &n);
+    for (size_t i = CKPT_KEEP; i < n; i++) {
+        char *old =
+            td_xasprintf("%s/%s/ckpt-%lld.tdck", l->job->run->run_dir, l->ckpt_rel, steps[i]);
+        unlink(old);
+        free(old);
+    }
+    free(steps);
+}
 
 static void node_line(td__links *l, node_echo *e) {
     td__exec_write_all(STDERR_FILENO, e->line.s, e->line.len);
@@ -92,6 +140,13 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
     snprintf(l->token, sizeof l->token, "%s", token);
     l->seen = td_xcalloc((size_t)job->run->nodes, 1);
     l->node_lines = td_xcalloc((size_t)job->run->nodes, sizeof *l->node_lines);
+    const char *ck_var = td_var_name(TD_VAR_TANDEM_CHECKPOINT_DIR);
+    size_t klen = strlen(ck_var), rlen = strlen(job->run->run_dir);
+    for (char *const *e = job->env; e && *e; e++)
+        if (!strncmp(*e, ck_var, klen) && (*e)[klen] == '=' &&
+            !strncmp(*e + klen + 1, job->run->run_dir, rlen) && (*e)[klen + 1 + rlen] == '/' &&
+            (*e)[klen + 2 + rlen])
+            l->ckpt_rel = td_xstrdup(*e + klen + 2 + rlen);
     for (int i = 0; i < job->run->nodes; i++) td__buf_add(&l->node_lines[i].line, "", 0);
     /* The code, once: every node gets the same bytes (the version the run records). */
     l->code_path = td_xasprintf("%s/code.tar", job->run->run_dir);
@@ -114,10 +169,7 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
     free(sh.s);
     free(o);
     free(e);
-    if (st == TD_OK) {
-        l->code_size = (int64_t)sb.st_size;
-        st = td_listen_tcp(NULL, 0, 64, &l->listen_fd, &l->port);
-    }
+    if (st == TD_OK) st = td_listen_tcp(NULL, 0, 64, &l->listen_fd, &l->port);
     if (st != TD_OK) {
         td__links_free(l);
         return st;
@@ -189,29 +241,52 @@ static td_status read_hello(int fd, int nodes, int *node, int *first) {
     return TD_OK;
 }
 
-/* The opening: our manifest, the code when asked, node 0's artifact patterns, go. */
+/* "HEAD SIZE\n" and the file's bytes (the code, a checkpoint). */
+static td_status send_blob(conn *c, const char *head, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        td_status st = td_error_errno(TD_ERR_IO, "opening %s", path);
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    char line[300];
+    int n = snprintf(line, sizeof line, "%s %lld\n", head, (long long)sb.st_size);
+    td_status st = write_full(c->fd, line, (size_t)n);
+    char buf[65536];
+    for (int64_t left = (int64_t)sb.st_size; st == TD_OK && left > 0;) {
+        ssize_t r = read(fd, buf, (size_t)TD_MIN(left, (int64_t)sizeof buf));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            st = td_error(TD_ERR_IO, "%s changed while it was sent", path);
+            break;
+        }
+        st = write_full(c->fd, buf, (size_t)r);
+        left -= r;
+    }
+    close(fd);
+    return st;
+}
+
+/* The opening: our manifest, the code when asked, for node 0 the newest checkpoint we hold (a
+ * requeued job's first node may be another machine) and the artifact patterns, go. */
 static td_status send_opening(td__links *l, conn *c, int first) {
     char *manifest = td_mirror_in_manifest(c->in);
     td_status st = write_full(c->fd, manifest, strlen(manifest));
     free(manifest);
-    if (st == TD_OK && first) {
-        char head[64];
-        int n = snprintf(head, sizeof head, "code %lld\n", (long long)l->code_size);
-        st = write_full(c->fd, head, (size_t)n);
-        int fd = st == TD_OK ? open(l->code_path, O_RDONLY | O_CLOEXEC) : -1;
-        if (st == TD_OK && fd < 0) st = td_error_errno(TD_ERR_IO, "opening %s", l->code_path);
-        char buf[65536];
-        for (int64_t left = l->code_size; st == TD_OK && left > 0;) {
-            ssize_t r = read(fd, buf, (size_t)TD_MIN(left, (int64_t)sizeof buf));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                st = td_error(TD_ERR_IO, "%s changed while it was sent", l->code_path);
-                break;
-            }
-            st = write_full(c->fd, buf, (size_t)r);
-            left -= r;
+    if (st == TD_OK && first) st = send_blob(c, "code", l->code_path);
+    if (st == TD_OK && first && c->node == 0 && l->ckpt_rel) {
+        size_t n;
+        long long *steps = ckpt_steps(l, &n);
+        if (n) {
+            char head[64];
+            snprintf(head, sizeof head, "ckpt ckpt-%lld.tdck", steps[0]);
+            char *path =
+                td_xasprintf("%s/%s/ckpt-%lld.tdck", l->job->run->run_dir, l->ckpt_rel, steps[0]);
+            st = send_blob(c, head, path);
+            free(path);
         }
-        if (fd >= 0) close(fd);
+        free(steps);
     }
     for (size_t i = 0; st == TD_OK && c->node == 0 && i < l->job->nartifacts; i++) {
         char *line = td_xasprintf("artifact %s\n", l->job->artifacts[i]);
@@ -237,8 +312,8 @@ static void accept_one(td__links *l) {
     c->fd = fd;
     c->node = node;
     if (st == TD_OK) {
-        static const char *const prefixes[] = {"logs", "metrics", "work"};
-        td_mirror_callbacks cb = {.data = on_data, .user = l};
+        static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints"};
+        td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
         c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
         st = send_opening(l, c, first);
     }
@@ -313,5 +388,6 @@ void td__links_free(td__links *l) {
     free(l->node_lines);
     free(l->seen);
     free(l->code_path);
+    free(l->ckpt_rel);
     free(l);
 }

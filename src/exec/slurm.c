@@ -521,9 +521,11 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                  lead);
     if (link)
         td__buf_addf(&b,
-                     "# On each node: its copy of the run (the code comes over the link, "
-                     "into work/), the\n# requeue line in its own ranks' logs, and the "
-                     "launcher, linked back to tandem run at %s.\n",
+                     "# On each node: its copy of the run (the code comes over the link, into "
+                     "work/), a spool of\n# this job's own for the logs and metrics the link "
+                     "carries (all of it follows what tandem run\n# has), the requeue line in "
+                     "its own ranks' logs, and the launcher, linked back to tandem\n# run at "
+                     "%s.\n",
                      link);
     td__buf_addf(&b,
                  "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 "
@@ -534,12 +536,13 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
         td__buf_addf(&node, "d=");
         td__buf_quote(&node, np.node_run);
         td__buf_addf(&node,
-                     "\nmkdir -p \"$d/work\" \"$d/logs\" \"$d/metrics\" || exit 1\n"
+                     "\ns=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"\n"
+                     "mkdir -p \"$d/work\" \"$s/logs\" \"$s/metrics\" || exit 1\n"
                      "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
                      "    r=$((SLURM_NODEID * %d)); e=$((r + %d))\n"
                      "    while [ \"$r\" -lt \"$e\" ]; do\n"
                      "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
-                     "$SLURM_JOB_ID ---\" >>\"$d/logs/rank-$r.log\"\n"
+                     "$SLURM_JOB_ID ---\" >>\"$s/logs/rank-$r.log\"\n"
                      "        r=$((r + 1))\n"
                      "    done\n"
                      "fi\n"
@@ -547,7 +550,7 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                      nproc, nproc);
         td__buf_quote(&node, job->tandem_bin);
         td__buf_addf(&node, " launch --link=%s", link);
-        add_launch_args(&node, job, grace, "\"$d/logs\"", "\"$d/metrics\"");
+        add_launch_args(&node, job, grace, "\"$s/logs\"", "\"$s/metrics\"");
         td__buf_addf(&b, "/bin/sh -c ");
         td__buf_quote(&b, node.s);
         free(node.s);

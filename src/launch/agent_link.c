@@ -1,6 +1,7 @@
 /* The node agent's link to an executor's supervisor: over its stdin and stdout (ssh, tandem
  * launch --forward-stdio) or over a TCP connection it opens back to the supervisor (Slurm
  * without a shared file system, --link). include/tandem/launch.h describes both. */
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
 #include <netdb.h>
@@ -18,6 +19,7 @@
 
 #include "tandem/launch.h"
 #include "tandem/mirror.h"
+#include "tandem/os.h"
 
 /* How often the files are looked at: a log line reaches the supervisor within this. */
 #define LINK_PERIOD_MS 200
@@ -47,6 +49,11 @@ struct td_agent_link {
     double next_dial; /* when to try */
     char **artifacts; /* "artifact GLOB" lines: sent as whole files at the end */
     size_t nartifacts;
+    /* Node 0 over TCP: its newest checkpoint goes up as a whole file, so that a requeued job
+     * whose first node is another machine resumes from it (the supervisor sends it down). */
+    char *ckpt_dir;    /* TANDEM_CHECKPOINT_DIR */
+    char *ckpt_name;   /* its path below TANDEM_RUN_DIR, the name both copies use */
+    int64_t ckpt_sent; /* the step of the newest one sent; -1: none */
 };
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
@@ -120,6 +127,48 @@ static td_status unpack_code(td_agent_link *l, const char *size_text, double dea
     return TD_OK;
 }
 
+/* "ckpt NAME SIZE" and SIZE bytes: the newest checkpoint the supervisor holds of this run, for
+ * node 0 (rank 0 alone reads checkpoints on a resume). Written atomically into the checkpoint
+ * directory unless a file of that name is there already (this node wrote it: the same bytes). */
+static td_status receive_checkpoint(td_agent_link *l, const char *args, double deadline) {
+    char name[256];
+    long long size = -1;
+    char end;
+    if (sscanf(args, "%255s %lld%c", name, &size, &end) != 2 || size < 0 || !l->ckpt_dir ||
+        strchr(name, '/') || name[0] == '.')
+        return td_error(TD_ERR_FORMAT, "link: 'ckpt %.80s' is not a checkpoint this node takes",
+                        args);
+    char *path = td_xasprintf("%s/%s", l->ckpt_dir, name);
+    char *tmp = td_xasprintf("%s/.%s.part", l->ckpt_dir, name);
+    td_status st = td_mkdirs(l->ckpt_dir);
+    FILE *f = NULL;
+    if (st == TD_OK && access(path, F_OK) != 0 && !(f = fopen(tmp, "wb")))
+        st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
+    char buf[65536];
+    for (long long left = size; left > 0;) {
+        size_t n = (size_t)TD_MIN(left, (long long)sizeof buf);
+        td_status rst = read_exact(l->in_fd, buf, n, deadline, "receiving a checkpoint");
+        if (rst != TD_OK) {
+            st = rst;
+            break;
+        }
+        if (f && st == TD_OK && fwrite(buf, 1, n, f) != n)
+            st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
+        left -= (long long)n;
+    }
+    if (f && fclose(f) != 0 && st == TD_OK)
+        st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
+    if (f && st == TD_OK && rename(tmp, path) != 0)
+        st = td_error_errno(TD_ERR_IO, "link: renaming %s", tmp);
+    if (f && st == TD_OK)
+        TD_LOG_INFO("received the run's newest checkpoint %s (%lld bytes) from the supervisor",
+                    path, size);
+    if (f && st != TD_OK) unlink(tmp);
+    free(path);
+    free(tmp);
+    return st;
+}
+
 /* The opening lines, up to "go", one byte at a time: nothing after "go" may be consumed here,
  * and the lines are few. */
 static td_status read_opening(td_agent_link *l, double deadline) {
@@ -153,13 +202,15 @@ static td_status read_opening(td_agent_link *l, double deadline) {
             TD_CHECK(td_mirror_out_have(l->mirror, line));
         } else if (!strncmp(line, "code ", 5) && l->host) {
             TD_CHECK(unpack_code(l, line + 5, deadline));
+        } else if (!strncmp(line, "ckpt ", 5) && l->host) {
+            TD_CHECK(receive_checkpoint(l, line + 5, deadline));
         } else if (!strncmp(line, "artifact ", 9) && l->host) {
             l->artifacts = td_xrealloc(l->artifacts, (l->nartifacts + 1) * sizeof *l->artifacts);
             l->artifacts[l->nartifacts++] = td_xstrdup(line + 9);
         } else {
             return td_error(TD_ERR_FORMAT,
                             "link: '%.60s' from the supervisor is not an opening line (token, "
-                            "have, code, artifact, go)",
+                            "have, code, ckpt, artifact, go)",
                             line);
         }
     }
@@ -254,6 +305,39 @@ static void try_dial(td_agent_link *l) {
     }
 }
 
+/* Node 0's newest checkpoint, when it is newer than the last one sent (held under l->lock).
+ * Checkpoints appear whole (written aside and renamed), and only the newest matters. */
+static void send_checkpoint(td_agent_link *l) {
+    if (!l->ckpt_name || l->down) return;
+    DIR *d = opendir(l->ckpt_dir);
+    if (!d) return;
+    long long newest = -1, step;
+    int used;
+    for (struct dirent *e; (e = readdir(d));)
+        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) == 1 &&
+            used == (int)strlen(e->d_name) && step > newest)
+            newest = step;
+    closedir(d);
+    if (newest <= l->ckpt_sent) return;
+    char *path = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_dir, newest);
+    char *name = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_name, newest);
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (td_mirror_out_file(l->mirror, name, path) == TD_OK) {
+            l->ckpt_sent = newest;
+        } else if (access(path, F_OK) == 0) {
+            char why[600];
+            snprintf(why, sizeof why, "sending %s: %s", path, td_error_msg());
+            td_error_clear();
+            link_down(l, why);
+        } else {
+            td_error_clear(); /* a newer one replaced it meanwhile: that one goes next */
+        }
+    }
+    free(path);
+    free(name);
+}
+
 /* ---- the sender ---- */
 static void *sender(void *arg) {
     td_agent_link *l = arg;
@@ -291,6 +375,7 @@ static void *sender(void *arg) {
             }
         }
         if (l->host) try_dial(l);
+        if (l->host) send_checkpoint(l);
         if (!l->broken && !l->down && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
             char why[600];
             snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
@@ -359,6 +444,18 @@ td_status td_agent_link_connect(const char *endpoint, int node, const char *log_
     l->host = td_xasprintf("%.*s", (int)(colon - endpoint), endpoint);
     l->port = td_xstrdup(colon + 1);
     l->node = node;
+    l->ckpt_sent = -1;
+    /* The executor gives each incarnation of a job its own spool (docs/executors.md): whatever
+     * the supervisor holds already comes before everything in it. */
+    td_mirror_out_fresh_spool(l->mirror);
+    const char *ck = td_var_get(TD_VAR_TANDEM_CHECKPOINT_DIR),
+               *run = td_var_get(TD_VAR_TANDEM_RUN_DIR);
+    size_t rlen = run ? strlen(run) : 0;
+    if (node == 0 && ck && run && rlen && !strncmp(ck, run, rlen) && ck[rlen] == '/' &&
+        ck[rlen + 1]) {
+        l->ckpt_dir = td_xstrdup(ck);
+        l->ckpt_name = td_xstrdup(ck + rlen + 1);
+    }
     td_status st = dial(l, true);
     if (st == TD_OK) st = start(l);
     if (st != TD_OK) {
@@ -423,7 +520,10 @@ td_status td_agent_link_close(td_agent_link *l) {
                           "node did not send is in its --log-dir and --metrics-dir",
                           l->host, l->port);
         } else if (!l->broken) {
-            st = send_artifacts(l);
+            /* the checkpoint a stop or preemption made as the workers exited */
+            send_checkpoint(l);
+            st = l->down ? td_error(TD_ERR_IO, "link: lost while sending the last checkpoint")
+                         : send_artifacts(l);
             if (st == TD_OK) st = td_mirror_out_end(l->mirror);
         }
     }
@@ -432,6 +532,8 @@ td_status td_agent_link_close(td_agent_link *l) {
     free(l->artifacts);
     free(l->host);
     free(l->port);
+    free(l->ckpt_dir);
+    free(l->ckpt_name);
     td_mirror_out_free(l->mirror);
     pthread_mutex_destroy(&l->lock);
     free(l);

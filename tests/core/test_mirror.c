@@ -659,6 +659,73 @@ static void test_fresh_spool_continues(void) {
     free(base);
 }
 
+/* td_mirror_out_fresh_spool: a spool made for this sender alone follows the copies even where
+ * its file is already longer than a short copy (a requeue line written before the link opened),
+ * which the sizes alone would take for the copy's source and cut short. A reconnect of the same
+ * sender then continues, and a file the first manifest did not name starts at 0. */
+static void test_declared_fresh_spool(void) {
+    char *base = td_xasprintf("%s/declared", dir);
+    char *logs = td_xasprintf("%s/agent/logs", base), *run = td_xasprintf("%s/run", base);
+    char *run_logs = td_xasprintf("%s/logs", run);
+    ASSERT_OK(td_mkdirs(logs));
+    ASSERT_OK(td_mkdirs(run_logs));
+    char *copy1 = td_xasprintf("%s/rank-1.log", run_logs), *copy2 = NULL;
+    append(copy1, "--- requeue 1 ---\n"); /* 18 bytes from the last machine */
+    char *local1 = td_xasprintf("%s/rank-1.log", logs);
+    append(local1, "--- requeue 2 ---\nstep 7\n"); /* longer than the copy: still all new */
+
+    int sfd = open_stream(base, "s1");
+    off_t pos = 0;
+    td_mirror_in *in = td_mirror_in_new(run, prefixes, 2, NULL);
+    td_mirror_out *out = td_mirror_out_new(sfd);
+    td_mirror_out_watch(out, "logs", logs);
+    td_mirror_out_fresh_spool(out);
+    give_manifest(in, out);
+    int64_t sent = 0;
+    ASSERT_OK(td_mirror_out_poll(out, &sent));
+    ASSERT_EQ(sent, 25);
+    deliver(sfd, &pos, in);
+    assert_content(copy1, "--- requeue 1 ---\n--- requeue 2 ---\nstep 7\n");
+    /* a file the receiver had none of */
+    char *local2 = td_xasprintf("%s/rank-2.log", logs);
+    append(local2, "two\n");
+    ASSERT_OK(td_mirror_out_poll(out, &sent));
+    deliver(sfd, &pos, in);
+    copy2 = td_xasprintf("%s/rank-2.log", run_logs);
+    assert_content(copy2, "two\n");
+    td_mirror_in_free(in);
+
+    /* the link drops and comes back: the first manifest's bases stand, nothing twice */
+    append(local1, "step 8\n");
+    append(local2, "more\n");
+    int sfd2 = open_stream(base, "s2");
+    off_t pos2 = 0;
+    in = td_mirror_in_new(run, prefixes, 2, NULL);
+    td_mirror_out_reset(out, sfd2);
+    give_manifest(in, out);
+    ASSERT_OK(td_mirror_out_poll(out, &sent));
+    ASSERT_EQ(sent, 7 + 5);
+    deliver(sfd2, &pos2, in);
+    assert_content(copy1, "--- requeue 1 ---\n--- requeue 2 ---\nstep 7\nstep 8\n");
+    assert_content(copy2, "two\nmore\n");
+    int64_t appended, duplicate;
+    td_mirror_in_counts(in, &appended, &duplicate);
+    ASSERT_EQ(appended, 12);
+    ASSERT_EQ(duplicate, 0);
+    td_mirror_in_free(in);
+    td_mirror_out_free(out);
+    close(sfd);
+    close(sfd2);
+    free(local1);
+    free(local2);
+    free(copy1);
+    free(copy2);
+    free(run_logs);
+    free(logs);
+    free(run);
+    free(base);
+}
+
 /* A link cut mid-frame, then a new connection (a new receiver on the same root, the sender
  * reset to the new fd): nothing lost, nothing doubled. */
 static void test_reset_new_link(void) {
@@ -1006,6 +1073,7 @@ int main(void) {
     test_auth_wrong_token();
     test_auth_garbage_silence_close();
     test_fresh_spool_continues();
+    test_declared_fresh_spool();
     test_reset_new_link();
     test_sender_skips_refused_names();
     test_whole_files();

@@ -51,8 +51,9 @@ workflows:
     command: "true"
 EOF
 
-TDS_HIDE_DIRS="$P $NODES" slurm_up 2 || fail "the cluster did not come up"
-n1=${TDS_NODES[0]} n2=${TDS_NODES[1]}
+# Three nodes for 2-node jobs: the requeued job of part 2 runs on the other two.
+TDS_HIDE_DIRS="$P $NODES" slurm_up 3 || fail "the cluster did not come up"
+n1=${TDS_NODES[0]} n2=${TDS_NODES[1]} n3=${TDS_NODES[2]}
 
 # --- 0. the premise: the nodes see neither the project nor each other's work dir; they do see
 # the tandem binary and the data; the login node (where tandem run runs) sees the project
@@ -119,7 +120,7 @@ R=$P/.tandem/runs/rq-1
 # The checkpoints are on node 0 only, somewhere under its $NODES/rq-1: newest last.
 ckpts() {
     local i
-    for i in 1 2; do slurm_node_exec "$i" find "$NODES/rq-1" -name 'ckpt-*.tdck' 2>/dev/null; done |
+    for i in 1 2 3; do slurm_node_exec "$i" find "$NODES/rq-1" -name 'ckpt-*.tdck' 2>/dev/null; done |
         sed 's#.*/##' | sort -uV
 }
 has_ckpt() { [ -n "$(ckpts)" ]; }
@@ -143,6 +144,11 @@ slurm_wait 30 "both nodes' links to come back" back ||
     fail "the links did not come back: $(tail -3 "$R"/logs/node-*.log)"
 grep -q "the link of node [01] closed" "$P/rq.log" || fail "tandem run did not see a link close"
 echo "both links aborted mid-run (ss -K): each agent dialled again and carried on"
+# Node 0's machine leaves (drained, as for maintenance): the requeued job runs on $n2 and $n3,
+# and its node 0 ($n2) has none of the checkpoints $n1 wrote: it gets the newest from tandem run,
+# to which $n1's agent sent each one (and the last, written as the requeue stopped the workers).
+slurm_exec scontrol update NodeName="$n1" State=DRAIN Reason=tandem-test ||
+    fail "scontrol update $n1 DRAIN: exit $?"
 slurm_exec scontrol requeue "$jid" || fail "scontrol requeue $jid: exit $?"
 echo "requeued slurm job $jid after $(ckpts | tail -1) (on the node)"
 slurm_wait 30 "rq-1 to show the requeue" sh -c "'$B' ps | grep -q '^rq-1 .*pending .*requeued, restart 1'" ||
@@ -165,6 +171,10 @@ grep -q '^restarts  *2$' <<<"$show" || fail "restarts: $show"
 [ "$("$B" ps -a | grep -c '^rq-')" = 1 ] || fail "the requeue made another run: $("$B" ps -a)"
 grep -q "slurm job $jid (requeued, restart 1) running on" "$P/rq.log" ||
     fail "the supervisor never saw the job run again"
+grep -q "slurm job $jid (requeued, restart 1) running on ${n1%n1}n\[2-3\]" "$P/rq.log" ||
+    fail "the requeued job did not run on $n2 and $n3: $(grep 'restart 1) running' "$P/rq.log")"
+kept=$(find "$R/checkpoints" -name 'ckpt-*.tdck' | wc -l)
+[ "$kept" -ge 1 ] && [ "$kept" -le 2 ] || fail "tandem run keeps $kept checkpoints of rq-1 (1 or 2)"
 for n in 1 2; do
     for r in 0 1; do
         grep -q "^--- slurm requeue $n of job $jid ---" "$R/logs/rank-$r.log" ||
@@ -173,9 +183,12 @@ for n in 1 2; do
 done
 # The batch script's own requeue: its stderr is on the job's first node (or mirrored here).
 jobout=$(cat "$R"/logs/*"$jid"* 2>/dev/null
-    for i in 1 2; do slurm_node_exec "$i" find "$NODES" -name "*$jid*.err" -exec cat {} + 2>/dev/null; done)
+    for i in 1 2 3; do slurm_node_exec "$i" find "$NODES" -name "*$jid*.err" -exec cat {} + 2>/dev/null; done)
 grep -q "the time limit is near and the workers checkpointed: requeueing slurm job $jid" <<<"$jobout" ||
     fail "the batch script did not requeue itself (job $jid's stderr: $(tail -5 <<<"$jobout"))"
+# (before its link is up a launcher's messages go to the job's output, on the first node)
+grep -q "received the run's newest checkpoint .*/rq-1/checkpoints/ckpt-[0-9]*.tdck" <<<"$jobout" ||
+    fail "the new node 0 ($n2) was not sent a checkpoint (job $jid's stderr: $(tail -5 <<<"$jobout"))"
 grep -q "resuming from .*ckpt-[0-9]*.tdck at step" "$R/logs/rank-0.log" ||
     fail "the requeued job did not resume from a checkpoint"
 at=$(sed -n 's/.*resuming from .*ckpt-\([0-9]*\).tdck at step.*/\1/p' "$R/logs/rank-0.log" | tr '\n' ' ' | sed 's/ $//')
@@ -188,8 +201,9 @@ cmp "$R/artifacts/out/w.safetensors" "$P/w-ref.safetensors" ||
     fail "weights after the requeues differ from the uninterrupted run"
 steps=$("$B" metrics rq-1 --key train/loss --rank 0 --csv | tail -n +2 | cut -d, -f3 | sort -n | tr '\n' ' ')
 [ "$steps" = "$(seq 1 $STEPS | tr '\n' ' ')" ] || fail "train/loss steps (each once, 1..$STEPS): ${steps:0:400}"
-echo "scontrol requeue, then the time-limit requeue: rq-1 resumed at steps $at from node 0's" \
-     "checkpoints under the same id (restarts 2), final weights == uninterrupted" \
+echo "scontrol requeue with $n1 drained, then the time-limit requeue: rq-1 resumed at steps" \
+     "$at on $n2 and $n3 (the first from the checkpoint $n1 sent up and tandem run sent down)" \
+     "under the same id (restarts 2), final weights == uninterrupted" \
      "($(sha256sum <"$P/w-ref.safetensors" | cut -c1-16)), train/loss steps 1..$STEPS once each"
 
 # --- 3. the nodes cannot reach tandem run: the run fails, in bounded time, and says so

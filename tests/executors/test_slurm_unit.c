@@ -335,7 +335,8 @@ static void test_script(void) {
     ASSERT(!strstr(s, "TANDEM_TOKEN=$(cat")); /* the token is in sbatch's environment */
     ASSERT_CONTAINS(s, "[ -n \"${TANDEM_TOKEN:-}\" ] ||");
     ASSERT_CONTAINS(s, "launch --link=login1:4242 --nproc-per-node=3");
-    ASSERT_CONTAINS(s, "--log-dir=\"$d/logs\" --metrics-dir=\"$d/metrics\"");
+    ASSERT_CONTAINS(s, "s=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"");
+    ASSERT_CONTAINS(s, "--log-dir=\"$s/logs\" --metrics-dir=\"$s/metrics\"");
     /* each node writes the requeue line into its own ranks' logs only */
     ASSERT_CONTAINS(s, "r=$((SLURM_NODEID * 3)); e=$((r + 3))");
     memcpy(path, path0, sizeof path);
