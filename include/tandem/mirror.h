@@ -68,6 +68,12 @@ extern "C" {
 td_status td_mirror_auth_accept(int fd, const char *token, int timeout_ms);
 /* The agent's side, on a connection it made. */
 td_status td_mirror_auth_connect(int fd, const char *token, int timeout_ms);
+/* One line (without its '\n') into line[cap], a byte at a time, so that what follows stays in
+ * fd for the caller's protocol (the handshake, a greeting, an opening), waiting until
+ * deadline_ns (td_now_ns's clock; 0: no deadline). TD_ERR_TIMEOUT, TD_ERR_IO when fd closes or
+ * fails, TD_ERR_PROTOCOL for a line that does not fit; each names `what`. */
+td_status td_mirror_read_line(int fd, char *line, size_t cap, uint64_t deadline_ns,
+                              const char *what);
 
 /* ---- sender ---- */
 typedef struct td_mirror_out td_mirror_out;

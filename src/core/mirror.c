@@ -144,15 +144,14 @@ static int remaining_ms(uint64_t deadline_ns) {
 }
 
 /* Waits until fd is ready for events, or the deadline: TD_ERR_TIMEOUT naming what was awaited. */
-static td_status auth_wait(int fd, short events, uint64_t deadline_ns, int timeout_ms,
-                           const char *what) {
+static td_status wait_ready(int fd, short events, uint64_t deadline_ns, const char *what) {
     for (;;) {
         int ms = remaining_ms(deadline_ns);
         if (ms == 0)
             return td_error(TD_ERR_TIMEOUT,
-                            "link: no %s within %d ms of the connection (is the other end a "
-                            "tandem of this version, and not stalled?)",
-                            what, timeout_ms);
+                            "link: gave up waiting for %s (is the other end a tandem of this "
+                            "version, and not stalled?)",
+                            what);
         struct pollfd p = {.fd = fd, .events = events};
         int r = poll(&p, 1, ms);
         if (r < 0 && errno == EINTR) continue;
@@ -161,13 +160,11 @@ static td_status auth_wait(int fd, short events, uint64_t deadline_ns, int timeo
     }
 }
 
-/* One line (without its '\n') into line[AUTH_LINE_MAX], a byte at a time: what follows the
- * newline belongs to the caller's protocol and stays in fd. */
-static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int timeout_ms,
-                                const char *what) {
+td_status td_mirror_read_line(int fd, char *line, size_t cap, uint64_t deadline_ns,
+                              const char *what) {
     size_t len = 0;
     for (;;) {
-        TD_CHECK(auth_wait(fd, POLLIN, deadline_ns, timeout_ms, what));
+        if (deadline_ns) TD_CHECK(wait_ready(fd, POLLIN, deadline_ns, what));
         char c;
         ssize_t r = read(fd, &c, 1);
         if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
@@ -178,15 +175,30 @@ static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int ti
             line[len] = '\0';
             return TD_OK;
         }
-        if (len + 1 >= AUTH_LINE_MAX) {
+        if (len + 1 >= cap) {
             char quoted[96];
             td_escape_text(quoted, sizeof quoted, line, len);
             return td_error(TD_ERR_PROTOCOL,
-                            "link: %s is a line over %d bytes ('%s'): not a tandem link", what,
-                            AUTH_LINE_MAX, quoted);
+                            "link: %s is a line over %zu bytes ('%s'): not a tandem link", what,
+                            cap - 1, quoted);
         }
         line[len++] = c;
     }
+}
+
+/* The handshake's deadline runs from the connection: a timeout says how long that was. */
+static td_status auth_timed(td_status st, const char *what, int timeout_ms) {
+    if (st != TD_ERR_TIMEOUT) return st;
+    return td_error(TD_ERR_TIMEOUT,
+                    "link: no %s within %d ms of the connection (is the other end a tandem of "
+                    "this version, and not stalled?)",
+                    what, timeout_ms);
+}
+
+static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int timeout_ms,
+                                const char *what) {
+    return auth_timed(td_mirror_read_line(fd, line, AUTH_LINE_MAX, deadline_ns, what), what,
+                      timeout_ms);
 }
 
 static td_status auth_write(int fd, const char *text, uint64_t deadline_ns, int timeout_ms,
@@ -198,7 +210,7 @@ static td_status auth_write(int fd, const char *text, uint64_t deadline_ns, int 
         if (w < 0 && errno == ENOTSOCK) w = write(fd, text, n);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            TD_CHECK(auth_wait(fd, POLLOUT, deadline_ns, timeout_ms, what));
+            TD_CHECK(auth_timed(wait_ready(fd, POLLOUT, deadline_ns, what), what, timeout_ms));
             continue;
         }
         if (w < 0) return td_error_errno(TD_ERR_IO, "link: sending %s", what);

@@ -216,21 +216,8 @@ static td_status write_full(int fd, const void *buf, size_t n) {
 /* The greeting, one byte at a time (nothing of the mirror stream may be consumed). */
 static td_status read_hello(int fd, int nodes, int *node, int *first) {
     char line[64];
-    size_t len = 0;
-    double deadline = td_now_s() + HANDSHAKE_MS / 1000.0;
-    for (;;) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int left = (int)((deadline - td_now_s()) * 1000);
-        if (left <= 0 || poll(&pf, 1, left) <= 0)
-            return td_error(TD_ERR_TIMEOUT, "a node's link did not say hello in time");
-        char ch;
-        ssize_t n = read(fd, &ch, 1);
-        if (n <= 0) return td_error(TD_ERR_IO, "a node's link closed before its hello");
-        if (ch == '\n') break;
-        if (len + 1 >= sizeof line) return td_error(TD_ERR_PROTOCOL, "a node's hello is too long");
-        line[len++] = ch;
-    }
-    line[len] = '\0';
+    TD_CHECK(td_mirror_read_line(fd, line, sizeof line,
+                                 td_now_ns() + (uint64_t)HANDSHAKE_MS * 1000000, "a node's hello"));
     char end;
     if (sscanf(line, "hello %d %d%c", node, first, &end) != 2 || *node < 0 || *node >= nodes ||
         (*first != 0 && *first != 1))

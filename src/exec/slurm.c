@@ -915,8 +915,10 @@ static int slurm_run(const td_exec_job *job) {
             "%s/logs/slurm-%s.*",
             run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
             run->nproc_per_node > 1 ? "s" : "", run->run_dir, c.job_id);
-    tail_init(&c.out, run->run_dir, c.job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
-    tail_init(&c.err, run->run_dir, c.job_id, "err", STDERR_FILENO);
+    if (!linked) { /* else the output stays on the first node; the links carry the rest */
+        tail_init(&c.out, run->run_dir, c.job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
+        tail_init(&c.err, run->run_dir, c.job_id, "err", STDERR_FILENO);
+    }
 
     /* The loop: signals, the job's state, metrics and output, each on its own period. */
     td__slurm_job j;

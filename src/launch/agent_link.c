@@ -173,27 +173,11 @@ static td_status receive_checkpoint(td_agent_link *l, const char *args, double d
  * and the lines are few. */
 static td_status read_opening(td_agent_link *l, double deadline) {
     char line[600];
-    size_t len = 0;
     for (;;) {
-        char c;
-        if (l->host) {
-            TD_CHECK(read_exact(l->in_fd, &c, 1, deadline, "the opening lines"));
-        } else {
-            ssize_t n = read(l->in_fd, &c, 1);
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) return td_error_errno(TD_ERR_IO, "--forward-stdio: reading stdin");
-            if (n == 0)
-                return td_error(TD_ERR_IO, "--forward-stdio: stdin ended before the supervisor's "
-                                           "'go' line (is this agent started by an executor?)");
-        }
-        if (c != '\n') {
-            if (len + 1 >= sizeof line)
-                return td_error(TD_ERR_FORMAT, "link: an opening line over %zu bytes", sizeof line);
-            line[len++] = c;
-            continue;
-        }
-        line[len] = '\0';
-        len = 0;
+        /* over stdin (ssh), no deadline: the agent waits for its executor as long as ssh lives */
+        TD_CHECK(td_mirror_read_line(l->in_fd, line, sizeof line,
+                                     l->host ? (uint64_t)(deadline * 1e9) : 0,
+                                     "the supervisor's opening lines (up to 'go')"));
         if (!strcmp(line, "go")) return TD_OK;
         if (!strncmp(line, "token ", 6)) {
             setenv(td_var_name(TD_VAR_TANDEM_TOKEN), line + 6, 1);

@@ -82,12 +82,23 @@ static int parse_nnodes(const char *s, td_launch_options *o) {
     return 0;
 }
 
+/* For an executor's agent: stop signals stay blocked to the end (td_launch_run reads them from
+ * its signalfd, and one that arrives after it has returned must not kill the process before
+ * the link's last bytes are sent), and a broken link is an EPIPE the sender reports. */
+static void hold_stop_signals(void) {
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 /* --forward-stdio: the link to the supervisor keeps stdin and stdout for itself (close-on-exec
  * copies), and 0 and 1 become /dev/null, so that neither a worker (which inherits them) nor a
  * stray printf can steal or corrupt a byte of it. Workers' output reaches the supervisor
- * through the rank logs only. Stop signals stay blocked to the end: the agent reads them from
- * its signalfd, and one that arrives after td_launch_run has returned (a last "stop") must not
- * kill the process before its final bytes are sent. */
+ * through the rank logs only. */
 static int open_link(td_launch_options *o, td_agent_link **link) {
     if (!o->log_dir) {
         fprintf(stderr, "tandem launch: --forward-stdio needs --log-dir (the rank logs are what "
@@ -103,13 +114,7 @@ static int open_link(td_launch_options *o, td_agent_link **link) {
         return 1;
     }
     close(null_fd);
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGHUP);
-    sigprocmask(SIG_BLOCK, &stops, NULL);
-    signal(SIGPIPE, SIG_IGN);              /* a broken link is an EPIPE the sender reports */
+    hold_stop_signals();
     o->out_fd = o->err_fd = STDOUT_FILENO; /* /dev/null now: the rank logs have every line */
     td_status st = td_agent_link_open(in, out, o->log_dir, o->metrics_dir, link);
     if (st != TD_OK) {
@@ -137,13 +142,7 @@ static int connect_link(td_launch_options *o, const char *endpoint, td_agent_lin
                         "scheduler's variables such as SLURM_NODEID)\n");
         return 2;
     }
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGHUP);
-    sigprocmask(SIG_BLOCK, &stops, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    hold_stop_signals();
     td_status st = td_mkdirs(o->log_dir);
     if (st == TD_OK && o->metrics_dir) st = td_mkdirs(o->metrics_dir);
     if (st == TD_OK)
