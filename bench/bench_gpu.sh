@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# Training on one GPU, tandem's CUDA backend vs PyTorch, in one invocation on the GPU host.
-# Everything is fp32 (TF32 off), AdamW lr 1e-3, Fashion-MNIST resident on the GPU.
+# Training on one GPU, tandem's CUDA backend vs PyTorch, in one invocation on the GPU host, at
+# three precisions: AdamW lr 1e-3, Fashion-MNIST resident on the GPU.
+#   fp32  plain fp32, TF32 off                   tandem --precision fp32; torch: TF32 off
+#   tf32  TF32 tensor-core gemms, fp32 storage   tandem --precision tf32; torch: TF32 on
+#   bf16  bf16 gemm operands, fp32 accumulation and fp32 master weights
+#                                                tandem --precision bf16; torch: bf16 autocast
 #
-#   throughput   BasicNet and mlp7 at batch 64 and 512:
-#                tandem:  tandem train --device cuda --model M --batch B --steps N
-#                         --no-eval-every-epoch --no-progress --json   (samples_per_s over all N
-#                         steps: 2000 at batch 64, 500 at 512, so start-up does not dominate)
-#                pytorch: bench/peers/torch_gpu_bench.py --mode eager,graph (30 warm-up steps,
-#                         then 300 timed; graph = the whole step in one CUDA graph)
-#                ratios tandem/eager and tandem/graph
-#   peak share   tandem's flops_per_sample x samples_per_s against fp32 sgemm TFLOP/s measured
-#                with torch.mm (8192^2, TF32 off) in the same run
-#   time to 90%  BasicNet batch 64: tandem --epochs 2 (evaluation after each epoch) vs PyTorch
-#                eager --time-to-acc 90 (at most 3 epochs)
-#   2 workers    the step time added by reducing between 2 workers: tandem --nproc-per-node 2
-#                --batch 64 vs 1 worker --batch 64 --accum 2 (the same global batch 128), and
-#                whether the two write bitwise-equal weights (--save, cmp)
-# Targets, printed as PASS/FAIL lines (not the exit code): BasicNet batch 64 tandem >= 2x torch
-# graph; time to 90% <= 1/4 of torch eager's. About 2-3 minutes on an H100 (--quick: ~1).
+#   throughput   BasicNet at batch 64, 512 and 4096 x fp32, tf32, bf16; mlp7 at 64 and 512, fp32:
+#                tandem:  one run per combination: tandem train --device cuda --precision P
+#                         --model M --batch B --steps N --no-eval-every-epoch --no-progress --json
+#                         (its steady-state samples/s, after its first 10 steps; N: 1000 at batch
+#                         64, 300 at 512, 60 at 4096)
+#                pytorch: bench/peers/torch_gpu_bench.py, one process per model for all of its
+#                         batches x precisions x modes: eager, and graph = the whole step in one
+#                         CUDA graph (30 warm-up + 300 timed steps at batch 64 and 512, 10 + 100
+#                         at 4096)
+#                ratios tandem/eager and tandem/graph at the same batch and precision
+#   peak share   tandem's flops_per_sample x samples_per_s against torch.mm's TFLOP/s (8192^2) at
+#                the same precision, measured in the BasicNet peer's process
+#   time to 90%  fp32, BasicNet batch 64: tandem --epochs 2 (evaluation after each epoch) vs
+#                PyTorch eager --time-to-acc 90 (at most 3 epochs)
+#   2 workers    fp32: the step time added by reducing between 2 workers: tandem
+#                --nproc-per-node 2 --batch 64 vs 1 worker --batch 64 --accum 2 (the same global
+#                batch 128), and whether the two write bitwise-equal weights (--save, cmp)
+# Targets, printed as PASS/FAIL lines (not the exit code): BasicNet tandem >= 1.5x torch's CUDA
+# graph at every batch and precision, >= 2x at batch 64 fp32; time to 90% <= 1/4 of torch
+# eager's. About 2 minutes on an H100 or H200 (--quick: about 1.5; most of it is PyTorch's
+# start-up, ~10 s per peer process).
 #
 # usage: bench/bench_gpu.sh [--quick]
 # env:   TANDEM_BIN (default build-gpu/tandem, else build/tandem), TANDEM_DATA (Fashion-MNIST
 #        dir), PYTHON (python3 with CUDA torch), OUT (also write the output to
-#        $OUT/bench_gpu.log), TIMEOUT_S (per command, default 300), TORCH_CUDNN_BENCHMARK=1
-#        (cudnn.benchmark on for PyTorch), and step counts: TANDEM_STEPS_64 (2000),
-#        TANDEM_STEPS_512 (500), TORCH_STEPS (300), TORCH_WARMUP (30), DDP_STEPS (500)
+#        $OUT/bench_gpu.log and the measurements to $OUT/bench_gpu_results.jsonl), TIMEOUT_S (per
+#        command, default 300), TORCH_CUDNN_BENCHMARK=1 (cudnn.benchmark on for PyTorch),
+#        PRECISIONS (default "fp32 tf32 bf16"), BATCHES (BasicNet's, default "64 512 4096"),
+#        MLP7_BATCHES (fp32 only, default "64 512"; empty: no mlp7), REPORT_ONLY=FILE (measure
+#        nothing: print the report of a saved bench_gpu_results.jsonl), and step counts, for
+#        batch < 512, < 4096 and >= 4096 (--quick's in brackets): TANDEM_STEPS_64 1000 (300),
+#        TANDEM_STEPS_512 300 (100), TANDEM_STEPS_4096 60 (30); torch warm-up + timed steps:
+#        TORCH_WARMUP 30 (10) and TORCH_STEPS 300 (100) below 4096, TORCH_WARMUP_4096 10 (5)
+#        and TORCH_STEPS_4096 100 (30); DDP_STEPS 500 (100)
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -32,7 +47,7 @@ quick=0
 for arg in "$@"; do
   case $arg in
     --quick) quick=1 ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR == 1 { next } /^#/ { print; next } { exit }' "$0"; exit 0 ;;
     *) echo "bench_gpu: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,15 +56,36 @@ data=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 py=${PYTHON:-python3}
 peer=$src/bench/peers/torch_gpu_bench.py
 limit=${TIMEOUT_S:-300}
+precisions=${PRECISIONS-fp32 tf32 bf16}
+batches=${BATCHES-64 512 4096}
+mlp7_batches=${MLP7_BATCHES-64 512}
 if [ $quick = 1 ]; then
-  td_steps_64=${TANDEM_STEPS_64:-400} td_steps_512=${TANDEM_STEPS_512:-100}
-  pt_steps=${TORCH_STEPS:-100} pt_warmup=${TORCH_WARMUP:-10} ddp_steps=${DDP_STEPS:-100}
+  td_steps_64=${TANDEM_STEPS_64:-300} td_steps_512=${TANDEM_STEPS_512:-100}
+  td_steps_4096=${TANDEM_STEPS_4096:-30}
+  pt_steps_64=${TORCH_STEPS:-100} pt_warmup_64=${TORCH_WARMUP:-10}
+  pt_steps_4096=${TORCH_STEPS_4096:-30} pt_warmup_4096=${TORCH_WARMUP_4096:-5}
+  ddp_steps=${DDP_STEPS:-100}
 else
-  td_steps_64=${TANDEM_STEPS_64:-2000} td_steps_512=${TANDEM_STEPS_512:-500}
-  pt_steps=${TORCH_STEPS:-300} pt_warmup=${TORCH_WARMUP:-30} ddp_steps=${DDP_STEPS:-500}
+  td_steps_64=${TANDEM_STEPS_64:-1000} td_steps_512=${TANDEM_STEPS_512:-300}
+  td_steps_4096=${TANDEM_STEPS_4096:-60}
+  pt_steps_64=${TORCH_STEPS:-300} pt_warmup_64=${TORCH_WARMUP:-30}
+  pt_steps_4096=${TORCH_STEPS_4096:-100} pt_warmup_4096=${TORCH_WARMUP_4096:-10}
+  ddp_steps=${DDP_STEPS:-500}
 fi
+pt_steps_512=$pt_steps_64 pt_warmup_512=$pt_warmup_64
 pt_extra=()
 [ "${TORCH_CUDNN_BENCHMARK:-0}" = 1 ] && pt_extra+=(--cudnn-benchmark)
+
+for p in $precisions; do
+  case $p in fp32 | tf32 | bf16) ;; *)
+    echo "bench_gpu: PRECISIONS: unknown precision '$p' (fp32, tf32, bf16)" >&2; exit 2 ;;
+  esac
+done
+for b in $batches $mlp7_batches; do
+  case $b in '' | *[!0-9]* | 0*)
+    echo "bench_gpu: BATCHES/MLP7_BATCHES: '$b' is not a positive batch size" >&2; exit 2 ;;
+  esac
+done
 
 if [ -n "${TANDEM_BIN:-}" ]; then
   tandem=$TANDEM_BIN
@@ -91,7 +127,7 @@ if int(rc) != 0 and err_lines:
     status += ": " + err_lines[-1][:160]
 elif not objs:
     status += "   (printed no JSON)"
-print(f"  {tag:24s} {wall:6.1f} s{status}", flush=True)
+print(f"  {tag:26s} {wall:6.1f} s{status}", flush=True)
 PY
 
 # run TAG CMD...: runs CMD under a timeout, stdout/stderr to $tmp/TAG.{out,err}, and records it.
@@ -107,12 +143,15 @@ run() {
 }
 
 header() {
-  echo "bench_gpu: tandem (CUDA) vs PyTorch, fp32 (TF32 off), AdamW lr 1e-3, Fashion-MNIST on the GPU"
+  echo "bench_gpu: tandem (CUDA) vs PyTorch at $(echo $precisions | sed 's/ / \/ /g'), AdamW lr 1e-3, Fashion-MNIST on the GPU"
   if command -v nvidia-smi >/dev/null 2>&1; then
     echo "  gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
   fi
-  echo "  tandem: $tandem    pytorch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -n 1)"
-  echo "  data: $data    $([ $quick = 1 ] && echo 'quick: ' )tandem steps $td_steps_64 (batch 64) / $td_steps_512 (batch 512), torch $pt_warmup warm-up + $pt_steps timed, 2-worker $ddp_steps"
+  # PyTorch's version is printed with the report (from the peer's JSON): importing torch here
+  # would cost seconds of the GPU host's time
+  echo "  tandem: $tandem    python: $(command -v "$py" || echo "$py (not found)")"
+  echo "  data: $data    $([ $quick = 1 ] && echo 'quick: ')BasicNet batches: ${batches:-none}, mlp7 batches (fp32): ${mlp7_batches:-none}"
+  echo "  steps (batch 64 / 512 / 4096): tandem $td_steps_64 / $td_steps_512 / $td_steps_4096, torch warm-up + timed $pt_warmup_64+$pt_steps_64 / $pt_warmup_512+$pt_steps_512 / $pt_warmup_4096+$pt_steps_4096, 2-worker $ddp_steps"
   echo "  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
@@ -121,32 +160,82 @@ check_inputs() {
     echo "bench_gpu: no Fashion-MNIST IDX .gz files in $data (source .gpu-host/env.sh, or set TANDEM_DATA)" >&2
     return 2
   fi
+  local help
   if [ ! -x "$tandem" ]; then
     echo "bench_gpu: $tandem is not an executable; tandem's side will show as failed (set TANDEM_BIN)" >&2
-  elif ! "$tandem" train --help 2>&1 | grep -q -- '--device'; then
-    echo "bench_gpu: note: '$tandem train --help' does not mention --device; tandem's runs may fail" >&2
+  else
+    help=$("$tandem" train --help 2>&1)
+    local flag
+    for flag in --device --precision; do
+      if ! grep -q -- "$flag" <<<"$help"; then
+        echo "bench_gpu: note: '$tandem train --help' does not mention $flag; tandem's runs may fail" >&2
+      fi
+    done
   fi
   return 0
 }
 
-tandem_steps_for() { # batch -> timed steps
-  if [ "$1" -ge 512 ]; then echo "$td_steps_512"; else echo "$td_steps_64"; fi
+tier() { # batch -> the step-count tier: 64 (below 512), 512 (below 4096) or 4096
+  if [ "$1" -ge 4096 ]; then echo 4096; elif [ "$1" -ge 512 ]; then echo 512; else echo 64; fi
 }
 
-measure_sgemm() {
-  run sgemm "$py" "$peer" --sgemm
+steps_for() { # td|pt steps|warmup batch -> the count for batch's tier
+  local v=${1}_${2}_$(tier "$3")
+  echo "${!v}"
 }
 
-measure_throughput() { # model batch: tandem, then PyTorch eager and graph in one process
-  local model=$1 batch=$2
-  run "tandem-$model-$batch" "$tandem" train --device cuda --model "$model" --data "$data" \
-    --batch "$batch" --steps "$(tandem_steps_for "$batch")" --no-eval-every-epoch --no-progress \
-    --json
-  run "torch-$model-$batch" "$py" "$peer" --model "$model" --batch "$batch" --mode eager,graph \
-    --warmup "$pt_warmup" --steps "$pt_steps" --data "$data" "${pt_extra[@]}"
+csv() { # words -> a,b,c
+  local IFS=,
+  echo "$*"
 }
 
-measure_time_to_acc() { # BasicNet batch 64 to 90% test accuracy
+measure_tandem() { # model batch precision
+  local model=$1 batch=$2 precision=$3
+  run "tandem-$model-$batch-$precision" "$tandem" train --device cuda --precision "$precision" \
+    --model "$model" --data "$data" --batch "$batch" --steps "$(steps_for td steps "$batch")" \
+    --no-eval-every-epoch --no-progress --json
+}
+
+# The PyTorch peer for one model: every batch x precision x mode in one process (torch's import,
+# CUDA set-up and the data load, ~10 s, once). The first one also measures the gemm peaks
+# (--sgemm, at each precision).
+sgemm_pending=1
+measure_torch() { # model "batches" "precisions"
+  local model=$1 b bs=() steps=() warmups=() extra=()
+  read -ra bs <<<"$2"
+  for b in "${bs[@]}"; do
+    steps+=("$(steps_for pt steps "$b")")
+    warmups+=("$(steps_for pt warmup "$b")")
+  done
+  if [ $sgemm_pending = 1 ]; then
+    extra+=(--sgemm)
+    sgemm_pending=0
+  fi
+  # shellcheck disable=SC2086  # the precision list is words
+  run "torch-$model" "$py" "$peer" --model "$model" --batch "$(csv "${bs[@]}")" \
+    --precision "$(csv $3)" --mode eager,graph --steps "$(csv "${steps[@]}")" \
+    --warmup "$(csv "${warmups[@]}")" --data "$data" "${extra[@]}" "${pt_extra[@]}"
+}
+
+measure_throughput() {
+  local b p
+  if [ -n "${batches// /}" ] && [ -n "${precisions// /}" ]; then
+    for b in $batches; do
+      for p in $precisions; do
+        measure_tandem basicnet "$b" "$p"
+      done
+    done
+    measure_torch basicnet "$batches" "$precisions"
+  fi
+  if [ -n "${mlp7_batches// /}" ]; then
+    for b in $mlp7_batches; do
+      measure_tandem mlp7 "$b" fp32
+    done
+    measure_torch mlp7 "$mlp7_batches" fp32
+  fi
+}
+
+measure_time_to_acc() { # fp32 (both sides' default), BasicNet batch 64 to 90% test accuracy
   rm -f "$tmp/metrics.jsonl"
   run tandem-tta env TANDEM_METRICS="$tmp/metrics.jsonl" "$tandem" train --device cuda \
     --model basicnet --data "$data" --epochs 2 --batch 64 --no-progress --json
@@ -168,20 +257,24 @@ measure_two_workers() { # the same global batch 128: 2 workers x 64 vs 1 worker 
   printf '{"tag": "weights_cmp", "rc": 0, "json": [{"equal": %s}]}\n' "$equal" >>"$results"
 }
 
-report() {
-  "$py" - "$results" "$tmp/metrics.jsonl" <<'PY'
-import json, os, sys
+report() { # results.jsonl [metrics.jsonl]
+  "$py" - "$1" "${2:-}" <<'PY'
+import json, os, re, sys
 
 results, metrics_path = sys.argv[1], sys.argv[2]
 recs = {}
 for line in open(results):
-    r = json.loads(line)
-    recs[r["tag"]] = r
+    if line.strip():
+        r = json.loads(line)
+        recs[r["tag"]] = r
 
 # forward + backward FLOPs per sample as tandem's td_model_flops_per_sample counts them (forward,
 # weight gradient, input gradient except below the first layer with parameters); used when
 # tandem's JSON has no flops_per_sample
 DEFAULT_FLOPS = {"basicnet": 71.57e6, "mlp7": 21.31e6}
+MODELS = ("basicnet", "mlp7")
+PRECISIONS = ("fp32", "tf32", "bf16")
+NAMES = {"basicnet": "BasicNet", "mlp7": "mlp7"}
 
 
 def last(tag):
@@ -208,12 +301,50 @@ def ok(o, key):
     return o is not None and isinstance(o.get(key), (int, float)) and o[key] > 0
 
 
-def torch_mode(model, batch, mode):
-    r = recs.get(f"torch-{model}-{batch}")
-    for o in (r["json"] if r else []):
-        if o.get("mode") == mode:
-            return o
-    return None
+# tandem's throughput runs: tandem-MODEL-BATCH-PRECISION (tandem-MODEL-BATCH: fp32, older runs)
+tandem_tags = {}
+for tag in recs:
+    m = re.fullmatch(r"tandem-(%s)-(\d+)(?:-(%s))?" % ("|".join(MODELS), "|".join(PRECISIONS)),
+                     tag)
+    if m:
+        tandem_tags[(m[1], int(m[2]), m[3] or "fp32")] = tag
+
+# the peers' lines: every torch-* record but time-to-accuracy's; a line without "precision" is
+# fp32 (older runs)
+torch_lines, torch_tags = {}, {}
+peaks, peak_info = {}, {}
+for tag, r in recs.items():
+    for o in r["json"]:
+        prec = o.get("precision", "fp32")
+        tfl = o.get("gemm_tflops", o.get("sgemm_tflops"))
+        if "gemm_tflops" in o or "sgemm_tflops" in o:
+            if isinstance(tfl, (int, float)) and tfl > 0:
+                peaks[prec], peak_info[prec] = tfl, o
+        elif tag.startswith("torch-") and tag != "torch-tta" and o.get("model") in MODELS:
+            key = (o["model"], o.get("batch"), prec)
+            torch_lines[key + (o.get("mode"),)] = o
+            torch_tags[key] = tag
+    if tag.startswith("torch-") and tag != "torch-tta":
+        m = tag[len("torch-"):].split("-")[0]
+        torch_tags.setdefault((m, None, None), tag)
+
+
+def torch_mode(model, batch, precision, mode):
+    return torch_lines.get((model, batch, precision, mode))
+
+
+def torch_why(model, batch, precision, mode):
+    tag = torch_tags.get((model, batch, precision)) or torch_tags.get((model, None, None))
+    o = torch_mode(model, batch, precision, mode)
+    if o is not None:
+        if "error" in o:
+            return o["error"]
+        if "skipped" in o:
+            return "skipped: " + o["skipped"]
+        return "no samples_per_s"
+    if tag is None:
+        return "not run"
+    return f"no line for it; the peer {why(tag) if recs[tag]['rc'] != 0 else 'ended without it'}"
 
 
 def fmt(v, spec, width):
@@ -237,44 +368,74 @@ def flops_per_sample(o, model):
     return DEFAULT_FLOPS[model], "default"
 
 
-sg = last("sgemm")
-peak = sg["sgemm_tflops"] if ok(sg, "sgemm_tflops") else None
 problems = []
+rows = sorted(set(tandem_tags) | {k for k in torch_tags if k[1] is not None},
+              key=lambda k: (MODELS.index(k[0]), k[1], PRECISIONS.index(k[2])))
+versions = {(o.get("torch"), o.get("cuda"), o.get("device")) for r in recs.values()
+            for o in r["json"] if o.get("peer") == "torch" or "gemm_tflops" in o}
+versions = sorted(v for v in versions if v[0])
+if versions:
+    print()
+    print("pytorch: " + "; ".join(f"{t}{' cuda ' + c if c else ''} on {d}"
+                                  for t, c, d in versions))
 
 print()
-print("throughput (samples/s; steps in us; % of the fp32 sgemm peak)")
-print(f"{'model':9s} {'batch':>5s} {'tandem':>10s} {'torch eager':>12s} {'torch graph':>12s}"
-      f" {'t/eager':>8s} {'t/graph':>8s} {'tandem step':>12s} {'graph step':>11s}"
-      f" {'tandem %pk':>10s} {'graph %pk':>10s}")
+print("throughput (samples/s; steps in us; % of torch.mm's peak at the same precision)")
+print(f"{'model':9s} {'batch':>5s} {'prec':4s} {'tandem':>10s} {'torch eager':>12s}"
+      f" {'torch graph':>12s} {'t/eager':>8s} {'t/graph':>8s} {'tandem step':>12s}"
+      f" {'graph step':>11s} {'tandem %pk':>10s} {'graph %pk':>10s}")
 flops_src = set()
-for model in ("basicnet", "mlp7"):
-    for batch in (64, 512):
-        tag = f"tandem-{model}-{batch}"
-        td = last(tag)
-        td_sps = td["samples_per_s"] if ok(td, "samples_per_s") else None
-        if td_sps is None:
-            problems.append(f"{tag}: {why(tag)}")
-        e, g = torch_mode(model, batch, "eager"), torch_mode(model, batch, "graph")
-        e_sps = e["samples_per_s"] if ok(e, "samples_per_s") else None
-        g_sps = g["samples_per_s"] if ok(g, "samples_per_s") else None
-        for mode, o in (("eager", e), ("graph", g)):
-            if o is None or "error" in o or "skipped" in o:
-                problems.append(f"torch-{model}-{batch} {mode}: " + (
-                    o.get("error") or "skipped: " + o.get("skipped", "") if o
-                    else why(f"torch-{model}-{batch}")))
-        fps, src = flops_per_sample(td, model)
-        flops_src.add(src)
-        td_step = 1e6 * batch / td_sps if td_sps else None
-        td_pk = 100 * fps * td_sps / (peak * 1e12) if td_sps and peak else None
-        g_pk = 100 * fps * g_sps / (peak * 1e12) if g_sps and peak else None
-        print(f"{model:9s} {batch:5d} {fmt(td_sps, '.0f', 10)} {fmt(e_sps, '.0f', 12)}"
-              f" {fmt(g_sps, '.0f', 12)} {fmt(ratio(td_sps, e_sps), '.2f', 8)}"
-              f" {fmt(ratio(td_sps, g_sps), '.2f', 8)} {fmt(td_step, '.1f', 12)}"
-              f" {fmt(g['step_us'] if ok(g, 'step_us') else None, '.1f', 11)}"
-              f" {pct(td_pk, 10)} {pct(g_pk, 10)}")
-print(f"fp32 peak: sgemm {peak:.1f} TFLOP/s (torch.mm {sg.get('n')}^2 on {sg.get('device')}, "
-      "TF32 off)" if peak else
-      f"fp32 peak: n/a (sgemm {why('sgemm')})")
+ratios = {}  # (model, batch, precision) -> (tandem / torch graph, note)
+prev_batch = None
+for model, batch, prec in rows:
+    if prev_batch is not None and (model, batch) != prev_batch:
+        print()
+    prev_batch = (model, batch)
+    tag = tandem_tags.get((model, batch, prec))
+    td = last(tag) if tag else None
+    td_sps = td["samples_per_s"] if ok(td, "samples_per_s") else None
+    note = ""
+    if tag is None:
+        problems.append(f"tandem-{model}-{batch}-{prec}: not run")
+    elif td_sps is None:
+        problems.append(f"{tag}: {why(tag)}")
+    elif td is not None and "precision" not in td:
+        problems.append(f"{tag}: tandem's JSON has no \"precision\" (does this tandem know "
+                        "--precision?)")
+    elif td is not None and td["precision"] != prec:
+        note = f"tandem's JSON says it ran {td['precision']}"
+        problems.append(f"{tag}: asked for {prec}, {note}")
+        td_sps = None
+    e, g = torch_mode(model, batch, prec, "eager"), torch_mode(model, batch, prec, "graph")
+    e_sps = e["samples_per_s"] if ok(e, "samples_per_s") else None
+    g_sps = g["samples_per_s"] if ok(g, "samples_per_s") else None
+    for mode, v in (("eager", e_sps), ("graph", g_sps)):
+        if v is None:
+            problems.append(f"torch {model} batch {batch} {prec} {mode}: "
+                            f"{torch_why(model, batch, prec, mode)}")
+    fps, src = flops_per_sample(td, model)
+    flops_src.add(src)
+    peak = peaks.get(prec)
+    td_step = 1e6 * batch / td_sps if td_sps else None
+    td_pk = 100 * fps * td_sps / (peak * 1e12) if td_sps and peak else None
+    g_pk = 100 * fps * g_sps / (peak * 1e12) if g_sps and peak else None
+    ratios[(model, batch, prec)] = (ratio(td_sps, g_sps), note)
+    print(f"{model:9s} {batch:5d} {prec:4s} {fmt(td_sps, '.0f', 10)} {fmt(e_sps, '.0f', 12)}"
+          f" {fmt(g_sps, '.0f', 12)} {fmt(ratio(td_sps, e_sps), '.2f', 8)}"
+          f" {fmt(ratio(td_sps, g_sps), '.2f', 8)} {fmt(td_step, '.1f', 12)}"
+          f" {fmt(g['step_us'] if ok(g, 'step_us') else None, '.1f', 11)}"
+          f" {pct(td_pk, 10)} {pct(g_pk, 10)}")
+if not rows:
+    print("  (no throughput runs)")
+if peaks:
+    o = next(iter(peak_info.values()))
+    print("peaks (torch.mm " + f"{o.get('n')}^2 on {o.get('device')}): " + ", ".join(
+        f"{p} {peaks[p]:.1f}" for p in PRECISIONS if p in peaks) + " TFLOP/s"
+        " (fp32: TF32 off; tf32: fp32 with TF32; bf16: bf16 operands)")
+else:
+    print("peaks: n/a (no gemm measurement in this run)")
+for prec in sorted({k[2] for k in rows} - set(peaks), key=PRECISIONS.index):
+    problems.append(f"gemm peak {prec}: not measured")
 if "default" in flops_src:
     print("FLOPs per sample (forward + backward): from tandem's JSON where present, else "
           "71.57 M for basicnet and 21.31 M for mlp7 (tandem's count: forward, weight gradient, "
@@ -282,7 +443,8 @@ if "default" in flops_src:
 
 # time to 90%
 print()
-print("time to 90% test accuracy (BasicNet, batch 64, AdamW lr 1e-3, evaluation after each epoch)")
+print("time to 90% test accuracy (BasicNet, batch 64, fp32, AdamW lr 1e-3, evaluation after each "
+      "epoch)")
 td = last("tandem-tta")
 td_t, td_note = None, ""
 if td is not None:
@@ -337,7 +499,8 @@ print(f"  tandem / torch eager: {fmt(tta_ratio, '.3f', 0)}")
 
 # 2 workers
 print()
-print("reducing between 2 workers (BasicNet, global batch 128: 2 workers x 64 vs 1 worker x 64 x accum 2)")
+print("reducing between 2 workers (BasicNet, fp32, global batch 128: 2 workers x 64 vs 1 worker x 64 "
+      "x accum 2)")
 steps_us = {}
 for tag, label in (("tandem-2workers", "2 workers, batch 64"),
                    ("tandem-1worker-accum2", "1 worker, batch 64, accum 2")):
@@ -366,13 +529,15 @@ print(f"  bitwise equal: {'yes' if eq is True else 'no' if eq is False else 'n/a
 
 # targets
 print()
-g = torch_mode("basicnet", 64, "graph")
-t = last("tandem-basicnet-64")
-r1 = ratio(t.get("samples_per_s") if t else None, g.get("samples_per_s") if g else None)
-print(f"{'PASS' if r1 is not None and r1 >= 2.0 else 'FAIL'}  BasicNet batch 64: tandem / torch "
-      f"graph = {fmt(r1, '.2f', 0) + 'x' if r1 is not None else 'n/a'} (target >= 2x)")
-print(f"{'PASS' if tta_ratio is not None and tta_ratio <= 0.25 else 'FAIL'}  time to 90%: tandem / "
-      f"torch eager = {fmt(tta_ratio, '.3f', 0)} (target <= 0.25)")
+for (model, batch, prec), (r, note) in ratios.items():
+    if model != "basicnet":
+        continue
+    target = 2.0 if (batch, prec) == (64, "fp32") else 1.5
+    print(f"{'PASS' if r is not None and r >= target else 'FAIL'}  BasicNet batch {batch} {prec}: "
+          f"tandem / torch graph = {fmt(r, '.2f', 0) + 'x' if r is not None else 'n/a'}"
+          f" (target >= {target:g}x){'; ' + note if note else ''}")
+print(f"{'PASS' if tta_ratio is not None and tta_ratio <= 0.25 else 'FAIL'}  time to 90% (fp32): "
+      f"tandem / torch eager = {fmt(tta_ratio, '.3f', 0)} (target <= 0.25)")
 if problems:
     print()
     print("problems:")
@@ -385,18 +550,25 @@ main() {
   header
   check_inputs || return 2
   local t0=$SECONDS
-  measure_sgemm
-  for model in basicnet mlp7; do
-    for batch in 64 512; do
-      measure_throughput "$model" "$batch"
-    done
-  done
+  measure_throughput
   measure_time_to_acc
   measure_two_workers
   echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg); $((SECONDS - t0)) s in all"
-  report
+  if [ -n "${OUT:-}" ]; then
+    cp "$results" "$OUT/bench_gpu_results.jsonl"
+    [ -s "$tmp/metrics.jsonl" ] && cp "$tmp/metrics.jsonl" "$OUT/bench_gpu_metrics.jsonl"
+  fi
+  report "$results" "$tmp/metrics.jsonl"
 }
 
+if [ -n "${REPORT_ONLY:-}" ]; then # the report of a saved run (OUT's bench_gpu_results.jsonl)
+  if [ ! -f "$REPORT_ONLY" ]; then
+    echo "bench_gpu: REPORT_ONLY: $REPORT_ONLY is not a file" >&2
+    exit 2
+  fi
+  report "$REPORT_ONLY" "$(dirname "$REPORT_ONLY")/bench_gpu_metrics.jsonl"
+  exit
+fi
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   main 2>&1 | tee "$OUT/bench_gpu.log"

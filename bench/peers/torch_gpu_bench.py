@@ -1,38 +1,61 @@
 """PyTorch peer on CUDA for bench_gpu.sh: BasicNet or mlp7 on Fashion-MNIST with the data resident
-on the GPU, AdamW lr 1e-3, fp32 with TF32 off. Prints one JSON line per measurement.
+on the GPU, AdamW lr 1e-3, at three precisions. Prints one JSON line per measurement.
 
-  throughput (default): --model M[,M..] --batch B[,B..] --mode eager|graph[,..] --steps N --warmup W
-      every combination, in that order; W untimed steps, then N steps timed between two
-      torch.cuda.synchronize() calls:
-      {"peer": "torch", "model", "batch", "mode", "samples_per_s", "step_us", ...}
+Precisions (--precision, every JSON line says which in "precision"):
+  fp32  plain fp32: TF32 off for matmuls and cuDNN convolutions.
+  tf32  fp32 storage, TF32 tensor-core matmuls and convolutions.
+  bf16  torch.autocast(dtype=torch.bfloat16, cache_enabled=False) around forward + loss (the
+        gemms and convolutions take bf16 operands and accumulate in fp32; autocast keeps
+        log_softmax and the loss in fp32), backward outside it as PyTorch prescribes; fp32 master
+        weights, gradients and AdamW state; no GradScaler (bf16 has fp32's exponent range). TF32
+        stays off, so any matmul that autocast leaves in fp32 is plain fp32.
+  TF32 is set with torch.backends.cuda.matmul / cudnn.conv .fp32_precision ("ieee" or "tf32")
+  where this PyTorch has that API (2.7 on; the legacy allow_tf32 flags warn from 2.9 and must not
+  be mixed with it), else with the legacy allow_tf32 flags.
+
+  throughput (default): --model M[,M..] --batch B[,B..] --precision P[,P..]
+      --mode eager|graph[,..] --steps N[,N..] --warmup W[,W..]
+      every combination, in that order (model, batch, precision, mode); W untimed steps, then N
+      steps timed between two torch.cuda.synchronize() calls; --steps and --warmup take one value
+      for every batch or one per batch, in --batch's order:
+      {"peer": "torch", "model", "batch", "precision", "mode", "samples_per_s", "step_us", ...}
       eager: gather (index_select by a slice of a GPU random permutation), forward, loss,
              backward, optimizer.step, one kernel launch at a time.
       graph: that whole step captured in one CUDA graph (torch.cuda.graph after warm-up on a side
-             stream, PyTorch's "whole network capture"); the batch's index tensor is a static
-             tensor refilled from the permutation before each replay; AdamW capturable=True.
-  --time-to-acc T [--epochs E]   eager training, epochs of 60000 samples (the tail batch kept),
-      test accuracy on the GPU after each epoch, stop at the first >= T percent (at most E epochs,
-      default 3): {"peer": "torch", "time_to_acc_s", "acc": [per-epoch %], "epoch_wall_s", ...};
-      the time excludes loading the data (reported as load_s) and includes the evaluations.
-  --sgemm    fp32 torch.mm on 8192 x 8192 matrices, TF32 off: {"sgemm_tflops": ...}, the fp32
-             peak that this GPU achieves.
+             stream, PyTorch's "whole network capture"; bf16's autocast is entered inside the
+             capture, with its cast cache off as capture requires); the batch's index tensor is a
+             static tensor refilled from the permutation before each replay; AdamW
+             capturable=True.
+  --time-to-acc T [--epochs E] [--precision P]   eager training, epochs of 60000 samples (the
+      tail batch kept), test accuracy on the GPU after each epoch, stop at the first >= T percent
+      (at most E epochs, default 3): {"peer": "torch", "time_to_acc_s", "acc": [per-epoch %],
+      "epoch_wall_s", ...}; the time excludes loading the data (reported as load_s) and includes
+      the evaluations. One precision (default fp32), the first model and batch.
+  --sgemm    torch.mm on 8192 x 8192 matrices, once per --precision (fp32: fp32 with TF32 off,
+             tf32: fp32 with TF32, bf16: bf16 operands): {"gemm_tflops", "precision", ...}, the
+             gemm peak that this GPU achieves at that precision (the fp32 line also carries it as
+             "sgemm_tflops"). With training flags, it runs first, in the same process.
 
 Models: BasicNet (PyTorch's examples/mnist Net, NLL loss on log_softmax) and mlp7
-(784-1024-1024-1024-512-512-256-10, ReLU between, cross-entropy on the logits), the same
+(784-1024-1024-1024-512-512-256-10, ReLU between, NLL loss on log_softmax), the same
 layers, in the same order, as tandem's presets and bench/peers/torch_models.py.
 
-usage: torch_gpu_bench.py [--model basicnet,mlp7] [--batch 64,512] [--mode eager,graph]
-                          [--steps 300] [--warmup 30] [--data DIR] [--seed S]
+usage: torch_gpu_bench.py [--model basicnet,mlp7] [--batch 64,512,4096]
+                          [--precision fp32,tf32,bf16] [--mode eager,graph]
+                          [--steps 300[,300,100]] [--warmup 30[,30,10]] [--data DIR] [--seed S]
                           [--time-to-acc 90 [--epochs 3]] [--sgemm] [--cudnn-benchmark]
+       with --time-to-acc, --precision takes one value (default fp32)
        --device cpu (hidden): a smoke test of the model and data paths without a GPU; graph
-       mode and TF32 settings are skipped there."""
+       mode and TF32 settings are skipped there (bf16 runs under CPU autocast)."""
 import argparse
+import contextlib
 import gc
 import gzip
 import json
 import os
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -51,6 +74,7 @@ def loss_fn(out, y):
 
 
 MODELS = {"basicnet": BasicNet, "mlp7": MLP7}
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def emit(obj):
@@ -106,6 +130,48 @@ def free_memory(dev):
         torch.cuda.empty_cache()
 
 
+def new_tf32_api():
+    """True where this PyTorch has the per-backend fp32_precision settings (2.7 on). There the
+    legacy allow_tf32 flags and set_float32_matmul_precision are left alone: from 2.9 they warn,
+    and reading a legacy flag after a new-style write raises ("mix of the legacy and new APIs")."""
+    return hasattr(torch.backends, "fp32_precision")
+
+
+def set_tf32(dev, on):
+    """TF32 on or off for cuBLAS matmuls and cuDNN convolutions (nothing to do on the CPU)."""
+    if dev.type != "cuda":
+        return
+    if new_tf32_api():
+        mode = "tf32" if on else "ieee"
+        cudnn = torch.backends.cudnn
+        targets = [torch.backends.cuda.matmul, cudnn.conv]
+        # cuDNN's RNN setting, where it is one (in some versions cudnn.rnn is only a module):
+        # unused here, kept equal to conv's, as a cuDNN state with the two different is refused
+        # by whatever asks for cuDNN's TF32 setting without naming an operator
+        rnn = getattr(cudnn, "rnn", None)
+        if rnn is not None and not isinstance(rnn, types.ModuleType):
+            targets.append(rnn)
+        for t in targets:
+            t.fp32_precision = mode
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+        torch.set_float32_matmul_precision("high" if on else "highest")
+
+
+def use_precision(dev, precision):
+    """Sets the global TF32 state for a measurement at this precision: on only for tf32."""
+    set_tf32(dev, precision == "tf32")
+
+
+def autocast(dev, precision):
+    """The context around forward + loss: bf16 autocast for bf16 (the cast cache off, as CUDA
+    graph capture requires; used for eager too, so both modes compute the same), else none."""
+    if precision == "bf16":
+        return torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled=False)
+    return contextlib.nullcontext()
+
+
 class Batches:
     """Index tensors of B samples, from a fresh GPU permutation each epoch (tail dropped)."""
 
@@ -132,33 +198,34 @@ def device_generator(dev, seed):
     return g
 
 
-def eager_step(net, opt, X, Y, idx):
+def eager_step(net, opt, X, Y, idx, dev, precision):
     xb = X.index_select(0, idx)
     yb = Y.index_select(0, idx)
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(net(xb), yb)
+    with autocast(dev, precision):
+        loss = loss_fn(net(xb), yb)
     loss.backward()
     opt.step()
     return loss
 
 
-def throughput_eager(a, model, batch, X, Y, dev):
+def throughput_eager(a, model, batch, precision, steps, warmup, X, Y, dev):
     torch.manual_seed(a.seed)
     net = MODELS[model]().to(dev).train()
     opt, opt_kind = make_optimizer(net.parameters(), dev, capturable=False)
     batches = Batches(X.shape[0], batch, dev, device_generator(dev, a.seed))
-    for _ in range(a.warmup):
-        loss = eager_step(net, opt, X, Y, batches.next())
+    for _ in range(warmup):
+        loss = eager_step(net, opt, X, Y, batches.next(), dev, precision)
     sync(dev)
     t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = eager_step(net, opt, X, Y, batches.next())
+    for _ in range(steps):
+        loss = eager_step(net, opt, X, Y, batches.next(), dev, precision)
     sync(dev)
     dt = time.perf_counter() - t0
     return dt, float(loss.item()), opt_kind
 
 
-def throughput_graph(a, model, batch, X, Y, dev):
+def throughput_graph(a, model, batch, precision, steps, warmup, X, Y, dev):
     torch.manual_seed(a.seed)
     net = MODELS[model]().to(dev).train()
     opt, opt_kind = make_optimizer(net.parameters(), dev, capturable=True)
@@ -168,7 +235,8 @@ def throughput_graph(a, model, batch, X, Y, dev):
     def step():
         xb = X.index_select(0, static_idx)
         yb = Y.index_select(0, static_idx)
-        loss = loss_fn(net(xb), yb)
+        with autocast(dev, precision):
+            loss = loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -189,12 +257,12 @@ def throughput_graph(a, model, batch, X, Y, dev):
     with torch.cuda.graph(g):
         static_loss = step()
 
-    for _ in range(a.warmup):
+    for _ in range(warmup):
         static_idx.copy_(batches.next())
         g.replay()
     sync(dev)
     t0 = time.perf_counter()
-    for _ in range(a.steps):
+    for _ in range(steps):
         static_idx.copy_(batches.next())
         g.replay()
     sync(dev)
@@ -204,10 +272,10 @@ def throughput_graph(a, model, batch, X, Y, dev):
     return dt, loss, opt_kind
 
 
-def evaluate(net, X, Y, eval_batch=2000):
+def evaluate(net, X, Y, dev, precision, eval_batch=2000):
     net.eval()
     correct = torch.zeros((), dtype=torch.long, device=X.device)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(dev, precision):
         for s in range(0, X.shape[0], eval_batch):
             out = net(X[s:s + eval_batch])
             correct += (out.argmax(1) == Y[s:s + eval_batch]).sum()
@@ -215,7 +283,8 @@ def evaluate(net, X, Y, eval_batch=2000):
     return 100.0 * correct.item() / X.shape[0]
 
 
-def time_to_acc(a, model, batch, dev, common):
+def time_to_acc(a, model, batch, precision, dev, common):
+    use_precision(dev, precision)
     t_load = time.perf_counter()
     X, Y = load_split(a.data, "train", dev)
     Xt, Yt = load_split(a.data, "t10k", dev)
@@ -231,26 +300,31 @@ def time_to_acc(a, model, batch, dev, common):
     for _ in range(a.epochs):
         perm = torch.randperm(n, device=dev, generator=gen)
         for s in range(0, n, batch):  # the tail batch too: every sample once per epoch
-            eager_step(net, opt, X, Y, perm[s:s + batch])
-        acc = evaluate(net, Xt, Yt)  # .item() synchronises
+            eager_step(net, opt, X, Y, perm[s:s + batch], dev, precision)
+        acc = evaluate(net, Xt, Yt, dev, precision)  # .item() synchronises
         wall = time.perf_counter() - t0
         accs.append(round(acc, 2))
         walls.append(round(wall, 3))
         if acc >= a.time_to_acc:
             hit = wall
             break
-    emit(dict(common, model=model, batch=batch, mode="eager", target_acc=a.time_to_acc,
+    emit(dict(common, model=model, batch=batch, precision=precision, mode="eager",
+              tf32=precision == "tf32", target_acc=a.time_to_acc,
               time_to_acc_s=None if hit is None else round(hit, 3), acc=accs,
               epoch_wall_s=walls, load_s=round(load_s, 3), optimizer=opt_kind,
               steps_per_epoch=(n + batch - 1) // batch))
     return hit is not None
 
 
-def sgemm(dev, n, iters):
+def sgemm(dev, n, iters, precision, common):
+    """torch.mm of two n x n matrices at this precision: fp32 (TF32 off), tf32, or bf16 operands
+    (fp32 accumulation, bf16 result)."""
+    use_precision(dev, precision)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     g = device_generator(dev, 0)
-    A = torch.randn(n, n, device=dev, generator=g)
-    B = torch.randn(n, n, device=dev, generator=g)
-    C = torch.empty(n, n, device=dev)
+    A = torch.randn(n, n, device=dev, generator=g).to(dtype)
+    B = torch.randn(n, n, device=dev, generator=g).to(dtype)
+    C = torch.empty(n, n, device=dev, dtype=dtype)
     for _ in range(3):
         torch.mm(A, B, out=C)
     sync(dev)
@@ -259,9 +333,12 @@ def sgemm(dev, n, iters):
         torch.mm(A, B, out=C)
     sync(dev)
     dt = time.perf_counter() - t0
-    tflops = 2.0 * n * n * n * iters / dt / 1e12
-    emit({"sgemm_tflops": round(tflops, 2), "n": n, "iters": iters, "dtype": "float32",
-          "tf32": False, "device": device_name(dev)})
+    tflops = round(2.0 * n * n * n * iters / dt / 1e12, 2)
+    rec = dict(common, gemm_tflops=tflops, precision=precision, n=n, iters=iters,
+               dtype=str(dtype).replace("torch.", ""), tf32=precision == "tf32")
+    if precision == "fp32":
+        rec["sgemm_tflops"] = tflops
+    emit(rec)
 
 
 def device_name(dev):
@@ -270,7 +347,10 @@ def device_name(dev):
 
 def csv(kind, conv):
     def parse(s):
-        vals = [conv(v) for v in s.split(",") if v]
+        try:
+            vals = [conv(v) for v in s.split(",") if v]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"bad {kind} list {s!r}: {e}") from None
         if not vals:
             raise argparse.ArgumentTypeError(f"empty {kind} list")
         return vals
@@ -286,15 +366,20 @@ def main():
                     help="batch size or a comma list (default 64)")
     ap.add_argument("--mode", type=csv("mode", str), default=None,
                     help="eager, graph or a comma list (default eager)")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--precision", type=csv("precision", str), default=None,
+                    help="fp32, tf32, bf16 or a comma list (default fp32)")
+    ap.add_argument("--steps", type=csv("steps", int), default=[300],
+                    help="timed steps: one value, or one per --batch (default 300)")
+    ap.add_argument("--warmup", type=csv("warmup", int), default=[30],
+                    help="untimed steps first: one value, or one per --batch (default 30)")
     ap.add_argument("--data", default=os.environ.get("TANDEM_DATA",
                                                      "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--time-to-acc", type=float, default=None, metavar="PCT",
                     help="train eager epochs until test accuracy >= PCT")
     ap.add_argument("--epochs", type=int, default=3, help="the most epochs for --time-to-acc")
-    ap.add_argument("--sgemm", action="store_true", help="measure fp32 sgemm TFLOP/s")
+    ap.add_argument("--sgemm", action="store_true",
+                    help="measure gemm TFLOP/s at each --precision")
     ap.add_argument("--sgemm-n", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="torch.backends.cudnn.benchmark = True (default: PyTorch's default, off)")
@@ -306,13 +391,26 @@ def main():
     a.model = a.model or ["basicnet"]
     a.batch = a.batch or [64]
     a.mode = a.mode or ["eager"]
+    a.precision = a.precision or ["fp32"]
     for m in a.model:
         if m not in MODELS:
             ap.error(f"unknown model {m!r}: use {', '.join(MODELS)}")
     for m in a.mode:
         if m not in ("eager", "graph"):
             ap.error(f"unknown mode {m!r}: use eager or graph")
-    if a.steps < 1 or a.warmup < 0 or a.epochs < 1 or min(a.batch) < 1:
+    for p in a.precision:
+        if p not in PRECISIONS:
+            ap.error(f"unknown precision {p!r}: use {', '.join(PRECISIONS)}")
+    if a.time_to_acc is not None and len(a.precision) > 1:
+        ap.error("--time-to-acc takes one --precision")
+    for name in ("steps", "warmup"):
+        vals = getattr(a, name)
+        if len(vals) == 1:
+            setattr(a, name, vals * len(a.batch))
+        elif len(vals) != len(a.batch):
+            ap.error(f"--{name} has {len(vals)} values for {len(a.batch)} batch sizes: give one, "
+                     "or one per batch")
+    if (min(a.steps) < 1 or min(a.warmup) < 0 or a.epochs < 1 or min(a.batch) < 1):
         ap.error("--steps, --epochs and --batch must be positive, --warmup not negative")
 
     dev = torch.device(a.device)
@@ -323,25 +421,29 @@ def main():
         # PyTorch 2.x wants an index here ("cuda" alone is refused)
         dev = torch.device("cuda", dev.index if dev.index is not None else 0)
         torch.cuda.set_device(dev)
-        # fp32 throughout: no TF32 in matmuls or convolutions
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = a.cudnn_benchmark
-    torch.set_float32_matmul_precision("highest")
-    common = {"peer": "torch", "torch": torch.__version__, "device": device_name(dev)}
+    use_precision(dev, "fp32")  # each measurement sets its own; fp32 (TF32 off) until then
+    common = {"peer": "torch", "torch": torch.__version__, "cuda": torch.version.cuda,
+              "device": device_name(dev)}
 
     failures = 0
     if a.sgemm:
         n = a.sgemm_n or (8192 if dev.type == "cuda" else 1024)
-        try:
-            sgemm(dev, n, iters=20 if dev.type == "cuda" else 3)
-        except Exception as e:  # noqa: BLE001 - report and go on with the other measurements
-            failures += 1
-            emit({"sgemm_tflops": None, "error": f"{type(e).__name__}: {e}"})
-        free_memory(dev)
+        for precision in a.precision:
+            try:
+                # about 0.2-0.4 s each on an H100: the tensor-core precisions get more iterations
+                iters = ({"fp32": 20, "tf32": 60, "bf16": 120}[precision]
+                         if dev.type == "cuda" else 3)
+                sgemm(dev, n, iters, precision, common)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other measurements
+                failures += 1
+                warn(f"gemm {precision} failed: {type(e).__name__}: {e}")
+                emit(dict(common, gemm_tflops=None, precision=precision,
+                          error=f"{type(e).__name__}: {e}"))
+            free_memory(dev)
 
     if a.time_to_acc is not None:
-        if not time_to_acc(a, a.model[0], a.batch[0], dev, common):
+        if not time_to_acc(a, a.model[0], a.batch[0], a.precision[0], dev, common):
             warn(f"test accuracy {a.time_to_acc}% not reached in {a.epochs} epochs")
         return 1 if failures else 0
     if not train_asked:
@@ -349,25 +451,29 @@ def main():
 
     X, Y = load_split(a.data, "train", dev)
     for model in a.model:
-        for batch in a.batch:
-            for mode in a.mode:
-                rec = dict(common, model=model, batch=batch, mode=mode, steps=a.steps,
-                           warmup=a.warmup)
-                if mode == "graph" and dev.type != "cuda":
-                    warn(f"{model} batch {batch}: graph mode needs CUDA; skipped on {dev.type}")
-                    emit(dict(rec, skipped="graph mode needs CUDA"))
-                    continue
-                try:
-                    fn = throughput_graph if mode == "graph" else throughput_eager
-                    dt, loss, opt_kind = fn(a, model, batch, X, Y, dev)
-                    emit(dict(rec, samples_per_s=round(a.steps * batch / dt, 1),
-                              step_us=round(1e6 * dt / a.steps, 1), final_loss=round(loss, 4),
-                              optimizer=opt_kind))
-                except Exception as e:  # noqa: BLE001 - one failed measurement, the rest go on
-                    failures += 1
-                    warn(f"{model} batch {batch} {mode} failed: {type(e).__name__}: {e}")
-                    emit(dict(rec, error=f"{type(e).__name__}: {e}"))
-                free_memory(dev)
+        for batch, steps, warmup in zip(a.batch, a.steps, a.warmup):
+            for precision in a.precision:
+                for mode in a.mode:
+                    rec = dict(common, model=model, batch=batch, precision=precision, mode=mode,
+                               tf32=precision == "tf32", steps=steps, warmup=warmup)
+                    what = f"{model} batch {batch} {precision} {mode}"
+                    if mode == "graph" and dev.type != "cuda":
+                        warn(f"{what}: graph mode needs CUDA; skipped on {dev.type}")
+                        emit(dict(rec, skipped="graph mode needs CUDA"))
+                        continue
+                    try:
+                        use_precision(dev, precision)
+                        fn = throughput_graph if mode == "graph" else throughput_eager
+                        dt, loss, opt_kind = fn(a, model, batch, precision, steps, warmup, X, Y,
+                                                dev)
+                        emit(dict(rec, samples_per_s=round(steps * batch / dt, 1),
+                                  step_us=round(1e6 * dt / steps, 1), final_loss=round(loss, 4),
+                                  optimizer=opt_kind))
+                    except Exception as e:  # noqa: BLE001 - one failed measurement, the rest go on
+                        failures += 1
+                        warn(f"{what} failed: {type(e).__name__}: {e}")
+                        emit(dict(rec, error=f"{type(e).__name__}: {e}"))
+                    free_memory(dev)
     return 1 if failures else 0
 
 

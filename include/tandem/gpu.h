@@ -43,6 +43,21 @@ typedef enum { TD_DEVICE_CPU, TD_DEVICE_CUDA } td_device;
 td_status td_device_parse(const char *name, td_device *out);
 const char *td_device_name(td_device d);
 
+/* The arithmetic of the engine's gemms (every convolution and linear layer, forward and
+ * backward). Parameters, gradients, optimizer state, checkpoints and every other kernel stay
+ * IEEE fp32 in all three, so a checkpoint resumes on the CPU whichever precision wrote it.
+ *   fp32  fp32 products and sums (TF32 off): agrees with the CPU engine to float rounding.
+ *   tf32  tensor-core gemms on TF32 inputs (10-bit mantissa), fp32 accumulation.
+ *   bf16  tensor-core gemms on bf16 inputs (7-bit mantissa), fp32 accumulation: PyTorch's
+ *         float32_matmul_precision("medium"); activations are stored in fp32, not bf16.
+ * Each is deterministic: a micro-batch's gemms have the same shapes and the same cuBLAS
+ * kernels whichever rank computes them, so 1, 2 and 4 workers give the same bits. */
+typedef enum { TD_PRECISION_FP32, TD_PRECISION_TF32, TD_PRECISION_BF16 } td_precision;
+
+/* "fp32", "tf32" or "bf16"; TD_ERR_INVALID naming the value otherwise. */
+td_status td_precision_parse(const char *name, td_precision *out);
+const char *td_precision_name(td_precision p);
+
 /* Whether this build has the CUDA backend and a device can be used; why not in why[cap]. */
 bool td_gpu_available(char *why, size_t cap);
 /* CUDA devices visible to this process (0 without a driver or without the backend). */
@@ -58,6 +73,7 @@ typedef struct {
     int max_eval_batch;   /* largest evaluation batch */
     uint64_t seed;        /* dropout key */
     bool graph;           /* replay the step as a CUDA graph (false: launch kernel by kernel) */
+    td_precision precision;
 } td_gpu_config;
 
 /* Builds the device mirror of a finalized model with an optimizer of the given config. The

@@ -52,18 +52,24 @@
 typedef struct {
     td_layer_info info;
     size_t in_size, out_size;
-    float *out;      /* [max_batch * out_size]; flatten: NULL (aliases its input) */
-    float *din;      /* [max_batch * in_size] input gradient, when needed */
-    uint8_t *aux;    /* maxpool argmax / dropout keep mask */
-    float *col;      /* conv: im2col [kk][max_batch * oh*ow], reused for the input gradient */
-    float *cn;       /* conv: the gemm's output [out_c][max_batch * oh*ow]; in backward, dy */
-    float *dcol;     /* conv: the input gradient before col2im, like col (when need_din) */
-    bool relu_next;  /* conv/linear: the following ReLU is folded into the bias kernel */
-    bool fused;      /* relu: forward done by the layer before */
-    bool into_pool;  /* relu: backward folded into the max pool after it */
-    bool gate;       /* maxpool: its input is a ReLU's output; applies that ReLU's backward */
-    bool need_din;   /* an earlier layer has parameters */
-    int dropout_idx; /* dropout: index into td_gpu_args.dropout_key */
+    float *out;   /* [max_batch * out_size]; flatten: NULL (aliases its input) */
+    float *din;   /* [max_batch * in_size] input gradient, when needed */
+    uint8_t *aux; /* maxpool argmax / dropout keep mask */
+    /* conv: im2col [kk][max_batch * oh*ow], fp32, or bf16 under --precision bf16 (then the
+     * weights' bf16 copy w16 and dy's, cn16, are the gemms' other operands) */
+    void *col;
+    float *cn;           /* conv: the gemm's output [out_c][max_batch * oh*ow]; in backward, dy */
+    void *dcol;          /* conv: the input gradient before col2im, like col (when need_din) */
+    __nv_bfloat16 *cn16; /* conv, bf16: dy in the CN layout, rounded */
+    __nv_bfloat16 *w16;  /* conv, bf16: the weights, rounded at each forward */
+    bool relu_next;      /* conv/linear: the following ReLU is folded into the bias kernel */
+    bool fused;          /* relu: forward done by the layer before */
+    bool into_pool;      /* relu: backward folded into the max pool after it */
+    bool into_conv;      /* relu: backward folded into the col2im of the conv after it */
+    bool gate_din;       /* conv: its input is a ReLU's output; col2im applies its backward */
+    bool gate;           /* maxpool: its input is a ReLU's output; applies that ReLU's backward */
+    bool need_din;       /* an earlier layer has parameters */
+    int dropout_idx;     /* dropout: index into td_gpu_args.dropout_key */
 } glayer;
 
 typedef struct {
@@ -91,6 +97,7 @@ struct td_gpu {
     cudaEvent_t *fork; /* [nl] */
     cudaEvent_t join;
     int nl, classes, in_size, max_batch;
+    bool bf16; /* --precision bf16: conv operands stored in bf16 */
     size_t num_params;
     glayer *layers;
     bool nll; /* the model ends in log_softmax */
@@ -185,11 +192,31 @@ extern "C" size_t td_gpu_memory_bytes(const td_gpu_t *g) {
 /* ---- cuBLAS in row-major terms ----
  * C[m x n] = op(A) op(B) (+ beta C), row-major with row strides lda, ldb, ldc: column-major
  * cuBLAS computes C^T = op(B)^T op(A)^T on the same buffers. */
-static td_status gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const float *a,
-                      int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+static td_status gemm(const td_gpu_t *g, cublasHandle_t h, bool ta, bool tb, int m, int n, int k,
+                      const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                      int ldc) {
     const float one = 1.0f;
-    BLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
-                           k, &one, b, ldb, a, lda, &beta, c, ldc));
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (g->cfg.precision == TD_PRECISION_FP32) {
+        BLAS_CHECK(cublasSgemm(h, opb, opa, n, m, k, &one, b, ldb, a, lda, &beta, c, ldc));
+        return TD_OK;
+    }
+    /* fp32 in memory, tensor-core products on TF32 or bf16 inputs, fp32 accumulation */
+    cublasComputeType_t compute = g->cfg.precision == TD_PRECISION_TF32
+                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F_FAST_16BF;
+    BLAS_CHECK(cublasGemmEx(h, opb, opa, n, m, k, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+                            &beta, c, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+    return TD_OK;
+}
+
+/* The same on typed operands (bf16 conv operands; C fp32 or bf16), fp32 accumulation. */
+static td_status gemm_ex(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const void *a,
+                         int lda, const void *b, int ldb, void *c, cudaDataType_t ctype, int ldc) {
+    const float one = 1.0f, zero = 0.0f;
+    BLAS_CHECK(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                            k, &one, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &zero, c, ctype, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return TD_OK;
 }
 
@@ -263,19 +290,33 @@ static td_status build_layers(td_gpu_t *g) {
         }
         if (f->kind == TD_LAYER_CONV2D) {
             size_t kk = (size_t)f->in_c * f->kernel * f->kernel, n = (size_t)f->out_h * f->out_w;
-            if (kk > 65535 || (size_t)B > 65535 || (size_t)B * n > INT32_MAX)
+            /* cuBLAS takes int dimensions: batch * out_h * out_w is the gemm's n */
+            if (kk > 65535 || (size_t)B * n > INT32_MAX)
                 return td_error(TD_ERR_UNSUPPORTED,
                                 "layer %d (%s): the CUDA conv supports in_c*k*k <= 65535 and "
-                                "batch * out_h * out_w < 2^31 (have %zu and %zu)",
+                                "batch * out_h * out_w < 2^31 (have %zu and %zu); use a smaller "
+                                "--batch and --accum for the same global batch",
                                 i, f->name, kk, (size_t)B * n);
-            TD_CHECK(DALLOC(g, l->col, (size_t)B * kk * n * 4));
+            size_t elem = g->bf16 ? 2 : 4;
+            TD_CHECK(DALLOC(g, l->col, (size_t)B * kk * n * elem));
             TD_CHECK(DALLOC(g, l->cn, (size_t)B * f->out_c * n * 4));
-            if (l->need_din) TD_CHECK(DALLOC(g, l->dcol, (size_t)B * kk * n * 4));
+            if (l->need_din) TD_CHECK(DALLOC(g, l->dcol, (size_t)B * kk * n * elem));
+            if (g->bf16) {
+                TD_CHECK(DALLOC(g, l->cn16, (size_t)B * f->out_c * n * 2));
+                TD_CHECK(DALLOC(g, l->w16, (size_t)f->weight_count * 2));
+            }
         }
         if (f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
             td_model_layer(m, i + 1).kind == TD_LAYER_MAXPOOL2D && i > 0) {
             l->into_pool = true; /* the pool's gradient gate is this relu's backward */
             g->layers[i + 1].gate = true;
+        }
+        /* a conv after a relu, with parameters before both: the conv's col2im writes the
+         * relu's input gradient (one pass over it instead of two) */
+        if (f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
+            td_model_layer(m, i + 1).kind == TD_LAYER_CONV2D && params_before) {
+            l->into_conv = true;
+            g->layers[i + 1].gate_din = true;
         }
     }
     /* input gradients: only from the first parametered layer's successor on */
@@ -291,16 +332,22 @@ static td_status init(td_gpu_t *g, td_model_t *model, const td_optim_config *opt
                       const td_gpu_config *cfg) {
     int dev = g->device;
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
-        snprintf(g->desc, sizeof g->desc, "%s (device %d, sm_%d%d, %d SMs)", prop.name, dev,
-                 prop.major, prop.minor, prop.multiProcessorCount);
+    CU_CHECK(cudaGetDeviceProperties(&prop, dev));
+    snprintf(g->desc, sizeof g->desc, "%s (device %d, sm_%d%d, %d SMs), %s gemms", prop.name, dev,
+             prop.major, prop.minor, prop.multiProcessorCount, td_precision_name(cfg->precision));
+    if (cfg->precision != TD_PRECISION_FP32 && prop.major < 8)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "--precision %s needs the tensor cores of compute capability 8.0 (Ampere) "
+                        "or newer; %s is sm_%d%d: use --precision fp32",
+                        td_precision_name(cfg->precision), prop.name, prop.major, prop.minor);
     /* A blocking stream: the synchronous cudaMemcpy calls of uploads and downloads (legacy
      * default stream) are ordered with it, so no copy can overtake the kernels or vice versa. */
     CU_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamDefault));
     BLAS_CHECK(cublasCreate(&g->blas));
     BLAS_CHECK(cublasSetStream(g->blas, g->stream));
-    /* fp32 without TF32 (the default math mode; the comparisons with the CPU and PyTorch are in
-     * fp32), and a fixed workspace so that graph capture never allocates */
+    /* The default math mode: TF32 and bf16 products only where gemm() asks for them by compute
+     * type (td_precision), never behind fp32's back; and a fixed workspace so that graph capture
+     * never allocates */
     BLAS_CHECK(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));
     TD_CHECK(DALLOC(g, g->blas_ws, 32u << 20));
     BLAS_CHECK(cublasSetWorkspace(g->blas, g->blas_ws, 32u << 20));
@@ -380,6 +427,7 @@ extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
     g->classes = td_model_output_size(model);
     g->in_size = td_model_input_size(model);
     g->max_batch = TD_MAX(cfg->batch, TD_MAX(cfg->max_eval_batch, 1));
+    g->bf16 = cfg->precision == TD_PRECISION_BF16;
     for (int r = 0; r < RING; r++) g->ring_step[r] = -1;
     td_status rc = init(g, model, optim, cfg);
     if (rc != TD_OK) {
@@ -401,7 +449,7 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
         for (int i = 0; i < g->nl; i++) {
             glayer *l = &g->layers[i];
             cudaFree(l->out), cudaFree(l->din), cudaFree(l->aux), cudaFree(l->col);
-            cudaFree(l->cn), cudaFree(l->dcol);
+            cudaFree(l->cn), cudaFree(l->dcol), cudaFree(l->cn16), cudaFree(l->w16);
         }
     free(g->layers);
     if (g->slot_grads)
@@ -510,8 +558,8 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
         switch (f->kind) {
         case TD_LAYER_LINEAR: {
             /* y [B, out] = x [B, in] W^T, then bias (and the folded ReLU) */
-            TD_CHECK(gemm(g->blas, false, true, batch, f->out_c, f->in_c, in, f->in_c, w, f->in_c,
-                          0.0f, l->out, f->out_c));
+            TD_CHECK(gemm(g, g->blas, false, true, batch, f->out_c, f->in_c, in, f->in_c, w,
+                          f->in_c, 0.0f, l->out, f->out_c));
             float *dst = l->relu_next ? g->layers[i + 1].out : l->out;
             td_gpu_bias_act(s, l->out, bias, batch, f->out_c, 1, l->relu_next, dst);
             LAUNCHED(f->name);
@@ -519,12 +567,21 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
         }
         case TD_LAYER_CONV2D: {
             int k = f->kernel, kk = f->in_c * k * k, n = f->out_h * f->out_w;
-            td_gpu_im2col(s, in, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad, f->out_h,
-                          f->out_w, l->col);
-            LAUNCHED(f->name);
             /* the whole batch: y [out_c, B*n] = W [out_c, kk] col [kk, B*n] */
-            TD_CHECK(gemm(g->blas, false, false, f->out_c, batch * n, kk, w, kk, l->col, batch * n,
-                          0.0f, l->cn, batch * n));
+            if (g->bf16) {
+                td_gpu_to_bf16(s, w, f->weight_count, l->w16);
+                td_gpu_im2col_bf16(s, in, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad,
+                                   f->out_h, f->out_w, (__nv_bfloat16 *)l->col);
+                LAUNCHED(f->name);
+                TD_CHECK(gemm_ex(g->blas, false, false, f->out_c, batch * n, kk, l->w16, kk, l->col,
+                                 batch * n, l->cn, CUDA_R_32F, batch * n));
+            } else {
+                td_gpu_im2col(s, in, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad,
+                              f->out_h, f->out_w, (float *)l->col);
+                LAUNCHED(f->name);
+                TD_CHECK(gemm(g, g->blas, false, false, f->out_c, batch * n, kk, w, kk,
+                              (const float *)l->col, batch * n, 0.0f, l->cn, batch * n));
+            }
             float *dst = l->relu_next ? g->layers[i + 1].out : l->out;
             td_gpu_cn_bias_act(s, l->cn, bias, batch, f->out_c, n, l->relu_next, dst);
             LAUNCHED(f->name);
@@ -581,37 +638,47 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
              * this stream: dx [B, in] = dy W, and on to the layers before */
             CU_CHECK(cudaEventRecord(g->fork[i], s));
             CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
-            TD_CHECK(gemm(g->blas_side, true, false, f->out_c, f->in_c, batch, dy, f->out_c, in,
+            TD_CHECK(gemm(g, g->blas_side, true, false, f->out_c, f->in_c, batch, dy, f->out_c, in,
                           f->in_c, 0.0f, gw, f->in_c));
             TD_CHECK(colsum(g, g->blas_side, dy, batch, f->out_c, gb));
             if (l->need_din)
-                TD_CHECK(gemm(g->blas, false, false, batch, f->in_c, f->out_c, dy, f->out_c, w,
+                TD_CHECK(gemm(g, g->blas, false, false, batch, f->in_c, f->out_c, dy, f->out_c, w,
                               f->in_c, 0.0f, dx, f->in_c));
             break;
         case TD_LAYER_CONV2D: {
             int k = f->kernel, kk = f->in_c * k * k, n = f->out_h * f->out_w, bn = batch * n;
             /* dy to the gemm's layout; side stream: dW [out_c, kk] = dy [out_c, B*n] col^T and
              * db = row sums; this stream: dcol [kk, B*n] = W^T dy, col2im into dx */
-            td_gpu_nchw_to_cn(s, dy, batch, f->out_c, n, l->cn);
+            td_gpu_nchw_to_cn(s, dy, batch, f->out_c, n, l->cn, l->cn16);
             LAUNCHED(f->name);
             CU_CHECK(cudaEventRecord(g->fork[i], s));
             CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
-            TD_CHECK(gemm(g->blas_side, false, true, f->out_c, kk, bn, l->cn, bn, l->col, bn, 0.0f,
-                          gw, kk));
+            if (g->bf16)
+                TD_CHECK(gemm_ex(g->blas_side, false, true, f->out_c, kk, bn, l->cn16, bn, l->col,
+                                 bn, gw, CUDA_R_32F, kk));
+            else
+                TD_CHECK(gemm(g, g->blas_side, false, true, f->out_c, kk, bn, l->cn, bn,
+                              (const float *)l->col, bn, 0.0f, gw, kk));
             td_gpu_row_sums(g->side, l->cn, f->out_c * batch, n, g->rowsum);
             LAUNCHED(f->name);
             TD_CHECK(rowsum_gemv(g, g->blas_side, g->rowsum, f->out_c, batch, gb));
-            if (l->need_din) {
-                TD_CHECK(gemm(g->blas, true, false, kk, bn, f->out_c, w, kk, l->cn, bn, 0.0f,
-                              l->dcol, bn));
-                td_gpu_col2im(s, l->dcol, batch, f->in_c, f->in_h, f->in_w, k, f->stride, f->pad,
-                              f->out_h, f->out_w, dx);
+            const float *gate = l->gate_din ? in : NULL; /* the relu before it */
+            if (l->need_din && g->bf16) {
+                TD_CHECK(gemm_ex(g->blas, true, false, kk, bn, f->out_c, l->w16, kk, l->cn16, bn,
+                                 l->dcol, CUDA_R_16BF, bn));
+                td_gpu_col2im_bf16(s, (const __nv_bfloat16 *)l->dcol, batch, f->in_c, f->in_h,
+                                   f->in_w, k, f->stride, f->pad, f->out_h, f->out_w, gate, dx);
+            } else if (l->need_din) {
+                TD_CHECK(gemm(g, g->blas, true, false, kk, bn, f->out_c, w, kk, l->cn, bn, 0.0f,
+                              (float *)l->dcol, bn));
+                td_gpu_col2im(s, (const float *)l->dcol, batch, f->in_c, f->in_h, f->in_w, k,
+                              f->stride, f->pad, f->out_h, f->out_w, gate, dx);
             }
             break;
         }
         case TD_LAYER_RELU:
-            if (l->into_pool)
-                dx = (float *)dy; /* the pool after it gated the gradient already */
+            if (l->into_pool || l->into_conv)
+                dx = (float *)dy; /* the pool or conv after it gated the gradient already */
             else
                 td_gpu_relu_backward(s, l->out, dy, (size_t)batch * l->out_size, dx);
             break;

@@ -9,55 +9,72 @@
 
 #define THREADS 256
 
+/* Launch shapes never exceed the device's limits, whatever the batch: grid.x is at most 2^31 - 1
+ * blocks and grid.y at most 65,535 (CUDA's limits on every architecture tandem builds for), and
+ * every kernel strides over the blocks its grid does not cover. So a batch of 16,384 (2^19
+ * channel planes in a pool's backward) is the same kernels with the same bits, only looped. */
+#define GRID_X_MAX 2147483647u
+#define GRID_Y_MAX 65535u
+
+static unsigned grid_x(size_t blocks) {
+    return (unsigned)(blocks < 1 ? 1 : blocks > GRID_X_MAX ? GRID_X_MAX : blocks);
+}
+static unsigned grid_y(size_t blocks) {
+    return (unsigned)(blocks < 1 ? 1 : blocks > GRID_Y_MAX ? GRID_Y_MAX : blocks);
+}
 static unsigned blocks_for(size_t n) {
-    return (unsigned)((n + THREADS - 1) / THREADS);
+    return grid_x((n + THREADS - 1) / THREADS);
 }
 
 /* ---- data ---- */
 __global__ void gather_step_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
                                    const uint64_t *perm, const td_gpu_args *a, int slot, int batch,
                                    int size, float *x, int32_t *y, uint64_t *ids) {
-    int row = blockIdx.y;
     int rows = TD_GPU_SLOT_ROWS(a, slot, batch);
-    bool valid = row < rows;
-    uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
-    const uint8_t *src = pixels + id * (uint64_t)size;
-    float *dst = x + (size_t)row * size;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-        dst[i] = valid ? lut[src[i]] : 0.0f;
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        y[row] = valid ? labels[id] : 0;
-        ids[row] = id;
+    for (int row = blockIdx.y; row < batch; row += gridDim.y) {
+        bool valid = row < rows;
+        uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
+        const uint8_t *src = pixels + id * (uint64_t)size;
+        float *dst = x + (size_t)row * size;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
+            dst[i] = valid ? lut[src[i]] : 0.0f;
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            y[row] = valid ? labels[id] : 0;
+            ids[row] = id;
+        }
     }
 }
 
 void td_gpu_gather_step(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
                         const float *lut, const uint64_t *perm, const td_gpu_args *a, int slot,
                         int batch, int size, float *x, int32_t *y, uint64_t *ids) {
-    dim3 grid((unsigned)((size + THREADS - 1) / THREADS), (unsigned)batch);
+    dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
     gather_step_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, perm, a, slot, batch, size, x,
                                                 y, ids);
 }
 
 __global__ void gather_range_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
-                                    uint64_t first, int size, float *x, int32_t *y, uint64_t *ids) {
-    int row = blockIdx.y;
-    uint64_t id = first + (uint64_t)row;
-    const uint8_t *src = pixels + id * (uint64_t)size;
-    float *dst = x + (size_t)row * size;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-        dst[i] = lut[src[i]];
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        y[row] = labels[id];
-        ids[row] = id;
+                                    uint64_t first, int batch, int size, float *x, int32_t *y,
+                                    uint64_t *ids) {
+    for (int row = blockIdx.y; row < batch; row += gridDim.y) {
+        uint64_t id = first + (uint64_t)row;
+        const uint8_t *src = pixels + id * (uint64_t)size;
+        float *dst = x + (size_t)row * size;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
+            dst[i] = lut[src[i]];
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            y[row] = labels[id];
+            ids[row] = id;
+        }
     }
 }
 
 void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
                          const float *lut, uint64_t first, int batch, int size, float *x,
                          int32_t *y, uint64_t *ids) {
-    dim3 grid((unsigned)((size + THREADS - 1) / THREADS), (unsigned)batch);
-    gather_range_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, first, size, x, y, ids);
+    dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
+    gather_range_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, first, batch, size, x, y,
+                                                 ids);
 }
 
 /* ---- convolution lowering, "CN" layout ----
@@ -67,24 +84,70 @@ void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *l
  * These kernels are pure data movement: a block takes one row (tap or channel) for spb samples,
  * so the row's indices are computed once and consecutive threads touch consecutive pixels. */
 static dim3 rows_grid(int rows, int batch, int spb) {
-    return dim3((unsigned)rows, (unsigned)((batch + spb - 1) / spb));
+    return dim3(grid_x((size_t)rows), grid_y((size_t)(batch + spb - 1) / spb));
 }
 
-__global__ void im2col_kernel(const float *x, int c, int h, int w, int k, int stride, int pad,
-                              int oh, int ow, int batch, float *col, int spb) {
-    int r = blockIdx.x, n = oh * ow;
+/* The col buffer holds fp32, or bf16 under --precision bf16 (half the bytes of the largest
+ * buffer of a convolution's step, written once and read twice). */
+__host__ __device__ static inline void store(float *p, float v) {
+    *p = v;
+}
+__device__ static inline void store(__nv_bfloat16 *p, float v) {
+    *p = __float2bfloat16_rn(v);
+}
+__host__ __device__ static inline float load(const float *p) {
+    return *p;
+}
+__device__ static inline float load(const __nv_bfloat16 *p) {
+    return __bfloat162float(*p);
+}
+__host__ __device__ static inline int imin(int a, int b) {
+    return a < b ? a : b;
+}
+
+/* Where a thread is in its launch. The bodies of the row kernels below take it as an argument,
+ * so the same code runs on the host over every (block, thread), which is how their index
+ * arithmetic was checked against the CPU engine without a GPU. */
+typedef struct {
+    unsigned bx, by, gx, gy, tx, bd;
+} tix;
+#define TIX()                                                                                      \
+    tix {                                                                                          \
+        blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, threadIdx.x, blockDim.x                      \
+    }
+
+/* The samples b of a rows_grid block: spb of them per y step, the block's y steps t.by,
+ * t.by + t.gy, ... (more than one only past 65,535 steps). */
+#define FOR_SAMPLES(t, b, batch, spb)                                                              \
+    for (int y0 = (int)(t).by; y0 * (spb) < (batch); y0 += (int)(t).gy)                            \
+        for (int b = y0 * (spb), b##_end = imin((batch), (y0 + 1) * (spb)); b < b##_end; b++)
+
+/* im2col: pure data movement. A block takes one row of col (tap r) for spb samples, so the row's
+ * indices are computed once and consecutive threads write consecutive pixels. (A warp per
+ * (tap, output row) over a block per input plane, tried on an H200 on 2026-11-26, was 3x slower:
+ * 24-wide rows leave lanes idle and each warp's serial loop waits on its loads.) */
+template <typename T>
+__host__ __device__ static inline void im2col_thread(tix t, const float *x, int c, int h, int w,
+                                                     int k, int stride, int pad, int oh, int ow,
+                                                     int batch, T *col, int spb) {
+    int r = (int)t.bx, n = oh * ow;
     int ci = r / (k * k), ki = r / k % k, kj = r % k;
-    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
-    for (int b = blockIdx.y * spb; b < b1; b++) {
+    FOR_SAMPLES(t, b, batch, spb) {
         const float *xp = x + ((size_t)b * c + ci) * h * w;
-        float *dst = col + ((size_t)r * batch + b) * n;
-        for (int p = threadIdx.x; p < n; p += blockDim.x) {
+        T *dst = col + ((size_t)r * batch + b) * n;
+        for (int p = (int)t.tx; p < n; p += (int)t.bd) {
             int oy = p / ow, ox = p - oy * ow;
             int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
             bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
-            dst[p] = in ? xp[iy * w + ix] : 0.0f;
+            store(dst + p, in ? xp[iy * w + ix] : 0.0f);
         }
     }
+}
+
+template <typename T>
+__global__ void im2col_kernel(const float *x, int c, int h, int w, int k, int stride, int pad,
+                              int oh, int ow, int batch, T *col, int spb) {
+    im2col_thread(TIX(), x, c, h, w, k, stride, pad, oh, ow, batch, col, spb);
 }
 
 void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
@@ -93,54 +156,60 @@ void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int 
                                                                  batch, col, 2);
 }
 
+void td_gpu_im2col_bf16(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                        int stride, int pad, int oh, int ow, __nv_bfloat16 *col) {
+    im2col_kernel<<<rows_grid(c * k * k, batch, 2), 256, 0, s>>>(x, c, h, w, k, stride, pad, oh, ow,
+                                                                 batch, col, 2);
+}
+
 /* The adjoint, as a gather: input cell (b, ci, iy, ix) sums the col entries that read it, ki then
- * kj. A block per (ci, samples). */
-__global__ void col2im_kernel(const float *col, int c, int h, int w, int k, int stride, int pad,
-                              int oh, int ow, int batch, float *x, int spb) {
-    int ci = blockIdx.x, n = oh * ow;
-    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
-    for (int b = blockIdx.y * spb; b < b1; b++) {
-        float *dst = x + ((size_t)b * c + ci) * h * w;
-        for (int p = threadIdx.x; p < h * w; p += blockDim.x) {
+ * kj, in fp32. A block per (ci, samples). With gate (the layer's input is a ReLU's output), that
+ * ReLU's backward is applied here: cells not > 0 get 0. */
+template <typename T>
+__host__ __device__ static inline void
+col2im_thread(tix t, const T *col, int c, int h, int w, int k, int stride, int pad, int oh, int ow,
+              int batch, const float *gate, float *x, int spb) {
+    int ci = (int)t.bx, n = oh * ow;
+    FOR_SAMPLES(t, b, batch, spb) {
+        size_t plane = ((size_t)b * c + ci) * h * w;
+        for (int p = (int)t.tx; p < h * w; p += (int)t.bd) {
             int iy = p / w, ix = p - iy * w;
             float acc = 0.0f;
-            if (stride == 1) { /* no divisions: tap (ki, kj) read output (iy+pad-ki, ix+pad-kj) */
-                for (int ki = 0; ki < k; ki++) {
-                    int oy = iy + pad - ki;
-                    if (oy < 0 || oy >= oh) continue;
-                    for (int kj = 0; kj < k; kj++) {
-                        int ox = ix + pad - kj;
-                        if (ox < 0 || ox >= ow) continue;
-                        int r = (ci * k + ki) * k + kj;
-                        acc += col[((size_t)r * batch + b) * n + oy * ow + ox];
-                    }
-                }
-                dst[p] = acc;
-                continue;
-            }
             for (int ki = 0; ki < k; ki++) {
                 int ty = iy + pad - ki;
                 if (ty < 0) break;
-                int oy = ty / stride;
+                int oy = stride == 1 ? ty : ty / stride;
                 if (oy * stride != ty || oy >= oh) continue;
                 for (int kj = 0; kj < k; kj++) {
                     int tx = ix + pad - kj;
                     if (tx < 0) break;
-                    int ox = tx / stride;
+                    int ox = stride == 1 ? tx : tx / stride;
                     if (ox * stride != tx || ox >= ow) continue;
                     int r = (ci * k + ki) * k + kj;
-                    acc += col[((size_t)r * batch + b) * n + oy * ow + ox];
+                    acc += load(col + ((size_t)r * batch + b) * n + oy * ow + ox);
                 }
             }
-            dst[p] = acc;
+            x[plane + p] = gate && !(gate[plane + p] > 0.0f) ? 0.0f : acc;
         }
     }
 }
 
+template <typename T>
+__global__ void col2im_kernel(const T *col, int c, int h, int w, int k, int stride, int pad, int oh,
+                              int ow, int batch, const float *gate, float *x, int spb) {
+    col2im_thread(TIX(), col, c, h, w, k, stride, pad, oh, ow, batch, gate, x, spb);
+}
+
 void td_gpu_col2im(cudaStream_t s, const float *col, int batch, int c, int h, int w, int k,
-                   int stride, int pad, int oh, int ow, float *x) {
+                   int stride, int pad, int oh, int ow, const float *gate, float *x) {
     col2im_kernel<<<rows_grid(c, batch, 1), 256, 0, s>>>(col, c, h, w, k, stride, pad, oh, ow,
-                                                         batch, x, 1);
+                                                         batch, gate, x, 1);
+}
+
+void td_gpu_col2im_bf16(cudaStream_t s, const __nv_bfloat16 *col, int batch, int c, int h, int w,
+                        int k, int stride, int pad, int oh, int ow, const float *gate, float *x) {
+    col2im_kernel<<<rows_grid(c, batch, 1), 256, 0, s>>>(col, c, h, w, k, stride, pad, oh, ow,
+                                                         batch, gate, x, 1);
 }
 
 /* out [batch][c][n] (NCHW) = act(y [c][batch * n] (CN) + bias[c]). */
@@ -148,8 +217,7 @@ __global__ void cn_bias_act_kernel(const float *y, const float *bias, int c, int
                                    bool relu, float *out, int spb) {
     int ch = blockIdx.x;
     float bc = bias[ch];
-    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
-    for (int b = blockIdx.y * spb; b < b1; b++) {
+    FOR_SAMPLES(TIX(), b, batch, spb) {
         const float *src = y + ((size_t)ch * batch + b) * n;
         float *dst = out + ((size_t)b * c + ch) * n;
         for (int p = threadIdx.x; p < n; p += blockDim.x) {
@@ -164,19 +232,34 @@ void td_gpu_cn_bias_act(cudaStream_t s, const float *y, const float *bias, int b
     cn_bias_act_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(y, bias, c, n, batch, relu, out, 2);
 }
 
-/* y [c][batch * n] (CN) = x [batch][c][n] (NCHW). */
-__global__ void nchw_to_cn_kernel(const float *x, int c, int n, int batch, float *y, int spb) {
+/* y [c][batch * n] (CN) = x [batch][c][n] (NCHW), and its bf16 rounding into y16 when given. */
+__global__ void nchw_to_cn_kernel(const float *x, int c, int n, int batch, float *y,
+                                  __nv_bfloat16 *y16, int spb) {
     int ch = blockIdx.x;
-    int b1 = min(batch, (int)(blockIdx.y + 1) * spb);
-    for (int b = blockIdx.y * spb; b < b1; b++) {
+    FOR_SAMPLES(TIX(), b, batch, spb) {
         const float *src = x + ((size_t)b * c + ch) * n;
-        float *dst = y + ((size_t)ch * batch + b) * n;
-        for (int p = threadIdx.x; p < n; p += blockDim.x) dst[p] = src[p];
+        size_t o = ((size_t)ch * batch + b) * n;
+        for (int p = threadIdx.x; p < n; p += blockDim.x) {
+            float v = src[p];
+            y[o + p] = v;
+            if (y16) y16[o + p] = __float2bfloat16_rn(v);
+        }
     }
 }
 
-void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y) {
-    nchw_to_cn_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(x, c, n, batch, y, 2);
+void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y,
+                       __nv_bfloat16 *y16) {
+    nchw_to_cn_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(x, c, n, batch, y, y16, 2);
+}
+
+__global__ void to_bf16_kernel(const float *x, size_t n, __nv_bfloat16 *y) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+void td_gpu_to_bf16(cudaStream_t s, const float *x, size_t n, __nv_bfloat16 *y) {
+    to_bf16_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, n, y);
 }
 
 /* ---- bias and activation ---- */
@@ -269,40 +352,49 @@ void td_gpu_maxpool(cudaStream_t s, const float *x, int batch, int c, int h, int
 /* Gather: each input cell sums the gradients of the windows whose argmax it is (oy, ox in
  * increasing order, as the CPU's scatter adds them). With gate, the pool's input is a ReLU's
  * output and the ReLU's backward is folded in: cells that are not positive get 0. Grid (pixel
- * blocks, plane = b * c + ci). */
-__global__ void maxpool_backward_kernel(const float *dy, const uint8_t *argmax, const float *x,
-                                        bool gate, int h, int w, int k, int stride, int oh, int ow,
-                                        float *dx) {
-    int p = blockIdx.x * blockDim.x + threadIdx.x;
+ * blocks, planes b * c + ci, strided past 65,535). */
+__host__ __device__ static inline void
+maxpool_backward_thread(tix t, const float *dy, const uint8_t *argmax, const float *x, bool gate,
+                        size_t planes, int h, int w, int k, int stride, int oh, int ow, float *dx) {
+    int p = (int)(t.bx * t.bd + t.tx);
     if (p >= h * w) return;
-    size_t plane = blockIdx.y;
     int iy = p / w, ix = p - iy * w;
-    const float *dyp = dy + plane * oh * ow;
-    const uint8_t *amp = argmax + plane * oh * ow;
-    float acc = 0.0f;
-    if (k == 2 && stride == 2) { /* one window per cell */
-        int oy = iy >> 1, ox = ix >> 1;
-        if (oy < oh && ox < ow && amp[oy * ow + ox] == ((iy & 1) << 1 | (ix & 1)))
-            acc = dyp[oy * ow + ox];
-    } else {
-        int oy0 = iy >= k ? (iy - k) / stride + 1 : 0, oy1 = min(iy / stride, oh - 1);
-        int ox0 = ix >= k ? (ix - k) / stride + 1 : 0, ox1 = min(ix / stride, ow - 1);
-        for (int oy = oy0; oy <= oy1; oy++)
-            for (int ox = ox0; ox <= ox1; ox++) {
-                int a = amp[oy * ow + ox];
-                if (oy * stride + a / k == iy && ox * stride + a % k == ix)
-                    acc += dyp[oy * ow + ox];
-            }
+    for (size_t plane = t.by; plane < planes; plane += t.gy) {
+        const float *dyp = dy + plane * oh * ow;
+        const uint8_t *amp = argmax + plane * oh * ow;
+        float acc = 0.0f;
+        if (k == 2 && stride == 2) { /* one window per cell */
+            int oy = iy >> 1, ox = ix >> 1;
+            if (oy < oh && ox < ow && amp[oy * ow + ox] == ((iy & 1) << 1 | (ix & 1)))
+                acc = dyp[oy * ow + ox];
+        } else {
+            int oy0 = iy >= k ? (iy - k) / stride + 1 : 0, oy1 = imin(iy / stride, oh - 1);
+            int ox0 = ix >= k ? (ix - k) / stride + 1 : 0, ox1 = imin(ix / stride, ow - 1);
+            for (int oy = oy0; oy <= oy1; oy++)
+                for (int ox = ox0; ox <= ox1; ox++) {
+                    int a = amp[oy * ow + ox];
+                    if (oy * stride + a / k == iy && ox * stride + a % k == ix)
+                        acc += dyp[oy * ow + ox];
+                }
+        }
+        if (gate && !(x[plane * h * w + p] > 0.0f)) acc = 0.0f;
+        dx[plane * h * w + p] = acc;
     }
-    if (gate && !(x[plane * h * w + p] > 0.0f)) acc = 0.0f;
-    dx[plane * h * w + p] = acc;
+}
+
+__global__ void maxpool_backward_kernel(const float *dy, const uint8_t *argmax, const float *x,
+                                        bool gate, size_t planes, int h, int w, int k, int stride,
+                                        int oh, int ow, float *dx) {
+    maxpool_backward_thread(TIX(), dy, argmax, x, gate, planes, h, w, k, stride, oh, ow, dx);
 }
 
 void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
                              bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
                              int ow, float *dx) {
-    dim3 grid((unsigned)((h * w + 127) / 128), (unsigned)(batch * c));
-    maxpool_backward_kernel<<<grid, 128, 0, s>>>(dy, argmax, x, gate, h, w, k, stride, oh, ow, dx);
+    size_t planes = (size_t)batch * c;
+    dim3 grid(grid_x((size_t)(h * w + 127) / 128), grid_y(planes));
+    maxpool_backward_kernel<<<grid, 128, 0, s>>>(dy, argmax, x, gate, planes, h, w, k, stride, oh,
+                                                 ow, dx);
 }
 
 /* ---- dropout: the CPU's Philox4x32-10 stream (core/rng.c), bit for bit ---- */

@@ -7,6 +7,7 @@
 #ifndef TANDEM_GPU_KERNELS_H
 #define TANDEM_GPU_KERNELS_H
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -36,16 +37,26 @@ void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *l
 
 /* Convolution lowering in the "CN" layout: col [c*k*k][batch * oh*ow] (row (ci*k + ki)*k + kj),
  * so one gemm convolves the whole batch into [out_c][batch * oh*ow]. col2im is the adjoint
- * (it writes x, gathering every tap in a fixed order). */
+ * (it writes x, gathering every tap in a fixed order); gate, when not NULL, is the layer's input
+ * as a ReLU's output, whose backward col2im applies (cells not > 0 get 0). */
 void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
                    int stride, int pad, int oh, int ow, float *col);
 void td_gpu_col2im(cudaStream_t s, const float *col, int batch, int c, int h, int w, int k,
-                   int stride, int pad, int oh, int ow, float *x);
+                   int stride, int pad, int oh, int ow, const float *gate, float *x);
+/* The same with col in bf16 (--precision bf16): im2col rounds to bf16, col2im sums the bf16
+ * entries in fp32. */
+void td_gpu_im2col_bf16(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                        int stride, int pad, int oh, int ow, __nv_bfloat16 *col);
+void td_gpu_col2im_bf16(cudaStream_t s, const __nv_bfloat16 *col, int batch, int c, int h, int w,
+                        int k, int stride, int pad, int oh, int ow, const float *gate, float *x);
+/* y[i] = x[i] rounded to bf16 */
+void td_gpu_to_bf16(cudaStream_t s, const float *x, size_t n, __nv_bfloat16 *y);
 /* out [batch][c][n] = act(y [c][batch*n] + bias[c]): the conv gemm's output back to NCHW. */
 void td_gpu_cn_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int c, int n,
                         bool relu, float *out);
-/* y [c][batch*n] = x [batch][c][n] */
-void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y);
+/* y [c][batch*n] = x [batch][c][n], and y16 = y rounded to bf16 where y16 is not NULL */
+void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y,
+                       __nv_bfloat16 *y16);
 /* out[b][c][p] = act(y[b][c][p] + bias[c]) over [batch, channels, hw]. */
 void td_gpu_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int channels,
                      int hw, bool relu, float *out);

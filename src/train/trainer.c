@@ -359,6 +359,10 @@ static td_status validate(const td_train_config *c) {
                         c->world_size);
     if (c->resume && !c->checkpoint_dir)
         return td_error(TD_ERR_INVALID, "--resume needs --checkpoint-dir");
+    if (c->precision != TD_PRECISION_FP32 && c->device != TD_DEVICE_CUDA)
+        return td_error(TD_ERR_INVALID,
+                        "--precision %s is for --device cuda: the CPU engine trains in fp32",
+                        td_precision_name(c->precision));
     TD_CHECK(td_optim_validate(&c->optim));
     return TD_OK;
 }
@@ -418,6 +422,7 @@ static td_status gpu_setup(trainer *t, int max_batch) {
         .max_eval_batch = max_batch,
         .seed = cfg->seed,
         .graph = !cfg->gpu_no_graph && td_env_int(TD_ENV_CUDA_GRAPH) != 0,
+        .precision = cfg->precision,
     };
     TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
     float lut[256];

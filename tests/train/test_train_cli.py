@@ -174,7 +174,9 @@ def main():
                          (["--epochs", "1", "--steps", "5"], "--steps"),
                          (["--optimizer", "adam"], "--optimizer"), (["--frobnicate"], "--frobnicate"),
                          (["--resume"], "--checkpoint-dir"), (["--accum"], "--accum"),
-                         (["--momentum", "0.9"], "--momentum")):
+                         (["--momentum", "0.9"], "--momentum"),
+                         (["--precision", "fp16"], "--precision"),
+                         (["--precision", "bf16"], "--device cuda")):
         p = subprocess.run([TANDEM, "train", *args], capture_output=True, text=True)
         if p.returncode != 2 or needle not in p.stderr:
             fail(f"tandem train {' '.join(args)}: exit {p.returncode}, stderr {p.stderr!r}; "

@@ -38,6 +38,9 @@ static void train_usage(FILE *out) {
             "                          local rank modulo the GPUs present (several workers may\n"
             "                          share one); TANDEM_CUDA_GRAPH=0 launches the step kernel\n"
             "                          by kernel instead of replaying it as a CUDA graph\n"
+            "  --precision P           cuda: fp32 (default), or tf32 or bf16 tensor-core gemms\n"
+            "                          with fp32 accumulation; weights, optimizer state and\n"
+            "                          checkpoints stay fp32 (docs/gpu.md)\n"
             "  --save FILE             write the final weights as safetensors\n"
             "  --checkpoint-dir DIR    write checkpoints there (the last 2 are kept)\n"
             "  --checkpoint-every N    also every N steps (default: epoch ends, the end, and on "
@@ -73,6 +76,7 @@ enum {
     OPT_SEED,
     OPT_THREADS,
     OPT_DEVICE,
+    OPT_PRECISION,
     OPT_SAVE,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
@@ -102,6 +106,7 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {"save", required_argument, NULL, OPT_SAVE},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -287,6 +292,7 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     json_object_set_new(o, "start_step", json_integer(r->start_step));
     json_object_set_new(o, "model", json_string(cfg->model));
     json_object_set_new(o, "device", json_string(td_device_name(cfg->device)));
+    json_object_set_new(o, "precision", json_string(td_precision_name(cfg->precision)));
     if (r->flops_per_sample > 0)
         json_object_set_new(o, "flops_per_sample", json_real(r->flops_per_sample));
     json_object_set_new(o, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
@@ -372,6 +378,10 @@ int cmd_train(int argc, char **argv) {
         case OPT_DEVICE:
             bad = device_flag(optarg, &cfg);
             break;
+        case OPT_PRECISION:
+            if (td_precision_parse(optarg, &cfg.precision) != TD_OK)
+                bad = usage_error("--precision '%s': use fp32, tf32 or bf16", optarg);
+            break;
         case OPT_SAVE:
             cfg.save_path = optarg;
             break;
@@ -432,6 +442,10 @@ int cmd_train(int argc, char **argv) {
         cfg.progress = env_progress[0] == '1';
     if (have_epochs && have_steps)
         return usage_error("--epochs and --steps exclude each other; give one");
+    if (cfg.precision != TD_PRECISION_FP32 && cfg.device != TD_DEVICE_CUDA)
+        return usage_error("--precision %s is for --device cuda: the CPU engine trains in fp32 "
+                           "(drop --precision, or add --device cuda)",
+                           td_precision_name(cfg.precision));
     td_optim_kind kind;
     if (td_optim_parse_kind(optimizer, &kind) != TD_OK)
         return usage_error("--optimizer '%s': use adamw or sgd", optimizer);
