@@ -4,11 +4,13 @@
 #ifndef TANDEM_TEST_H
 #define TANDEM_TEST_H
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tandem/core.h"
 
@@ -97,6 +99,44 @@ static inline float test_tree_sum(const float *v, int count) {
         m = k;
     }
     return a[0];
+}
+
+/* stderr of the calls between test_capture_begin(path) and test_capture_end(), so a test can check
+ * the warnings they print; test_capture_end returns the text (free it) and echoes it to stderr,
+ * so it still shows in the test's output. */
+static int test__saved_stderr = -1;
+static const char *test__capture_path;
+
+static inline void test_capture_begin(const char *path) {
+    fflush(stderr);
+    test__capture_path = path;
+    test__saved_stderr = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT(fd >= 0 && test__saved_stderr >= 0);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static inline char *test_capture_end(void) {
+    fflush(stderr);
+    dup2(test__saved_stderr, 2);
+    close(test__saved_stderr);
+    FILE *f = fopen(test__capture_path, "r");
+    ASSERT(f);
+    char *text = calloc(1 << 16, 1);
+    ASSERT(text);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    fputs(text, stderr);
+    return text;
+}
+
+/* How often needle occurs in hay. */
+static inline size_t test_count(const char *hay, const char *needle) {
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
 }
 
 #endif

@@ -214,6 +214,8 @@ void td_env_print(FILE *out);
     X(TORCHELASTIC_RUN_ID, "launch", "--rdzv-id (the run id under tandem run)")                    \
     X(TORCHELASTIC_USE_AGENT_STORE, "launch", "False: torch builds its store at MASTER_ADDR")      \
     X(OMP_NUM_THREADS, "launch", "cores / LOCAL_WORLD_SIZE unless already set")                    \
+    X(OPENBLAS_CORETYPE, "launch",                                                                 \
+      "several nodes: node 0's OpenBLAS core on every node, so all ranks run one BLAS kernel")     \
     X(TANDEM_NUM_THREADS, "launch", "tandem's compute threads, as OMP_NUM_THREADS unless set")     \
     X(TANDEM_STORE_ADDR, "launch", "HOST:PORT of the job's rendezvous store (tandem's pg)")        \
     X(TANDEM_STORE_LISTEN_FD, "run",                                                               \

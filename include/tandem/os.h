@@ -61,6 +61,45 @@ void td_wait_describe(int wait_status, char *buf, size_t nbytes);
 /* waitpid that retries on EINTR; returns its result. */
 pid_t td_waitpid(pid_t pid, int *status, int options);
 
+/* Ties this process to its parent's life: `sig` when the parent dies (PR_SET_PDEATHSIG), for a
+ * worker that a wrapper started. The launcher's death signal reaches only its direct child (the
+ * kernel neither inherits it through fork nor sends it to a process group), so under
+ * `tandem launch -- /bin/sh -c '... tandem train ...'` a SIGKILLed launcher takes the shell and
+ * leaves the trainer it forked training as an orphan. With this in the trainer the death travels
+ * down the chain: launcher dies, the shell gets the launcher's SIGKILL, the trainer gets `sig`.
+ * Nothing changes when a death signal is already set (the launcher's direct child, or a program
+ * it exec'd: execve keeps it) or when the parent has several threads (a program, not a shell:
+ * the kernel sends the signal when the thread that forked us ends, which need not be the
+ * process). Once armed, SIGPIPE is ignored: the launcher's death breaks the pipes our output goes
+ * to, and a write there must fail, not kill us before the stop `sig` asks for (a checkpoint) is
+ * done. TD_ERR_PEER when the parent is already gone: orphaned before we could ask (reparented to
+ * init, or the process group the launcher made for the worker has lost its leader). */
+td_status td_die_with_parent(int sig);
+
+/* How a supervisor takes stop signals (SIGINT, SIGTERM, SIGHUP). The first starts a graceful
+ * stop: the workers finish their step and write a checkpoint. A later one cuts that short only
+ * when it is an explicit second request: a second SIGINT (Ctrl-C twice, as torchrun does), or
+ * any stop signal TD_STOP_REPEAT_GRACE_S or more after the stop began. Sooner, a SIGTERM or
+ * SIGHUP is the same request delivered again (timeout(1) signals its child and then its whole
+ * process group; schedulers and init systems signal a process and its group) and must not cost
+ * the checkpoint. SIGKILL needs no help. */
+#define TD_STOP_REPEAT_GRACE_S 10.0
+typedef enum {
+    TD_STOP_IGNORE,   /* not a stop signal */
+    TD_STOP_GRACEFUL, /* the first: ask the workers to checkpoint and exit */
+    TD_STOP_REPEAT,   /* the same request again: keep waiting for the checkpoint */
+    TD_STOP_ESCALATE, /* an explicit second request: cut the workers off now */
+} td_stop_action;
+typedef struct td_stop_signals { /* zero-initialized: no stop yet */
+    bool begun;
+    double began_s; /* when the graceful stop began (td_now_s) */
+    int nsigint;    /* SIGINTs taken so far */
+} td_stop_signals;
+/* A stop that began without a signal (max_duration): later signals count from `now_s`. */
+void td_stop_signals_begin(td_stop_signals *s, double now_s);
+/* What signal `sig`, arriving at `now_s`, asks for. */
+td_stop_action td_stop_signals_take(td_stop_signals *s, int sig, double now_s);
+
 /* Signals read from a descriptor (signalfd) instead of handlers: the loop that owns the process
  * polls it beside its pipes and acts on a signal where it is safe to. Opening blocks the given
  * signals in the calling thread (do it before any thread starts, so every thread inherits the
@@ -105,11 +144,21 @@ typedef struct {
  * at any point leaves the old file or the new one, never a torn one. Only a regular file is
  * ever replaced: a directory, a device or a symbolic link at `path` is refused with its kind
  * named. `what` names the file's role in messages ("checkpoint"). TD_ERR_NOSPACE on a full
- * disk, saying nothing existing was touched. */
+ * disk, saying nothing existing was touched. The temporary file is `.<name>.tmp.<pid>` beside
+ * `path`; the writer holds an exclusive flock on it until it is renamed or removed, and one killed
+ * mid-write leaves it behind for td_remove_stale_tmp. */
 td_status td_write_atomic(const char *path, const char *what, const td_chunk *chunks, int nchunks);
 /* Copies src to dst the same way (atomic, regular targets only). */
 td_status td_copy_file(const char *src, const char *dst, const char *what);
 
+/* Removes from `dir` the temporary files that td_write_atomic and td_copy_file left for targets
+ * named `prefix`...`suffix` (".ckpt-100.tdck.tmp.4242" for prefix "ckpt-", suffix ".tdck") whose
+ * writer is gone. Only a file that no writer might still be writing goes: the pid in its name is
+ * no process here (a live or recycled pid keeps it) and nobody holds its writer's flock (a writer
+ * on another host sharing the directory, or in another pid namespace, does). A directory that
+ * does not exist has nothing to remove. *removed_out (may be NULL): how many went, each logged. */
+td_status td_remove_stale_tmp(const char *dir, const char *prefix, const char *suffix,
+                              size_t *removed_out);
 /* Checks before any work that `path` can be written as a regular file: its directory exists and
  * takes a new file, and `path` is absent or a regular file. `what` names the option or role in
  * messages ("--save"). */

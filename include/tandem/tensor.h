@@ -29,6 +29,26 @@ extern "C" {
 void td_set_num_threads(int n);
 int td_get_num_threads(void);
 
+/* ---- numerics: what decides a step's bits on this CPU ----
+ * Two processes given the same inputs compute the same bits only if they run the same kernels:
+ * OpenBLAS's core (picked when the library loads, from the CPU or from OPENBLAS_CORETYPE, and
+ * fixed for the process's life) and the instruction set tandem's own kernels were compiled for
+ * (-march decides FMA contraction and vector width) by which compiler. The thread count does not
+ * matter (see above). Ranks compare these before their first step (train.h), and `tandem launch`
+ * pins every node's workers to node 0's OpenBLAS core (launch.h). */
+#define TD_NUMERICS_FIELD 64
+typedef struct {
+    char blas_core[TD_NUMERICS_FIELD]; /* OpenBLAS's core: "Haswell", "SkylakeX", "Zen", ... */
+    char isa[TD_NUMERICS_FIELD];       /* tandem's kernels: "x86-64 avx2 fma", "aarch64 neon" */
+    char compiler[TD_NUMERICS_FIELD];  /* "gcc 12.2.0" */
+} td_numerics;
+void td_numerics_get(td_numerics *out);
+/* "OpenBLAS core Haswell, kernels for x86-64 avx2 fma, gcc 12.2.0" */
+void td_numerics_describe(const td_numerics *n, char *buf, size_t cap);
+/* Which fields of a and b differ, as "OpenBLAS core" / "instruction set" / "compiler" joined by
+ * " and " into buf (empty: the same numerics). */
+bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, size_t cap);
+
 /* ---- BLAS ----
  * c[m x n] = alpha * op(a) * op(b) + beta * c, row-major; op(a) is m x k, op(b) is k x n.
  * Runs on the calling thread only. */

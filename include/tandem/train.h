@@ -86,6 +86,8 @@ typedef struct {
     int gpu_device;             /* CUDA ordinal; -1: LOCAL_RANK modulo the GPUs present */
     bool gpu_no_graph;          /* CUDA: launch the step kernel by kernel, not as a graph */
     td_precision precision;     /* CUDA: the gemms' arithmetic (gpu.h); the CPU is fp32 only */
+    bool nondeterministic_ok;   /* CPU ranks whose numerics differ (tensor.h) train anyway,
+                                 * with a warning, instead of stopping before the first step */
     const char *save_path;      /* final weights as safetensors; NULL: none */
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int64_t checkpoint_every;   /* steps; 0: at epoch ends (and on a stop signal) only */

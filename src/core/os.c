@@ -2,6 +2,7 @@
 #include "tandem/os.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -12,12 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -154,6 +157,79 @@ void td_wait_describe(int status, char *buf, size_t nbytes) {
     } else {
         snprintf(buf, nbytes, "ended with wait status 0x%x", status);
     }
+}
+
+/* The number of threads of process pid (/proc/PID/status), 0 when it cannot be read. */
+static int proc_threads(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+/* Whether we were orphaned: our parent is not in our process group (a wrapper shell the launcher
+ * started is: it leads the group the launcher made for the worker) and is init, or the group's
+ * leader is gone (then a subreaper adopted us). */
+static bool orphaned(pid_t parent) {
+    pid_t group = getpgrp();
+    if (getpgid(parent) == group) return false;
+    if (parent == 1) return true;
+    return group != getpid() && kill(group, 0) != 0 && errno == ESRCH;
+}
+
+static td_status orphan_error(pid_t parent) {
+    return td_error(TD_ERR_PEER,
+                    "the process that started this one is already gone (pid %d adopted it): "
+                    "its launcher died while it was starting, and nothing would stop it later; "
+                    "not running on as an orphan. Start the job again (tandem run --resume RUN "
+                    "for a tracked run)",
+                    (int)parent);
+}
+
+td_status td_die_with_parent(int sig) {
+    int cur = 0;
+    if (prctl(PR_GET_PDEATHSIG, &cur) == 0 && cur != 0) return TD_OK; /* the launcher's own */
+    pid_t parent = getppid();
+    if (orphaned(parent)) return orphan_error(parent);
+    if (proc_threads(parent) > 1) {
+        TD_LOG_DEBUG("parent pid %d has several threads: no death signal asked for", (int)parent);
+        return TD_OK;
+    }
+    if (prctl(PR_SET_PDEATHSIG, sig) != 0)
+        return td_error_errno(TD_ERR_SYS, "prctl(PR_SET_PDEATHSIG, %d)", sig);
+    /* the parent may have died before prctl: then the signal will never come */
+    if (getppid() != parent) return orphan_error(getppid());
+    /* The launcher's death also breaks the pipes our output goes through: a write there must
+     * fail (EPIPE), not kill us before the stop that `sig` asks for is done (a checkpoint). */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, NULL);
+    return TD_OK;
+}
+
+void td_stop_signals_begin(td_stop_signals *s, double now_s) {
+    if (s->begun) return;
+    s->begun = true;
+    s->began_s = now_s;
+}
+
+td_stop_action td_stop_signals_take(td_stop_signals *s, int sig, double now_s) {
+    if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) return TD_STOP_IGNORE;
+    int earlier_sigints = s->nsigint;
+    if (sig == SIGINT) s->nsigint++;
+    if (!s->begun) {
+        td_stop_signals_begin(s, now_s);
+        return TD_STOP_GRACEFUL;
+    }
+    if ((sig == SIGINT && earlier_sigints > 0) || now_s - s->began_s >= TD_STOP_REPEAT_GRACE_S)
+        return TD_STOP_ESCALATE;
+    return TD_STOP_REPEAT;
 }
 
 /* The thread that reads the open sigwatch; the handler below passes stray signals to it. */
@@ -354,6 +430,7 @@ static td_status commit_tmp(int fd, const char *tmp, const char *path, const cha
 typedef struct {
     char *dircopy, *basecopy, *tmp;
     const char *dir;
+    int lock_fd; /* holds the writer's flock on tmp until it is renamed or removed; -1: none */
 } tmp_name;
 
 static void tmp_name_init(tmp_name *t, const char *path) {
@@ -361,11 +438,38 @@ static void tmp_name_init(tmp_name *t, const char *path) {
     t->basecopy = td_xstrdup(path);
     t->dir = dirname(t->dircopy);
     t->tmp = td_xasprintf("%s/.%s.tmp.%ld", t->dir, basename(t->basecopy), (long)getpid());
+    t->lock_fd = -1;
+}
+
+/* Creates t->tmp for writing and takes its writer's flock, kept on a second descriptor (the
+ * caller closes the first before the rename, to see close errors) until tmp_name_finish: so
+ * td_remove_stale_tmp never removes a file that is still being written, whatever host or pid
+ * namespace writes it. The lock is best effort: a filesystem without locks still gets its file. */
+static int open_tmp(tmp_name *t) {
+    for (int attempt = 0;; attempt++) {
+        int fd = open(t->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) return -1;
+        int locked = 0;
+        for (int i = 0; i < 200 && !(locked = flock(fd, LOCK_EX | LOCK_NB) == 0); i++) {
+            if (errno != EWOULDBLOCK && errno != EINTR) break; /* no locks here (ENOLCK) */
+            struct timespec ms = {0, 5000000};
+            nanosleep(&ms, NULL); /* a sweeper holds it for an instant */
+        }
+        struct stat st;
+        /* a sweeper may have removed it between our open and our lock: create it again */
+        if (locked && attempt < 3 && fstat(fd, &st) == 0 && st.st_nlink == 0) {
+            close(fd);
+            continue;
+        }
+        if (locked) t->lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        return fd;
+    }
 }
 
 static td_status tmp_name_finish(tmp_name *t, td_status rc, const char *what, const char *path) {
+    if (rc != TD_OK) unlink(t->tmp);
+    if (t->lock_fd >= 0) close(t->lock_fd); /* after the rename or the unlink, not before */
     if (rc != TD_OK) {
-        unlink(t->tmp);
         if (rc == TD_ERR_NOSPACE) {
             char detail[1024];
             snprintf(detail, sizeof detail, "%s", td_error_msg());
@@ -387,7 +491,7 @@ td_status td_write_atomic(const char *path, const char *what, const td_chunk *ch
     tmp_name t;
     tmp_name_init(&t, path);
     td_status rc = TD_OK;
-    int fd = open(t.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open_tmp(&t);
     if (fd < 0) {
         rc = td_error_errno(TD_ERR_IO,
                             "cannot create %s %s (for %s); check that the directory exists and "
@@ -412,7 +516,7 @@ td_status td_copy_file(const char *src, const char *dst, const char *what) {
     tmp_name t;
     tmp_name_init(&t, dst);
     td_status rc = TD_OK;
-    int out = open(t.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int out = open_tmp(&t);
     if (out < 0) {
         rc = td_error_errno(TD_ERR_IO, "cannot create %s (for %s %s)", t.tmp, what, dst);
         close(in);
@@ -436,6 +540,66 @@ td_status td_copy_file(const char *src, const char *dst, const char *what) {
     else
         close(out);
     return tmp_name_finish(&t, rc, what, dst);
+}
+
+/* The pid in a temporary file's name `.<target>.tmp.<pid>` when target is prefix...suffix;
+ * 0 when the name is not one. */
+static long stale_tmp_pid(const char *name, const char *prefix, const char *suffix) {
+    if (name[0] != '.') return 0;
+    const char *tag = NULL;
+    for (const char *p = name; (p = strstr(p, ".tmp.")); p++) tag = p; /* the last one */
+    if (!tag) return 0;
+    const char *target = name + 1;
+    size_t len = (size_t)(tag - target), plen = strlen(prefix), slen = strlen(suffix);
+    if (len < plen + slen || memcmp(target, prefix, plen) ||
+        memcmp(target + len - slen, suffix, slen))
+        return 0;
+    const char *digits = tag + 5;
+    size_t ndigits = strspn(digits, "0123456789");
+    if (ndigits == 0 || ndigits > 9 || digits[ndigits] != '\0') return 0;
+    return strtol(digits, NULL, 10);
+}
+
+td_status td_remove_stale_tmp(const char *dir, const char *prefix, const char *suffix,
+                              size_t *removed_out) {
+    size_t removed = 0;
+    if (removed_out) *removed_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return TD_OK;
+        return td_error_errno(TD_ERR_IO, "cannot list %s to remove stale temporary files", dir);
+    }
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        long pid = stale_tmp_pid(name, prefix, suffix);
+        if (pid <= 0) continue;
+        /* its writer may live: a live pid, or one we may not signal (EPERM), keeps the file */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        int fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat st, now;
+        /* a writer elsewhere (another host, another pid namespace) holds the lock */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino &&
+            now.st_dev == st.st_dev) {
+            if (unlinkat(dfd, name, 0) == 0) {
+                removed++;
+                TD_LOG_INFO("removed %s/%s (%lld bytes): the temporary file of a write that "
+                            "never finished (its writer, pid %ld, is gone)",
+                            dir, name, (long long)st.st_size, pid);
+            } else if (errno != ENOENT) {
+                TD_LOG_WARN("cannot remove %s/%s, the temporary file of an unfinished write: %s; "
+                            "delete it by hand",
+                            dir, name, strerror(errno));
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+    if (removed_out) *removed_out = removed;
+    return TD_OK;
 }
 
 td_status td_random_hex(char *out, size_t nbytes_random) {

@@ -926,45 +926,64 @@ static int slurm_run(const td_exec_job *job) {
     snprintf(j.state, sizeof j.state, "PENDING");
     show_live(&c, &j);
     int nsignals = job->stop_signal ? 1 : 0, last_signal = job->stop_signal;
-    int handled = 0, preempt = 0, hard = 0, gone = 0;
+    int handled = 0, preempt = 0, hard = 0, gone = 0, escalate = 0;
+    /* a later signal cancels outright only when it is an explicit second request (Ctrl-C twice,
+     * or TD_STOP_REPEAT_GRACE_S after the first): sooner it is the same one delivered twice */
+    td_stop_signals stops = {0};
+    if (job->stop_signal) td_stop_signals_take(&stops, job->stop_signal, td_now_s());
     char stopped_by[160] = "";
     double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
     for (;;) {
-        for (int sig; (sig = td_sigwatch_next(job->sigs));)
-            if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-                nsignals++;
-                last_signal = sig;
-            }
+        for (int sig; (sig = td_sigwatch_next(job->sigs));) {
+            td_stop_action a = td_stop_signals_take(&stops, sig, td_now_s());
+            if (a == TD_STOP_IGNORE) continue;
+            nsignals++;
+            last_signal = sig;
+            if (a == TD_STOP_ESCALATE) escalate = 1;
+        }
         double now = td_now_s();
         td__slurm_phase phase = td__slurm_phase_of(j.state);
         int act = 0; /* 1: ask the workers to checkpoint; 2: cancel outright */
-        if (nsignals != handled) {
+        int fresh = nsignals != handled;
+        if (fresh) {
             int first = handled == 0 && !stopped_by[0] && !preempt;
             handled = nsignals;
             if (first) {
                 preempt = td__exec_stop_cause(job, last_signal, stopped_by, sizeof stopped_by);
                 act = 1;
-            } else if (!hard) {
-                act = 2; /* a second signal: do not wait */
+            } else if (!hard && !escalate) {
+                say(&c,
+                    "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
+                    "waiting for the checkpoint (Ctrl-C twice, or a signal %.0f s or more after "
+                    "the first, cancels the job now)",
+                    run->id, sigabbrev_np(last_signal), now - stops.began_s,
+                    TD_STOP_REPEAT_GRACE_S);
             }
         }
         if (!stopped_by[0] && !preempt && job->max_duration_s > 0 && run_since > 0 &&
             now - run_since > job->max_duration_s) {
             snprintf(stopped_by, sizeof stopped_by, "max_duration of %.0f s exceeded",
                      job->max_duration_s);
+            td_stop_signals_begin(&stops, now);
             act = 1;
         }
         if (act == 1) {
             /* A queued job has nothing to checkpoint: cancel it. A running one: SIGTERM to the
              * launchers (not to the batch shell: its srun would end the step at once). */
             int queued = phase == TD__SLURM_WAITING;
+            char how[128];
+            snprintf(how, sizeof how,
+                     " to checkpoint and exit (Ctrl-C twice, or a signal again after %.0f s, "
+                     "cancels it now)",
+                     TD_STOP_REPEAT_GRACE_S);
             say(&c, "%s run %s: %s slurm job %s%s", preempt ? "SIGTERM: preempting" : "stopping",
                 run->id, queued ? "cancelling" : "asking the workers of", c.job_id,
-                queued ? "" : " to checkpoint and exit (signal again to cancel it now)");
+                queued ? "" : how);
             cancel_job(&c, c.job_id, !queued);
             hard = queued;
             cancel_at = now + CANCEL_AFTER_S;
         }
+        if (fresh && escalate && !hard) act = 2; /* an explicit second request: do not wait */
         if (act == 2 || (cancel_at > 0 && now >= cancel_at && !hard)) {
             say(&c, "run %s: cancelling slurm job %s", run->id, c.job_id);
             cancel_job(&c, c.job_id, 0);

@@ -601,8 +601,10 @@ typedef enum { END_OK, END_FAILED, END_STOPPED } attempt_end;
  * outside) or max_duration. */
 typedef struct {
     int nsignals, handled, last_signal;
-    char stopped_by[160]; /* "" while nothing did */
-    int preempt;          /* a SIGTERM without a `tandem stop` behind it: this host goes down */
+    td_stop_signals signals; /* when the stop began: whether a later signal cuts it short */
+    int escalate;            /* a signal asked to cut the agents off now */
+    char stopped_by[160];    /* "" while nothing did */
+    int preempt;             /* a SIGTERM without a `tandem stop` behind it: this host goes down */
     double running_since;
 } stops;
 
@@ -636,17 +638,21 @@ static void agent_free(agent *a) {
 }
 
 /* Reads the signals that arrived and acts on them: the first asks every agent to stop (the
- * workers checkpoint), a second cuts them off at once. */
+ * workers checkpoint); a later one cuts them off at once only when it is an explicit second
+ * request (td_stop_signals_take: Ctrl-C twice, or a signal TD_STOP_REPEAT_GRACE_S after the
+ * first); sooner it is the same request delivered twice and must not cost the checkpoint. */
 static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, double *cut_at) {
     const td_exec_job *job = c->job;
-    for (int sig; (sig = td_sigwatch_next(job->sigs));)
-        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-            ss->nsignals++;
-            ss->last_signal = sig;
-        }
-    int act = 0;
+    for (int sig; (sig = td_sigwatch_next(job->sigs));) {
+        td_stop_action a = td_stop_signals_take(&ss->signals, sig, td_now_s());
+        if (a == TD_STOP_IGNORE) continue;
+        ss->nsignals++;
+        ss->last_signal = sig;
+        if (a == TD_STOP_ESCALATE) ss->escalate = 1;
+    }
+    int act = 0, fresh = ss->nsignals != ss->handled;
     double now = td_now_s();
-    if (ss->nsignals != ss->handled) {
+    if (fresh) {
         int first = ss->handled == 0 && !ss->stopped_by[0] && !ss->preempt;
         ss->handled = ss->nsignals;
         if (first) {
@@ -655,25 +661,32 @@ static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, doub
             ss->preempt =
                 td__exec_stop_cause(job, ss->last_signal, ss->stopped_by, sizeof ss->stopped_by);
             act = 1;
-        } else {
-            act = 2;
+        } else if (!ss->escalate) {
+            say(c,
+                "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
+                "waiting for the checkpoint (Ctrl-C twice, or a signal %.0f s or more after the "
+                "first, cuts the agents off now)",
+                job->run->id, sigabbrev_np(ss->last_signal), now - ss->signals.began_s,
+                TD_STOP_REPEAT_GRACE_S);
         }
     }
     if (!ss->stopped_by[0] && !ss->preempt && job->max_duration_s > 0 && ss->running_since > 0 &&
         now - ss->running_since > job->max_duration_s) {
         snprintf(ss->stopped_by, sizeof ss->stopped_by, "max_duration of %.0f s exceeded",
                  job->max_duration_s);
+        td_stop_signals_begin(&ss->signals, now);
         act = 1;
     }
     if (act == 1) {
         say(c,
-            "%s run %s: asking the agents on %zu host%s to checkpoint and stop (signal again "
-            "to cut them off now)",
+            "%s run %s: asking the agents on %zu host%s to checkpoint and stop (Ctrl-C twice, "
+            "or a signal again after %.0f s, cuts them off now)",
             ss->preempt ? "SIGTERM: preempting" : "stopping", job->run->id, c->nhosts,
-            c->nhosts > 1 ? "s" : "");
+            c->nhosts > 1 ? "s" : "", TD_STOP_REPEAT_GRACE_S);
         for (int i = 0; i < started; i++) send_stop(&agents[i]);
         *cut_at = now + CUT_AFTER_S;
-    } else if (act == 2) {
+    }
+    if (fresh && ss->escalate) {
         say(c, "run %s: cutting the agents off", job->run->id);
         for (int i = 0; i < started; i++) cut(&agents[i]);
     }
@@ -979,6 +992,7 @@ static int ssh_run(const td_exec_job *job) {
     }
 
     stops ss = {.nsignals = job->stop_signal ? 1 : 0, .last_signal = job->stop_signal};
+    if (job->stop_signal) td_stop_signals_take(&ss.signals, job->stop_signal, td_now_s());
     attempt_end end;
     int restarts = 0, failed = -1;
     for (;;) {

@@ -13,6 +13,7 @@
 #include "stall.h"
 
 #include "tandem/os.h"
+#include "tandem/tensor.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -22,6 +23,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -191,6 +193,11 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
     v[n++] = var(TD_VAR_TANDEM_RUN_ID, "%s", a->run_id);
     v[n++] = var(TD_VAR_TANDEM_RESTART_COUNT, "%d", t->restart);
     v[n++] = var(TD_VAR_TANDEM_NODE_RANK, "%d", t->rz.group_rank);
+    /* One BLAS kernel for the group: nodes whose CPUs or environments would pick other OpenBLAS
+     * cores compute other bits (tensor.h, numerics); node 0's choice wins. One node needs no
+     * pin: its workers share the launcher's environment. */
+    if (t->rz.nnodes > 1 && t->rz.blas_core[0] && strcmp(t->rz.blas_core, "unknown"))
+        v[n++] = var(TD_VAR_OPENBLAS_CORETYPE, "%s", t->rz.blas_core);
     if (o->metrics_dir)
         v[n++] = var(TD_VAR_TANDEM_METRICS, "%s/rank-%d.jsonl", o->metrics_dir, rank);
     /* Always set, 0 too: an inherited value must not make workers publish for nobody. */
@@ -706,6 +713,16 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
             t.rz.world_size = o->nproc_per_node;
             snprintf(t.rz.master_addr, sizeof t.rz.master_addr, "127.0.0.1");
             TD_CHECK_GOTO(td_pick_free_port(&t.rz.master_port), st, out);
+        }
+        if (t.rz.nnodes > 1 && restart == 0) {
+            const char *mine = td_var_get(TD_VAR_OPENBLAS_CORETYPE);
+            td_numerics num;
+            td_numerics_get(&num);
+            if (strcasecmp(num.blas_core, t.rz.blas_core))
+                TD_LOG_INFO("node 0 runs OpenBLAS core %s, this node %s%s%s%s: its workers get "
+                            "OPENBLAS_CORETYPE=%s, so every rank runs one BLAS kernel",
+                            t.rz.blas_core, num.blas_core, mine ? " (OPENBLAS_CORETYPE=" : "",
+                            mine ? mine : "", mine ? ")" : "", t.rz.blas_core);
         }
         td_log(a.multi && restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
                "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "

@@ -68,6 +68,7 @@ typedef struct {
     int world_size;
     char master_addr[256];
     int master_port;
+    char blas_core[64]; /* node 0's OpenBLAS core, every node's workers' (tensor.h, numerics) */
 } td__rdzv_result;
 
 typedef struct {

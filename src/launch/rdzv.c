@@ -2,13 +2,15 @@
  *
  * Keys of one attempt, under p->ns:
  *   count        atomic counter; each agent's add() gives it a 1-based arrival slot
- *   slot/<s>     "node_rank nproc addr hostname" of the agent in slot s
+ *   slot/<s>     "node_rank nproc addr hostname blas_core" of the agent in slot s (blas_core:
+ *                its OpenBLAS core, tensor.h; the group adopts node 0's)
  *   final        the agreed number of nodes (first compare_set wins)
  *   master_port  published by the node with group rank 0
  * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
 #include "launch_internal.h"
 
 #include "tandem/os.h"
+#include "tandem/tensor.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -171,6 +173,7 @@ typedef struct {
     int nproc;
     char addr[256];
     char host[256];
+    char blas_core[64];
 } node_info;
 
 td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
@@ -189,8 +192,11 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     int64_t slot;
     snprintf(key, sizeof key, "%s/count", p->ns);
     TD_CHECK(td_store_add(p->store, key, 1, &slot));
-    char info[600];
-    int ilen = snprintf(info, sizeof info, "%d %d %s %s", p->node_rank, p->nproc, addr, hostname);
+    char info[700];
+    td_numerics num;
+    td_numerics_get(&num);
+    int ilen = snprintf(info, sizeof info, "%d %d %s %s %s", p->node_rank, p->nproc, addr, hostname,
+                        num.blas_core);
     snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)slot);
     TD_CHECK(td_store_set(p->store, key, info, (size_t)ilen));
 
@@ -238,7 +244,8 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
         TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, false, &val), st, out);
         node_info *ni = &nodes[s - 1];
         ni->slot = s;
-        if (sscanf(val, "%d %d %255s %255s", &ni->node_rank, &ni->nproc, ni->addr, ni->host) != 4) {
+        if (sscanf(val, "%d %d %255s %255s %63s", &ni->node_rank, &ni->nproc, ni->addr, ni->host,
+                   ni->blas_core) != 5) {
             st = td_error(TD_ERR_PROTOCOL, "rendezvous: malformed registration '%s' at %s", val,
                           key);
             goto out;
@@ -288,6 +295,7 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     out->rank_offset = offset;
     out->world_size = world;
     snprintf(out->master_addr, sizeof out->master_addr, "%s", nodes[order[0]].addr);
+    snprintf(out->blas_core, sizeof out->blas_core, "%s", nodes[order[0]].blas_core);
 
     snprintf(key, sizeof key, "%s/master_port", p->ns);
     if (out->group_rank == 0) {

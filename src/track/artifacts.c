@@ -21,15 +21,34 @@ void td_artifacts_free(td_artifact *arts, size_t count) {
     free(arts);
 }
 
-static td_status copy_file(const char *src, const char *dst) {
+/* Copies the regular file src to dst through dst.partial and a rename. The source is opened
+ * without following a link or blocking (a FIFO put there after the lstat that found a file),
+ * and must still be a regular file. The copy gets the source's read and write bits for owner
+ * and group, never more than the source has (a 0600 output stays private); the execute bits and
+ * the world's go. *nbytes: the bytes copied. */
+static td_status copy_file(const char *src, const char *dst, int64_t *nbytes) {
     td_status st = TD_OK;
     char *tmp = td_xasprintf("%s.partial", dst);
-    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1;
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK), out = -1;
+    *nbytes = 0;
     if (in < 0) {
-        st = td_error_errno(TD_ERR_IO, "cannot open artifact %s", src);
+        st = errno == ELOOP ? td_error(TD_ERR_INVALID, "artifact %s became a symbolic link", src)
+                            : td_error_errno(TD_ERR_IO, "cannot open artifact %s", src);
         goto done;
     }
-    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    struct stat sb;
+    if (fstat(in, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot examine artifact %s", src);
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = td_error(TD_ERR_INVALID, "artifact %s is no longer a regular file", src);
+        goto done;
+    }
+    /* A .partial left by an interrupted copy goes first: O_EXCL then creates ours, and never
+     * writes through whatever (a link) might stand there. */
+    unlink(tmp);
+    out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (out < 0) {
         st = td_error_errno(TD_ERR_IO, "cannot create %s", tmp);
         goto done;
@@ -52,6 +71,11 @@ static td_status copy_file(const char *src, const char *dst) {
             }
             w += k;
         }
+        *nbytes += n;
+    }
+    if (fchmod(out, sb.st_mode & 0660) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot set the permissions of %s", tmp);
+        goto done;
     }
     if (close(out) != 0) st = td_error_errno(TD_ERR_IO, "writing %s", tmp);
     out = -1;
@@ -119,14 +143,57 @@ static td_status record(td_rundb *store, int64_t seq, const char *name, const ch
     return st;
 }
 
+static const char *kind_of(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    return "not a regular file";
+}
+
+/* The warning for a symbolic link where an artifact was looked for. Links are not followed and
+ * not stored: a link can lead out of the run's files (a secret copied into the run directory),
+ * back up its own tree (every file stored again under each turn of the loop) or round in a
+ * circle, and stored as a link it would name a path that is not the run's and has no content to
+ * hash. The run should put the file itself there. */
+static void warn_link(const char *what, const char *name, const char *path) {
+    char target[512];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    TD_LOG_WARN("%s %s (%s) is a symbolic link%s%s%s: not stored (links are not followed; write "
+                "or copy the file itself there to keep it)",
+                what, name, path, n > 0 ? " to '" : "", target, n > 0 ? "'" : "");
+}
+
+/* Stores src (a file, or a directory's files) as artifact `name`. Every problem with one entry
+ * (a link, something not a file, a file that cannot be read) is a warning naming it, and the
+ * others are stored all the same; the result is an error only when the disk is full or the
+ * index refused the record, which would stop every file after it too. */
 static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, const char *src,
                              const char *name, size_t *ncopied, int depth) {
     struct stat sb;
-    if (stat(src, &sb) != 0) return td_error_errno(TD_ERR_IO, "artifact %s", src);
+    if (lstat(src, &sb) != 0) {
+        TD_LOG_WARN("artifact %s (%s) not stored: %s", name, src, strerror(errno));
+        return TD_OK;
+    }
+    if (S_ISLNK(sb.st_mode)) {
+        warn_link("artifact", name, src);
+        return TD_OK;
+    }
     if (S_ISDIR(sb.st_mode)) {
-        if (depth > 32) return td_error(TD_ERR_INVALID, "artifact %s nests too deeply", src);
+        if (depth > 32) {
+            TD_LOG_WARN("artifact directory %s (%s) nests more than 32 levels deep: what is "
+                        "below it is not stored",
+                        name, src);
+            return TD_OK;
+        }
         DIR *d = opendir(src);
-        if (!d) return td_error_errno(TD_ERR_IO, "cannot list artifact directory %s", src);
+        if (!d) {
+            TD_LOG_WARN("artifact directory %s (%s) cannot be listed: %s; its files are not "
+                        "stored",
+                        name, src, strerror(errno));
+            return TD_OK;
+        }
         td_status st = TD_OK;
         struct dirent *e;
         while (st == TD_OK && (e = readdir(d))) {
@@ -140,7 +207,10 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
         closedir(d);
         return st;
     }
-    if (!S_ISREG(sb.st_mode)) return TD_OK;
+    if (!S_ISREG(sb.st_mode)) {
+        TD_LOG_WARN("artifact %s (%s) is %s: not stored", name, src, kind_of(sb.st_mode));
+        return TD_OK;
+    }
     /* Runs of a workflow share its working directory: a file nobody wrote since this run was
      * created is what an earlier run left (say this one failed before saving), not its output. */
     double mtime = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
@@ -154,9 +224,11 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
     char *dir = td_xstrdup(dst);
     td_status st = td_mkdirs(dirname(dir));
     char sha[65];
-    if (st == TD_OK) st = copy_file(src, dst);
+    int64_t nbytes = 0;
+    if (st == TD_OK) st = copy_file(src, dst, &nbytes);
     if (st == TD_OK) st = td_sha256_file(dst, sha);
-    if (st == TD_OK) st = record(store, seq, name, dst, (int64_t)sb.st_size, sha);
+    int entry_failed = st != TD_OK; /* this file's trouble; after it, the store's */
+    if (st == TD_OK) st = record(store, seq, name, dst, nbytes, sha);
     if (st == TD_OK) (*ncopied)++;
     if (st == TD_ERR_NOSPACE) {
         /* The copy failed; the file the run made is where it was. Say so, and where to look. */
@@ -165,10 +237,35 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
         td_error(TD_ERR_NOSPACE, "artifact %s not stored (the original %s is untouched): %s", name,
                  src, old);
         td__nospace_explain(st, run->run_dir);
+    } else if (st != TD_OK && entry_failed) {
+        TD_LOG_WARN("artifact %s not stored (the original %s is untouched): %s", name, src,
+                    td_error_msg());
+        td_error_clear();
+        st = TD_OK;
     }
     free(dir);
     free(dst);
     return st;
+}
+
+/* Whether a path below work_dir (rel: its part below) passes through a symbolic link on the way
+ * (the pattern "models/x.bin" where models is a link, or a wildcard that matched one); the
+ * matched entry itself is collect_one's to check. *link (freed by the caller) names the link. */
+static int through_link(const char *work_dir, const char *rel, char **link) {
+    char *path = td_xasprintf("%s/%s", work_dir, rel);
+    size_t base = strlen(work_dir) + 1;
+    int found = 0;
+    for (char *p = path + base; (p = strchr(p, '/')) && !found; p++) {
+        *p = '\0';
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+            found = 1;
+            *link = td_xstrdup(path);
+        }
+        *p = '/';
+    }
+    free(path);
+    return found;
 }
 
 td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *work_dir,
@@ -179,20 +276,28 @@ td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *w
     size_t copied = 0;
     td_status st = TD_OK;
     for (size_t i = 0; i < npatterns && st == TD_OK; i++) {
-        char *pat = patterns[i][0] == '/' ? td_xstrdup(patterns[i])
-                                          : td_xasprintf("%s/%s", work_dir, patterns[i]);
+        int absolute = patterns[i][0] == '/';
+        char *pat =
+            absolute ? td_xstrdup(patterns[i]) : td_xasprintf("%s/%s", work_dir, patterns[i]);
         glob_t g;
         memset(&g, 0, sizeof g);
         int rc = glob(pat, 0, NULL, &g);
         if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
             TD_LOG_WARN("artifact pattern '%s' matched nothing in %s", patterns[i], work_dir);
         } else if (rc != 0) {
-            st = td_error(TD_ERR_IO, "artifact pattern '%s': glob failed (%d)", patterns[i], rc);
+            TD_LOG_WARN("artifact pattern '%s' could not be expanded in %s (glob error %d); what "
+                        "it names is not stored",
+                        patterns[i], work_dir, rc);
         } else {
-            size_t prefix = patterns[i][0] == '/' ? 0 : strlen(work_dir) + 1;
+            size_t prefix = absolute ? 0 : strlen(work_dir) + 1;
             for (size_t k = 0; k < g.gl_pathc && st == TD_OK; k++) {
                 char *name = safe_name(g.gl_pathv[k] + prefix);
-                st = collect_one(store, seq, run, g.gl_pathv[k], name, &copied, 0);
+                char *link = NULL;
+                if (!absolute && through_link(work_dir, g.gl_pathv[k] + prefix, &link))
+                    warn_link("the way to artifact", name, link);
+                else
+                    st = collect_one(store, seq, run, g.gl_pathv[k], name, &copied, 0);
+                free(link);
                 free(name);
             }
         }
@@ -222,7 +327,13 @@ static int is_recorded(td_rundb *store, int64_t seq, const char *name) {
 static td_status register_tree(td_rundb *store, int64_t seq, const char *dir, const char *name,
                                int only_missing, size_t *count, int depth) {
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? TD_OK : td_error_errno(TD_ERR_IO, "cannot list %s", dir);
+    if (!d) {
+        if (errno == ENOENT) return TD_OK;
+        if (!depth) return td_error_errno(TD_ERR_IO, "cannot list %s", dir);
+        TD_LOG_WARN("artifact directory %s cannot be listed: %s; its files are not registered", dir,
+                    strerror(errno));
+        return TD_OK;
+    }
     td_status st = TD_OK;
     struct dirent *e;
     while (st == TD_OK && (e = readdir(d))) {
@@ -234,15 +345,29 @@ static td_status register_tree(td_rundb *store, int64_t seq, const char *dir, co
         char *path = td_xasprintf("%s/%s", dir, e->d_name);
         char *rel = *name ? td_xasprintf("%s/%s", name, e->d_name) : td_xstrdup(e->d_name);
         struct stat sb;
-        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        /* lstat: a link put into artifacts/ is not followed (see warn_link). */
+        if (lstat(path, &sb) != 0) {
+            TD_LOG_WARN("artifact %s not registered: %s", path, strerror(errno));
+        } else if (S_ISLNK(sb.st_mode)) {
+            warn_link("artifact", rel, path);
+        } else if (S_ISDIR(sb.st_mode)) {
             if (depth < 32)
                 st = register_tree(store, seq, path, rel, only_missing, count, depth + 1);
-        } else if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-                   !(only_missing && is_recorded(store, seq, rel))) {
+            else
+                TD_LOG_WARN("artifact directory %s nests more than 32 levels deep: what is below "
+                            "it is not registered",
+                            path);
+        } else if (!S_ISREG(sb.st_mode)) {
+            TD_LOG_WARN("artifact %s is %s: not registered", path, kind_of(sb.st_mode));
+        } else if (!(only_missing && is_recorded(store, seq, rel))) {
             char sha[65];
-            st = td_sha256_file(path, sha);
-            if (st == TD_OK) st = record(store, seq, rel, path, (int64_t)sb.st_size, sha);
-            if (st == TD_OK) (*count)++;
+            if (td_sha256_file(path, sha) != TD_OK) {
+                TD_LOG_WARN("artifact %s not registered: %s", path, td_error_msg());
+                td_error_clear();
+            } else {
+                st = record(store, seq, rel, path, (int64_t)sb.st_size, sha);
+                if (st == TD_OK) (*count)++;
+            }
         }
         free(path);
         free(rel);

@@ -23,6 +23,7 @@ struct file_state {
     char *name;
     int rank;
     int warned;
+    int unreadable;       /* skipped (not a regular file, cannot be opened or read): said once */
     int64_t known_offset; /* hint only: skip the transaction when the file has not grown */
 };
 
@@ -109,7 +110,7 @@ static void refresh_files(td_ingester *ing) {
             known = !strcmp(ing->files[i].name, e->d_name);
         if (known) continue;
         ing->files = td_xrealloc(ing->files, (ing->nfiles + 1) * sizeof *ing->files);
-        ing->files[ing->nfiles++] = (struct file_state){td_xstrdup(e->d_name), rank, 0, -1};
+        ing->files[ing->nfiles++] = (struct file_state){td_xstrdup(e->d_name), rank, 0, 0, -1};
     }
     closedir(d);
 }
@@ -247,21 +248,63 @@ static td_status write_offset(td_ingester *ing, const char *name, int64_t offset
     return st;
 }
 
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    return "not a regular file";
+}
+
+/* A metrics file that cannot be read is skipped, with one warning naming it and why (once, and
+ * again only after it was read in between); the other files of the directory are ingested all
+ * the same, and it is tried again at each poll (a file put right is read from its stored offset
+ * on). */
+static void skip_file(const td_ingester *ing, struct file_state *f, const char *path,
+                      const char *why) {
+    if (f->unreadable) return;
+    f->unreadable = 1;
+    if (ing->only) return; /* the main ingester polls this file too, and says it */
+    TD_LOG_WARN("metrics file %s %s: skipped, the run's other metrics files are still stored "
+                "(metrics files are regular files; remove or rename this one, a regular file in "
+                "its place is read at the next poll)",
+                path, why);
+}
+
 /* One transaction for one file: read the committed offset, consume complete lines from there,
- * commit points and the new offset together. *more is set when the chunk limit cut it short. */
+ * commit points and the new offset together. *more is set when the chunk limit cut it short.
+ * Only a regular file is read: the open never blocks (O_NONBLOCK: a FIFO would wait for a
+ * writer forever, and the supervisor with it) nor follows a link, and anything else is skipped
+ * (skip_file). Errors returned are the store's, which no other file would escape either. */
 static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoints, int *more) {
     *more = 0;
     char *path = td_xasprintf("%s/%s", ing->dir, f->name);
     td_status st = TD_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) {
-        st = errno == ENOENT ? TD_OK : td_error_errno(TD_ERR_IO, "cannot open %s", path);
+        int err = errno;
+        if (err == ELOOP)
+            skip_file(ing, f, path, "is a symbolic link");
+        else if (err != ENOENT) {
+            char why[160];
+            snprintf(why, sizeof why, "cannot be opened (%s)", strerror(err));
+            skip_file(ing, f, path, why);
+        }
         free(path);
-        return st;
+        return TD_OK;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = td_error_errno(TD_ERR_IO, "cannot stat %s", path);
+        char why[160];
+        snprintf(why, sizeof why, "cannot be examined (fstat: %s)", strerror(errno));
+        skip_file(ing, f, path, why);
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        char why[160];
+        snprintf(why, sizeof why, "is %s, not a regular file", file_kind(sb.st_mode));
+        skip_file(ing, f, path, why);
         goto done;
     }
     if (sb.st_size == f->known_offset) goto done;
@@ -273,7 +316,9 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
     /* Size and offset both read under the write lock: another ingester may have consumed
      * more of the file since the stat above, so an older size could look like a shrink. */
     if (fstat(fd, &sb) != 0) {
-        st = td_error_errno(TD_ERR_IO, "cannot stat %s", path);
+        char why[160];
+        snprintf(why, sizeof why, "cannot be examined (fstat: %s)", strerror(errno));
+        skip_file(ing, f, path, why);
         goto rollback;
     }
     TD_CHECK_GOTO(read_offset(ing, f->name, &offset, &line_no, &bad), st, rollback);
@@ -289,7 +334,10 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
         ssize_t n = pread(fd, ing->buf + got, want - got, (off_t)(offset + (int64_t)got));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
-            st = td_error_errno(TD_ERR_IO, "reading %s at offset %lld", path, (long long)offset);
+            char why[200];
+            snprintf(why, sizeof why, "cannot be read at offset %lld (%s)", (long long)offset,
+                     strerror(errno));
+            skip_file(ing, f, path, why);
             goto rollback;
         }
         if (n == 0) break;
@@ -325,6 +373,7 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
                   rollback);
     TD_CHECK_GOTO(td__rundb_commit(ing->store), st, rollback);
     *npoints += stored;
+    f->unreadable = 0; /* read again: a later problem is said again */
     f->known_offset = offset + (int64_t)consumed;
     *more = got == INGEST_CHUNK_BYTES;
     if (first_bad_line && !f->warned) {

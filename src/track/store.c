@@ -180,10 +180,15 @@ static void close_db(td_rundb *s) {
     sqlite3_finalize(s->insert_metric);
     s->insert_metric = NULL;
     struct stat sb;
-    if (s->db_ino &&
-        (stat(s->db_path, &sb) != 0 || sb.st_dev != s->db_dev || sb.st_ino != s->db_ino)) {
+    int gone = stat(s->db_path, &sb) != 0;
+    if (s->db_ino && (gone || sb.st_dev != s->db_dev || sb.st_ino != s->db_ino)) {
         int one = 1;
         sqlite3_file_control(s->db, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
+    } else if (s->db_ino && S_ISREG(sb.st_mode) && sb.st_size == 0) {
+        /* Our file, emptied under us: a checkpoint on close would write the pages this
+         * connection's WAL holds into it, leaving a fragment that is neither empty nor an
+         * index. Keep them out; the reopen sees an empty file and rebuilds it. */
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     }
     sqlite3_close(s->db);
     s->db = NULL;
@@ -192,13 +197,40 @@ static void close_db(td_rundb *s) {
     s->nkeys = 0;
 }
 
+/* Whether the database open in s->db holds the store's tables: 1 it has the runs table, 0 it
+ * holds nothing at all (schema-less), -1 it holds other things but no runs table (someone else's
+ * database, or a fragment of ours), -2 it cannot be read (the statements after this report it). */
+static int probe_schema(td_rundb *s) {
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT count(*), coalesce(sum(type = 'table' AND name = 'runs'), 0)"
+                           " FROM sqlite_master",
+                           -1, &q, NULL) != SQLITE_OK)
+        return -2;
+    int result = -2;
+    if (sqlite3_step(q) == SQLITE_ROW)
+        result = sqlite3_column_int64(q, 1) > 0 ? 1 : sqlite3_column_int64(q, 0) == 0 ? 0 : -1;
+    sqlite3_finalize(q);
+    return result;
+}
+
+static void unlink_journal(const td_rundb *s) {
+    char *wal = td_xasprintf("%s-wal", s->db_path), *shm = td_xasprintf("%s-shm", s->db_path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
 /* Opens s->db_path. Under an exclusive flock on <dir>/runs.db.lock a process decides whether the
- * database is missing, creates it and, when run directories exist, rebuilds it from them: so
- * exactly one process rebuilds and every other one waits and then sees the whole index, never a
- * half-built one. */
+ * index is lost (the file is missing, empty, or holds none of the store's tables), creates it
+ * and, when run directories exist, rebuilds it from them: so exactly one process rebuilds and
+ * every other one waits and then sees the whole index, never a half-built one. */
 static td_status open_db(td_rundb *s) {
     td_status st = TD_OK;
     char *lock_path = td_xasprintf("%s.lock", s->db_path);
+    char *lost = NULL; /* why the index has to be rebuilt ("missing", ...); NULL: it is there */
+    int moved_aside = 0;
     int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     /* Without the lock file (a full or read-only disk) opening still works; only two processes
      * rebuilding a missing index at the same moment would each do part of the work. */
@@ -207,25 +239,57 @@ static td_status open_db(td_rundb *s) {
         }
     free(lock_path);
     struct stat sb;
-    int missing = stat(s->db_path, &sb) != 0 && errno == ENOENT;
-    int rebuild = missing && !s->no_auto_rebuild && td__runs_dir_has_runs(s->dir);
-    if (missing) {
-        /* A -wal or -shm left by a deleted runs.db (perhaps still open in a supervisor that has
-         * not noticed yet) would be replayed into the new file and corrupt it. The old
-         * database is gone; its journal is of no use to anyone but that process, which keeps
-         * its descriptors. */
-        char *wal = td_xasprintf("%s-wal", s->db_path), *shm = td_xasprintf("%s-shm", s->db_path);
-        unlink(wal);
-        unlink(shm);
-        free(wal);
-        free(shm);
+    if (stat(s->db_path, &sb) != 0) {
+        if (errno == ENOENT) lost = td_xstrdup("missing");
+    } else if (S_ISREG(sb.st_mode) && sb.st_size == 0) {
+        /* Emptied (a stray `: > runs.db`, a copy that failed): no index is in it, and SQLite
+         * would take it for a new database. It goes, so that a process still holding the old
+         * file sees a new one and reopens, and it is rebuilt like a missing one. */
+        lost = td_xstrdup("empty (0 bytes)");
+        unlink(s->db_path);
     }
-    if (sqlite3_open_v2(s->db_path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-        SQLITE_OK) {
-        st = td__rundb_err(s, "open");
-        goto out;
+    if (lost) {
+        /* A -wal or -shm left by a deleted or emptied runs.db (perhaps still open in a
+         * supervisor that has not noticed yet) would be replayed into the new file and corrupt
+         * it. The old database is gone; its journal is of no use to anyone but that process,
+         * which keeps its descriptors. */
+        unlink_journal(s);
     }
-    sqlite3_busy_timeout(s->db, 5000);
+    for (;;) {
+        if (sqlite3_open_v2(s->db_path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+            SQLITE_OK) {
+            st = td__rundb_err(s, "open");
+            goto out;
+        }
+        sqlite3_busy_timeout(s->db, 5000);
+        if (lost) break;
+        int schema = probe_schema(s);
+        if (schema == 0) {
+            lost = td_xstrdup("a database without the run store's tables");
+            break;
+        }
+        if (schema != -1) break;
+        /* Someone else's database, or a fragment of ours: adding our tables to it would mix
+         * its rows with the rebuilt ones. It is kept for whoever wants to look at it. */
+        sqlite3_close(s->db);
+        s->db = NULL;
+        char *aside = td_xasprintf("%s.unknown-%lld", s->db_path, (long long)time(NULL));
+        if (rename(s->db_path, aside) != 0) {
+            st = td_error_errno(TD_ERR_FORMAT,
+                                "run store %s holds no runs table (it is not a run index) and "
+                                "cannot be moved aside to %s; move it away by hand and run "
+                                "'tandem reindex'",
+                                s->db_path, aside);
+            free(aside);
+            goto out;
+        }
+        unlink_journal(s);
+        lost = td_xasprintf("not a run index (it had no runs table; moved aside to %s)", aside);
+        free(aside);
+        moved_aside = 1;
+    }
+    int rebuild = lost && !s->no_auto_rebuild && td__runs_dir_has_runs(s->dir);
+    if (moved_aside && !rebuild) TD_LOG_WARN("the run index %s was %s", s->db_path, lost);
     /* WAL: readers (tandem ps, logs -f) never block the ingesting writer and vice versa.
      * synchronous=NORMAL is durable across process crashes, which is the failure that matters. */
     TD_CHECK_GOTO(td__rundb_exec(s, "PRAGMA journal_mode=WAL"), st, out);
@@ -253,19 +317,20 @@ static td_status open_db(td_rundb *s) {
         td_rebuild_stats rs;
         td_status rst = td_rundb_rebuild(s, NULL, NULL, &rs);
         if (rst == TD_OK)
-            TD_LOG_WARN("the run index %s was missing; rebuilt it from %zu run director%s in "
+            TD_LOG_WARN("the run index %s was %s; rebuilt it from %zu run director%s in "
                         "%s/runs (%zu from run.json, %zu recovered without one)",
-                        s->db_path, rs.dirs, rs.dirs == 1 ? "y" : "ies", s->dir, rs.restored,
+                        s->db_path, lost, rs.dirs, rs.dirs == 1 ? "y" : "ies", s->dir, rs.restored,
                         rs.recovered);
         else
-            TD_LOG_WARN("the run index %s was missing and could only partly be rebuilt from "
+            TD_LOG_WARN("the run index %s was %s and could only partly be rebuilt from "
                         "%s/runs: %s; run 'tandem reindex' once that is fixed",
-                        s->db_path, s->dir, td_error_msg());
+                        s->db_path, lost, s->dir, td_error_msg());
         td_error_clear();
     }
 out:
     if (st != TD_OK) close_db(s);
     if (lock_fd >= 0) close(lock_fd); /* releases the flock */
+    free(lost);
     return st;
 }
 
@@ -316,11 +381,17 @@ td_status td__rundb_ensure(td_rundb *store) {
     if (store->rebuilding || (store->db && !sqlite3_get_autocommit(store->db))) return TD_OK;
     struct stat sb;
     int exists = stat(store->db_path, &sb) == 0;
-    if (store->db && exists && sb.st_dev == store->db_dev && sb.st_ino == store->db_ino)
-        return TD_OK;
+    int same = store->db && exists && sb.st_dev == store->db_dev && sb.st_ino == store->db_ino;
+    /* Our file, but emptied (0 bytes: truncated by hand or by a failed copy): the index in it is
+     * gone as surely as when it is deleted, whatever this connection's WAL still holds. */
+    int emptied = same && S_ISREG(sb.st_mode) && sb.st_size == 0;
+    if (same && !emptied) return TD_OK;
     if (store->db)
         TD_LOG_WARN("run store %s was %s while this process had it open; reopening it",
-                    store->db_path, exists ? "replaced" : "deleted");
+                    store->db_path,
+                    !exists   ? "deleted"
+                    : emptied ? "emptied (0 bytes)"
+                              : "replaced");
     close_db(store);
     store->generation++;
     return open_db(store);
@@ -650,8 +721,8 @@ typedef void (*bind_fn)(sqlite3_stmt *q, const void *arg);
  * transaction: run.json changes in the same order as the row, and a failure takes back the row
  * (a run.json already renamed into place then describes a state the index missed, which is
  * what reap_stale and the rebuild trust it for). *changed: rows updated, 0 or 1. */
-static td_status update_row(td_rundb *store, const char *id, const char *sql, bind_fn bind,
-                            const void *arg, const char *what, int *changed, td_run *row_out) {
+static td_status update_row_once(td_rundb *store, const char *id, const char *sql, bind_fn bind,
+                                 const void *arg, const char *what, int *changed, td_run *row_out) {
     td_status st = TD_OK;
     sqlite3_stmt *q = NULL;
     td_run row;
@@ -683,6 +754,30 @@ out:
         *row_out = row;
     else
         td_run_clear(&row);
+    return st;
+}
+
+/* Whether runs.db is no longer the file this connection opened, as it was: deleted, replaced
+ * or emptied. */
+static int db_file_changed(const td_rundb *store) {
+    struct stat sb;
+    if (!store->db || stat(store->db_path, &sb) != 0) return 1;
+    return sb.st_dev != store->db_dev || sb.st_ino != store->db_ino ||
+           (S_ISREG(sb.st_mode) && sb.st_size == 0);
+}
+
+/* update_row_once, and once more when it failed because runs.db went away between the check
+ * at its top and the write (emptied, the write read zeros): the retry's check reopens (and
+ * rebuilds) it, and how a run stands is not lost to that moment. */
+static td_status update_row(td_rundb *store, const char *id, const char *sql, bind_fn bind,
+                            const void *arg, const char *what, int *changed, td_run *row_out) {
+    td_status st = update_row_once(store, id, sql, bind, arg, what, changed, row_out);
+    if (st != TD_OK && st != TD_ERR_NOSPACE && db_file_changed(store)) {
+        TD_LOG_DEBUG("%s failed while %s changed under it (%s); trying once more", what,
+                     store->db_path, td_error_msg());
+        td_error_clear();
+        st = update_row_once(store, id, sql, bind, arg, what, changed, row_out);
+    }
     return st;
 }
 

@@ -82,6 +82,17 @@ static char *meta_json(const td_checkpoint *ck) {
     return s;
 }
 
+/* Removes what killed writers left in dir: .ckpt-<step>.tdck.tmp.<pid> files (24-45 MB for the
+ * presets) whose writer is gone (td_remove_stale_tmp says how that is told). Called where a
+ * trainer opens the directory: each save and the resume's search. Best effort: a directory that
+ * cannot be listed is reported by the save or the search itself. */
+static void remove_stale_temporaries(const char *dir) {
+    if (td_remove_stale_tmp(dir, "ckpt-", ".tdck", NULL) != TD_OK) {
+        TD_LOG_WARN("checkpoint directory %s: %s", dir, td_error_msg());
+        td_error_clear();
+    }
+}
+
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -113,6 +124,7 @@ static int64_t *list_steps(const char *dir, size_t *count) {
 td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return td_error_errno(TD_ERR_IO, "cannot create checkpoint directory %s", dir);
+    remove_stale_temporaries(dir);
     char *meta = meta_json(ck);
     size_t meta_len = strlen(meta);
     size_t meta_bytes = (meta_len + 1 + 7) & ~(size_t)7; /* newline, then space padding to 8 */
@@ -318,6 +330,7 @@ void td_checkpoint_free(td_checkpoint *ck) {
 td_status td_checkpoint_find_latest(const char *dir, char **path_out, td_checkpoint *out) {
     *path_out = NULL;
     memset(out, 0, sizeof *out);
+    remove_stale_temporaries(dir);
     size_t n;
     int64_t *steps = list_steps(dir, &n);
     td_status rc = TD_OK, first_rc = TD_OK;

@@ -513,6 +513,75 @@ static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
     return TD_OK;
 }
 
+/* Before the first step, CPU ranks show each other what decides their bits (tensor.h,
+ * numerics): the same weights for any number of workers holds only if every rank runs the same
+ * kernels, and a node whose environment or CPU picks another OpenBLAS core would break it without
+ * a word. Every rank sees the same gathered records, so all stop together, naming the ranks, what
+ * differs and how to pin it; --nondeterministic-ok makes it a warning. */
+static td_status numerics_agree(trainer *t) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    int world = cfg->world_size;
+    td_numerics mine;
+    td_numerics_get(&mine);
+    td_numerics *all = td_xcalloc((size_t)world, sizeof *all);
+    td_status st = r->allgather(r->user, &mine, all, sizeof mine);
+    if (st != TD_OK) {
+        free(all);
+        return st;
+    }
+    char ranks[160] = "", what[96] = "", ref[256], other[256];
+    int odd = 0, first = -1;
+    bool several = false; /* more than one thing differs: "differ", not "differs" */
+    bool blas = false;
+    for (int i = 1; i < world; i++) {
+        char w[96];
+        if (!td_numerics_diff(&all[0], &all[i], w, sizeof w)) continue;
+        if (first < 0) {
+            first = i;
+            snprintf(what, sizeof what, "%s", w);
+            several = strstr(w, " and ") != NULL;
+        }
+        blas |= strncmp(all[0].blas_core, all[i].blas_core, sizeof all[0].blas_core) != 0;
+        size_t len = strlen(ranks);
+        if (odd < 8)
+            snprintf(ranks + len, sizeof ranks - len, "%s%d", odd ? ", " : "", i);
+        else if (odd == 8)
+            snprintf(ranks + len, sizeof ranks - len, ", ...");
+        odd++;
+    }
+    td_numerics_describe(&all[0], ref, sizeof ref);
+    if (!odd) {
+        TD_LOG_DEBUG("numerics: all %d ranks run %s", world, ref);
+        free(all);
+        return TD_OK;
+    }
+    td_numerics_describe(&all[first], other, sizeof other);
+    char fix[256];
+    snprintf(fix, sizeof fix, "%s",
+             blas ? "pin one BLAS kernel: OPENBLAS_CORETYPE=" : "run one tandem build everywhere");
+    if (blas)
+        snprintf(fix + strlen(fix), sizeof fix - strlen(fix),
+                 "%s in every worker's environment (tandem launch sets node 0's on every node)",
+                 all[0].blas_core);
+    else
+        snprintf(fix + strlen(fix), sizeof fix - strlen(fix),
+                 " (for nodes of different CPU generations, built with -DTANDEM_NATIVE=OFF)");
+    free(all);
+    if (cfg->nondeterministic_ok) {
+        TD_LOG_WARN("ranks will not compute the same bits (--nondeterministic-ok): rank 0 runs "
+                    "%s; rank%s %s run%s %s (the %s differ%s)",
+                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what,
+                    several ? "" : "s");
+        return TD_OK;
+    }
+    return td_error(TD_ERR_INVALID,
+                    "ranks would not compute the same bits: rank 0 runs %s; rank%s %s run%s %s "
+                    "(the %s differ%s). To fix, %s; or pass --nondeterministic-ok to train anyway",
+                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what,
+                    several ? "" : "s", fix);
+}
+
 static td_status setup(trainer *t, const td_train_config *cfg) {
     td_status rc = TD_OK;
     TD_CHECK(td_dataset_load_fashion_mnist(cfg->data_dir, "train", &t->train));
@@ -541,6 +610,8 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
         TD_CHECK(cfg->make_reducer(cfg->make_reducer_user, t->model, &t->reducer));
     if (t->reducer && (!t->reducer->layer_ready || !t->reducer->wait))
         return td_error(TD_ERR_INVALID, "the gradient reducer lacks layer_ready or wait");
+    if (t->reducer && t->reducer->allgather && cfg->world_size > 1 && cfg->device == TD_DEVICE_CPU)
+        TD_CHECK(numerics_agree(t));
     if (cfg->device == TD_DEVICE_CUDA) TD_CHECK(gpu_setup(t, max_batch));
 
     t->G = (int64_t)cfg->batch * cfg->accum * cfg->world_size;

@@ -178,9 +178,11 @@ typedef struct {
     td_sigwatch *sigs; /* stop signals and SIGCHLD, read in the loop */
     int nsignals;      /* stop signals received so far */
     int last_signal;
-    FILE *out;        /* progress lines */
-    int quiet_output; /* detached: nothing to a terminal */
-    term_state term;  /* what the launcher's stderr left on our terminal */
+    td_stop_signals stops; /* when the stop began: whether a later signal cuts it short */
+    int escalate;          /* a stop signal asked to kill the workers now */
+    FILE *out;             /* progress lines */
+    int quiet_output;      /* detached: nothing to a terminal */
+    term_state term;       /* what the launcher's stderr left on our terminal */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -199,13 +201,21 @@ static void progress(supervisor *s, const char *fmt, ...) {
 }
 
 /* Reads every pending signal; stop signals are counted for the loop to act on, SIGCHLD only
- * wakes it (it reaps after every wakeup). */
+ * wakes it (it reaps after every wakeup). A stop signal during a stop escalates only when it
+ * is an explicit second request (td_stop_signals_take): a SIGTERM repeated within moments
+ * (timeout(1), a scheduler signalling a process and its group) must not cost the checkpoint. */
 static void read_signals(supervisor *s) {
     for (int sig; (sig = td_sigwatch_next(s->sigs));)
         if (is_stop_signal(sig)) {
             s->nsignals++;
             s->last_signal = sig;
+            if (td_stop_signals_take(&s->stops, sig, td_now_s()) == TD_STOP_ESCALATE)
+                s->escalate = 1;
         }
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
 }
 
 static void set_var(strvec *env, td_var v, const char *value) {
@@ -617,17 +627,25 @@ static int supervise(supervisor *s) {
                     preempt_signal = 1;
                 }
                 progress(s,
-                         "%s run %s (asking the workers to checkpoint and exit; "
-                         "signal again to kill them now)",
-                         user ? "stopping" : "SIGTERM: preempting", s->run.id);
+                         "%s run %s (asking the workers to checkpoint and exit; Ctrl-C twice, "
+                         "or a signal again after %.0f s, kills them now)",
+                         user ? "stopping" : "SIGTERM: preempting", s->run.id,
+                         TD_STOP_REPEAT_GRACE_S);
                 for (int i = 0; i < nagents; i++)
                     if (!agents[i].done) kill(agents[i].pid, SIGTERM);
                 stop_at = now + KILL_AFTER_S;
-            } else if (!killed) {
-                stop_at = now; /* a second signal: do not wait */
+            } else if (!killed && !s->escalate) {
+                progress(s,
+                         "run %s: %s again %.1f s into the stop, taken as the same request; "
+                         "still waiting for the workers' checkpoint (Ctrl-C twice, or a signal "
+                         "%.0f s or more after the first, kills them now)",
+                         s->run.id, signal_name(s->last_signal), now - s->stops.began_s,
+                         TD_STOP_REPEAT_GRACE_S);
             }
+            if (s->escalate && !killed) stop_at = now; /* an explicit second request: now */
         }
         if (!stop_requested && s->w->max_duration_s > 0 && now - t0 > s->w->max_duration_s) {
+            td_stop_signals_begin(&s->stops, now);
             stop_requested = 1;
             snprintf(note, sizeof note, "max_duration of %.0f s exceeded", s->w->max_duration_s);
             progress(s, "run %s: %s; stopping it", s->run.id, note);

@@ -39,10 +39,13 @@ EOF
 # --- 1. pending with Slurm's reason, then stopped
 id=$(slurm_exec "$B" run -d big) || fail "tandem run -d big: exit $?"
 [ "$id" = big-1 ] || fail "run id '$id'"
-slurm_wait 30 "big-1 pending with a reason" sh -c "'$B' ps | grep -q '^big-1 .*pending .*PartitionConfig'" ||
+# Slurm gives either reason for a job larger than the partition (PartitionConfig when it looks at
+# the partition's resources first, PartitionNodeLimit at its node limit): both mean "never".
+reason='Partition\(Config\|NodeLimit\)'
+slurm_wait 30 "big-1 pending with a reason" sh -c "'$B' ps | grep -q '^big-1 .*pending .*$reason'" ||
     fail "ps: $("$B" ps)"
 "$B" ps | grep '^big-1'
-"$B" show big-1 | grep -q '^note .*slurm job [0-9]* pending: PartitionConfig (it asks for more' ||
+"$B" show big-1 | grep -q "^note .*slurm job [0-9]* pending: $reason (it asks for more" ||
     fail "show: $("$B" show big-1)"
 jid=$(head -1 "$P/.tandem/runs/big-1/slurm-job")
 [ "$(state "$jid")" = PENDING ] || fail "job $jid is '$(state "$jid")', expected PENDING"
@@ -75,7 +78,7 @@ echo "tandem stop of running job $jid: stopped (143) at $ck; --resume: job $(hea
 
 # --- 3. a supervisor killed by -9: tandem stop cancels what it left in the queue
 id=$(slurm_exec "$B" run -d big) || fail "tandem run -d big (2): exit $?"
-slurm_wait 30 "$id pending" sh -c "'$B' ps | grep -q '^$id .*pending .*PartitionConfig'" || fail "ps: $("$B" ps)"
+slurm_wait 30 "$id pending" sh -c "'$B' ps | grep -q '^$id .*pending .*$reason'" || fail "ps: $("$B" ps)"
 jid=$(head -1 "$P/.tandem/runs/$id/slurm-job")
 pid=$(sed -n 's/^supervisor pid *//p' <<<"$("$B" show "$id")")
 kill -9 "$pid" || fail "cannot kill supervisor $pid"

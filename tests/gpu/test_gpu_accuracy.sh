@@ -2,20 +2,13 @@
 # BasicNet on the GPU reaches >= 90% test accuracy in 2 epochs (batch 64, AdamW 1e-3) in every
 # precision: fp32, tf32 and bf16. Skips (77) without a CUDA device or without the CUDA backend.
 set -euo pipefail
-: "${TANDEM_BIN:?}" "${TANDEM_DATA:?}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_or_skip --model mlp7
 for p in fp32 tf32 bf16; do
-  if ! out=$("$TANDEM_BIN" train --device cuda --precision $p --model basicnet \
-        --data "$TANDEM_DATA" --epochs 2 --batch 64 --lr 1e-3 --no-progress --json 2>&1); then
-    case "$out" in
-      *"no CUDA device"*|*"without the CUDA backend"*)
-        echo "SKIP: $(grep -m1 -o 'error: .*' <<<"$out")"; exit 77 ;;
-    esac
-    echo "$out"; exit 1
-  fi
-  echo "$out" | grep -v '^{'
-  echo "$out" | grep '^{' | tail -1 >"$work/result-$p.json"
+  run "acc-$p" "$TANDEM_BIN" train --device cuda --precision $p --model basicnet \
+      --data "$TANDEM_DATA" --epochs 2 --batch 64 --lr 1e-3 --no-progress --json
+  grep -v '^{' "$work/acc-$p.log"
+  grep '^{' "$work/acc-$p.log" | tail -1 >"$work/result-$p.json"
   "${PYTHON:-python3}" - "$work/result-$p.json" "$p" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

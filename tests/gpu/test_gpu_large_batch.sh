@@ -5,47 +5,32 @@
 # float rounding; a skipped row or plane would show as a gradient far off). Every precision runs
 # at 4096. Skips (77) without a CUDA device or without the CUDA backend.
 set -euo pipefail
-: "${TANDEM_BIN:?}" "${TANDEM_DATA:?}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if ! out=$("$TANDEM_BIN" train --device cuda --model mlp7 --data "$TANDEM_DATA" --steps 1 \
-      --no-progress 2>&1); then
-  case "$out" in
-    *"no CUDA device"*|*"without the CUDA backend"*)
-      echo "SKIP: $(grep -m1 -o 'error: .*' <<<"$out")"; exit 77 ;;
-  esac
-  echo "$out"; exit 1
-fi
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_or_skip --model mlp7
 common=(--device cuda --model basicnet --data "$TANDEM_DATA" --seed 3 --lr 1e-3 --no-progress
         --no-eval-every-epoch --json)
-run() { # name args...
+train() { # name args...: a run, and its JSON summary in $work/name.json
   local name=$1; shift
-  if ! "$@" >"$work/$name.log" 2>&1; then echo "FAIL: $name"; tail -20 "$work/$name.log"; exit 1; fi
+  run "$name" "$TANDEM_BIN" train "${common[@]}" "$@"
   grep '^{' "$work/$name.log" | tail -1 >"$work/$name.json"
 }
 for p in fp32 tf32 bf16; do
-  run "b4096-$p" "$TANDEM_BIN" train "${common[@]}" --precision $p --batch 4096 --steps 8
+  train "b4096-$p" --precision $p --batch 4096 --steps 8
 done
-run b16384 "$TANDEM_BIN" train "${common[@]}" --batch 16384 --steps 3 --save "$work/big.st"
-run b1024x16 "$TANDEM_BIN" train "${common[@]}" --batch 1024 --accum 16 --steps 3 \
-    --save "$work/acc.st"
-run init "$TANDEM_BIN" train "${common[@]}" --batch 64 --steps 1 --lr 0 --save "$work/init.st"
-"${PYTHON:-python3}" - "$work" <<'PY'
-import json, math, struct, sys
+train b16384 --batch 16384 --steps 3 --save "$work/big.st"
+train b1024x16 --batch 1024 --accum 16 --steps 3 --save "$work/acc.st"
+train init --batch 64 --steps 1 --lr 0 --save "$work/init.st"
+"${PYTHON:-python3}" - "$work" "$GPU_LIB_DIR" <<'PY'
+import json, math, sys
 import numpy as np
+sys.path.insert(0, sys.argv[2])
+from st_load import load
 d = sys.argv[1]
 for name in ("b4096-fp32", "b4096-tf32", "b4096-bf16", "b16384", "b1024x16"):
     r = json.load(open(f"{d}/{name}.json"))
     assert r["status"] == "ok" and r["final_loss"] is not None and math.isfinite(r["final_loss"]), r
     print(f"ok: {name}: global batch {r['global_batch']}, {r['steps']} steps, final loss "
           f"{r['final_loss']:.4f}, {r['samples_per_s']:.0f} samples/s")
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    body = b[8 + n:]
-    return {k: np.frombuffer(body[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
-            for k, v in sorted(h.items()) if k != "__metadata__"}
 big, acc, init = load(f"{d}/big.st"), load(f"{d}/acc.st"), load(f"{d}/init.st")
 for k in sorted(init):  # per tensor: a wrong conv gradient would hide in fc1's 1.2M weights
     travel = float(np.abs(acc[k] - init[k]).mean())

@@ -8,26 +8,9 @@
 #   - a bf16 run's checkpoint (fp32 weights and optimizer state) resumes on the CPU.
 # Skips (77) without a CUDA device or without the CUDA backend.
 set -euo pipefail
-: "${TANDEM_BIN:?}" "${TANDEM_DATA:?}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if ! out=$("$TANDEM_BIN" train --device cuda --precision bf16 --model mlp7 --data "$TANDEM_DATA" \
-      --steps 1 --no-progress 2>&1); then
-  case "$out" in
-    *"no CUDA device"*|*"without the CUDA backend"*)
-      echo "SKIP: $(grep -m1 -o 'error: .*' <<<"$out")"; exit 77 ;;
-  esac
-  echo "$out"; exit 1
-fi
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_or_skip --precision bf16 --model mlp7
 common=(--device cuda --model basicnet --data "$TANDEM_DATA" --seed 7 --lr 1e-3 --no-progress)
-run() { # name args...
-  local name=$1; shift
-  if ! "$@" >"$work/$name.log" 2>&1; then echo "FAIL: $name"; tail -20 "$work/$name.log"; exit 1; fi
-}
-same() { # a b what
-  if ! cmp "$work/$1" "$work/$2"; then echo "FAIL: $3"; exit 1; fi
-  echo "ok: $3"
-}
 
 run fp32 "$TANDEM_BIN" train "${common[@]}" --steps 40 --batch 64 --save "$work/fp32.st"
 run init "$TANDEM_BIN" train "${common[@]}" --steps 1 --lr 0 --batch 64 --save "$work/init.st"
@@ -69,25 +52,19 @@ run bf16-oncpu "$TANDEM_BIN" train "${cpu_common[@]}" --threads 2 --steps 40 --b
 grep -q "resuming from .*ckpt-20.tdck at step 20" "$work/bf16-oncpu.log" \
   || { echo "FAIL: the CPU did not resume the bf16 checkpoint"; cat "$work/bf16-oncpu.log"; exit 1; }
 
-"${PYTHON:-python3}" - "$work" <<'PY'
-import json, struct, sys
+"${PYTHON:-python3}" - "$work" "$GPU_LIB_DIR" <<'PY'
+import sys
 import numpy as np
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    body = b[8 + n:]
-    return np.concatenate([np.frombuffer(body[v["data_offsets"][0]:v["data_offsets"][1]],
-                                         np.float32)
-                           for k, v in sorted(h.items()) if k != "__metadata__"])
+sys.path.insert(0, sys.argv[2])
+from st_load import flat, load
 d = sys.argv[1]
-ref, init = load(f"{d}/fp32.st"), load(f"{d}/init.st")
+ref, init = flat(load(f"{d}/fp32.st")), flat(load(f"{d}/init.st"))
 travel = float(np.abs(ref - init).mean())  # how far fp32's 40 steps moved the weights
 # AdamW's steps are lr-sized whatever the gradient's size, so rounding that flips the sign of a
 # small gradient moves a weight by a whole step: the runs part by a fraction of the travel, where
 # a broken gemm (or another training) would be a whole travel away or more
 for name in ("tf32-a", "bf16-a", "bf16-oncpu"):
-    w = load(f"{d}/{name}.st")
+    w = flat(load(f"{d}/{name}.st"))
     assert np.isfinite(w).all(), f"{name}: non-finite weights"
     diff = float(np.abs(w - ref).mean())
     print(f"ok: {name}: mean |w - w_fp32| = {diff:.2e}; fp32's 40 steps moved {travel:.2e}")

@@ -10,26 +10,9 @@
 #     result stays close to the all-GPU run.
 # Skips (77) without a CUDA device or without the CUDA backend.
 set -euo pipefail
-: "${TANDEM_BIN:?}" "${TANDEM_DATA:?}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if ! out=$("$TANDEM_BIN" train --device cuda --model mlp7 --data "$TANDEM_DATA" --steps 1 \
-      --no-progress 2>&1); then
-  case "$out" in
-    *"no CUDA device"*|*"without the CUDA backend"*)
-      echo "SKIP: $(grep -m1 -o 'error: .*' <<<"$out")"; exit 77 ;;
-  esac
-  echo "$out"; exit 1
-fi
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_or_skip --model mlp7
 common=(--device cuda --model basicnet --data "$TANDEM_DATA" --seed 7 --lr 1e-3 --no-progress)
-run() { # name args...
-  local name=$1; shift
-  if ! "$@" >"$work/$name.log" 2>&1; then echo "FAIL: $name"; tail -20 "$work/$name.log"; exit 1; fi
-}
-same() { # a b what
-  if ! cmp "$work/$1" "$work/$2"; then echo "FAIL: $3"; exit 1; fi
-  echo "ok: $3"
-}
 
 run a "$TANDEM_BIN" train "${common[@]}" --steps 60 --batch 64 --save "$work/a.st"
 run b "$TANDEM_BIN" train "${common[@]}" --steps 60 --batch 64 --save "$work/b.st"
@@ -79,18 +62,12 @@ run ongpu "$TANDEM_BIN" train "${common[@]}" --steps 50 --batch 64 --checkpoint-
     --resume --save "$work/ongpu.st"
 grep -q "resuming from .*ckpt-25.tdck at step 25" "$work/ongpu.log" \
   || { echo "FAIL: the GPU did not resume the CPU checkpoint"; cat "$work/ongpu.log"; exit 1; }
-"${PYTHON:-python3}" - "$work" <<'PY'
-import json, struct, sys
+"${PYTHON:-python3}" - "$work" "$GPU_LIB_DIR" <<'PY'
+import sys
 import numpy as np
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    body = b[8 + n:]
-    return {k: np.frombuffer(body[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
-            for k, v in sorted(h.items()) if k != "__metadata__"}
+sys.path.insert(0, sys.argv[2])
+from st_load import flat, load
 d = sys.argv[1]
-flat = lambda w: np.concatenate([w[k] for k in sorted(w)])
 ref, half = flat(load(f"{d}/full.st")), flat(load(f"{d}/half.st"))
 travel = float(np.abs(ref - half).mean())  # how far steps 25..50 moved the weights
 for name in ("oncpu", "ongpu"):

@@ -1,6 +1,7 @@
 # Launcher tests spawn process trees and measure teardown latency: keep them off a loaded box.
 set_tests_properties(launch/test_launch_failure launch/test_launch_signals
-                     launch/test_launch_restart PROPERTIES RUN_SERIAL TRUE TIMEOUT 120)
+                     launch/test_launch_restart launch/test_launch_orphan
+                     PROPERTIES RUN_SERIAL TRUE TIMEOUT 120)
 set_tests_properties(launch/test_launch_env PROPERTIES TIMEOUT 120)
 # torch imports take 5-10 s per worker on a busy machine.
 set_tests_properties(launch/test_torch_ddp launch/test_multinode PROPERTIES RUN_SERIAL TRUE
@@ -26,3 +27,5 @@ endif()
 # The stall tests freeze processes and wait on the stall time: keep them off a loaded box too.
 set_tests_properties(launch/test_launch_stall launch/test_launch_stall_nodes launch/test_stall
                      PROPERTIES RUN_SERIAL TRUE TIMEOUT 180)
+# Two namespaces and six short trainings; the launchers' timing is not measured.
+set_tests_properties(launch/test_numerics PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)

@@ -5,6 +5,7 @@
  * was running with its supervisor gone ends up failed; a run whose end is only in run.json takes
  * it from there; an open store follows runs.db being replaced under it; numbering continues. */
 #include "test.h"
+#include "track_test.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -22,15 +23,6 @@ static void write_file(const char *path, const char *text) {
     if (!f) TEST_FAIL("cannot write %s", path);
     fputs(text, f);
     fclose(f);
-}
-
-static void remove_db(void) {
-    static const char *const suffix[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < TD_ARRAY_LEN(suffix); i++) {
-        char *p = td_xasprintf("%s/.tandem/runs.db%s", tmpdir, suffix[i]);
-        unlink(p);
-        free(p);
-    }
 }
 
 static json_t *load_run_json(const td_run *run) {
@@ -54,12 +46,6 @@ static pid_t dead_pid(void) {
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0);
     return child;
-}
-
-static int64_t count_points(td_rundb *store, const char *id) {
-    int64_t n = -1;
-    ASSERT_OK(td_metrics_count(store, id, &n));
-    return n;
 }
 
 typedef struct {
@@ -109,7 +95,7 @@ int main(void) {
     free(p);
     ASSERT_OK(td_ingester_poll(ing, NULL));
     td_ingester_free(ing);
-    int64_t points_a = count_points(store, a.id);
+    int64_t points_a = track_test_points(store, a.id);
     ASSERT_EQ(points_a, 4); /* 0.9, 0.1, resumed 0.4; rank 1: 0.8 */
     char *work = td_xasprintf("%s/work", tmpdir);
     ASSERT_OK(td_mkdirs(work));
@@ -167,7 +153,7 @@ int main(void) {
 
     /* ---- the index is lost ---- */
     td_rundb_close(store);
-    remove_db();
+    track_test_remove_index(tmpdir);
     ASSERT_OK(td_rundb_open_ex(tmpdir, TD_RUNDB_NO_AUTO_REBUILD, &store));
     td_run *runs;
     size_t n;
@@ -198,7 +184,7 @@ int main(void) {
     ASSERT_STREQ(r.run_dir, a.run_dir);
     ASSERT_NEAR(r.created_s, a.created_s, 1e-6);
     ASSERT_NEAR(r.ended_s, a.ended_s, 1e-6);
-    ASSERT_EQ(count_points(store, "tiny-1"), points_a);
+    ASSERT_EQ(track_test_points(store, "tiny-1"), points_a);
     td_metric_row *rows;
     size_t nrows;
     ASSERT_OK(td_metrics_query(store, "tiny-1", "loss", 0, &rows, &nrows));
@@ -229,7 +215,7 @@ int main(void) {
     ASSERT_EQ(r.status, TD_RUN_FAILED);
     ASSERT_EQ(r.nproc_per_node, 2); /* rank-1.jsonl */
     ASSERT_CONTAINS(r.note, "without run.json");
-    ASSERT_EQ(count_points(store, "other-wf-3"), 1);
+    ASSERT_EQ(track_test_points(store, "other-wf-3"), 1);
     td_run_clear(&r);
     ASSERT_OK(td_run_find(store, "bad-1", &r));
     ASSERT_CONTAINS(r.note, "without a readable run.json");
@@ -241,7 +227,7 @@ int main(void) {
     ASSERT_EQ(st.restored + st.recovered + st.updated, 0);
     ASSERT_EQ(st.metric_points, 0);
     ASSERT_EQ(st.artifacts, 0);
-    ASSERT_EQ(count_points(store, "tiny-1"), points_a);
+    ASSERT_EQ(track_test_points(store, "tiny-1"), points_a);
 
     /* numbering continues after the highest id, per workflow */
     td_run c;
@@ -255,7 +241,7 @@ int main(void) {
 
     /* ---- runs.db deleted while a store has it open: the next write follows the new file,
      * which the reopen rebuilt from the directories ---- */
-    remove_db();
+    track_test_remove_index(tmpdir);
     ASSERT_OK(td_run_set_status(store, c.id, TD_RUN_STOPPED, 143, "stopped by hand"));
     td_rundb *other;
     ASSERT_OK(td_rundb_open(tmpdir, &other));
@@ -266,7 +252,7 @@ int main(void) {
     ASSERT_OK(td_run_find(other, "tiny-1", &r));
     ASSERT_EQ(r.status, TD_RUN_SUCCEEDED);
     td_run_clear(&r);
-    ASSERT_EQ(count_points(other, "tiny-1"), points_a);
+    ASSERT_EQ(track_test_points(other, "tiny-1"), points_a);
     td_rundb_close(other);
 
     /* ---- the index still shows a run running, but its run.json has the end (its supervisor
@@ -296,14 +282,14 @@ int main(void) {
     ASSERT_OK(td_run_reap_stale(store, &r));
     ASSERT_EQ(r.status, TD_RUN_SUCCEEDED);
     ASSERT_STREQ(r.note, "finished elsewhere");
-    ASSERT_EQ(count_points(store, e.id), 1);
+    ASSERT_EQ(track_test_points(store, e.id), 1);
     ASSERT_NEAR(r.ended_s, ended, 1e-6);
     td_run_clear(&r);
     td_run_clear(&e);
 
     /* ---- automatic rebuild on open ---- */
     td_rundb_close(store);
-    remove_db();
+    track_test_remove_index(tmpdir);
     ASSERT_OK(td_rundb_open(tmpdir, &store));
     ASSERT_OK(td_run_list(store, 1, &runs, &n));
     ASSERT_EQ(n, 7);

@@ -1,8 +1,11 @@
-/* tandem metrics: a run's metric points as a table, CSV or JSON. */
+/* tandem metrics: a run's metric points as a table, CSV or JSON. Keys are anyone's text: the
+ * table (and CSV on a terminal) writes their control bytes escaped (run_cli_text); JSON escapes
+ * them its own way. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "run_cli.h"
@@ -55,10 +58,12 @@ int cmd_metrics(int argc, char **argv) {
         return 1;
     }
     if (format == 1) {
+        /* CSV is data: kept byte for byte in a file or a pipe, escaped on a terminal. */
+        int tty = isatty(STDOUT_FILENO);
         printf("rank,key,step,value,time\n");
         for (size_t i = 0; i < n; i++) {
             printf("%d,", rows[i].rank);
-            csv_field(rows[i].key);
+            csv_field(tty ? run_cli_text(rows[i].key) : rows[i].key);
             printf(",%lld,%.17g,%.6f\n", (long long)rows[i].step, rows[i].value, rows[i].time_s);
         }
     } else if (format == 2) {
@@ -76,11 +81,11 @@ int cmd_metrics(int argc, char **argv) {
     } else {
         printf("%-24s %5s %10s %16s\n", "KEY", "RANK", "STEP", "VALUE");
         for (size_t i = 0; i < n; i++)
-            printf("%-24s %5d %10lld %16.8g\n", rows[i].key, rows[i].rank, (long long)rows[i].step,
-                   rows[i].value);
+            printf("%-24s %5d %10lld %16.8g\n", run_cli_text(rows[i].key), rows[i].rank,
+                   (long long)rows[i].step, rows[i].value);
         if (!n)
-            printf("(no metrics recorded for run %s%s%s)\n", r.id, key ? " with key " : "",
-                   key ? key : "");
+            printf("(no metrics recorded for run %s%s%s)\n", run_cli_text(r.id),
+                   key ? " with key " : "", key ? run_cli_text(key) : "");
     }
     td_metric_rows_free(rows, n);
     run_cli_close(store, &r);

@@ -3,9 +3,11 @@
  * lost (deleted, damaged and moved aside) this puts every run back: status, params, metrics,
  * artifacts with their SHA-256, log files. Runs the index already has are left as they are. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "run_cli.h"
 #include "tandem/track.h"
 
 static const char usage_text[] =
@@ -27,8 +29,8 @@ typedef struct {
 static void on_run(void *arg, const td_run *run, const char *what) {
     const reindex_ctx *c = arg;
     if (c->quiet || !strcmp(what, "present")) return;
-    printf("%-10s %-24s %-10s%s%s\n", what, run->id, td_run_status_str(run->status),
-           run->note ? "  " : "", run->note ? run->note : "");
+    printf("%-10s %-24s %-10s%s%s\n", what, run_cli_text(run->id), td_run_status_str(run->status),
+           run->note ? "  " : "", run->note ? run_cli_text(run->note) : "");
 }
 
 int cmd_reindex(int argc, char **argv) {

@@ -1,4 +1,6 @@
-/* tandem show: everything recorded about one run. */
+/* tandem show: everything recorded about one run. What the run and its programs wrote (ids,
+ * notes, commands, metric keys, paths) reaches the terminal escaped (run_cli_text). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,14 +37,14 @@ int cmd_show(int argc, char **argv) {
     td_run r;
     if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;
     if (td_run_reap_stale(store, &r) != TD_OK) td_error_clear();
-    printf("%-15s %s\n", "id", r.id);
-    printf("%-15s %s\n", "workflow", r.workflow);
+    printf("%-15s %s\n", "id", run_cli_text(r.id));
+    printf("%-15s %s\n", "workflow", run_cli_text(r.workflow));
     printf("%-15s %s\n", "status", td_run_status_str(r.status));
     if (r.exit_code >= 0)
         printf("%-15s %d\n", "exit code", r.exit_code);
     else
         printf("%-15s -\n", "exit code");
-    if (r.note) printf("%-15s %s\n", "note", r.note);
+    if (r.note) printf("%-15s %s\n", "note", run_cli_text(r.note));
     print_time("created", r.created_s);
     print_time("started", r.started_s);
     print_time("ended", r.ended_s);
@@ -52,22 +54,22 @@ int cmd_show(int argc, char **argv) {
     printf("%-15s %d node(s) x %d process(es)\n", "workers", r.nodes, r.nproc_per_node);
     const td_executor *ex = td_executor_of_run(&r);
     char *where = ex ? ex->describe(&r) : NULL;
-    if (where) printf("%-15s %s\n", "executor", where);
+    if (where) printf("%-15s %s\n", "executor", run_cli_text(where));
     free(where);
     printf("%-15s %d\n", "restarts", r.restarts);
-    printf("%-15s %s\n", "code version", r.code_version ? r.code_version : "none");
-    printf("%-15s %s\n", "params", r.params_json ? r.params_json : "{}");
-    printf("%-15s %s\n", "command", r.command ? r.command : "");
+    printf("%-15s %s\n", "code version", r.code_version ? run_cli_text(r.code_version) : "none");
+    printf("%-15s %s\n", "params", r.params_json ? run_cli_text(r.params_json) : "{}");
+    printf("%-15s %s\n", "command", run_cli_text(r.command));
     if (r.supervisor_pid) printf("%-15s %lld\n", "supervisor pid", (long long)r.supervisor_pid);
-    printf("%-15s %s\n", "run dir", r.run_dir);
-    printf("%-15s %s/checkpoints\n", "checkpoints", r.run_dir);
+    printf("%-15s %s\n", "run dir", run_cli_text(r.run_dir));
+    printf("%-15s %s/checkpoints\n", "checkpoints", run_cli_text(r.run_dir));
 
     td_log_file *logs = NULL;
     size_t nlogs = 0;
     if (td_logs_scan(store, &r, &logs, &nlogs) == TD_OK) {
         printf("\nlogs:\n");
         if (!nlogs) printf("  (none)\n");
-        for (size_t i = 0; i < nlogs; i++) printf("  %s\n", logs[i].path);
+        for (size_t i = 0; i < nlogs; i++) printf("  %s\n", run_cli_text(logs[i].path));
         td_log_files_free(logs, nlogs);
     } else {
         td_error_clear();
@@ -81,8 +83,8 @@ int cmd_show(int argc, char **argv) {
         printf("\nmetrics (%lld points; last value of each key):\n", (long long)npoints);
         if (!nlast) printf("  (none)\n");
         for (size_t i = 0; i < nlast; i++)
-            printf("  %-24s %-14.6g step %-8lld rank %d\n", last[i].key, last[i].value,
-                   (long long)last[i].step, last[i].rank);
+            printf("  %-24s %-14.6g step %-8lld rank %d\n", run_cli_text(last[i].key),
+                   last[i].value, (long long)last[i].step, last[i].rank);
     } else {
         td_error_clear();
     }
@@ -94,8 +96,8 @@ int cmd_show(int argc, char **argv) {
         printf("\nartifacts:\n");
         if (!narts) printf("  (none)\n");
         for (size_t i = 0; i < narts; i++)
-            printf("  %-32s %12lld bytes  sha256 %s\n", arts[i].name, (long long)arts[i].size_bytes,
-                   arts[i].sha256);
+            printf("  %-32s %12lld bytes  sha256 %s\n", run_cli_text(arts[i].name),
+                   (long long)arts[i].size_bytes, run_cli_text(arts[i].sha256));
         td_artifacts_free(arts, narts);
     } else {
         td_error_clear();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tandem/os.h"
 #include "tandem/track.h"
 #include "tandem/train.h"
 
@@ -51,6 +52,8 @@ static void train_usage(FILE *out) {
             "  --log-every N           steps between log lines when there is no bar\n"
             "  --json                  end stdout with one JSON line of results\n"
             "  --nproc-per-node K      start K local workers through 'tandem launch --standalone'\n"
+            "  --nondeterministic-ok   train even where ranks run different float kernels\n"
+            "                          (OpenBLAS core, instruction set): a warning, not an error\n"
             "\n"
             "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
             "batch and gradients are averaged by the ddp reducer. TANDEM_CHECKPOINT_DIR and\n"
@@ -77,6 +80,7 @@ enum {
     OPT_THREADS,
     OPT_DEVICE,
     OPT_PRECISION,
+    OPT_NONDET_OK,
     OPT_SAVE,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
@@ -107,6 +111,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"precision", required_argument, NULL, OPT_PRECISION},
+    {"nondeterministic-ok", no_argument, NULL, OPT_NONDET_OK},
     {"save", required_argument, NULL, OPT_SAVE},
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -308,6 +313,13 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
 }
 
 int cmd_train(int argc, char **argv) {
+    /* A worker of tandem launch behind a wrapper (`/bin/sh -c '... tandem train ...'`) stops
+     * (SIGTERM: checkpoint, exit) when the wrapper dies with the launcher, not train on alone. */
+    if (td_var_get(TD_VAR_RANK) && td_var_get(TD_VAR_TANDEM_RUN_ID) &&
+        td_die_with_parent(SIGTERM) != TD_OK) {
+        td_error_print(TD_ERR_PEER);
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) break;
         if (!strcmp(argv[i], "--nproc-per-node") && i + 1 < argc)
@@ -377,6 +389,9 @@ int cmd_train(int argc, char **argv) {
             break;
         case OPT_DEVICE:
             bad = device_flag(optarg, &cfg);
+            break;
+        case OPT_NONDET_OK:
+            cfg.nondeterministic_ok = true;
             break;
         case OPT_PRECISION:
             if (td_precision_parse(optarg, &cfg.precision) != TD_OK)

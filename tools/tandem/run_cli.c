@@ -2,6 +2,7 @@
 #include "run_cli.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,4 +58,45 @@ int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store,
 void run_cli_close(td_rundb *store, td_run *run) {
     if (run) td_run_clear(run);
     td_rundb_close(store);
+}
+
+/* The length of the valid UTF-8 sequence at p (1 for ASCII), 0 when it is not one. */
+static size_t utf8_len(const unsigned char *p) {
+    if (*p < 0x80) return 1;
+    size_t n = *p >= 0xc2 && *p <= 0xdf   ? 2
+               : *p >= 0xe0 && *p <= 0xef ? 3
+               : *p >= 0xf0 && *p <= 0xf4 ? 4
+                                          : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+/* Terminal-safe text (run_cli.h): every byte a terminal acts on written as \xNN: the C0
+ * controls and DEL, and the C1 controls U+0080..U+009F (in UTF-8, or as bytes 0x80..0x9f outside a
+ * valid UTF-8 sequence). Metric keys, notes, commands and paths are anyone's text: an escape
+ * sequence in one must not retitle or clear the terminal of whoever looks at the run. Other UTF-8
+ * text is kept as it is. The result lives until 16 more calls. */
+const char *run_cli_text(const char *s) {
+    static char *ring[16];
+    static unsigned next;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    char *out = td_xmalloc(strlen((const char *)p) * 4 + 1), *o = out;
+    while (*p) {
+        size_t n = utf8_len(p);
+        int c1 = n == 2 && p[0] == 0xc2 && p[1] <= 0x9f;
+        if (*p < 0x20 || *p == 0x7f || c1 || (n == 0 && *p <= 0x9f)) {
+            for (size_t i = 0; i < (c1 ? 2u : 1u); i++) o += sprintf(o, "\\x%02x", p[i]);
+            p += c1 ? 2 : 1;
+        } else {
+            n = n ? n : 1;
+            memcpy(o, p, n);
+            o += n;
+            p += n;
+        }
+    }
+    *o = '\0';
+    free(ring[next % 16]);
+    ring[next++ % 16] = out;
+    return out;
 }

@@ -35,4 +35,9 @@ int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store,
 /* Clears run (may be NULL) and closes store. */
 void run_cli_close(td_rundb *store, td_run *run);
 
+/* s with every byte a terminal acts on (C0 and C1 controls, DEL) written as \xNN, other UTF-8
+ * kept: for printing anyone's text (metric keys, notes, commands, paths) to a terminal. The
+ * result lives until 16 more calls. */
+const char *run_cli_text(const char *s);
+
 #endif

@@ -1,0 +1,74 @@
+/* What decides the bits of this process's float kernels (tensor.h, "numerics"): OpenBLAS's core
+ * and the instruction set this file was compiled for, which is the one of every kernel of the
+ * tensor layer (they share the layer's compile flags, -march included). */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tandem/tensor.h"
+
+/* Not in every cblas.h: OpenBLAS's extension. */
+char *openblas_get_corename(void);
+
+static const char *isa(void) {
+    return
+#if defined(__x86_64__)
+        "x86-64"
+#if defined(__AVX512F__)
+        " avx512f"
+#endif
+#if defined(__AVX2__)
+        " avx2"
+#elif defined(__AVX__)
+        " avx"
+#endif
+#if defined(__FMA__)
+        " fma"
+#endif
+#elif defined(__aarch64__)
+        "aarch64"
+#if defined(__ARM_FEATURE_SVE)
+        " sve"
+#endif
+#if defined(__ARM_FEATURE_FMA)
+        " fma"
+#endif
+#else
+        "other"
+#endif
+        ;
+}
+
+void td_numerics_get(td_numerics *out) {
+    memset(out, 0, sizeof *out);
+    const char *core = openblas_get_corename();
+    snprintf(out->blas_core, sizeof out->blas_core, "%s", core && *core ? core : "unknown");
+    snprintf(out->isa, sizeof out->isa, "%s", isa());
+#if defined(__clang__)
+    snprintf(out->compiler, sizeof out->compiler, "clang %d.%d.%d", __clang_major__,
+             __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+    snprintf(out->compiler, sizeof out->compiler, "gcc %d.%d.%d", __GNUC__, __GNUC_MINOR__,
+             __GNUC_PATCHLEVEL__);
+#else
+    snprintf(out->compiler, sizeof out->compiler, "unknown compiler");
+#endif
+}
+
+void td_numerics_describe(const td_numerics *n, char *buf, size_t cap) {
+    snprintf(buf, cap, "OpenBLAS core %s, kernels for %s, %s", n->blas_core, n->isa, n->compiler);
+}
+
+bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, size_t cap) {
+    const char *what[3];
+    int k = 0;
+    if (strncmp(a->blas_core, b->blas_core, sizeof a->blas_core)) what[k++] = "OpenBLAS core";
+    if (strncmp(a->isa, b->isa, sizeof a->isa)) what[k++] = "instruction set";
+    if (strncmp(a->compiler, b->compiler, sizeof a->compiler)) what[k++] = "compiler";
+    if (cap) buf[0] = '\0';
+    for (int i = 0; i < k; i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", i ? " and " : "", what[i]);
+    }
+    return k > 0;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# workflow: two SIGTERMs close together preempt as cleanly as one. As it was seen: `timeout 3
+# tandem run ...` (timeout signals its child, then its whole process group) or two `kill -TERM`
+# 50 ms apart ended the run failed (exit 137) with no checkpoint: the supervisor took the second
+# signal for "kill them now" and SIGKILLed the launcher while the workers were saving. Now a
+# stop signal repeated within TD_STOP_REPEAT_GRACE_S (10 s) of the first is the same request
+# (Ctrl-C twice, or a signal after the grace period, still kills at once):
+#   a. two SIGTERMs 50 ms apart to a detached run's supervisor: preempted, exit code 143, the
+#      trainer checkpointed the step it stopped at, the supervisor said it took the second as a
+#      repeat; `tandem run --resume` continues from that checkpoint and succeeds;
+#   b. `timeout --preserve-status 8 tandem run ...` (attached), the shape of the report: exit 143,
+#      preempted, checkpointed. timeout's two SIGTERMs come microseconds apart and usually merge
+#      into one pending signal, so b alone rarely caught the bug; a is the deterministic check.
+set -uo pipefail
+B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
+DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+  echo "SKIP: Fashion-MNIST not found in $DATA (Debian package dataset-fashion-mnist)"
+  exit 77
+fi
+P=$(mktemp -d /tmp/tandem-double-term-XXXXXX)
+cleanup() {
+  local f
+  for f in $(grep -lz "^TANDEM_RUN_DIR=$P/" /proc/[0-9]*/environ 2>/dev/null); do
+    f=${f%/environ}
+    kill -9 "${f#/proc/}" 2>/dev/null
+  done
+  rm -rf "$P"
+}
+trap cleanup EXIT
+export TANDEM_HOME=$P
+unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
+cd "$P"
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$P"/.tandem/runs/*/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; } >&2; done
+  exit 1
+}
+mkdir -p .tandem
+cat >.tandem/workflows.yaml <<EOF
+workflows:
+  - name: t
+    nproc_per_node: 2
+    commands:
+      - mkdir -p out
+      - >-
+        tandem train --model basicnet --data $DATA --steps 400 --batch 16 --threads 1
+        --checkpoint-every 50 --no-progress --save out/w.safetensors
+    artifacts: [out/w.safetensors]
+  - name: long
+    nproc_per_node: 2
+    command: >-
+      tandem train --model basicnet --data $DATA --steps 100000 --batch 16 --threads 1
+      --checkpoint-every 50 --no-progress
+EOF
+
+field() { # run field: a value from `tandem show`
+  "$B" show "$1" | awk -v f="$2" 'index($0, f) == 1 { sub("^" f " +", ""); print; exit }'
+}
+wait_final() { # run: waits (up to 180 s) for a final status and prints it
+  local i s
+  for i in $(seq 1 900); do
+    s=$(field "$1" status)
+    case "$s" in succeeded | failed | stopped | preempted) echo "$s"; return 0 ;; esac
+    sleep 0.2
+  done
+  fail "run $1 still '$s' after 180 s"
+}
+wait_ckpts() { # run: waits until the run has written a checkpoint
+  local i
+  for i in $(seq 1 600); do
+    ls "$P/.tandem/runs/$1/checkpoints/" 2>/dev/null | grep -q '^ckpt-.*\.tdck$' && return 0
+    sleep 0.05
+  done
+  fail "run $1: no checkpoint after 30 s"
+}
+stop_checkpoint() { # run what: rank 0 stopped by SIGTERM at a step and that step's checkpoint is there
+  local log step
+  log=$("$B" logs "$1" --rank 0)
+  step=$(grep -o 'stopped by SIGTERM after step [0-9]*' <<<"$log" | tail -1 | awk '{print $NF}')
+  [ -n "$step" ] || fail "$2: rank 0 did not stop by SIGTERM after a step: $(tail -n 5 <<<"$log")"
+  [ -f "$P/.tandem/runs/$1/checkpoints/ckpt-$step.tdck" ] ||
+    fail "$2: no checkpoint of step $step: $(ls "$P/.tandem/runs/$1/checkpoints")"
+  echo "$step"
+}
+
+# --- a. two SIGTERMs 50 ms apart to the supervisor of a detached run
+id=$("$B" run -d t) || fail "run -d exited $?"
+[ "$id" = t-1 ] || fail "expected run id t-1, got '$id'"
+wait_ckpts t-1
+sup=$(field t-1 "supervisor pid")
+[ -n "$sup" ] && kill -0 "$sup" 2>/dev/null || fail "a: supervisor pid '$sup' of t-1 is not alive"
+kill -TERM "$sup"
+sleep 0.05
+kill -TERM "$sup"
+s=$(wait_final t-1)
+[ "$s" = preempted ] || fail "a: status $s (expected preempted), note: $(field t-1 note)"
+[ "$(field t-1 "exit code")" = 143 ] || fail "a: exit code $(field t-1 "exit code"), expected 143"
+step=$(stop_checkpoint t-1 a)
+grep -q "taken as the same request" "$P/.tandem/runs/t-1/logs/supervisor.log" ||
+  fail "a: the supervisor did not say it took the second SIGTERM as a repeat"
+out=$("$B" run --resume t-1 2>&1) || fail "a: tandem run --resume t-1 exited $?: $out"
+case "$out" in *"resuming from "*"ckpt-$step.tdck"*) ;;
+  *) fail "a: the resume did not continue from ckpt-$step.tdck: $out" ;; esac
+[ "$(field t-1 status)" = succeeded ] || fail "a: after --resume: status $(field t-1 status)"
+echo "ok: a. two SIGTERMs 50 ms apart -> preempted (143), checkpoint at step $step, --resume succeeded"
+
+# --- b. timeout(1): SIGTERM to tandem run, then to its process group
+timeout --preserve-status 8 "$B" run long >"$P/long.out" 2>&1
+rc=$?
+[ "$rc" = 143 ] || fail "b: timeout tandem run exited $rc, expected 143: $(tail -n 5 "$P/long.out")"
+[ "$(field long-1 status)" = preempted ] ||
+  fail "b: status $(field long-1 status), note: $(field long-1 note)"
+step=$(stop_checkpoint long-1 b)
+echo "ok: b. timeout --preserve-status 8 tandem run -> preempted (143), checkpoint at step $step"
+echo "test_run_double_term: ok"
