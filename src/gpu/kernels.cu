@@ -106,8 +106,8 @@ __host__ __device__ static inline int imin(int a, int b) {
 }
 
 /* Where a thread is in its launch. The bodies of the row kernels below take it as an argument,
- * so the same code runs on the host over every (block, thread), which is how their index
- * arithmetic was checked against the CPU engine without a GPU. */
+ * so the same code runs on the host over every (block, thread): tests/gpu/test_gpu_kernels_host.cu
+ * checks their index arithmetic that way, in any CUDA build, without a GPU. */
 typedef struct {
     unsigned bx, by, gx, gy, tx, bd;
 } tix;

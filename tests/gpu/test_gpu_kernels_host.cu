@@ -1,0 +1,156 @@
+/* gpu: the index arithmetic of the convolution lowering and pooling kernels, on the host.
+ *
+ * Their bodies (kernels.cu, *_thread) take the thread's place in the launch as an argument, so
+ * this runs them over every (block, thread) of the launch shapes engine.cu uses, with grid.y
+ * capped as a large batch caps it (65,535, and 3 and 1 to force the strided loops), and compares
+ * the result byte for byte with direct loops: im2col (stride, padding, widths past a warp),
+ * col2im (the adjoint, with and without the folded ReLU gate) and the max pool's backward
+ * (2x2, overlapping windows). Built with the CUDA backend; needs no GPU. */
+#include "kernels.cu"
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <cstring>
+static int fails = 0;
+static float rndf(unsigned &s) {
+    s = s * 1664525u + 1013904223u;
+    return ((s >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+static void check_conv(int batch, int c, int h, int w, int k, int stride, int pad,
+                       unsigned gy_cap) {
+    int oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1, n = oh * ow;
+    std::vector<float> x((size_t)batch * c * h * w), col((size_t)c * k * k * batch * n, -99.f),
+        ref(col.size());
+    unsigned s = 1;
+    for (auto &v : x) v = rndf(s);
+    for (int r = 0; r < c * k * k; r++) {
+        int ci = r / (k * k), ki = r / k % k, kj = r % k;
+        for (int b = 0; b < batch; b++)
+            for (int p = 0; p < n; p++) {
+                int oy = p / ow, ox = p % ow, iy = oy * stride - pad + ki,
+                    ix = ox * stride - pad + kj;
+                bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                ref[((size_t)r * batch + b) * n + p] =
+                    in ? x[((size_t)b * c + ci) * h * w + iy * w + ix] : 0.f;
+            }
+    }
+    int spb = 2;
+    unsigned gy = (unsigned)((batch + spb - 1) / spb);
+    if (gy > gy_cap) gy = gy_cap;
+    for (unsigned bx = 0; bx < (unsigned)(c * k * k); bx++)
+        for (unsigned by = 0; by < gy; by++)
+            for (unsigned tx = 0; tx < 256; tx++)
+                im2col_thread<float>(tix{bx, by, (unsigned)(c * k * k), gy, tx, 256}, x.data(), c,
+                                     h, w, k, stride, pad, oh, ow, batch, col.data(), spb);
+    if (memcmp(col.data(), ref.data(), col.size() * 4)) {
+        printf("FAIL im2col b%d c%d %dx%d k%d s%d p%d\n", batch, c, h, w, k, stride, pad);
+        fails++;
+    }
+    // col2im: adjoint, gather order ki then kj; with and without gate
+    std::vector<float> dcol(col.size()), dx((size_t)batch * c * h * w, -99.f), dref(dx.size()),
+        gate(dx.size());
+    for (auto &v : dcol) v = rndf(s);
+    for (auto &v : gate) v = rndf(s);
+    for (int g = 0; g < 2; g++) {
+        for (int b = 0; b < batch; b++)
+            for (int ci = 0; ci < c; ci++)
+                for (int iy = 0; iy < h; iy++)
+                    for (int ix = 0; ix < w; ix++) {
+                        float acc = 0;
+                        for (int ki = 0; ki < k; ki++)
+                            for (int kj = 0; kj < k; kj++) {
+                                int ty = iy + pad - ki, tx = ix + pad - kj;
+                                if (ty < 0 || tx < 0 || ty % stride || tx % stride) continue;
+                                int oy = ty / stride, ox = tx / stride;
+                                if (oy >= oh || ox >= ow) continue;
+                                acc += dcol[((size_t)((ci * k + ki) * k + kj) * batch + b) * n +
+                                            oy * ow + ox];
+                            }
+                        size_t o = ((size_t)b * c + ci) * h * w + iy * w + ix;
+                        dref[o] = g && !(gate[o] > 0) ? 0.f : acc;
+                    }
+        int spb2 = 1;
+        unsigned gy2 = (unsigned)((batch + spb2 - 1) / spb2);
+        if (gy2 > gy_cap) gy2 = gy_cap;
+        for (unsigned bx = 0; bx < (unsigned)c; bx++)
+            for (unsigned by = 0; by < gy2; by++)
+                for (unsigned tx = 0; tx < 256; tx++)
+                    col2im_thread<float>(tix{bx, by, (unsigned)c, gy2, tx, 256}, dcol.data(), c, h,
+                                         w, k, stride, pad, oh, ow, batch,
+                                         g ? gate.data() : nullptr, dx.data(), spb2);
+        if (memcmp(dx.data(), dref.data(), dx.size() * 4)) {
+            printf("FAIL col2im gate%d b%d c%d %dx%d k%d s%d p%d\n", g, batch, c, h, w, k, stride,
+                   pad);
+            fails++;
+        }
+    }
+}
+static void check_pool(int batch, int c, int h, int w, int k, int stride, unsigned gx_cap) {
+    int oh = (h - k) / stride + 1, ow = (w - k) / stride + 1;
+    size_t planes = (size_t)batch * c;
+    std::vector<float> x(planes * h * w), dy(planes * oh * ow), dx(x.size(), -99.f), ref(x.size());
+    std::vector<uint8_t> am(dy.size());
+    unsigned s = 7;
+    for (auto &v : x) v = rndf(s);
+    for (auto &v : dy) v = rndf(s);
+    // argmax as the forward computes it
+    for (size_t pl = 0; pl < planes; pl++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++) {
+                const float *win = &x[pl * h * w + oy * stride * w + ox * stride];
+                float best = win[0];
+                int arg = 0;
+                for (int ki = 0; ki < k; ki++)
+                    for (int kj = 0; kj < k; kj++)
+                        if (win[ki * w + kj] > best) {
+                            best = win[ki * w + kj];
+                            arg = ki * k + kj;
+                        }
+                am[pl * oh * ow + oy * ow + ox] = (uint8_t)arg;
+            }
+    for (int g = 0; g < 2; g++) {
+        std::fill(ref.begin(), ref.end(), 0.f);
+        for (size_t pl = 0; pl < planes; pl++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    int a = am[pl * oh * ow + oy * ow + ox];
+                    ref[pl * h * w + (oy * stride + a / k) * w + ox * stride + a % k] +=
+                        dy[pl * oh * ow + oy * ow + ox];
+                }
+        if (g)
+            for (size_t i = 0; i < ref.size(); i++)
+                if (!(x[i] > 0)) ref[i] = 0;
+        unsigned gx = (unsigned)((h * w + 127) / 128),
+                 gy = planes > gx_cap ? gx_cap : (unsigned)planes;
+        for (unsigned bx = 0; bx < gx; bx++)
+            for (unsigned by = 0; by < gy; by++)
+                for (unsigned tx = 0; tx < 128; tx++)
+                    maxpool_backward_thread(tix{bx, by, gx, gy, tx, 128}, dy.data(), am.data(),
+                                            x.data(), g, planes, h, w, k, stride, oh, ow,
+                                            dx.data());
+        // the reference scatter adds in (oy, ox) order; the gather too: compare bits
+        if (memcmp(dx.data(), ref.data(), dx.size() * 4)) {
+            printf("FAIL maxpool_backward gate%d b%d c%d %dx%d k%d s%d\n", g, batch, c, h, w, k,
+                   stride);
+            fails++;
+        }
+    }
+}
+int main(void) {
+    unsigned caps[] = {65535, 3, 1};
+    for (unsigned cap : caps) {
+        check_conv(5, 3, 9, 9, 3, 1, 0, cap);
+        check_conv(7, 4, 9, 9, 3, 2, 1, cap);
+        check_conv(3, 2, 12, 12, 5, 2, 2, cap);
+        check_conv(9, 32, 26, 26, 3, 1, 0, cap);
+        check_conv(2, 1, 28, 28, 3, 1, 0, cap);
+        check_conv(3, 2, 40, 37, 3, 1, 1, cap); // w > 32: lanes loop
+        check_conv(2, 2, 70, 70, 7, 2, 3, cap);
+        check_pool(5, 3, 7, 7, 3, 1, cap == 65535 ? 1u << 30 : cap);
+        check_pool(4, 6, 24, 24, 2, 2, cap == 65535 ? 1u << 30 : cap);
+        check_pool(3, 2, 9, 9, 2, 2, cap == 65535 ? 1u << 30 : cap);
+        check_pool(2, 2, 40, 35, 3, 2, cap == 65535 ? 1u << 30 : cap);
+    }
+    printf(fails ? "%d FAILED\n" : "all kernel bodies agree\n", fails);
+    return fails != 0;
+}
