@@ -13,24 +13,8 @@
 #      into one pending signal, so b alone rarely caught the bug; a is the deterministic check.
 set -uo pipefail
 B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
-DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
-if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
-  echo "SKIP: Fashion-MNIST not found in $DATA (Debian package dataset-fashion-mnist)"
-  exit 77
-fi
-P=$(mktemp -d /tmp/tandem-double-term-XXXXXX)
-cleanup() {
-  local f
-  for f in $(grep -lz "^TANDEM_RUN_DIR=$P/" /proc/[0-9]*/environ 2>/dev/null); do
-    f=${f%/environ}
-    kill -9 "${f#/proc/}" 2>/dev/null
-  done
-  rm -rf "$P"
-}
-trap cleanup EXIT
-export TANDEM_HOME=$P
-unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
-cd "$P"
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_setup double-term
 fail() {
   echo "FAIL: $*" >&2
   for f in "$P"/.tandem/runs/*/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; } >&2; done

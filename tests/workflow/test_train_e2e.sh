@@ -11,26 +11,9 @@
 #      previous one, and still ends with weights == W_ref.
 set -uo pipefail
 B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
-DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 PY=${PYTHON:-python3}
-if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
-  echo "SKIP: Fashion-MNIST not found in $DATA (Debian package dataset-fashion-mnist)"
-  exit 77
-fi
-P=$(mktemp -d /tmp/tandem-train-e2e-XXXXXX)
-cleanup() {
-  # Anything of ours still running (a failed assertion mid-run) goes with the directory.
-  local f
-  for f in $(grep -lz "^TANDEM_RUN_DIR=$P/" /proc/[0-9]*/environ 2>/dev/null); do
-    f=${f%/environ}
-    kill -9 "${f#/proc/}" 2>/dev/null
-  done
-  rm -rf "$P"
-}
-trap cleanup EXIT
-export TANDEM_HOME=$P
-unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
-cd "$P"
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_setup train-e2e
 T0=$(date +%s)
 fail() {
   echo "FAIL: $*" >&2

@@ -1,0 +1,28 @@
+# A scratch tandem project for workflow tests: source it, then call
+#   project_setup TAG    checks that Fashion-MNIST is there (else exits 77, naming it), makes the
+#                        project directory $P (/tmp/tandem-TAG-XXXXXX) with TANDEM_HOME=$P, cds
+#                        into it, clears the variables `tandem run` sets for its workers, and sets
+#                        an EXIT trap that kills whatever of the project still runs (a failed
+#                        assertion mid-run) and removes $P.
+# It reads TANDEM_DATA (default Debian's dataset-fashion-mnist) into $DATA.
+project_setup() {
+    DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
+    if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+        echo "SKIP: Fashion-MNIST not found in $DATA (Debian package dataset-fashion-mnist)"
+        exit 77
+    fi
+    P=$(mktemp -d "/tmp/tandem-$1-XXXXXX")
+    trap project_cleanup EXIT
+    export TANDEM_HOME=$P
+    unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
+    cd "$P" || exit 1
+}
+
+project_cleanup() {
+    local f
+    for f in $(grep -lz "^TANDEM_RUN_DIR=$P/" /proc/[0-9]*/environ 2>/dev/null); do
+        f=${f%/environ}
+        kill -9 "${f#/proc/}" 2>/dev/null
+    done
+    rm -rf "$P"
+}
