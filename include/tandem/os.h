@@ -83,7 +83,13 @@ td_status td_die_with_parent(int sig);
  * SIGHUP is the same request delivered again (timeout(1) signals its child and then its whole
  * process group; schedulers and init systems signal a process and its group) and must not cost
  * the checkpoint. SIGKILL needs no help. */
-#define TD_STOP_REPEAT_GRACE_S 10.0
+#define TD_STOP_REPEAT_GRACE   10 /* seconds */
+#define TD_STOP_REPEAT_GRACE_S ((double)TD_STOP_REPEAT_GRACE)
+#define TD__STOP_STR(x)        #x
+#define TD__STOP_XSTR(x)       TD__STOP_STR(x)
+/* What the supervisors tell a person who wants the stop cut short ("... kills them now"). */
+#define TD_STOP_ESCALATE_HINT                                                                      \
+    "Ctrl-C twice, or a signal " TD__STOP_XSTR(TD_STOP_REPEAT_GRACE) " s or more after the first,"
 typedef enum {
     TD_STOP_IGNORE,   /* not a stop signal */
     TD_STOP_GRACEFUL, /* the first: ask the workers to checkpoint and exit */
@@ -133,6 +139,8 @@ td_status td_mkdirs(const char *path);
  * character device", ...); NULL when it is a regular file or nothing is there. lstat: a link
  * is reported as a link, not as its target. */
 const char *td_file_kind(const char *path);
+/* The same for a stat mode (st_mode): NULL for a regular file. */
+const char *td_mode_kind(mode_t mode);
 
 typedef struct {
     const void *data;

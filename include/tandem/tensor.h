@@ -45,8 +45,8 @@ typedef struct {
 void td_numerics_get(td_numerics *out);
 /* "OpenBLAS core Haswell, kernels for x86-64 avx2 fma, gcc 12.2.0" */
 void td_numerics_describe(const td_numerics *n, char *buf, size_t cap);
-/* Which fields of a and b differ, as "OpenBLAS core" / "instruction set" / "compiler" joined by
- * " and " into buf (empty: the same numerics). */
+/* Whether a and b differ; buf[cap] (cap may be 0) says in what: "the OpenBLAS core differs",
+ * "the OpenBLAS core and compiler differ", or nothing when they are the same. */
 bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, size_t cap);
 
 /* ---- BLAS ----

@@ -317,16 +317,20 @@ td_status td_mkdirs(const char *path) {
     return rc;
 }
 
+const char *td_mode_kind(mode_t mode) {
+    if (S_ISREG(mode)) return NULL;
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
 const char *td_file_kind(const char *path) {
     struct stat st;
-    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) return NULL;
-    if (S_ISLNK(st.st_mode)) return "a symbolic link";
-    if (S_ISDIR(st.st_mode)) return "a directory";
-    if (S_ISCHR(st.st_mode)) return "a character device";
-    if (S_ISBLK(st.st_mode)) return "a block device";
-    if (S_ISFIFO(st.st_mode)) return "a FIFO";
-    if (S_ISSOCK(st.st_mode)) return "a socket";
-    return "not a regular file";
+    return lstat(path, &st) != 0 ? NULL : td_mode_kind(st.st_mode);
 }
 
 static td_status refuse(const char *path, const char *what, const char *kind) {

@@ -954,10 +954,8 @@ static int slurm_run(const td_exec_job *job) {
             } else if (!hard && !escalate) {
                 say(&c,
                     "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-                    "waiting for the checkpoint (Ctrl-C twice, or a signal %.0f s or more after "
-                    "the first, cancels the job now)",
-                    run->id, sigabbrev_np(last_signal), now - stops.began_s,
-                    TD_STOP_REPEAT_GRACE_S);
+                    "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cancels the job now)",
+                    run->id, sigabbrev_np(last_signal), now - stops.began_s);
             }
         }
         if (!stopped_by[0] && !preempt && job->max_duration_s > 0 && run_since > 0 &&
@@ -971,14 +969,9 @@ static int slurm_run(const td_exec_job *job) {
             /* A queued job has nothing to checkpoint: cancel it. A running one: SIGTERM to the
              * launchers (not to the batch shell: its srun would end the step at once). */
             int queued = phase == TD__SLURM_WAITING;
-            char how[128];
-            snprintf(how, sizeof how,
-                     " to checkpoint and exit (Ctrl-C twice, or a signal again after %.0f s, "
-                     "cancels it now)",
-                     TD_STOP_REPEAT_GRACE_S);
             say(&c, "%s run %s: %s slurm job %s%s", preempt ? "SIGTERM: preempting" : "stopping",
                 run->id, queued ? "cancelling" : "asking the workers of", c.job_id,
-                queued ? "" : how);
+                queued ? "" : " to checkpoint and exit (" TD_STOP_ESCALATE_HINT " cancels it now)");
             cancel_job(&c, c.job_id, !queued);
             hard = queued;
             cancel_at = now + CANCEL_AFTER_S;

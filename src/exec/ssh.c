@@ -664,10 +664,8 @@ static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, doub
         } else if (!ss->escalate) {
             say(c,
                 "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-                "waiting for the checkpoint (Ctrl-C twice, or a signal %.0f s or more after the "
-                "first, cuts the agents off now)",
-                job->run->id, sigabbrev_np(ss->last_signal), now - ss->signals.began_s,
-                TD_STOP_REPEAT_GRACE_S);
+                "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cuts the agents off now)",
+                job->run->id, sigabbrev_np(ss->last_signal), now - ss->signals.began_s);
         }
     }
     if (!ss->stopped_by[0] && !ss->preempt && job->max_duration_s > 0 && ss->running_since > 0 &&
@@ -679,10 +677,10 @@ static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, doub
     }
     if (act == 1) {
         say(c,
-            "%s run %s: asking the agents on %zu host%s to checkpoint and stop (Ctrl-C twice, "
-            "or a signal again after %.0f s, cuts them off now)",
+            "%s run %s: asking the agents on %zu host%s to checkpoint and stop "
+            "(" TD_STOP_ESCALATE_HINT " cuts them off now)",
             ss->preempt ? "SIGTERM: preempting" : "stopping", job->run->id, c->nhosts,
-            c->nhosts > 1 ? "s" : "", TD_STOP_REPEAT_GRACE_S);
+            c->nhosts > 1 ? "s" : "");
         for (int i = 0; i < started; i++) send_stop(&agents[i]);
         *cut_at = now + CUT_AFTER_S;
     }

@@ -65,10 +65,15 @@ bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, siz
     if (strncmp(a->blas_core, b->blas_core, sizeof a->blas_core)) what[k++] = "OpenBLAS core";
     if (strncmp(a->isa, b->isa, sizeof a->isa)) what[k++] = "instruction set";
     if (strncmp(a->compiler, b->compiler, sizeof a->compiler)) what[k++] = "compiler";
-    if (cap) buf[0] = '\0';
+    if (!cap) return k > 0;
+    buf[0] = '\0';
     for (int i = 0; i < k; i++) {
         size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s%s", i ? " and " : "", what[i]);
+        snprintf(buf + len, cap - len, "%s%s", i ? " and " : "the ", what[i]);
+    }
+    if (k) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, k > 1 ? " differ" : " differs");
     }
     return k > 0;
 }

@@ -143,14 +143,6 @@ static td_status record(td_rundb *store, int64_t seq, const char *name, const ch
     return st;
 }
 
-static const char *kind_of(mode_t mode) {
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISSOCK(mode)) return "a socket";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    return "not a regular file";
-}
-
 /* The warning for a symbolic link where an artifact was looked for. Links are not followed and
  * not stored: a link can lead out of the run's files (a secret copied into the run directory),
  * back up its own tree (every file stored again under each turn of the loop) or round in a
@@ -208,7 +200,7 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
         return st;
     }
     if (!S_ISREG(sb.st_mode)) {
-        TD_LOG_WARN("artifact %s (%s) is %s: not stored", name, src, kind_of(sb.st_mode));
+        TD_LOG_WARN("artifact %s (%s) is %s: not stored", name, src, td_mode_kind(sb.st_mode));
         return TD_OK;
     }
     /* Runs of a workflow share its working directory: a file nobody wrote since this run was
@@ -358,7 +350,7 @@ static td_status register_tree(td_rundb *store, int64_t seq, const char *dir, co
                             "it is not registered",
                             path);
         } else if (!S_ISREG(sb.st_mode)) {
-            TD_LOG_WARN("artifact %s is %s: not registered", path, kind_of(sb.st_mode));
+            TD_LOG_WARN("artifact %s is %s: not registered", path, td_mode_kind(sb.st_mode));
         } else if (!(only_missing && is_recorded(store, seq, rel))) {
             char sha[65];
             if (td_sha256_file(path, sha) != TD_OK) {

@@ -248,15 +248,6 @@ static td_status write_offset(td_ingester *ing, const char *name, int64_t offset
     return st;
 }
 
-static const char *file_kind(mode_t mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISSOCK(mode)) return "a socket";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    return "not a regular file";
-}
-
 /* A metrics file that cannot be read is skipped, with one warning naming it and why (once, and
  * again only after it was read in between); the other files of the directory are ingested all
  * the same, and it is tried again at each poll (a file put right is read from its stored offset
@@ -303,7 +294,7 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
     }
     if (!S_ISREG(sb.st_mode)) {
         char why[160];
-        snprintf(why, sizeof why, "is %s, not a regular file", file_kind(sb.st_mode));
+        snprintf(why, sizeof why, "is %s, not a regular file", td_mode_kind(sb.st_mode));
         skip_file(ing, f, path, why);
         goto done;
     }

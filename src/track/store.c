@@ -222,6 +222,16 @@ static void unlink_journal(const td_rundb *s) {
     free(shm);
 }
 
+/* How runs.db is no longer the file this connection opened, as it was: "deleted", "replaced" or
+ * "emptied (0 bytes)" (truncated by hand or by a failed copy: the index in it is gone as surely as
+ * when it is deleted, whatever this connection's WAL still holds); NULL while it is. */
+static const char *db_file_changed(const td_rundb *store) {
+    struct stat sb;
+    if (stat(store->db_path, &sb) != 0) return "deleted";
+    if (!store->db || sb.st_dev != store->db_dev || sb.st_ino != store->db_ino) return "replaced";
+    return S_ISREG(sb.st_mode) && sb.st_size == 0 ? "emptied (0 bytes)" : NULL;
+}
+
 /* Opens s->db_path. Under an exclusive flock on <dir>/runs.db.lock a process decides whether the
  * index is lost (the file is missing, empty, or holds none of the store's tables), creates it
  * and, when run directories exist, rebuilds it from them: so exactly one process rebuilds and
@@ -379,19 +389,11 @@ out:
 
 td_status td__rundb_ensure(td_rundb *store) {
     if (store->rebuilding || (store->db && !sqlite3_get_autocommit(store->db))) return TD_OK;
-    struct stat sb;
-    int exists = stat(store->db_path, &sb) == 0;
-    int same = store->db && exists && sb.st_dev == store->db_dev && sb.st_ino == store->db_ino;
-    /* Our file, but emptied (0 bytes: truncated by hand or by a failed copy): the index in it is
-     * gone as surely as when it is deleted, whatever this connection's WAL still holds. */
-    int emptied = same && S_ISREG(sb.st_mode) && sb.st_size == 0;
-    if (same && !emptied) return TD_OK;
+    const char *how = db_file_changed(store);
+    if (!how) return TD_OK;
     if (store->db)
         TD_LOG_WARN("run store %s was %s while this process had it open; reopening it",
-                    store->db_path,
-                    !exists   ? "deleted"
-                    : emptied ? "emptied (0 bytes)"
-                              : "replaced");
+                    store->db_path, how);
     close_db(store);
     store->generation++;
     return open_db(store);
@@ -755,15 +757,6 @@ out:
     else
         td_run_clear(&row);
     return st;
-}
-
-/* Whether runs.db is no longer the file this connection opened, as it was: deleted, replaced
- * or emptied. */
-static int db_file_changed(const td_rundb *store) {
-    struct stat sb;
-    if (!store->db || stat(store->db_path, &sb) != 0) return 1;
-    return sb.st_dev != store->db_dev || sb.st_ino != store->db_ino ||
-           (S_ISREG(sb.st_mode) && sb.st_size == 0);
 }
 
 /* update_row_once, and once more when it failed because runs.db went away between the check

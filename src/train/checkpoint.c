@@ -84,9 +84,14 @@ static char *meta_json(const td_checkpoint *ck) {
 
 /* Removes what killed writers left in dir: .ckpt-<step>.tdck.tmp.<pid> files (24-45 MB for the
  * presets) whose writer is gone (td_remove_stale_tmp says how that is told). Called where a
- * trainer opens the directory: each save and the resume's search. Best effort: a directory that
+ * trainer first opens a directory (the resume's search, or its first save): a live process's own
+ * writes leave nothing behind, so once per directory is enough. Best effort: a directory that
  * cannot be listed is reported by the save or the search itself. */
 static void remove_stale_temporaries(const char *dir) {
+    static char *swept; /* the directory this process swept last */
+    if (swept && !strcmp(swept, dir)) return;
+    free(swept);
+    swept = td_xstrdup(dir);
     if (td_remove_stale_tmp(dir, "ckpt-", ".tdck", NULL) != TD_OK) {
         TD_LOG_WARN("checkpoint directory %s: %s", dir, td_error_msg());
         td_error_clear();

@@ -530,19 +530,13 @@ static td_status numerics_agree(trainer *t) {
         free(all);
         return st;
     }
-    char ranks[160] = "", what[96] = "", ref[256], other[256];
+    char ranks[160] = "", what[128] = "", ref[256], other[256];
     int odd = 0, first = -1;
-    bool several = false; /* more than one thing differs: "differ", not "differs" */
-    bool blas = false;
     for (int i = 1; i < world; i++) {
-        char w[96];
-        if (!td_numerics_diff(&all[0], &all[i], w, sizeof w)) continue;
-        if (first < 0) {
-            first = i;
-            snprintf(what, sizeof what, "%s", w);
-            several = strstr(w, " and ") != NULL;
-        }
-        blas |= strncmp(all[0].blas_core, all[i].blas_core, sizeof all[0].blas_core) != 0;
+        if (!td_numerics_diff(&all[0], &all[i], first < 0 ? what : NULL,
+                              first < 0 ? sizeof what : 0))
+            continue;
+        if (first < 0) first = i;
         size_t len = strlen(ranks);
         if (odd < 8)
             snprintf(ranks + len, sizeof ranks - len, "%s%d", odd ? ", " : "", i);
@@ -558,28 +552,26 @@ static td_status numerics_agree(trainer *t) {
     }
     td_numerics_describe(&all[first], other, sizeof other);
     char fix[256];
-    snprintf(fix, sizeof fix, "%s",
-             blas ? "pin one BLAS kernel: OPENBLAS_CORETYPE=" : "run one tandem build everywhere");
-    if (blas)
-        snprintf(fix + strlen(fix), sizeof fix - strlen(fix),
-                 "%s in every worker's environment (tandem launch sets node 0's on every node)",
+    if (strcmp(all[0].blas_core, all[first].blas_core))
+        snprintf(fix, sizeof fix,
+                 "pin one BLAS kernel: OPENBLAS_CORETYPE=%s in every worker's environment (tandem "
+                 "launch sets node 0's on every node)",
                  all[0].blas_core);
     else
-        snprintf(fix + strlen(fix), sizeof fix - strlen(fix),
-                 " (for nodes of different CPU generations, built with -DTANDEM_NATIVE=OFF)");
+        snprintf(fix, sizeof fix,
+                 "run one tandem build everywhere (for nodes of different CPU generations, built "
+                 "with -DTANDEM_NATIVE=OFF)");
     free(all);
     if (cfg->nondeterministic_ok) {
         TD_LOG_WARN("ranks will not compute the same bits (--nondeterministic-ok): rank 0 runs "
-                    "%s; rank%s %s run%s %s (the %s differ%s)",
-                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what,
-                    several ? "" : "s");
+                    "%s; rank%s %s run%s %s (%s)",
+                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what);
         return TD_OK;
     }
     return td_error(TD_ERR_INVALID,
                     "ranks would not compute the same bits: rank 0 runs %s; rank%s %s run%s %s "
-                    "(the %s differ%s). To fix, %s; or pass --nondeterministic-ok to train anyway",
-                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what,
-                    several ? "" : "s", fix);
+                    "(%s). To fix, %s; or pass --nondeterministic-ok to train anyway",
+                    ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what, fix);
 }
 
 static td_status setup(trainer *t, const td_train_config *cfg) {

@@ -214,10 +214,6 @@ static void read_signals(supervisor *s) {
         }
 }
 
-static const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
-}
-
 static void set_var(strvec *env, td_var v, const char *value) {
     env_set(env, td_var_name(v), value);
 }
@@ -626,21 +622,20 @@ static int supervise(supervisor *s) {
                 } else {
                     preempt_signal = 1;
                 }
-                progress(s,
-                         "%s run %s (asking the workers to checkpoint and exit; Ctrl-C twice, "
-                         "or a signal again after %.0f s, kills them now)",
-                         user ? "stopping" : "SIGTERM: preempting", s->run.id,
-                         TD_STOP_REPEAT_GRACE_S);
+                progress(
+                    s,
+                    "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
+                    " kills them now)",
+                    user ? "stopping" : "SIGTERM: preempting", s->run.id);
                 for (int i = 0; i < nagents; i++)
                     if (!agents[i].done) kill(agents[i].pid, SIGTERM);
                 stop_at = now + KILL_AFTER_S;
             } else if (!killed && !s->escalate) {
                 progress(s,
-                         "run %s: %s again %.1f s into the stop, taken as the same request; "
-                         "still waiting for the workers' checkpoint (Ctrl-C twice, or a signal "
-                         "%.0f s or more after the first, kills them now)",
-                         s->run.id, signal_name(s->last_signal), now - s->stops.began_s,
-                         TD_STOP_REPEAT_GRACE_S);
+                         "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
+                         "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
+                         " kills them now)",
+                         s->run.id, sigabbrev_np(s->last_signal), now - s->stops.began_s);
             }
             if (s->escalate && !killed) stop_at = now; /* an explicit second request: now */
         }
