@@ -81,10 +81,31 @@ void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *l
  * col [c * k * k][batch * oh * ow]: row (ci * k + ki) * k + kj, column b * oh * ow + oy * ow + ox,
  * so that a convolution over the whole batch is one gemm (W [out_c, c*k*k] x col) and its
  * output, [out_c][batch * oh * ow], is "CN": channel-major, then sample, then pixel.
- * These kernels are pure data movement: a block takes one row (tap or channel) for spb samples,
- * so the row's indices are computed once and consecutive threads touch consecutive pixels. */
-static dim3 rows_grid(int rows, int batch, int spb) {
-    return dim3(grid_x((size_t)rows), grid_y((size_t)(batch + spb - 1) / spb));
+ *
+ * These kernels are pure data movement, so what bounds them is how many loads each SM keeps in
+ * flight. A block takes one row (a tap, or a channel) and a group of SPB samples; a thread takes a
+ * pixel, works out its indices once, then moves that pixel for all SPB samples in an unrolled
+ * loop: SPB independent loads in flight per thread, consecutive threads on consecutive pixels.
+ * (One load per thread, the earlier shape, ran at about 1 TB/s on an H200 whatever the bytes; a
+ * warp per output row, tried on 2026-11-26, was 3x slower still.) */
+#define SPB 8
+/* Unrolled on the device; the host pass (tests/gpu/test_gpu_kernels_host.cu) knows no such pragma.
+ */
+#ifdef __CUDA_ARCH__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
+static dim3 rows_grid(int rows, int batch) {
+    return dim3(grid_x((size_t)rows), grid_y((size_t)(batch + SPB - 1) / SPB));
+}
+/* Threads for a row of n pixels: the fewest passes of at most 256 threads, then the fewest
+ * warps that cover n in that many passes (576 pixels: 3 passes of 192, not 2.25 of 256). */
+static unsigned row_threads(int n) {
+    int passes = (n + 255) / 256;
+    int per = (n + passes - 1) / passes;
+    return (unsigned)((per + 31) / 32 * 32);
 }
 
 /* The col buffer holds fp32, or bf16 under --precision bf16 (half the bytes of the largest
@@ -116,65 +137,109 @@ typedef struct {
         blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, threadIdx.x, blockDim.x                      \
     }
 
-/* The samples b of a rows_grid block: spb of them per y step, the block's y steps t.by,
- * t.by + t.gy, ... (more than one only past 65,535 steps). */
-#define FOR_SAMPLES(t, b, batch, spb)                                                              \
-    for (int y0 = (int)(t).by; y0 * (spb) < (batch); y0 += (int)(t).gy)                            \
-        for (int b = y0 * (spb), b##_end = imin((batch), (y0 + 1) * (spb)); b < b##_end; b++)
+/* The sample groups of a rows_grid block: first sample b0 = g * SPB of groups g = t.by,
+ * t.by + t.gy, ... (more than one only past 65,535 groups), nb = the samples in the group. */
+#define FOR_GROUPS(t, b0, nb, batch)                                                               \
+    for (int g_ = (int)(t).by, b0, nb; b0 = g_ * SPB, nb = imin(SPB, (batch)-b0), b0 < (batch);    \
+         g_ += (int)(t).gy)
 
-/* im2col: pure data movement. A block takes one row of col (tap r) for spb samples, so the row's
- * indices are computed once and consecutive threads write consecutive pixels. (A warp per
- * (tap, output row) over a block per input plane, tried on an H200 on 2026-11-26, was 3x slower:
- * 24-wide rows leave lanes idle and each warp's serial loop waits on its loads.) */
-template <typename T>
+/* Two adjacent entries of a row, p even and the row even-sized: one 8-byte (fp32) or 4-byte (bf16)
+ * store, so a warp writes 256 or 128 contiguous bytes per instruction instead of half that. */
+__host__ __device__ static inline void store2(float *p, float a, float b) {
+#ifdef __CUDA_ARCH__
+    *(float2 *)p = make_float2(a, b);
+#else
+    p[0] = a, p[1] = b;
+#endif
+}
+__device__ static inline void store2(__nv_bfloat16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+
+/* A thread takes PP adjacent pixels (PP = 2 where the row length is even, for the paired
+ * stores) for each of its group's samples. */
+template <int PP, typename T>
 __host__ __device__ static inline void im2col_thread(tix t, const float *x, int c, int h, int w,
                                                      int k, int stride, int pad, int oh, int ow,
-                                                     int batch, T *col, int spb) {
+                                                     int batch, T *col) {
     int r = (int)t.bx, n = oh * ow;
     int ci = r / (k * k), ki = r / k % k, kj = r % k;
-    FOR_SAMPLES(t, b, batch, spb) {
-        const float *xp = x + ((size_t)b * c + ci) * h * w;
-        T *dst = col + ((size_t)r * batch + b) * n;
-        for (int p = (int)t.tx; p < n; p += (int)t.bd) {
-            int oy = p / ow, ox = p - oy * ow;
-            int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
-            bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
-            store(dst + p, in ? xp[iy * w + ix] : 0.0f);
+    size_t xs = (size_t)c * h * w; /* one sample's stride in x */
+    FOR_GROUPS(t, b0, nb, batch) {
+        const float *xp = x + ((size_t)b0 * c + ci) * h * w;
+        T *dst = col + ((size_t)r * batch + b0) * n;
+        for (int p = (int)t.tx * PP; p < n; p += (int)t.bd * PP) {
+            int off[PP];
+            bool in[PP];
+            UNROLL
+            for (int j = 0; j < PP; j++) {
+                int oy = (p + j) / ow, ox = p + j - oy * ow;
+                int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+                in[j] = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                off[j] = in[j] ? iy * w + ix : 0;
+            }
+            float v[SPB][PP];
+            UNROLL
+            for (int s = 0; s < SPB; s++) UNROLL
+            for (int j = 0; j < PP; j++) v[s][j] = in[j] && s < nb ? xp[s * xs + off[j]] : 0.0f;
+            UNROLL
+            for (int s = 0; s < SPB; s++) {
+                if (s >= nb) break;
+                if (PP == 2)
+                    store2(dst + (size_t)s * n + p, v[s][0], v[s][PP - 1]);
+                else
+                    store(dst + (size_t)s * n + p, v[s][0]);
+            }
         }
     }
 }
 
-template <typename T>
+template <int PP, typename T>
 __global__ void im2col_kernel(const float *x, int c, int h, int w, int k, int stride, int pad,
-                              int oh, int ow, int batch, T *col, int spb) {
-    im2col_thread(TIX(), x, c, h, w, k, stride, pad, oh, ow, batch, col, spb);
+                              int oh, int ow, int batch, T *col) {
+    im2col_thread<PP>(TIX(), x, c, h, w, k, stride, pad, oh, ow, batch, col);
+}
+
+template <typename T>
+static void im2col_launch(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                          int stride, int pad, int oh, int ow, T *col) {
+    int n = oh * ow;
+    if (n % 2 == 0 && (uintptr_t)col % (2 * sizeof(T)) == 0)
+        im2col_kernel<2><<<rows_grid(c * k * k, batch), row_threads(n / 2), 0, s>>>(
+            x, c, h, w, k, stride, pad, oh, ow, batch, col);
+    else
+        im2col_kernel<1><<<rows_grid(c * k * k, batch), row_threads(n), 0, s>>>(
+            x, c, h, w, k, stride, pad, oh, ow, batch, col);
 }
 
 void td_gpu_im2col(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
                    int stride, int pad, int oh, int ow, float *col) {
-    im2col_kernel<<<rows_grid(c * k * k, batch, 2), 256, 0, s>>>(x, c, h, w, k, stride, pad, oh, ow,
-                                                                 batch, col, 2);
+    im2col_launch(s, x, batch, c, h, w, k, stride, pad, oh, ow, col);
 }
 
 void td_gpu_im2col_bf16(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
                         int stride, int pad, int oh, int ow, __nv_bfloat16 *col) {
-    im2col_kernel<<<rows_grid(c * k * k, batch, 2), 256, 0, s>>>(x, c, h, w, k, stride, pad, oh, ow,
-                                                                 batch, col, 2);
+    im2col_launch(s, x, batch, c, h, w, k, stride, pad, oh, ow, col);
 }
 
 /* The adjoint, as a gather: input cell (b, ci, iy, ix) sums the col entries that read it, ki then
- * kj, in fp32. A block per (ci, samples). With gate (the layer's input is a ReLU's output), that
- * ReLU's backward is applied here: cells not > 0 get 0. */
+ * kj, in fp32. A block per (ci, sample group); each thread keeps SPB sums, one per sample. With
+ * gate (the layer's input is a ReLU's output), that ReLU's backward is applied here: cells not
+ * > 0 get 0. */
 template <typename T>
-__host__ __device__ static inline void
-col2im_thread(tix t, const T *col, int c, int h, int w, int k, int stride, int pad, int oh, int ow,
-              int batch, const float *gate, float *x, int spb) {
-    int ci = (int)t.bx, n = oh * ow;
-    FOR_SAMPLES(t, b, batch, spb) {
-        size_t plane = ((size_t)b * c + ci) * h * w;
-        for (int p = (int)t.tx; p < h * w; p += (int)t.bd) {
+__host__ __device__ static inline void col2im_thread(tix t, const T *col, int c, int h, int w,
+                                                     int k, int stride, int pad, int oh, int ow,
+                                                     int batch, const float *gate, float *x) {
+    int ci = (int)t.bx, n = oh * ow, hw = h * w;
+    size_t tap = (size_t)batch * n, xs = (size_t)c * hw; /* strides of a col row, an x sample */
+    FOR_GROUPS(t, b0, nb, batch) {
+        const T *cp = col + (size_t)b0 * n;
+        size_t xo = ((size_t)b0 * c + ci) * hw;
+        for (int p = (int)t.tx; p < hw; p += (int)t.bd) {
             int iy = p / w, ix = p - iy * w;
-            float acc = 0.0f;
+            float acc[SPB];
+            UNROLL
+            for (int s = 0; s < SPB; s++) acc[s] = 0.0f;
             for (int ki = 0; ki < k; ki++) {
                 int ty = iy + pad - ki;
                 if (ty < 0) break;
@@ -185,71 +250,101 @@ col2im_thread(tix t, const T *col, int c, int h, int w, int k, int stride, int p
                     if (tx < 0) break;
                     int ox = stride == 1 ? tx : tx / stride;
                     if (ox * stride != tx || ox >= ow) continue;
-                    int r = (ci * k + ki) * k + kj;
-                    acc += load(col + ((size_t)r * batch + b) * n + oy * ow + ox);
+                    const T *src = cp + (size_t)((ci * k + ki) * k + kj) * tap + oy * ow + ox;
+                    UNROLL
+                    for (int s = 0; s < SPB; s++)
+                        if (s < nb) acc[s] += load(src + (size_t)s * n);
                 }
             }
-            x[plane + p] = gate && !(gate[plane + p] > 0.0f) ? 0.0f : acc;
+            UNROLL
+            for (int s = 0; s < SPB; s++) {
+                if (s >= nb) break;
+                size_t o = xo + s * xs + p;
+                x[o] = gate && !(gate[o] > 0.0f) ? 0.0f : acc[s];
+            }
         }
     }
 }
 
 template <typename T>
 __global__ void col2im_kernel(const T *col, int c, int h, int w, int k, int stride, int pad, int oh,
-                              int ow, int batch, const float *gate, float *x, int spb) {
-    col2im_thread(TIX(), col, c, h, w, k, stride, pad, oh, ow, batch, gate, x, spb);
+                              int ow, int batch, const float *gate, float *x) {
+    col2im_thread(TIX(), col, c, h, w, k, stride, pad, oh, ow, batch, gate, x);
 }
 
 void td_gpu_col2im(cudaStream_t s, const float *col, int batch, int c, int h, int w, int k,
                    int stride, int pad, int oh, int ow, const float *gate, float *x) {
-    col2im_kernel<<<rows_grid(c, batch, 1), 256, 0, s>>>(col, c, h, w, k, stride, pad, oh, ow,
-                                                         batch, gate, x, 1);
+    col2im_kernel<<<rows_grid(c, batch), row_threads(h * w), 0, s>>>(col, c, h, w, k, stride, pad,
+                                                                     oh, ow, batch, gate, x);
 }
 
 void td_gpu_col2im_bf16(cudaStream_t s, const __nv_bfloat16 *col, int batch, int c, int h, int w,
                         int k, int stride, int pad, int oh, int ow, const float *gate, float *x) {
-    col2im_kernel<<<rows_grid(c, batch, 1), 256, 0, s>>>(col, c, h, w, k, stride, pad, oh, ow,
-                                                         batch, gate, x, 1);
+    col2im_kernel<<<rows_grid(c, batch), row_threads(h * w), 0, s>>>(col, c, h, w, k, stride, pad,
+                                                                     oh, ow, batch, gate, x);
 }
 
 /* out [batch][c][n] (NCHW) = act(y [c][batch * n] (CN) + bias[c]). */
-__global__ void cn_bias_act_kernel(const float *y, const float *bias, int c, int n, int batch,
-                                   bool relu, float *out, int spb) {
-    int ch = blockIdx.x;
+__host__ __device__ static inline void cn_bias_act_thread(tix t, const float *y, const float *bias,
+                                                          int c, int n, int batch, bool relu,
+                                                          float *out) {
+    int ch = (int)t.bx;
     float bc = bias[ch];
-    FOR_SAMPLES(TIX(), b, batch, spb) {
-        const float *src = y + ((size_t)ch * batch + b) * n;
-        float *dst = out + ((size_t)b * c + ch) * n;
-        for (int p = threadIdx.x; p < n; p += blockDim.x) {
-            float v = __fadd_rn(src[p], bc);
-            dst[p] = relu ? fmaxf(v, 0.0f) : v;
+    size_t os = (size_t)c * n; /* one sample's stride in out */
+    FOR_GROUPS(t, b0, nb, batch) {
+        const float *src = y + ((size_t)ch * batch + b0) * n;
+        float *dst = out + ((size_t)b0 * c + ch) * n;
+        for (int p = (int)t.tx; p < n; p += (int)t.bd) {
+            float v[SPB];
+            UNROLL
+            for (int s = 0; s < SPB; s++) v[s] = s < nb ? src[(size_t)s * n + p] : 0.0f;
+            UNROLL
+            for (int s = 0; s < SPB; s++) {
+                if (s >= nb) break;
+                float u = v[s] + bc; /* one add: never contracted, the CPU's bits */
+                dst[s * os + p] = relu ? fmaxf(u, 0.0f) : u;
+            }
         }
     }
 }
 
+__global__ void cn_bias_act_kernel(const float *y, const float *bias, int c, int n, int batch,
+                                   bool relu, float *out) {
+    cn_bias_act_thread(TIX(), y, bias, c, n, batch, relu, out);
+}
+
 void td_gpu_cn_bias_act(cudaStream_t s, const float *y, const float *bias, int batch, int c, int n,
                         bool relu, float *out) {
-    cn_bias_act_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(y, bias, c, n, batch, relu, out, 2);
+    cn_bias_act_kernel<<<rows_grid(c, batch), row_threads(n), 0, s>>>(y, bias, c, n, batch, relu,
+                                                                      out);
 }
 
 /* y [c][batch * n] (CN) = x [batch][c][n] (NCHW), and its bf16 rounding into y16 when given. */
 __global__ void nchw_to_cn_kernel(const float *x, int c, int n, int batch, float *y,
-                                  __nv_bfloat16 *y16, int spb) {
-    int ch = blockIdx.x;
-    FOR_SAMPLES(TIX(), b, batch, spb) {
-        const float *src = x + ((size_t)b * c + ch) * n;
-        size_t o = ((size_t)ch * batch + b) * n;
-        for (int p = threadIdx.x; p < n; p += blockDim.x) {
-            float v = src[p];
-            y[o + p] = v;
-            if (y16) y16[o + p] = __float2bfloat16_rn(v);
+                                  __nv_bfloat16 *y16) {
+    tix t = TIX();
+    int ch = (int)t.bx;
+    size_t xs = (size_t)c * n;
+    FOR_GROUPS(t, b0, nb, batch) {
+        const float *src = x + ((size_t)b0 * c + ch) * n;
+        size_t o = ((size_t)ch * batch + b0) * n;
+        for (int p = (int)t.tx; p < n; p += (int)t.bd) {
+            float v[SPB];
+            UNROLL
+            for (int s = 0; s < SPB; s++) v[s] = s < nb ? src[s * xs + p] : 0.0f;
+            UNROLL
+            for (int s = 0; s < SPB; s++) {
+                if (s >= nb) break;
+                y[o + (size_t)s * n + p] = v[s];
+                if (y16) y16[o + (size_t)s * n + p] = __float2bfloat16_rn(v[s]);
+            }
         }
     }
 }
 
 void td_gpu_nchw_to_cn(cudaStream_t s, const float *x, int batch, int c, int n, float *y,
                        __nv_bfloat16 *y16) {
-    nchw_to_cn_kernel<<<rows_grid(c, batch, 2), 256, 0, s>>>(x, c, n, batch, y, y16, 2);
+    nchw_to_cn_kernel<<<rows_grid(c, batch), row_threads(n), 0, s>>>(x, c, n, batch, y, y16);
 }
 
 __global__ void to_bf16_kernel(const float *x, size_t n, __nv_bfloat16 *y) {
@@ -352,33 +447,49 @@ void td_gpu_maxpool(cudaStream_t s, const float *x, int batch, int c, int h, int
 /* Gather: each input cell sums the gradients of the windows whose argmax it is (oy, ox in
  * increasing order, as the CPU's scatter adds them). With gate, the pool's input is a ReLU's
  * output and the ReLU's backward is folded in: cells that are not positive get 0. Grid (pixel
- * blocks, planes b * c + ci, strided past 65,535). */
+ * blocks, groups of SPB planes b * c + ci, strided past 65,535); a thread takes one pixel of
+ * each plane of its group, unrolled, so its loads are in flight together. */
+__host__ __device__ static inline float maxpool_backward_cell(const float *dyp, const uint8_t *amp,
+                                                              int iy, int ix, int k, int stride,
+                                                              int oh, int ow) {
+    float acc = 0.0f;
+    if (k == 2 && stride == 2) { /* one window per cell */
+        int oy = iy >> 1, ox = ix >> 1;
+        if (oy < oh && ox < ow && amp[oy * ow + ox] == ((iy & 1) << 1 | (ix & 1)))
+            acc = dyp[oy * ow + ox];
+        return acc;
+    }
+    int oy0 = iy >= k ? (iy - k) / stride + 1 : 0, oy1 = imin(iy / stride, oh - 1);
+    int ox0 = ix >= k ? (ix - k) / stride + 1 : 0, ox1 = imin(ix / stride, ow - 1);
+    for (int oy = oy0; oy <= oy1; oy++)
+        for (int ox = ox0; ox <= ox1; ox++) {
+            int a = amp[oy * ow + ox];
+            if (oy * stride + a / k == iy && ox * stride + a % k == ix) acc += dyp[oy * ow + ox];
+        }
+    return acc;
+}
+
 __host__ __device__ static inline void
 maxpool_backward_thread(tix t, const float *dy, const uint8_t *argmax, const float *x, bool gate,
                         size_t planes, int h, int w, int k, int stride, int oh, int ow, float *dx) {
     int p = (int)(t.bx * t.bd + t.tx);
     if (p >= h * w) return;
     int iy = p / w, ix = p - iy * w;
-    for (size_t plane = t.by; plane < planes; plane += t.gy) {
-        const float *dyp = dy + plane * oh * ow;
-        const uint8_t *amp = argmax + plane * oh * ow;
-        float acc = 0.0f;
-        if (k == 2 && stride == 2) { /* one window per cell */
-            int oy = iy >> 1, ox = ix >> 1;
-            if (oy < oh && ox < ow && amp[oy * ow + ox] == ((iy & 1) << 1 | (ix & 1)))
-                acc = dyp[oy * ow + ox];
-        } else {
-            int oy0 = iy >= k ? (iy - k) / stride + 1 : 0, oy1 = imin(iy / stride, oh - 1);
-            int ox0 = ix >= k ? (ix - k) / stride + 1 : 0, ox1 = imin(ix / stride, ow - 1);
-            for (int oy = oy0; oy <= oy1; oy++)
-                for (int ox = ox0; ox <= ox1; ox++) {
-                    int a = amp[oy * ow + ox];
-                    if (oy * stride + a / k == iy && ox * stride + a % k == ix)
-                        acc += dyp[oy * ow + ox];
-                }
+    size_t in = (size_t)h * w, out = (size_t)oh * ow;
+    for (size_t p0 = (size_t)t.by * SPB; p0 < planes; p0 += (size_t)t.gy * SPB) {
+        float acc[SPB];
+        UNROLL
+        for (int s = 0; s < SPB; s++)
+            acc[s] = p0 + s < planes
+                         ? maxpool_backward_cell(dy + (p0 + s) * out, argmax + (p0 + s) * out, iy,
+                                                 ix, k, stride, oh, ow)
+                         : 0.0f;
+        UNROLL
+        for (int s = 0; s < SPB; s++) {
+            if (p0 + s >= planes) break;
+            size_t o = (p0 + s) * in + p;
+            dx[o] = gate && !(x[o] > 0.0f) ? 0.0f : acc[s];
         }
-        if (gate && !(x[plane * h * w + p] > 0.0f)) acc = 0.0f;
-        dx[plane * h * w + p] = acc;
     }
 }
 
@@ -388,13 +499,75 @@ __global__ void maxpool_backward_kernel(const float *dy, const uint8_t *argmax, 
     maxpool_backward_thread(TIX(), dy, argmax, x, gate, planes, h, w, k, stride, oh, ow, dx);
 }
 
+/* The common case, 2x2 windows of stride 2 that tile the input exactly (h = 2 oh, w = 2 ow): a
+ * thread takes one window (one dy, one argmax byte) of each plane of its group and writes its
+ * four cells as two pairs. The same bits as the gather: each cell gets its window's dy or 0. */
+__host__ __device__ static inline void load2(const float *p, float *a, float *b) {
+#ifdef __CUDA_ARCH__
+    float2 v = *(const float2 *)p;
+    *a = v.x, *b = v.y;
+#else
+    *a = p[0], *b = p[1];
+#endif
+}
+
+__host__ __device__ static inline void
+maxpool2_backward_thread(tix t, const float *dy, const uint8_t *argmax, const float *x, bool gate,
+                         size_t planes, int oh, int ow, float *dx) {
+    int q = (int)(t.bx * t.bd + t.tx);
+    if (q >= oh * ow) return;
+    int oy = q / ow, ox = q - oy * ow, w = 2 * ow;
+    size_t in = (size_t)4 * oh * ow, out = (size_t)oh * ow, c0 = (size_t)2 * oy * w + 2 * ox;
+    for (size_t p0 = (size_t)t.by * SPB; p0 < planes; p0 += (size_t)t.gy * SPB) {
+        float g[SPB];
+        int a[SPB];
+        UNROLL
+        for (int s = 0; s < SPB; s++) {
+            bool here = p0 + s < planes;
+            g[s] = here ? dy[(p0 + s) * out + q] : 0.0f;
+            a[s] = here ? argmax[(p0 + s) * out + q] : 0;
+        }
+        UNROLL
+        for (int s = 0; s < SPB; s++) {
+            if (p0 + s >= planes) break;
+            size_t o = (p0 + s) * in + c0;
+            float v[4];
+            UNROLL
+            for (int j = 0; j < 4; j++) v[j] = a[s] == j ? g[s] : 0.0f;
+            if (gate) {
+                float x0, x1, x2, x3;
+                load2(x + o, &x0, &x1);
+                load2(x + o + w, &x2, &x3);
+                v[0] = x0 > 0.0f ? v[0] : 0.0f, v[1] = x1 > 0.0f ? v[1] : 0.0f;
+                v[2] = x2 > 0.0f ? v[2] : 0.0f, v[3] = x3 > 0.0f ? v[3] : 0.0f;
+            }
+            store2(dx + o, v[0], v[1]);
+            store2(dx + o + w, v[2], v[3]);
+        }
+    }
+}
+
+__global__ void maxpool2_backward_kernel(const float *dy, const uint8_t *argmax, const float *x,
+                                         bool gate, size_t planes, int oh, int ow, float *dx) {
+    maxpool2_backward_thread(TIX(), dy, argmax, x, gate, planes, oh, ow, dx);
+}
+
 void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
                              bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
                              int ow, float *dx) {
     size_t planes = (size_t)batch * c;
-    dim3 grid(grid_x((size_t)(h * w + 127) / 128), grid_y(planes));
-    maxpool_backward_kernel<<<grid, 128, 0, s>>>(dy, argmax, x, gate, planes, h, w, k, stride, oh,
-                                                 ow, dx);
+    unsigned groups = grid_y((planes + SPB - 1) / SPB);
+    if (k == 2 && stride == 2 && h == 2 * oh && w == 2 * ow &&
+        ((uintptr_t)dx | (uintptr_t)x) % sizeof(float2) == 0) {
+        unsigned threads = row_threads(oh * ow);
+        dim3 grid(grid_x((size_t)(oh * ow + threads - 1) / threads), groups);
+        maxpool2_backward_kernel<<<grid, threads, 0, s>>>(dy, argmax, x, gate, planes, oh, ow, dx);
+        return;
+    }
+    unsigned threads = row_threads(h * w);
+    dim3 grid(grid_x((size_t)(h * w + threads - 1) / threads), groups);
+    maxpool_backward_kernel<<<grid, threads, 0, s>>>(dy, argmax, x, gate, planes, h, w, k, stride,
+                                                     oh, ow, dx);
 }
 
 /* ---- dropout: the CPU's Philox4x32-10 stream (core/rng.c), bit for bit ---- */
@@ -404,7 +577,7 @@ __device__ static float philox_uniform(uint64_t key, uint64_t stream, uint64_t i
     uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32);
     uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
     uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#pragma unroll
+    UNROLL
     for (int r = 0; r < 10; r++) {
         uint32_t hi0 = __umulhi(M0, c0), lo0 = M0 * c0;
         uint32_t hi1 = __umulhi(M1, c2), lo1 = M1 * c2;

@@ -5,7 +5,8 @@
  * capped as a large batch caps it (65,535, and 3 and 1 to force the strided loops), and compares
  * the result byte for byte with direct loops: im2col (stride, padding, widths past a warp),
  * col2im (the adjoint, with and without the folded ReLU gate) and the max pool's backward
- * (2x2, overlapping windows). Built with the CUDA backend; needs no GPU. */
+ * (2x2, overlapping windows, and the 2x2 tiling path), the conv output's return to NCHW. Built with
+ * the CUDA backend; needs no GPU. */
 #include "kernels.cu"
 #include <cstdio>
 #include <cstdlib>
@@ -34,17 +35,28 @@ static void check_conv(int batch, int c, int h, int w, int k, int stride, int pa
                     in ? x[((size_t)b * c + ci) * h * w + iy * w + ix] : 0.f;
             }
     }
-    int spb = 2;
-    unsigned gy = (unsigned)((batch + spb - 1) / spb);
+    unsigned gy = (unsigned)((batch + SPB - 1) / SPB);
     if (gy > gy_cap) gy = gy_cap;
-    for (unsigned bx = 0; bx < (unsigned)(c * k * k); bx++)
-        for (unsigned by = 0; by < gy; by++)
-            for (unsigned tx = 0; tx < 256; tx++)
-                im2col_thread<float>(tix{bx, by, (unsigned)(c * k * k), gy, tx, 256}, x.data(), c,
-                                     h, w, k, stride, pad, oh, ow, batch, col.data(), spb);
-    if (memcmp(col.data(), ref.data(), col.size() * 4)) {
-        printf("FAIL im2col b%d c%d %dx%d k%d s%d p%d\n", batch, c, h, w, k, stride, pad);
-        fails++;
+    for (int pp = 1; pp <= 2; pp++) { // one pixel per thread, and pairs (even rows only)
+        if (pp == 2 && n % 2) continue;
+        std::fill(col.begin(), col.end(), -99.f);
+        unsigned th = row_threads(n / pp);
+        for (unsigned bx = 0; bx < (unsigned)(c * k * k); bx++)
+            for (unsigned by = 0; by < gy; by++)
+                for (unsigned tx = 0; tx < th; tx++) {
+                    tix t{bx, by, (unsigned)(c * k * k), gy, tx, th};
+                    if (pp == 1)
+                        im2col_thread<1, float>(t, x.data(), c, h, w, k, stride, pad, oh, ow, batch,
+                                                col.data());
+                    else
+                        im2col_thread<2, float>(t, x.data(), c, h, w, k, stride, pad, oh, ow, batch,
+                                                col.data());
+                }
+        if (memcmp(col.data(), ref.data(), col.size() * 4)) {
+            printf("FAIL im2col (%d per thread) b%d c%d %dx%d k%d s%d p%d\n", pp, batch, c, h, w, k,
+                   stride, pad);
+            fails++;
+        }
     }
     // col2im: adjoint, gather order ki then kj; with and without gate
     std::vector<float> dcol(col.size()), dx((size_t)batch * c * h * w, -99.f), dref(dx.size()),
@@ -69,18 +81,43 @@ static void check_conv(int batch, int c, int h, int w, int k, int stride, int pa
                         size_t o = ((size_t)b * c + ci) * h * w + iy * w + ix;
                         dref[o] = g && !(gate[o] > 0) ? 0.f : acc;
                     }
-        int spb2 = 1;
-        unsigned gy2 = (unsigned)((batch + spb2 - 1) / spb2);
-        if (gy2 > gy_cap) gy2 = gy_cap;
+        unsigned th2 = row_threads(h * w);
         for (unsigned bx = 0; bx < (unsigned)c; bx++)
-            for (unsigned by = 0; by < gy2; by++)
-                for (unsigned tx = 0; tx < 256; tx++)
-                    col2im_thread<float>(tix{bx, by, (unsigned)c, gy2, tx, 256}, dcol.data(), c, h,
+            for (unsigned by = 0; by < gy; by++)
+                for (unsigned tx = 0; tx < th2; tx++)
+                    col2im_thread<float>(tix{bx, by, (unsigned)c, gy, tx, th2}, dcol.data(), c, h,
                                          w, k, stride, pad, oh, ow, batch,
-                                         g ? gate.data() : nullptr, dx.data(), spb2);
+                                         g ? gate.data() : nullptr, dx.data());
         if (memcmp(dx.data(), dref.data(), dx.size() * 4)) {
             printf("FAIL col2im gate%d b%d c%d %dx%d k%d s%d p%d\n", g, batch, c, h, w, k, stride,
                    pad);
+            fails++;
+        }
+    }
+}
+// The conv gemm's output [c][batch * n] back to NCHW with bias and (optionally) ReLU.
+static void check_cn_bias_act(int batch, int c, int n, unsigned gy_cap) {
+    std::vector<float> y((size_t)c * batch * n), bias(c), out((size_t)batch * c * n, -99.f),
+        ref(out.size());
+    unsigned s = 3;
+    for (auto &v : y) v = rndf(s);
+    for (auto &v : bias) v = rndf(s);
+    for (int relu = 0; relu < 2; relu++) {
+        for (int b = 0; b < batch; b++)
+            for (int ch = 0; ch < c; ch++)
+                for (int p = 0; p < n; p++) {
+                    float v = y[((size_t)ch * batch + b) * n + p] + bias[ch];
+                    ref[((size_t)b * c + ch) * n + p] = relu && v < 0 ? 0.f : v;
+                }
+        unsigned th = row_threads(n), groups = (unsigned)((batch + SPB - 1) / SPB),
+                 gy = groups > gy_cap ? gy_cap : groups;
+        for (unsigned bx = 0; bx < (unsigned)c; bx++)
+            for (unsigned by = 0; by < gy; by++)
+                for (unsigned tx = 0; tx < th; tx++)
+                    cn_bias_act_thread(tix{bx, by, (unsigned)c, gy, tx, th}, y.data(), bias.data(),
+                                       c, n, batch, relu, out.data());
+        if (memcmp(out.data(), ref.data(), out.size() * 4)) {
+            printf("FAIL cn_bias_act relu%d b%d c%d n%d\n", relu, batch, c, n);
             fails++;
         }
     }
@@ -120,12 +157,13 @@ static void check_pool(int batch, int c, int h, int w, int k, int stride, unsign
         if (g)
             for (size_t i = 0; i < ref.size(); i++)
                 if (!(x[i] > 0)) ref[i] = 0;
-        unsigned gx = (unsigned)((h * w + 127) / 128),
-                 gy = planes > gx_cap ? gx_cap : (unsigned)planes;
+        unsigned th = row_threads(h * w), gx = (unsigned)((h * w + th - 1) / th),
+                 groups = (unsigned)((planes + SPB - 1) / SPB),
+                 gy = groups > gx_cap ? gx_cap : groups;
         for (unsigned bx = 0; bx < gx; bx++)
             for (unsigned by = 0; by < gy; by++)
-                for (unsigned tx = 0; tx < 128; tx++)
-                    maxpool_backward_thread(tix{bx, by, gx, gy, tx, 128}, dy.data(), am.data(),
+                for (unsigned tx = 0; tx < th; tx++)
+                    maxpool_backward_thread(tix{bx, by, gx, gy, tx, th}, dy.data(), am.data(),
                                             x.data(), g, planes, h, w, k, stride, oh, ow,
                                             dx.data());
         // the reference scatter adds in (oy, ox) order; the gather too: compare bits
@@ -133,6 +171,19 @@ static void check_pool(int batch, int c, int h, int w, int k, int stride, unsign
             printf("FAIL maxpool_backward gate%d b%d c%d %dx%d k%d s%d\n", g, batch, c, h, w, k,
                    stride);
             fails++;
+        }
+        if (k == 2 && stride == 2 && h == 2 * oh && w == 2 * ow) { // windows tile the input
+            std::fill(dx.begin(), dx.end(), -99.f);
+            unsigned th2 = row_threads(oh * ow), gx2 = (unsigned)((oh * ow + th2 - 1) / th2);
+            for (unsigned bx = 0; bx < gx2; bx++)
+                for (unsigned by = 0; by < gy; by++)
+                    for (unsigned tx = 0; tx < th2; tx++)
+                        maxpool2_backward_thread(tix{bx, by, gx2, gy, tx, th2}, dy.data(),
+                                                 am.data(), x.data(), g, planes, oh, ow, dx.data());
+            if (memcmp(dx.data(), ref.data(), dx.size() * 4)) {
+                printf("FAIL maxpool2_backward gate%d b%d c%d %dx%d\n", g, batch, c, h, w);
+                fails++;
+            }
         }
     }
 }
@@ -146,8 +197,12 @@ int main(void) {
         check_conv(2, 1, 28, 28, 3, 1, 0, cap);
         check_conv(3, 2, 40, 37, 3, 1, 1, cap); // w > 32: lanes loop
         check_conv(2, 2, 70, 70, 7, 2, 3, cap);
+        check_conv(19, 2, 9, 9, 3, 1, 1, cap); // groups of 8 samples, a partial one
+        check_cn_bias_act(17, 3, 576, cap);
+        check_cn_bias_act(9, 2, 300, cap);
         check_pool(5, 3, 7, 7, 3, 1, cap == 65535 ? 1u << 30 : cap);
         check_pool(4, 6, 24, 24, 2, 2, cap == 65535 ? 1u << 30 : cap);
+        check_pool(3, 7, 6, 10, 2, 2, cap == 65535 ? 1u << 30 : cap); // 21 planes: a partial group
         check_pool(3, 2, 9, 9, 2, 2, cap == 65535 ? 1u << 30 : cap);
         check_pool(2, 2, 40, 35, 3, 2, cap == 65535 ? 1u << 30 : cap);
     }
