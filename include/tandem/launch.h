@@ -35,7 +35,8 @@ typedef struct {
     bool standalone;     /* host a private store on 127.0.0.1 (single node) */
     int max_restarts;    /* whole-group restarts after a failure (default 0) */
     const char *log_dir; /* NULL or DIR: also append each worker's lines to DIR/rank-R.log */
-    const char *metrics_dir;   /* NULL or DIR: workers get TANDEM_METRICS=DIR/rank-R.jsonl */
+    const char *metrics_dir; /* NULL or DIR: workers get TANDEM_METRICS=DIR/rank-R.jsonl */
+    const char *end_record;  /* NULL or FILE: how this agent ended, as a typed record (endrec.h) */
     double monitor_interval_s; /* child / store check period (default 0.1) */
     double grace_s;            /* SIGTERM -> SIGKILL after a failure (default 2) */
     double stop_grace_s;       /* SIGTERM -> SIGKILL after the launcher is signalled (default 30) */

@@ -186,6 +186,7 @@ typedef struct {
     td__echo echo;
     td_ingester *ing;
     int failed_code; /* the failing agent's exit code */
+    int stop_code;   /* after a stop: 143 when every agent's workers checkpointed, else 1 */
 } ssh_sup;
 
 /* A progress line ("tandem: ...") and how a run fails before its job ran: exec.c's. */
@@ -845,7 +846,7 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
             int code = td_wait_exit_code(agents[i].status);
             if (code != 0 && code != 143) checkpointed = 0;
         }
-        snprintf(why, nbytes, "%s", checkpointed ? "143" : "1");
+        c->stop_code = checkpointed ? 143 : 1;
     } else if (*failed >= 0) {
         end = END_FAILED;
     } else {
@@ -1019,7 +1020,7 @@ static int ssh_run(const td_exec_job *job) {
             handle_stops(&c, &ss, NULL, 0, &(double){0});
             if (ss.stopped_by[0] || ss.preempt) {
                 end = END_STOPPED;
-                snprintf(why, sizeof why, "1");
+                c.stop_code = 1;
                 break;
             }
         }
@@ -1033,7 +1034,7 @@ static int ssh_run(const td_exec_job *job) {
         o.status = TD_RUN_SUCCEEDED;
         snprintf(o.note, sizeof o.note, "%s", note);
     } else if (end == END_STOPPED) {
-        int code = atoi(why);
+        int code = c.stop_code;
         o.exit_code = code;
         o.cli_code = code;
         if (ss.preempt) {

@@ -1,7 +1,7 @@
 /* The node agent: token and store, the attempt loop (rendezvous, spawn, monitor, restart) and
- * the monitor loop, one poll() over worker pipes and a signalfd with the monitor interval as
- * its timer. Signal handlers do no work: SIGCHLD/SIGTERM/SIGINT/SIGHUP are blocked and read
- * from the signalfd.
+ * the monitor, on one event loop (core's loop.h): worker pipes and a signalfd watched, the
+ * store and stall checks as timers. Signal handlers do no work: SIGCHLD/SIGTERM/SIGINT/SIGHUP are
+ * blocked and read from the signalfd.
  *
  * Per-attempt store keys beside the rendezvous ones (see rdzv.c), multi-node only:
  *   failed  the root cause, first failure in the group wins (compare_set)
@@ -12,11 +12,12 @@
 #include "launch_internal.h"
 #include "stall.h"
 
+#include "tandem/endrec.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/tensor.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -51,7 +52,7 @@ typedef struct {
     const td_launch_options *o;
     bool multi;
     td_sigwatch *sigs; /* SIGCHLD, SIGTERM, SIGINT, SIGHUP */
-    int sig_fd;        /* sigs->fd, for poll */
+    int sig_fd;        /* sigs->fd, watched by the event loops */
     char token[129];
     char run_id[256];
     char store_host[256]; /* how agents and workers reach the store */
@@ -70,16 +71,18 @@ typedef struct {
     td__workers ws;
     outcome_kind outcome;
     char cause[512]; /* root cause of a failure */
+    int failed_idx;  /* this node's worker whose failure is the group's cause, or -1 */
     int stop_sig;    /* signal that stopped the job (received here or on another node) */
     double stop_at;  /* when it arrived */
     bool teardown;
-    double kill_at; /* when teardown escalates to SIGKILL */
+    double kill_at;      /* when teardown escalates to SIGKILL */
+    uint64_t kill_timer; /* its timer on the monitor's loop, once armed (it stays armed) */
     bool killed;
     bool done_published;
     bool store_lost;
-    td__stall *stall;  /* the stall check, or NULL (--stall-timeout 0) */
-    double next_stall; /* when it runs next */
-    int silent_nodes;  /* agents whose heartbeat stopped: they will not check out */
+    bool cause_from_other; /* the group's cause is another node's failure */
+    td__stall *stall;      /* the stall check, or NULL (--stall-timeout 0) */
+    int silent_nodes;      /* agents whose heartbeat stopped: they will not check out */
 } attempt;
 
 /* The same token on every node without a shared secret: anyone who knows the id can compute
@@ -233,6 +236,7 @@ static void on_local_failure(agent *a, attempt *t, int idx) {
     snprintf(t->cause, sizeof t->cause, "worker rank %d (local rank %d on node %d, pid %d) %s",
              w->rank, w->local_rank, t->rz.group_rank, (int)w->pid, how);
     fail_group(a, t);
+    if (t->outcome == OUTCOME_FAILED && !t->cause_from_other) t->failed_idx = idx;
 }
 
 /* The stall check's verdict (stall.c) is a failure like a worker's. */
@@ -258,6 +262,7 @@ static void fail_group(agent *a, attempt *t) {
             actual && (n != strlen(t->cause) || memcmp(actual, t->cause, n))) {
             TD_LOG_WARN("%s (after another node's failure)", t->cause);
             snprintf(t->cause, sizeof t->cause, "%.*s", (int)TD_MIN(n, 500), (char *)actual);
+            t->cause_from_other = true;
         }
         free(actual);
     }
@@ -371,10 +376,72 @@ static bool group_done(agent *a, attempt *t) {
     return v >= t->rz.nnodes;
 }
 
+/* The monitor runs on one event loop (loop.h): the signalfd and the workers' pipes are watched
+ * descriptors, the store check and the stall check are periodic timers, the SIGKILL deadline of
+ * a teardown is a one-shot timer, and the before-sleep hook reaps workers and decides when the
+ * attempt is over. */
+typedef struct {
+    agent *a;
+    attempt *t;
+    double stall_period;
+} monitor_ctx;
+
+static void on_signal_fd(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events;
+    monitor_ctx *m = user;
+    read_signals(m->a, m->t);
+}
+
+static void on_worker_fd(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    td__workers *ws = &((monitor_ctx *)user)->t->ws;
+    td__workers_pump_fd(ws, fd);
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].out.fd == fd || ws->w[i].err.fd == fd) return;
+    td_loop_unwatch(l, fd); /* at its end: the pump closed it */
+}
+
+/* The other nodes' news, once per monitor interval; also while this node's workers are done
+ * and it waits for the others. */
+static void on_tick(td_loop *l, void *user) {
+    (void)l;
+    monitor_ctx *m = user;
+    if (m->a->multi && !m->t->store_lost && !m->t->teardown) check_store(m->a, m->t);
+}
+
+/* The stall check: its heartbeat also tells the other nodes this one is still here. */
+static void on_stall_tick(td_loop *l, void *user) {
+    (void)l;
+    monitor_ctx *m = user;
+    if (!m->t->store_lost && !m->t->teardown) check_stall(m->a, m->t);
+}
+
+static void on_kill_deadline(td_loop *l, void *user) {
+    (void)l;
+    monitor_ctx *m = user;
+    attempt *t = m->t;
+    if (t->killed || td__workers_running(&t->ws) == 0) return;
+    TD_LOG_WARN("workers still running %.1f s after SIGTERM: sending SIGKILL",
+                t->outcome == OUTCOME_STOPPED ? m->a->o->stop_grace_s : m->a->o->grace_s);
+    td__workers_signal(&t->ws, SIGKILL, true);
+    t->killed = true;
+}
+
+static void before_sleep(td_loop *l, void *user) {
+    monitor_ctx *m = user;
+    attempt *t = m->t;
+    int failed = -1;
+    td__workers_reap(&t->ws, &failed);
+    if (failed >= 0 && !t->teardown) on_local_failure(m->a, t, failed);
+    if (t->teardown && !t->killed && !t->kill_timer)
+        t->kill_timer = td_loop_timer(l, t->kill_at - td_now_s(), 0, on_kill_deadline, m);
+    if (td__workers_running(&t->ws) == 0 && (t->teardown || group_done(m->a, t)))
+        td_loop_stop(l); /* or the store was lost; outcome says which */
+}
+
 static void monitor(agent *a, attempt *t) {
     const td_launch_options *o = a->o;
-    double next_tick = td_now_s();
-    double stall_period = 0;
+    monitor_ctx m = {.a = a, .t = t};
     if (o->stall_timeout_s > 0) {
         td__stall_params sp = {.store = a->multi ? a->store : a->own_store,
                                .ns = t->ns,
@@ -389,66 +456,40 @@ static void monitor(agent *a, attempt *t) {
                                .monitor_s = o->monitor_interval_s};
         if (sp.store) {
             t->stall = td__stall_new(&sp);
-            stall_period = td__stall_period_s(&sp);
-            t->next_stall = next_tick;
+            m.stall_period = td__stall_period_s(&sp);
         }
     }
-    struct pollfd *pfds = td_xcalloc((size_t)(2 * t->ws.n + 1), sizeof *pfds);
-    for (;;) {
-        int failed = -1;
-        td__workers_reap(&t->ws, &failed);
-        if (failed >= 0 && !t->teardown) on_local_failure(a, t, failed);
-
-        double now = td_now_s();
-        if (now >= next_tick) {
-            next_tick = now + o->monitor_interval_s;
-            if (a->multi && !t->store_lost && !t->teardown) check_store(a, t);
-            /* Also while this node's workers are done and it waits for the others: its
-             * heartbeat tells them it is still here. */
-            if (t->stall && now >= t->next_stall && !t->store_lost && !t->teardown) {
-                t->next_stall = now + stall_period;
-                check_stall(a, t);
+    td_loop *l = NULL;
+    td_status st = td_loop_new(&l);
+    if (st == TD_OK) st = td_loop_watch(l, a->sig_fd, TD_LOOP_READ, on_signal_fd, &m);
+    for (int i = 0; st == TD_OK && i < t->ws.n; i++) {
+        if (t->ws.w[i].out.fd >= 0)
+            st = td_loop_watch(l, t->ws.w[i].out.fd, TD_LOOP_READ, on_worker_fd, &m);
+        if (st == TD_OK && t->ws.w[i].err.fd >= 0)
+            st = td_loop_watch(l, t->ws.w[i].err.fd, TD_LOOP_READ, on_worker_fd, &m);
+    }
+    if (st == TD_OK) {
+        td_loop_timer(l, 0, o->monitor_interval_s, on_tick, &m);
+        if (t->stall) td_loop_timer(l, 0, m.stall_period, on_stall_tick, &m);
+        td_loop_before_sleep(l, before_sleep, &m);
+        /* Never leave with workers running: a failing epoll (it does not, short of a kernel
+         * out of memory) is retried, not spun on. */
+        while (!td_loop_stopped(l))
+            if (td_loop_turn(l, -1) != TD_OK) {
+                TD_LOG_WARN("event loop: %s", td_error_msg());
+                td_error_clear();
+                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
             }
-        }
-        if (t->teardown && !t->killed && now >= t->kill_at && td__workers_running(&t->ws) > 0) {
-            TD_LOG_WARN("workers still running %.1f s after SIGTERM: sending SIGKILL",
-                        t->outcome == OUTCOME_STOPPED ? o->stop_grace_s : o->grace_s);
-            td__workers_signal(&t->ws, SIGKILL, true);
-            t->killed = true;
-        }
-        if (td__workers_running(&t->ws) == 0) {
-            if (t->teardown) break;
-            if (group_done(a, t)) break; /* or the store was lost; outcome says which */
-        }
-
-        int np = 0;
-        pfds[np++] = (struct pollfd){.fd = a->sig_fd, .events = POLLIN};
-        for (int i = 0; i < t->ws.n; i++) {
-            if (t->ws.w[i].out.fd >= 0)
-                pfds[np++] = (struct pollfd){.fd = t->ws.w[i].out.fd, .events = POLLIN};
-            if (t->ws.w[i].err.fd >= 0)
-                pfds[np++] = (struct pollfd){.fd = t->ws.w[i].err.fd, .events = POLLIN};
-        }
-        double wake = next_tick;
-        if (t->teardown && !t->killed) wake = TD_MIN(wake, t->kill_at);
-        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
-        int r = poll(pfds, (nfds_t)np, timeout_ms);
-        if (r < 0 && errno != EINTR) {
-            /* Never leave the loop with workers running; just don't spin. */
-            TD_LOG_WARN("poll: %s", strerror(errno));
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        for (int j = 0; j < np && r > 0; j++) {
-            if (!pfds[j].revents) continue;
-            if (pfds[j].fd == a->sig_fd)
-                read_signals(a, t);
-            else
-                td__workers_pump_fd(&t->ws, pfds[j].fd);
-        }
+    } else {
+        /* No loop (no memory for epoll): the workers cannot be watched; stop them. */
+        TD_LOG_ERROR("cannot watch the workers: %s", td_error_msg());
+        snprintf(t->cause, sizeof t->cause, "cannot watch the workers: %s", td_error_msg());
+        t->outcome = OUTCOME_FAILED;
+        start_teardown(t, SIGKILL, 0);
+        for (int i = 0; i < t->ws.n; i++)
+            if (t->ws.w[i].running) waitpid(t->ws.w[i].pid, &t->ws.w[i].status, 0);
     }
-    free(pfds);
+    td_loop_free(l);
     if (t->teardown) td__workers_signal(&t->ws, SIGKILL, true); /* grandchildren */
     td__workers_drain(&t->ws, 1.0);
     if (t->stall) {
@@ -571,16 +612,38 @@ static double restart_backoff_s(int k) {
     return TD_MIN(w, 30.0);
 }
 
-/* Sleeps wait_s; returns the stop signal that cut it short, or 0. */
+/* Sleeps wait_s on a loop of its own; returns the stop signal that cut it short, or 0. */
+typedef struct {
+    agent *a;
+    int sig;
+} backoff_ctx;
+
+static void backoff_signal(td_loop *l, int fd, unsigned events, void *user) {
+    (void)fd, (void)events;
+    backoff_ctx *b = user;
+    for (int sig; (sig = td_sigwatch_next(b->a->sigs));)
+        if (sig != SIGCHLD && !b->sig) b->sig = sig; /* reaped workers ring */
+    if (b->sig) td_loop_stop(l);
+}
+
+static void backoff_over(td_loop *l, void *user) {
+    (void)user;
+    td_loop_stop(l);
+}
+
 static int backoff(agent *a, double wait_s) {
-    double end = td_now_s() + wait_s;
-    for (double left = wait_s; left > 0; left = end - td_now_s()) {
-        struct pollfd p = {.fd = a->sig_fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(left * 1000.0) + 1) <= 0) continue;
-        for (int sig; (sig = td_sigwatch_next(a->sigs));)
-            if (sig != SIGCHLD) return sig; /* reaped workers ring */
+    backoff_ctx b = {.a = a};
+    td_loop *l = NULL;
+    if (td_loop_new(&l) != TD_OK ||
+        td_loop_watch(l, a->sig_fd, TD_LOOP_READ, backoff_signal, &b) != TD_OK) {
+        td_error_clear(); /* no loop: the restart goes ahead at once */
+        td_loop_free(l);
+        return 0;
     }
-    return 0;
+    td_loop_timer(l, wait_s, 0, backoff_over, NULL);
+    if (td_loop_run(l) != TD_OK) td_error_clear();
+    td_loop_free(l);
+    return b.sig;
 }
 
 /* More workers than this per core is a typo, not a plan (issue 8: 1000 on 2 cores was started). */
@@ -621,7 +684,56 @@ static td_status validate(const td_launch_options *o) {
     if (o->node_rank >= o->max_nodes)
         return td_error(TD_ERR_USAGE, "--node-rank %d is not below --nnodes %d", o->node_rank,
                         o->max_nodes);
+    if (o->end_record && td_check_output_file(o->end_record, "--end-record") != TD_OK)
+        return TD_ERR_USAGE;
     return TD_OK;
+}
+
+static td_end_worker end_worker(const attempt *t, const td__worker *w) {
+    int s = w->status;
+    return (td_end_worker){.rank = w->rank,
+                           .local_rank = w->local_rank,
+                           .node = t->rz.group_rank,
+                           .exit_code = w->running ? -1 : td_wait_exit_code(s),
+                           .signal = !w->running && WIFSIGNALED(s) ? WTERMSIG(s) : 0};
+}
+
+/* The typed record of how this agent ended (endrec.h), for the supervisor that started it. */
+static void write_end_record(const td_launch_options *o, const attempt *t, td_status st,
+                             int exit_code, const char *error) {
+    td_end_record r = {.exit_code = exit_code,
+                       .node_rank = t->rz.group_rank,
+                       .nnodes = t->rz.nnodes ? t->rz.nnodes : o->min_nodes,
+                       .restarts = t->restart,
+                       .max_restarts = o->max_restarts,
+                       .stop_signal = t->stop_sig};
+    if (st != TD_OK)
+        r.outcome = TD_END_ERROR;
+    else if (exit_code == 0)
+        r.outcome = TD_END_SUCCEEDED;
+    else if (exit_code == 130)
+        r.outcome = TD_END_INTERRUPTED;
+    else if (exit_code == 143)
+        r.outcome = TD_END_PREEMPTED;
+    else if (t->outcome == OUTCOME_STOPPED)
+        r.outcome = TD_END_STOPPED;
+    else
+        r.outcome = TD_END_FAILED;
+    snprintf(r.cause, sizeof r.cause, "%s", st != TD_OK ? error : t->cause);
+    if (t->failed_idx >= 0 && t->failed_idx < t->ws.n) {
+        const td__worker *w = &t->ws.w[t->failed_idx];
+        r.has_failure = true;
+        r.failure = end_worker(t, w);
+        snprintf(r.failure_line, sizeof r.failure_line, "%s", w->last_err);
+    }
+    r.nworkers = t->ws.n;
+    r.workers = t->ws.n ? td_xcalloc((size_t)t->ws.n, sizeof *r.workers) : NULL;
+    for (int i = 0; i < t->ws.n; i++) r.workers[i] = end_worker(t, &t->ws.w[i]);
+    if (td_end_record_write(o->end_record, &r) != TD_OK) {
+        TD_LOG_WARN("could not write the end record: %s", td_error_msg());
+        td_error_clear();
+    }
+    free(r.workers);
 }
 
 td_status td_launch_run(const td_launch_options *o, int *exit_code) {
@@ -630,17 +742,15 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     agent a = {.o = o, .sig_fd = -1};
     attempt t;
     memset(&t, 0, sizeof t);
+    t.failed_idx = -1;
     td_sigwatch sigs = {.fd = -1};
 
+    /* A usage error ends here too, and goes into the end record (but for --end-record's own). */
     st = validate(o);
+    if (st == TD_OK) st = resolve_command(o->argv[0], &a.path);
     if (st != TD_OK) {
-        *exit_code = 2;
-        return st;
-    }
-    st = resolve_command(o->argv[0], &a.path);
-    if (st != TD_OK) {
-        *exit_code = 2;
-        return st;
+        st = TD_ERR_USAGE;
+        goto out;
     }
     a.multi = !o->standalone && o->rdzv_endpoint;
     a.ncores = td_num_cores();
@@ -681,6 +791,7 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
         td__workers_free(&t.ws);
         memset(&t, 0, sizeof t);
         t.restart = restart;
+        t.failed_idx = -1;
         snprintf(t.ns, sizeof t.ns, "tandem.launch/%s/attempt%d", a.run_id, restart);
         if (a.multi) {
             td__rdzv_params p = {.store = a.store,
@@ -782,6 +893,12 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
         break;
     }
 out:
+    if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
+    if (o->end_record && td_file_kind(o->end_record) == NULL) {
+        char error[TD_END_TEXT];
+        snprintf(error, sizeof error, "%s", st != TD_OK ? td_error_msg() : "");
+        write_end_record(o, &t, st, *exit_code, error);
+    }
     td__workers_free(&t.ws);
     if (a.store) td_store_close(a.store);
     if (a.own_store) td_store_close(a.own_store);

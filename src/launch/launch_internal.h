@@ -29,9 +29,11 @@ typedef struct {
     int status;   /* wait status once reaped */
     char prefix[32];
     td__stream out, err;
-    int log_fd;      /* DIR/rank-R.log or -1 */
-    char *log_path;  /* its path, for messages */
-    bool log_failed; /* a write to it failed and was reported */
+    int log_fd;         /* DIR/rank-R.log or -1 */
+    char *log_path;     /* its path, for messages */
+    bool log_failed;    /* a write to it failed and was reported */
+    char last_err[512]; /* its last stderr line that says it failed, else its last non-blank one */
+    bool last_err_says; /* last_err is such a line */
 } td__worker;
 
 typedef struct {

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -73,9 +74,34 @@ static void emit(td__worker *w, td__stream *s, const char *text, size_t len, cha
     if (out != stackbuf) free(out);
 }
 
-/* One line, given without its newline. */
+/* A line in which a program says it failed: tandem's own messages ("tandem train: --lr ...",
+ * "tandem: error: ..."), or one naming an error, an exception, a fatal condition, an abort or
+ * a panic (Python's "ValueError: ...", "fatal error: ..."). A hint printed after it ("(see
+ * 'tandem train --help')") must not displace it. */
+static bool says_failure(const char *line, size_t len) {
+    static const char *const words[] = {"error", "exception", "fatal", "abort", "panic"};
+    if (len >= 6 && !strncmp(line, "tandem", 6)) return true;
+    for (size_t i = 0; i < len; i++)
+        for (size_t k = 0; k < sizeof words / sizeof *words; k++) {
+            size_t n = strlen(words[k]);
+            if (i + n <= len && !strncasecmp(line + i, words[k], n)) return true;
+        }
+    return false;
+}
+
+/* One line, given without its newline. Remembers the worker's last stderr line that says it
+ * failed (else its last non-blank one) for the end record. */
 static void emit_line(td__worker *w, td__stream *s, const char *line, size_t len) {
     emit(w, s, line, len, '\n', true);
+    if (s != &w->err) return;
+    size_t b = 0;
+    while (b < len && (line[b] == ' ' || line[b] == '\t')) b++;
+    if (b == len) return;
+    bool says_error = says_failure(line + b, len - b);
+    if (says_error || !w->last_err_says) {
+        snprintf(w->last_err, sizeof w->last_err, "%.*s", (int)len, line);
+        w->last_err_says = says_error;
+    }
 }
 
 /* A segment a worker ended with '\r' (a progress bar redrawn in place): prefixed and ended with

@@ -9,6 +9,7 @@
  * trainer checkpoints on SIGTERM), instead of every process receiving it at once. Signals are
  * read from a signalfd (core's td_sigwatch) in the one poll() of the supervision loop, beside
  * the launchers' stderr pipes; nothing runs in a signal handler. */
+#include "tandem/endrec.h"
 #include "tandem/workflow.h"
 
 #include <dirent.h>
@@ -28,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tandem/endrec.h"
 #include "tandem/os.h"
 
 extern char **environ;
@@ -384,10 +386,9 @@ static void term_write(term_state *t, const char *seg, size_t len) {
 }
 
 /* Copies what the launcher wrote to stderr through to ours, segment by segment (the launcher
- * writes whole lines, and progress-bar redraws ending in '\r', in one write each), and
- * remembers its last error line: the launcher names the root cause of a failure there
- * ("worker rank 1 ... exited with code 3"), and the run's record should say it too. */
-static void pump_stderr(agent_proc *a, term_state *t, char *cause, size_t cause_size) {
+ * writes whole lines, and progress-bar redraws ending in '\r', in one write each). Nothing is
+ * parsed from it: how the launcher ended comes back in its end record (endrec.h). */
+static void pump_stderr(agent_proc *a, term_state *t) {
     if (a->err_fd < 0) return;
     char buf[8192];
     int eof = 0;
@@ -407,11 +408,6 @@ static void pump_stderr(agent_proc *a, term_state *t, char *cause, size_t cause_
             a->seg[a->seg_len++] = buf[i];
             if (buf[i] != '\n' && buf[i] != '\r' && a->seg_len < 65536) continue;
             term_write(t, a->seg, a->seg_len);
-            a->seg[a->seg_len] = '\0';
-            if (!strncmp(a->seg, "tandem: error: ", 15)) {
-                size_t len = strcspn(a->seg + 15, "\r\n");
-                snprintf(cause, cause_size, "%.*s", (int)len, a->seg + 15);
-            }
             a->seg_len = 0;
         }
     }
@@ -421,10 +417,50 @@ static void pump_stderr(agent_proc *a, term_state *t, char *cause, size_t cause_
     a->err_fd = -1;
 }
 
-/* "... exited with code N" in the launcher's root cause: the worker's own exit code. */
-static int worker_code_in(const char *cause) {
-    const char *p = strstr(cause, "exited with code ");
-    return p ? atoi(p + 17) : -1;
+static char *end_record_path(const supervisor *s, int node) {
+    return td_xasprintf("%s/end/node-%d.json", s->run.run_dir, node);
+}
+
+/* What the launchers' end records say: the first failure (its worker's exit code, and the cause
+ * with that worker's last stderr line), else the first cause any record gives, and the most
+ * restarts any node made. A launcher that left no record (killed) is said to have. */
+typedef struct {
+    int worker_code; /* the failing worker's exit code, or -1 */
+    int restarts;
+    char cause[1024];
+} end_summary;
+
+static void read_end_records(const supervisor *s, const agent_proc *agents, int nagents,
+                             end_summary *e) {
+    char other[1024] = "";
+    memset(e, 0, sizeof *e);
+    e->worker_code = -1;
+    for (int i = 0; i < nagents; i++) {
+        char *path = end_record_path(s, i);
+        td_end_record r;
+        if (td_end_record_read(path, &r) != TD_OK) {
+            if (agents[i].code != 0 && !other[0])
+                snprintf(other, sizeof other,
+                         "the launcher of node %d exited with code %d and left no end record "
+                         "(%s); see tandem logs %s",
+                         i, agents[i].code, td_error_msg(), s->run.id);
+            td_error_clear();
+            free(path);
+            continue;
+        }
+        e->restarts = TD_MAX(e->restarts, r.restarts);
+        if (r.has_failure && e->worker_code < 0) {
+            e->worker_code = r.failure.exit_code;
+            snprintf(e->cause, sizeof e->cause, "%.500s%s%.500s", r.cause, r.failure_line[0] ? ": " : "",
+                     r.failure_line);
+        } else if (!other[0] && r.cause[0] &&
+                   (r.outcome == TD_END_FAILED || r.outcome == TD_END_ERROR)) {
+            snprintf(other, sizeof other, "%s", r.cause);
+        }
+        td_end_record_clear(&r);
+        free(path);
+    }
+    if (!e->cause[0]) snprintf(e->cause, sizeof e->cause, "%s", other);
 }
 
 static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
@@ -444,6 +480,9 @@ static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
     sv_push(argv, td_xasprintf("--stop-grace=%g", LAUNCH_STOP_GRACE_S));
     sv_push(argv, td_xasprintf("--log-dir=%s/logs", s->run.run_dir));
     sv_push(argv, td_xasprintf("--metrics-dir=%s/metrics", s->run.run_dir));
+    char *end = end_record_path(s, node_rank);
+    sv_push(argv, td_xasprintf("--end-record=%s", end));
+    free(end);
     sv_push(argv, td_xstrdup("--"));
     sv_push(argv, td_xstrdup("/bin/sh"));
     sv_push(argv, td_xstrdup("-c"));
@@ -492,7 +531,8 @@ static int supervise(supervisor *s) {
     td_sysmon *mon = NULL;
     int nagents = 0;
     int launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
-    char note[512] = "", cause[512] = "";
+    char note[1100] = "";
+    end_summary ends = {.worker_code = -1};
     double t0 = td_now_s();
 
     st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
@@ -541,6 +581,18 @@ static int supervise(supervisor *s) {
         set_var(&env, TD_VAR_TANDEM_TOKEN, token);
     }
     for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
+    /* Each launcher writes its end record there; one left by an earlier attempt (a resume)
+     * must not stand in for a launcher that dies without writing its own. */
+    char *end_dir = td_xasprintf("%s/end", s->run.run_dir);
+    st = td_mkdirs(end_dir);
+    free(end_dir);
+    for (int i = 0; st == TD_OK && i < nagents; i++) {
+        char *path = end_record_path(s, i);
+        if (unlink(path) != 0 && errno != ENOENT)
+            st = td_error_errno(TD_ERR_IO, "removing the old end record %s", path);
+        free(path);
+    }
+    if (st != TD_OK) goto fail;
     for (int i = 0; i < nagents; i++) {
         strvec argv = {0};
         launch_argv(s, i, port, &argv);
@@ -698,7 +750,7 @@ static int supervise(supervisor *s) {
         int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
         if (poll(pfds, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) sleep_s(0.01);
         read_signals(s);
-        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term, cause, sizeof cause);
+        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term);
     }
     free(pfds);
     /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
@@ -711,10 +763,13 @@ static int supervise(supervisor *s) {
     for (int i = 0; i < nagents; i++) {
         if (agents[i].err_fd >= 0) {
             fcntl(agents[i].err_fd, F_SETFL, fcntl(agents[i].err_fd, F_GETFL) & ~O_NONBLOCK);
-            pump_stderr(&agents[i], &s->term, cause,
-                        sizeof cause); /* to EOF: the launcher has exited */
+            pump_stderr(&agents[i], &s->term); /* to EOF: the launcher has exited */
         }
     }
+    read_end_records(s, agents, nagents, &ends);
+    if (s->base_restarts + ends.restarts > restarts &&
+        td_run_set_restarts(s->store, s->run.id, s->base_restarts + ends.restarts) != TD_OK)
+        td_error_clear();
     td_status ist = td_ingester_poll(ing, NULL);
     if (ist != TD_OK && ist != TD_ERR_NOSPACE)
         TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
@@ -745,10 +800,10 @@ record:;
     } else {
         final = TD_RUN_FAILED;
         cli_code = 1;
-        if (cause[0]) {
-            snprintf(note, sizeof note, "%s", cause);
-            /* The job's exit code is the failing worker's, when the launcher names it. */
-            if (launch_code == 1 && worker_code_in(cause) > 0) launch_code = worker_code_in(cause);
+        if (ends.cause[0]) {
+            snprintf(note, sizeof note, "%s", ends.cause);
+            /* The job's exit code is the failing worker's, as its launcher's record gives it. */
+            if (launch_code == 1 && ends.worker_code > 0) launch_code = ends.worker_code;
         } else if (!note[0]) {
             snprintf(note, sizeof note, "exit code %d; see tandem logs %s", launch_code, s->run.id);
         }

@@ -26,6 +26,8 @@ static void launch_usage(FILE *out) {
                  "  --max-restarts R        restart the whole group up to R times (default 0)\n"
                  "  --log-dir DIR           also append worker output to DIR/rank-R.log\n"
                  "  --metrics-dir DIR       workers get TANDEM_METRICS=DIR/rank-R.jsonl\n"
+                 "  --end-record FILE       write how this agent ended there, as JSON\n"
+                 "                          (outcome, exit codes, first failure, restarts)\n"
                  "  --monitor-interval S    worker/store check period (default 0.1)\n"
                  "  --grace S               SIGTERM->SIGKILL after a failure (default 2)\n"
                  "  --stop-grace S          SIGTERM->SIGKILL when the launcher is signalled "
@@ -307,6 +309,8 @@ int cmd_launch(int argc, char **argv) {
             o.log_dir = val;
         else if (!strcmp(flag, "--metrics-dir"))
             o.metrics_dir = val;
+        else if (!strcmp(flag, "--end-record"))
+            o.end_record = val;
         else if (!strcmp(flag, "--monitor-interval")) {
             rc = parse_secs(flag, val, &o.monitor_interval_s);
             if (!rc && o.monitor_interval_s <= 0) o.monitor_interval_s = 0.1;
