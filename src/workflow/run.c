@@ -7,9 +7,8 @@
  * launch's command-line contract only. It runs in its own process group: a Ctrl-C at the
  * terminal reaches the supervisor alone, which turns it into one SIGTERM for the launcher (the
  * trainer checkpoints on SIGTERM), instead of every process receiving it at once. Signals are
- * read from a signalfd (core's td_sigwatch) in the one poll() of the supervision loop, beside
- * the launchers' stderr pipes; nothing runs in a signal handler. */
-#include "tandem/endrec.h"
+ * read from a signalfd (core's td_sigwatch) watched on the supervision's event loop (core's
+ * loop.h), beside the launchers' stderr pipes and exits; nothing runs in a signal handler. */
 #include "tandem/workflow.h"
 
 #include <dirent.h>
@@ -30,6 +29,7 @@
 #include <unistd.h>
 
 #include "tandem/endrec.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 
 extern char **environ;
@@ -451,8 +451,8 @@ static void read_end_records(const supervisor *s, const agent_proc *agents, int 
         e->restarts = TD_MAX(e->restarts, r.restarts);
         if (r.has_failure && e->worker_code < 0) {
             e->worker_code = r.failure.exit_code;
-            snprintf(e->cause, sizeof e->cause, "%.500s%s%.500s", r.cause, r.failure_line[0] ? ": " : "",
-                     r.failure_line);
+            snprintf(e->cause, sizeof e->cause, "%.500s%s%.500s", r.cause,
+                     r.failure_line[0] ? ": " : "", r.failure_line);
         } else if (!other[0] && r.cause[0] &&
                    (r.outcome == TD_END_FAILED || r.outcome == TD_END_ERROR)) {
             snprintf(other, sizeof other, "%s", r.cause);
@@ -519,6 +519,195 @@ static int run_on_executor(supervisor *s, strvec *env) {
         .quiet_output = s->quiet_output,
     };
     return td_executor_find(s->w->executor)->run(&job);
+}
+
+/* ---- the local launchers' attempt, on the event loop ----
+ * Descriptors: the signalfd (stop requests) and each launcher's stderr. Children: the launchers.
+ * Timers: the metrics ingest and the system-metrics sample (periodic), max_duration and the
+ * kill deadline of a stop (one-shot). The loop ends when every launcher has exited. */
+typedef struct {
+    supervisor *s;
+    agent_proc *agents;
+    int nagents, alive;
+    td_ingester *ing;
+    td_sysmon *mon;
+    double t0;
+    int stop_requested, preempt_signal, killed;
+    int handled;         /* stop signals acted on */
+    uint64_t kill_timer; /* the kill deadline, once a stop began */
+    int restarts;        /* as the system-metrics sample last saw them */
+    char *note;          /* the run's note, from the stop's cause */
+    size_t note_size;
+} local_sup;
+
+static void signal_launchers(local_sup *ls, int sig) {
+    for (int i = 0; i < ls->nagents; i++)
+        if (!ls->agents[i].done) kill(ls->agents[i].pid, sig);
+}
+
+static void kill_launchers(td_loop *l, void *user) {
+    (void)l;
+    local_sup *ls = user;
+    if (ls->killed) return;
+    ls->killed = 1;
+    progress(ls->s, "run %s: killing what is left of it", ls->s->run.id);
+    for (int i = 0; i < ls->nagents; i++)
+        if (!ls->agents[i].done) td_kill_tree(ls->agents[i].pid, SIGKILL);
+}
+
+/* A stop begins: SIGTERM to every launcher (they checkpoint), SIGKILL after KILL_AFTER_S. */
+static void begin_stop(td_loop *l, local_sup *ls) {
+    signal_launchers(ls, SIGTERM);
+    ls->kill_timer = td_loop_timer(l, KILL_AFTER_S, 0, kill_launchers, ls);
+}
+
+/* The stop signals that arrived since the last look. The first one starts the stop: a user's
+ * (tandem stop, Ctrl-C, SIGHUP) stops the run; a bare SIGTERM comes from the system (a
+ * scheduler, a cloud preemption) and preempts it. A later one is the same request, unless it
+ * was an explicit second request (s->escalate): then the workers are killed now. */
+static void take_stop_signals(td_loop *l, local_sup *ls) {
+    supervisor *s = ls->s;
+    if (s->nsignals == ls->handled) return;
+    int first = ls->handled == 0 && !ls->stop_requested && !ls->preempt_signal;
+    ls->handled = s->nsignals;
+    if (first) {
+        int user = s->last_signal != SIGTERM;
+        td_run cur;
+        if (!user && td_run_find(s->store, s->run.id, &cur) == TD_OK) {
+            user = cur.stop_requested;
+            td_run_clear(&cur);
+        }
+        td_error_clear();
+        if (user) {
+            ls->stop_requested = 1;
+            snprintf(ls->note, ls->note_size, "stopped by %s",
+                     s->last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
+                     : s->last_signal == SIGHUP ? "SIGHUP"
+                                                : "tandem stop");
+        } else {
+            ls->preempt_signal = 1;
+        }
+        progress(s,
+                 "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
+                 " kills them now)",
+                 user ? "stopping" : "SIGTERM: preempting", s->run.id);
+        begin_stop(l, ls);
+    } else if (!ls->killed && !s->escalate) {
+        progress(s,
+                 "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
+                 "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
+                 " kills them now)",
+                 s->run.id, sigabbrev_np(s->last_signal), td_now_s() - s->stops.began_s);
+    }
+    if (s->escalate && !ls->killed) { /* an explicit second request: now */
+        td_loop_cancel(l, ls->kill_timer);
+        ls->kill_timer = td_loop_timer(l, 0, 0, kill_launchers, ls);
+    }
+}
+
+static void on_signal_fd(td_loop *l, int fd, unsigned events, void *user) {
+    (void)fd, (void)events;
+    local_sup *ls = user;
+    read_signals(ls->s);
+    take_stop_signals(l, ls);
+}
+
+static void on_max_duration(td_loop *l, void *user) {
+    local_sup *ls = user;
+    supervisor *s = ls->s;
+    if (ls->stop_requested) return;
+    td_stop_signals_begin(&s->stops, td_now_s());
+    ls->stop_requested = 1;
+    snprintf(ls->note, ls->note_size, "max_duration of %.0f s exceeded", s->w->max_duration_s);
+    progress(s, "run %s: %s; stopping it", s->run.id, ls->note);
+    td_loop_cancel(l, ls->kill_timer);
+    begin_stop(l, ls);
+}
+
+static void on_launcher_stderr(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    local_sup *ls = user;
+    for (int i = 0; i < ls->nagents; i++) {
+        if (ls->agents[i].err_fd != fd) continue;
+        td_loop_unwatch(l, fd); /* watched again below unless the pump reached its end */
+        pump_stderr(&ls->agents[i], &ls->s->term);
+        if (ls->agents[i].err_fd >= 0) td_loop_watch(l, fd, TD_LOOP_READ, on_launcher_stderr, ls);
+        return;
+    }
+}
+
+static void on_launcher_exit(td_loop *l, pid_t pid, int status, void *user) {
+    local_sup *ls = user;
+    for (int i = 0; i < ls->nagents; i++)
+        if (ls->agents[i].pid == pid && !ls->agents[i].done) {
+            ls->agents[i].done = 1;
+            ls->agents[i].code = td_wait_exit_code(status);
+            ls->alive--;
+        }
+    if (ls->alive == 0) td_loop_stop(l);
+}
+
+static void on_ingest(td_loop *l, void *user) {
+    (void)l;
+    local_sup *ls = user;
+    /* A full disk is said once, by the ingester itself; it retries from its offset. */
+    td_status ist = td_ingester_poll(ls->ing, NULL);
+    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
+        TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
+    td_error_clear();
+}
+
+/* CPU, memory and GPU use of each launcher's process tree, and the restarts it reports. */
+static void on_sysmon(td_loop *l, void *user) {
+    (void)l;
+    local_sup *ls = user;
+    supervisor *s = ls->s;
+    for (int i = 0; i < ls->nagents; i++) {
+        if (ls->agents[i].done) continue;
+        int r = -1;
+        if (td_sysmon_sample(ls->mon, s->store, &s->run, ls->agents[i].pid, &r) != TD_OK) {
+            TD_LOG_DEBUG("system metrics: %s", td_error_msg());
+            td_error_clear();
+        }
+        if (r >= 0 && s->base_restarts + r > ls->restarts) {
+            ls->restarts = s->base_restarts + r;
+            if (td_run_set_restarts(s->store, s->run.id, ls->restarts) != TD_OK) td_error_clear();
+        }
+    }
+}
+
+static td_status watch_launchers(local_sup *ls) {
+    supervisor *s = ls->s;
+    td_loop *l = NULL;
+    td_status st = td_loop_new(&l);
+    if (st == TD_OK) st = td_loop_watch(l, s->sigs->fd, TD_LOOP_READ, on_signal_fd, ls);
+    for (int i = 0; st == TD_OK && i < ls->nagents; i++) {
+        if (ls->agents[i].err_fd >= 0)
+            st = td_loop_watch(l, ls->agents[i].err_fd, TD_LOOP_READ, on_launcher_stderr, ls);
+        if (st == TD_OK) st = td_loop_watch_child(l, ls->agents[i].pid, on_launcher_exit, ls);
+    }
+    if (st != TD_OK) {
+        /* Cannot supervise: end the launchers rather than leave them unwatched. */
+        for (int i = 0; i < ls->nagents; i++) td_kill_tree(ls->agents[i].pid, SIGKILL);
+        for (int i = 0; i < ls->nagents; i++) td_waitpid(ls->agents[i].pid, NULL, 0);
+        td_loop_free(l);
+        return st;
+    }
+    td_loop_timer(l, 0, INGEST_PERIOD_S, on_ingest, ls);
+    td_loop_timer(l, 0.5, SYSMON_PERIOD_S, on_sysmon, ls);
+    if (s->w->max_duration_s > 0)
+        td_loop_timer(l, s->w->max_duration_s - (td_now_s() - ls->t0), 0, on_max_duration, ls);
+    take_stop_signals(l, ls); /* a stop that came during the setup */
+    while (!td_loop_stopped(l))
+        if ((st = td_loop_turn(l, -1)) != TD_OK) {
+            /* epoll itself failed: say so and keep supervising rather than spin */
+            TD_LOG_WARN("event loop: %s", td_error_msg());
+            td_error_clear();
+            sleep_s(0.01);
+        }
+    read_signals(s);
+    td_loop_free(l);
+    return TD_OK;
 }
 
 /* Runs setup and the launcher, supervises to the end and records the outcome.
@@ -644,115 +833,22 @@ static int supervise(supervisor *s) {
              nagents > 1 ? "s" : "", s->run.nproc_per_node, s->run.nproc_per_node > 1 ? "s" : "",
              s->run.run_dir);
 
-    /* One loop, one poll(): the signalfd and the launchers' stderr wake it, the timers
-     * (ingest, system metrics, the kill deadline) bound its sleep. */
-    double next_ingest = 0, next_sys = td_now_s() + 0.5, stop_at = 0;
-    int handled = 0;
-    int alive = nagents, killed = 0, restarts = s->base_restarts;
-    struct pollfd *pfds = td_xcalloc((size_t)nagents + 1, sizeof *pfds);
-    while (alive > 0) {
-        double now = td_now_s();
-        if (s->nsignals != handled) {
-            int first = handled == 0 && !stop_requested && !preempt_signal;
-            handled = s->nsignals;
-            if (first) {
-                /* SIGTERM without a `tandem stop` behind it comes from the system (a scheduler
-                 * or cloud preemption): the run is preempted if the workers checkpoint. */
-                int user = s->last_signal != SIGTERM;
-                td_run cur;
-                if (!user && td_run_find(s->store, s->run.id, &cur) == TD_OK) {
-                    user = cur.stop_requested;
-                    td_run_clear(&cur);
-                }
-                td_error_clear();
-                if (user) {
-                    stop_requested = 1;
-                    snprintf(note, sizeof note, "stopped by %s",
-                             s->last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
-                             : s->last_signal == SIGHUP ? "SIGHUP"
-                                                        : "tandem stop");
-                } else {
-                    preempt_signal = 1;
-                }
-                progress(
-                    s,
-                    "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
-                    " kills them now)",
-                    user ? "stopping" : "SIGTERM: preempting", s->run.id);
-                for (int i = 0; i < nagents; i++)
-                    if (!agents[i].done) kill(agents[i].pid, SIGTERM);
-                stop_at = now + KILL_AFTER_S;
-            } else if (!killed && !s->escalate) {
-                progress(s,
-                         "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
-                         "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
-                         " kills them now)",
-                         s->run.id, sigabbrev_np(s->last_signal), now - s->stops.began_s);
-            }
-            if (s->escalate && !killed) stop_at = now; /* an explicit second request: now */
-        }
-        if (!stop_requested && s->w->max_duration_s > 0 && now - t0 > s->w->max_duration_s) {
-            td_stop_signals_begin(&s->stops, now);
-            stop_requested = 1;
-            snprintf(note, sizeof note, "max_duration of %.0f s exceeded", s->w->max_duration_s);
-            progress(s, "run %s: %s; stopping it", s->run.id, note);
-            for (int i = 0; i < nagents; i++)
-                if (!agents[i].done) kill(agents[i].pid, SIGTERM);
-            stop_at = now + KILL_AFTER_S;
-        }
-        if ((stop_requested || preempt_signal) && stop_at > 0 && now >= stop_at && !killed) {
-            killed = 1;
-            progress(s, "run %s: killing what is left of it", s->run.id);
-            for (int i = 0; i < nagents; i++)
-                if (!agents[i].done) td_kill_tree(agents[i].pid, SIGKILL);
-        }
-        for (int i = 0; i < nagents; i++) {
-            if (agents[i].done) continue;
-            int status;
-            if (td_waitpid(agents[i].pid, &status, WNOHANG) == agents[i].pid) {
-                agents[i].done = 1;
-                agents[i].code = td_wait_exit_code(status);
-                alive--;
-            }
-        }
-        if (now >= next_ingest) {
-            /* A full disk is said once, by the ingester itself; it retries from its offset. */
-            td_status ist = td_ingester_poll(ing, NULL);
-            if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-                TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-            td_error_clear();
-            next_ingest = now + INGEST_PERIOD_S;
-        }
-        if (now >= next_sys && alive > 0) {
-            for (int i = 0; i < nagents; i++) {
-                if (agents[i].done) continue;
-                int r = -1;
-                if (td_sysmon_sample(mon, s->store, &s->run, agents[i].pid, &r) != TD_OK) {
-                    TD_LOG_DEBUG("system metrics: %s", td_error_msg());
-                    td_error_clear();
-                }
-                if (r >= 0 && s->base_restarts + r > restarts) {
-                    restarts = s->base_restarts + r;
-                    if (td_run_set_restarts(s->store, s->run.id, restarts) != TD_OK)
-                        td_error_clear();
-                }
-            }
-            next_sys = now + SYSMON_PERIOD_S;
-        }
-        if (alive == 0) break;
-        double wake = TD_MIN(next_ingest, next_sys);
-        if (stop_at > 0 && !killed) wake = TD_MIN(wake, stop_at);
-        int np = 0;
-        pfds[np++] = (struct pollfd){.fd = s->sigs->fd, .events = POLLIN};
-        for (int i = 0; i < nagents; i++)
-            if (agents[i].err_fd >= 0)
-                pfds[np++] = (struct pollfd){.fd = agents[i].err_fd, .events = POLLIN};
-        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
-        if (poll(pfds, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) sleep_s(0.01);
-        read_signals(s);
-        for (int i = 0; i < nagents; i++) pump_stderr(&agents[i], &s->term);
-    }
-    free(pfds);
+    /* The launchers' attempt, on one event loop (core's loop.h): watch_launchers. */
+    local_sup ls = {.s = s,
+                    .agents = agents,
+                    .nagents = nagents,
+                    .alive = nagents,
+                    .ing = ing,
+                    .mon = mon,
+                    .restarts = s->base_restarts,
+                    .t0 = t0,
+                    .note = note,
+                    .note_size = sizeof note};
+    st = watch_launchers(&ls);
+    stop_requested = ls.stop_requested;
+    preempt_signal = ls.preempt_signal;
+    int restarts = ls.restarts;
+    if (st != TD_OK) goto fail;
     /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
     launch_code = 0;
     for (int i = 0; i < nagents; i++)
