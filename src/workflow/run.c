@@ -18,7 +18,6 @@
 #include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +279,43 @@ static td_status build_env(supervisor *s, strvec *env) {
     return st;
 }
 
+/* A setup command's output, to setup.log and (attached) to us, until it closes its end; a stop
+ * signal meanwhile sends it SIGTERM, once. */
+typedef struct {
+    supervisor *s;
+    pid_t pid;
+    int log_fd;
+    bool signalled;
+} setup_ctx;
+
+static void on_setup_output(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    setup_ctx *c = user;
+    char buf[8192];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+        td_loop_stop(l);
+        return;
+    }
+    ssize_t w = write(c->log_fd, buf, (size_t)n);
+    (void)w;
+    if (!c->s->quiet_output) {
+        fwrite(buf, 1, (size_t)n, c->s->out);
+        fflush(c->s->out);
+    }
+}
+
+static void on_setup_signal(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events;
+    setup_ctx *c = user;
+    read_signals(c->s);
+    if (c->s->nsignals && !c->signalled) {
+        kill(-c->pid, SIGTERM);
+        c->signalled = true;
+    }
+}
+
 /* Runs each setup command with `sh -c`, output to logs/setup.log and (attached) the terminal.
  * *failed_code is set to the exit code of the first command that fails. */
 static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
@@ -320,30 +356,14 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
             close(p[0]);
             break;
         }
-        char buf[8192];
-        int signalled = 0;
-        for (;;) {
-            struct pollfd pf[2] = {{.fd = p[0], .events = POLLIN},
-                                   {.fd = s->sigs->fd, .events = POLLIN}};
-            if (poll(pf, 2, -1) < 0 && errno != EINTR) break;
-            if (pf[1].revents) {
-                read_signals(s);
-                if (s->nsignals && !signalled) {
-                    kill(-pid, SIGTERM);
-                    signalled = 1;
-                }
-            }
-            if (!pf[0].revents) continue;
-            ssize_t n = read(p[0], buf, sizeof buf);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            ssize_t w = write(log_fd, buf, (size_t)n);
-            (void)w;
-            if (!s->quiet_output) {
-                fwrite(buf, 1, (size_t)n, s->out);
-                fflush(s->out);
-            }
-        }
+        setup_ctx sc = {.s = s, .pid = pid, .log_fd = log_fd};
+        td_loop *l = NULL;
+        st = td_loop_new(&l);
+        if (st == TD_OK) st = td_loop_watch(l, p[0], TD_LOOP_READ, on_setup_output, &sc);
+        if (st == TD_OK) st = td_loop_watch(l, s->sigs->fd, TD_LOOP_READ, on_setup_signal, &sc);
+        if (st == TD_OK) st = td_loop_run(l);
+        if (st != TD_OK) kill(-pid, SIGKILL); /* not watched: not left running either */
+        td_loop_free(l);
         close(p[0]);
         int status = 0;
         td_waitpid(pid, &status, 0);

@@ -4,6 +4,8 @@
 #                        into it, clears the variables `tandem run` sets for its workers, and sets
 #                        an EXIT trap that kills whatever of the project still runs (a failed
 #                        assertion mid-run) and removes $P.
+#   project_init TAG     the same without the data set, for runs that do not train.
+# Both set B to $TANDEM_BIN (which must be set) and define fail MESSAGE (prints FAIL, exits 1).
 # It reads TANDEM_DATA (default Debian's dataset-fashion-mnist) into $DATA.
 project_setup() {
     DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
@@ -11,6 +13,13 @@ project_setup() {
         echo "SKIP: Fashion-MNIST not found in $DATA (Debian package dataset-fashion-mnist)"
         exit 77
     fi
+    project_init "$1"
+}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+project_init() {
+    B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
     P=$(mktemp -d "/tmp/tandem-$1-XXXXXX")
     trap project_cleanup EXIT
     export TANDEM_HOME=$P

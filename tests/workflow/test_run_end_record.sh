@@ -10,13 +10,8 @@
 #   - RUN/end/node-0.json is the record: outcome failed, restarts 1, the failure's rank;
 # and with nodes: 2, where only node 1's worker fails, the same from node 1's record.
 set -uo pipefail
-B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
-P=$(mktemp -d /tmp/tandem-endrec-XXXXXX)
-trap 'rm -rf "$P"' EXIT
-export TANDEM_HOME=$P
-unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
-cd "$P" || exit 1
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_init endrec
 mkdir -p .tandem
 cat > .tandem/workflows.yaml <<EOF2
 workflows:

@@ -4,13 +4,8 @@
 # the minute), its workers asked to stop with SIGTERM (the command's trap records it), and the
 # run recorded as stopped with the note naming max_duration.
 set -uo pipefail
-B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
-P=$(mktemp -d /tmp/tandem-maxdur-XXXXXX)
-trap 'rm -rf "$P"' EXIT
-export TANDEM_HOME=$P
-unset TANDEM_PROGRESS TANDEM_RESUME TANDEM_CHECKPOINT_DIR TANDEM_METRICS
-cd "$P" || exit 1
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_init maxdur
 mkdir -p .tandem
 cat > .tandem/workflows.yaml <<'EOF2'
 workflows:
