@@ -49,7 +49,7 @@
                             cudaGetErrorString(cu__e));                                            \
     } while (0)
 
-typedef struct {
+typedef struct glayer {
     td_layer_info info;
     size_t in_size, out_size;
     float *out;   /* [max_batch * out_size]; flatten: NULL (aliases its input) */
@@ -68,8 +68,11 @@ typedef struct {
     bool into_conv;      /* relu: backward folded into the col2im of the conv after it */
     bool gate_din;       /* conv: its input is a ReLU's output; col2im applies its backward */
     bool gate;           /* maxpool: its input is a ReLU's output; applies that ReLU's backward */
-    bool need_din;       /* an earlier layer has parameters */
-    int dropout_idx;     /* dropout: index into td_gpu_args.dropout_key */
+    struct glayer *din_conv; /* maxpool: writes its input gradient as this conv's dy, in its cn
+                                (and cn16) layout, so the conv needs no layout change of dy */
+    bool dy_in_cn;           /* conv: its dy arrives in cn already (the pool after it wrote it) */
+    bool need_din;           /* an earlier layer has parameters */
+    int dropout_idx;         /* dropout: index into td_gpu_args.dropout_key */
 } glayer;
 
 typedef struct {
@@ -317,6 +320,19 @@ static td_status build_layers(td_gpu_t *g) {
             td_model_layer(m, i + 1).kind == TD_LAYER_CONV2D && params_before) {
             l->into_conv = true;
             g->layers[i + 1].gate_din = true;
+        }
+    }
+    /* conv -> relu -> 2x2 pool: the pool's backward writes the conv's dy in the conv's gemm
+     * layout (and its bf16 copy) directly, one pass instead of two */
+    for (int i = 2; i < g->nl; i++) {
+        glayer *p = &g->layers[i], *c = &g->layers[i - 2];
+        const td_layer_info *f = &p->info;
+        if (f->kind == TD_LAYER_MAXPOOL2D && p->gate && c->info.kind == TD_LAYER_CONV2D &&
+            c->relu_next &&
+            td_gpu_maxpool_backward_tiles(f->in_h, f->in_w, f->kernel, f->stride, f->out_h,
+                                          f->out_w)) {
+            p->din_conv = c;
+            c->dy_in_cn = true;
         }
     }
     /* input gradients: only from the first parametered layer's successor on */
@@ -649,7 +665,7 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
             int k = f->kernel, kk = f->in_c * k * k, n = f->out_h * f->out_w, bn = batch * n;
             /* dy to the gemm's layout; side stream: dW [out_c, kk] = dy [out_c, B*n] col^T and
              * db = row sums; this stream: dcol [kk, B*n] = W^T dy, col2im into dx */
-            td_gpu_nchw_to_cn(s, dy, batch, f->out_c, n, l->cn, l->cn16);
+            if (!l->dy_in_cn) td_gpu_nchw_to_cn(s, dy, batch, f->out_c, n, l->cn, l->cn16);
             LAUNCHED(f->name);
             CU_CHECK(cudaEventRecord(g->fork[i], s));
             CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
@@ -683,6 +699,12 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
                 td_gpu_relu_backward(s, l->out, dy, (size_t)batch * l->out_size, dx);
             break;
         case TD_LAYER_MAXPOOL2D:
+            if (l->din_conv) { /* into the conv's dy, two layers back (the relu passes it on) */
+                td_gpu_maxpool_backward_cn(s, dy, l->aux, in, l->gate, batch, f->in_c, f->out_h,
+                                           f->out_w, l->din_conv->cn, l->din_conv->cn16);
+                dx = l->din_conv->cn;
+                break;
+            }
             td_gpu_maxpool_backward(s, dy, l->aux, in, l->gate, batch, f->in_c, f->in_h, f->in_w,
                                     f->kernel, f->stride, f->out_h, f->out_w, dx);
             break;

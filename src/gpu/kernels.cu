@@ -513,10 +513,12 @@ __host__ __device__ static inline void load2(const float *p, float *a, float *b)
 
 __host__ __device__ static inline void
 maxpool2_backward_thread(tix t, const float *dy, const uint8_t *argmax, const float *x, bool gate,
-                         size_t planes, int oh, int ow, float *dx) {
+                         int batch, int c, int oh, int ow, bool cn, float *dx,
+                         __nv_bfloat16 *dx16) {
     int q = (int)(t.bx * t.bd + t.tx);
     if (q >= oh * ow) return;
     int oy = q / ow, ox = q - oy * ow, w = 2 * ow;
+    size_t planes = (size_t)batch * c;
     size_t in = (size_t)4 * oh * ow, out = (size_t)oh * ow, c0 = (size_t)2 * oy * w + 2 * ox;
     for (size_t p0 = (size_t)t.by * SPB; p0 < planes; p0 += (size_t)t.gy * SPB) {
         float g[SPB];
@@ -530,7 +532,7 @@ maxpool2_backward_thread(tix t, const float *dy, const uint8_t *argmax, const fl
         UNROLL
         for (int s = 0; s < SPB; s++) {
             if (p0 + s >= planes) break;
-            size_t o = (p0 + s) * in + c0;
+            size_t plane = p0 + s, o = plane * in + c0; /* NCHW: where the gate is */
             float v[4];
             UNROLL
             for (int j = 0; j < 4; j++) v[j] = a[s] == j ? g[s] : 0.0f;
@@ -541,31 +543,59 @@ maxpool2_backward_thread(tix t, const float *dy, const uint8_t *argmax, const fl
                 v[0] = x0 > 0.0f ? v[0] : 0.0f, v[1] = x1 > 0.0f ? v[1] : 0.0f;
                 v[2] = x2 > 0.0f ? v[2] : 0.0f, v[3] = x3 > 0.0f ? v[3] : 0.0f;
             }
-            store2(dx + o, v[0], v[1]);
-            store2(dx + o + w, v[2], v[3]);
+            /* CN: channel-major, then sample: the conv gemm's layout, for the conv before */
+            size_t d = cn ? ((size_t)(plane % c) * batch + plane / c) * in + c0 : o;
+            store2(dx + d, v[0], v[1]);
+            store2(dx + d + w, v[2], v[3]);
+#ifdef __CUDA_ARCH__
+            if (dx16) {
+                store2(dx16 + d, v[0], v[1]);
+                store2(dx16 + d + w, v[2], v[3]);
+            }
+#else
+            (void)dx16; /* the host pass checks the fp32 layout only */
+#endif
         }
     }
 }
 
 __global__ void maxpool2_backward_kernel(const float *dy, const uint8_t *argmax, const float *x,
-                                         bool gate, size_t planes, int oh, int ow, float *dx) {
-    maxpool2_backward_thread(TIX(), dy, argmax, x, gate, planes, oh, ow, dx);
+                                         bool gate, int batch, int c, int oh, int ow, bool cn,
+                                         float *dx, __nv_bfloat16 *dx16) {
+    maxpool2_backward_thread(TIX(), dy, argmax, x, gate, batch, c, oh, ow, cn, dx, dx16);
+}
+
+bool td_gpu_maxpool_backward_tiles(int h, int w, int k, int stride, int oh, int ow) {
+    return k == 2 && stride == 2 && h == 2 * oh && w == 2 * ow;
+}
+
+static void maxpool2_backward(cudaStream_t s, const float *dy, const uint8_t *argmax,
+                              const float *x, bool gate, int batch, int c, int oh, int ow, bool cn,
+                              float *dx, __nv_bfloat16 *dx16) {
+    unsigned threads = row_threads(oh * ow);
+    dim3 grid(grid_x((size_t)(oh * ow + threads - 1) / threads),
+              grid_y(((size_t)batch * c + SPB - 1) / SPB));
+    maxpool2_backward_kernel<<<grid, threads, 0, s>>>(dy, argmax, x, gate, batch, c, oh, ow, cn, dx,
+                                                      dx16);
+}
+
+void td_gpu_maxpool_backward_cn(cudaStream_t s, const float *dy, const uint8_t *argmax,
+                                const float *x, bool gate, int batch, int c, int oh, int ow,
+                                float *dx_cn, __nv_bfloat16 *dx16_cn) {
+    maxpool2_backward(s, dy, argmax, x, gate, batch, c, oh, ow, true, dx_cn, dx16_cn);
 }
 
 void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
                              bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
                              int ow, float *dx) {
-    size_t planes = (size_t)batch * c;
-    unsigned groups = grid_y((planes + SPB - 1) / SPB);
-    if (k == 2 && stride == 2 && h == 2 * oh && w == 2 * ow &&
+    if (td_gpu_maxpool_backward_tiles(h, w, k, stride, oh, ow) &&
         ((uintptr_t)dx | (uintptr_t)x) % sizeof(float2) == 0) {
-        unsigned threads = row_threads(oh * ow);
-        dim3 grid(grid_x((size_t)(oh * ow + threads - 1) / threads), groups);
-        maxpool2_backward_kernel<<<grid, threads, 0, s>>>(dy, argmax, x, gate, planes, oh, ow, dx);
+        maxpool2_backward(s, dy, argmax, x, gate, batch, c, oh, ow, false, dx, NULL);
         return;
     }
+    size_t planes = (size_t)batch * c;
     unsigned threads = row_threads(h * w);
-    dim3 grid(grid_x((size_t)(h * w + threads - 1) / threads), groups);
+    dim3 grid(grid_x((size_t)(h * w + threads - 1) / threads), grid_y((planes + SPB - 1) / SPB));
     maxpool_backward_kernel<<<grid, threads, 0, s>>>(dy, argmax, x, gate, planes, h, w, k, stride,
                                                      oh, ow, dx);
 }

@@ -70,6 +70,15 @@ void td_gpu_maxpool(cudaStream_t s, const float *x, int batch, int c, int h, int
 void td_gpu_maxpool_backward(cudaStream_t s, const float *dy, const uint8_t *argmax, const float *x,
                              bool gate, int batch, int c, int h, int w, int k, int stride, int oh,
                              int ow, float *dx);
+/* Whether the pool's windows tile its input (2x2, stride 2, h = 2 oh, w = 2 ow): the case
+ * td_gpu_maxpool_backward_cn takes. */
+bool td_gpu_maxpool_backward_tiles(int h, int w, int k, int stride, int oh, int ow);
+/* The same backward for tiling windows, written in the CN layout ([c][batch * h*w], the conv
+ * gemm's) of the conv before the pool, and its bf16 rounding into dx16_cn when not NULL: that
+ * conv's backward then needs no layout change of its dy. dx_cn (and dx16_cn) 8-byte aligned. */
+void td_gpu_maxpool_backward_cn(cudaStream_t s, const float *dy, const uint8_t *argmax,
+                                const float *x, bool gate, int batch, int c, int oh, int ow,
+                                float *dx_cn, __nv_bfloat16 *dx16_cn);
 /* Training (a->training): y = u >= p ? x * 1/(1-p) : 0 with u the Philox uniform of
  * (a->dropout_key[idx], sample id, element); otherwise y = x. */
 void td_gpu_dropout(cudaStream_t s, const float *x, const uint64_t *ids, const td_gpu_args *a,

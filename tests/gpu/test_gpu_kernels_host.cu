@@ -173,16 +173,26 @@ static void check_pool(int batch, int c, int h, int w, int k, int stride, unsign
             fails++;
         }
         if (k == 2 && stride == 2 && h == 2 * oh && w == 2 * ow) { // windows tile the input
-            std::fill(dx.begin(), dx.end(), -99.f);
-            unsigned th2 = row_threads(oh * ow), gx2 = (unsigned)((oh * ow + th2 - 1) / th2);
-            for (unsigned bx = 0; bx < gx2; bx++)
-                for (unsigned by = 0; by < gy; by++)
-                    for (unsigned tx = 0; tx < th2; tx++)
-                        maxpool2_backward_thread(tix{bx, by, gx2, gy, tx, th2}, dy.data(),
-                                                 am.data(), x.data(), g, planes, oh, ow, dx.data());
-            if (memcmp(dx.data(), ref.data(), dx.size() * 4)) {
-                printf("FAIL maxpool2_backward gate%d b%d c%d %dx%d\n", g, batch, c, h, w);
-                fails++;
+            // NCHW, and CN ([c][batch * h*w]: the conv before the pool takes its dy so)
+            std::vector<float> ref_cn(ref.size());
+            for (int b = 0; b < batch; b++)
+                for (int ci = 0; ci < c; ci++)
+                    memcpy(&ref_cn[((size_t)ci * batch + b) * h * w],
+                           &ref[((size_t)b * c + ci) * h * w], (size_t)h * w * 4);
+            for (int cn = 0; cn < 2; cn++) {
+                std::fill(dx.begin(), dx.end(), -99.f);
+                unsigned th2 = row_threads(oh * ow), gx2 = (unsigned)((oh * ow + th2 - 1) / th2);
+                for (unsigned bx = 0; bx < gx2; bx++)
+                    for (unsigned by = 0; by < gy; by++)
+                        for (unsigned tx = 0; tx < th2; tx++)
+                            maxpool2_backward_thread(tix{bx, by, gx2, gy, tx, th2}, dy.data(),
+                                                     am.data(), x.data(), g, batch, c, oh, ow, cn,
+                                                     dx.data(), nullptr);
+                if (memcmp(dx.data(), cn ? ref_cn.data() : ref.data(), dx.size() * 4)) {
+                    printf("FAIL maxpool2_backward%s gate%d b%d c%d %dx%d\n", cn ? " (CN)" : "", g,
+                           batch, c, h, w);
+                    fails++;
+                }
             }
         }
     }
