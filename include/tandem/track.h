@@ -61,9 +61,14 @@ typedef struct td_run {
     char *params_json;  /* JSON object of hyperparameters, "{}" when none */
     int nodes, nproc_per_node, restarts;
     int64_t supervisor_pid; /* 0 when no supervisor has claimed the run */
-    char *run_dir;          /* absolute: <project>/.tandem/runs/<id> */
-    char *note;             /* why it ended the way it did ("max_duration 30m exceeded"), or NULL */
-    int stop_requested;     /* `tandem stop` asked for it: a SIGTERM means stop, not preemption */
+    /* When that process started: field 22 of /proc/PID/stat (clock ticks after boot), read by
+     * td_run_set_supervisor. A pid is only taken for the supervisor while the process holding
+     * it started at this time (pids are reused). 0: unknown (recorded by an older tandem, or
+     * no /proc), and then a live process whose command line names tandem counts. */
+    int64_t supervisor_start;
+    char *run_dir;      /* absolute: <project>/.tandem/runs/<id> */
+    char *note;         /* why it ended the way it did ("max_duration 30m exceeded"), or NULL */
+    int stop_requested; /* `tandem stop` asked for it: a SIGTERM means stop, not preemption */
 } td_run;
 
 void td_run_clear(td_run *run);
@@ -101,9 +106,9 @@ typedef struct td_run_spec {
  *
  * run.json describes the run in its own directory (id, workflow, n, status, exit_code, created,
  * started, ended, command, code_version, params, nodes, nproc_per_node, restarts,
- * supervisor_pid, stop_requested, note, run_dir): every function below that changes the row
- * rewrites it, atomically and in the same write transaction, so the index can be rebuilt from
- * the directories (td_rundb_rebuild). */
+ * supervisor_pid, supervisor_start, stop_requested, note, run_dir): every function below that
+ * changes the row rewrites it, atomically and in the same write transaction, so the index can be
+ * rebuilt from the directories (td_rundb_rebuild). */
 td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out);
 /* Looks a run up by exact id or unique id prefix. TD_ERR_NOTFOUND / TD_ERR_INVALID (ambiguous)
  * with a message listing the candidates. */
@@ -121,17 +126,27 @@ td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count);
  * td_run_reap_stale do the same; the other setters do not touch the reserve. */
 td_status td_run_set_status(td_rundb *store, const char *id, td_run_status status, int exit_code,
                             const char *note);
+/* Records pid as the run's supervisor, with its start time (supervisor_start) read now from
+ * /proc: call it with a live process, normally the caller's own getpid(). */
 td_status td_run_set_supervisor(td_rundb *store, const char *id, int64_t pid);
 td_status td_run_set_restarts(td_rundb *store, const char *id, int restarts);
 /* Marks that a user asked the run to stop (before its supervisor gets SIGTERM), so the
  * supervisor records "stopped" rather than "preempted". Cleared by a resume. */
 td_status td_run_request_stop(td_rundb *store, const char *id, int requested);
 /* A run recorded as pending/running/resumed whose supervisor process is gone (crashed, killed
- * with -9, machine rebooted) is marked failed with a note. Called by the listing verbs. When the
- * run's run.json has a final status (its supervisor recorded the end there but not in this
- * index: the index was rebuilt while it ran), that status is taken instead, with the run's
- * metrics, artifacts and logs brought up to date from its directory. */
+ * with -9, machine rebooted) is marked failed with a note. Gone includes a pid now held by
+ * another process: one that started at another time than supervisor_start (or, for a run
+ * recorded without a start time, one whose command line does not name tandem). Called by the
+ * listing verbs. When the run's run.json has a final status (its supervisor recorded the end there
+ * but not in this index: the index was rebuilt while it ran), that status is taken instead, with
+ * the run's metrics, artifacts and logs brought up to date from its directory. */
 td_status td_run_reap_stale(td_rundb *store, td_run *run);
+/* Sends sig to the run's supervisor, only while the process holding supervisor_pid is the one
+ * recorded (the test td_run_reap_stale makes), and through a pidfd where the kernel has them, so
+ * a pid reused between the check and the signal is never hit: for a stop, instead of
+ * kill(run->supervisor_pid, sig). 0 when sent; -1 with errno ESRCH when the supervisor is gone
+ * (its pid free, or another process's now), or kill(2)'s errno. */
+int td_run_signal_supervisor(const td_run *run, int sig);
 
 /* ---- rebuilding the index from the run directories ---- */
 typedef struct td_rebuild_stats {
@@ -144,6 +159,8 @@ typedef struct td_rebuild_stats {
                             * lines, artifacts and logs their files hold and the index lacks */
     size_t reaped;         /* restored as running, supervisor gone: now failed */
     size_t skipped;        /* entries of .tandem/runs that are not <workflow>-<n> directories */
+    size_t left_out;       /* run directories the index lacks whose run.json is not a regular
+                            * file (a FIFO, a link...): not read, not indexed, one warning each */
     int64_t metric_points; /* ingested again from metrics/rank-R.jsonl */
     size_t artifacts;      /* files registered from artifacts/ (size, SHA-256) */
     size_t log_files;      /* files recorded from logs/ */

@@ -24,6 +24,7 @@ typedef struct {
     td_run json; /* from run.json when has_json */
     int has_json;
     char *json_error; /* why run.json could not be read, when it exists */
+    int json_refused; /* run.json is not a regular file: the run is left out until fixed */
     double created_s; /* for ordering: run.json's, else the directory's oldest time */
 } run_dir_entry;
 
@@ -165,8 +166,10 @@ static td_status list_run_dirs(td_rundb *store, run_dir_entry **out, size_t *cou
         memset(r, 0, sizeof *r);
         r->name = td_xstrdup(e->d_name);
         r->path = path;
-        if (td__run_json_read(path, &r->json, &r->has_json) != TD_OK) {
+        td_status jst = td__run_json_read(path, &r->json, &r->has_json);
+        if (jst != TD_OK) {
             r->json_error = td_xstrdup(td_error_msg());
+            r->json_refused = jst == TD_ERR_INVALID;
             td_error_clear();
             r->has_json = 0;
         } else if (r->has_json && (!r->json.id || strcmp(r->json.id, r->name))) {
@@ -231,10 +234,19 @@ static td_status sync_one(td_rundb *store, run_dir_entry *e, td_rebuild_fn on_ru
      * once. */
     TD_CHECK_GOTO(td__rundb_begin(store), st, out);
     st = td__run_get(store, e->name, &row, &found);
-    if (st == TD_OK && !found) st = td__run_insert(store, &fresh, n);
+    /* A run.json that is a FIFO, a link, a directory is somebody's doing, not a damaged record:
+     * recovering the run as failed from its files would put a guess into the index that a
+     * later reindex never corrects. It stays out, with a warning saying what to do. */
+    int left_out = st == TD_OK && !found && e->json_refused;
+    if (st == TD_OK && !found && !left_out) st = td__run_insert(store, &fresh, n);
     if (st == TD_OK) st = td__rundb_commit(store);
     if (st != TD_OK) {
         td__rundb_rollback(store);
+        goto out;
+    }
+    if (left_out) {
+        TD_LOG_WARN("run directory %s left out of the index: %s", e->path, e->json_error);
+        stats->left_out++;
         goto out;
     }
     if (!found) {

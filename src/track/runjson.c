@@ -5,10 +5,13 @@
 #include "store_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Bumped when a field changes meaning; readers accept this version and older. */
 #define RUN_JSON_FORMAT 1
@@ -42,6 +45,8 @@ td_status td__run_json_write(const td_run *run) {
     json_object_set_new(o, "nproc_per_node", json_integer(run->nproc_per_node));
     json_object_set_new(o, "restarts", json_integer(run->restarts));
     json_object_set_new(o, "supervisor_pid", json_integer(run->supervisor_pid));
+    /* Added after format 1 came out: a reader without it takes 0 (unknown). */
+    json_object_set_new(o, "supervisor_start", json_integer(run->supervisor_start));
     json_object_set_new(o, "stop_requested", json_boolean(run->stop_requested));
     json_object_set_new(o, "note", str_or_null(run->note));
     json_object_set_new(o, "run_dir", str_or_null(run->run_dir));
@@ -49,6 +54,19 @@ td_status td__run_json_write(const td_run *run) {
     json_decref(o);
     if (!text) return td_error(TD_ERR_NOMEM, "cannot encode run.json of run %s", run->id);
     char *path = td_xasprintf("%s/run.json", run->run_dir);
+    /* Something else put there (a FIFO, a link) is left alone, as the metrics ingest leaves
+     * such files: the row changes all the same (a run's end must still reach the index), and
+     * the directory's record waits until it is removed. */
+    const char *kind = td_file_kind(path);
+    if (kind) {
+        TD_LOG_WARN("%s is %s, not a regular file: the record of run %s there is not updated "
+                    "(its row in the index is); remove it (rm '%s') and the run's next change "
+                    "writes it again",
+                    path, kind, run->id, path);
+        free(path);
+        free(text);
+        return TD_OK;
+    }
     td_chunk chunks[2] = {{text, strlen(text)}, {"\n", 1}};
     td_status st = td_write_atomic(path, "run record", chunks, 2);
     if (st == TD_ERR_NOSPACE) {
@@ -74,6 +92,21 @@ static double get_num(json_t *o, const char *key, double dflt) {
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
+/* TD_ERR_INVALID: run.json is kind (a FIFO, a link...), which is never read. */
+static td_status refuse(const char *path, const char *kind) {
+    char target[1024] = "";
+    if (!strcmp(kind, "a symbolic link")) {
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+    }
+    return td_error(TD_ERR_INVALID,
+                    "%s is %s%s%s, not a regular file, and was not read (tandem writes a run's "
+                    "record there as a regular file itself); if the run is to be indexed, remove "
+                    "it (rm '%s') and run 'tandem reindex': the run is then recovered from its "
+                    "files",
+                    path, kind, *target ? " to " : "", target, path);
+}
+
 td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
     memset(out, 0, sizeof *out);
     *found = 0;
@@ -81,9 +114,38 @@ td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
     td_status st = TD_OK;
     json_error_t jerr;
     json_t *o = NULL;
-    FILE *f = fopen(path, "rb");
+    /* Only a regular file is read, and the open neither blocks nor follows a link: a FIFO named
+     * run.json would otherwise hold the reader (a reindex, every verb's stale-run check)
+     * forever, and a device could do worse. lstat first, so nothing else is even opened; the
+     * fstat after the open closes the gap of a file swapped in between. */
+    const char *kind = td_file_kind(path);
+    if (kind) {
+        st = refuse(path, kind);
+        goto out;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            st = refuse(path, "a symbolic link");
+        else if (errno != ENOENT)
+            st = td_error_errno(TD_ERR_IO, "cannot read %s", path);
+        goto out;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot examine %s (fstat)", path);
+        close(fd);
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = refuse(path, td_mode_kind(sb.st_mode));
+        close(fd);
+        goto out;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        if (errno != ENOENT) st = td_error_errno(TD_ERR_IO, "cannot read %s", path);
+        st = td_error_errno(TD_ERR_IO, "cannot read %s", path);
+        close(fd);
         goto out;
     }
     o = json_loadf(f, 0, &jerr);
@@ -131,6 +193,9 @@ td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
     out->nproc_per_node = (int)get_num(o, "nproc_per_node", 1);
     out->restarts = (int)get_num(o, "restarts", 0);
     out->supervisor_pid = (int64_t)get_num(o, "supervisor_pid", 0);
+    json_t *start = json_object_get(o, "supervisor_start");
+    out->supervisor_start =
+        json_is_integer(start) && json_integer_value(start) > 0 ? json_integer_value(start) : 0;
     out->stop_requested = json_is_true(json_object_get(o, "stop_requested"));
     out->note = get_str(o, "note");
     /* The directory is where the run is now (the project may have moved since). */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -157,7 +158,8 @@ static const char *const schema_sql =
     " created REAL NOT NULL, started REAL NOT NULL DEFAULT 0, ended REAL NOT NULL DEFAULT 0,"
     " command TEXT, code_version TEXT, params TEXT, nodes INTEGER, nproc_per_node INTEGER,"
     " restarts INTEGER NOT NULL DEFAULT 0, supervisor_pid INTEGER NOT NULL DEFAULT 0,"
-    " run_dir TEXT, note TEXT, stop_requested INTEGER NOT NULL DEFAULT 0);"
+    " run_dir TEXT, note TEXT, stop_requested INTEGER NOT NULL DEFAULT 0,"
+    " supervisor_start INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS metric_keys(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);"
     "CREATE TABLE IF NOT EXISTS metrics(run INTEGER NOT NULL, rank INTEGER NOT NULL,"
     " key INTEGER NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, time REAL NOT NULL);"
@@ -171,6 +173,38 @@ static const char *const schema_sql =
     " path TEXT NOT NULL, size INTEGER NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY(run, name));"
     "CREATE TABLE IF NOT EXISTS logs(run INTEGER NOT NULL, rank INTEGER NOT NULL,"
     " path TEXT NOT NULL, PRIMARY KEY(run, path));";
+
+/* Columns added to the runs table since its first version, for an index made by an older
+ * tandem: added (with their default, which means "unknown") when the store is opened, inside
+ * the schema's write transaction, so two processes opening an old index at once add each once.
+ * An older tandem keeps working with the wider table: it names the columns it writes. */
+static const struct {
+    const char *name, *decl;
+} added_run_columns[] = {
+    {"supervisor_start", "INTEGER NOT NULL DEFAULT 0"},
+};
+
+static td_status migrate_schema(td_rundb *s) {
+    for (size_t i = 0; i < TD_ARRAY_LEN(added_run_columns); i++) {
+        sqlite3_stmt *q = NULL;
+        TD_CHECK(td__rundb_prepare(
+            s, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = ?", &q));
+        sqlite3_bind_text(q, 1, added_run_columns[i].name, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(q);
+        int have = rc == SQLITE_ROW && sqlite3_column_int(q, 0) > 0;
+        sqlite3_finalize(q);
+        if (rc != SQLITE_ROW) return td__rundb_err(s, "read the runs table's columns");
+        if (have) continue;
+        char *sql = td_xasprintf("ALTER TABLE runs ADD COLUMN %s %s", added_run_columns[i].name,
+                                 added_run_columns[i].decl);
+        td_status st = td__rundb_exec(s, sql);
+        free(sql);
+        TD_CHECK(st);
+        TD_LOG_DEBUG("run store %s: added the column runs.%s (an index made by an older tandem)",
+                     s->db_path, added_run_columns[i].name);
+    }
+    return TD_OK;
+}
 
 /* Closes the connection. When runs.db was deleted or replaced under us, the WAL and index files
  * at <db>-wal and <db>-shm may already belong to the new database: SQLite deletes both by name
@@ -306,6 +340,7 @@ static td_status open_db(td_rundb *s) {
     TD_CHECK_GOTO(td__rundb_exec(s, "PRAGMA synchronous=NORMAL"), st, out);
     TD_CHECK_GOTO(td__rundb_begin(s), st, out);
     st = td__rundb_exec(s, schema_sql);
+    if (st == TD_OK) st = migrate_schema(s);
     if (st != TD_OK) {
         td__rundb_rollback(s);
         goto out;
@@ -440,7 +475,8 @@ static char *col_text(sqlite3_stmt *q, int i) {
 
 #define RUN_COLUMNS                                                                                \
     "id, workflow, status, exit_code, created, started, ended, command, code_version, params, "    \
-    "nodes, nproc_per_node, restarts, supervisor_pid, run_dir, note, stop_requested"
+    "nodes, nproc_per_node, restarts, supervisor_pid, run_dir, note, stop_requested, "             \
+    "supervisor_start"
 
 static void read_run(sqlite3_stmt *q, td_run *r) {
     memset(r, 0, sizeof *r);
@@ -465,6 +501,7 @@ static void read_run(sqlite3_stmt *q, td_run *r) {
     r->run_dir = col_text(q, 14);
     r->note = col_text(q, 15);
     r->stop_requested = sqlite3_column_int(q, 16);
+    r->supervisor_start = sqlite3_column_int64(q, 17);
 }
 
 td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found) {
@@ -501,7 +538,8 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
                                "INSERT INTO runs(id, workflow, n, status, exit_code, created,"
                                " started, ended, command, code_version, params, nodes,"
                                " nproc_per_node, restarts, supervisor_pid, run_dir, note,"
-                               " stop_requested) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               " stop_requested, supervisor_start)"
+                               " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                &q));
     sqlite3_bind_text(q, 1, r->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, r->workflow ? r->workflow : "run", -1, SQLITE_STATIC);
@@ -524,6 +562,7 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
     else
         sqlite3_bind_null(q, 17);
     sqlite3_bind_int(q, 18, r->stop_requested);
+    sqlite3_bind_int64(q, 19, r->supervisor_start);
     td_status st = td__rundb_step(store, q, "restore a run");
     sqlite3_finalize(q);
     return st;
@@ -887,8 +926,72 @@ static td_status set_int_column(td_rundb *store, const char *sql, const char *id
     return st;
 }
 
+/* When process pid started: field 22 of /proc/PID/stat, in clock ticks after boot. > 0: the start
+ * time; -1: no such process (its /proc entry is gone, or it is a zombie: dead, not yet waited
+ * for); 0: unknown (no /proc, unreadable, or not in the format expected). The second field is
+ * the command name in parentheses, which may hold spaces and parentheses itself ("(a) b)"): the
+ * fields are counted from after the last ')'. */
+static int64_t proc_start_ticks(int64_t pid) {
+    if (pid <= 0) return -1;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT && errno != ESRCH) return 0;
+        /* A /proc without the entry says the process is gone; no /proc at all says nothing. */
+        return access("/proc/self/stat", F_OK) == 0 ? -1 : 0;
+    }
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf - 1)) < 0 && errno == EINTR) {
+    }
+    int err = errno;
+    close(fd);
+    if (n <= 0) return n < 0 && err == ESRCH ? -1 : 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p++;
+    while (*p == ' ') p++;
+    if (*p == 'Z' || *p == 'X') return -1; /* field 3, the state: zombie or dead */
+    /* After ')': field 3 (state) is the first, so field 22 (starttime) is the 20th. */
+    for (int field = 3; field < 22; field++) {
+        while (*p == ' ') p++;
+        if (!*p) return 0;
+        while (*p && *p != ' ') p++;
+    }
+    while (*p == ' ') p++;
+    if (*p < '0' || *p > '9') return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (errno || (*end && *end != ' ' && *end != '\n') || v == 0 || v > INT64_MAX) return 0;
+    return (int64_t)v;
+}
+
+struct supervisor_args {
+    const char *id;
+    int64_t pid, start;
+};
+
+static void bind_supervisor(sqlite3_stmt *q, const void *p) {
+    const struct supervisor_args *a = p;
+    sqlite3_bind_int64(q, 1, a->pid);
+    sqlite3_bind_int64(q, 2, a->start);
+    sqlite3_bind_text(q, 3, a->id, -1, SQLITE_STATIC);
+}
+
 td_status td_run_set_supervisor(td_rundb *store, const char *id, int64_t pid) {
-    return set_int_column(store, "UPDATE runs SET supervisor_pid = ? WHERE id = ?", id, pid, 0);
+    /* Read now, while the process is there: with the pid it names the one process, so a later
+     * process that is handed the same pid is never taken for this supervisor. */
+    int64_t start = proc_start_ticks(pid);
+    struct supervisor_args a = {id, pid, start > 0 ? start : 0};
+    int changed = 0;
+    td_status st = update_row(store, id,
+                              "UPDATE runs SET supervisor_pid = ?1, supervisor_start = ?2"
+                              " WHERE id = ?3",
+                              bind_supervisor, &a, "update run", &changed, NULL);
+    if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
+    return st;
 }
 
 td_status td_run_set_restarts(td_rundb *store, const char *id, int restarts) {
@@ -901,20 +1004,66 @@ td_status td_run_request_stop(td_rundb *store, const char *id, int requested) {
                           1);
 }
 
-/* Alive and still a tandem process: a recycled pid running something else does not count. */
-static int supervisor_alive(int64_t pid) {
-    if (pid <= 0) return 0;
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+enum { SUPERVISOR_ALIVE, SUPERVISOR_GONE, SUPERVISOR_PID_REUSED };
+
+/* Whether the run's supervisor still lives. A pid is reused once its process is gone: with the
+ * start time recorded beside it, the pid counts only while the process holding it started then
+ * (a run's supervisor that died, its pid handed to the supervisor of a later run, must not be
+ * signalled as the first run's: `tandem stop a-1` stopped a-2). A run recorded without one (by
+ * an older tandem) falls back to: alive, and its command line names tandem. */
+static int supervisor_state(int64_t pid, int64_t start) {
+    if (pid <= 0) return SUPERVISOR_GONE;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return SUPERVISOR_GONE;
+    if (start > 0) {
+        int64_t now = proc_start_ticks(pid);
+        if (now < 0) return SUPERVISOR_GONE;
+        if (now > 0) return now == start ? SUPERVISOR_ALIVE : SUPERVISOR_PID_REUSED;
+        /* Unknown now (no /proc): the check below is all there is. */
+    }
     char path[64], buf[4096];
     snprintf(path, sizeof path, "/proc/%lld/cmdline", (long long)pid);
     FILE *f = fopen(path, "rb");
-    if (!f) return 1; /* no /proc: trust kill() */
+    if (!f) return SUPERVISOR_ALIVE; /* no /proc: trust kill() */
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     for (size_t i = 0; i < n; i++)
         if (buf[i] == '\0') buf[i] = ' ';
-    return strstr(buf, "tandem") != NULL;
+    return strstr(buf, "tandem") ? SUPERVISOR_ALIVE : SUPERVISOR_PID_REUSED;
+}
+
+int td_run_signal_supervisor(const td_run *run, int sig) {
+    int64_t pid = run->supervisor_pid;
+    if (pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    /* A pidfd names one process for good: once it is open and the process it names is found to
+     * be the supervisor, a signal through it can only reach that process (ESRCH once it is
+     * gone, whoever holds the pid by then). Without pidfds (a kernel before 5.3), the check and
+     * kill(2) leave the narrow gap a pid is reused in between. */
+    int fd = -1;
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+    fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0 && errno == ESRCH) return -1;
+#endif
+    if (supervisor_state(pid, run->supervisor_start) != SUPERVISOR_ALIVE) {
+        if (fd >= 0) close(fd);
+        errno = ESRCH;
+        return -1;
+    }
+    int rc;
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+    if (fd >= 0) {
+        rc = (int)syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+        int err = errno;
+        close(fd);
+        errno = err;
+        return rc;
+    }
+#endif
+    rc = kill((pid_t)pid, sig);
+    return rc;
 }
 
 struct adopt_args {
@@ -958,7 +1107,7 @@ struct reap_args {
     const char *id;
     const char *note;
     const char *expect;
-    int64_t pid;
+    int64_t pid, start;
     double now;
 };
 
@@ -969,13 +1118,15 @@ static void bind_reap(sqlite3_stmt *q, const void *p) {
     sqlite3_bind_text(q, 3, a->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 4, a->expect, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 5, a->pid);
+    sqlite3_bind_int64(q, 6, a->start);
 }
 
 td_status td_run_reap_stale(td_rundb *store, td_run *run) {
     if (td_run_status_is_final(run->status)) return TD_OK;
     /* A pending run without a supervisor may be being set up right now; give it a minute. */
     if (run->supervisor_pid == 0 && td_wall_s() - run->created_s < 60) return TD_OK;
-    if (supervisor_alive(run->supervisor_pid)) return TD_OK;
+    int state = supervisor_state(run->supervisor_pid, run->supervisor_start);
+    if (state == SUPERVISOR_ALIVE) return TD_OK;
     /* The supervisor may have recorded the end in run.json and not in this index: the index was
      * deleted and rebuilt while it ran, or the disk was full. run.json is then the record. */
     td_run disk;
@@ -991,14 +1142,21 @@ td_status td_run_reap_stale(td_rundb *store, td_run *run) {
     }
     td_run_clear(&disk);
     td_error_clear();
-    char *note = td_xasprintf("its supervisor (pid %lld) is gone; it died or was killed",
-                              (long long)run->supervisor_pid);
+    char *note = td_xasprintf("its supervisor (pid %lld) is gone; it died or was killed%s",
+                              (long long)run->supervisor_pid,
+                              state == SUPERVISOR_PID_REUSED
+                                  ? " (its pid now belongs to another process, left alone)"
+                                  : "");
     if (disk_is_full(store)) {
         char *noted = note_with_disk_full(note, store);
         free(note);
         note = noted;
     }
-    struct reap_args a = {run->id, note, td_run_status_str(run->status), run->supervisor_pid,
+    struct reap_args a = {run->id,
+                          note,
+                          td_run_status_str(run->status),
+                          run->supervisor_pid,
+                          run->supervisor_start,
                           td_wall_s()};
     int changed = 0;
     td_run row;
@@ -1006,7 +1164,8 @@ td_status td_run_reap_stale(td_rundb *store, td_run *run) {
     td_status st =
         write_with_reserve(store, run->id,
                            "UPDATE runs SET status = 'failed', ended = ?, note = ?"
-                           " WHERE id = ? AND status = ? AND supervisor_pid = ?",
+                           " WHERE id = ? AND status = ? AND supervisor_pid = ?"
+                           " AND supervisor_start = ?",
                            bind_reap, &a, &a.note, "mark a stale run failed", &changed, &row);
     if (st == TD_OK && changed) {
         td_run_clear(run);

@@ -74,10 +74,14 @@ td_status td__run_adopt(td_rundb *store, td_run *run, const td_run *disk, int *c
 int64_t td__run_number(const char *id);
 
 /* ---- run.json (runjson.c): the run directory describes its run ---- */
-/* Writes <run_dir>/run.json from the row, atomically (temporary file, fsync, rename). */
+/* Writes <run_dir>/run.json from the row, atomically (temporary file, fsync, rename). A run.json
+ * that is not a regular file (a FIFO, a link: not tandem's doing) is left as it is, with a
+ * warning, and TD_OK: the caller's row change still goes through. */
 td_status td__run_json_write(const td_run *run);
 /* Reads <run_dir>/run.json into out (run_dir set to the directory given). *found = 0 and TD_OK
- * when there is no run.json; TD_ERR_FORMAT naming the file when it is unreadable. */
+ * when there is no run.json; TD_ERR_FORMAT naming the file when it is unreadable;
+ * TD_ERR_INVALID, naming it, what it is and what to do, when it is not a regular file (a FIFO, a
+ * symbolic link, a directory...): it is never opened in a way that could block. */
 td_status td__run_json_read(const char *run_dir, td_run *out, int *found);
 
 /* ---- disk space (space.c) ---- */

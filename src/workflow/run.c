@@ -1226,7 +1226,7 @@ td_status td_run_stop(td_rundb *store, const char *run_id, double wait_s, td_run
         st = TD_OK;
     }
     if (st != TD_OK) goto out;
-    if (r.supervisor_pid <= 0 || kill((pid_t)r.supervisor_pid, SIGTERM) != 0) {
+    if (r.supervisor_pid <= 0 || td_run_signal_supervisor(&r, SIGTERM) != 0) {
         /* Nobody to ask (a pending run whose supervisor never started): record it directly. */
         st = td_run_set_status(store, r.id, TD_RUN_STOPPED, -2, "stopped before it started");
         if (st == TD_OK) {

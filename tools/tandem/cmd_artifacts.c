@@ -1,4 +1,6 @@
-/* tandem artifacts: list a run's artifacts, or copy them out with their sha256 checked. */
+/* tandem artifacts: list a run's artifacts, or copy them out with their sha256 checked. Names are
+ * whatever files the run made: they reach the terminal escaped (run_cli_text), as do paths and
+ * errors quoting them. */
 #include <errno.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -32,14 +34,14 @@ int cmd_artifacts(int argc, char **argv) {
     size_t n = 0;
     td_status st = td_artifacts_list(store, r.id, &arts, &n);
     if (st != TD_OK) {
-        td_error_print(st);
+        run_cli_error(st);
         rc = 1;
     } else if (!dest) {
         printf("%-40s %12s  %s\n", "NAME", "BYTES", "SHA256");
         for (size_t i = 0; i < n; i++)
-            printf("%-40s %12lld  %s\n", arts[i].name, (long long)arts[i].size_bytes,
-                   arts[i].sha256);
-        if (!n) printf("(run %s has no artifacts)\n", r.id);
+            printf("%-40s %12lld  %s\n", run_cli_text(arts[i].name), (long long)arts[i].size_bytes,
+                   run_cli_text(arts[i].sha256));
+        if (!n) printf("(run %s has no artifacts)\n", run_cli_text(r.id));
     } else {
         for (size_t i = 0; i < n && rc == 0; i++) {
             char *to = td_xasprintf("%s/%s", dest, arts[i].name);
@@ -47,19 +49,20 @@ int cmd_artifacts(int argc, char **argv) {
             char sha[65];
             if ((st = td_mkdirs(dirname(dir))) != TD_OK ||
                 (st = td_copy_file(arts[i].path, to, "artifact")) != TD_OK) {
-                td_error_print(st);
+                run_cli_error(st);
                 rc = 1;
             } else if ((st = td_sha256_file(to, sha)) != TD_OK) {
-                td_error_print(st);
+                run_cli_error(st);
                 rc = 1;
             } else if (strcmp(sha, arts[i].sha256)) {
                 fprintf(stderr,
                         "tandem artifacts: %s: sha256 %s does not match the recorded %s; the "
                         "stored copy %s was changed or damaged\n",
-                        to, sha, arts[i].sha256, arts[i].path);
+                        run_cli_text(to), sha, run_cli_text(arts[i].sha256),
+                        run_cli_text(arts[i].path));
                 rc = 1;
             } else {
-                printf("%s  %s (sha256 ok)\n", sha, to);
+                printf("%s  %s (sha256 ok)\n", sha, run_cli_text(to));
             }
             free(to);
             free(dir);

@@ -1,4 +1,6 @@
-/* tandem logs: a run's worker logs, optionally followed until the run ends. */
+/* tandem logs: a run's worker logs, optionally followed until the run ends. What the programs
+ * wrote goes out as they wrote it (colours, a progress bar's \r); what tandem itself says around
+ * it (the prefixes named after log files, run ids, paths) is escaped (run_cli_text). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +11,7 @@
 
 typedef struct {
     char *path;
-    char prefix[32];
+    char *prefix;
     long offset;
     char *partial; /* a line without its newline yet */
 } log_cursor;
@@ -76,10 +78,13 @@ static void refresh(td_rundb *store, const td_run *r, int rank, log_cursor **cs,
         c->path = td_xstrdup(logs[i].path);
         const char *base = strrchr(logs[i].path, '/');
         base = base ? base + 1 : logs[i].path;
-        if (logs[i].rank >= 0)
-            snprintf(c->prefix, sizeof c->prefix, "[rank %d] ", logs[i].rank);
-        else
-            snprintf(c->prefix, sizeof c->prefix, "[%.*s] ", (int)strcspn(base, "."), base);
+        if (logs[i].rank >= 0) {
+            c->prefix = td_xasprintf("[rank %d] ", logs[i].rank);
+        } else {
+            char *stem = td_xasprintf("%.*s", (int)strcspn(base, "."), base);
+            c->prefix = td_xasprintf("[%s] ", run_cli_text(stem));
+            free(stem);
+        }
     }
     td_log_files_free(logs, nlogs);
 }
@@ -128,12 +133,13 @@ int cmd_logs(int argc, char **argv) {
     }
     rc = 0;
     if (!n) {
-        fprintf(stderr, "tandem logs: run %s has no %s yet (%s/logs)\n", r.id,
-                rank >= 0 ? "log for that rank" : "logs", r.run_dir);
+        fprintf(stderr, "tandem logs: run %s has no %s yet (%s/logs)\n", run_cli_text(r.id),
+                rank >= 0 ? "log for that rank" : "logs", run_cli_text(r.run_dir));
         rc = 1;
     }
     for (size_t i = 0; i < n; i++) {
         free(cs[i].path);
+        free(cs[i].prefix);
         free(cs[i].partial);
     }
     free(cs);

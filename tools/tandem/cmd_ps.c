@@ -1,4 +1,5 @@
-/* tandem ps: the runs table. */
+/* tandem ps: the runs table. Ids, workflows and notes are anyone's text (a run directory named by
+ * hand, a note quoting a program's output): they reach the terminal escaped (run_cli_text). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,8 +49,21 @@ static const td_metric_row *pick_loss(const td_metric_row *rows, size_t n) {
     return train ? train : best;
 }
 
-/* The widest note `tandem ps` prints; tandem show has the whole of it. */
+/* The widest note `tandem ps` prints (bytes before escaping); tandem show has the whole of it. */
 #define NOTE_MAX 100
+
+/* note cut to NOTE_MAX bytes ("..." at the end when cut, never inside a UTF-8 character), with
+ * its control bytes escaped. */
+static const char *short_note(const char *note) {
+    size_t len = strlen(note);
+    if (len <= NOTE_MAX) return run_cli_text(note);
+    size_t cut = NOTE_MAX - 3;
+    while (cut > 0 && ((unsigned char)note[cut] & 0xc0) == 0x80) cut--;
+    char *head = td_xasprintf("%.*s...", (int)cut, note);
+    const char *text = run_cli_text(head);
+    free(head);
+    return text;
+}
 
 int cmd_ps(int argc, char **argv) {
     int all = 0;
@@ -71,7 +85,7 @@ int cmd_ps(int argc, char **argv) {
     size_t n = 0;
     td_status st = td_run_list(store, all, &runs, &n);
     if (st != TD_OK) {
-        td_error_print(st);
+        run_cli_error(st);
         run_cli_close(store, NULL);
         return 1;
     }
@@ -100,10 +114,9 @@ int cmd_ps(int argc, char **argv) {
         /* The note of a run still going says where it stands (a Slurm job's state and, while
          * it waits, Slurm's reason); a finished run's is in tandem show. */
         const char *note = !td_run_status_is_final(r->status) && r->note ? r->note : "";
-        int cut = strlen(note) > NOTE_MAX;
-        printf("%-20s %-14s %-10s %-17s %-9s %8s %10s%s%.*s%s\n", r->id, r->workflow,
-               td_run_status_str(r->status), started, dur, step, loss, *note ? "  " : "",
-               cut ? NOTE_MAX - 3 : NOTE_MAX, note, cut ? "..." : "");
+        printf("%-20s %-14s %-10s %-17s %-9s %8s %10s%s%s\n", run_cli_text(r->id),
+               run_cli_text(r->workflow), td_run_status_str(r->status), started, dur, step, loss,
+               *note ? "  " : "", short_note(note));
     }
     td_runs_free(runs, n);
     run_cli_close(store, NULL);

@@ -61,6 +61,10 @@ int cmd_reindex(int argc, char **argv) {
            "(supervisor gone); %lld metric points, %zu artifacts, %zu log files\n",
            td_rundb_dir(store), s.dirs, s.dirs == 1 ? "y" : "ies", s.restored, s.recovered,
            s.updated, s.present, s.reaped, (long long)s.metric_points, s.artifacts, s.log_files);
+    if (s.left_out)
+        printf("left out %zu run director%s whose run.json is not a regular file (see the "
+               "warnings on stderr)\n",
+               s.left_out, s.left_out == 1 ? "y" : "ies");
     if (st != TD_OK) td_error_print(st);
     td_rundb_close(store);
     return st == TD_OK ? 0 : 1;

@@ -1,4 +1,6 @@
-/* tandem stop: ask a run's supervisor to stop it (the workers checkpoint on SIGTERM). */
+/* tandem stop: ask a run's supervisor to stop it (the workers checkpoint on SIGTERM). A run whose
+ * supervisor is gone (its pid free, or held by another process since) gets no signal: it is
+ * marked failed, and the error says so with the run's note. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,8 +40,11 @@ int cmd_stop(int argc, char **argv) {
      * td_run_stop had nobody to ask) may have left its job queued or running there: cancel it
      * too. A supervisor that recorded the end left no job behind, and this does nothing. */
     td_run cur = {0};
-    if (store && (st == TD_OK || st == TD_ERR_INVALID) && td_run_find(store, id, &cur) == TD_OK &&
-        td_run_status_is_final(cur.status) && td_executor_of_run(&cur)) {
+    int have_cur = store && (st == TD_OK || st == TD_ERR_INVALID) &&
+                   td_run_find(store, id, &cur) == TD_OK && td_run_status_is_final(cur.status);
+    /* Why it had ended, for the "already ended" error (a supervisor found gone just now). */
+    char *ended_note = st == TD_ERR_INVALID && have_cur && cur.note ? td_xstrdup(cur.note) : NULL;
+    if (have_cur && td_executor_of_run(&cur)) {
         int cancelled = 0;
         char what[512];
         td_status cst =
@@ -51,6 +56,8 @@ int cmd_stop(int argc, char **argv) {
             printf("%s\n", what);
             if (st != TD_OK) { /* "already ended": its job had not */
                 td_error_clear();
+                free(ended_note);
+                ended_note = NULL;
                 st = TD_OK;
                 r = cur;
                 memset(&cur, 0, sizeof cur);
@@ -60,16 +67,19 @@ int cmd_stop(int argc, char **argv) {
     td_run_clear(&cur);
     rc = 0;
     if (st != TD_OK) {
-        td_error_print(st);
+        run_cli_error(st);
+        if (ended_note) fprintf(stderr, "tandem: note: %s\n", run_cli_text(ended_note));
         rc = st == TD_ERR_NOTFOUND || st == TD_ERR_INVALID ? 2 : 1;
     } else if (td_run_status_is_final(r.status)) {
-        printf("run %s %s (exit code %d)\n", r.id, td_run_status_str(r.status), r.exit_code);
+        printf("run %s %s (exit code %d)\n", run_cli_text(r.id), td_run_status_str(r.status),
+               r.exit_code);
     } else {
         printf("run %s: stop requested; still %s after %.0f s (its supervisor escalates to "
                "SIGKILL after the grace period)\n",
-               r.id, td_run_status_str(r.status), wait_s);
+               run_cli_text(r.id), td_run_status_str(r.status), wait_s);
         rc = 1;
     }
+    free(ended_note);
     run_cli_close(store, &r);
     return rc;
 }

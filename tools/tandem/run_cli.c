@@ -36,7 +36,7 @@ int run_cli_rank(const run_cli_verb *verb, const char *value, int *rank) {
 int run_cli_open_store(td_rundb **store) {
     td_status st = td_rundb_open(NULL, store);
     if (st != TD_OK) {
-        td_error_print(st);
+        run_cli_error(st);
         return 1;
     }
     return 0;
@@ -48,7 +48,7 @@ int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store,
     if (rc) return rc;
     td_status st = td_run_find(*store, id, run);
     if (st != TD_OK) {
-        td_error_print(st);
+        run_cli_error(st);
         td_rundb_close(*store);
         return 2;
     }
@@ -99,4 +99,10 @@ const char *run_cli_text(const char *s) {
     free(ring[next % 16]);
     ring[next++ % 16] = out;
     return out;
+}
+
+void run_cli_error(td_status st) {
+    const char *msg = td_error_msg();
+    fprintf(stderr, "tandem: error: %s\n", *msg ? run_cli_text(msg) : td_status_str(st));
+    if (td_log_enabled(TD_LOG_DEBUG) && *td_error_trace()) fputs(td_error_trace(), stderr);
 }

@@ -40,4 +40,8 @@ void run_cli_close(td_rundb *store, td_run *run);
  * result lives until 16 more calls. */
 const char *run_cli_text(const char *s);
 
+/* td_error_print for the run verbs: the error's text (which may quote run ids, notes, paths and
+ * file names from the store) with its control bytes escaped as run_cli_text does. */
+void run_cli_error(td_status st);
+
 #endif
