@@ -148,15 +148,18 @@ typedef struct td__links td__links;
 td_status td__links_open(const td_exec_job *job, const char *token, const char *host,
                          td__links **out);
 const char *td__links_endpoint(const td__links *l);
-/* Waits up to timeout_ms for a new link, bytes on one, or extra_fd (our signals; -1: none),
- * and handles what came. */
+/* Waits up to timeout_ms for a new link, bytes on one, a handshake that ended, or extra_fd
+ * (our signals; -1: none), and handles what came. Never waits on one peer: handshakes run on
+ * threads of their own (HANDSHAKE_MS each at most), openings are sent as the peer takes them. */
 void td__links_pump(td__links *l, int extra_fd, int timeout_ms);
 /* After the job: what the links still carry, until every agent said end or seconds pass. */
 void td__links_drain(td__links *l, double seconds);
-/* How many nodes have connected at least once; the last "tandem: error:" line a node's
- * launcher sent ("" when none). */
+/* How many nodes have connected at least once (their opening sent); the last "tandem: error:"
+ * line a node's launcher sent ("" when none); how many connections were closed before they
+ * joined (a wrong token, no handshake within its deadline, cut short when the slots were full). */
 int td__links_nodes_seen(const td__links *l);
 const char *td__links_cause(const td__links *l);
+int td__links_refused(const td__links *l);
 void td__links_free(td__links *l);
 
 #endif /* TANDEM_EXEC_INTERNAL_H */

@@ -8,13 +8,27 @@
  * From then on the connection is the agent's mirror stream: its rank logs, metric files and
  * its own messages (logs/node-N.log) append to the run directory, and at the end its artifacts
  * land in RUN/work, where the run's end collects them as for a local run. A connection that
- * drops is dialled again by the agent; a requeued job's agents connect anew. */
+ * drops is dialled again by the agent; a requeued job's agents connect anew.
+ *
+ * No peer can hold the supervisor up: the port is open to anyone who can reach it, so a
+ * connection's handshake (the token's challenge-response and the hello) runs on a small thread
+ * of its own, which gives up at the connection's deadline, while the poll loop goes on serving
+ * everyone else; the opening is sent without blocking from the loop; connections still in the
+ * handshake are bounded, and when the slots are full the oldest one that has had a tenth of its
+ * deadline is cut short. So a run's agents join however many strangers connect and say
+ * nothing. (The handshake's HMAC lives in core/mirror.c behind a blocking call; a thread per
+ * handshake keeps that one implementation.) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,13 +36,61 @@
 #include "exec/internal.h"
 #include "tandem/mirror.h"
 
-/* A peer that connects must prove the token and greet within this; a slow or foreign one
- * holds up the supervisor's loop no longer. */
+/* A peer that connects must prove the token and greet within this (the agent's own limit is
+ * twice that); a slow or foreign one is then closed, and never holds up anyone else. */
 #define HANDSHAKE_MS 5000
-#define MAX_CONNS    1024
+/* An agent that passed the handshake must take the opening (the code may be megabytes) within
+ * this: the agent waits as long for it (agent_link.c, OPENING_TIMEOUT_MS). */
+#define OPENING_MS 120000
+#define MAX_CONNS  1024
+/* Connections in the handshake, each with a thread (blocked in poll, a few KiB touched): a
+ * job's connect storm fits, as in the rendezvous store's server (comm/store_server.c). */
+#define MAX_PENDING 256
+#define HS_STACK    (256 * 1024)
+/* The listen queue: a job's nodes connect at once (the kernel holds them until accepted). */
+#define BACKLOG 512
+/* Refused connections: the first few are said one by one, then summed up this often. */
+#define REFUSED_SAID     5
+#define REFUSED_PERIOD_S 30.0
+
+typedef enum {
+    C_HANDSHAKE, /* its thread proves the token and reads the hello */
+    C_OPENING,   /* we send the manifest, code, checkpoint, artifacts and go */
+    C_LIVE,      /* its mirror stream arrives */
+} conn_state;
+
+/* What a handshake thread works on and finds; the connection points to it until it is joined. */
+typedef struct {
+    pthread_t thread;
+    int fd;
+    const char *token; /* the links' own: threads are joined before it goes */
+    int nodes;
+    int notify_fd; /* a byte here wakes the poll loop */
+    atomic_bool done;
+    td_status st; /* what it found, once done */
+    int node, first;
+    char why[400];
+} handshake;
+
+/* One piece of the opening: bytes of ours, or a file's bytes [off, end) sent from its fd. */
+typedef struct {
+    char *bytes;
+    size_t len;
+    int fd; /* -1: bytes */
+    off_t off, end;
+    char *path; /* for a message when the file changes under us */
+} piece;
 
 typedef struct {
     int fd;
+    conn_state state;
+    char peer[80];        /* "10.0.0.5:41234", for messages */
+    uint64_t since_ns;    /* accepted */
+    uint64_t deadline_ns; /* of the opening */
+    const char *cut;      /* we cut its handshake short: why */
+    handshake *hs;
+    piece *pieces;
+    size_t npieces, next;
     int node; /* -1 before "hello" */
     td_mirror_in *in;
     int ended; /* "tdm end": everything of this agent arrived */
@@ -43,13 +105,20 @@ typedef struct {
 struct td__links {
     const td_exec_job *job;
     int listen_fd, port;
+    int wake[2]; /* handshake threads -> the poll loop */
     char endpoint[300];
     char token[33];
     char *code_path; /* RUN/code.tar */
     conn conns[MAX_CONNS];
-    size_t nconns;
+    size_t nconns, npending;
     unsigned char *seen; /* per node: connected at least once */
     int nseen;
+    int refused;        /* connections closed before they joined */
+    int refused_unsaid; /* ... of which not said yet */
+    char last_refused[600];
+    uint64_t refused_said_ns;
+    int queue_full;            /* connections wait in the listen queue, the slots are full */
+    uint64_t accept_resume_ns; /* out of descriptors: accept again then */
     td__echo echo;
     node_echo *node_lines;
     char cause[512];
@@ -131,12 +200,17 @@ static void on_data(void *user, const char *name, const char *bytes, size_t n) {
     }
 }
 
+static void set_nonblocking(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
 td_status td__links_open(const td_exec_job *job, const char *token, const char *host,
                          td__links **out) {
     *out = NULL;
     td__links *l = td_xcalloc(1, sizeof *l);
     l->job = job;
-    l->listen_fd = -1;
+    l->listen_fd = l->wake[0] = l->wake[1] = -1;
     snprintf(l->token, sizeof l->token, "%s", token);
     l->seen = td_xcalloc((size_t)job->run->nodes, 1);
     l->node_lines = td_xcalloc((size_t)job->run->nodes, sizeof *l->node_lines);
@@ -169,11 +243,14 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
     free(sh.s);
     free(o);
     free(e);
-    if (st == TD_OK) st = td_listen_tcp(NULL, 0, 64, &l->listen_fd, &l->port);
+    if (st == TD_OK && pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+        st = td_error_errno(TD_ERR_SYS, "links: a pipe for the handshakes");
+    if (st == TD_OK) st = td_listen_tcp(NULL, 0, BACKLOG, &l->listen_fd, &l->port);
     if (st != TD_OK) {
         td__links_free(l);
         return st;
     }
+    set_nonblocking(l->listen_fd); /* accept until the queue is empty, never wait in accept */
     snprintf(l->endpoint, sizeof l->endpoint, "%s:%d", host, l->port);
     *out = l;
     return TD_OK;
@@ -187,49 +264,110 @@ int td__links_nodes_seen(const td__links *l) {
     return l->nseen;
 }
 
+int td__links_refused(const td__links *l) {
+    return l->refused;
+}
+
 const char *td__links_cause(const td__links *l) {
     return l->cause;
 }
 
-static void conn_close(td__links *l, size_t i, const char *why) {
-    conn *c = &l->conns[i];
-    if (why && c->node >= 0 && !c->ended)
-        TD_LOG_WARN("the link of node %d closed (%s); its agent dials again while it runs", c->node,
-                    why);
-    close(c->fd);
-    td_mirror_in_free(c->in);
-    l->conns[i] = l->conns[--l->nconns];
+/* ---- refusals: each counted, the first few said, then a sum now and then ---- */
+static void refusals_say(td__links *l) {
+    if (!l->refused_unsaid) return;
+    TD_LOG_WARN("refused %d more connection%s to the run's link port (%s) in the last %.0f s; "
+                "the last %s",
+                l->refused_unsaid, l->refused_unsaid == 1 ? "" : "s", l->endpoint,
+                (double)(td_now_ns() - l->refused_said_ns) * 1e-9, l->last_refused);
+    l->refused_unsaid = 0;
+    l->refused_said_ns = td_now_ns();
 }
 
-static td_status write_full(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return td_error_errno(TD_ERR_IO, "writing to a node's link");
-        p += w;
-        n -= (size_t)w;
+static void refused(td__links *l, const char *peer, const char *why) {
+    l->refused++;
+    snprintf(l->last_refused, sizeof l->last_refused, "from %s: %s", peer, why);
+    if (l->refused <= REFUSED_SAID) {
+        TD_LOG_WARN("refused a connection to the run's link port from %s: %s%s", peer, why,
+                    l->refused == REFUSED_SAID
+                        ? " (more refusals are counted and summed up every 30 s)"
+                        : "");
+        l->refused_said_ns = td_now_ns();
+    } else {
+        l->refused_unsaid++;
     }
-    return TD_OK;
 }
 
-/* The greeting, one byte at a time (nothing of the mirror stream may be consumed). */
-static td_status read_hello(int fd, int nodes, int *node, int *first) {
+/* ---- the handshake, on a thread per connection ---- */
+static td_status read_hello(int fd, int nodes, uint64_t deadline_ns, int *node, int *first) {
     char line[64];
-    TD_CHECK(td_mirror_read_line(fd, line, sizeof line,
-                                 td_now_ns() + (uint64_t)HANDSHAKE_MS * 1000000, "a node's hello"));
+    TD_CHECK(td_mirror_read_line(fd, line, sizeof line, deadline_ns, "a node's hello"));
     char end;
     if (sscanf(line, "hello %d %d%c", node, first, &end) != 2 || *node < 0 || *node >= nodes ||
         (*first != 0 && *first != 1))
         return td_error(TD_ERR_PROTOCOL,
-                        "a node's link said '%.40s', not hello NODE 0|1 with a "
-                        "node below %d",
-                        line, nodes);
+                        "a node's link said '%.40s', not hello NODE 0|1 with a node below %d", line,
+                        nodes);
     return TD_OK;
 }
 
-/* "HEAD SIZE\n" and the file's bytes (the code, a checkpoint). */
-static td_status send_blob(conn *c, const char *head, const char *path) {
+static void *handshake_main(void *arg) {
+    handshake *h = arg;
+    uint64_t deadline_ns = td_now_ns() + (uint64_t)HANDSHAKE_MS * 1000000;
+    td_status st = td_mirror_auth_accept(h->fd, h->token, HANDSHAKE_MS);
+    if (st == TD_OK) st = read_hello(h->fd, h->nodes, deadline_ns, &h->node, &h->first);
+    if (st != TD_OK) snprintf(h->why, sizeof h->why, "%s", td_error_msg());
+    td_error_clear();
+    h->st = st;
+    atomic_store(&h->done, true);
+    ssize_t w = write(h->notify_fd, "x", 1); /* full pipe: the loop has wakes pending anyway */
+    (void)w;
+    return NULL;
+}
+
+static void conn_free_pieces(conn *c) {
+    for (size_t i = 0; i < c->npieces; i++) {
+        free(c->pieces[i].bytes);
+        free(c->pieces[i].path);
+        if (c->pieces[i].fd >= 0) close(c->pieces[i].fd);
+    }
+    free(c->pieces);
+    c->pieces = NULL;
+    c->npieces = c->next = 0;
+}
+
+/* Waits for a connection's handshake thread (cut short first when it still runs) and takes
+ * what it found (the join orders its writes before our reads). Caller frees; NULL: none. */
+static handshake *handshake_end(td__links *l, conn *c) {
+    handshake *h = c->hs;
+    if (!h) return NULL;
+    if (!atomic_load(&h->done)) shutdown(c->fd, SHUT_RDWR);
+    pthread_join(h->thread, NULL);
+    c->hs = NULL;
+    l->npending--;
+    return h;
+}
+
+static void conn_close(td__links *l, size_t i, const char *why) {
+    conn *c = &l->conns[i];
+    free(handshake_end(l, c));
+    if (why && c->node >= 0 && !c->ended)
+        TD_LOG_WARN("the link of node %d closed (%s); its agent dials again while it runs", c->node,
+                    why);
+    close(c->fd);
+    conn_free_pieces(c);
+    td_mirror_in_free(c->in);
+    l->conns[i] = l->conns[--l->nconns];
+}
+
+/* ---- the opening, sent from the loop as the connection takes it ---- */
+static void add_bytes(conn *c, char *bytes) {
+    c->pieces = td_xrealloc(c->pieces, (c->npieces + 1) * sizeof *c->pieces);
+    c->pieces[c->npieces++] = (piece){.bytes = bytes, .len = strlen(bytes), .fd = -1};
+}
+
+/* "HEAD SIZE\n" and the file's bytes (the code, a checkpoint), from a descriptor opened now: a
+ * checkpoint replaced meanwhile is still sent whole. */
+static td_status add_blob(conn *c, const char *head, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -237,31 +375,18 @@ static td_status send_blob(conn *c, const char *head, const char *path) {
         if (fd >= 0) close(fd);
         return st;
     }
-    char line[300];
-    int n = snprintf(line, sizeof line, "%s %lld\n", head, (long long)sb.st_size);
-    td_status st = write_full(c->fd, line, (size_t)n);
-    char buf[65536];
-    for (int64_t left = (int64_t)sb.st_size; st == TD_OK && left > 0;) {
-        ssize_t r = read(fd, buf, (size_t)TD_MIN(left, (int64_t)sizeof buf));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            st = td_error(TD_ERR_IO, "%s changed while it was sent", path);
-            break;
-        }
-        st = write_full(c->fd, buf, (size_t)r);
-        left -= r;
-    }
-    close(fd);
-    return st;
+    add_bytes(c, td_xasprintf("%s %lld\n", head, (long long)sb.st_size));
+    c->pieces = td_xrealloc(c->pieces, (c->npieces + 1) * sizeof *c->pieces);
+    c->pieces[c->npieces++] =
+        (piece){.fd = fd, .off = 0, .end = sb.st_size, .path = td_xstrdup(path)};
+    return TD_OK;
 }
 
 /* The opening: our manifest, the code when asked, for node 0 the newest checkpoint we hold (a
  * requeued job's first node may be another machine) and the artifact patterns, go. */
-static td_status send_opening(td__links *l, conn *c, int first) {
-    char *manifest = td_mirror_in_manifest(c->in);
-    td_status st = write_full(c->fd, manifest, strlen(manifest));
-    free(manifest);
-    if (st == TD_OK && first) st = send_blob(c, "code", l->code_path);
+static td_status build_opening(td__links *l, conn *c, int first) {
+    add_bytes(c, td_mirror_in_manifest(c->in));
+    td_status st = first ? add_blob(c, "code", l->code_path) : TD_OK;
     if (st == TD_OK && first && c->node == 0 && l->ckpt_rel) {
         size_t n;
         long long *steps = ckpt_steps(l, &n);
@@ -270,51 +395,214 @@ static td_status send_opening(td__links *l, conn *c, int first) {
             snprintf(head, sizeof head, "ckpt ckpt-%lld.tdck", steps[0]);
             char *path =
                 td_xasprintf("%s/%s/ckpt-%lld.tdck", l->job->run->run_dir, l->ckpt_rel, steps[0]);
-            st = send_blob(c, head, path);
+            st = add_blob(c, head, path);
             free(path);
         }
         free(steps);
     }
-    for (size_t i = 0; st == TD_OK && c->node == 0 && i < l->job->nartifacts; i++) {
-        char *line = td_xasprintf("artifact %s\n", l->job->artifacts[i]);
-        st = write_full(c->fd, line, strlen(line));
-        free(line);
-    }
-    if (st == TD_OK) st = write_full(c->fd, "go\n", 3);
+    for (size_t i = 0; st == TD_OK && c->node == 0 && i < l->job->nartifacts; i++)
+        add_bytes(c, td_xasprintf("artifact %s\n", l->job->artifacts[i]));
+    if (st == TD_OK) add_bytes(c, td_xstrdup("go\n"));
     return st;
 }
 
-static void accept_one(td__links *l) {
-    int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (l->nconns == MAX_CONNS) {
-        close(fd);
-        return;
+/* Sends what the connection takes now. 1: all of it went; 0: more later; -1: failed (the
+ * error set). */
+static int flush_opening(conn *c) {
+    while (c->next < c->npieces) {
+        piece *p = &c->pieces[c->next];
+        if (p->fd < 0 ? (size_t)p->off == p->len : p->off == p->end) {
+            c->next++;
+            continue;
+        }
+        ssize_t w;
+        if (p->fd < 0) {
+            w = send(c->fd, p->bytes + p->off, p->len - (size_t)p->off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+        } else {
+            w = sendfile(c->fd, p->fd, &p->off, (size_t)TD_MIN(p->end - p->off, (off_t)1 << 20));
+            if (w == 0) {
+                td_error(TD_ERR_IO, "%s changed while it was sent", p->path);
+                return -1;
+            }
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (w < 0) {
+            td_error_errno(TD_ERR_IO, "writing to a node's link");
+            return -1;
+        }
+        if (p->fd < 0) p->off += w; /* sendfile moved a file's offset itself */
     }
-    int node = -1, first = 0;
-    td_status st = td_mirror_auth_accept(fd, l->token, HANDSHAKE_MS);
-    if (st == TD_OK) st = read_hello(fd, l->job->run->nodes, &node, &first);
-    conn *c = &l->conns[l->nconns];
-    memset(c, 0, sizeof *c);
-    c->fd = fd;
-    c->node = node;
-    if (st == TD_OK) {
-        static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints"};
-        td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
-        c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
-        st = send_opening(l, c, first);
-    }
-    if (st != TD_OK) {
-        TD_LOG_WARN("a connection to the run's link port was refused: %s", td_error_msg());
-        td_error_clear();
-        td_mirror_in_free(c->in);
-        close(fd);
-        return;
-    }
-    l->nconns++;
-    if (!l->seen[node]) {
-        l->seen[node] = 1;
+    return 1;
+}
+
+/* The opening went out: the node has joined. */
+static void joined(td__links *l, conn *c) {
+    conn_free_pieces(c);
+    c->state = C_LIVE;
+    c->deadline_ns = 0;
+    if (!l->seen[c->node]) {
+        l->seen[c->node] = 1;
         l->nseen++;
+    }
+}
+
+/* Sends what it can of a connection's opening; closes it when that fails or its time is up.
+ * Returns 0 when it was closed. */
+static int progress_opening(td__links *l, size_t i, uint64_t now) {
+    conn *c = &l->conns[i];
+    int r = flush_opening(c);
+    if (r > 0) {
+        joined(l, c);
+        return 1;
+    }
+    char why[700];
+    if (r < 0) {
+        snprintf(why, sizeof why, "sending the opening: %s", td_error_msg());
+        td_error_clear();
+    } else if (now >= c->deadline_ns) {
+        snprintf(why, sizeof why, "it took no opening (%zu of %zu pieces sent) in %d s", c->next,
+                 c->npieces, OPENING_MS / 1000);
+    } else {
+        return 1;
+    }
+    TD_LOG_WARN("node %d's link from %s: %s; closing it", c->node, c->peer, why);
+    conn_close(l, i, NULL);
+    return 0;
+}
+
+/* A handshake thread is done: the connection sends its opening, or it is refused. */
+static void handshake_done(td__links *l, size_t i) {
+    conn *c = &l->conns[i];
+    handshake *h = handshake_end(l, c);
+    td_status st = h->st;
+    int node = h->node, first = h->first;
+    if (st != TD_OK || c->cut) {
+        refused(l, c->peer, c->cut ? c->cut : h->why);
+        free(h);
+        conn_close(l, i, NULL);
+        return;
+    }
+    free(h);
+    c->node = node;
+    c->state = C_OPENING;
+    c->deadline_ns = td_now_ns() + (uint64_t)OPENING_MS * 1000000;
+    static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints"};
+    td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
+    c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
+    if (build_opening(l, c, first) != TD_OK) {
+        TD_LOG_WARN("node %d's link from %s: %s; closing it", node, c->peer, td_error_msg());
+        td_error_clear();
+        conn_close(l, i, NULL);
+        return;
+    }
+    progress_opening(l, i, td_now_ns());
+}
+
+/* The handshake slots are full: cuts short the oldest handshake if it has had a tenth of its
+ * deadline (a real agent needs one round trip), so strangers that connect and say nothing
+ * cannot keep the run's agents out. Returns whether one was cut (its slot frees when its thread
+ * returns, at once). */
+static int cut_oldest(td__links *l, uint64_t now) {
+    conn *oldest = NULL;
+    for (size_t i = 0; i < l->nconns; i++)
+        if (l->conns[i].state == C_HANDSHAKE && !l->conns[i].cut &&
+            (!oldest || l->conns[i].since_ns < oldest->since_ns))
+            oldest = &l->conns[i];
+    if (!oldest || now < oldest->since_ns + (uint64_t)HANDSHAKE_MS * 100000) return 0;
+    oldest->cut = "the oldest of the connections still in the handshake when the slots were "
+                  "full; cut short";
+    shutdown(oldest->fd, SHUT_RDWR);
+    return 1;
+}
+
+static void peer_name(int fd, char *out, size_t nbytes) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+    char raw[sizeof host + sizeof serv + 2];
+    snprintf(raw, sizeof raw, "%s:%s", host, serv);
+    td_escape_text(out, nbytes, raw, strlen(raw));
+}
+
+/* Starts a connection's handshake on its thread (all signals blocked: they belong to the
+ * supervisor's signalfd). */
+static int handshake_start(td__links *l, conn *c) {
+    handshake *h = td_xcalloc(1, sizeof *h);
+    h->fd = c->fd;
+    h->token = l->token;
+    h->nodes = l->job->run->nodes;
+    h->notify_fd = l->wake[1];
+    h->node = -1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, HS_STACK);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int err = pthread_create(&h->thread, &attr, handshake_main, h);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        free(h);
+        char why[200];
+        snprintf(why, sizeof why, "no thread for its handshake (%s)", strerror(err));
+        refused(l, c->peer, why);
+        return -1;
+    }
+    c->hs = h;
+    l->npending++;
+    return 0;
+}
+
+/* Takes the connections waiting in the listen queue while there are slots for them. With the
+ * slots full, those waiting stay in the queue (the listening socket is not polled meanwhile) and
+ * the oldest handshake is cut short once it may be. */
+static void accept_all(td__links *l) {
+    for (;;) {
+        if (l->nconns == MAX_CONNS || l->npending >= MAX_PENDING) {
+            struct pollfd p = {.fd = l->listen_fd, .events = POLLIN};
+            l->queue_full = poll(&p, 1, 0) > 0;
+            if (l->queue_full) cut_oldest(l, td_now_ns());
+            return;
+        }
+        l->queue_full = 0;
+        int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && (errno == EINTR || errno == ECONNABORTED)) continue;
+        if (fd < 0) {
+            /* Out of descriptors (or memory): the connection stays queued and the socket
+             * readable, so it is not polled for a while instead of spinning. */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                if (!l->accept_resume_ns)
+                    TD_LOG_WARN("links: cannot accept connections on %s (%s, %zu open); retrying "
+                                "every 100 ms",
+                                l->endpoint, strerror(errno), l->nconns);
+                l->accept_resume_ns = td_now_ns() + 100000000ull;
+            } else {
+                if (errno != EAGAIN && errno != EWOULDBLOCK)
+                    TD_LOG_WARN("links: cannot accept a connection on %s: %s", l->endpoint,
+                                strerror(errno));
+                l->accept_resume_ns = 0;
+            }
+            return;
+        }
+        l->accept_resume_ns = 0;
+        conn *c = &l->conns[l->nconns];
+        memset(c, 0, sizeof *c);
+        c->fd = fd;
+        c->node = -1;
+        c->state = C_HANDSHAKE;
+        c->since_ns = td_now_ns();
+        peer_name(fd, c->peer, sizeof c->peer);
+        if (handshake_start(l, c) != 0) {
+            close(fd);
+            continue;
+        }
+        l->nconns++;
     }
 }
 
@@ -322,7 +610,7 @@ static void read_conn(td__links *l, size_t i) {
     conn *c = &l->conns[i];
     char buf[65536];
     ssize_t n = read(c->fd, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
         conn_close(l, i, n == 0 ? "it hung up" : strerror(errno));
         return;
@@ -337,18 +625,57 @@ static void read_conn(td__links *l, size_t i) {
 }
 
 void td__links_pump(td__links *l, int extra_fd, int timeout_ms) {
-    struct pollfd pf[MAX_CONNS + 2];
+    struct pollfd pf[MAX_CONNS + 3];
+    uint64_t now = td_now_ns(), next = UINT64_MAX;
     size_t n = 0;
     pf[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
-    pf[n++] = (struct pollfd){.fd = l->listen_fd, .events = POLLIN};
+    pf[n++] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};
+    /* A full queue stays readable: not polled until a handshake ends or the oldest may be cut. */
+    int paused = l->queue_full || (l->accept_resume_ns && now < l->accept_resume_ns);
+    pf[n++] = (struct pollfd){.fd = paused ? -1 : l->listen_fd, .events = POLLIN};
+    if (l->accept_resume_ns && now < l->accept_resume_ns) next = l->accept_resume_ns;
     size_t nc = l->nconns;
-    for (size_t i = 0; i < nc; i++)
-        pf[n++] = (struct pollfd){.fd = l->conns[i].fd, .events = POLLIN};
-    if (poll(pf, n, timeout_ms) <= 0) return;
+    for (size_t i = 0; i < nc; i++) {
+        conn *c = &l->conns[i];
+        short ev = c->state == C_HANDSHAKE ? 0 : POLLIN; /* its thread reads a handshake */
+        if (c->state == C_OPENING) ev |= POLLOUT;
+        pf[n++] = (struct pollfd){.fd = ev ? c->fd : -1, .events = ev};
+        if (c->state == C_OPENING) next = TD_MIN(next, c->deadline_ns);
+        if (c->state == C_HANDSHAKE && l->queue_full && !c->cut)
+            next = TD_MIN(next, c->since_ns + (uint64_t)HANDSHAKE_MS * 100000);
+    }
+    if (l->refused_unsaid)
+        next = TD_MIN(next, l->refused_said_ns + (uint64_t)(REFUSED_PERIOD_S * 1e9));
+    if (next != UINT64_MAX) {
+        int ms = next <= now ? 0 : (int)TD_MIN((next - now) / 1000000 + 1, (uint64_t)INT32_MAX);
+        if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = ms;
+    }
+    if (poll(pf, n, timeout_ms) < 0) return;
+    if (pf[1].revents) {
+        char drain[256];
+        while (read(l->wake[0], drain, sizeof drain) > 0) {
+        }
+    }
+    now = td_now_ns();
     /* From the end: closing swaps the last connection into the closed one's place. */
-    for (size_t i = nc; i-- > 0;)
-        if (pf[2 + i].revents) read_conn(l, i);
-    if (pf[1].revents & POLLIN) accept_one(l);
+    for (size_t i = nc; i-- > 0;) {
+        conn *c = &l->conns[i];
+        short re = pf[3 + i].revents;
+        if (c->state == C_HANDSHAKE) {
+            if (atomic_load(&c->hs->done)) handshake_done(l, i);
+        } else if (c->state == C_OPENING) {
+            size_t before = l->nconns;
+            if (re & POLLIN) read_conn(l, i);
+            if (l->nconns == before) progress_opening(l, i, now);
+        } else if (re) {
+            read_conn(l, i);
+        }
+    }
+    if (pf[2].revents & POLLIN || l->queue_full ||
+        (l->accept_resume_ns && td_now_ns() >= l->accept_resume_ns))
+        accept_all(l);
+    if (l->refused_unsaid && td_now_ns() >= l->refused_said_ns + (uint64_t)(REFUSED_PERIOD_S * 1e9))
+        refusals_say(l);
 }
 
 void td__links_drain(td__links *l, double seconds) {
@@ -369,7 +696,10 @@ void td__links_drain(td__links *l, double seconds) {
 void td__links_free(td__links *l) {
     if (!l) return;
     while (l->nconns) conn_close(l, l->nconns - 1, NULL);
+    refusals_say(l);
     if (l->listen_fd >= 0) close(l->listen_fd);
+    if (l->wake[0] >= 0) close(l->wake[0]);
+    if (l->wake[1] >= 0) close(l->wake[1]);
     if (l->node_lines)
         for (int i = 0; i < l->job->run->nodes; i++) free(l->node_lines[i].line.s);
     free(l->node_lines);

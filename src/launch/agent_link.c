@@ -3,6 +3,7 @@
  * without a shared file system, --link). include/tandem/launch.h describes both. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <netdb.h>
 #include <poll.h>
@@ -27,9 +28,15 @@
  * this node's disk), and for this long at the end, so the last lines still arrive. */
 #define REDIAL_PERIOD_S 2.0
 #define FINAL_REDIAL_S  20.0
-/* Connecting and proving the token; the opening lines (which carry the code) after it. */
+/* Connecting and proving the token; the opening lines (which carry the code) after it. The
+ * first dial tries again until DIAL_TIMEOUT_MS have passed: the supervisor may be busy, or a
+ * connection refused or cut short (the supervisor closes handshakes that take too long when
+ * strangers crowd its port). The waits between tries grow from 0.1 s to 2 s, each jittered into
+ * [w/2, w] so that a job's nodes do not dial in step. */
 #define DIAL_TIMEOUT_MS    10000
 #define OPENING_TIMEOUT_MS 120000
+#define BACKOFF_FIRST_S    0.1
+#define BACKOFF_MAX_S      2.0
 
 struct td_agent_link {
     int in_fd, out_fd;
@@ -54,6 +61,8 @@ struct td_agent_link {
     char *ckpt_dir;    /* TANDEM_CHECKPOINT_DIR */
     char *ckpt_name;   /* its path below TANDEM_RUN_DIR, the name both copies use */
     int64_t ckpt_sent; /* the step of the newest one sent; -1: none */
+    bool local_error;  /* the last dial failed on this node (unpacking the code): no retry */
+    uint64_t jitter;   /* xorshift64 state, seeded from the node and the process */
 };
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
@@ -106,7 +115,10 @@ static td_status unpack_code(td_agent_link *l, const char *size_text, double dea
     char cwd[4096] = "?";
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
     FILE *tar = popen("tar -xf - --no-same-owner --warning=no-timestamp", "w");
-    if (!tar) return td_error_errno(TD_ERR_SYS, "link: starting tar to unpack the code");
+    if (!tar) {
+        l->local_error = true;
+        return td_error_errno(TD_ERR_SYS, "link: starting tar to unpack the code");
+    }
     char buf[65536];
     td_status st = TD_OK;
     bool tar_gone = false;
@@ -118,7 +130,8 @@ static td_status unpack_code(td_agent_link *l, const char *size_text, double dea
     }
     int status = pclose(tar);
     if (st != TD_OK) return st;
-    if (tar_gone || status != 0)
+    l->local_error = tar_gone || status != 0;
+    if (l->local_error)
         return td_error(TD_ERR_IO,
                         "link: unpacking the run's code (%lld bytes) into %s failed (tar: wait "
                         "status %d); is slurm: work_dir writable on this node, with room?",
@@ -144,26 +157,35 @@ static td_status receive_checkpoint(td_agent_link *l, const char *args, double d
     FILE *f = NULL;
     if (st == TD_OK && access(path, F_OK) != 0 && !(f = fopen(tmp, "wb")))
         st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
+    bool local = st != TD_OK; /* this node's disk failed, not the link: no use dialling again */
     char buf[65536];
     for (long long left = size; left > 0;) {
         size_t n = (size_t)TD_MIN(left, (long long)sizeof buf);
         td_status rst = read_exact(l->in_fd, buf, n, deadline, "receiving a checkpoint");
         if (rst != TD_OK) {
             st = rst;
+            local = false;
             break;
         }
-        if (f && st == TD_OK && fwrite(buf, 1, n, f) != n)
+        if (f && st == TD_OK && fwrite(buf, 1, n, f) != n) {
             st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
+            local = true;
+        }
         left -= (long long)n;
     }
-    if (f && fclose(f) != 0 && st == TD_OK)
+    if (f && fclose(f) != 0 && st == TD_OK) {
         st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
-    if (f && st == TD_OK && rename(tmp, path) != 0)
+        local = true;
+    }
+    if (f && st == TD_OK && rename(tmp, path) != 0) {
         st = td_error_errno(TD_ERR_IO, "link: renaming %s", tmp);
+        local = true;
+    }
     if (f && st == TD_OK)
         TD_LOG_INFO("received the run's newest checkpoint %s (%lld bytes) from the supervisor",
                     path, size);
     if (f && st != TD_OK) unlink(tmp);
+    l->local_error = local;
     free(path);
     free(tmp);
     return st;
@@ -201,14 +223,46 @@ static td_status read_opening(td_agent_link *l, double deadline) {
 }
 
 /* ---- --link: the TCP connection ---- */
-static td_status dial_tcp(const char *host, const char *port, int *fd_out) {
+/* connect(2) that gives up at deadline (td_now_s's clock) instead of the kernel's minutes of SYN
+ * retries; the socket stays blocking. */
+static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, double deadline) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -1;
+    int rc = connect(fd, addr, len);
+    while (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int left_ms = (int)((deadline - td_now_s()) * 1000);
+        int r = left_ms > 0 ? poll(&p, 1, left_ms) : 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) errno = ETIMEDOUT;
+        if (r > 0) {
+            int err = 0;
+            socklen_t elen = sizeof err;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0)
+                rc = 0;
+            else
+                errno = err ? err : errno;
+        }
+        break;
+    }
+    int saved = errno;
+    fcntl(fd, F_SETFL, fl);
+    errno = saved;
+    return rc;
+}
+
+/* *permanent: dialling again cannot help (a name that does not resolve). */
+static td_status dial_tcp(const char *host, const char *port, double deadline, int *fd_out,
+                          bool *permanent) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0)
+    if (rc != 0) {
+        *permanent = rc != EAI_AGAIN;
         return td_error(TD_ERR_IO,
                         "link: cannot resolve the supervisor's host '%s' (%s); set slurm: "
                         "link_host to a name or address the nodes can reach",
                         host, gai_strerror(rc));
+    }
     int err = 0;
     for (struct addrinfo *a = res; a; a = a->ai_next) {
         int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -216,7 +270,7 @@ static td_status dial_tcp(const char *host, const char *port, int *fd_out) {
             err = errno;
             continue;
         }
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        if (connect_until(fd, a->ai_addr, a->ai_addrlen, deadline) == 0) {
             freeaddrinfo(res);
             int one = 1;
             setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -228,23 +282,32 @@ static td_status dial_tcp(const char *host, const char *port, int *fd_out) {
     }
     freeaddrinfo(res);
     errno = err;
-    return td_error_errno(TD_ERR_IO,
-                          "link: cannot connect to the supervisor at %s:%s; check that the nodes "
-                          "reach it there (slurm: link_host, a firewall between them)",
-                          host, port);
+    return td_error_errno(TD_ERR_IO, "link: cannot connect to the supervisor at %s:%s", host, port);
 }
 
-/* Connects, proves the token, says who we are ("hello NODE FIRST": FIRST 1 asks for the code)
- * and reads the opening. The mirror then sends from what the new manifest says. */
-static td_status dial(td_agent_link *l, bool first) {
+/* One try: connects, proves the token, says who we are ("hello NODE FIRST": FIRST 1 asks for
+ * the code) and reads the opening. The mirror then sends from what the new manifest says.
+ * deadline: for connecting and the token (0: DIAL_TIMEOUT_MS from now). *retry: the failure
+ * is the link's (refused, cut short, timed out), so another try may work. */
+static td_status dial(td_agent_link *l, bool first, double deadline, bool *retry) {
+    if (deadline <= 0) deadline = td_now_s() + DIAL_TIMEOUT_MS / 1000.0;
     int fd = -1;
-    TD_CHECK(dial_tcp(l->host, l->port, &fd));
+    bool permanent = false;
+    l->local_error = false;
+    td_status st = dial_tcp(l->host, l->port, deadline, &fd, &permanent);
+    if (st != TD_OK) {
+        *retry = !permanent;
+        return st;
+    }
     const char *token = td_var_get(TD_VAR_TANDEM_TOKEN);
-    td_status st = token && *token ? td_mirror_auth_connect(fd, token, DIAL_TIMEOUT_MS)
-                                   : td_error(TD_ERR_AUTH,
-                                              "link: %s is not set; the executor passes the "
-                                              "run's token in the job's environment",
-                                              td_var_name(TD_VAR_TANDEM_TOKEN));
+    int left_ms = (int)((deadline - td_now_s()) * 1000);
+    if (!token || !*token)
+        st = td_error(TD_ERR_AUTH,
+                      "link: %s is not set; the executor passes the run's token in the job's "
+                      "environment",
+                      td_var_name(TD_VAR_TANDEM_TOKEN));
+    else
+        st = td_mirror_auth_connect(fd, token, TD_MAX(left_ms, 1));
     if (st == TD_OK) {
         char hello[64];
         int n = snprintf(hello, sizeof hello, "hello %d %d\n", l->node, first ? 1 : 0);
@@ -259,12 +322,62 @@ static td_status dial(td_agent_link *l, bool first) {
         st = read_opening(l, td_now_s() + OPENING_TIMEOUT_MS / 1000.0);
     }
     if (st != TD_OK) {
+        /* a wrong token or not a tandem link (AUTH, PROTOCOL, FORMAT) stays so */
+        *retry = (st == TD_ERR_IO || st == TD_ERR_TIMEOUT) && !l->local_error;
         close(fd);
         l->in_fd = l->out_fd = -1;
         return st;
     }
     l->down = false;
     return TD_OK;
+}
+
+/* A wait before the next try: w jittered into [w/2, w]. The source need not be secret, only
+ * differ between the nodes of a job: the node and the process seed it. */
+static double jittered(td_agent_link *l, double w) {
+    uint64_t x = l->jitter;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    l->jitter = x;
+    return w * (0.5 + 0.5 * (double)(x >> 11) / 9007199254740992.0);
+}
+
+/* The first dial: tries again, backing off, while the failure is the link's and DIAL_TIMEOUT_MS
+ * have not passed. */
+static td_status dial_first(td_agent_link *l) {
+    double t0 = td_now_s(), deadline = t0 + DIAL_TIMEOUT_MS / 1000.0, wait = BACKOFF_FIRST_S;
+    for (int attempt = 1;; attempt++) {
+        bool retry = false;
+        td_status st = dial(l, true, deadline, &retry);
+        if (st == TD_OK) {
+            if (attempt > 1)
+                TD_LOG_INFO("link: joined the supervisor at %s:%s on try %d, after %.1f s", l->host,
+                            l->port, attempt, td_now_s() - t0);
+            return TD_OK;
+        }
+        char why[600];
+        const char *msg = td_error_msg();
+        snprintf(why, sizeof why, "%s", strncmp(msg, "link: ", 6) ? msg : msg + 6);
+        td_error_clear();
+        double now = td_now_s();
+        if (!retry)
+            return td_error(st, "link: joining the supervisor at %s:%s: %s", l->host, l->port, why);
+        if (deadline - now < 0.2) /* too little left for another try to mean anything */
+            return td_error(st,
+                            "link: could not join the supervisor at %s:%s in %d attempts over "
+                            "%.0f s (the last: %s); check that tandem run is still running and "
+                            "that the nodes reach it at that address (slurm: link_host, a "
+                            "firewall between them)",
+                            l->host, l->port, attempt, now - t0, why);
+        if (attempt == 1)
+            TD_LOG_INFO("link: the supervisor at %s:%s did not answer yet (%s); trying again for "
+                        "up to %.0f s",
+                        l->host, l->port, why, deadline - now);
+        double pause = TD_MIN(jittered(l, wait), deadline - now - 0.1);
+        usleep((useconds_t)(pause * 1e6));
+        wait = TD_MIN(2 * wait, BACKOFF_MAX_S);
+    }
 }
 
 /* The TCP link failed (held under l->lock): its files wait on this disk until a dial works. */
@@ -281,7 +394,8 @@ static void link_down(td_agent_link *l, const char *why) {
 
 static void try_dial(td_agent_link *l) {
     if (!l->down || td_now_s() < l->next_dial) return;
-    if (dial(l, false) == TD_OK) {
+    bool retry;
+    if (dial(l, false, 0, &retry) == TD_OK) {
         TD_LOG_INFO("link to the supervisor at %s:%s is back", l->host, l->port);
     } else {
         td_error_clear();
@@ -440,7 +554,9 @@ td_status td_agent_link_connect(const char *endpoint, int node, const char *log_
         l->ckpt_dir = td_xstrdup(ck);
         l->ckpt_name = td_xstrdup(ck + rlen + 1);
     }
-    td_status st = dial(l, true);
+    l->jitter =
+        ((uint64_t)getpid() << 32 ^ (uint64_t)node * 0x9e3779b97f4a7c15ull ^ td_now_ns()) | 1;
+    td_status st = dial_first(l);
     if (st == TD_OK) st = start(l);
     if (st != TD_OK) {
         td_agent_link_close(l);
