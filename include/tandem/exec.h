@@ -124,6 +124,27 @@ const char *td_executor_names(void);
 /* The executor that ran `run`, from what it left in the run directory; NULL: the local one. */
 const td_executor *td_executor_of_run(const td_run *run);
 
+/* ---- how the node agents ended: their end records (endrec.h), for every carrier ----
+ * Each node's `tandem launch` writes RUN/end/node-N.json (the local carrier's launchers directly,
+ * a remote node's over its link or into the shared run directory). What the supervisor takes
+ * from them: the first failure (its worker's exit code, and the cause with that worker's last
+ * error line), else the first cause a failed record gives, and the most restarts any node made.
+ * A node that exited non-zero (launch_codes[i], -1: unknown) without a record is named as such. */
+typedef struct {
+    int worker_code; /* the failing worker's exit code, or -1 */
+    int restarts;    /* the most any node's agent made */
+    int records;     /* how many nodes left one */
+    char cause[1024];
+} td_exec_end_summary;
+
+/* RUN/end/node-N.json (caller frees). */
+char *td_exec_end_record_path(const td_run *run, int node);
+/* Removes the nodes' records of an earlier attempt (a resume, a restart by the supervisor), so
+ * that one cannot stand in for an agent that dies without writing its own; makes RUN/end. */
+td_status td_exec_end_records_reset(const td_run *run, int nodes);
+void td_exec_end_records_read(const td_run *run, int nodes, const int *launch_codes,
+                              td_exec_end_summary *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,6 +104,9 @@ td_status td_agent_link_connect(const char *endpoint, int node, const char *log_
 void td_agent_link_store_port(void *link, int port);
 /* A td_launch_options.lost_nodes for the link: the "lost NODE" lines the supervisor sent. */
 int td_agent_link_lost_nodes(void *link);
+/* The agent's end record (endrec.h) at path: sent whole as NAME ("end/node-N.json") as the link
+ * closes, after the artifacts, so the supervisor reads it as it reads a local agent's. */
+void td_agent_link_end_record(td_agent_link *link, const char *name, const char *path);
 /* Sends what is left, the artifacts, and "end" (the supervisor then knows nothing is missing),
  * and frees. */
 td_status td_agent_link_close(td_agent_link *link);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "tandem/endrec.h"
 
 /* ---- the executors ---- */
 static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
@@ -384,4 +385,58 @@ int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, doubl
             td_run_status_str(o->status), td_now_s() - t0, code, note[0] ? ": " : "", note);
     fflush(job->out);
     return o->cli_code;
+}
+
+/* ---- the nodes' end records ---- */
+
+char *td_exec_end_record_path(const td_run *run, int node) {
+    return td_xasprintf("%s/end/node-%d.json", run->run_dir, node);
+}
+
+td_status td_exec_end_records_reset(const td_run *run, int nodes) {
+    char *dir = td_xasprintf("%s/end", run->run_dir);
+    td_status st = td_mkdirs(dir);
+    free(dir);
+    for (int i = 0; st == TD_OK && i < nodes; i++) {
+        char *path = td_exec_end_record_path(run, i);
+        if (unlink(path) != 0 && errno != ENOENT)
+            st = td_error_errno(TD_ERR_IO, "removing the old end record %s", path);
+        free(path);
+    }
+    return st;
+}
+
+void td_exec_end_records_read(const td_run *run, int nodes, const int *launch_codes,
+                              td_exec_end_summary *e) {
+    char other[1024] = "";
+    memset(e, 0, sizeof *e);
+    e->worker_code = -1;
+    for (int i = 0; i < nodes; i++) {
+        char *path = td_exec_end_record_path(run, i);
+        td_end_record r;
+        int code = launch_codes ? launch_codes[i] : -1;
+        if (td_end_record_read(path, &r) != TD_OK) {
+            if (code != 0 && !other[0])
+                snprintf(other, sizeof other,
+                         "the launcher of node %d %s and left no end record (%s); see tandem "
+                         "logs %s",
+                         i, code > 0 ? "exited with an error" : "ended", td_error_msg(), run->id);
+            td_error_clear();
+            free(path);
+            continue;
+        }
+        e->records++;
+        e->restarts = TD_MAX(e->restarts, r.restarts);
+        if (r.has_failure && e->worker_code < 0) {
+            e->worker_code = r.failure.exit_code;
+            snprintf(e->cause, sizeof e->cause, "%.500s%s%.500s", r.cause,
+                     r.failure_line[0] ? ": " : "", r.failure_line);
+        } else if (!other[0] && r.cause[0] &&
+                   (r.outcome == TD_END_FAILED || r.outcome == TD_END_ERROR)) {
+            snprintf(other, sizeof other, "%s", r.cause);
+        }
+        td_end_record_clear(&r);
+        free(path);
+    }
+    if (!e->cause[0]) snprintf(e->cause, sizeof e->cause, "%s", other);
 }

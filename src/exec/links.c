@@ -488,7 +488,7 @@ static void handshake_done(td__links *l, size_t i) {
     c->node = node;
     c->state = C_OPENING;
     c->deadline_ns = td_now_ns() + (uint64_t)OPENING_MS * 1000000;
-    static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints"};
+    static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints", "end"};
     td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
     c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     if (build_opening(l, c, first) != TD_OK) {

@@ -171,7 +171,6 @@ typedef struct {
     td_mirror_in *mirror;
     int mirror_bad; /* its stream broke the protocol: ignored from there on */
     td__buf errline;
-    char last_error[512]; /* its last "tandem: error:" line */
     int stop_sent;
 } agent;
 
@@ -534,9 +533,10 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     a->out_fd = po[0];
     a->err_fd = pe[0];
     if (st != TD_OK) return st;
-    static const char *const prefixes[] = {"logs", "metrics"};
+    /* end/: the agent's end record, sent whole as its link closes */
+    static const char *const prefixes[] = {"logs", "metrics", "end"};
     td_mirror_callbacks cb = {.note = on_note, .data = on_data, .user = c};
-    a->mirror = td_mirror_in_new(job->run->run_dir, prefixes, 2, &cb);
+    a->mirror = td_mirror_in_new(job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     char *manifest = td_mirror_in_manifest(a->mirror);
     char *opening = td_xasprintf("token %s\n%sgo\n", c->token, manifest);
     write_all(a->in_fd, opening, strlen(opening));
@@ -567,14 +567,12 @@ static int pump_out(ssh_sup *c, agent *a) {
     }
 }
 
-/* The agent's stderr: its own messages, to ours with the host in front; its last
- * "tandem: error:" line is the cause when it fails. Returns 0 at end of file. */
+/* The agent's stderr: its own messages, to ours with the host in front. Nothing is parsed from
+ * it: how the agent ended comes in its end record (endrec.h, RUN/end/node-N.json). */
 static void err_line(ssh_sup *c, agent *a, const char *text) {
     char line[4200];
     int len = snprintf(line, sizeof line, "[%s] %s\n", c->hosts[a->node].entry, text);
     write_all(STDERR_FILENO, line, (size_t)TD_MIN(len, (int)sizeof line - 1));
-    if (!strncmp(text, "tandem: error: ", 15))
-        snprintf(a->last_error, sizeof a->last_error, "%s", text + 15);
 }
 
 static int pump_err(ssh_sup *c, agent *a, int final) {
@@ -714,6 +712,10 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
     *failed = -1;
     why[0] = '\0';
     c->store_port = 0;
+    if (td_exec_end_records_reset(job->run, n) != TD_OK) { /* the causes will be vaguer */
+        TD_LOG_WARN("%s", td_error_msg());
+        td_error_clear();
+    }
     double t_start = td_now_s(), cut_at = 0, next_ingest = 0;
     int teardown = 0;
     struct pollfd *pfds = td_xcalloc((size_t)(2 * n + 1), sizeof *pfds);
@@ -778,11 +780,11 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
                     char desc[160];
                     td_wait_describe(a->status, desc, sizeof desc);
                     pump_err(c, a, 1);
+                    /* what its end record says replaces this once it has arrived */
                     snprintf(why, nbytes, "node %d (ssh host %s): %s", i, c->hosts[i].entry,
-                             a->last_error[0] ? a->last_error
-                             : code == 255    ? "its agent or its ssh connection ended (ssh exit "
-                                                "code 255)"
-                                              : desc);
+                             code == 255 ? "its agent or its ssh connection ended (ssh exit "
+                                           "code 255)"
+                                         : desc);
                     say(c, "run %s: %s; stopping the other nodes", job->run->id, why);
                     teardown = 1;
                     char lost[32];
@@ -856,18 +858,27 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
             if (code != 0 && end == END_OK) {
                 end = END_FAILED;
                 *failed = i;
-                snprintf(why, nbytes, "node %d (ssh host %s): %s", i, c->hosts[i].entry,
-                         agents[i].last_error[0] ? agents[i].last_error : "its agent failed");
+                snprintf(why, nbytes, "node %d (ssh host %s): its agent failed", i,
+                         c->hosts[i].entry);
             }
         }
     }
-    for (int i = 0; i < n; i++) {
-        if (i == *failed && end == END_FAILED) {
-            int code = td_wait_exit_code(agents[i].status);
-            c->failed_code = code == 255 ? 1 : code;
+    if (end == END_FAILED && *failed >= 0) {
+        int code = td_wait_exit_code(agents[*failed].status);
+        c->failed_code = code == 255 ? 1 : code;
+        /* The failing node's own account, every byte of its link read by now. */
+        int *codes = td_xcalloc((size_t)n, sizeof *codes);
+        for (int i = 0; i < n; i++)
+            codes[i] = i < started ? td_wait_exit_code(agents[i].status) : -1;
+        td_exec_end_summary sum;
+        td_exec_end_records_read(job->run, n, codes, &sum);
+        free(codes);
+        if (sum.worker_code >= 0) {
+            snprintf(why, nbytes, "%s", sum.cause);
+            if (sum.worker_code > 0) c->failed_code = sum.worker_code;
         }
-        agent_free(&agents[i]);
     }
+    for (int i = 0; i < n; i++) agent_free(&agents[i]);
     free(agents);
     return end;
 }

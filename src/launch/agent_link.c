@@ -63,6 +63,8 @@ struct td_agent_link {
     int64_t ckpt_sent; /* the step of the newest one sent; -1: none */
     bool local_error;  /* the last dial failed on this node (unpacking the code): no retry */
     uint64_t jitter;   /* xorshift64 state, seeded from the node and the process */
+    char *end_name;    /* the end record's name for the supervisor, sent at close; or NULL */
+    char *end_path;
 };
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
@@ -604,6 +606,14 @@ static td_status send_artifacts(td_agent_link *l) {
     return st;
 }
 
+void td_agent_link_end_record(td_agent_link *l, const char *name, const char *path) {
+    if (!l) return;
+    free(l->end_name);
+    free(l->end_path);
+    l->end_name = td_xstrdup(name);
+    l->end_path = td_xstrdup(path);
+}
+
 td_status td_agent_link_close(td_agent_link *l) {
     if (!l) return TD_OK;
     td_status st = TD_OK;
@@ -624,6 +634,8 @@ td_status td_agent_link_close(td_agent_link *l) {
             send_checkpoint(l);
             st = l->down ? td_error(TD_ERR_IO, "link: lost while sending the last checkpoint")
                          : send_artifacts(l);
+            if (st == TD_OK && l->end_name)
+                st = td_mirror_out_file(l->mirror, l->end_name, l->end_path);
             if (st == TD_OK) st = td_mirror_out_end(l->mirror);
         }
     }
@@ -634,6 +646,8 @@ td_status td_agent_link_close(td_agent_link *l) {
     free(l->port);
     free(l->ckpt_dir);
     free(l->ckpt_name);
+    free(l->end_name);
+    free(l->end_path);
     td_mirror_out_free(l->mirror);
     pthread_mutex_destroy(&l->lock);
     free(l);

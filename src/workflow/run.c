@@ -27,7 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tandem/endrec.h"
 #include "tandem/loop.h"
 #include "tandem/os.h"
 
@@ -437,52 +436,6 @@ static void pump_stderr(agent_proc *a, term_state *t) {
     a->err_fd = -1;
 }
 
-static char *end_record_path(const supervisor *s, int node) {
-    return td_xasprintf("%s/end/node-%d.json", s->run.run_dir, node);
-}
-
-/* What the launchers' end records say: the first failure (its worker's exit code, and the cause
- * with that worker's last stderr line), else the first cause any record gives, and the most
- * restarts any node made. A launcher that left no record (killed) is said to have. */
-typedef struct {
-    int worker_code; /* the failing worker's exit code, or -1 */
-    int restarts;
-    char cause[1024];
-} end_summary;
-
-static void read_end_records(const supervisor *s, const agent_proc *agents, int nagents,
-                             end_summary *e) {
-    char other[1024] = "";
-    memset(e, 0, sizeof *e);
-    e->worker_code = -1;
-    for (int i = 0; i < nagents; i++) {
-        char *path = end_record_path(s, i);
-        td_end_record r;
-        if (td_end_record_read(path, &r) != TD_OK) {
-            if (agents[i].code != 0 && !other[0])
-                snprintf(other, sizeof other,
-                         "the launcher of node %d exited with code %d and left no end record "
-                         "(%s); see tandem logs %s",
-                         i, agents[i].code, td_error_msg(), s->run.id);
-            td_error_clear();
-            free(path);
-            continue;
-        }
-        e->restarts = TD_MAX(e->restarts, r.restarts);
-        if (r.has_failure && e->worker_code < 0) {
-            e->worker_code = r.failure.exit_code;
-            snprintf(e->cause, sizeof e->cause, "%.500s%s%.500s", r.cause,
-                     r.failure_line[0] ? ": " : "", r.failure_line);
-        } else if (!other[0] && r.cause[0] &&
-                   (r.outcome == TD_END_FAILED || r.outcome == TD_END_ERROR)) {
-            snprintf(other, sizeof other, "%s", r.cause);
-        }
-        td_end_record_clear(&r);
-        free(path);
-    }
-    if (!e->cause[0]) snprintf(e->cause, sizeof e->cause, "%s", other);
-}
-
 static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
     const td_workflow *w = s->w;
     sv_push(argv, td_xstrdup(s->tandem_bin));
@@ -500,7 +453,7 @@ static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
     sv_push(argv, td_xasprintf("--stop-grace=%g", LAUNCH_STOP_GRACE_S));
     sv_push(argv, td_xasprintf("--log-dir=%s/logs", s->run.run_dir));
     sv_push(argv, td_xasprintf("--metrics-dir=%s/metrics", s->run.run_dir));
-    char *end = end_record_path(s, node_rank);
+    char *end = td_exec_end_record_path(&s->run, node_rank);
     sv_push(argv, td_xasprintf("--end-record=%s", end));
     free(end);
     sv_push(argv, td_xstrdup("--"));
@@ -741,7 +694,7 @@ static int supervise(supervisor *s) {
     int nagents = 0;
     int launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
     char note[1100] = "";
-    end_summary ends = {.worker_code = -1};
+    td_exec_end_summary ends = {.worker_code = -1};
     double t0 = td_now_s();
 
     st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
@@ -790,17 +743,8 @@ static int supervise(supervisor *s) {
         set_var(&env, TD_VAR_TANDEM_TOKEN, token);
     }
     for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
-    /* Each launcher writes its end record there; one left by an earlier attempt (a resume)
-     * must not stand in for a launcher that dies without writing its own. */
-    char *end_dir = td_xasprintf("%s/end", s->run.run_dir);
-    st = td_mkdirs(end_dir);
-    free(end_dir);
-    for (int i = 0; st == TD_OK && i < nagents; i++) {
-        char *path = end_record_path(s, i);
-        if (unlink(path) != 0 && errno != ENOENT)
-            st = td_error_errno(TD_ERR_IO, "removing the old end record %s", path);
-        free(path);
-    }
+    /* Each launcher writes its end record in RUN/end; one of an earlier attempt must go. */
+    st = td_exec_end_records_reset(&s->run, nagents);
     if (st != TD_OK) goto fail;
     for (int i = 0; i < nagents; i++) {
         strvec argv = {0};
@@ -882,7 +826,10 @@ static int supervise(supervisor *s) {
             pump_stderr(&agents[i], &s->term); /* to EOF: the launcher has exited */
         }
     }
-    read_end_records(s, agents, nagents, &ends);
+    int *codes = td_xcalloc((size_t)nagents, sizeof *codes);
+    for (int i = 0; i < nagents; i++) codes[i] = agents[i].code;
+    td_exec_end_records_read(&s->run, nagents, codes, &ends);
+    free(codes);
     if (s->base_restarts + ends.restarts > restarts &&
         td_run_set_restarts(s->store, s->run.id, s->base_restarts + ends.restarts) != TD_OK)
         td_error_clear();

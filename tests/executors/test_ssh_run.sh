@@ -68,6 +68,12 @@ workflows:
     executor: ssh
     ssh: {hosts: [$h1, nosuch.invalid]}
     command: "true"
+  - name: badarg
+    executor: ssh
+    ssh: {hosts: [$h1, $h2], work_dir: $REMOTE}
+    command: |
+      if [ "\$GROUP_RANK" = 1 ]; then exec tandem train --model basicnet --lr abc; fi
+      sleep 30
   - name: notandem
     executor: ssh
     ssh: {hosts: [$h1], tandem: /nonexistent/tandem}
@@ -167,3 +173,13 @@ sshd_exec timeout 60 "$B" run notandem >"$P/notandem.log" 2>&1 && fail "a run wi
 note=$("$B" show notandem-1 | sed -n 's/^note  *//p')
 grep -q "no /nonexistent/tandem on $h1" <<<"$note" || fail "missing tandem: note '$note'"
 echo "an unknown host and a missing tandem: failed at once, naming the host and the fix"
+
+# --- 5. a worker that fails on a bad argument: its node's end record reaches the run's record
+sshd_exec timeout 90 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
+show=$("$B" show badarg-1)
+note=$(sed -n 's/^note  *//p' <<<"$show")
+grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
+grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
+    fail "badarg: the note lacks node 1's worker's own error line: '$note'"
+[ -f "$P/.tandem/runs/badarg-1/end/node-1.json" ] || fail "badarg: node 1's end record did not arrive"
+echo "a worker's bad argument on host 2: the run's note and exit code are that worker's"

@@ -387,6 +387,20 @@ int cmd_launch(int argc, char **argv) {
         free(endpoint_buf);
         return rc;
     }
+    /* Linked to a remote supervisor: the end record goes beside the logs and, as the link
+     * closes, to the supervisor's RUN/end/node-N.json. */
+    char *end_path = NULL;
+    if (link && !o.end_record && o.node_rank >= 0 && o.log_dir) {
+        end_path = td_xasprintf("%s/../end/node-%d.json", o.log_dir, o.node_rank);
+        char *dir = td_xasprintf("%s/../end", o.log_dir);
+        if (td_mkdirs(dir) == TD_OK) {
+            o.end_record = end_path;
+        } else {
+            TD_LOG_WARN("no end record for the supervisor: %s", td_error_msg());
+            td_error_clear();
+        }
+        free(dir);
+    }
     sys_sampler sys = {0};
     sys_sampler_start(&sys, &o);
     td_status st = td_launch_run(&o, &exit_code);
@@ -395,7 +409,13 @@ int cmd_launch(int argc, char **argv) {
         td_error_print(st);
         if (st == TD_ERR_USAGE) exit_code = 2;
     }
+    if (link && o.end_record) {
+        char name[64];
+        snprintf(name, sizeof name, "end/node-%d.json", o.node_rank);
+        td_agent_link_end_record(link, name, o.end_record);
+    }
     if (link && td_agent_link_close(link) != TD_OK) td_error_print(TD_ERR_IO);
+    free(end_path);
     free(cmd);
     free(endpoint_buf);
     return exit_code;
