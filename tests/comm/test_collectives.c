@@ -1,7 +1,9 @@
 /* comm: every collective on world sizes 1..8 over shm, tcp and a mixed group, ranks as real
  * processes (fork) around a store in the parent. Every element is checked; allreduce and
  * reduce_scatter results must equal, bit for bit, a reference tree sum computed here from random
- * floats (where the order of additions changes the bits). Then the safety nets: mismatched
+ * floats whose exponents span 2^-16..2^15, so that the order of the additions changes the bits
+ * at every world size where the tree has a choice (3 ranks and up; checked before the ranks run:
+ * at 2, a+b = b+a whatever the code does). Then the safety nets: mismatched
  * calls named on both sides, a timeout naming the rank that never came, a rank killed with
  * SIGKILL mid-collective (the others fail with TD_ERR_PEER within 2 s), init from the
  * launcher's environment. */
@@ -37,8 +39,84 @@ static shared_out *g_out;
 static pid_t g_all_pids[1024];
 static int g_nall;
 
+/* Element i of rank `rank`'s input: 24 random bits (one Philox lane) as a sign and 18-bit
+ * significand in [-1, 1), scaled by 2^k with k uniform in [-16, 15]. Plain uniforms in [-1, 1)
+ * are all multiples of 2^-23 whose partial sums fit a float's 24 bits: at 5 ranks or fewer every
+ * order of adding them gave the same bits, so a changed tree went unseen there. */
 static float val(uint64_t seed, int rank, size_t i) {
-    return td_rng_uniform(seed, (uint64_t)rank, i) * 2.0f - 1.0f;
+    static float pow2[32];
+    if (pow2[0] == 0)
+        for (int k = 0; k < 32; k++) pow2[k] = ldexpf(1.0f, k - 16);
+    uint32_t b = (uint32_t)(td_rng_uniform(seed, (uint64_t)rank, i) * 16777216.0f);
+    float m = (float)((int32_t)(b & 0x7ffff) - 0x40000) * (1.0f / 262144.0f);
+    return m * pow2[b >> 19];
+}
+
+/* Other orders of adding v[0..W): what a changed reduction tree would compute. */
+static float left_fold(const float *v, int W) { /* ((v0 + v1) + v2) + ... */
+    float a = v[0];
+    for (int j = 1; j < W; j++) a = a + v[j];
+    return a;
+}
+static float right_fold(const float *v, int W) { /* v0 + (v1 + (v2 + ...)) */
+    float a = v[W - 1];
+    for (int j = W - 2; j >= 0; j--) a = v[j] + a;
+    return a;
+}
+static float odd_first(const float *v, int W) { /* the tree, an odd node carried from the front */
+    float a[64];
+    memcpy(a, v, (size_t)W * sizeof(float));
+    for (int m = W; m > 1;) {
+        int k = 0, s = m & 1;
+        if (s) a[k++] = a[0];
+        for (int i = s; i + 1 < m; i += 2) a[k++] = a[i] + a[i + 1];
+        m = k;
+    }
+    return a[0];
+}
+
+static float interleaved(const float *v, int W) { /* pairs (i, i + m/2) at each level */
+    float a[64];
+    memcpy(a, v, (size_t)W * sizeof(float));
+    for (int m = W; m > 1;) {
+        int h = m / 2;
+        for (int i = 0; i < h; i++) a[i] = a[i] + a[i + h];
+        if (m & 1) a[h] = a[m - 1];
+        m = h + (m & 1);
+    }
+    return a[0];
+}
+
+/* The inputs can tell the tree from every other order that differs from it at W ranks: for each
+ * alternative that is another expression at that W (not just commuted pairs), some of 1023
+ * elements come out different. Without this the bitwise checks below prove nothing about the
+ * order. */
+static void check_inputs_tell_orders(void) {
+    struct {
+        const char *name;
+        float (*fn)(const float *, int);
+        int min_w, odd_only;
+    } alt[] = {{"left fold", left_fold, 4, 0},
+               {"right fold", right_fold, 3, 0},
+               {"odd node carried first", odd_first, 3, 1},
+               {"interleaved pairs", interleaved, 4, 0}};
+    for (int W = 3; W <= 8; W++)
+        for (size_t a = 0; a < TD_ARRAY_LEN(alt); a++) {
+            if (W < alt[a].min_w || (alt[a].odd_only && !(W & 1))) continue;
+            int differ = 0;
+            float v[64];
+            for (size_t i = 0; i < 1023; i++) {
+                for (int j = 0; j < W; j++) v[j] = val(100, j, i);
+                float t = test_tree_sum(v, W), o = alt[a].fn(v, W);
+                differ += memcmp(&t, &o, 4) != 0;
+            }
+            if (differ < 10)
+                TEST_FAIL("W=%d: the %s gives the tree's bits at %d of 1023 elements: the inputs "
+                          "cannot tell the orders apart",
+                          W, alt[a].name, 1023 - differ);
+            printf("  inputs at W=%d: %s: other bits than the tree's at %d of 1023 elements\n", W,
+                   alt[a].name, differ);
+        }
 }
 
 static void check_allreduce(td_pg_t *pg, size_t count, td_reduce_op op, uint64_t seed) {
@@ -317,6 +395,7 @@ int main(void) {
     td_store_server_t *srv;
     ASSERT_OK(td_store_server_start("127.0.0.1", 0, TOKEN, &srv));
     g_port = td_store_server_port(srv);
+    check_inputs_tell_orders();
     fflush(stdout);
 
     for (int W = 1; W <= 8; W++) {

@@ -632,6 +632,19 @@ int main(void) {
     ASSERT_LT(td_now_ns() - t0, 2000000000ull);
     ASSERT(bad == NULL);
     check_alive();
+    /* and so is every near miss of the token "s3cret": the MAC must be keyed on all of its
+     * bytes and on its length, not on a prefix (each of these shares the first byte) */
+    static const char *const near[] = {"s3creT", "s3crex", "s3Cret", "s3cret!",      "s3cret0",
+                                       "s3cre",  "s3c",    "s",      "s3cret s3cret"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(near); i++) {
+        bad = NULL;
+        td_status st = td_store_connect("127.0.0.1", g_port, near[i], 5000, &bad);
+        if (st != TD_ERR_AUTH)
+            TEST_FAIL("the token \"%s\" (the server's is \"s3cret\") got %s, expected TD_ERR_AUTH",
+                      near[i], td_status_name(st));
+        ASSERT(bad == NULL);
+    }
+    check_alive();
 
     /* garbage bytes instead of a handshake */
     int g = raw_connect();

@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -284,6 +286,127 @@ static void test_files(void) {
     free(copy);
 }
 
+/* Whether `path` holds exactly bytes[0..n). */
+static int holds(const char *path, const unsigned char *bytes, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char *buf = td_xmalloc(n + 1);
+    size_t got = fread(buf, 1, n + 1, f);
+    fclose(f);
+    int same = got == n && memcmp(buf, bytes, n) == 0;
+    free(buf);
+    return same;
+}
+
+/* The names in dir that contain "tmp", as one string ("" when none). */
+static char *tmp_names(const char *d) {
+    char *cmd = td_xasprintf("ls -a %s | grep tmp | tr '\\n' ' '", d);
+    FILE *pp = popen(cmd, "r");
+    ASSERT(pp);
+    char *out = td_xcalloc(1, 4096);
+    size_t n = fread(out, 1, 4095, pp);
+    out[n] = '\0';
+    pclose(pp);
+    free(cmd);
+    return out;
+}
+
+/* A child that replaces `path` with `n` bytes under a file size limit of 4 KiB, so its write
+ * stops midway: with SIGXFSZ ignored the write fails (EFBIG) and td_write_atomic must report it;
+ * with SIGXFSZ's default action the kernel kills the writer in the middle of its write, as a
+ * crash or a kill -9 would. Returns the child's wait status. */
+static int write_over_limit(const char *path, const unsigned char *bytes, size_t n, int killed) {
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {4096, 4096};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(10);
+        prctl(PR_SET_DUMPABLE, 0); /* SIGXFSZ dumps core by default: not here */
+        signal(SIGXFSZ, killed ? SIG_DFL : SIG_IGN);
+        td_chunk c = {bytes, n};
+        td_status st = td_write_atomic(path, "test file", &c, 1);
+        if (st == TD_OK) _exit(11); /* 64 KiB past a 4 KiB limit cannot have succeeded */
+        fprintf(stderr, "(expected) %s\n", td_error_msg());
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(td_waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+/* td_write_atomic over an existing file: a reader never sees a torn file, and a write that fails
+ * or dies midway leaves the old bytes (os.h: "the old file or the new one, never a torn one").
+ * A temporary file named like the target would truncate the old bytes when it is opened. */
+static void test_atomic_replace(void) {
+    char *sub = path_in("atomic");
+    ASSERT_OK(td_mkdirs(sub));
+    char *file = td_xasprintf("%s/model.bin", sub);
+    enum { OLD = 3000, NEW = 65536 };
+    unsigned char *old = td_xmalloc(OLD), *neu = td_xmalloc(NEW);
+    for (int i = 0; i < OLD; i++) old[i] = (unsigned char)(i * 7 + 1);
+    for (int i = 0; i < NEW; i++) neu[i] = (unsigned char)(i * 13 + 5);
+    td_chunk c_old = {old, OLD};
+    ASSERT_OK(td_write_atomic(file, "test file", &c_old, 1));
+    ASSERT(holds(file, old, OLD));
+
+    /* (1) the write fails midway (EFBIG): an error, the old bytes, no temporary file left */
+    int status = write_over_limit(file, neu, NEW, 0);
+    ASSERT(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 11) TEST_FAIL("td_write_atomic past RLIMIT_FSIZE returned TD_OK");
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    if (!holds(file, old, OLD))
+        TEST_FAIL("a failed write destroyed the file it was replacing: %s no longer holds its "
+                  "%d old bytes",
+                  file, OLD);
+    char *left = tmp_names(sub);
+    if (*left) TEST_FAIL("a failed write left temporary files behind: %s", left);
+    free(left);
+
+    /* (2) the writer is killed mid-write (SIGXFSZ): the old bytes, and its temporary file is a
+     * separate `.model.bin.tmp.<pid>` that td_remove_stale_tmp then sweeps */
+    status = write_over_limit(file, neu, NEW, 1);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGXFSZ)
+        TEST_FAIL("the writer was meant to die of SIGXFSZ mid-write; wait status 0x%x", status);
+    if (!holds(file, old, OLD))
+        TEST_FAIL("a writer killed mid-write tore the file it was replacing: %s no longer holds "
+                  "its %d old bytes",
+                  file, OLD);
+    left = tmp_names(sub);
+    ASSERT_CONTAINS(left, ".model.bin.tmp.");
+    free(left);
+    size_t removed = 0;
+    ASSERT_OK(td_remove_stale_tmp(sub, "model", ".bin", &removed));
+    ASSERT_EQ(removed, 1);
+    left = tmp_names(sub);
+    if (*left) TEST_FAIL("td_remove_stale_tmp left %s", left);
+    free(left);
+    ASSERT(holds(file, old, OLD));
+
+    /* (3) a successful replace: a reader that opened the old file still reads the old bytes
+     * (the new file is a new inode, renamed over the name), the name gives the new bytes */
+    FILE *reader = fopen(file, "rb");
+    ASSERT(reader);
+    td_chunk c_new = {neu, NEW};
+    ASSERT_OK(td_write_atomic(file, "test file", &c_new, 1));
+    ASSERT(holds(file, neu, NEW));
+    unsigned char *seen = td_xmalloc(OLD + 1);
+    size_t got = fread(seen, 1, OLD + 1, reader);
+    fclose(reader);
+    if (got != OLD || memcmp(seen, old, OLD))
+        TEST_FAIL("a reader that opened %s before an atomic replace read %s%zu bytes, not its %d "
+                  "old bytes: the replace wrote into the old file instead of renaming a new one "
+                  "over it",
+                  file, got > OLD ? "more than " : "", got > OLD ? (size_t)OLD : got, OLD);
+    left = tmp_names(sub);
+    if (*left) TEST_FAIL("a successful write left temporary files behind: %s", left);
+    free(left);
+    free(seen);
+    free(old);
+    free(neu);
+    free(file);
+    free(sub);
+}
+
 static void test_sockets(void) {
     int fd, port;
     ASSERT_OK(td_listen_tcp("127.0.0.1", 0, 4, &fd, &port));
@@ -306,6 +429,7 @@ int main(void) {
     test_sigwatch();
     test_sigwatch_early_thread();
     test_files();
+    test_atomic_replace();
     test_sockets();
     char *cmd = td_xasprintf("rm -rf %s", dir);
     ASSERT_EQ(system(cmd), 0);

@@ -3,7 +3,10 @@
 finds a rank whose process lives but gets nowhere.
 
 1. rank 1 frozen (SIGSTOP) mid-run: the launcher names rank 1, its node, its seq and the other's
-   seq within --stall-timeout + a few seconds, tears down and exits 1; no process survives.
+   seq within --stall-timeout + a few seconds, tears down and exits 1; no process survives. Not
+   too early either: the "no progress for X s" it reports is at least --stall-timeout, and the
+   report comes no sooner than --stall-timeout after the freeze, less the up to a second (a
+   record's age, a check period) by which the launcher may have seen the last progress before it.
 2. the same with --max-restarts 1, frozen in the first attempt only: the group restarts and
    finishes.
 3. rank 1 sleeps between collectives for more than twice the stall time while rank 0 waits inside
@@ -47,9 +50,12 @@ def check_stall_line(err, rank, node):
     seqs."""
     m = re.search(rf"stall: rank {rank} on node {node} \(([^,]+), pid \d+\) is at "
                   r"(?:\w+ )?seq (\d+).*?, the others? at (\w+) seq (\d+) \(inside it\); "
-                  r"no progress for [\d.]+ s", err)
+                  r"no progress for ([\d.]+) s", err)
     check(m, f"no stall line naming rank {rank} on node {node} in: {err!r}")
     lag, ahead = int(m.group(2)), int(m.group(4))
+    idle = float(m.group(5))
+    check(idle >= STALL, f"a stall reported after {idle} s of no progress, under --stall-timeout "
+          f"{STALL}: {err!r}")
     check(ahead - 1 <= lag <= ahead, f"rank {rank} at seq {lag}, the other at {ahead}: {err!r}")
     check(f"--stall-timeout {STALL}" in err, f"the flag is not named: {err!r}")
     return lag, ahead
@@ -75,6 +81,8 @@ lag, ahead = check_stall_line(err, 1, 0)
 check("sent no heartbeat" in err, f"the frozen process is not called silent: {err!r}")
 check(secs <= STALL + SLACK, f"the stall was reported {secs:.1f} s after the freeze (limit "
       f"{STALL} + {SLACK})")
+check(secs >= STALL - 1.0, f"the stall was reported {secs:.1f} s after the freeze, before "
+      f"--stall-timeout {STALL} (less 1 s of sampling) could have passed")
 for pid in pids:
     check(not pid_alive(pid), f"worker {pid} survived the teardown")
 print(f"1. frozen rank 1: reported at seq {lag} vs {ahead} after {secs:.1f} s, exit 1: ok")

@@ -79,9 +79,11 @@ finally:
 out1, err1 = finish(n1, 60, "node 1 after SIGCONT")
 check_eq(n0.returncode, 1, f"node 0's exit code (stderr: {err0[-2000:]!r})")
 m = re.search(r"stall: the node agent of node 1 \(([^)]*)\) has not updated its heartbeat for "
-              r"[\d.]+ s: it is stopped, dead, or cut off from the store; its rank 1 was last seen "
-              r"at allreduce seq \d+", err0)
+              r"([\d.]+) s: it is stopped, dead, or cut off from the store; its rank 1 was last "
+              r"seen at allreduce seq \d+", err0)
 check(m, f"node 0 does not name node 1's agent: {err0!r}")
+check(float(m.group(2)) >= STALL, f"node 1's agent was declared silent under "
+      f"--stall-timeout {STALL}: {err0!r}")
 check(f"--stall-timeout {STALL}" in err0, f"the flag is not named: {err0!r}")
 check(secs <= STALL + SLACK, f"node 0 took {secs:.1f} s after the freeze (limit {STALL} + {SLACK})")
 check("node agents checked out" not in err0, f"node 0 waited for the frozen agent: {err0!r}")
@@ -102,8 +104,10 @@ secs = time.time() - t0
 for node, p, err in ((0, n0, err0), (1, n1, err1)):
     check_eq(p.returncode, 1, f"node {node}'s exit code (stderr: {err[-2000:]!r})")
     m = re.search(r"stall: rank 1 on node 1 \([^,]+, pid (\d+)\) is at (?:\w+ )?seq (\d+).*?, "
-                  r"the other at (\w+) seq (\d+) \(inside it\); no progress for [\d.]+ s", err)
+                  r"the other at (\w+) seq (\d+) \(inside it\); no progress for ([\d.]+) s", err)
     check(m, f"node {node} does not name rank 1 on node 1: {err!r}")
+    check(float(m.group(5)) >= STALL, f"node {node}: a stall after {m.group(5)} s of no progress, "
+          f"under --stall-timeout {STALL}: {err!r}")
     check_eq(int(m.group(1)), pids[1], f"node {node}: the frozen worker's pid")
     lag, ahead = int(m.group(2)), int(m.group(4))
     check(ahead - 1 <= lag <= ahead, f"node {node}: rank 1 at seq {lag}, the other at {ahead}")

@@ -5,8 +5,11 @@ huge, negative and crossed parameters (400), traversal attempts on artifacts, lo
 unknown routes (404), wrong methods (405), POST without or with a wrong token (401) or from
 another origin (403), a non-loopback listener that wants the token for every GET, a loopback
 one that wants it for a foreign Host header (DNS rebinding). Downsampling: 100,000 points with
-one spike keep the spike in <= 4 * width points per rank, twice the same bytes, zoom stays in
-range. Live: a point appended to a running run's metrics file arrives as `event: points`
+one spike up and one down keep both, and each bucket's first, lowest, highest and last point,
+exactly as docs/ui-api.md's rule gives them, in <= 4 * width points per rank, twice the same
+bytes; zoom stays in range. A stored artifact whose real path is outside the run's artifacts
+directory (a symlinked folder, a registered path with "..") is refused, its neighbour served.
+Live: a point appended to a running run's metrics file arrives as `event: points`
 (latency measured and printed; asserted < 2 s), a log line as `event: log`, a resume event as
 `event: reset`, the end as a final `status` and the end of the stream; POST stop stops a run;
 /api/events announces a new run. The server survives all of it and stops cleanly on SIGTERM.
@@ -14,6 +17,7 @@ Python stdlib only."""
 import hashlib
 import http.client
 import json
+import math
 import os
 import queue
 import re
@@ -64,10 +68,17 @@ ENV.pop("TANDEM_UI_TOKEN", None)
 os.makedirs(os.path.join(P, ".tandem"))
 
 # Workflows. small: 2 ranks, 20 steps, logs (one line with a byte that is not UTF-8), artifacts.
-# big: 100,000 points of "loss" with one spike (1000 at step 73337), times 1e9 + step/100.
+# big: 100,000 points of "loss" with one spike up (1000 at step 73337) and one down (-1000 at step
+# 26111), times 1e9 + step/100.
 # live: waits for RUN/release (printing a tick every 0.2 s) or SIGTERM; the test appends to its
 # metrics file. quick: ends at once (for /api/events).
-BIG_N, SPIKE_STEP, SPIKE = 100000, 73337, 1000.0
+BIG_N, SPIKE_STEP, SPIKE, DIP_STEP, DIP = 100000, 73337, 1000.0, 26111, -1000.0
+
+
+def big_value(i):
+    """big's loss at step i, as its command writes it."""
+    return SPIKE if i == SPIKE_STEP else DIP if i == DIP_STEP else 1.0 + (i % 97) / 1000.0
+
 with open(os.path.join(P, ".tandem", "workflows.yaml"), "w") as f:
     f.write(r"""workflows:
   - name: small
@@ -86,7 +97,7 @@ with open(os.path.join(P, ".tandem", "workflows.yaml"), "w") as f:
       import os
       with open(os.environ["TANDEM_METRICS"], "w") as f:
           for i in range(%d):
-              v = %r if i == %d else 1.0 + (i %% 97) / 1000.0
+              v = %r if i == %d else %r if i == %d else 1.0 + (i %% 97) / 1000.0
               f.write("{\"step\": %%d, \"loss\": %%r, \"time\": %%r}\n" %% (i, v, 1e9 + i / 100.0))
       '
   - name: live
@@ -102,7 +113,7 @@ with open(os.path.join(P, ".tandem", "workflows.yaml"), "w") as f:
       while :; do sleep 0.1; done
   - name: quick
     command: echo quick
-""" % (BIG_N, SPIKE, SPIKE_STEP))
+""" % (BIG_N, SPIKE, SPIKE_STEP, DIP, DIP_STEP))
 
 
 def tandem(*args, timeout=120, check_rc=True):
@@ -349,7 +360,28 @@ for q, status, needle in [
     expect_error(srv, "GET", "/api/runs/small-1/series?" + q, status, needle)
 expect_error(srv, "GET", "/api/runs/nosuch-1/series?key=train/loss", 404)
 
-# Downsampling: 100,000 points, one spike.
+
+
+def downsampled(xs, ys, frm, to, width):
+    """docs/ui-api.md's rule, independently: bucket floor((x - from) / (to - from) * width), the
+    last closed at `to`; per bucket its first, lowest, highest and last point (ties to the
+    earliest), each once, in x order."""
+    buckets = {}
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        f = math.floor((x - frm) / (to - frm) * width) if to > frm else 0
+        b = buckets.setdefault(min(max(f, 0), width - 1), {"first": i, "min": i, "max": i})
+        if y < ys[b["min"]]:
+            b["min"] = i
+        if y > ys[b["max"]]:
+            b["max"] = i
+        b["last"] = i
+    keep = sorted({i for b in buckets.values() for i in b.values()})
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+# Downsampling: 100,000 points, one spike up, one down.
+big_x = [float(i) for i in range(BIG_N)]
+big_y = [big_value(i) for i in range(BIG_N)]
 for width in [1, 100, 1000, 10000]:
     path = f"/api/runs/big-1/series?key=loss&width={width}"
     t = time.time()
@@ -363,7 +395,17 @@ for width in [1, 100, 1000, 10000]:
     check(SPIKE in ser["y"], f"width={width}: the spike (y={SPIKE}) was lost")
     if SPIKE in ser["y"]:
         check_eq(ser["x"][ser["y"].index(SPIKE)], SPIKE_STEP, f"width={width}: spike at its step")
-    check_eq(min(ser["y"]), 1.0, f"width={width}: the minimum kept")
+    check(DIP in ser["y"], f"width={width}: the downward spike (y={DIP}) was lost")
+    if DIP in ser["y"]:
+        check_eq(ser["x"][ser["y"].index(DIP)], DIP_STEP, f"width={width}: dip at its step")
+    check_eq((min(ser["y"]), max(ser["y"])), (DIP, SPIKE), f"width={width}: the extremes kept")
+    want_x, want_y = downsampled(big_x, big_y, 0.0, float(BIG_N - 1), width)
+    if (ser["x"], ser["y"]) != (want_x, want_y):
+        got = set(zip(ser["x"], ser["y"]))
+        lost = [p for p in zip(want_x, want_y) if p not in got]
+        extra = sorted(got - set(zip(want_x, want_y)))
+        fail(f"width={width}: {len(ser['x'])} points, the rule gives {len(want_x)}; lost "
+             f"{len(lost)} (first: {lost[:4]}), extra {len(extra)} (first: {extra[:4]})")
     check(ser["x"][0] == 0 and ser["x"][-1] == BIG_N - 1, f"width={width}: ends kept")
     check(ser["x"] == sorted(ser["x"]), f"width={width}: points in x order")
     st2, _, raw2 = request(srv, "GET", path)
@@ -414,6 +456,52 @@ for path in ["/api/runs/small-1/artifacts/out/model.txt", "/api/runs/small-1/art
     check_eq(len(body), arts["out/model.txt"]["size"], "artifact size")
 st, h, body = request(srv, "GET", arts["out/sub/w.bin"]["url"])
 check_eq((st, body), (200, b"x\x00y"), "binary artifact through its url")
+
+# A stored copy whose real path leaves the run's artifacts directory is refused (404, "outside"),
+# even where its registered path reads as inside it: small-2's out/sub/ replaced by a symbolic
+# link to a directory elsewhere, and a registered path that climbs out with "..". Comparing the
+# paths as text would serve both. Everything is put back and served again afterwards.
+adb = sqlite3.connect(os.path.join(P, ".tandem", "runs.db"), timeout=10)
+seq2 = adb.execute("SELECT seq FROM runs WHERE id = 'small-2'").fetchone()[0]
+stored = dict(adb.execute("SELECT name, path FROM artifacts WHERE run = ?", (seq2,)))
+art_root = os.path.join(os.path.realpath(run_dir("small-2")), "artifacts")
+w_path, m_path = stored["out/sub/w.bin"], stored["out/model.txt"]
+check(os.path.realpath(w_path).startswith(art_root + "/") and
+      os.path.realpath(m_path).startswith(art_root + "/"),
+      f"small-2's artifacts are stored under {art_root}: {stored}")
+sub = os.path.dirname(w_path)
+elsewhere = os.path.join(P, "elsewhere-sub")
+os.rename(sub, elsewhere)
+os.symlink(elsewhere, sub)
+try:
+    check(os.path.isfile(w_path) and w_path.startswith(art_root + "/"),
+          "the symlinked artifact reads as inside the artifacts directory")
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/sub/w.bin", 404, "outside")
+    st, _, body = request(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt")
+    check_eq((st, body in (b"model of rank 0\n", b"model of rank 1\n")), (200, True),
+             "small-2's out/model.txt (a plain stored copy) beside the symlinked one")
+finally:
+    os.unlink(sub)
+    os.rename(elsewhere, sub)
+secret = os.path.join(os.path.dirname(art_root), "secret.txt")
+with open(secret, "w") as f:
+    f.write("not an artifact\n")
+climb = os.path.join(art_root, "..", "secret.txt")  # text: under art_root/; real: beside it
+with adb:
+    adb.execute("UPDATE artifacts SET path = ? WHERE run = ? AND name = 'out/model.txt'",
+                (climb, seq2))
+try:
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt", 404, "outside")
+finally:
+    with adb:
+        adb.execute("UPDATE artifacts SET path = ? WHERE run = ? AND name = 'out/model.txt'",
+                    (m_path, seq2))
+    adb.close()
+    os.unlink(secret)
+for name, want in (("out/sub/w.bin", b"x\x00y"), ("out/model.txt", None)):
+    st, _, body = request(srv, "GET", "/api/runs/small-2/artifacts/" + name)
+    check(st == 200 and (want is None or body == want),
+          f"small-2 {name} once put back: {st} {body[:60]!r}")
 for name in ["..%2f..%2fetc%2fpasswd", "../../etc/passwd", "%2Fetc%2Fpasswd", "/etc/passwd",
              "out/../out/model.txt", "out/./model.txt", "out//model.txt", "OUT/model.txt",
              "out/model.txt%00", "out/model.txt%00.png", "model.txt", "nope", "out",
