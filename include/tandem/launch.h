@@ -95,9 +95,11 @@ td_status td_agent_link_open(int in_fd, int out_fd, const char *log_dir, const c
  * opening as above, which may also hold
  *   code SIZE\n<SIZE bytes>  the run's code as a tar stream, unpacked into the working directory
  *   artifact GLOB           files to send back as whole files (work/PATH) when the job ends
- * A connection that drops does not stop the job: the files wait on this node's disk, the link
- * is dialled again every 2 s (and for 20 s at the end) and the mirror sends from the new
- * manifest, so nothing is lost or sent twice. */
+ * The first dial is retried with backoff (0.1 s doubling to 2 s, jittered) until the connect
+ * timeout, through a refused connection, a timeout, a handshake cut short and a temporary DNS
+ * failure (not a wrong token, nor a name that does not resolve). A connection that drops does not
+ * stop the job: the files wait on this node's disk, the link is dialled again every 2 s (and for
+ * 20 s at the end) and the mirror sends from the new manifest, so nothing is lost or sent twice. */
 td_status td_agent_link_connect(const char *endpoint, int node, const char *log_dir,
                                 const char *metrics_dir, td_agent_link **out);
 /* A td_launch_options.on_store for the link: tells the supervisor "store_port PORT". */

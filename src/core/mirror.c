@@ -189,10 +189,11 @@ td_status td_mirror_read_line(int fd, char *line, size_t cap, uint64_t deadline_
 /* The handshake's deadline runs from the connection: a timeout says how long that was. */
 static td_status auth_timed(td_status st, const char *what, int timeout_ms) {
     if (st != TD_ERR_TIMEOUT) return st;
-    return td_error(TD_ERR_TIMEOUT,
-                    "link: no %s within %d ms of the connection (is the other end a tandem of "
-                    "this version, and not stalled?)",
-                    what, timeout_ms);
+    return td_error(
+        TD_ERR_TIMEOUT,
+        "link: %s did not come within %d ms of the connection (is the other end a tandem of "
+        "this version, and not stalled?)",
+        what, timeout_ms);
 }
 
 static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int timeout_ms,

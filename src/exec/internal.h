@@ -102,7 +102,7 @@ void td__slurm_live_note(const char *job_id, const td__slurm_job *j, char *buf, 
  * "tandem: error:" line, or "". */
 void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_job *j,
                        const char *stopped_by, int preempted_by_us, const char *cause,
-                       td__exec_outcome *o);
+                       int worker_code, td__exec_outcome *o);
 
 /* The batch script RUN/job.sbatch of a job (see docs/executors.md). token_path: the 0600 file
  * holding TANDEM_TOKEN, which the job reads through the shared file system; or, with
@@ -154,11 +154,10 @@ const char *td__links_endpoint(const td__links *l);
 void td__links_pump(td__links *l, int extra_fd, int timeout_ms);
 /* After the job: what the links still carry, until every agent said end or seconds pass. */
 void td__links_drain(td__links *l, double seconds);
-/* How many nodes have connected at least once (their opening sent); the last "tandem: error:"
- * line a node's launcher sent ("" when none); how many connections were closed before they
- * joined (a wrong token, no handshake within its deadline, cut short when the slots were full). */
+/* How many nodes have connected at least once (their opening sent); how many connections were
+ * closed before they joined (a wrong token, no handshake within its deadline, cut short when the
+ * slots were full). */
 int td__links_nodes_seen(const td__links *l);
-const char *td__links_cause(const td__links *l);
 int td__links_refused(const td__links *l);
 void td__links_free(td__links *l);
 

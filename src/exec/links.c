@@ -96,8 +96,8 @@ typedef struct {
     int ended; /* "tdm end": everything of this agent arrived */
 } conn;
 
-/* The lines of one node's logs/node-N.log as they arrive: to our stderr, and its last
- * "tandem: error:" line is the cause a failed job reports. */
+/* The lines of one node's logs/node-N.log as they arrive, to our stderr. Nothing is parsed from
+ * them: how a node's agent ended arrives as its end record (end/node-N.json). */
 typedef struct {
     td__buf line;
 } node_echo;
@@ -121,7 +121,6 @@ struct td__links {
     uint64_t accept_resume_ns; /* out of descriptors: accept again then */
     td__echo echo;
     node_echo *node_lines;
-    char cause[512];
     /* The run's checkpoint directory below RUN (TANDEM_CHECKPOINT_DIR), as node 0 names what it
      * sends; NULL when it lies elsewhere (then checkpoints do not travel). */
     char *ckpt_rel;
@@ -173,11 +172,8 @@ static void on_file(void *user, const char *name, int64_t size) {
 }
 
 static void node_line(td__links *l, node_echo *e) {
+    (void)l;
     td__exec_write_all(STDERR_FILENO, e->line.s, e->line.len);
-    if (!strncmp(e->line.s, "tandem: error: ", 15)) {
-        size_t len = strcspn(e->line.s + 15, "\r\n");
-        snprintf(l->cause, sizeof l->cause, "%.*s", (int)len, e->line.s + 15);
-    }
     e->line.len = 0;
     e->line.s[0] = '\0';
 }
@@ -266,10 +262,6 @@ int td__links_nodes_seen(const td__links *l) {
 
 int td__links_refused(const td__links *l) {
     return l->refused;
-}
-
-const char *td__links_cause(const td__links *l) {
-    return l->cause;
 }
 
 /* ---- refusals: each counted, the first few said, then a sum now and then ---- */

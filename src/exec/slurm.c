@@ -213,15 +213,9 @@ void td__slurm_live_note(const char *job_id, const td__slurm_job *j, char *buf, 
     }
 }
 
-/* "... exited with code N" in the launcher's root cause: the worker's own exit code. */
-static int worker_code_in(const char *cause) {
-    const char *p = strstr(cause, "exited with code ");
-    return p ? atoi(p + 17) : -1;
-}
-
 void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_job *j,
                        const char *stopped_by, int preempted_by_us, const char *cause,
-                       td__exec_outcome *o) {
+                       int worker_code, td__exec_outcome *o) {
     memset(o, 0, sizeof *o);
     const char *s = j->state;
     /* The batch script exits with the launchers' code (srun passes the highest on); a job
@@ -292,7 +286,7 @@ void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_j
                      job_id, run_id);
         } else if (!strcmp(s, "FAILED") && cause && cause[0]) {
             snprintf(o->note, sizeof o->note, "%s", cause);
-            if (code == 1 && worker_code_in(cause) > 0) o->exit_code = worker_code_in(cause);
+            if (code == 1 && worker_code > 0) o->exit_code = worker_code; /* the worker's own */
         } else if (!strcmp(s, "FAILED")) {
             snprintf(o->note, sizeof o->note,
                      "slurm job %s failed with exit code %d%s; see tandem logs %s and "
@@ -401,11 +395,12 @@ static double signal_lead(const td_slurm_options *o) {
 /* The launcher's command line, after `tandem launch`: the same on every node. log_dir and
  * metrics_dir are shell words already (quoted, or "$d/logs"). */
 static void add_launch_args(td__buf *b, const td_exec_job *job, double grace, const char *log_dir,
-                            const char *metrics_dir) {
+                            const char *metrics_dir, const char *end_record) {
     td__buf_addf(b, " --nproc-per-node=%d --rdzv-id=", job->run->nproc_per_node);
     td__buf_quote(b, job->run->id);
     td__buf_addf(b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=%s --metrics-dir=%s",
                  job->max_restarts, grace, log_dir, metrics_dir);
+    if (end_record) td__buf_addf(b, " --end-record=%s", end_record);
     /* As the local executor: the worker is this shell, which waits for the program under
      * `trap : TERM` and exits with its status (143 after a checkpoint). */
     td__buf_addf(b, " -- /bin/sh -c ");
@@ -550,7 +545,8 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                      nproc, nproc);
         td__buf_quote(&node, job->tandem_bin);
         td__buf_addf(&node, " launch --link=%s", link);
-        add_launch_args(&node, job, grace, "\"$s/logs\"", "\"$s/metrics\"");
+        /* the end record: the link sends it as RUN/end/node-N.json (tandem launch's default) */
+        add_launch_args(&node, job, grace, "\"$s/logs\"", "\"$s/metrics\"", NULL);
         td__buf_addf(&b, "/bin/sh -c ");
         td__buf_quote(&b, node.s);
         free(node.s);
@@ -566,7 +562,13 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
         td__buf_quote(&dirs, dir);
         free(dir);
         char *log_word = td_xasprintf("%.*s", (int)split, dirs.s);
-        add_launch_args(&b, job, grace, log_word, dirs.s + split);
+        /* one srun command line for every node: %n is each launcher's node rank */
+        td__buf end_word = {0};
+        char *end = td_xasprintf("%s/end/node-%%n.json", run->run_dir);
+        td__buf_quote(&end_word, end);
+        free(end);
+        add_launch_args(&b, job, grace, log_word, dirs.s + split, end_word.s);
+        free(end_word.s);
         free(log_word);
         free(dirs.s);
     }
@@ -605,13 +607,13 @@ static void argv_free(char **argv) {
 }
 
 /* ---- the supervisor ---- */
-/* One of the job's output files, followed: lines go to a descriptor of ours, and the
- * launchers' "tandem: error: ..." lines (the root cause of a failure) are remembered. */
+/* One of the job's output files, followed: lines go to a descriptor of ours. The root cause of
+ * a failure comes from the launchers' end records (RUN/end/node-N.json), not from these lines. */
 typedef struct {
     char *path;
     off_t off;
     td__buf line;
-    int to_fd; /* -1: read for the cause only */
+    int to_fd; /* -1: followed, not echoed (detached) */
 } tail;
 
 typedef struct {
@@ -620,7 +622,7 @@ typedef struct {
     char job_id[32];
     td_ingester *ing;
     tail out, err;
-    char cause[512];
+    char cause[1024]; /* why the job failed, when the scheduler alone cannot say */
     td__links *links; /* slurm: work_dir: the nodes' links back to us */
     td_run_status shown_status;
     char shown_note[768];
@@ -634,11 +636,8 @@ typedef struct {
 #define write_all            td__exec_write_all
 
 static void tail_line(slurm_sup *c, tail *t) {
+    (void)c;
     write_all(t->to_fd, t->line.s, t->line.len);
-    if (t == &c->err && !strncmp(t->line.s, "tandem: error: ", 15)) {
-        size_t len = strcspn(t->line.s + 15, "\r\n");
-        snprintf(c->cause, sizeof c->cause, "%.*s", (int)len, t->line.s + 15);
-    }
     t->line.len = 0;
     t->line.s[0] = '\0';
 }
@@ -870,6 +869,8 @@ static int slurm_run(const td_exec_job *job) {
         st = td_ingester_new(job->store, run->id, metrics_dir, &c.ing);
         free(metrics_dir);
     }
+    /* the launchers' end records of an earlier attempt (a resume) must not speak for this one */
+    if (st == TD_OK) st = td_exec_end_records_reset(run, run->nodes);
     if (st != TD_OK) {
         cli = fail_run(&c, t0, "supervisor error: %s", td_error_msg());
         td_error_print(st);
@@ -1032,9 +1033,7 @@ static int slurm_run(const td_exec_job *job) {
     if (c.links) {
         /* The agents sent everything before they exited; what is still in flight arrives. */
         td__links_drain(c.links, 10.0);
-        if (td__links_cause(c.links)[0])
-            snprintf(c.cause, sizeof c.cause, "%s", td__links_cause(c.links));
-        else if (!td__links_nodes_seen(c.links) && j.nodes[0]) {
+        if (!td__links_nodes_seen(c.links) && j.nodes[0]) {
             char *why = td_xasprintf(
                 "slurm job %s ran on %s, but no node connected back to tandem run at %s (slurm: "
                 "link_host: can the nodes reach this machine by that name?); the launchers' "
@@ -1045,6 +1044,12 @@ static int slurm_run(const td_exec_job *job) {
             free(why);
         }
     }
+    /* How the launchers ended, in their own records (in the shared run directory, or sent over
+     * their links): the failing worker's cause, its last error line and its exit code. */
+    td_exec_end_summary ends;
+    td_exec_end_records_read(run, run->nodes, NULL, &ends);
+    if (ends.worker_code >= 0 || (!c.cause[0] && ends.records && ends.cause[0]))
+        snprintf(c.cause, sizeof c.cause, "%s", ends.cause);
     td__exec_final_ingest(job->out, c.ing);
     {
         int restarts = job->base_restarts + j.restarts;
@@ -1055,7 +1060,7 @@ static int slurm_run(const td_exec_job *job) {
     if (gone) memset(&j, 0, sizeof j); /* what the outcome reads as "no longer known" */
     td__exec_outcome o;
     td__slurm_outcome(run->id, c.job_id, &j, stopped_by[0] ? stopped_by : NULL, preempt, c.cause,
-                      &o);
+                      ends.worker_code, &o);
     cli = td__exec_record_end(job, &o, t0);
 out:
     td__links_free(c.links);

@@ -44,6 +44,13 @@ workflows:
       - mkdir -p out
       - $train2 --checkpoint-every 10 --save out/w.safetensors
     artifacts: [out/w.safetensors]
+  - name: badarg
+    nodes: 2
+    executor: slurm
+    slurm: {work_dir: $NODES}
+    command: |
+      if [ "\$GROUP_RANK" = 1 ]; then exec tandem train --model basicnet --lr abc; fi
+      sleep 30
   - name: nolink
     nodes: 2
     executor: slurm
@@ -221,4 +228,15 @@ queue_empty() { [ -z "$(slurm_exec squeue -h)" ]; }
 slurm_wait 30 "nolink's job to leave the queue" queue_empty ||
     fail "a job is left in the queue 30 s after tandem run ended: $(slurm_exec squeue)"
 echo "link_host nosuch.invalid: failed after $((SECONDS - t_nl)) s (exit $rc), note: $note"
+
+# --- 4. a worker's bad argument on the second node: its launcher's end record comes over the
+# node's link (end/node-1.json) and the run's note and exit code are that worker's
+slurm_exec timeout -k 5 120 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
+show=$("$B" show badarg-1)
+note=$(sed -n 's/^note  *//p' <<<"$show")
+grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
+grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
+    fail "badarg: the note lacks node 1's worker's own error line: '$note'"
+[ -f "$P/.tandem/runs/badarg-1/end/node-1.json" ] || fail "badarg: node 1's end record did not arrive"
+echo "a worker's bad argument on a linked node: the run's note and exit code are that worker's"
 echo "ok: $((SECONDS - t0)) s"

@@ -31,6 +31,13 @@ workflows:
     env: {TD_WF_VAR: "a b'c"}
     params: {tag: blue}
     command: echo \${{ params.tag }} >/dev/null; env | sort >"\$TANDEM_RUN_DIR/env-\$RANK"
+  # a worker on the second node fails on a bad argument
+  - name: badarg
+    nodes: 2
+    executor: slurm
+    command: |
+      if [ "\$GROUP_RANK" = 1 ]; then exec tandem train --model basicnet --lr abc; fi
+      sleep 30
   - name: env-local
     nodes: 2
     env: {TD_WF_VAR: "a b'c"}
@@ -110,4 +117,17 @@ grep -q "#SBATCH --signal=B:USR1@30" "$P/.tandem/runs/env-slurm-1/job.sbatch" ||
 hosts=$(grep -h '^SLURMD_NODENAME=' "$P"/.tandem/runs/env-slurm-1/env-* | sort | tr '\n' ' ')
 [ "$hosts" = "SLURMD_NODENAME=$n1 SLURMD_NODENAME=$n2 " ] || fail "workers ran on: $hosts"
 echo "environment: the same TANDEM_* variables and values as the local executor on $n1 and $n2"
+
+# --- 3. a worker's bad argument on node 2: the run's note and exit code are that worker's, from
+# its launcher's end record in the shared run directory (not from the job's stderr)
+slurm_exec timeout -k 5 120 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
+show=$("$B" show badarg-1)
+note=$(sed -n 's/^note  *//p' <<<"$show")
+grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
+grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
+    fail "badarg: the note lacks node 2's worker's own error line: '$note'"
+for n in 0 1; do
+    [ -f "$P/.tandem/runs/badarg-1/end/node-$n.json" ] || fail "badarg: no end record of node $n"
+done
+echo "a worker's bad argument on $n2: the run's note and exit code are that worker's"
 echo "ok: $((SECONDS - t0)) s"

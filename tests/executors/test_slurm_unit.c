@@ -159,14 +159,20 @@ static void test_scontrol(void) {
     td_error_clear();
 }
 
-/* The outcome of a final state line. */
-static td__exec_outcome outcome(const char *line, const char *stopped_by, int preempted,
-                                const char *cause) {
+/* The outcome of a final state line, with the cause and the failing worker's exit code that
+ * the launchers' end records gave (-1: none). */
+static td__exec_outcome outcome_of(const char *line, const char *stopped_by, int preempted,
+                                   const char *cause, int worker_code) {
     td__slurm_job j;
     if (td__slurm_parse_job(line, &j) != TD_OK) TEST_FAIL("cannot parse '%s'", line);
     td__exec_outcome o;
-    td__slurm_outcome("bn-1", "12", &j, stopped_by, preempted, cause, &o);
+    td__slurm_outcome("bn-1", "12", &j, stopped_by, preempted, cause, worker_code, &o);
     return o;
+}
+
+static td__exec_outcome outcome(const char *line, const char *stopped_by, int preempted,
+                                const char *cause) {
+    return outcome_of(line, stopped_by, preempted, cause, -1);
 }
 
 static void test_outcome(void) {
@@ -180,8 +186,8 @@ static void test_outcome(void) {
     ASSERT_CONTAINS(o.note, "slurm job 12 completed on n[1-2]");
 
     /* a worker's failure: the launcher's root cause and the worker's own code */
-    o = outcome(LINE("FAILED", "1:0"), NULL, 0,
-                "worker rank 1 (local rank 0 on node 1, pid 9) exited with code 3");
+    o = outcome_of(LINE("FAILED", "1:0"), NULL, 0,
+                   "worker rank 1 (local rank 0 on node 1, pid 9) exited with code 3", 3);
     ASSERT_EQ(o.status, TD_RUN_FAILED);
     ASSERT_EQ(o.exit_code, 3);
     ASSERT_EQ(o.cli_code, 1);
@@ -205,7 +211,7 @@ static void test_outcome(void) {
         ASSERT_OK(td__slurm_parse_job("JobState=CANCELLED Reason=PartitionConfig ExitCode=0:0 "
                                       "NodeList=(null)",
                                       &j));
-        td__slurm_outcome("bn-1", "12", &j, "tandem stop", 0, "", &o);
+        td__slurm_outcome("bn-1", "12", &j, "tandem stop", 0, "", -1, &o);
         ASSERT_EQ(o.status, TD_RUN_STOPPED);
         ASSERT_EQ(o.exit_code, -2);
         ASSERT_CONTAINS(o.note, "stopped by tandem stop: slurm job 12 cancelled before it started");
@@ -243,7 +249,7 @@ static void test_outcome(void) {
     ASSERT_CONTAINS(o.note, "slurm job 12 ended BOOT_FAIL");
     /* the job vanished from slurmctld */
     td__slurm_job none = {0};
-    td__slurm_outcome("bn-1", "12", &none, NULL, 0, "", &o);
+    td__slurm_outcome("bn-1", "12", &none, NULL, 0, "", -1, &o);
     ASSERT_EQ(o.status, TD_RUN_FAILED);
     ASSERT_CONTAINS(o.note, "no longer known to slurmctld");
 #undef LINE
@@ -292,7 +298,9 @@ static void test_script(void) {
     ASSERT_CONTAINS(s, "'/opt/tandem/bin/tandem' launch --nproc-per-node=3 --rdzv-id='bn-1' "
                        "--max-restarts=1 --stop-grace=30 \\\n    "
                        "--log-dir='/p/.tandem/runs/bn-1/logs' "
-                       "--metrics-dir='/p/.tandem/runs/bn-1/metrics' -- /bin/sh -c 'trap : TERM\n"
+                       "--metrics-dir='/p/.tandem/runs/bn-1/metrics' "
+                       "--end-record='/p/.tandem/runs/bn-1/end/node-%n.json' "
+                       "-- /bin/sh -c 'trap : TERM\n"
                        "set -e\nmkdir -p out\ntandem train --save '\\''out/w x'\\''' &\n");
     ASSERT_CONTAINS(s, "scontrol requeue \"$SLURM_JOB_ID\"");
     /* the shell reads it */

@@ -27,7 +27,9 @@ static void launch_usage(FILE *out) {
                  "  --log-dir DIR           also append worker output to DIR/rank-R.log\n"
                  "  --metrics-dir DIR       workers get TANDEM_METRICS=DIR/rank-R.jsonl\n"
                  "  --end-record FILE       write how this agent ended there, as JSON\n"
-                 "                          (outcome, exit codes, first failure, restarts)\n"
+                 "                          (outcome, exit codes, first failure, restarts);\n"
+                 "                          %%n in FILE is this node's rank, as in Slurm's\n"
+                 "                          file patterns\n"
                  "  --monitor-interval S    worker/store check period (default 0.1)\n"
                  "  --grace S               SIGTERM->SIGKILL after a failure (default 2)\n"
                  "  --stop-grace S          SIGTERM->SIGKILL when the launcher is signalled "
@@ -390,6 +392,30 @@ int cmd_launch(int argc, char **argv) {
     /* Linked to a remote supervisor: the end record goes beside the logs and, as the link
      * closes, to the supervisor's RUN/end/node-N.json. */
     char *end_path = NULL;
+    const char *n_at = o.end_record ? strstr(o.end_record, "%n") : NULL;
+    if (n_at) { /* one command line for every node (srun): the rank names the file */
+        if (o.node_rank < 0) {
+            fprintf(stderr,
+                    "tandem launch: --end-record %s: %%n needs this node's rank "
+                    "(--node-rank, or a scheduler's SLURM_NODEID)\n",
+                    o.end_record);
+            if (link) td_agent_link_close(link);
+            free(cmd);
+            free(endpoint_buf);
+            return 2;
+        }
+        end_path = td_xasprintf("%.*s%d%s", (int)(n_at - o.end_record), o.end_record, o.node_rank,
+                                n_at + 2);
+        o.end_record = end_path;
+    }
+    if (o.end_record) { /* its directory, as for --log-dir */
+        char *dir = td_xstrdup(o.end_record), *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            if (td_mkdirs(dir) != TD_OK) td_error_clear(); /* launch names the problem */
+        }
+        free(dir);
+    }
     if (link && !o.end_record && o.node_rank >= 0 && o.log_dir) {
         end_path = td_xasprintf("%s/../end/node-%d.json", o.log_dir, o.node_rank);
         char *dir = td_xasprintf("%s/../end", o.log_dir);
