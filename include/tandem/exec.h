@@ -14,6 +14,7 @@
 #ifndef TANDEM_EXEC_H
 #define TANDEM_EXEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -123,6 +124,41 @@ const td_executor *td_executor_find(const char *name);
 const char *td_executor_names(void);
 /* The executor that ran `run`, from what it left in the run directory; NULL: the local one. */
 const td_executor *td_executor_of_run(const td_run *run);
+
+/* ---- a run's stop: the decisions every carrier shares ----
+ * Signals and deadlines go in; what the carrier must do comes out. A first stop signal begins a
+ * soft stop (the workers checkpoint and exit): a user's (`tandem stop`, Ctrl-C, SIGHUP) stops the
+ * run, a SIGTERM nobody in tandem asked for (a scheduler, a cloud preemption) preempts it. The
+ * same signal again within moments (timeout(1), a scheduler signalling a group) is the same
+ * request; an explicit second request (Ctrl-C twice, a signal TD_STOP_REPEAT_GRACE s or more
+ * after the first) ends the job now. max_duration begins a user stop unless a stop is under
+ * way. After the hard stop nothing more is asked. Pure decisions: no process, no I/O. */
+typedef enum {
+    TD_EXEC_STOP_NONE,  /* nothing to do */
+    TD_EXEC_STOP_SOFT,  /* begin the stop: ask the workers to checkpoint and exit, and end the
+                           job after the carrier's grace if it has not ended by then */
+    TD_EXEC_STOP_AGAIN, /* the same request repeated: say so, keep waiting */
+    TD_EXEC_STOP_HARD,  /* end the job now */
+} td_exec_stop_step;
+
+typedef struct {
+    td_stop_signals signals;
+    bool active;         /* a stop has begun */
+    bool preempt;        /* ... and it is a preemption */
+    bool hard;           /* the hard stop was asked */
+    int last_signal;     /* 0: none yet */
+    char stopped_by[96]; /* a user stop's cause ("tandem stop", "SIGINT (Ctrl-C)", "SIGHUP",
+                            "max_duration of 60 s exceeded"); "" for a preemption */
+} td_exec_stop;
+
+/* A signal arrived at `now` (td_now_s). For a first SIGTERM, asked(user) says whether `tandem
+ * stop` recorded a request (the run's stop_requested): then it is a user stop. */
+td_exec_stop_step td_exec_stop_signal(td_exec_stop *s, int sig, double now,
+                                      bool (*asked)(void *user), void *user);
+/* The run's max_duration has passed. */
+td_exec_stop_step td_exec_stop_max_duration(td_exec_stop *s, double max_duration_s, double now);
+/* asked() for a job: the run store's stop_requested. */
+bool td_exec_stop_asked(void *job /* const td_exec_job * */);
 
 /* ---- how the node agents ended: their end records (endrec.h), for every carrier ----
  * Each node's `tandem launch` writes RUN/end/node-N.json (the local carrier's launchers directly,

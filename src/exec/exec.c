@@ -15,6 +15,7 @@
 
 #include "exec/internal.h"
 #include "tandem/endrec.h"
+#include "tandem/loop.h"
 
 /* ---- the executors ---- */
 static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
@@ -248,23 +249,6 @@ void td__exec_final_ingest(FILE *out, td_ingester *ing) {
     if (bad) td__exec_say(out, "%zu malformed metrics line%s skipped", bad, bad > 1 ? "s" : "");
 }
 
-/* ---- stopping ---- */
-int td__exec_stop_cause(const td_exec_job *job, int sig, char *stopped_by, size_t nbytes) {
-    int user = sig != SIGTERM;
-    td_run cur;
-    if (!user && td_run_find(job->store, job->run->id, &cur) == TD_OK) {
-        user = cur.stop_requested;
-        td_run_clear(&cur);
-    }
-    td_error_clear();
-    if (!user) return 1;
-    snprintf(stopped_by, nbytes, "%s",
-             sig == SIGINT   ? "SIGINT (Ctrl-C)"
-             : sig == SIGHUP ? "SIGHUP"
-                             : "tandem stop");
-    return 0;
-}
-
 /* ---- secrets ---- */
 td_status td__exec_token(const td_run *run, char **path_out) {
     char *path = td_xasprintf("%s/token", run->run_dir);
@@ -439,4 +423,78 @@ void td_exec_end_records_read(const td_run *run, int nodes, const int *launch_co
         free(path);
     }
     if (!e->cause[0]) snprintf(e->cause, sizeof e->cause, "%s", other);
+}
+
+/* ---- a run's stop ---- */
+
+td_exec_stop_step td_exec_stop_signal(td_exec_stop *s, int sig, double now,
+                                      bool (*asked)(void *user), void *user) {
+    td_stop_action a = td_stop_signals_take(&s->signals, sig, now);
+    if (a == TD_STOP_IGNORE || s->hard) return TD_EXEC_STOP_NONE;
+    s->last_signal = sig;
+    if (!s->active) {
+        s->active = true;
+        bool user_stop = sig != SIGTERM || (asked && asked(user));
+        s->preempt = !user_stop;
+        snprintf(s->stopped_by, sizeof s->stopped_by, "%s",
+                 !user_stop      ? ""
+                 : sig == SIGINT ? "SIGINT (Ctrl-C)"
+                 : sig == SIGHUP ? "SIGHUP"
+                                 : "tandem stop");
+        return TD_EXEC_STOP_SOFT;
+    }
+    if (a == TD_STOP_ESCALATE) {
+        s->hard = true;
+        return TD_EXEC_STOP_HARD;
+    }
+    return TD_EXEC_STOP_AGAIN;
+}
+
+td_exec_stop_step td_exec_stop_max_duration(td_exec_stop *s, double max_duration_s, double now) {
+    if (s->active) return TD_EXEC_STOP_NONE;
+    s->active = true;
+    td_stop_signals_begin(&s->signals, now);
+    snprintf(s->stopped_by, sizeof s->stopped_by, "max_duration of %.0f s exceeded",
+             max_duration_s);
+    return TD_EXEC_STOP_SOFT;
+}
+
+bool td_exec_stop_asked(void *job) {
+    const td_exec_job *j = job;
+    td_run cur;
+    bool asked = false;
+    if (td_run_find(j->store, j->run->id, &cur) == TD_OK) {
+        asked = cur.stop_requested;
+        td_run_clear(&cur);
+    }
+    td_error_clear();
+    return asked;
+}
+
+/* ---- a wait ---- */
+
+static void wait_ready(td_loop *l, int fd, unsigned events, void *user) {
+    (void)fd, (void)events;
+    *(bool *)user = true;
+    td_loop_stop(l);
+}
+
+static void wait_over(td_loop *l, void *user) {
+    (void)user;
+    td_loop_stop(l);
+}
+
+bool td__exec_wait_readable(int fd, double seconds) {
+    bool ready = false;
+    td_loop *l = NULL;
+    if (td_loop_new(&l) != TD_OK ||
+        td_loop_watch(l, fd, TD_LOOP_READ, wait_ready, &ready) != TD_OK) {
+        td_error_clear(); /* no loop: no wait */
+        td_loop_free(l);
+        return false;
+    }
+    td_loop_timer(l, seconds, 0, wait_over, NULL);
+    if (td_loop_run(l) != TD_OK) td_error_clear();
+    td_loop_free(l);
+    return ready;
 }

@@ -46,11 +46,8 @@ void td__exec_joined_lines(const char *s, char *out, size_t nbytes);
  * on the malformed metric lines it skipped. */
 void td__exec_final_ingest(FILE *out, td_ingester *ing);
 
-/* What a first stop signal means, as for the local executor: SIGINT, SIGHUP, or a SIGTERM that
- * `tandem stop` asked for (the run's stop_requested) stop the run, and stopped_by names it
- * ("SIGINT (Ctrl-C)", "SIGHUP", "tandem stop"); a SIGTERM without one comes from the system
- * (this host goes down, a scheduler above us): returns 1, preempted, stopped_by untouched. */
-int td__exec_stop_cause(const td_exec_job *job, int sig, char *stopped_by, size_t nbytes);
+/* Waits up to `seconds` for fd to become readable (on an event loop of its own); true if it did. */
+bool td__exec_wait_readable(int fd, double seconds);
 
 /* How a job ended, as the run records it. */
 typedef struct {

@@ -735,6 +735,41 @@ static void cancel_job(slurm_sup *c, const char *job_id, int term_only) {
     free(err);
 }
 
+/* What a stop decision asks of the job. A queued job has nothing to checkpoint: it is cancelled.
+ * A running one: SIGTERM to the launchers (not to the batch shell: its srun would end the step
+ * at once), and scancel after CANCEL_AFTER_S unless it ended. */
+static void slurm_stop_step(slurm_sup *c, const td_exec_stop *stop, td__slurm_phase phase,
+                            td_exec_stop_step step, int *hard, double *cancel_at) {
+    const char *id = c->job->run->id;
+    switch (step) {
+    case TD_EXEC_STOP_NONE:
+        return;
+    case TD_EXEC_STOP_SOFT: {
+        int queued = phase == TD__SLURM_WAITING;
+        say(c, "%s run %s: %s slurm job %s%s", stop->preempt ? "SIGTERM: preempting" : "stopping",
+            id, queued ? "cancelling" : "asking the workers of", c->job_id,
+            queued ? "" : " to checkpoint and exit (" TD_STOP_ESCALATE_HINT " cancels it now)");
+        cancel_job(c, c->job_id, !queued);
+        *hard = queued;
+        *cancel_at = td_now_s() + CANCEL_AFTER_S;
+        return;
+    }
+    case TD_EXEC_STOP_AGAIN:
+        if (!*hard)
+            say(c,
+                "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
+                "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cancels the job now)",
+                id, sigabbrev_np(stop->last_signal), td_now_s() - stop->signals.began_s);
+        return;
+    case TD_EXEC_STOP_HARD:
+        if (*hard) return;
+        say(c, "run %s: cancelling slurm job %s", id, c->job_id);
+        cancel_job(c, c->job_id, 0);
+        *hard = 1;
+        return;
+    }
+}
+
 /* The run's status and note while the job lives, written when they change. */
 static void show_live(slurm_sup *c, const td__slurm_job *j) {
     const td_exec_job *job = c->job;
@@ -926,63 +961,32 @@ static int slurm_run(const td_exec_job *job) {
     memset(&j, 0, sizeof j);
     snprintf(j.state, sizeof j.state, "PENDING");
     show_live(&c, &j);
-    int nsignals = job->stop_signal ? 1 : 0, last_signal = job->stop_signal;
-    int handled = 0, preempt = 0, hard = 0, gone = 0, escalate = 0;
-    /* a later signal cancels outright only when it is an explicit second request (Ctrl-C twice,
-     * or TD_STOP_REPEAT_GRACE_S after the first): sooner it is the same one delivered twice */
-    td_stop_signals stops = {0};
-    if (job->stop_signal) td_stop_signals_take(&stops, job->stop_signal, td_now_s());
-    char stopped_by[160] = "";
+    /* the stop decisions every carrier shares (td_exec_stop, exec.h); a signal that came during
+     * the setup is the first */
+    td_exec_stop stop = {0};
+    int first_signal = job->stop_signal, hard = 0, gone = 0;
     double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
     for (;;) {
-        for (int sig; (sig = td_sigwatch_next(job->sigs));) {
-            td_stop_action a = td_stop_signals_take(&stops, sig, td_now_s());
-            if (a == TD_STOP_IGNORE) continue;
-            nsignals++;
-            last_signal = sig;
-            if (a == TD_STOP_ESCALATE) escalate = 1;
-        }
         double now = td_now_s();
         td__slurm_phase phase = td__slurm_phase_of(j.state);
-        int act = 0; /* 1: ask the workers to checkpoint; 2: cancel outright */
-        int fresh = nsignals != handled;
-        if (fresh) {
-            int first = handled == 0 && !stopped_by[0] && !preempt;
-            handled = nsignals;
-            if (first) {
-                preempt = td__exec_stop_cause(job, last_signal, stopped_by, sizeof stopped_by);
-                act = 1;
-            } else if (!hard && !escalate) {
-                say(&c,
-                    "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-                    "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cancels the job now)",
-                    run->id, sigabbrev_np(last_signal), now - stops.began_s);
-            }
+        if (first_signal) {
+            slurm_stop_step(
+                &c, &stop, phase,
+                td_exec_stop_signal(&stop, first_signal, now, td_exec_stop_asked, (void *)job),
+                &hard, &cancel_at);
+            first_signal = 0;
         }
-        if (!stopped_by[0] && !preempt && job->max_duration_s > 0 && run_since > 0 &&
-            now - run_since > job->max_duration_s) {
-            snprintf(stopped_by, sizeof stopped_by, "max_duration of %.0f s exceeded",
-                     job->max_duration_s);
-            td_stop_signals_begin(&stops, now);
-            act = 1;
-        }
-        if (act == 1) {
-            /* A queued job has nothing to checkpoint: cancel it. A running one: SIGTERM to the
-             * launchers (not to the batch shell: its srun would end the step at once). */
-            int queued = phase == TD__SLURM_WAITING;
-            say(&c, "%s run %s: %s slurm job %s%s", preempt ? "SIGTERM: preempting" : "stopping",
-                run->id, queued ? "cancelling" : "asking the workers of", c.job_id,
-                queued ? "" : " to checkpoint and exit (" TD_STOP_ESCALATE_HINT " cancels it now)");
-            cancel_job(&c, c.job_id, !queued);
-            hard = queued;
-            cancel_at = now + CANCEL_AFTER_S;
-        }
-        if (fresh && escalate && !hard) act = 2; /* an explicit second request: do not wait */
-        if (act == 2 || (cancel_at > 0 && now >= cancel_at && !hard)) {
-            say(&c, "run %s: cancelling slurm job %s", run->id, c.job_id);
-            cancel_job(&c, c.job_id, 0);
-            hard = 1;
-        }
+        for (int sig; (sig = td_sigwatch_next(job->sigs));)
+            slurm_stop_step(
+                &c, &stop, phase,
+                td_exec_stop_signal(&stop, sig, td_now_s(), td_exec_stop_asked, (void *)job), &hard,
+                &cancel_at);
+        if (job->max_duration_s > 0 && run_since > 0 && now - run_since > job->max_duration_s)
+            slurm_stop_step(&c, &stop, phase,
+                            td_exec_stop_max_duration(&stop, job->max_duration_s, now), &hard,
+                            &cancel_at);
+        if (cancel_at > 0 && now >= cancel_at && !hard)
+            slurm_stop_step(&c, &stop, phase, TD_EXEC_STOP_HARD, &hard, &cancel_at);
         if (now >= next_query) {
             td__slurm_job nj;
             st = query_job(&c, c.job_id, &nj, &gone);
@@ -1052,15 +1056,16 @@ static int slurm_run(const td_exec_job *job) {
         snprintf(c.cause, sizeof c.cause, "%s", ends.cause);
     td__exec_final_ingest(job->out, c.ing);
     {
-        int restarts = job->base_restarts + j.restarts;
+        /* Slurm's requeues, and the restarts the last incarnation's launchers made */
+        int restarts = job->base_restarts + j.restarts + ends.restarts;
         if (restarts != c.shown_restarts &&
             td_run_set_restarts(job->store, run->id, restarts) != TD_OK)
             td_error_clear();
     }
     if (gone) memset(&j, 0, sizeof j); /* what the outcome reads as "no longer known" */
     td__exec_outcome o;
-    td__slurm_outcome(run->id, c.job_id, &j, stopped_by[0] ? stopped_by : NULL, preempt, c.cause,
-                      ends.worker_code, &o);
+    td__slurm_outcome(run->id, c.job_id, &j, stop.active && !stop.preempt ? stop.stopped_by : NULL,
+                      stop.preempt, c.cause, ends.worker_code, &o);
     cli = td__exec_record_end(job, &o, t0);
 out:
     td__links_free(c.links);

@@ -609,13 +609,10 @@ static int pump_err(ssh_sup *c, agent *a, int final) {
 typedef enum { END_OK, END_FAILED, END_STOPPED } attempt_end;
 
 /* What stopped the run from our side: a signal (tandem stop, Ctrl-C, SIGHUP, a SIGTERM from
- * outside) or max_duration. */
+ * outside) or max_duration, as the shared stop decisions (td_exec_stop, exec.h) take them. */
 typedef struct {
-    int nsignals, handled, last_signal;
-    td_stop_signals signals; /* when the stop began: whether a later signal cuts it short */
-    int escalate;            /* a signal asked to cut the agents off now */
-    char stopped_by[160];    /* "" while nothing did */
-    int preempt;             /* a SIGTERM without a `tandem stop` behind it: this host goes down */
+    td_exec_stop st;
+    int first_signal; /* one that came before the supervision began (during the setup) */
     double running_since;
 } stops;
 
@@ -652,53 +649,54 @@ static void agent_free(agent *a) {
  * workers checkpoint); a later one cuts them off at once only when it is an explicit second
  * request (td_stop_signals_take: Ctrl-C twice, or a signal TD_STOP_REPEAT_GRACE_S after the
  * first); sooner it is the same request delivered twice and must not cost the checkpoint. */
-static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, double *cut_at) {
+/* What a stop decision asks of the agents started so far. */
+static void stop_step(ssh_sup *c, stops *ss, td_exec_stop_step step, agent *agents, int started,
+                      double *cut_at) {
     const td_exec_job *job = c->job;
-    for (int sig; (sig = td_sigwatch_next(job->sigs));) {
-        td_stop_action a = td_stop_signals_take(&ss->signals, sig, td_now_s());
-        if (a == TD_STOP_IGNORE) continue;
-        ss->nsignals++;
-        ss->last_signal = sig;
-        if (a == TD_STOP_ESCALATE) ss->escalate = 1;
-    }
-    int act = 0, fresh = ss->nsignals != ss->handled;
     double now = td_now_s();
-    if (fresh) {
-        int first = ss->handled == 0 && !ss->stopped_by[0] && !ss->preempt;
-        ss->handled = ss->nsignals;
-        if (first) {
-            /* As the local executor: a SIGTERM that `tandem stop` did not ask for comes from
-             * the system, and the run is preempted rather than stopped. */
-            ss->preempt =
-                td__exec_stop_cause(job, ss->last_signal, ss->stopped_by, sizeof ss->stopped_by);
-            act = 1;
-        } else if (!ss->escalate) {
-            say(c,
-                "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-                "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cuts the agents off now)",
-                job->run->id, sigabbrev_np(ss->last_signal), now - ss->signals.began_s);
-        }
-    }
-    if (!ss->stopped_by[0] && !ss->preempt && job->max_duration_s > 0 && ss->running_since > 0 &&
-        now - ss->running_since > job->max_duration_s) {
-        snprintf(ss->stopped_by, sizeof ss->stopped_by, "max_duration of %.0f s exceeded",
-                 job->max_duration_s);
-        td_stop_signals_begin(&ss->signals, now);
-        act = 1;
-    }
-    if (act == 1) {
+    switch (step) {
+    case TD_EXEC_STOP_NONE:
+        return;
+    case TD_EXEC_STOP_SOFT:
         say(c,
             "%s run %s: asking the agents on %zu host%s to checkpoint and stop "
             "(" TD_STOP_ESCALATE_HINT " cuts them off now)",
-            ss->preempt ? "SIGTERM: preempting" : "stopping", job->run->id, c->nhosts,
+            ss->st.preempt ? "SIGTERM: preempting" : "stopping", job->run->id, c->nhosts,
             c->nhosts > 1 ? "s" : "");
         for (int i = 0; i < started; i++) send_stop(&agents[i]);
         *cut_at = now + CUT_AFTER_S;
-    }
-    if (fresh && ss->escalate) {
+        return;
+    case TD_EXEC_STOP_AGAIN:
+        say(c,
+            "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
+            "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cuts the agents off now)",
+            job->run->id, sigabbrev_np(ss->st.last_signal), now - ss->st.signals.began_s);
+        return;
+    case TD_EXEC_STOP_HARD:
         say(c, "run %s: cutting the agents off", job->run->id);
         for (int i = 0; i < started; i++) cut(&agents[i]);
+        return;
     }
+}
+
+/* The stop signals read since the last look, and max_duration. */
+static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, double *cut_at) {
+    const td_exec_job *job = c->job;
+    void *j = (void *)job;
+    if (ss->first_signal) {
+        int sig = ss->first_signal;
+        ss->first_signal = 0;
+        stop_step(c, ss, td_exec_stop_signal(&ss->st, sig, td_now_s(), td_exec_stop_asked, j),
+                  agents, started, cut_at);
+    }
+    for (int sig; (sig = td_sigwatch_next(job->sigs));)
+        stop_step(c, ss, td_exec_stop_signal(&ss->st, sig, td_now_s(), td_exec_stop_asked, j),
+                  agents, started, cut_at);
+    double now = td_now_s();
+    if (job->max_duration_s > 0 && ss->running_since > 0 &&
+        now - ss->running_since > job->max_duration_s)
+        stop_step(c, ss, td_exec_stop_max_duration(&ss->st, job->max_duration_s, now), agents,
+                  started, cut_at);
 }
 
 /* Runs one attempt: every agent from start to end. *failed gets the first node whose agent
@@ -731,7 +729,7 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
     }
     for (;;) {
         handle_stops(c, ss, agents, started, &cut_at);
-        if ((ss->stopped_by[0] || ss->preempt) && !teardown) teardown = 1;
+        if (ss->st.active && !teardown) teardown = 1;
         double now = td_now_s();
         /* node 0 is up: the others, pointed at its store */
         if (!teardown && started == 1 && n > 1 && c->store_port > 0) {
@@ -840,7 +838,7 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
     free(pfds);
 
     attempt_end end;
-    if (ss->stopped_by[0] || ss->preempt) {
+    if (ss->st.active) {
         end = END_STOPPED;
         /* 143 when every agent stopped with its workers' checkpoint (or had finished) */
         int checkpointed = started == n;
@@ -1013,8 +1011,7 @@ static int ssh_run(const td_exec_job *job) {
         goto out;
     }
 
-    stops ss = {.nsignals = job->stop_signal ? 1 : 0, .last_signal = job->stop_signal};
-    if (job->stop_signal) td_stop_signals_take(&ss.signals, job->stop_signal, td_now_s());
+    stops ss = {.first_signal = job->stop_signal};
     attempt_end end;
     int restarts = 0, failed = -1;
     for (;;) {
@@ -1026,10 +1023,9 @@ static int ssh_run(const td_exec_job *job) {
         say(&c, "run %s: restarting every node from the last checkpoint (restart %d of %d)",
             run->id, restarts, job->max_restarts);
         /* A moment for the failed host's sockets and processes to go. */
-        struct pollfd pf = {.fd = job->sigs->fd, .events = POLLIN};
-        if (poll(&pf, 1, 1000) > 0) { /* a stop during the pause: no new attempt */
+        if (td__exec_wait_readable(job->sigs->fd, 1.0)) { /* a stop in the pause: no attempt */
             handle_stops(&c, &ss, NULL, 0, &(double){0});
-            if (ss.stopped_by[0] || ss.preempt) {
+            if (ss.st.active) {
                 end = END_STOPPED;
                 c.stop_code = 1;
                 break;
@@ -1048,7 +1044,7 @@ static int ssh_run(const td_exec_job *job) {
         int code = c.stop_code;
         o.exit_code = code;
         o.cli_code = code;
-        if (ss.preempt) {
+        if (ss.st.preempt) {
             o.status = code == 143 ? TD_RUN_PREEMPTED : TD_RUN_FAILED;
             snprintf(o.note, sizeof o.note,
                      "SIGTERM from outside tandem: %s; continue with tandem run --resume %s",
@@ -1056,7 +1052,7 @@ static int ssh_run(const td_exec_job *job) {
                      run->id);
         } else {
             o.status = TD_RUN_STOPPED;
-            snprintf(o.note, sizeof o.note, "stopped by %s%s", ss.stopped_by,
+            snprintf(o.note, sizeof o.note, "stopped by %s%s", ss.st.stopped_by,
                      code == 143 ? " after the workers checkpointed" : "");
         }
     } else {

@@ -505,8 +505,8 @@ typedef struct {
     td_ingester *ing;
     td_sysmon *mon;
     double t0;
-    int stop_requested, preempt_signal, killed;
-    int handled;         /* stop signals acted on */
+    td_exec_stop stop; /* the stop decisions (exec.h), shared with the other carriers */
+    int killed;
     uint64_t kill_timer; /* the kill deadline, once a stop began */
     int restarts;        /* as the system-metrics sample last saw them */
     char *note;          /* the run's note, from the stop's cause */
@@ -534,67 +534,64 @@ static void begin_stop(td_loop *l, local_sup *ls) {
     ls->kill_timer = td_loop_timer(l, KILL_AFTER_S, 0, kill_launchers, ls);
 }
 
-/* The stop signals that arrived since the last look. The first one starts the stop: a user's
- * (tandem stop, Ctrl-C, SIGHUP) stops the run; a bare SIGTERM comes from the system (a
- * scheduler, a cloud preemption) and preempts it. A later one is the same request, unless it
- * was an explicit second request (s->escalate): then the workers are killed now. */
-static void take_stop_signals(td_loop *l, local_sup *ls) {
-    supervisor *s = ls->s;
-    if (s->nsignals == ls->handled) return;
-    int first = ls->handled == 0 && !ls->stop_requested && !ls->preempt_signal;
-    ls->handled = s->nsignals;
-    if (first) {
-        int user = s->last_signal != SIGTERM;
-        td_run cur;
-        if (!user && td_run_find(s->store, s->run.id, &cur) == TD_OK) {
-            user = cur.stop_requested;
-            td_run_clear(&cur);
-        }
-        td_error_clear();
-        if (user) {
-            ls->stop_requested = 1;
-            snprintf(ls->note, ls->note_size, "stopped by %s",
-                     s->last_signal == SIGINT   ? "SIGINT (Ctrl-C)"
-                     : s->last_signal == SIGHUP ? "SIGHUP"
-                                                : "tandem stop");
-        } else {
-            ls->preempt_signal = 1;
-        }
-        progress(s,
-                 "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
-                 " kills them now)",
-                 user ? "stopping" : "SIGTERM: preempting", s->run.id);
-        begin_stop(l, ls);
-    } else if (!ls->killed && !s->escalate) {
-        progress(s,
-                 "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
-                 "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
-                 " kills them now)",
-                 s->run.id, sigabbrev_np(s->last_signal), td_now_s() - s->stops.began_s);
+/* tandem stop recorded its request (a SIGTERM without one is a preemption). */
+static bool stop_asked(void *user) {
+    supervisor *s = user;
+    td_run cur;
+    bool asked = false;
+    if (td_run_find(s->store, s->run.id, &cur) == TD_OK) {
+        asked = cur.stop_requested;
+        td_run_clear(&cur);
     }
-    if (s->escalate && !ls->killed) { /* an explicit second request: now */
+    td_error_clear();
+    return asked;
+}
+
+/* What the shared stop decisions (td_exec_stop) ask of this carrier. */
+static void stop_step(td_loop *l, local_sup *ls, td_exec_stop_step step) {
+    supervisor *s = ls->s;
+    switch (step) {
+    case TD_EXEC_STOP_NONE:
+        return;
+    case TD_EXEC_STOP_SOFT:
+        if (!ls->stop.preempt)
+            snprintf(ls->note, ls->note_size, "%s%s", ls->stop.last_signal ? "stopped by " : "",
+                     ls->stop.stopped_by);
+        if (ls->stop.last_signal)
+            progress(s,
+                     "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
+                     " kills them now)",
+                     ls->stop.preempt ? "SIGTERM: preempting" : "stopping", s->run.id);
+        else
+            progress(s, "run %s: %s; stopping it", s->run.id, ls->stop.stopped_by);
+        begin_stop(l, ls);
+        return;
+    case TD_EXEC_STOP_AGAIN:
+        if (!ls->killed)
+            progress(s,
+                     "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
+                     "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
+                     " kills them now)",
+                     s->run.id, sigabbrev_np(ls->stop.last_signal),
+                     td_now_s() - ls->stop.signals.began_s);
+        return;
+    case TD_EXEC_STOP_HARD:
         td_loop_cancel(l, ls->kill_timer);
         ls->kill_timer = td_loop_timer(l, 0, 0, kill_launchers, ls);
+        return;
     }
 }
 
 static void on_signal_fd(td_loop *l, int fd, unsigned events, void *user) {
     (void)fd, (void)events;
     local_sup *ls = user;
-    read_signals(ls->s);
-    take_stop_signals(l, ls);
+    for (int sig; (sig = td_sigwatch_next(ls->s->sigs));)
+        stop_step(l, ls, td_exec_stop_signal(&ls->stop, sig, td_now_s(), stop_asked, ls->s));
 }
 
 static void on_max_duration(td_loop *l, void *user) {
     local_sup *ls = user;
-    supervisor *s = ls->s;
-    if (ls->stop_requested) return;
-    td_stop_signals_begin(&s->stops, td_now_s());
-    ls->stop_requested = 1;
-    snprintf(ls->note, ls->note_size, "max_duration of %.0f s exceeded", s->w->max_duration_s);
-    progress(s, "run %s: %s; stopping it", s->run.id, ls->note);
-    td_loop_cancel(l, ls->kill_timer);
-    begin_stop(l, ls);
+    stop_step(l, ls, td_exec_stop_max_duration(&ls->stop, ls->s->w->max_duration_s, td_now_s()));
 }
 
 static void on_launcher_stderr(td_loop *l, int fd, unsigned events, void *user) {
@@ -670,7 +667,8 @@ static td_status watch_launchers(local_sup *ls) {
     td_loop_timer(l, 0.5, SYSMON_PERIOD_S, on_sysmon, ls);
     if (s->w->max_duration_s > 0)
         td_loop_timer(l, s->w->max_duration_s - (td_now_s() - ls->t0), 0, on_max_duration, ls);
-    take_stop_signals(l, ls); /* a stop that came during the setup */
+    if (s->nsignals) /* a stop that came after the setup, before the loop */
+        stop_step(l, ls, td_exec_stop_signal(&ls->stop, s->last_signal, td_now_s(), stop_asked, s));
     while (!td_loop_stopped(l))
         if ((st = td_loop_turn(l, -1)) != TD_OK) {
             /* epoll itself failed: say so and keep supervising rather than spin */
@@ -678,7 +676,6 @@ static td_status watch_launchers(local_sup *ls) {
             td_error_clear();
             sleep_s(0.01);
         }
-    read_signals(s);
     td_loop_free(l);
     return TD_OK;
 }
@@ -809,8 +806,8 @@ static int supervise(supervisor *s) {
                     .note = note,
                     .note_size = sizeof note};
     st = watch_launchers(&ls);
-    stop_requested = ls.stop_requested;
-    preempt_signal = ls.preempt_signal;
+    stop_requested = ls.stop.active && !ls.stop.preempt;
+    preempt_signal = ls.stop.preempt;
     int restarts = ls.restarts;
     if (st != TD_OK) goto fail;
     /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
