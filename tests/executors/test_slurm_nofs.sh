@@ -232,11 +232,7 @@ echo "link_host nosuch.invalid: failed after $((SECONDS - t_nl)) s (exit $rc), n
 # --- 4. a worker's bad argument on the second node: its launcher's end record comes over the
 # node's link (end/node-1.json) and the run's note and exit code are that worker's
 slurm_exec timeout -k 5 120 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
-show=$("$B" show badarg-1)
-note=$(sed -n 's/^note  *//p' <<<"$show")
-grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
-grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
-    fail "badarg: the note lacks node 1's worker's own error line: '$note'"
-[ -f "$P/.tandem/runs/badarg-1/end/node-1.json" ] || fail "badarg: node 1's end record did not arrive"
+. "$SRC/tests/lib/bad_argument.sh"
+expect_bad_argument badarg-1 1
 echo "a worker's bad argument on a linked node: the run's note and exit code are that worker's"
 echo "ok: $((SECONDS - t0)) s"

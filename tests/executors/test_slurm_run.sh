@@ -121,13 +121,7 @@ echo "environment: the same TANDEM_* variables and values as the local executor 
 # --- 3. a worker's bad argument on node 2: the run's note and exit code are that worker's, from
 # its launcher's end record in the shared run directory (not from the job's stderr)
 slurm_exec timeout -k 5 120 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
-show=$("$B" show badarg-1)
-note=$(sed -n 's/^note  *//p' <<<"$show")
-grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
-grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
-    fail "badarg: the note lacks node 2's worker's own error line: '$note'"
-for n in 0 1; do
-    [ -f "$P/.tandem/runs/badarg-1/end/node-$n.json" ] || fail "badarg: no end record of node $n"
-done
+. "$SRC/tests/lib/bad_argument.sh"
+expect_bad_argument badarg-1 1
 echo "a worker's bad argument on $n2: the run's note and exit code are that worker's"
 echo "ok: $((SECONDS - t0)) s"

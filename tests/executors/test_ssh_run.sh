@@ -176,10 +176,6 @@ echo "an unknown host and a missing tandem: failed at once, naming the host and 
 
 # --- 5. a worker that fails on a bad argument: its node's end record reaches the run's record
 sshd_exec timeout 90 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run with --lr abc succeeded"
-show=$("$B" show badarg-1)
-note=$(sed -n 's/^note  *//p' <<<"$show")
-grep -q '^exit code  *2$' <<<"$show" || fail "badarg: exit code is not the worker's 2: $show"
-grep -q "worker rank 1 .*on node 1.* exited with code 2: tandem train: --lr 'abc'" <<<"$note" ||
-    fail "badarg: the note lacks node 1's worker's own error line: '$note'"
-[ -f "$P/.tandem/runs/badarg-1/end/node-1.json" ] || fail "badarg: node 1's end record did not arrive"
+. "$SRC/tests/lib/bad_argument.sh"
+expect_bad_argument badarg-1 1
 echo "a worker's bad argument on host 2: the run's note and exit code are that worker's"
