@@ -13,7 +13,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "tandem/loop.h"
 #include "tandem/mirror.h"
 
 #define CONNECT_TIMEOUT_S   10    /* ssh -o ConnectTimeout */
@@ -699,12 +699,164 @@ static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, doub
                   started, cut_at);
 }
 
+/* One attempt, on an event loop (core's loop.h): the signalfd and each agent's stdout (its
+ * mirror stream) and stderr are watched descriptors; the metrics ingest is a periodic timer, and
+ * a tick every 100 ms runs the checks that follow the clock (the stop deadline, node 0's store
+ * port, the agents' exits: SIGCHLD on the signalfd wakes it at once too) in the before-sleep
+ * hook, which also ends the loop when every agent is gone. */
+typedef struct {
+    ssh_sup *c;
+    stops *ss;
+    agent *agents;
+    int n, started, resume;
+    int *failed;
+    char *why;
+    size_t nbytes;
+    int teardown;
+    double t_start, cut_at;
+} attempt_ctx;
+
+static void on_agent_fd(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    attempt_ctx *t = user;
+    for (int i = 0; i < t->started; i++) {
+        agent *a = &t->agents[i];
+        if (a->out_fd == fd && !pump_out(t->c, a)) {
+            td_loop_unwatch(l, fd);
+            close(a->out_fd);
+            a->out_fd = -1;
+        } else if (a->err_fd == fd && !pump_err(t->c, a, 0)) {
+            td_loop_unwatch(l, fd);
+            close(a->err_fd);
+            a->err_fd = -1;
+        }
+    }
+}
+
+static void on_wake(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events, (void)user; /* the before-sleep hook reads the signals */
+}
+
+static void on_tick(td_loop *l, void *user) {
+    (void)l, (void)user; /* a turn: the before-sleep hook looks at the clock */
+}
+
+static void on_ingest(td_loop *l, void *user) {
+    (void)l;
+    attempt_ctx *t = user;
+    td_status ist = td_ingester_poll(t->c->ing, NULL);
+    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
+        TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
+    td_error_clear();
+}
+
+static td_status start_one(td_loop *l, attempt_ctx *t, int i) {
+    TD_CHECK(start_agent(t->c, i, t->resume, &t->agents[i]));
+    t->started = i + 1;
+    agent *a = &t->agents[i];
+    td_status st = td_loop_watch(l, a->out_fd, TD_LOOP_READ, on_agent_fd, t);
+    if (st == TD_OK) st = td_loop_watch(l, a->err_fd, TD_LOOP_READ, on_agent_fd, t);
+    if (st != TD_OK) cut(a); /* not watched: not left running either */
+    return st;
+}
+
+/* Every stop reaches the started agents; the teardown cuts them off after CUT_AFTER_S. */
+static void stop_all(attempt_ctx *t, double now) {
+    for (int i = 0; i < t->started; i++) send_stop(&t->agents[i]);
+    t->cut_at = now + CUT_AFTER_S;
+}
+
+/* node 0 is up: the others, pointed at its store */
+static void start_others(td_loop *l, attempt_ctx *t, double now) {
+    ssh_sup *c = t->c;
+    for (int i = 1; i < t->n && !t->teardown; i++)
+        if (start_one(l, t, i) != TD_OK) {
+            snprintf(t->why, t->nbytes, "cannot start ssh to %s: %s", c->hosts[i].entry,
+                     td_error_msg());
+            td_error_clear();
+            *t->failed = i;
+            t->teardown = 1;
+        }
+    if (!t->teardown) {
+        say(c, "run %s: %d agents started (store on %s:%d)", c->job->run->id, t->started,
+            c->job->ssh->rdzv_host ? c->job->ssh->rdzv_host : c->hosts[0].addr, c->store_port);
+        if (t->ss->running_since == 0) t->ss->running_since = now;
+    } else {
+        stop_all(t, now);
+    }
+}
+
+/* Agents that exited: the first failure stops the others (they must not train on without it). */
+static int reap_agents(attempt_ctx *t, double now) {
+    ssh_sup *c = t->c;
+    int live = 0;
+    for (int i = 0; i < t->started; i++) {
+        agent *a = &t->agents[i];
+        if (a->pid > 0 && td_waitpid(a->pid, &a->status, WNOHANG) == a->pid) {
+            a->pid = 0;
+            if (a->in_fd >= 0) close(a->in_fd);
+            a->in_fd = -1;
+            int code = td_wait_exit_code(a->status);
+            if (code != 0 && !a->stop_sent && !t->teardown) {
+                *t->failed = i;
+                char desc[160];
+                td_wait_describe(a->status, desc, sizeof desc);
+                pump_err(c, a, 1);
+                /* what its end record says replaces this once it has arrived */
+                snprintf(t->why, t->nbytes, "node %d (ssh host %s): %s", i, c->hosts[i].entry,
+                         code == 255 ? "its agent or its ssh connection ended (ssh exit "
+                                       "code 255)"
+                                     : desc);
+                say(c, "run %s: %s; stopping the other nodes", c->job->run->id, t->why);
+                t->teardown = 1;
+                char lost[32];
+                int len = snprintf(lost, sizeof lost, "lost %d\n", i);
+                for (int k = 0; k < t->started; k++)
+                    if (t->agents[k].in_fd >= 0) write_all(t->agents[k].in_fd, lost, (size_t)len);
+                stop_all(t, now);
+            }
+        }
+        if (a->pid > 0 || a->out_fd >= 0 || a->err_fd >= 0) live++;
+    }
+    return live;
+}
+
+static void attempt_turn(td_loop *l, void *user) {
+    attempt_ctx *t = user;
+    ssh_sup *c = t->c;
+    handle_stops(c, t->ss, t->agents, t->started, &t->cut_at);
+    if (t->ss->st.active && !t->teardown) t->teardown = 1;
+    double now = td_now_s();
+    if (!t->teardown && t->started == 1 && t->n > 1 && c->store_port > 0)
+        start_others(l, t, now);
+    else if (!t->teardown && t->n == 1 && c->store_port > 0 && t->ss->running_since == 0)
+        t->ss->running_since = now;
+    if (!t->teardown && t->started < t->n && c->store_port == 0 && now - t->t_start > PORT_WAIT_S) {
+        snprintf(t->why, t->nbytes,
+                 "node 0's agent on %s did not report its rendezvous store within %.0f s",
+                 c->hosts[0].entry, PORT_WAIT_S);
+        *t->failed = 0;
+        t->teardown = 1;
+        cut(&t->agents[0]);
+    }
+    int live = reap_agents(t, now);
+    if (!live && (t->teardown || t->started == t->n)) {
+        td_loop_stop(l);
+        return;
+    }
+    if (t->cut_at > 0 && now >= t->cut_at) {
+        for (int i = 0; i < t->started; i++)
+            if (t->agents[i].pid > 0) cut(&t->agents[i]);
+        t->cut_at = now + 5.0; /* and again, should ssh itself hang */
+    }
+}
+
 /* Runs one attempt: every agent from start to end. *failed gets the first node whose agent
  * failed (-1: none), why what failed. */
 static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, char *why,
                                size_t nbytes) {
     const td_exec_job *job = c->job;
-    int n = (int)c->nhosts, started = 0;
+    int n = (int)c->nhosts;
     agent *agents = td_xcalloc((size_t)n, sizeof *agents);
     for (int i = 0; i < n; i++) agents[i].in_fd = agents[i].out_fd = agents[i].err_fd = -1;
     *failed = -1;
@@ -714,128 +866,44 @@ static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, c
         TD_LOG_WARN("%s", td_error_msg());
         td_error_clear();
     }
-    double t_start = td_now_s(), cut_at = 0, next_ingest = 0;
-    int teardown = 0;
-    struct pollfd *pfds = td_xcalloc((size_t)(2 * n + 1), sizeof *pfds);
-
-    td_status st = start_agent(c, 0, resume, &agents[0]);
-    if (st == TD_OK)
-        started = 1;
-    else {
+    attempt_ctx t = {.c = c,
+                     .ss = ss,
+                     .agents = agents,
+                     .n = n,
+                     .resume = resume,
+                     .failed = failed,
+                     .why = why,
+                     .nbytes = nbytes,
+                     .t_start = td_now_s()};
+    td_loop *l = NULL;
+    td_status st = td_loop_new(&l);
+    if (st == TD_OK) st = td_loop_watch(l, job->sigs->fd, TD_LOOP_READ, on_wake, &t);
+    if (st == TD_OK && start_one(l, &t, 0) != TD_OK) {
         snprintf(why, nbytes, "cannot start ssh to %s: %s", c->hosts[0].entry, td_error_msg());
         td_error_clear();
         *failed = 0;
-        teardown = 1;
+        t.teardown = 1;
     }
-    for (;;) {
-        handle_stops(c, ss, agents, started, &cut_at);
-        if (ss->st.active && !teardown) teardown = 1;
-        double now = td_now_s();
-        /* node 0 is up: the others, pointed at its store */
-        if (!teardown && started == 1 && n > 1 && c->store_port > 0) {
-            for (int i = 1; i < n && !teardown; i++) {
-                if (start_agent(c, i, resume, &agents[i]) != TD_OK) {
-                    snprintf(why, nbytes, "cannot start ssh to %s: %s", c->hosts[i].entry,
-                             td_error_msg());
-                    td_error_clear();
-                    *failed = i;
-                    teardown = 1;
-                    break;
-                }
-                started = i + 1;
+    if (st == TD_OK) {
+        td_loop_timer(l, 0, INGEST_PERIOD_S, on_ingest, &t);
+        td_loop_timer(l, 0.1, 0.1, on_tick, &t);
+        td_loop_before_sleep(l, attempt_turn, &t);
+        while (!td_loop_stopped(l))
+            if (td_loop_turn(l, -1) != TD_OK) { /* epoll failed: keep supervising, slowly */
+                TD_LOG_WARN("event loop: %s", td_error_msg());
+                td_error_clear();
+                usleep(10000);
             }
-            if (!teardown) {
-                say(c, "run %s: %d agents started (store on %s:%d)", job->run->id, started,
-                    job->ssh->rdzv_host ? job->ssh->rdzv_host : c->hosts[0].addr, c->store_port);
-                if (ss->running_since == 0) ss->running_since = now;
-            } else {
-                for (int i = 0; i < started; i++) send_stop(&agents[i]);
-                cut_at = now + CUT_AFTER_S;
-            }
-        } else if (!teardown && n == 1 && c->store_port > 0 && ss->running_since == 0) {
-            ss->running_since = now;
-        }
-        if (!teardown && started < n && c->store_port == 0 && now - t_start > PORT_WAIT_S) {
-            snprintf(why, nbytes,
-                     "node 0's agent on %s did not report its rendezvous store within %.0f s",
-                     c->hosts[0].entry, PORT_WAIT_S);
-            *failed = 0;
-            teardown = 1;
-            cut(&agents[0]);
-        }
-        /* reap */
-        int live = 0;
-        for (int i = 0; i < started; i++) {
-            agent *a = &agents[i];
-            if (a->pid > 0 && td_waitpid(a->pid, &a->status, WNOHANG) == a->pid) {
-                a->pid = 0;
-                if (a->in_fd >= 0) close(a->in_fd);
-                a->in_fd = -1;
-                int code = td_wait_exit_code(a->status);
-                if (code != 0 && !a->stop_sent && !teardown) {
-                    /* The first failure: the others must not train on without it. */
-                    *failed = i;
-                    char desc[160];
-                    td_wait_describe(a->status, desc, sizeof desc);
-                    pump_err(c, a, 1);
-                    /* what its end record says replaces this once it has arrived */
-                    snprintf(why, nbytes, "node %d (ssh host %s): %s", i, c->hosts[i].entry,
-                             code == 255 ? "its agent or its ssh connection ended (ssh exit "
-                                           "code 255)"
-                                         : desc);
-                    say(c, "run %s: %s; stopping the other nodes", job->run->id, why);
-                    teardown = 1;
-                    char lost[32];
-                    int len = snprintf(lost, sizeof lost, "lost %d\n", i);
-                    for (int k = 0; k < started; k++) {
-                        if (agents[k].in_fd >= 0) write_all(agents[k].in_fd, lost, (size_t)len);
-                        send_stop(&agents[k]);
-                    }
-                    cut_at = now + CUT_AFTER_S;
-                }
-            }
-            if (a->pid > 0 || a->out_fd >= 0 || a->err_fd >= 0) live++;
-        }
-        if (!live && (teardown || started == n)) break;
-        if (cut_at > 0 && now >= cut_at) {
-            for (int i = 0; i < started; i++)
-                if (agents[i].pid > 0) cut(&agents[i]);
-            cut_at = now + 5.0; /* and again, should ssh itself hang */
-        }
-        if (now >= next_ingest) {
-            td_status ist = td_ingester_poll(c->ing, NULL);
-            if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-                TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-            td_error_clear();
-            next_ingest = now + INGEST_PERIOD_S;
-        }
-
-        int np = 0;
-        pfds[np++] = (struct pollfd){.fd = job->sigs->fd, .events = POLLIN};
-        for (int i = 0; i < started; i++) {
-            if (agents[i].out_fd >= 0)
-                pfds[np++] = (struct pollfd){.fd = agents[i].out_fd, .events = POLLIN};
-            if (agents[i].err_fd >= 0)
-                pfds[np++] = (struct pollfd){.fd = agents[i].err_fd, .events = POLLIN};
-        }
-        double wake = next_ingest;
-        if (cut_at > 0) wake = TD_MIN(wake, cut_at);
-        /* a reaped ssh is noticed within 100 ms (SIGCHLD is on the signalfd too) */
-        int timeout_ms = (int)TD_MAX(0.0, TD_MIN(wake - td_now_s(), 0.1) * 1000.0) + 1;
-        if (poll(pfds, (nfds_t)np, timeout_ms) < 0 && errno != EINTR) usleep(10000);
-        for (int i = 0; i < started; i++) {
-            agent *a = &agents[i];
-            if (a->out_fd >= 0 && !pump_out(c, a)) {
-                close(a->out_fd);
-                a->out_fd = -1;
-            }
-            if (a->err_fd >= 0 && !pump_err(c, a, 0)) {
-                close(a->err_fd);
-                a->err_fd = -1;
-            }
-        }
+    } else { /* no loop: nothing can be watched; end what started */
+        snprintf(why, nbytes, "supervisor error: %s", td_error_msg());
+        td_error_clear();
+        *failed = 0;
+        for (int i = 0; i < t.started; i++) cut(&agents[i]);
+        for (int i = 0; i < t.started; i++)
+            if (agents[i].pid > 0) td_waitpid(agents[i].pid, &agents[i].status, 0);
     }
-    free(pfds);
+    td_loop_free(l);
+    int started = t.started;
 
     attempt_end end;
     if (ss->st.active) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tandem/launch.h"
+#include "tandem/loop.h"
 #include "tandem/mirror.h"
 #include "tandem/os.h"
 
@@ -439,57 +440,114 @@ static void send_checkpoint(td_agent_link *l) {
 }
 
 /* ---- the sender ---- */
-static void *sender(void *arg) {
-    td_agent_link *l = arg;
+/* The link's own thread, on an event loop of its own (core's loop.h): the supervisor's commands
+ * arrive on the watched in_fd, and a timer every LINK_PERIOD_MS redials a TCP link that is down,
+ * sends a new checkpoint and the files' new bytes, and ends the loop once the agent is closing.
+ * The link's descriptor changes when it is dialled again: the watch follows it. */
+typedef struct {
+    td_agent_link *l;
     char buf[512];
-    size_t len = 0;
-    bool in_open = true;
-    while (!atomic_load(&l->closing)) {
-        pthread_mutex_lock(&l->lock);
-        int in_fd = l->down ? -1 : l->in_fd;
-        pthread_mutex_unlock(&l->lock);
-        struct pollfd p = {.fd = in_fd, .events = POLLIN};
-        int r = in_open && in_fd >= 0 ? poll(&p, 1, LINK_PERIOD_MS) : poll(NULL, 0, LINK_PERIOD_MS);
-        pthread_mutex_lock(&l->lock);
-        if (r > 0 && in_fd == l->in_fd && !l->down) {
-            ssize_t n = read(l->in_fd, buf + len, sizeof buf - 1 - len);
-            if (n < 0 && errno == EINTR) {
-                /* again */
-            } else if (n <= 0 && l->host) {
-                link_down(l, n == 0 ? "the supervisor closed it" : strerror(errno));
-                len = 0;
-            } else if (n <= 0) {
-                in_open = false;
-                stop_self(l, "the link to the supervisor closed (its host, ssh or the supervisor "
-                             "is gone)");
-            } else {
-                len += (size_t)n;
-                char *nl;
-                while ((nl = memchr(buf, '\n', len))) {
-                    *nl = '\0';
-                    on_line(l, buf);
-                    len -= (size_t)(nl + 1 - buf);
-                    memmove(buf, nl + 1, len);
-                }
-                if (len == sizeof buf - 1) len = 0; /* a line that long is no command */
+    size_t len;
+    bool in_open;
+    int watched; /* the descriptor the loop watches, or -1 */
+} sender_ctx;
+
+static void sender_read(td_loop *loop, int fd, unsigned events, void *user);
+
+/* Watches the link's current descriptor (none while it is down or closed); force: watch it anew
+ * even if its number is the old one's (a descriptor closed and reused by a new connection). */
+static void sender_rewatch(td_loop *loop, sender_ctx *s, bool force) {
+    td_agent_link *l = s->l;
+    pthread_mutex_lock(&l->lock);
+    int want = s->in_open && !l->down ? l->in_fd : -1;
+    pthread_mutex_unlock(&l->lock);
+    if (want == s->watched && !force) return;
+    if (s->watched >= 0) td_loop_unwatch(loop, s->watched);
+    s->watched = -1;
+    if (want >= 0 && td_loop_watch(loop, want, TD_LOOP_READ, sender_read, s) == TD_OK)
+        s->watched = want;
+    td_error_clear();
+}
+
+static void sender_read(td_loop *loop, int fd, unsigned events, void *user) {
+    (void)events;
+    sender_ctx *s = user;
+    td_agent_link *l = s->l;
+    pthread_mutex_lock(&l->lock);
+    if (fd == l->in_fd && !l->down) {
+        ssize_t n = read(l->in_fd, s->buf + s->len, sizeof s->buf - 1 - s->len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+            /* again */
+        } else if (n <= 0 && l->host) {
+            link_down(l, n == 0 ? "the supervisor closed it" : strerror(errno));
+            s->len = 0;
+        } else if (n <= 0) {
+            s->in_open = false;
+            stop_self(l, "the link to the supervisor closed (its host, ssh or the supervisor is "
+                         "gone)");
+        } else {
+            s->len += (size_t)n;
+            char *nl;
+            while ((nl = memchr(s->buf, '\n', s->len))) {
+                *nl = '\0';
+                on_line(l, s->buf);
+                s->len -= (size_t)(nl + 1 - s->buf);
+                memmove(s->buf, nl + 1, s->len);
             }
+            if (s->len == sizeof s->buf - 1) s->len = 0; /* a line that long is no command */
         }
-        if (l->host) try_dial(l);
-        if (l->host) send_checkpoint(l);
-        if (!l->broken && !l->down && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
-            char why[600];
-            snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
-                     td_error_msg());
-            td_error_clear();
-            if (l->host) {
-                link_down(l, why);
-            } else {
-                l->broken = true;
-                stop_self(l, why);
-            }
-        }
-        pthread_mutex_unlock(&l->lock);
     }
+    pthread_mutex_unlock(&l->lock);
+    sender_rewatch(loop, s, false);
+}
+
+static void sender_tick(td_loop *loop, void *user) {
+    sender_ctx *s = user;
+    td_agent_link *l = s->l;
+    if (atomic_load(&l->closing)) {
+        td_loop_stop(loop);
+        return;
+    }
+    pthread_mutex_lock(&l->lock);
+    bool was_down = l->down;
+    if (l->host) try_dial(l);
+    bool redialled = was_down && !l->down;
+    if (l->host) send_checkpoint(l);
+    if (!l->broken && !l->down && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
+                 td_error_msg());
+        td_error_clear();
+        if (l->host) {
+            link_down(l, why);
+        } else {
+            l->broken = true;
+            stop_self(l, why);
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    sender_rewatch(loop, s, redialled);
+}
+
+static void *sender(void *arg) {
+    sender_ctx s = {.l = arg, .in_open = true, .watched = -1};
+    td_loop *loop = NULL;
+    if (td_loop_new(&loop) != TD_OK) {
+        /* no loop (no memory for epoll): the link cannot run; the agent's job goes on alone */
+        TD_LOG_WARN("link: %s; this node's logs and metrics stay in its --log-dir and "
+                    "--metrics-dir",
+                    td_error_msg());
+        td_error_clear();
+        return NULL;
+    }
+    sender_rewatch(loop, &s, false);
+    td_loop_timer(loop, LINK_PERIOD_MS / 1000.0, LINK_PERIOD_MS / 1000.0, sender_tick, &s);
+    while (!td_loop_stopped(loop))
+        if (td_loop_turn(loop, -1) != TD_OK) { /* epoll failed: keep going, slowly */
+            td_error_clear();
+            usleep(10000);
+        }
+    td_loop_free(loop);
     return NULL;
 }
 
