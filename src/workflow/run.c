@@ -680,88 +680,42 @@ static td_status watch_launchers(local_sup *ls) {
     return TD_OK;
 }
 
-/* Runs setup and the launcher, supervises to the end and records the outcome.
- * Returns the CLI exit code. */
-static int supervise(supervisor *s) {
-    td_status st;
-    strvec env = {0};
-    agent_proc *agents = NULL;
-    td_ingester *ing = NULL;
-    td_sysmon *mon = NULL;
-    int nagents = 0;
-    int launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
-    char note[1100] = "";
-    td_exec_end_summary ends = {.worker_code = -1};
-    double t0 = td_now_s();
-
-    st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
-    /* Another executor's run is pending until its scheduler starts it. */
-    if (st == TD_OK && !s->w->executor)
-        st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
-    if (st == TD_OK) st = prepare_work_dir(s->w, s->project_dir, s->work_dir);
-    if (st == TD_OK) st = build_env(s, &env);
-    if (st != TD_OK) goto fail;
-
-    int setup_code = 0;
-    st = run_setup(s, env.v, &setup_code);
-    if (st != TD_OK) goto fail;
-    if (setup_code) {
-        if (s->nsignals) {
-            stop_requested = 1;
-            snprintf(note, sizeof note, "stopped during setup");
-        } else {
-            snprintf(note, sizeof note, "setup command failed with exit code %d", setup_code);
-        }
-        launch_code = setup_code;
-        goto record;
-    }
-    if (s->w->executor) {
-        cli_code = run_on_executor(s, &env);
-        goto out;
-    }
-
-    char *metrics_dir = td_xasprintf("%s/metrics", s->run.run_dir);
-    st = td_ingester_new(s->store, s->run.id, metrics_dir, &ing);
-    free(metrics_dir);
-    if (st != TD_OK) goto fail;
-    mon = td_sysmon_new();
-
-    nagents = s->run.nodes;
-    agents = td_xcalloc((size_t)nagents, sizeof *agents);
+/* Starts one `tandem launch` per node (node i's stderr on agents[i].err_fd). Several nodes on
+ * this host meet at node 0's store on a loopback port with a random token: tandem starts these
+ * nodes itself, so it hands the secret over; we bind the port and node 0 inherits the socket, so
+ * it cannot be taken in between. On failure the launchers started so far are killed. */
+static td_status start_launchers(supervisor *s, strvec *env, agent_proc *agents, int nagents) {
     int port = 0, listen_fd = -1;
-    if (nagents > 1) {
-        /* Several node agents on this host: they meet at node 0's store on a loopback port,
-         * with a random token: tandem starts these nodes itself, so it hands the secret over.
-         * We bind the port and node 0 inherits the socket, so it cannot be taken in between. */
-        char token[33];
-        st = td_listen_tcp("127.0.0.1", 0, 512, &listen_fd, &port);
-        if (st == TD_OK) st = td_random_hex(token, 16);
-        if (st != TD_OK) goto fail;
-        set_var(&env, TD_VAR_TANDEM_TOKEN, token);
-    }
     for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
+    if (nagents > 1) {
+        char token[33];
+        TD_CHECK(td_listen_tcp("127.0.0.1", 0, 512, &listen_fd, &port));
+        td_status st = td_random_hex(token, 16);
+        if (st != TD_OK) {
+            close(listen_fd);
+            return st;
+        }
+        set_var(env, TD_VAR_TANDEM_TOKEN, token);
+    }
     /* Each launcher writes its end record in RUN/end; one of an earlier attempt must go. */
-    st = td_exec_end_records_reset(&s->run, nagents);
-    if (st != TD_OK) goto fail;
-    for (int i = 0; i < nagents; i++) {
+    td_status st = td_exec_end_records_reset(&s->run, nagents);
+    for (int i = 0; st == TD_OK && i < nagents; i++) {
         strvec argv = {0};
         launch_argv(s, i, port, &argv);
         int errp[2];
         if (pipe2(errp, O_CLOEXEC) != 0) {
             st = td_error_errno(TD_ERR_SYS, "pipe");
             sv_free(&argv);
-            for (int j = 0; j < i; j++) td_kill_tree(agents[j].pid, SIGKILL);
-            for (int j = 0; j < i; j++) td_waitpid(agents[j].pid, NULL, 0);
-            goto fail;
+            break;
         }
         /* Detached, the workers' output is in the rank logs already; only the launcher's
-         * stderr (root causes) goes on to supervisor.log. The launcher's group dies with us
-         * (issue 8: a kill -9 of the supervisor left the launcher and its workers training as
-         * orphans): SIGTERM, so it stops its workers at a step boundary with a checkpoint. */
+         * stderr goes on to supervisor.log. The launcher's group dies with us (issue 8: a kill
+         * -9 of the supervisor left the launcher and its workers training as orphans): SIGTERM,
+         * so it stops its workers at a step boundary with a checkpoint. */
         td_spawn_opts so;
         td_spawn_opts_init(&so);
         so.argv = argv.v;
-        so.envp = env.v;
+        so.envp = env->v;
         so.cwd = s->work_dir;
         so.out_fd = s->quiet_output ? TD_SPAWN_DEVNULL : TD_SPAWN_INHERIT;
         so.err_fd = errp[1];
@@ -769,14 +723,14 @@ static int supervise(supervisor *s) {
         if (i == 0 && listen_fd >= 0) {
             char fdtext[16];
             snprintf(fdtext, sizeof fdtext, "%d", listen_fd);
-            set_var(&env, TD_VAR_TANDEM_STORE_LISTEN_FD, fdtext);
-            so.envp = env.v;
+            set_var(env, TD_VAR_TANDEM_STORE_LISTEN_FD, fdtext);
+            so.envp = env->v;
             so.keep_fds = &listen_fd;
             so.nkeep = 1;
         }
         st = td_spawn(&so, &agents[i].pid);
         if (i == 0 && listen_fd >= 0) {
-            env_unset(&env, td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD));
+            env_unset(env, td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD));
             close(listen_fd); /* node 0 has it now */
             listen_fd = -1;
         }
@@ -784,98 +738,104 @@ static int supervise(supervisor *s) {
         fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
         agents[i].err_fd = errp[0];
         sv_free(&argv);
-        if (st != TD_OK) {
-            for (int j = 0; j < i; j++) td_kill_tree(agents[j].pid, SIGKILL);
-            for (int j = 0; j < i; j++) td_waitpid(agents[j].pid, NULL, 0);
-            goto fail;
-        }
+        if (st != TD_OK) agents[i].pid = 0;
+    }
+    if (listen_fd >= 0) close(listen_fd);
+    if (st != TD_OK) {
+        for (int j = 0; j < nagents; j++)
+            if (agents[j].pid > 0) td_kill_tree(agents[j].pid, SIGKILL);
+        for (int j = 0; j < nagents; j++)
+            if (agents[j].pid > 0) td_waitpid(agents[j].pid, NULL, 0);
+        return st;
     }
     progress(s, "run %s: %d node%s x %d worker%s started; logs in %s/logs", s->run.id, nagents,
              nagents > 1 ? "s" : "", s->run.nproc_per_node, s->run.nproc_per_node > 1 ? "s" : "",
              s->run.run_dir);
+    return TD_OK;
+}
 
-    /* The launchers' attempt, on one event loop (core's loop.h): watch_launchers. */
-    local_sup ls = {.s = s,
-                    .agents = agents,
-                    .nagents = nagents,
-                    .alive = nagents,
-                    .ing = ing,
-                    .mon = mon,
-                    .restarts = s->base_restarts,
-                    .t0 = t0,
-                    .note = note,
-                    .note_size = sizeof note};
-    st = watch_launchers(&ls);
-    stop_requested = ls.stop.active && !ls.stop.preempt;
-    preempt_signal = ls.stop.preempt;
-    int restarts = ls.restarts;
-    if (st != TD_OK) goto fail;
-    /* The launcher's exit code: the first non-zero among the agents (node 0 first). */
-    launch_code = 0;
-    for (int i = 0; i < nagents; i++)
-        if (agents[i].code != 0) {
-            launch_code = agents[i].code;
+/* After the launchers exited: the rest of their stderr, their end records, the restarts they
+ * made, the last metrics. Returns the launchers' exit code: the first non-zero (node 0 first). */
+static int finish_launchers(local_sup *ls, td_exec_end_summary *ends) {
+    supervisor *s = ls->s;
+    int launch_code = 0;
+    for (int i = 0; i < ls->nagents; i++)
+        if (ls->agents[i].code != 0) {
+            launch_code = ls->agents[i].code;
             break;
         }
-    for (int i = 0; i < nagents; i++) {
-        if (agents[i].err_fd >= 0) {
-            fcntl(agents[i].err_fd, F_SETFL, fcntl(agents[i].err_fd, F_GETFL) & ~O_NONBLOCK);
-            pump_stderr(&agents[i], &s->term); /* to EOF: the launcher has exited */
+    int *codes = td_xcalloc((size_t)ls->nagents, sizeof *codes);
+    for (int i = 0; i < ls->nagents; i++) {
+        agent_proc *a = &ls->agents[i];
+        codes[i] = a->code;
+        if (a->err_fd >= 0) {
+            fcntl(a->err_fd, F_SETFL, fcntl(a->err_fd, F_GETFL) & ~O_NONBLOCK);
+            pump_stderr(a, &s->term); /* to EOF: the launcher has exited */
         }
     }
-    int *codes = td_xcalloc((size_t)nagents, sizeof *codes);
-    for (int i = 0; i < nagents; i++) codes[i] = agents[i].code;
-    td_exec_end_records_read(&s->run, nagents, codes, &ends);
+    td_exec_end_records_read(&s->run, ls->nagents, codes, ends);
     free(codes);
-    if (s->base_restarts + ends.restarts > restarts &&
-        td_run_set_restarts(s->store, s->run.id, s->base_restarts + ends.restarts) != TD_OK)
+    if (s->base_restarts + ends->restarts > ls->restarts &&
+        td_run_set_restarts(s->store, s->run.id, s->base_restarts + ends->restarts) != TD_OK)
         td_error_clear();
-    td_status ist = td_ingester_poll(ing, NULL);
+    td_status ist = td_ingester_poll(ls->ing, NULL);
     if (ist != TD_OK && ist != TD_ERR_NOSPACE)
         TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
     td_error_clear();
-    if (td_ingester_malformed(ing))
-        progress(s, "%zu malformed metrics line%s skipped", td_ingester_malformed(ing),
-                 td_ingester_malformed(ing) > 1 ? "s" : "");
+    if (td_ingester_malformed(ls->ing))
+        progress(s, "%zu malformed metrics line%s skipped", td_ingester_malformed(ls->ing),
+                 td_ingester_malformed(ls->ing) > 1 ? "s" : "");
+    return launch_code;
+}
 
-record:;
-    td_run_status final;
+/* How the run ended, from the stop (if any), the launchers' exit code and their end records:
+ * the run's status, its note (in note) and tandem run's exit code (*cli_code). *launch_code
+ * becomes the failing worker's own exit code where the records give it. */
+static td_run_status run_outcome(const supervisor *s, int stop_requested, int preempt_signal,
+                                 int *launch_code, const td_exec_end_summary *ends, char *note,
+                                 size_t nbytes, int *cli_code) {
     if (stop_requested) {
-        final = TD_RUN_STOPPED;
-        cli_code = launch_code == 143 ? 143 : 1;
-    } else if (launch_code == 0) {
-        final = TD_RUN_SUCCEEDED;
-        cli_code = 0;
-    } else if (launch_code == 143) {
-        final = TD_RUN_PREEMPTED;
-        cli_code = 143;
-        snprintf(note, sizeof note,
+        *cli_code = *launch_code == 143 ? 143 : 1;
+        return TD_RUN_STOPPED;
+    }
+    if (*launch_code == 0) {
+        *cli_code = 0;
+        return TD_RUN_SUCCEEDED;
+    }
+    if (*launch_code == 143) {
+        *cli_code = 143;
+        snprintf(note, nbytes,
                  "preempted: the workers checkpointed and exited 143; "
                  "continue with tandem run --resume %s",
                  s->run.id);
-    } else if (launch_code == 130) {
-        final = TD_RUN_STOPPED;
-        cli_code = 1;
-        snprintf(note, sizeof note, "the launcher was interrupted (SIGINT)");
-    } else {
-        final = TD_RUN_FAILED;
-        cli_code = 1;
-        if (ends.cause[0]) {
-            snprintf(note, sizeof note, "%s", ends.cause);
-            /* The job's exit code is the failing worker's, as its launcher's record gives it. */
-            if (launch_code == 1 && ends.worker_code > 0) launch_code = ends.worker_code;
-        } else if (!note[0]) {
-            snprintf(note, sizeof note, "exit code %d; see tandem logs %s", launch_code, s->run.id);
-        }
-        if (preempt_signal) {
-            char tmp[512];
-            snprintf(tmp, sizeof tmp,
-                     "received SIGTERM but the workers did not all checkpoint "
-                     "and exit 143: %.400s",
-                     note);
-            snprintf(note, sizeof note, "%s", tmp);
-        }
+        return TD_RUN_PREEMPTED;
     }
+    *cli_code = 1;
+    if (*launch_code == 130) {
+        snprintf(note, nbytes, "the launcher was interrupted (SIGINT)");
+        return TD_RUN_STOPPED;
+    }
+    if (ends->cause[0]) {
+        snprintf(note, nbytes, "%s", ends->cause);
+        /* The job's exit code is the failing worker's, as its launcher's record gives it. */
+        if (*launch_code == 1 && ends->worker_code > 0) *launch_code = ends->worker_code;
+    } else if (!note[0]) {
+        snprintf(note, nbytes, "exit code %d; see tandem logs %s", *launch_code, s->run.id);
+    }
+    if (preempt_signal) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp,
+                 "received SIGTERM but the workers did not all checkpoint and exit 143: %.400s",
+                 note);
+        snprintf(note, nbytes, "%s", tmp);
+    }
+    return TD_RUN_FAILED;
+}
+
+/* The run's end in the store: artifacts, log files, status, exit code and note; then the line
+ * that says so. TD_ERR_NOSPACE is said here (the job's outcome stands; the disk is full). */
+static td_status record_run(supervisor *s, td_run_status final, int launch_code, char *note,
+                            size_t nbytes, double t0) {
     if (s->w->nartifacts) {
         size_t copied = 0;
         if (td_artifacts_collect(s->store, &s->run, s->work_dir,
@@ -893,27 +853,96 @@ record:;
         td_log_files_free(logs, nlogs);
     else
         td_error_clear();
-    st = td_run_set_status(s->store, s->run.id, final, launch_code, note[0] ? note : NULL);
+    td_status st =
+        td_run_set_status(s->store, s->run.id, final, launch_code, note[0] ? note : NULL);
     if (st == TD_ERR_NOSPACE) {
         /* The store freed its reserve and still could not write: the job's outcome stands (it
          * is not a supervisor failure); the message names the disk. */
         td_error_print(st);
         progress(s, "run %s %s after %.1f s (exit code %d), but its record could not be written",
                  s->run.id, td_run_status_str(final), td_now_s() - t0, launch_code);
-        goto out;
+        return TD_OK;
     }
-    if (st != TD_OK) goto fail;
-    {
-        /* The stored note: the store adds to it what it met (a full disk). */
-        td_run cur = {0};
-        if (td_run_find(s->store, s->run.id, &cur) == TD_OK && cur.note && *cur.note)
-            snprintf(note, sizeof note, "%s", cur.note);
-        td_run_clear(&cur);
-        td_error_clear();
-    }
+    TD_CHECK(st);
+    /* The stored note: the store adds to it what it met (a full disk). */
+    td_run cur = {0};
+    if (td_run_find(s->store, s->run.id, &cur) == TD_OK && cur.note && *cur.note)
+        snprintf(note, nbytes, "%s", cur.note);
+    td_run_clear(&cur);
+    td_error_clear();
     progress(s, "run %s %s after %.1f s (exit code %d)%s%s", s->run.id, td_run_status_str(final),
              td_now_s() - t0, launch_code, note[0] ? ": " : "", note);
-    goto out;
+    return TD_OK;
+}
+
+/* Runs setup and the launchers, supervises them to the end and records the outcome (another
+ * executor's run goes to exec after the setup). Returns the CLI exit code. */
+static int supervise(supervisor *s) {
+    td_status st;
+    strvec env = {0};
+    agent_proc *agents = NULL;
+    td_ingester *ing = NULL;
+    td_sysmon *mon = NULL;
+    int nagents = 0, launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
+    char note[1100] = "";
+    td_exec_end_summary ends = {.worker_code = -1};
+    double t0 = td_now_s();
+
+    st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
+    /* Another executor's run is pending until its scheduler starts it. */
+    if (st == TD_OK && !s->w->executor)
+        st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
+    if (st == TD_OK) st = prepare_work_dir(s->w, s->project_dir, s->work_dir);
+    if (st == TD_OK) st = build_env(s, &env);
+    int setup_code = 0;
+    if (st == TD_OK) st = run_setup(s, env.v, &setup_code);
+    if (st != TD_OK) goto fail;
+    if (setup_code) {
+        stop_requested = s->nsignals > 0;
+        if (stop_requested)
+            snprintf(note, sizeof note, "stopped during setup");
+        else
+            snprintf(note, sizeof note, "setup command failed with exit code %d", setup_code);
+        launch_code = setup_code;
+        goto record;
+    }
+    if (s->w->executor) {
+        cli_code = run_on_executor(s, &env);
+        goto out;
+    }
+
+    char *metrics_dir = td_xasprintf("%s/metrics", s->run.run_dir);
+    st = td_ingester_new(s->store, s->run.id, metrics_dir, &ing);
+    free(metrics_dir);
+    if (st != TD_OK) goto fail;
+    mon = td_sysmon_new();
+    nagents = s->run.nodes;
+    agents = td_xcalloc((size_t)nagents, sizeof *agents);
+    st = start_launchers(s, &env, agents, nagents);
+    if (st != TD_OK) goto fail;
+
+    /* The launchers' attempt, on one event loop (core's loop.h): watch_launchers. */
+    local_sup ls = {.s = s,
+                    .agents = agents,
+                    .nagents = nagents,
+                    .alive = nagents,
+                    .ing = ing,
+                    .mon = mon,
+                    .restarts = s->base_restarts,
+                    .t0 = t0,
+                    .note = note,
+                    .note_size = sizeof note};
+    st = watch_launchers(&ls);
+    if (st != TD_OK) goto fail;
+    stop_requested = ls.stop.active && !ls.stop.preempt;
+    preempt_signal = ls.stop.preempt;
+    launch_code = finish_launchers(&ls, &ends);
+
+record:;
+    td_run_status final = run_outcome(s, stop_requested, preempt_signal, &launch_code, &ends, note,
+                                      sizeof note, &cli_code);
+    st = record_run(s, final, launch_code, note, sizeof note, t0);
+    if (st == TD_OK) goto out;
 fail:
     /* The supervisor itself could not go on: say why in the run, then in the output. */
     {
