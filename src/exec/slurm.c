@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "tandem/loop.h"
 
 extern char **environ;
 
@@ -841,210 +841,241 @@ static int find_commands(slurm_sup *c, char *missing, size_t nbytes) {
     return c->sbatch && c->scontrol && c->scancel;
 }
 
-static int slurm_run(const td_exec_job *job) {
+/* Before the job: no earlier job of the run still queued or running (two jobs would train into
+ * the same checkpoints; the run's lock keeps a second supervisor out, not a job whose supervisor
+ * is gone), the token, the links (slurm: work_dir), the batch script, the ingester, no stale end
+ * records. 0, or tandem run's exit code after recording the failure. */
+static int slurm_prepare(slurm_sup *c, double t0, char token[33], char **token_path,
+                         char **script_path) {
+    const td_exec_job *job = c->job;
     const td_run *run = job->run;
-    slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT, .shown_restarts = -1};
-    double t0 = td_now_s();
-    int cli = 1;
-    char *token_path = NULL, *script_path = NULL, *script = NULL, **argv = NULL;
-    char *out = NULL, *err = NULL;
-    char missing[64], line[512];
-    td_status st;
-
-    if (!find_commands(&c, missing, sizeof missing)) {
-        cli = fail_run(&c, t0,
-                       "executor slurm: %sis not on PATH; run tandem run where Slurm's client "
-                       "commands are (a login node of the cluster), or install them "
-                       "(Debian: slurm-client)",
-                       missing);
-        goto out;
-    }
-    /* An earlier job of this run (before a --resume) must be over: two jobs would train into
-     * the same checkpoints. The run's lock keeps a second supervisor out, not a job whose
-     * supervisor is gone. */
+    char missing[64];
+    if (!find_commands(c, missing, sizeof missing))
+        return fail_run(c, t0,
+                        "executor slurm: %sis not on PATH; run tandem run where Slurm's client "
+                        "commands are (a login node of the cluster), or install them "
+                        "(Debian: slurm-client)",
+                        missing);
     char old[32];
     int old_ended = 0;
     read_job_id(run, old, sizeof old, &old_ended);
     if (old[0] && !old_ended) {
         td__slurm_job j;
         int gone = 0;
-        if (query_job(&c, old, &j, &gone) == TD_OK && !gone &&
-            td__slurm_phase_of(j.state) != TD__SLURM_ENDED) {
-            cli = fail_run(&c, t0,
-                           "slurm job %s of run %s is still %s; cancel it first (scancel %s, or "
-                           "tandem stop %s) so that two jobs never share the run's checkpoints",
-                           old, run->id, j.state, old, run->id);
-            goto out;
-        }
+        if (query_job(c, old, &j, &gone) == TD_OK && !gone &&
+            td__slurm_phase_of(j.state) != TD__SLURM_ENDED)
+            return fail_run(c, t0,
+                            "slurm job %s of run %s is still %s; cancel it first (scancel %s, or "
+                            "tandem stop %s) so that two jobs never share the run's checkpoints",
+                            old, run->id, j.state, old, run->id);
         td_error_clear();
     }
-
     /* With slurm: work_dir the nodes see nothing of ours: the token goes in sbatch's
      * environment, and the code, logs, metrics and artifacts over the nodes' links. */
     int linked = job->slurm && job->slurm->work_dir;
-    char token[33] = "";
-    st = linked ? td__exec_read_token(run, token) : td__exec_token(run, &token_path);
+    td_status st = linked ? td__exec_read_token(run, token) : td__exec_token(run, token_path);
     if (st == TD_OK && linked) {
         char host[256] = "";
         if (job->slurm->link_host)
             snprintf(host, sizeof host, "%s", job->slurm->link_host);
         else if (gethostname(host, sizeof host - 1) != 0 || !host[0])
             snprintf(host, sizeof host, "localhost");
-        st = td__links_open(job, token, host, &c.links);
+        st = td__links_open(job, token, host, &c->links);
     }
     if (st == TD_OK) {
-        script =
-            td__slurm_batch_script(job, token_path, linked ? td__links_endpoint(c.links) : NULL);
-        script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
+        char *script =
+            td__slurm_batch_script(job, *token_path, linked ? td__links_endpoint(c->links) : NULL);
+        *script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
         td_chunk chunk = {script, strlen(script)};
-        st = td_write_atomic(script_path, "Slurm batch script", &chunk, 1);
+        st = td_write_atomic(*script_path, "Slurm batch script", &chunk, 1);
+        free(script);
     }
     if (st == TD_OK) {
         char *metrics_dir = td_xasprintf("%s/metrics", run->run_dir);
-        st = td_ingester_new(job->store, run->id, metrics_dir, &c.ing);
+        st = td_ingester_new(job->store, run->id, metrics_dir, &c->ing);
         free(metrics_dir);
     }
     /* the launchers' end records of an earlier attempt (a resume) must not speak for this one */
     if (st == TD_OK) st = td_exec_end_records_reset(run, run->nodes);
     if (st != TD_OK) {
-        cli = fail_run(&c, t0, "supervisor error: %s", td_error_msg());
+        int cli = fail_run(c, t0, "supervisor error: %s", td_error_msg());
         td_error_print(st);
-        goto out;
+        return cli;
     }
+    return 0;
+}
 
-    argv = td__slurm_sbatch_argv(c.sbatch, job->slurm, script_path);
-    int code = 0;
+/* sbatch: the job's id into c->job_id, and where its output goes. 0, or tandem run's exit code
+ * after recording the refusal. */
+static int slurm_submit(slurm_sup *c, double t0, char token[33], const char *script_path) {
+    const td_exec_job *job = c->job;
+    const td_run *run = job->run;
+    int linked = c->links != NULL;
+    char **argv = td__slurm_sbatch_argv(c->sbatch, job->slurm, script_path);
+    char *out = NULL, *err = NULL, line[512];
+    int code = 0, cli = 0;
     /* sbatch passes its environment to the job (--export=ALL): the token rides there, and
      * leaves ours again at once (the script was written without it). */
     if (linked) setenv(td_var_name(TD_VAR_TANDEM_TOKEN), token, 1);
-    st = td__exec_capture(argv, job->work_dir, CMD_TIMEOUT_S, &out, &err, &code);
+    td_status st = td__exec_capture(argv, job->work_dir, CMD_TIMEOUT_S, &out, &err, &code);
     if (linked) unsetenv(td_var_name(TD_VAR_TANDEM_TOKEN));
-    memset(token, 0, sizeof token);
+    memset(token, 0, 33);
+    argv_free(argv);
     if (st != TD_OK) {
-        cli = fail_run(&c, t0, "cannot submit the run's Slurm job: %s", td_error_msg());
+        cli = fail_run(c, t0, "cannot submit the run's Slurm job: %s", td_error_msg());
         td_error_clear();
         goto out;
     }
     first_line(out, line, sizeof line);
     size_t idlen = strspn(line, "0123456789");
-    if (code != 0 || idlen == 0 || idlen >= sizeof c.job_id ||
+    if (code != 0 || idlen == 0 || idlen >= sizeof c->job_id ||
         (line[idlen] && line[idlen] != ';')) {
         char why[600];
         td__exec_joined_lines(err[0] ? err : out, why, sizeof why);
-        cli = fail_run(&c, t0, "sbatch refused the run's job (exit code %d): %s", code,
+        cli = fail_run(c, t0, "sbatch refused the run's job (exit code %d): %s", code,
                        why[0] ? why : "(no message)");
         goto out;
     }
-    memcpy(c.job_id, line, idlen);
-    c.job_id[idlen] = '\0';
-    write_job_file(run, c.job_id, NULL);
+    memcpy(c->job_id, line, idlen);
+    c->job_id[idlen] = '\0';
+    write_job_file(run, c->job_id, NULL);
     if (linked)
-        say(&c,
+        say(c,
             "run %s: submitted slurm job %s (%d node%s x %d worker%s); the nodes keep the run in "
             "%s/%s and link back to %s",
-            run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
+            run->id, c->job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
             run->nproc_per_node > 1 ? "s" : "", job->slurm->work_dir, run->id,
-            td__links_endpoint(c.links));
+            td__links_endpoint(c->links));
     else
-        say(&c,
+        say(c,
             "run %s: submitted slurm job %s (%d node%s x %d worker%s); output in "
             "%s/logs/slurm-%s.*",
-            run->id, c.job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
-            run->nproc_per_node > 1 ? "s" : "", run->run_dir, c.job_id);
+            run->id, c->job_id, run->nodes, run->nodes > 1 ? "s" : "", run->nproc_per_node,
+            run->nproc_per_node > 1 ? "s" : "", run->run_dir, c->job_id);
     if (!linked) { /* else the output stays on the first node; the links carry the rest */
-        tail_init(&c.out, run->run_dir, c.job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
-        tail_init(&c.err, run->run_dir, c.job_id, "err", STDERR_FILENO);
+        tail_init(&c->out, run->run_dir, c->job_id, "out", job->quiet_output ? -1 : STDOUT_FILENO);
+        tail_init(&c->err, run->run_dir, c->job_id, "err", STDERR_FILENO);
     }
+out:
+    free(out);
+    free(err);
+    return cli;
+}
 
-    /* The loop: signals, the job's state, metrics and output, each on its own period. */
-    td__slurm_job j;
-    memset(&j, 0, sizeof j);
-    snprintf(j.state, sizeof j.state, "PENDING");
-    show_live(&c, &j);
-    /* the stop decisions every carrier shares (td_exec_stop, exec.h); a signal that came during
-     * the setup is the first */
-    td_exec_stop stop = {0};
-    int first_signal = job->stop_signal, hard = 0, gone = 0;
+/* The job's state from slurmctld, once per QUERY_PERIOD_S: returns 1 once it has ended (or is
+ * no longer known: *gone). */
+static int slurm_query(slurm_sup *c, td__slurm_job *j, int *gone, double now, double *run_since) {
+    td__slurm_job nj;
+    td_status st = query_job(c, c->job_id, &nj, gone);
+    td__slurm_phase phase = td__slurm_phase_of(j->state);
+    if (st == TD_OK && !*gone) {
+        *j = nj;
+        phase = td__slurm_phase_of(j->state);
+        if (phase == TD__SLURM_ACTIVE && *run_since == 0) *run_since = now;
+        if (phase != TD__SLURM_ENDED) show_live(c, j);
+        if (c->query_warned) say(c, "slurmctld answers again");
+        c->query_warned = 0;
+    } else if (st != TD_OK) {
+        if (!c->query_warned)
+            TD_LOG_WARN("%s (will keep asking every %.1f s)", td_error_msg(), QUERY_PERIOD_S);
+        c->query_warned = 1;
+        td_error_clear();
+    }
+    return *gone || phase == TD__SLURM_ENDED;
+}
+
+static void on_signals(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events, (void)user; /* read by the watch loop's next round */
+}
+
+/* The job to its end: signals (the stop decisions every carrier shares, td_exec_stop; a signal
+ * that came during the setup is the first), the job's state, metrics and output, each on its
+ * own period; the links (slurm: work_dir) between them. */
+static void slurm_watch(slurm_sup *c, td__slurm_job *j, td_exec_stop *stop, int *gone) {
+    const td_exec_job *job = c->job;
+    memset(j, 0, sizeof *j);
+    snprintf(j->state, sizeof j->state, "PENDING");
+    show_live(c, j);
+    int first_signal = job->stop_signal, hard = 0;
     double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
+    /* the signalfd wakes the wait between the periods (the links' pump watches it itself) */
+    td_loop *l = NULL;
+    if (!c->links && (td_loop_new(&l) != TD_OK ||
+                      td_loop_watch(l, job->sigs->fd, TD_LOOP_READ, on_signals, NULL) != TD_OK)) {
+        TD_LOG_WARN("%s: stop signals are seen at the periods only", td_error_msg());
+        td_error_clear();
+    }
     for (;;) {
         double now = td_now_s();
-        td__slurm_phase phase = td__slurm_phase_of(j.state);
+        td__slurm_phase phase = td__slurm_phase_of(j->state);
         if (first_signal) {
             slurm_stop_step(
-                &c, &stop, phase,
-                td_exec_stop_signal(&stop, first_signal, now, td_exec_stop_asked, (void *)job),
+                c, stop, phase,
+                td_exec_stop_signal(stop, first_signal, now, td_exec_stop_asked, (void *)job),
                 &hard, &cancel_at);
             first_signal = 0;
         }
         for (int sig; (sig = td_sigwatch_next(job->sigs));)
             slurm_stop_step(
-                &c, &stop, phase,
-                td_exec_stop_signal(&stop, sig, td_now_s(), td_exec_stop_asked, (void *)job), &hard,
+                c, stop, phase,
+                td_exec_stop_signal(stop, sig, td_now_s(), td_exec_stop_asked, (void *)job), &hard,
                 &cancel_at);
         if (job->max_duration_s > 0 && run_since > 0 && now - run_since > job->max_duration_s)
-            slurm_stop_step(&c, &stop, phase,
-                            td_exec_stop_max_duration(&stop, job->max_duration_s, now), &hard,
+            slurm_stop_step(c, stop, phase,
+                            td_exec_stop_max_duration(stop, job->max_duration_s, now), &hard,
                             &cancel_at);
         if (cancel_at > 0 && now >= cancel_at && !hard)
-            slurm_stop_step(&c, &stop, phase, TD_EXEC_STOP_HARD, &hard, &cancel_at);
+            slurm_stop_step(c, stop, phase, TD_EXEC_STOP_HARD, &hard, &cancel_at);
         if (now >= next_query) {
-            td__slurm_job nj;
-            st = query_job(&c, c.job_id, &nj, &gone);
-            if (st == TD_OK && !gone) {
-                j = nj;
-                phase = td__slurm_phase_of(j.state);
-                if (phase == TD__SLURM_ACTIVE && run_since == 0) run_since = now;
-                if (phase != TD__SLURM_ENDED) show_live(&c, &j);
-                if (c.query_warned) say(&c, "slurmctld answers again");
-                c.query_warned = 0;
-            } else if (st != TD_OK) {
-                if (!c.query_warned)
-                    TD_LOG_WARN("%s (will keep asking every %.1f s)", td_error_msg(),
-                                QUERY_PERIOD_S);
-                c.query_warned = 1;
-                td_error_clear();
-            }
-            if (gone || phase == TD__SLURM_ENDED) break;
+            if (slurm_query(c, j, gone, now, &run_since)) break;
             next_query = now + QUERY_PERIOD_S;
         }
         if (now >= next_ingest) {
             /* A full disk is said once, by the ingester itself; it retries from its offset. */
-            td_status ist = td_ingester_poll(c.ing, NULL);
+            td_status ist = td_ingester_poll(c->ing, NULL);
             if (ist != TD_OK && ist != TD_ERR_NOSPACE)
                 TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
             td_error_clear();
             next_ingest = now + INGEST_PERIOD_S;
         }
         if (now >= next_tail) {
-            tail_pump(&c, &c.out, 0);
-            tail_pump(&c, &c.err, 0);
+            tail_pump(c, &c->out, 0);
+            tail_pump(c, &c->err, 0);
             next_tail = now + TAIL_PERIOD_S;
         }
         double wake = TD_MIN(next_query, TD_MIN(next_ingest, next_tail));
         if (cancel_at > 0 && !hard) wake = TD_MIN(wake, cancel_at);
-        struct pollfd pf = {.fd = job->sigs->fd, .events = POLLIN};
         int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
-        if (c.links)
-            td__links_pump(c.links, job->sigs->fd, timeout_ms);
-        else if (poll(&pf, 1, timeout_ms) < 0 && errno != EINTR)
-            usleep(10000);
+        if (c->links)
+            td__links_pump(c->links, job->sigs->fd, timeout_ms);
+        else if (l && td_loop_turn(l, timeout_ms / 1000.0) != TD_OK)
+            td_error_clear();
+        else if (!l)
+            usleep((useconds_t)timeout_ms * 1000);
     }
+    td_loop_free(l);
+}
 
-    /* The end: the rest of the output and of the metrics, then the record. */
-    write_job_file(run, c.job_id, gone ? "GONE" : j.state);
-    tail_pump(&c, &c.out, 1);
-    tail_pump(&c, &c.err, 1);
-    if (c.links) {
+/* The end: the rest of the output and of the metrics, the launchers' end records, then the
+ * record. Returns tandem run's exit code. */
+static int slurm_end(slurm_sup *c, td__slurm_job *j, const td_exec_stop *stop, int gone,
+                     double t0) {
+    const td_exec_job *job = c->job;
+    const td_run *run = job->run;
+    write_job_file(run, c->job_id, gone ? "GONE" : j->state);
+    tail_pump(c, &c->out, 1);
+    tail_pump(c, &c->err, 1);
+    if (c->links) {
         /* The agents sent everything before they exited; what is still in flight arrives. */
-        td__links_drain(c.links, 10.0);
-        if (!td__links_nodes_seen(c.links) && j.nodes[0]) {
+        td__links_drain(c->links, 10.0);
+        if (!td__links_nodes_seen(c->links) && j->nodes[0]) {
             char *why = td_xasprintf(
                 "slurm job %s ran on %s, but no node connected back to tandem run at %s (slurm: "
                 "link_host: can the nodes reach this machine by that name?); the launchers' "
                 "messages are in %s/%s-slurm-%s.err on the job's first node",
-                c.job_id, j.nodes, td__links_endpoint(c.links), job->slurm->work_dir, run->id,
-                c.job_id);
-            snprintf(c.cause, sizeof c.cause, "%.*s", (int)sizeof c.cause - 1, why);
+                c->job_id, j->nodes, td__links_endpoint(c->links), job->slurm->work_dir, run->id,
+                c->job_id);
+            snprintf(c->cause, sizeof c->cause, "%.*s", (int)sizeof c->cause - 1, why);
             free(why);
         }
     }
@@ -1052,30 +1083,40 @@ static int slurm_run(const td_exec_job *job) {
      * their links): the failing worker's cause, its last error line and its exit code. */
     td_exec_end_summary ends;
     td_exec_end_records_read(run, run->nodes, NULL, &ends);
-    if (ends.worker_code >= 0 || (!c.cause[0] && ends.records && ends.cause[0]))
-        snprintf(c.cause, sizeof c.cause, "%s", ends.cause);
-    td__exec_final_ingest(job->out, c.ing);
-    {
-        /* Slurm's requeues, and the restarts the last incarnation's launchers made */
-        int restarts = job->base_restarts + j.restarts + ends.restarts;
-        if (restarts != c.shown_restarts &&
-            td_run_set_restarts(job->store, run->id, restarts) != TD_OK)
-            td_error_clear();
-    }
-    if (gone) memset(&j, 0, sizeof j); /* what the outcome reads as "no longer known" */
+    if (ends.worker_code >= 0 || (!c->cause[0] && ends.records && ends.cause[0]))
+        snprintf(c->cause, sizeof c->cause, "%s", ends.cause);
+    td__exec_final_ingest(job->out, c->ing);
+    /* Slurm's requeues, and the restarts the last incarnation's launchers made */
+    int restarts = job->base_restarts + j->restarts + ends.restarts;
+    if (restarts != c->shown_restarts &&
+        td_run_set_restarts(job->store, run->id, restarts) != TD_OK)
+        td_error_clear();
+    if (gone) memset(j, 0, sizeof *j); /* what the outcome reads as "no longer known" */
     td__exec_outcome o;
-    td__slurm_outcome(run->id, c.job_id, &j, stop.active && !stop.preempt ? stop.stopped_by : NULL,
-                      stop.preempt, c.cause, ends.worker_code, &o);
-    cli = td__exec_record_end(job, &o, t0);
-out:
+    td__slurm_outcome(run->id, c->job_id, j,
+                      stop->active && !stop->preempt ? stop->stopped_by : NULL, stop->preempt,
+                      c->cause, ends.worker_code, &o);
+    return td__exec_record_end(job, &o, t0);
+}
+
+static int slurm_run(const td_exec_job *job) {
+    slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT, .shown_restarts = -1};
+    double t0 = td_now_s();
+    char token[33] = "", *token_path = NULL, *script_path = NULL;
+    int cli = slurm_prepare(&c, t0, token, &token_path, &script_path);
+    if (!cli) cli = slurm_submit(&c, t0, token, script_path);
+    if (!cli) {
+        td__slurm_job j;
+        td_exec_stop stop = {0};
+        int gone = 0;
+        slurm_watch(&c, &j, &stop, &gone);
+        cli = slurm_end(&c, &j, &stop, gone, t0);
+    }
+    memset(token, 0, sizeof token);
     td__links_free(c.links);
     td_ingester_free(c.ing);
     tail_free(&c.out);
     tail_free(&c.err);
-    argv_free(argv);
-    free(out);
-    free(err);
-    free(script);
     free(script_path);
     free(token_path);
     free(c.sbatch);
