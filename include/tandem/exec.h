@@ -157,8 +157,10 @@ td_exec_stop_step td_exec_stop_signal(td_exec_stop *s, int sig, double now,
                                       bool (*asked)(void *user), void *user);
 /* The run's max_duration has passed. */
 td_exec_stop_step td_exec_stop_max_duration(td_exec_stop *s, double max_duration_s, double now);
-/* asked() for a job: the run store's stop_requested. */
-bool td_exec_stop_asked(void *job /* const td_exec_job * */);
+/* Whether `tandem stop` recorded a request for the run (the store's stop_requested). */
+bool td_exec_stop_requested(td_rundb *store, const char *run_id);
+/* asked() for a job (a const td_exec_job *): td_exec_stop_requested of its run. */
+bool td_exec_stop_asked(void *job);
 
 /* ---- how the node agents ended: their end records (endrec.h), for every carrier ----
  * Each node's `tandem launch` writes RUN/end/node-N.json (the local carrier's launchers directly,

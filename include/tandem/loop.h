@@ -61,6 +61,10 @@ void td_loop_before_sleep(td_loop *l, td_loop_hook_fn fn, void *user);
 td_status td_loop_run(td_loop *l);
 /* One turn, sleeping at most max_wait_s (< 0: until an event or the nearest timer). */
 td_status td_loop_turn(td_loop *l, double max_wait_s);
+/* Waits up to `seconds` for fd to become readable, on a loop of its own; true if it did. For
+ * a short wait outside any loop (a pause that a stop signal cuts short). */
+bool td_loop_wait_readable(int fd, double seconds);
+
 /* Makes td_loop_run return after the current turn. */
 void td_loop_stop(td_loop *l);
 bool td_loop_stopped(const td_loop *l);

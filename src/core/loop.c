@@ -258,3 +258,31 @@ td_status td_loop_run(td_loop *l) {
     while (!l->stop) TD_CHECK(td_loop_turn(l, -1));
     return TD_OK;
 }
+
+/* ---- a wait ---- */
+
+static void wait_ready(td_loop *l, int fd, unsigned events, void *user) {
+    (void)fd, (void)events;
+    *(bool *)user = true;
+    td_loop_stop(l);
+}
+
+static void wait_over(td_loop *l, void *user) {
+    (void)user;
+    td_loop_stop(l);
+}
+
+bool td_loop_wait_readable(int fd, double seconds) {
+    bool ready = false;
+    td_loop *l = NULL;
+    if (td_loop_new(&l) != TD_OK ||
+        td_loop_watch(l, fd, TD_LOOP_READ, wait_ready, &ready) != TD_OK) {
+        td_error_clear(); /* no loop: no wait */
+        td_loop_free(l);
+        return false;
+    }
+    td_loop_timer(l, seconds, 0, wait_over, NULL);
+    if (td_loop_run(l) != TD_OK) td_error_clear();
+    td_loop_free(l);
+    return ready;
+}

@@ -15,7 +15,6 @@
 
 #include "exec/internal.h"
 #include "tandem/endrec.h"
-#include "tandem/loop.h"
 
 /* ---- the executors ---- */
 static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
@@ -459,11 +458,10 @@ td_exec_stop_step td_exec_stop_max_duration(td_exec_stop *s, double max_duration
     return TD_EXEC_STOP_SOFT;
 }
 
-bool td_exec_stop_asked(void *job) {
-    const td_exec_job *j = job;
+bool td_exec_stop_requested(td_rundb *store, const char *run_id) {
     td_run cur;
     bool asked = false;
-    if (td_run_find(j->store, j->run->id, &cur) == TD_OK) {
+    if (td_run_find(store, run_id, &cur) == TD_OK) {
         asked = cur.stop_requested;
         td_run_clear(&cur);
     }
@@ -471,30 +469,7 @@ bool td_exec_stop_asked(void *job) {
     return asked;
 }
 
-/* ---- a wait ---- */
-
-static void wait_ready(td_loop *l, int fd, unsigned events, void *user) {
-    (void)fd, (void)events;
-    *(bool *)user = true;
-    td_loop_stop(l);
-}
-
-static void wait_over(td_loop *l, void *user) {
-    (void)user;
-    td_loop_stop(l);
-}
-
-bool td__exec_wait_readable(int fd, double seconds) {
-    bool ready = false;
-    td_loop *l = NULL;
-    if (td_loop_new(&l) != TD_OK ||
-        td_loop_watch(l, fd, TD_LOOP_READ, wait_ready, &ready) != TD_OK) {
-        td_error_clear(); /* no loop: no wait */
-        td_loop_free(l);
-        return false;
-    }
-    td_loop_timer(l, seconds, 0, wait_over, NULL);
-    if (td_loop_run(l) != TD_OK) td_error_clear();
-    td_loop_free(l);
-    return ready;
+bool td_exec_stop_asked(void *job) {
+    const td_exec_job *j = job;
+    return td_exec_stop_requested(j->store, j->run->id);
 }

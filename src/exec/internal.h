@@ -46,9 +46,6 @@ void td__exec_joined_lines(const char *s, char *out, size_t nbytes);
  * on the malformed metric lines it skipped. */
 void td__exec_final_ingest(FILE *out, td_ingester *ing);
 
-/* Waits up to `seconds` for fd to become readable (on an event loop of its own); true if it did. */
-bool td__exec_wait_readable(int fd, double seconds);
-
 /* How a job ended, as the run records it. */
 typedef struct {
     td_run_status status;

@@ -984,10 +984,6 @@ static int slurm_query(slurm_sup *c, td__slurm_job *j, int *gone, double now, do
     return *gone || phase == TD__SLURM_ENDED;
 }
 
-static void on_signals(td_loop *l, int fd, unsigned events, void *user) {
-    (void)l, (void)fd, (void)events, (void)user; /* read by the watch loop's next round */
-}
-
 /* The job to its end: signals (the stop decisions every carrier shares, td_exec_stop; a signal
  * that came during the setup is the first), the job's state, metrics and output, each on its
  * own period; the links (slurm: work_dir) between them. */
@@ -998,13 +994,6 @@ static void slurm_watch(slurm_sup *c, td__slurm_job *j, td_exec_stop *stop, int 
     show_live(c, j);
     int first_signal = job->stop_signal, hard = 0;
     double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
-    /* the signalfd wakes the wait between the periods (the links' pump watches it itself) */
-    td_loop *l = NULL;
-    if (!c->links && (td_loop_new(&l) != TD_OK ||
-                      td_loop_watch(l, job->sigs->fd, TD_LOOP_READ, on_signals, NULL) != TD_OK)) {
-        TD_LOG_WARN("%s: stop signals are seen at the periods only", td_error_msg());
-        td_error_clear();
-    }
     for (;;) {
         double now = td_now_s();
         td__slurm_phase phase = td__slurm_phase_of(j->state);
@@ -1027,7 +1016,7 @@ static void slurm_watch(slurm_sup *c, td__slurm_job *j, td_exec_stop *stop, int 
         if (cancel_at > 0 && now >= cancel_at && !hard)
             slurm_stop_step(c, stop, phase, TD_EXEC_STOP_HARD, &hard, &cancel_at);
         if (now >= next_query) {
-            if (slurm_query(c, j, gone, now, &run_since)) break;
+            if (slurm_query(c, j, gone, now, &run_since)) return;
             next_query = now + QUERY_PERIOD_S;
         }
         if (now >= next_ingest) {
@@ -1046,14 +1035,12 @@ static void slurm_watch(slurm_sup *c, td__slurm_job *j, td_exec_stop *stop, int 
         double wake = TD_MIN(next_query, TD_MIN(next_ingest, next_tail));
         if (cancel_at > 0 && !hard) wake = TD_MIN(wake, cancel_at);
         int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
+        /* the signalfd cuts the wait short (the links' pump watches it too) */
         if (c->links)
             td__links_pump(c->links, job->sigs->fd, timeout_ms);
-        else if (l && td_loop_turn(l, timeout_ms / 1000.0) != TD_OK)
-            td_error_clear();
-        else if (!l)
-            usleep((useconds_t)timeout_ms * 1000);
+        else
+            td_loop_wait_readable(job->sigs->fd, timeout_ms / 1000.0);
     }
-    td_loop_free(l);
 }
 
 /* The end: the rest of the output and of the metrics, the launchers' end records, then the

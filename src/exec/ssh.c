@@ -1091,7 +1091,7 @@ static int ssh_run(const td_exec_job *job) {
         say(&c, "run %s: restarting every node from the last checkpoint (restart %d of %d)",
             run->id, restarts, job->max_restarts);
         /* A moment for the failed host's sockets and processes to go. */
-        if (td__exec_wait_readable(job->sigs->fd, 1.0)) { /* a stop in the pause: no attempt */
+        if (td_loop_wait_readable(job->sigs->fd, 1.0)) { /* a stop in the pause: no attempt */
             handle_stops(&c, &ss, NULL, 0, &(double){0});
             if (ss.st.active) {
                 end = END_STOPPED;

@@ -612,38 +612,15 @@ static double restart_backoff_s(int k) {
     return TD_MIN(w, 30.0);
 }
 
-/* Sleeps wait_s on a loop of its own; returns the stop signal that cut it short, or 0. */
-typedef struct {
-    agent *a;
-    int sig;
-} backoff_ctx;
-
-static void backoff_signal(td_loop *l, int fd, unsigned events, void *user) {
-    (void)fd, (void)events;
-    backoff_ctx *b = user;
-    for (int sig; (sig = td_sigwatch_next(b->a->sigs));)
-        if (sig != SIGCHLD && !b->sig) b->sig = sig; /* reaped workers ring */
-    if (b->sig) td_loop_stop(l);
-}
-
-static void backoff_over(td_loop *l, void *user) {
-    (void)user;
-    td_loop_stop(l);
-}
-
+/* Sleeps wait_s; returns the stop signal that cut it short, or 0 (reaped workers ring too). */
 static int backoff(agent *a, double wait_s) {
-    backoff_ctx b = {.a = a};
-    td_loop *l = NULL;
-    if (td_loop_new(&l) != TD_OK ||
-        td_loop_watch(l, a->sig_fd, TD_LOOP_READ, backoff_signal, &b) != TD_OK) {
-        td_error_clear(); /* no loop: the restart goes ahead at once */
-        td_loop_free(l);
-        return 0;
+    double end = td_now_s() + wait_s;
+    for (double left = wait_s; left > 0; left = end - td_now_s()) {
+        if (!td_loop_wait_readable(a->sig_fd, left)) break;
+        for (int sig; (sig = td_sigwatch_next(a->sigs));)
+            if (sig != SIGCHLD) return sig;
     }
-    td_loop_timer(l, wait_s, 0, backoff_over, NULL);
-    if (td_loop_run(l) != TD_OK) td_error_clear();
-    td_loop_free(l);
-    return b.sig;
+    return 0;
 }
 
 /* More workers than this per core is a typo, not a plan (issue 8: 1000 on 2 cores was started). */

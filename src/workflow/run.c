@@ -178,11 +178,9 @@ typedef struct {
     td_sigwatch *sigs; /* stop signals and SIGCHLD, read in the loop */
     int nsignals;      /* stop signals received so far */
     int last_signal;
-    td_stop_signals stops; /* when the stop began: whether a later signal cuts it short */
-    int escalate;          /* a stop signal asked to kill the workers now */
-    FILE *out;             /* progress lines */
-    int quiet_output;      /* detached: nothing to a terminal */
-    term_state term;       /* what the launcher's stderr left on our terminal */
+    FILE *out;        /* progress lines */
+    int quiet_output; /* detached: nothing to a terminal */
+    term_state term;  /* what the launcher's stderr left on our terminal */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -200,17 +198,14 @@ static void progress(supervisor *s, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Reads every pending signal; stop signals are counted for the loop to act on, SIGCHLD only
- * wakes it (it reaps after every wakeup). A stop signal during a stop escalates only when it
- * is an explicit second request (td_stop_signals_take): a SIGTERM repeated within moments
- * (timeout(1), a scheduler signalling a process and its group) must not cost the checkpoint. */
+/* Reads every pending signal before the launchers run (during the setup): stop signals are
+ * counted; the first ends the setup, and the supervision's stop decisions (td_exec_stop) take
+ * the last one as their first. */
 static void read_signals(supervisor *s) {
     for (int sig; (sig = td_sigwatch_next(s->sigs));)
         if (is_stop_signal(sig)) {
             s->nsignals++;
             s->last_signal = sig;
-            if (td_stop_signals_take(&s->stops, sig, td_now_s()) == TD_STOP_ESCALATE)
-                s->escalate = 1;
         }
 }
 
@@ -537,14 +532,7 @@ static void begin_stop(td_loop *l, local_sup *ls) {
 /* tandem stop recorded its request (a SIGTERM without one is a preemption). */
 static bool stop_asked(void *user) {
     supervisor *s = user;
-    td_run cur;
-    bool asked = false;
-    if (td_run_find(s->store, s->run.id, &cur) == TD_OK) {
-        asked = cur.stop_requested;
-        td_run_clear(&cur);
-    }
-    td_error_clear();
-    return asked;
+    return td_exec_stop_requested(s->store, s->run.id);
 }
 
 /* What the shared stop decisions (td_exec_stop) ask of this carrier. */

@@ -389,8 +389,8 @@ int cmd_launch(int argc, char **argv) {
         free(endpoint_buf);
         return rc;
     }
-    /* Linked to a remote supervisor: the end record goes beside the logs and, as the link
-     * closes, to the supervisor's RUN/end/node-N.json. */
+    /* The end record: a %n in its path is this node's rank; linked to a remote supervisor, it
+     * goes as the link closes to the supervisor's RUN/end/node-N.json. */
     char *end_path = NULL;
     const char *n_at = o.end_record ? strstr(o.end_record, "%n") : NULL;
     if (n_at) { /* one command line for every node (srun): the rank names the file */
@@ -408,22 +408,19 @@ int cmd_launch(int argc, char **argv) {
                                 n_at + 2);
         o.end_record = end_path;
     }
+    /* linked to a remote supervisor: by default beside the logs, sent as the link closes */
+    bool end_default = link && !o.end_record && o.node_rank >= 0 && o.log_dir;
+    if (end_default)
+        o.end_record = end_path = td_xasprintf("%s/../end/node-%d.json", o.log_dir, o.node_rank);
     if (o.end_record) { /* its directory, as for --log-dir */
         char *dir = td_xstrdup(o.end_record), *slash = strrchr(dir, '/');
-        if (slash && slash != dir) {
-            *slash = '\0';
-            if (td_mkdirs(dir) != TD_OK) td_error_clear(); /* launch names the problem */
-        }
-        free(dir);
-    }
-    if (link && !o.end_record && o.node_rank >= 0 && o.log_dir) {
-        end_path = td_xasprintf("%s/../end/node-%d.json", o.log_dir, o.node_rank);
-        char *dir = td_xasprintf("%s/../end", o.log_dir);
-        if (td_mkdirs(dir) == TD_OK) {
-            o.end_record = end_path;
-        } else {
-            TD_LOG_WARN("no end record for the supervisor: %s", td_error_msg());
-            td_error_clear();
+        if (slash && slash != dir) *slash = '\0';
+        if (slash && slash != dir && td_mkdirs(dir) != TD_OK) {
+            if (end_default) { /* not the user's path: go on without a record */
+                TD_LOG_WARN("no end record for the supervisor: %s", td_error_msg());
+                o.end_record = NULL;
+            }
+            td_error_clear(); /* else launch names the problem */
         }
         free(dir);
     }
