@@ -240,7 +240,9 @@ typedef struct td_metrics_sink td_metrics_sink;
  * NULL and the log functions below accept a NULL sink as a no-op. */
 td_status td_metrics_sink_open(const char *path, td_metrics_sink **out);
 void td_metrics_sink_close(td_metrics_sink *sink);
-/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2). On a full disk:
+/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2) (the format is
+ * src/track/jsonl.h's: non-finite values as null, which stores no point). A key that is not
+ * UTF-8, or a line over 4096 bytes, is TD_ERR_INVALID with nothing written. On a full disk:
  * TD_ERR_NOSPACE naming the filesystem, no half line left behind, and one warning from the
  * sink itself that points are being dropped (and one line when writing works again); the sink
  * stays usable, so callers should keep it and not log TD_ERR_NOSPACE again. */

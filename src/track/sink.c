@@ -2,10 +2,10 @@
  * one file with O_APPEND and one write(2) per line, so a reader never sees half a line from a
  * writer that is alive, and several writers to one file never interleave inside a line. */
 #include "store_internal.h"
+#include "track/jsonl.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,54 +83,24 @@ static td_status append_line(td_metrics_sink *sink, const char *line, size_t len
     return TD_OK;
 }
 
-/* Keys are written as JSON strings; escape what JSON requires. */
-static size_t put_json_string(char *out, size_t cap, const char *s) {
-    size_t n = 0;
-    if (n < cap) out[n] = '"';
-    n++;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        const char *piece = esc;
-        if (c == '"' || c == '\\')
-            snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c < 0x20)
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-        else {
-            esc[0] = (char)c;
-            esc[1] = '\0';
-        }
-        for (; *piece; piece++, n++)
-            if (n < cap) out[n] = *piece;
-    }
-    if (n < cap) out[n] = '"';
-    return n + 1;
-}
-
+/* Reals with 9 significant digits, as the sink has always written them (enough to tell any two
+ * floats apart). Non-finite values become null (jsonl.h): a diverged loss is no point, and the
+ * line's other keys are still stored. */
 td_status td_metrics_sink_log(td_metrics_sink *sink, int64_t step, size_t count,
                               const char *const *keys, const double *values) {
     if (!sink) return TD_OK;
-    char line[4096];
-    size_t n = (size_t)snprintf(line, sizeof line, "{\"step\": %lld", (long long)step);
-    for (size_t i = 0; i < count && n < sizeof line; i++) {
-        n += (size_t)snprintf(line + n, sizeof line - n, ", ");
-        if (n < sizeof line) n += put_json_string(line + n, sizeof line - n, keys[i]);
-        /* JSON has no NaN or infinity: a diverged loss is written as null, which the ingester
-         * skips, rather than making the whole line unreadable. */
-        if (n < sizeof line) {
-            if (isfinite(values[i]))
-                n += (size_t)snprintf(line + n, sizeof line - n, ": %.9g", values[i]);
-            else
-                n += (size_t)snprintf(line + n, sizeof line - n, ": null");
-        }
-    }
-    if (n + 2 >= sizeof line)
+    td_jsonl j;
+    td_jsonl_begin(&j);
+    td_jsonl_int(&j, "step", step);
+    for (size_t i = 0; i < count; i++) td_jsonl_real(&j, keys[i], values[i], 9);
+    if (j.overflow)
         return td_error(TD_ERR_INVALID,
-                        "metrics line for step %lld is longer than %zu bytes; log fewer keys at "
+                        "metrics line for step %lld is longer than %d bytes; log fewer keys at "
                         "once",
-                        (long long)step, sizeof line);
-    line[n++] = '}';
-    line[n++] = '\n';
+                        (long long)step, TD_JSONL_MAX_BYTES);
+    const char *line;
+    size_t n;
+    TD_CHECK(td_jsonl_end(&j, &line, &n));
     return append_line(sink, line, n);
 }
 
@@ -140,8 +110,12 @@ td_status td_metrics_sink_log1(td_metrics_sink *sink, int64_t step, const char *
 
 td_status td_metrics_sink_resume(td_metrics_sink *sink, int64_t step) {
     if (!sink) return TD_OK;
-    char line[96];
-    int n =
-        snprintf(line, sizeof line, "{\"event\": \"resume\", \"step\": %lld}\n", (long long)step);
-    return append_line(sink, line, (size_t)n);
+    td_jsonl j;
+    td_jsonl_begin(&j);
+    td_jsonl_str(&j, "event", "resume");
+    td_jsonl_int(&j, "step", step);
+    const char *line;
+    size_t n;
+    TD_CHECK(td_jsonl_end(&j, &line, &n));
+    return append_line(sink, line, n);
 }

@@ -4,6 +4,7 @@
  * sets it; a shell wrapper and the program it runs share it), so the numbers per rank cover the
  * whole subtree the rank runs in. */
 #include "store_internal.h"
+#include "track/jsonl.h"
 #include "track/nvml.h"
 
 #include <ctype.h>
@@ -49,12 +50,7 @@ void td_sysmon_free(td_sysmon *mon) {
     free(mon);
 }
 
-/* The samples are appended to <run_dir>/metrics/sys.jsonl, one line per rank
- * ({"rank": R, "step": S, "time": T, "sys/cpu_percent": ...}), and stored from there at once
- * through the same exactly-once ingest as the workers' files: the run directory then holds
- * every point of the run, and `tandem reindex` gets these back too. A run without a metrics
- * directory has them stored directly. pts are grouped by rank. */
-/* Appends pts (grouped by rank) to path as one JSON line per rank. */
+/* Appends pts (grouped by rank) to path as one JSON line per rank (track/jsonl.h). */
 static td_status append_points(const char *path, const char *dir, const td_metric_point *pts,
                                size_t npts) {
     td_status st = TD_OK;
@@ -62,20 +58,25 @@ static td_status append_points(const char *path, const char *dir, const td_metri
     if (fd < 0) st = td_error_errno(TD_ERR_IO, "cannot open system metrics file %s", path);
     double now = td_wall_s();
     for (size_t i = 0; i < npts && st == TD_OK;) {
-        char line[1024];
-        int n = snprintf(line, sizeof line, "{\"rank\": %d, \"step\": %lld, \"time\": %.17g",
-                         pts[i].rank, (long long)pts[i].step, now);
+        /* Reals with all 17 digits; a value that is not finite is left out (null would be no
+         * point either, and the line stays as it always was). */
+        td_jsonl j;
+        td_jsonl_begin(&j);
+        td_jsonl_int(&j, "rank", pts[i].rank);
+        td_jsonl_int(&j, "step", pts[i].step);
+        td_jsonl_real(&j, "time", now, 17);
         int rank = pts[i].rank;
         for (; i < npts && pts[i].rank == rank; i++)
-            if (isfinite(pts[i].value) && n < (int)sizeof line)
-                n += snprintf(line + n, sizeof line - (size_t)n, ", \"%s\": %.17g", pts[i].key,
-                              pts[i].value);
-        if (n + 2 >= (int)sizeof line) continue; /* cannot happen with four keys */
-        line[n++] = '}';
-        line[n++] = '\n';
+            if (isfinite(pts[i].value)) td_jsonl_real(&j, pts[i].key, pts[i].value, 17);
+        const char *line;
+        size_t len;
+        if (td_jsonl_end(&j, &line, &len) != TD_OK) { /* four fixed keys: cannot happen */
+            td_error_clear();
+            continue;
+        }
         /* One write per line in append mode: a reader never sees half of one. */
-        ssize_t w = write(fd, line, (size_t)n);
-        if (w != n) {
+        ssize_t w = write(fd, line, len);
+        if (w != (ssize_t)len) {
             if (w >= 0) errno = ENOSPC; /* a short write to a regular file: the disk filled */
             st = td_error_errno(TD_ERR_IO, "writing system metrics to %s", path);
             if (w > 0 && ftruncate(fd, lseek(fd, 0, SEEK_CUR) - w) != 0)
