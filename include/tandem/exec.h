@@ -1,13 +1,13 @@
-/* tandem exec: executors that run a tracked run's job on other machines rather than as child
- * processes of `tandem run`: through Slurm, or on ssh hosts.
+/* tandem exec: the executors that run a tracked run's job and supervise it to its end: on this
+ * machine (local, the default: `tandem launch` child processes), on ssh hosts, or through Slurm.
  *
- * `tandem run` (the workflow layer) does what every executor shares: it creates or resumes the
- * run (id, directory, run.json, lock), prepares RUN/work, computes the workers' environment and
- * runs the setup commands. A workflow that names `executor: slurm` or `ssh` then hands the job to
- * an executor of this layer, which submits it, supervises it to its end (scheduler state, metrics
- * ingest, stop requests) and records how it ended (status, exit code, note, artifacts, logs),
- * as the local executor does for its child processes. The local executor, the default, stays in
- * src/workflow/run.c. docs/executors.md describes both.
+ * `tandem run` (the workflow layer) does what every executor shares before the job: it creates
+ * or resumes the run (id, directory, run.json, lock), prepares RUN/work, computes the workers'
+ * environment and runs the setup commands. It then hands the job to an executor of this layer.
+ * Each is one carrier driven by one supervisor (src/exec/supervisor.h): the supervisor owns the
+ * stop, preemption and restart decisions, the deadlines, the metrics ingest and the record of how
+ * the run ended (status, exit code, note, artifacts, logs); the carrier starts and stops the
+ * nodes and says how they ended. docs/executors.md describes them.
  *
  * This layer sits below workflow (it links track and core only), so an executor sees a job as
  * the plain values below, never a td_workflow. */
@@ -101,6 +101,7 @@ typedef struct td_exec_job {
     int stop_signal;   /* a stop signal tandem run read before handing over (0: none) */
     FILE *out;         /* progress lines */
     int quiet_output;  /* detached: the job's output is not copied to a terminal */
+    int term_tty;      /* our stderr is a terminal the workers' progress bars are drawn on */
 } td_exec_job;
 
 typedef struct td_executor {
@@ -117,13 +118,21 @@ typedef struct td_executor {
     char *(*describe)(const td_run *run);
 } td_executor;
 
-/* The executor called `name` ("slurm", "ssh"), or NULL; "local" is the workflow layer's own and
- * not found here. */
+/* The default executor: the run's nodes as `tandem launch` child processes of tandem run. */
+extern const td_executor td_executor_local;
+/* The executor called `name` ("slurm", "ssh"), or NULL ("local" is td_executor_local, the
+ * default, not found by name). */
 const td_executor *td_executor_find(const char *name);
 /* The names td_executor_find knows, for messages ("slurm or ssh"). */
 const char *td_executor_names(void);
 /* The executor that ran `run`, from what it left in the run directory; NULL: the local one. */
 const td_executor *td_executor_of_run(const td_run *run);
+
+/* A run that ended before its job was handed over (its setup failed or was stopped): its
+ * artifacts and logs recorded, then status, exit code and note, as an executor records an end.
+ * Returns the CLI exit code (1). */
+int td_exec_end_before_job(const td_exec_job *job, td_run_status status, int exit_code,
+                           const char *note, double t0);
 
 /* ---- a run's stop: the decisions every carrier shares ----
  * Signals and deadlines go in; what the carrier must do comes out. A first stop signal begins a

@@ -370,6 +370,13 @@ int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, doubl
     return o->cli_code;
 }
 
+int td_exec_end_before_job(const td_exec_job *job, td_run_status status, int exit_code,
+                           const char *note, double t0) {
+    td__exec_outcome o = {.status = status, .exit_code = exit_code, .cli_code = 1};
+    snprintf(o.note, sizeof o.note, "%s", note);
+    return td__exec_record_end(job, &o, t0);
+}
+
 /* ---- the nodes' end records ---- */
 
 char *td_exec_end_record_path(const td_run *run, int node) {

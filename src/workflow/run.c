@@ -1,14 +1,12 @@
-/* The local executor behind `tandem run`: creates (or resumes) a run, prepares its working
- * directory, runs the setup commands, starts `tandem launch` as a child process, and supervises
- * it: metrics ingest, system metrics, stop requests, max_duration, and the final record (status,
- * exit code, artifacts, logs).
+/* `tandem run`: creates (or resumes) a run, prepares its working directory, computes the
+ * workers' environment, runs the setup commands, and hands the job to its executor (exec.h:
+ * local, ssh or Slurm), whose supervisor runs it to its end and records it.
  *
- * The launcher is a separate process found through /proc/self/exe, so this layer depends on
- * launch's command-line contract only. It runs in its own process group: a Ctrl-C at the
- * terminal reaches the supervisor alone, which turns it into one SIGTERM for the launcher (the
- * trainer checkpoints on SIGTERM), instead of every process receiving it at once. Signals are
- * read from a signalfd (core's td_sigwatch) watched on the supervision's event loop (core's
- * loop.h), beside the launchers' stderr pipes and exits; nothing runs in a signal handler. */
+ * The supervisor runs in its own process group: a Ctrl-C at the terminal reaches it alone,
+ * which turns it into one SIGTERM for the launchers (the trainer checkpoints on SIGTERM),
+ * instead of every process receiving it at once. Signals are read from a signalfd (core's
+ * td_sigwatch), during the setup here and then on the supervisor's event loop; nothing runs in a
+ * signal handler. */
 #include "tandem/workflow.h"
 
 #include <dirent.h>
@@ -31,11 +29,6 @@
 #include "tandem/os.h"
 
 extern char **environ;
-
-#define INGEST_PERIOD_S     0.5
-#define SYSMON_PERIOD_S     2.0
-#define LAUNCH_STOP_GRACE_S 30.0 /* passed to launch; we escalate some time after it */
-#define KILL_AFTER_S        (LAUNCH_STOP_GRACE_S + 15.0)
 
 /* ---- string vectors and environments ---- */
 typedef struct {
@@ -139,30 +132,6 @@ static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
     return st;
 }
 
-/* What is on the terminal's current line: a worker's progress bar that the launcher passed on
- * ending with '\r' (the cursor is back at column 0 and the next redraw overwrites it). Any
- * other line written over it first clears it, so no tail of the bar is left behind. */
-typedef struct {
-    int tty;             /* our stderr is a terminal */
-    int bar_open;        /* the current line holds a bar */
-    char bar_prefix[32]; /* "[rank 0] ": the bar's own lines may overwrite it as they are */
-} term_state;
-
-static void write_err(const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(2, buf, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return; /* nobody reads our stderr: keep supervising anyway */
-        buf += w;
-        n -= (size_t)w;
-    }
-}
-
-static void term_clear_bar(term_state *t) {
-    if (t->bar_open && t->tty) write_err("\033[K", 3);
-    t->bar_open = 0;
-}
-
 /* ---- the supervisor ---- */
 typedef struct {
     td_rundb *store;
@@ -180,17 +149,13 @@ typedef struct {
     int last_signal;
     FILE *out;        /* progress lines */
     int quiet_output; /* detached: nothing to a terminal */
-    term_state term;  /* what the launcher's stderr left on our terminal */
+    int tty;          /* our stderr is a terminal: the workers may draw progress bars */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
 static void progress(supervisor *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (s->term.bar_open) {
-        fflush(s->out);
-        term_clear_bar(&s->term);
-    }
     fputs("tandem: ", s->out);
     vfprintf(s->out, fmt, ap);
     fputc('\n', s->out);
@@ -218,8 +183,7 @@ static td_status build_env(supervisor *s, strvec *env) {
     /* The workers' output reaches the terminal through pipes (launcher, then us), so a program
      * cannot see that someone is watching: TANDEM_PROGRESS=1 says so (`tandem train` draws its
      * bar on rank 0). The workflow's env may still override it. */
-    if (s->term.tty && !td_var_get(TD_VAR_TANDEM_PROGRESS))
-        set_var(env, TD_VAR_TANDEM_PROGRESS, "1");
+    if (s->tty && !td_var_get(TD_VAR_TANDEM_PROGRESS)) set_var(env, TD_VAR_TANDEM_PROGRESS, "1");
     const td_workflow *w = s->w;
     for (size_t i = 0; i < w->nenv; i++) env_set(env, w->env[i].key, w->env[i].value);
     if (s->resuming) {
@@ -372,106 +336,16 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
     return st;
 }
 
-typedef struct {
-    pid_t pid;
-    int done;
-    int code;
-    int err_fd; /* read end of the launcher's stderr, -1 once closed */
-    char *seg;  /* the segment (up to '\n' or '\r') being assembled */
-    size_t seg_len, seg_cap;
-} agent_proc;
-
-/* One complete segment of the launcher's stderr, with its terminator. */
-static void term_write(term_state *t, const char *seg, size_t len) {
-    int redraw = len > 0 && seg[len - 1] == '\r';
-    size_t plen = strlen(t->bar_prefix);
-    int same_source = t->bar_open && plen > 0 && len >= plen && !memcmp(seg, t->bar_prefix, plen);
-    if (t->bar_open && !same_source) term_clear_bar(t);
-    write_err(seg, len);
-    t->bar_open = redraw;
-    if (redraw) {
-        const char *end =
-            memchr(seg, ']', len < sizeof t->bar_prefix - 2 ? len : sizeof t->bar_prefix - 2);
-        size_t n = end && seg[0] == '[' ? (size_t)(end - seg) + 1 : 0;
-        if (n && n < len && seg[n] == ' ') n++;
-        memcpy(t->bar_prefix, seg, n);
-        t->bar_prefix[n] = '\0';
-    }
-}
-
-/* Copies what the launcher wrote to stderr through to ours, segment by segment (the launcher
- * writes whole lines, and progress-bar redraws ending in '\r', in one write each). Nothing is
- * parsed from it: how the launcher ended comes back in its end record (endrec.h). */
-static void pump_stderr(agent_proc *a, term_state *t) {
-    if (a->err_fd < 0) return;
-    char buf[8192];
-    int eof = 0;
-    while (!eof) {
-        ssize_t n = read(a->err_fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return;
-        if (n <= 0) {
-            eof = 1;
-            n = 0;
-        }
-        for (ssize_t i = 0; i < n; i++) {
-            if (a->seg_len + 1 >= a->seg_cap) {
-                a->seg_cap = a->seg_cap ? 2 * a->seg_cap : 1024;
-                a->seg = td_xrealloc(a->seg, a->seg_cap);
-            }
-            a->seg[a->seg_len++] = buf[i];
-            if (buf[i] != '\n' && buf[i] != '\r' && a->seg_len < 65536) continue;
-            term_write(t, a->seg, a->seg_len);
-            a->seg_len = 0;
-        }
-    }
-    if (a->seg_len) term_write(t, a->seg, a->seg_len); /* a last line without its newline */
-    a->seg_len = 0;
-    close(a->err_fd);
-    a->err_fd = -1;
-}
-
-static void launch_argv(supervisor *s, int node_rank, int port, strvec *argv) {
-    const td_workflow *w = s->w;
-    sv_push(argv, td_xstrdup(s->tandem_bin));
-    sv_push(argv, td_xstrdup("launch"));
-    sv_push(argv, td_xasprintf("--nnodes=%d", s->run.nodes));
-    sv_push(argv, td_xasprintf("--nproc-per-node=%d", s->run.nproc_per_node));
-    if (s->run.nodes == 1) {
-        sv_push(argv, td_xstrdup("--standalone"));
-    } else {
-        sv_push(argv, td_xasprintf("--node-rank=%d", node_rank));
-        sv_push(argv, td_xasprintf("--rdzv-endpoint=127.0.0.1:%d", port));
-    }
-    sv_push(argv, td_xasprintf("--rdzv-id=%s", s->run.id));
-    sv_push(argv, td_xasprintf("--max-restarts=%d", w->max_restarts));
-    sv_push(argv, td_xasprintf("--stop-grace=%g", LAUNCH_STOP_GRACE_S));
-    sv_push(argv, td_xasprintf("--log-dir=%s/logs", s->run.run_dir));
-    sv_push(argv, td_xasprintf("--metrics-dir=%s/metrics", s->run.run_dir));
-    char *end = td_exec_end_record_path(&s->run, node_rank);
-    sv_push(argv, td_xasprintf("--end-record=%s", end));
-    free(end);
-    sv_push(argv, td_xstrdup("--"));
-    sv_push(argv, td_xstrdup("/bin/sh"));
-    sv_push(argv, td_xstrdup("-c"));
-    /* dash does not exec the last command, so the worker launch watches is this shell. On a
-     * stop the launcher signals the worker's process group: without a trap the shell would die
-     * of SIGTERM at once (a failure to the launcher) while the program is still saving its
-     * checkpoint. With `trap : TERM` the shell waits for the program and exits with its status
-     * (143 after a checkpoint); the program itself gets the default SIGTERM disposition. */
-    sv_push(argv, td_xasprintf("trap : TERM\n%s", s->script));
-}
-
-/* A workflow for another executor (executor: slurm): after the setup it gets what was
- * prepared here (run, work dir, environment, signals) and runs the job to its end and record. */
-static int run_on_executor(supervisor *s, strvec *env) {
-    td_exec_job job = {
+/* The job as an executor (exec.h) takes it: what was prepared here (run, work dir, environment,
+ * signals). */
+static td_exec_job job_of(const supervisor *s, char *const *env) {
+    return (td_exec_job){
         .store = s->store,
         .run = &s->run,
         .work_dir = s->work_dir,
         .script = s->script,
         .tandem_bin = s->tandem_bin,
-        .env = env->v,
+        .env = env,
         .max_restarts = s->w->max_restarts,
         .max_duration_s = s->w->max_duration_s,
         .artifacts = (const char *const *)s->w->artifacts,
@@ -485,469 +359,43 @@ static int run_on_executor(supervisor *s, strvec *env) {
         .stop_signal = s->nsignals ? s->last_signal : 0,
         .out = s->out,
         .quiet_output = s->quiet_output,
+        .term_tty = s->tty,
     };
-    return td_executor_find(s->w->executor)->run(&job);
 }
 
-/* ---- the local launchers' attempt, on the event loop ----
- * Descriptors: the signalfd (stop requests) and each launcher's stderr. Children: the launchers.
- * Timers: the metrics ingest and the system-metrics sample (periodic), max_duration and the
- * kill deadline of a stop (one-shot). The loop ends when every launcher has exited. */
-typedef struct {
-    supervisor *s;
-    agent_proc *agents;
-    int nagents, alive;
-    td_ingester *ing;
-    td_sysmon *mon;
-    double t0;
-    td_exec_stop stop; /* the stop decisions (exec.h), shared with the other carriers */
-    int killed;
-    uint64_t kill_timer; /* the kill deadline, once a stop began */
-    int restarts;        /* as the system-metrics sample last saw them */
-    char *note;          /* the run's note, from the stop's cause */
-    size_t note_size;
-} local_sup;
-
-static void signal_launchers(local_sup *ls, int sig) {
-    for (int i = 0; i < ls->nagents; i++)
-        if (!ls->agents[i].done) kill(ls->agents[i].pid, sig);
-}
-
-static void kill_launchers(td_loop *l, void *user) {
-    (void)l;
-    local_sup *ls = user;
-    if (ls->killed) return;
-    ls->killed = 1;
-    progress(ls->s, "run %s: killing what is left of it", ls->s->run.id);
-    for (int i = 0; i < ls->nagents; i++)
-        if (!ls->agents[i].done) td_kill_tree(ls->agents[i].pid, SIGKILL);
-}
-
-/* A stop begins: SIGTERM to every launcher (they checkpoint), SIGKILL after KILL_AFTER_S. */
-static void begin_stop(td_loop *l, local_sup *ls) {
-    signal_launchers(ls, SIGTERM);
-    ls->kill_timer = td_loop_timer(l, KILL_AFTER_S, 0, kill_launchers, ls);
-}
-
-/* tandem stop recorded its request (a SIGTERM without one is a preemption). */
-static bool stop_asked(void *user) {
-    supervisor *s = user;
-    return td_exec_stop_requested(s->store, s->run.id);
-}
-
-/* What the shared stop decisions (td_exec_stop) ask of this carrier. */
-static void stop_step(td_loop *l, local_sup *ls, td_exec_stop_step step) {
-    supervisor *s = ls->s;
-    switch (step) {
-    case TD_EXEC_STOP_NONE:
-        return;
-    case TD_EXEC_STOP_SOFT:
-        if (!ls->stop.preempt)
-            snprintf(ls->note, ls->note_size, "%s%s", ls->stop.last_signal ? "stopped by " : "",
-                     ls->stop.stopped_by);
-        if (ls->stop.last_signal)
-            progress(s,
-                     "%s run %s (asking the workers to checkpoint and exit; " TD_STOP_ESCALATE_HINT
-                     " kills them now)",
-                     ls->stop.preempt ? "SIGTERM: preempting" : "stopping", s->run.id);
-        else
-            progress(s, "run %s: %s; stopping it", s->run.id, ls->stop.stopped_by);
-        begin_stop(l, ls);
-        return;
-    case TD_EXEC_STOP_AGAIN:
-        if (!ls->killed)
-            progress(s,
-                     "run %s: SIG%s again %.1f s into the stop, taken as the same request; "
-                     "still waiting for the workers' checkpoint (" TD_STOP_ESCALATE_HINT
-                     " kills them now)",
-                     s->run.id, sigabbrev_np(ls->stop.last_signal),
-                     td_now_s() - ls->stop.signals.began_s);
-        return;
-    case TD_EXEC_STOP_HARD:
-        td_loop_cancel(l, ls->kill_timer);
-        ls->kill_timer = td_loop_timer(l, 0, 0, kill_launchers, ls);
-        return;
-    }
-}
-
-static void on_signal_fd(td_loop *l, int fd, unsigned events, void *user) {
-    (void)fd, (void)events;
-    local_sup *ls = user;
-    for (int sig; (sig = td_sigwatch_next(ls->s->sigs));)
-        stop_step(l, ls, td_exec_stop_signal(&ls->stop, sig, td_now_s(), stop_asked, ls->s));
-}
-
-static void on_max_duration(td_loop *l, void *user) {
-    local_sup *ls = user;
-    stop_step(l, ls, td_exec_stop_max_duration(&ls->stop, ls->s->w->max_duration_s, td_now_s()));
-}
-
-static void on_launcher_stderr(td_loop *l, int fd, unsigned events, void *user) {
-    (void)events;
-    local_sup *ls = user;
-    for (int i = 0; i < ls->nagents; i++) {
-        if (ls->agents[i].err_fd != fd) continue;
-        td_loop_unwatch(l, fd); /* watched again below unless the pump reached its end */
-        pump_stderr(&ls->agents[i], &ls->s->term);
-        if (ls->agents[i].err_fd >= 0) td_loop_watch(l, fd, TD_LOOP_READ, on_launcher_stderr, ls);
-        return;
-    }
-}
-
-static void on_launcher_exit(td_loop *l, pid_t pid, int status, void *user) {
-    local_sup *ls = user;
-    for (int i = 0; i < ls->nagents; i++)
-        if (ls->agents[i].pid == pid && !ls->agents[i].done) {
-            ls->agents[i].done = 1;
-            ls->agents[i].code = td_wait_exit_code(status);
-            ls->alive--;
-        }
-    if (ls->alive == 0) td_loop_stop(l);
-}
-
-static void on_ingest(td_loop *l, void *user) {
-    (void)l;
-    local_sup *ls = user;
-    /* A full disk is said once, by the ingester itself; it retries from its offset. */
-    td_status ist = td_ingester_poll(ls->ing, NULL);
-    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-        TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-    td_error_clear();
-}
-
-/* CPU, memory and GPU use of each launcher's process tree, and the restarts it reports. */
-static void on_sysmon(td_loop *l, void *user) {
-    (void)l;
-    local_sup *ls = user;
-    supervisor *s = ls->s;
-    for (int i = 0; i < ls->nagents; i++) {
-        if (ls->agents[i].done) continue;
-        int r = -1;
-        if (td_sysmon_sample(ls->mon, s->store, &s->run, ls->agents[i].pid, &r) != TD_OK) {
-            TD_LOG_DEBUG("system metrics: %s", td_error_msg());
-            td_error_clear();
-        }
-        if (r >= 0 && s->base_restarts + r > ls->restarts) {
-            ls->restarts = s->base_restarts + r;
-            if (td_run_set_restarts(s->store, s->run.id, ls->restarts) != TD_OK) td_error_clear();
-        }
-    }
-}
-
-static td_status watch_launchers(local_sup *ls) {
-    supervisor *s = ls->s;
-    td_loop *l = NULL;
-    td_status st = td_loop_new(&l);
-    if (st == TD_OK) st = td_loop_watch(l, s->sigs->fd, TD_LOOP_READ, on_signal_fd, ls);
-    for (int i = 0; st == TD_OK && i < ls->nagents; i++) {
-        if (ls->agents[i].err_fd >= 0)
-            st = td_loop_watch(l, ls->agents[i].err_fd, TD_LOOP_READ, on_launcher_stderr, ls);
-        if (st == TD_OK) st = td_loop_watch_child(l, ls->agents[i].pid, on_launcher_exit, ls);
-    }
-    if (st != TD_OK) {
-        /* Cannot supervise: end the launchers rather than leave them unwatched. */
-        for (int i = 0; i < ls->nagents; i++) td_kill_tree(ls->agents[i].pid, SIGKILL);
-        for (int i = 0; i < ls->nagents; i++) td_waitpid(ls->agents[i].pid, NULL, 0);
-        td_loop_free(l);
-        return st;
-    }
-    td_loop_timer(l, 0, INGEST_PERIOD_S, on_ingest, ls);
-    td_loop_timer(l, 0.5, SYSMON_PERIOD_S, on_sysmon, ls);
-    if (s->w->max_duration_s > 0)
-        td_loop_timer(l, s->w->max_duration_s - (td_now_s() - ls->t0), 0, on_max_duration, ls);
-    if (s->nsignals) /* a stop that came after the setup, before the loop */
-        stop_step(l, ls, td_exec_stop_signal(&ls->stop, s->last_signal, td_now_s(), stop_asked, s));
-    while (!td_loop_stopped(l))
-        if ((st = td_loop_turn(l, -1)) != TD_OK) {
-            /* epoll itself failed: say so and keep supervising rather than spin */
-            TD_LOG_WARN("event loop: %s", td_error_msg());
-            td_error_clear();
-            sleep_s(0.01);
-        }
-    td_loop_free(l);
-    return TD_OK;
-}
-
-/* Starts one `tandem launch` per node (node i's stderr on agents[i].err_fd). Several nodes on
- * this host meet at node 0's store on a loopback port with a random token: tandem starts these
- * nodes itself, so it hands the secret over; we bind the port and node 0 inherits the socket, so
- * it cannot be taken in between. On failure the launchers started so far are killed. */
-static td_status start_launchers(supervisor *s, strvec *env, agent_proc *agents, int nagents) {
-    int port = 0, listen_fd = -1;
-    for (int i = 0; i < nagents; i++) agents[i].err_fd = -1;
-    if (nagents > 1) {
-        char token[33];
-        TD_CHECK(td_listen_tcp("127.0.0.1", 0, 512, &listen_fd, &port));
-        td_status st = td_random_hex(token, 16);
-        if (st != TD_OK) {
-            close(listen_fd);
-            return st;
-        }
-        set_var(env, TD_VAR_TANDEM_TOKEN, token);
-    }
-    /* Each launcher writes its end record in RUN/end; one of an earlier attempt must go. */
-    td_status st = td_exec_end_records_reset(&s->run, nagents);
-    for (int i = 0; st == TD_OK && i < nagents; i++) {
-        strvec argv = {0};
-        launch_argv(s, i, port, &argv);
-        int errp[2];
-        if (pipe2(errp, O_CLOEXEC) != 0) {
-            st = td_error_errno(TD_ERR_SYS, "pipe");
-            sv_free(&argv);
-            break;
-        }
-        /* Detached, the workers' output is in the rank logs already; only the launcher's
-         * stderr goes on to supervisor.log. The launcher's group dies with us (issue 8: a kill
-         * -9 of the supervisor left the launcher and its workers training as orphans): SIGTERM,
-         * so it stops its workers at a step boundary with a checkpoint. */
-        td_spawn_opts so;
-        td_spawn_opts_init(&so);
-        so.argv = argv.v;
-        so.envp = env->v;
-        so.cwd = s->work_dir;
-        so.out_fd = s->quiet_output ? TD_SPAWN_DEVNULL : TD_SPAWN_INHERIT;
-        so.err_fd = errp[1];
-        so.death_signal = SIGTERM;
-        if (i == 0 && listen_fd >= 0) {
-            char fdtext[16];
-            snprintf(fdtext, sizeof fdtext, "%d", listen_fd);
-            set_var(env, TD_VAR_TANDEM_STORE_LISTEN_FD, fdtext);
-            so.envp = env->v;
-            so.keep_fds = &listen_fd;
-            so.nkeep = 1;
-        }
-        st = td_spawn(&so, &agents[i].pid);
-        if (i == 0 && listen_fd >= 0) {
-            env_unset(env, td_var_name(TD_VAR_TANDEM_STORE_LISTEN_FD));
-            close(listen_fd); /* node 0 has it now */
-            listen_fd = -1;
-        }
-        close(errp[1]);
-        fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
-        agents[i].err_fd = errp[0];
-        sv_free(&argv);
-        if (st != TD_OK) agents[i].pid = 0;
-    }
-    if (listen_fd >= 0) close(listen_fd);
-    if (st != TD_OK) {
-        for (int j = 0; j < nagents; j++)
-            if (agents[j].pid > 0) td_kill_tree(agents[j].pid, SIGKILL);
-        for (int j = 0; j < nagents; j++)
-            if (agents[j].pid > 0) td_waitpid(agents[j].pid, NULL, 0);
-        return st;
-    }
-    progress(s, "run %s: %d node%s x %d worker%s started; logs in %s/logs", s->run.id, nagents,
-             nagents > 1 ? "s" : "", s->run.nproc_per_node, s->run.nproc_per_node > 1 ? "s" : "",
-             s->run.run_dir);
-    return TD_OK;
-}
-
-/* After the launchers exited: the rest of their stderr, their end records, the restarts they
- * made, the last metrics. Returns the launchers' exit code: the first non-zero (node 0 first). */
-static int finish_launchers(local_sup *ls, td_exec_end_summary *ends) {
-    supervisor *s = ls->s;
-    int launch_code = 0;
-    for (int i = 0; i < ls->nagents; i++)
-        if (ls->agents[i].code != 0) {
-            launch_code = ls->agents[i].code;
-            break;
-        }
-    int *codes = td_xcalloc((size_t)ls->nagents, sizeof *codes);
-    for (int i = 0; i < ls->nagents; i++) {
-        agent_proc *a = &ls->agents[i];
-        codes[i] = a->code;
-        if (a->err_fd >= 0) {
-            fcntl(a->err_fd, F_SETFL, fcntl(a->err_fd, F_GETFL) & ~O_NONBLOCK);
-            pump_stderr(a, &s->term); /* to EOF: the launcher has exited */
-        }
-    }
-    td_exec_end_records_read(&s->run, ls->nagents, codes, ends);
-    free(codes);
-    if (s->base_restarts + ends->restarts > ls->restarts &&
-        td_run_set_restarts(s->store, s->run.id, s->base_restarts + ends->restarts) != TD_OK)
-        td_error_clear();
-    td_status ist = td_ingester_poll(ls->ing, NULL);
-    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-        TD_LOG_WARN("final metrics ingest: %s", td_error_msg());
-    td_error_clear();
-    if (td_ingester_malformed(ls->ing))
-        progress(s, "%zu malformed metrics line%s skipped", td_ingester_malformed(ls->ing),
-                 td_ingester_malformed(ls->ing) > 1 ? "s" : "");
-    return launch_code;
-}
-
-/* How the run ended, from the stop (if any), the launchers' exit code and their end records:
- * the run's status, its note (in note) and tandem run's exit code (*cli_code). *launch_code
- * becomes the failing worker's own exit code where the records give it. */
-static td_run_status run_outcome(const supervisor *s, int stop_requested, int preempt_signal,
-                                 int *launch_code, const td_exec_end_summary *ends, char *note,
-                                 size_t nbytes, int *cli_code) {
-    if (stop_requested) {
-        *cli_code = *launch_code == 143 ? 143 : 1;
-        return TD_RUN_STOPPED;
-    }
-    if (*launch_code == 0) {
-        *cli_code = 0;
-        return TD_RUN_SUCCEEDED;
-    }
-    if (*launch_code == 143) {
-        *cli_code = 143;
-        snprintf(note, nbytes,
-                 "preempted: the workers checkpointed and exited 143; "
-                 "continue with tandem run --resume %s",
-                 s->run.id);
-        return TD_RUN_PREEMPTED;
-    }
-    *cli_code = 1;
-    if (*launch_code == 130) {
-        snprintf(note, nbytes, "the launcher was interrupted (SIGINT)");
-        return TD_RUN_STOPPED;
-    }
-    if (ends->cause[0]) {
-        snprintf(note, nbytes, "%s", ends->cause);
-        /* The job's exit code is the failing worker's, as its launcher's record gives it. */
-        if (*launch_code == 1 && ends->worker_code > 0) *launch_code = ends->worker_code;
-    } else if (!note[0]) {
-        snprintf(note, nbytes, "exit code %d; see tandem logs %s", *launch_code, s->run.id);
-    }
-    if (preempt_signal) {
-        char tmp[512];
-        snprintf(tmp, sizeof tmp,
-                 "received SIGTERM but the workers did not all checkpoint and exit 143: %.400s",
-                 note);
-        snprintf(note, nbytes, "%s", tmp);
-    }
-    return TD_RUN_FAILED;
-}
-
-/* The run's end in the store: artifacts, log files, status, exit code and note; then the line
- * that says so. TD_ERR_NOSPACE is said here (the job's outcome stands; the disk is full). */
-static td_status record_run(supervisor *s, td_run_status final, int launch_code, char *note,
-                            size_t nbytes, double t0) {
-    if (s->w->nartifacts) {
-        size_t copied = 0;
-        if (td_artifacts_collect(s->store, &s->run, s->work_dir,
-                                 (const char *const *)s->w->artifacts, s->w->nartifacts,
-                                 &copied) != TD_OK) {
-            TD_LOG_WARN("artifacts: %s", td_error_msg());
-            td_error_clear();
-        } else if (copied) {
-            progress(s, "%zu artifact file%s stored", copied, copied > 1 ? "s" : "");
-        }
-    }
-    td_log_file *logs = NULL;
-    size_t nlogs = 0;
-    if (td_logs_scan(s->store, &s->run, &logs, &nlogs) == TD_OK)
-        td_log_files_free(logs, nlogs);
-    else
-        td_error_clear();
-    td_status st =
-        td_run_set_status(s->store, s->run.id, final, launch_code, note[0] ? note : NULL);
-    if (st == TD_ERR_NOSPACE) {
-        /* The store freed its reserve and still could not write: the job's outcome stands (it
-         * is not a supervisor failure); the message names the disk. */
-        td_error_print(st);
-        progress(s, "run %s %s after %.1f s (exit code %d), but its record could not be written",
-                 s->run.id, td_run_status_str(final), td_now_s() - t0, launch_code);
-        return TD_OK;
-    }
-    TD_CHECK(st);
-    /* The stored note: the store adds to it what it met (a full disk). */
-    td_run cur = {0};
-    if (td_run_find(s->store, s->run.id, &cur) == TD_OK && cur.note && *cur.note)
-        snprintf(note, nbytes, "%s", cur.note);
-    td_run_clear(&cur);
-    td_error_clear();
-    progress(s, "run %s %s after %.1f s (exit code %d)%s%s", s->run.id, td_run_status_str(final),
-             td_now_s() - t0, launch_code, note[0] ? ": " : "", note);
-    return TD_OK;
-}
-
-/* Runs setup and the launchers, supervises them to the end and records the outcome (another
- * executor's run goes to exec after the setup). Returns the CLI exit code. */
+/* Runs the setup, then hands the job to its executor (exec: local, ssh or Slurm), which
+ * supervises it to its end and records the outcome. Returns the CLI exit code. */
 static int supervise(supervisor *s) {
-    td_status st;
     strvec env = {0};
-    agent_proc *agents = NULL;
-    td_ingester *ing = NULL;
-    td_sysmon *mon = NULL;
-    int nagents = 0, launch_code = -1, stop_requested = 0, preempt_signal = 0, cli_code = 1;
-    char note[1100] = "";
-    td_exec_end_summary ends = {.worker_code = -1};
+    int cli_code = 1, setup_code = 0;
     double t0 = td_now_s();
-
-    st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
+    td_status st = td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid());
     /* Another executor's run is pending until its scheduler starts it. */
     if (st == TD_OK && !s->w->executor)
         st = td_run_set_status(s->store, s->run.id, TD_RUN_RUNNING, -1, NULL);
     if (st == TD_OK) st = prepare_work_dir(s->w, s->project_dir, s->work_dir);
     if (st == TD_OK) st = build_env(s, &env);
-    int setup_code = 0;
     if (st == TD_OK) st = run_setup(s, env.v, &setup_code);
-    if (st != TD_OK) goto fail;
-    if (setup_code) {
-        stop_requested = s->nsignals > 0;
-        if (stop_requested)
-            snprintf(note, sizeof note, "stopped during setup");
-        else
-            snprintf(note, sizeof note, "setup command failed with exit code %d", setup_code);
-        launch_code = setup_code;
-        goto record;
-    }
-    if (s->w->executor) {
-        cli_code = run_on_executor(s, &env);
-        goto out;
-    }
-
-    char *metrics_dir = td_xasprintf("%s/metrics", s->run.run_dir);
-    st = td_ingester_new(s->store, s->run.id, metrics_dir, &ing);
-    free(metrics_dir);
-    if (st != TD_OK) goto fail;
-    mon = td_sysmon_new();
-    nagents = s->run.nodes;
-    agents = td_xcalloc((size_t)nagents, sizeof *agents);
-    st = start_launchers(s, &env, agents, nagents);
-    if (st != TD_OK) goto fail;
-
-    /* The launchers' attempt, on one event loop (core's loop.h): watch_launchers. */
-    local_sup ls = {.s = s,
-                    .agents = agents,
-                    .nagents = nagents,
-                    .alive = nagents,
-                    .ing = ing,
-                    .mon = mon,
-                    .restarts = s->base_restarts,
-                    .t0 = t0,
-                    .note = note,
-                    .note_size = sizeof note};
-    st = watch_launchers(&ls);
-    if (st != TD_OK) goto fail;
-    stop_requested = ls.stop.active && !ls.stop.preempt;
-    preempt_signal = ls.stop.preempt;
-    launch_code = finish_launchers(&ls, &ends);
-
-record:;
-    td_run_status final = run_outcome(s, stop_requested, preempt_signal, &launch_code, &ends, note,
-                                      sizeof note, &cli_code);
-    st = record_run(s, final, launch_code, note, sizeof note, t0);
-    if (st == TD_OK) goto out;
-fail:
-    /* The supervisor itself could not go on: say why in the run, then in the output. */
-    {
+    td_exec_job job = job_of(s, env.v);
+    if (st != TD_OK) {
+        /* The supervisor itself could not go on: say why in the run, then in the output. */
         char *why = td_xasprintf("supervisor error: %s", td_error_msg());
         td_error_print(st);
-        if (td_run_set_status(s->store, s->run.id, TD_RUN_FAILED, launch_code, why) != TD_OK)
+        if (td_run_set_status(s->store, s->run.id, TD_RUN_FAILED, -1, why) != TD_OK)
             td_error_clear();
         free(why);
-        cli_code = 1;
+    } else if (setup_code && s->nsignals) {
+        cli_code =
+            td_exec_end_before_job(&job, TD_RUN_STOPPED, setup_code, "stopped during setup", t0);
+    } else if (setup_code) {
+        char note[96];
+        snprintf(note, sizeof note, "setup command failed with exit code %d", setup_code);
+        cli_code = td_exec_end_before_job(&job, TD_RUN_FAILED, setup_code, note, t0);
+    } else {
+        const td_executor *ex =
+            s->w->executor ? td_executor_find(s->w->executor) : &td_executor_local;
+        cli_code = ex->run(&job);
     }
-out:
-    td_ingester_free(ing);
-    td_sysmon_free(mon);
-    for (int i = 0; agents && i < nagents; i++)
-        if (agents[i].err_fd >= 0) close(agents[i].err_fd);
-    for (int i = 0; agents && i < nagents; i++) free(agents[i].seg);
-    free(agents);
     sv_free(&env);
     return cli_code;
 }
@@ -1051,7 +499,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
     s.out = opts->out ? opts->out : stdout;
     /* another executor's workers draw no progress bar: their output reaches no terminal */
-    s.term.tty = !opts->detach && isatty(STDERR_FILENO) && !w->executor;
+    s.tty = !opts->detach && isatty(STDERR_FILENO) && !w->executor;
     if (w->workdir && w->workdir[0] == '/')
         s.project_dir = td_xstrdup(w->workdir);
     else if (w->workdir)
