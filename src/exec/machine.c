@@ -141,7 +141,11 @@ static void decide(td__sup_machine *m, const td__sup_exit *e) {
     int code = e->code;
     bool ran = code >= 0;
     o->exit_code = ran ? code : -2;
-    const char *cause = m->failure[0] ? m->failure : e->cause;
+    /* A failing worker named by the end records says more than the carrier's first account of
+     * the node it ran on ("its ssh connection ended"). */
+    const char *cause = e->worker_code >= 0 && e->cause[0] ? e->cause
+                        : m->failure[0]                    ? m->failure
+                                                           : e->cause;
     if (m->stop.active && !m->stop.preempt) {
         o->status = TD_RUN_STOPPED;
         o->cli_code = code == 143 ? 143 : 1;
@@ -224,7 +228,9 @@ td__sup_acts td__sup_exited(td__sup_machine *m, const td__sup_exit *e, double no
         double pause = m->backoff_s;
         for (int i = 1; i < m->restarts && pause < m->backoff_max_s; i++) pause *= 2;
         if (pause > m->backoff_max_s) pause = m->backoff_max_s;
-        const char *why = m->failure[0] ? m->failure : e->cause[0] ? e->cause : "";
+        const char *why = e->worker_code >= 0 && e->cause[0] ? e->cause
+                          : m->failure[0]                    ? m->failure
+                                                             : e->cause;
         SAY(&a,
             "run %s: %.400s%srestarting every node from the last checkpoint in %.0f s (restart %d "
             "of "

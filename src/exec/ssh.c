@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/supervisor.h"
 #include "tandem/loop.h"
 #include "tandem/mirror.h"
 
@@ -30,7 +30,6 @@
 #define PREFLIGHT_TIMEOUT_S 60.0  /* log in, make the directories, check tandem */
 #define COPY_TIMEOUT_S      900.0 /* the code, to each host */
 #define PORT_WAIT_S         60.0  /* node 0's agent binding its store */
-#define INGEST_PERIOD_S     0.5   /* as the local executor */
 #define LAUNCH_STOP_GRACE_S 30.0  /* the agents' --stop-grace */
 /* After "stop", an agent has its grace period to checkpoint and exit; then we cut the
  * connection, and the agent (end of its stdin) stops on its own. */
@@ -180,12 +179,8 @@ typedef struct {
     size_t nhosts;
     char *ssh;      /* absolute */
     char token[33]; /* the run's RUN/token */
-    agent *agents;  /* one per host in an attempt */
     int store_port; /* node 0's, from its link; 0 before */
     td__echo echo;
-    td_ingester *ing;
-    int failed_code; /* the failing agent's exit code */
-    int stop_code;   /* after a stop: 143 when every agent's workers checkpointed, else 1 */
 } ssh_sup;
 
 /* A progress line ("tandem: ...") and how a run fails before its job ran: exec.c's. */
@@ -605,16 +600,24 @@ static int pump_err(ssh_sup *c, agent *a, int final) {
     return open_;
 }
 
-/* ---- one attempt ---- */
-typedef enum { END_OK, END_FAILED, END_STOPPED } attempt_end;
-
-/* What stopped the run from our side: a signal (tandem stop, Ctrl-C, SIGHUP, a SIGTERM from
- * outside) or max_duration, as the shared stop decisions (td_exec_stop, exec.h) take them. */
+/* ---- the carrier: one attempt's agents, on the supervisor's event loop ----
+ * Watched: each agent's stdout (its mirror stream) and stderr, and its ssh client's exit; one
+ * timer for node 0's store port, one for the hard stop's SIGKILL. The supervisor (supervisor.h)
+ * decides; this says what happened: every node running (node 0's store is up and the others
+ * started), a node lost (its agent failed: the others must not train on without it), the
+ * attempt over (every agent gone, every byte of its link read). */
 typedef struct {
-    td_exec_stop st;
-    int first_signal; /* one that came before the supervision began (during the setup) */
-    double running_since;
-} stops;
+    td__carrier base;
+    ssh_sup *c;
+    td__sup *sup;
+    agent *agents;
+    int n, started;
+    bool resume, stopping, running, over;
+    int failed;      /* the first node whose agent failed, -1: none */
+    int failed_code; /* its exit code (255, ssh's own failure, as 1) */
+    char why[1024];  /* what failed, in words */
+    uint64_t port_timer, kill_timer;
+} ssh_carrier;
 
 static void send_stop(agent *a) {
     if (a->stop_sent || a->in_fd < 0) return;
@@ -631,10 +634,16 @@ static void cut(agent *a) {
     if (a->pid > 0) kill(a->pid, SIGTERM);
 }
 
-static void agent_free(agent *a) {
+static void agent_free(td_loop *l, agent *a) {
     if (a->in_fd >= 0) close(a->in_fd);
-    if (a->out_fd >= 0) close(a->out_fd);
-    if (a->err_fd >= 0) close(a->err_fd);
+    if (a->out_fd >= 0) {
+        td_loop_unwatch(l, a->out_fd);
+        close(a->out_fd);
+    }
+    if (a->err_fd >= 0) {
+        td_loop_unwatch(l, a->err_fd);
+        close(a->err_fd);
+    }
     if (a->pid > 0) {
         kill(a->pid, SIGKILL);
         td_waitpid(a->pid, NULL, 0);
@@ -645,309 +654,234 @@ static void agent_free(agent *a) {
     a->in_fd = a->out_fd = a->err_fd = -1;
 }
 
-/* Reads the signals that arrived and acts on them: the first asks every agent to stop (the
- * workers checkpoint); a later one cuts them off at once only when it is an explicit second
- * request (td_stop_signals_take: Ctrl-C twice, or a signal TD_STOP_REPEAT_GRACE_S after the
- * first); sooner it is the same request delivered twice and must not cost the checkpoint. */
-/* What a stop decision asks of the agents started so far. */
-static void stop_step(ssh_sup *c, stops *ss, td_exec_stop_step step, agent *agents, int started,
-                      double *cut_at) {
-    const td_exec_job *job = c->job;
-    double now = td_now_s();
-    switch (step) {
-    case TD_EXEC_STOP_NONE:
-        return;
-    case TD_EXEC_STOP_SOFT:
-        say(c,
-            "%s run %s: asking the agents on %zu host%s to checkpoint and stop "
-            "(" TD_STOP_ESCALATE_HINT " cuts them off now)",
-            ss->st.preempt ? "SIGTERM: preempting" : "stopping", job->run->id, c->nhosts,
-            c->nhosts > 1 ? "s" : "");
-        for (int i = 0; i < started; i++) send_stop(&agents[i]);
-        *cut_at = now + CUT_AFTER_S;
-        return;
-    case TD_EXEC_STOP_AGAIN:
-        say(c,
-            "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-            "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cuts the agents off now)",
-            job->run->id, sigabbrev_np(ss->st.last_signal), now - ss->st.signals.began_s);
-        return;
-    case TD_EXEC_STOP_HARD:
-        say(c, "run %s: cutting the agents off", job->run->id);
-        for (int i = 0; i < started; i++) cut(&agents[i]);
-        return;
+/* Every agent gone: how the attempt ended, with the failing node's own account from its end
+ * record (every byte of its link has been read by now). */
+static void attempt_over(ssh_carrier *sc) {
+    ssh_sup *c = sc->c;
+    td__sup_exit e = {.code = 0, .worker_code = -1};
+    int *codes = td_xcalloc((size_t)sc->n, sizeof *codes);
+    bool checkpointed = sc->started == sc->n, fail = false;
+    for (int i = 0; i < sc->n; i++) {
+        int code = i < sc->started ? td_wait_exit_code(sc->agents[i].status) : -1;
+        codes[i] = code;
+        if (code != 0 && code != 143) checkpointed = false;
+        if (code == 143 && !e.code) e.code = 143;
+        if (code != 0 && sc->failed < 0 && !sc->stopping && !fail) {
+            fail = true;
+            e.code = code == 255 ? 1 : code;
+            snprintf(sc->why, sizeof sc->why, "node %d (ssh host %s): its agent failed", i,
+                     c->hosts[i].entry);
+        }
     }
+    if (sc->failed >= 0)
+        e.code = sc->failed_code;
+    else if (sc->stopping)
+        e.code = sc->started == 0 ? -1 : checkpointed ? 143 : 1;
+    td_exec_end_summary sum;
+    td_exec_end_records_read(c->job->run, sc->n, codes, &sum);
+    free(codes);
+    if (sum.worker_code >= 0 && (sc->failed >= 0 || fail)) {
+        e.worker_code = sum.worker_code;
+        snprintf(e.cause, sizeof e.cause, "%s", sum.cause);
+    } else if (fail) {
+        snprintf(e.cause, sizeof e.cause, "%s", sc->why);
+    }
+    e.node_restarts = sum.restarts;
+    td_loop *l = td__sup_loop(sc->sup);
+    td_loop_cancel(l, sc->port_timer);
+    td_loop_cancel(l, sc->kill_timer);
+    sc->port_timer = sc->kill_timer = 0;
+    for (int i = 0; i < sc->n; i++) agent_free(l, &sc->agents[i]);
+    sc->over = true;
+    td__sup_attempt_over(sc->sup, &e);
 }
 
-/* The stop signals read since the last look, and max_duration. */
-static void handle_stops(ssh_sup *c, stops *ss, agent *agents, int started, double *cut_at) {
-    const td_exec_job *job = c->job;
-    void *j = (void *)job;
-    if (ss->first_signal) {
-        int sig = ss->first_signal;
-        ss->first_signal = 0;
-        stop_step(c, ss, td_exec_stop_signal(&ss->st, sig, td_now_s(), td_exec_stop_asked, j),
-                  agents, started, cut_at);
+static void check_over(ssh_carrier *sc) {
+    if (sc->over) return;
+    for (int i = 0; i < sc->started; i++) {
+        agent *a = &sc->agents[i];
+        if (a->pid > 0 || a->out_fd >= 0 || a->err_fd >= 0) return;
     }
-    for (int sig; (sig = td_sigwatch_next(job->sigs));)
-        stop_step(c, ss, td_exec_stop_signal(&ss->st, sig, td_now_s(), td_exec_stop_asked, j),
-                  agents, started, cut_at);
-    double now = td_now_s();
-    if (job->max_duration_s > 0 && ss->running_since > 0 &&
-        now - ss->running_since > job->max_duration_s)
-        stop_step(c, ss, td_exec_stop_max_duration(&ss->st, job->max_duration_s, now), agents,
-                  started, cut_at);
+    if (sc->stopping || sc->failed >= 0 || sc->started == sc->n) attempt_over(sc);
 }
 
-/* One attempt, on an event loop (core's loop.h): the signalfd and each agent's stdout (its
- * mirror stream) and stderr are watched descriptors; the metrics ingest is a periodic timer, and
- * a tick every 100 ms runs the checks that follow the clock (the stop deadline, node 0's store
- * port, the agents' exits: SIGCHLD on the signalfd wakes it at once too) in the before-sleep
- * hook, which also ends the loop when every agent is gone. */
-typedef struct {
-    ssh_sup *c;
-    stops *ss;
-    agent *agents;
-    int n, started, resume;
-    int *failed;
-    char *why;
-    size_t nbytes;
-    int teardown;
-    double t_start, cut_at;
-} attempt_ctx;
+/* A node lost: the first failure is the attempt's; the others hear of it ("lost N": their
+ * workers must not wait for it in a collective) and the supervisor stops them. */
+static void node_failed(ssh_carrier *sc, int node, int code, const char *fmt, ...) TD_PRINTF(4, 5);
+static void node_failed(ssh_carrier *sc, int node, int code, const char *fmt, ...) {
+    if (sc->failed >= 0 || sc->stopping) return;
+    sc->failed = node;
+    sc->failed_code = code == 255 ? 1 : code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sc->why, sizeof sc->why, fmt, ap);
+    va_end(ap);
+    char lost[32];
+    int len = snprintf(lost, sizeof lost, "lost %d\n", node);
+    for (int k = 0; k < sc->started; k++)
+        if (sc->agents[k].in_fd >= 0) write_all(sc->agents[k].in_fd, lost, (size_t)len);
+    td__sup_node_lost(sc->sup, node, sc->why);
+}
+
+static td_status start_one(ssh_carrier *sc, int i);
+
+/* node 0's store is up: the others, pointed at it */
+static void start_others(ssh_carrier *sc) {
+    ssh_sup *c = sc->c;
+    for (int i = 1; i < sc->n && !sc->stopping; i++)
+        if (start_one(sc, i) != TD_OK) {
+            char err[512];
+            snprintf(err, sizeof err, "%s", td_error_msg());
+            td_error_clear();
+            node_failed(sc, i, 1, "cannot start ssh to %s: %s", c->hosts[i].entry, err);
+            return;
+        }
+    if (sc->stopping) return;
+    td__sup_say(sc->sup, "run %s: %d agents started (store on %s:%d)", c->job->run->id, sc->started,
+                c->job->ssh->rdzv_host ? c->job->ssh->rdzv_host : c->hosts[0].addr, c->store_port);
+}
+
+/* After node 0's link spoke: its store port starts the others; every node started is running. */
+static void after_link(ssh_carrier *sc) {
+    if (sc->stopping || sc->running || sc->c->store_port <= 0) return;
+    td_loop_cancel(td__sup_loop(sc->sup), sc->port_timer);
+    sc->port_timer = 0;
+    if (sc->started == 1 && sc->n > 1) start_others(sc);
+    if (sc->started == sc->n && !sc->stopping) {
+        sc->running = true;
+        td__sup_running_now(sc->sup);
+    }
+}
 
 static void on_agent_fd(td_loop *l, int fd, unsigned events, void *user) {
     (void)events;
-    attempt_ctx *t = user;
-    for (int i = 0; i < t->started; i++) {
-        agent *a = &t->agents[i];
-        if (a->out_fd == fd && !pump_out(t->c, a)) {
+    ssh_carrier *sc = user;
+    for (int i = 0; i < sc->started; i++) {
+        agent *a = &sc->agents[i];
+        if (a->out_fd == fd && !pump_out(sc->c, a)) {
             td_loop_unwatch(l, fd);
             close(a->out_fd);
             a->out_fd = -1;
-        } else if (a->err_fd == fd && !pump_err(t->c, a, 0)) {
+        } else if (a->err_fd == fd && !pump_err(sc->c, a, 0)) {
             td_loop_unwatch(l, fd);
             close(a->err_fd);
             a->err_fd = -1;
         }
     }
+    after_link(sc);
+    check_over(sc);
 }
 
-static void on_wake(td_loop *l, int fd, unsigned events, void *user) {
-    (void)l, (void)fd, (void)events, (void)user; /* the before-sleep hook reads the signals */
-}
-
-static void on_tick(td_loop *l, void *user) {
-    (void)l, (void)user; /* a turn: the before-sleep hook looks at the clock */
-}
-
-static void on_ingest(td_loop *l, void *user) {
+/* An agent's ssh ended. One that fails without being asked to stop ends the attempt. */
+static void on_agent_exit(td_loop *l, pid_t pid, int status, void *user) {
     (void)l;
-    attempt_ctx *t = user;
-    td_status ist = td_ingester_poll(t->c->ing, NULL);
-    if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-        TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-    td_error_clear();
+    ssh_carrier *sc = user;
+    for (int i = 0; i < sc->started; i++) {
+        agent *a = &sc->agents[i];
+        if (a->pid != pid) continue;
+        a->pid = 0;
+        a->status = status;
+        if (a->in_fd >= 0) close(a->in_fd);
+        a->in_fd = -1;
+        int code = td_wait_exit_code(status);
+        if (code != 0 && !a->stop_sent) {
+            char desc[160];
+            td_wait_describe(status, desc, sizeof desc);
+            pump_err(sc->c, a, 1);
+            /* what its end record says replaces this once it has arrived */
+            node_failed(sc, i, code, "node %d (ssh host %s): %s", i, sc->c->hosts[i].entry,
+                        code == 255 ? "its agent or its ssh connection ended (ssh exit code 255)"
+                                    : desc);
+        }
+    }
+    check_over(sc);
 }
 
-static td_status start_one(td_loop *l, attempt_ctx *t, int i) {
-    TD_CHECK(start_agent(t->c, i, t->resume, &t->agents[i]));
-    t->started = i + 1;
-    agent *a = &t->agents[i];
-    td_status st = td_loop_watch(l, a->out_fd, TD_LOOP_READ, on_agent_fd, t);
-    if (st == TD_OK) st = td_loop_watch(l, a->err_fd, TD_LOOP_READ, on_agent_fd, t);
+static void on_port_timeout(td_loop *l, void *user) {
+    (void)l;
+    ssh_carrier *sc = user;
+    sc->port_timer = 0;
+    if (sc->c->store_port > 0 || sc->stopping) return;
+    cut(&sc->agents[0]);
+    node_failed(sc, 0, 1, "node 0's agent on %s did not report its rendezvous store within %.0f s",
+                sc->c->hosts[0].entry, PORT_WAIT_S);
+}
+
+static td_status start_one(ssh_carrier *sc, int i) {
+    td_loop *l = td__sup_loop(sc->sup);
+    TD_CHECK(start_agent(sc->c, i, sc->resume, &sc->agents[i]));
+    sc->started = i + 1;
+    agent *a = &sc->agents[i];
+    td_status st = td_loop_watch(l, a->out_fd, TD_LOOP_READ, on_agent_fd, sc);
+    if (st == TD_OK) st = td_loop_watch(l, a->err_fd, TD_LOOP_READ, on_agent_fd, sc);
+    if (st == TD_OK) st = td_loop_watch_child(l, a->pid, on_agent_exit, sc);
     if (st != TD_OK) cut(a); /* not watched: not left running either */
     return st;
 }
 
-/* Every stop reaches the started agents; the teardown cuts them off after CUT_AFTER_S. */
-static void stop_all(attempt_ctx *t, double now) {
-    for (int i = 0; i < t->started; i++) send_stop(&t->agents[i]);
-    t->cut_at = now + CUT_AFTER_S;
-}
-
-/* node 0 is up: the others, pointed at its store */
-static void start_others(td_loop *l, attempt_ctx *t, double now) {
-    ssh_sup *c = t->c;
-    for (int i = 1; i < t->n && !t->teardown; i++)
-        if (start_one(l, t, i) != TD_OK) {
-            snprintf(t->why, t->nbytes, "cannot start ssh to %s: %s", c->hosts[i].entry,
-                     td_error_msg());
-            td_error_clear();
-            *t->failed = i;
-            t->teardown = 1;
-        }
-    if (!t->teardown) {
-        say(c, "run %s: %d agents started (store on %s:%d)", c->job->run->id, t->started,
-            c->job->ssh->rdzv_host ? c->job->ssh->rdzv_host : c->hosts[0].addr, c->store_port);
-        if (t->ss->running_since == 0) t->ss->running_since = now;
-    } else {
-        stop_all(t, now);
-    }
-}
-
-/* Agents that exited: the first failure stops the others (they must not train on without it). */
-static int reap_agents(attempt_ctx *t, double now) {
-    ssh_sup *c = t->c;
-    int live = 0;
-    for (int i = 0; i < t->started; i++) {
-        agent *a = &t->agents[i];
-        if (a->pid > 0 && td_waitpid(a->pid, &a->status, WNOHANG) == a->pid) {
-            a->pid = 0;
-            if (a->in_fd >= 0) close(a->in_fd);
-            a->in_fd = -1;
-            int code = td_wait_exit_code(a->status);
-            if (code != 0 && !a->stop_sent && !t->teardown) {
-                *t->failed = i;
-                char desc[160];
-                td_wait_describe(a->status, desc, sizeof desc);
-                pump_err(c, a, 1);
-                /* what its end record says replaces this once it has arrived */
-                snprintf(t->why, t->nbytes, "node %d (ssh host %s): %s", i, c->hosts[i].entry,
-                         code == 255 ? "its agent or its ssh connection ended (ssh exit "
-                                       "code 255)"
-                                     : desc);
-                say(c, "run %s: %s; stopping the other nodes", c->job->run->id, t->why);
-                t->teardown = 1;
-                char lost[32];
-                int len = snprintf(lost, sizeof lost, "lost %d\n", i);
-                for (int k = 0; k < t->started; k++)
-                    if (t->agents[k].in_fd >= 0) write_all(t->agents[k].in_fd, lost, (size_t)len);
-                stop_all(t, now);
-            }
-        }
-        if (a->pid > 0 || a->out_fd >= 0 || a->err_fd >= 0) live++;
-    }
-    return live;
-}
-
-static void attempt_turn(td_loop *l, void *user) {
-    attempt_ctx *t = user;
-    ssh_sup *c = t->c;
-    handle_stops(c, t->ss, t->agents, t->started, &t->cut_at);
-    if (t->ss->st.active && !t->teardown) t->teardown = 1;
-    double now = td_now_s();
-    if (!t->teardown && t->started == 1 && t->n > 1 && c->store_port > 0)
-        start_others(l, t, now);
-    else if (!t->teardown && t->n == 1 && c->store_port > 0 && t->ss->running_since == 0)
-        t->ss->running_since = now;
-    if (!t->teardown && t->started < t->n && c->store_port == 0 && now - t->t_start > PORT_WAIT_S) {
-        snprintf(t->why, t->nbytes,
-                 "node 0's agent on %s did not report its rendezvous store within %.0f s",
-                 c->hosts[0].entry, PORT_WAIT_S);
-        *t->failed = 0;
-        t->teardown = 1;
-        cut(&t->agents[0]);
-    }
-    int live = reap_agents(t, now);
-    if (!live && (t->teardown || t->started == t->n)) {
-        td_loop_stop(l);
-        return;
-    }
-    if (t->cut_at > 0 && now >= t->cut_at) {
-        for (int i = 0; i < t->started; i++)
-            if (t->agents[i].pid > 0) cut(&t->agents[i]);
-        t->cut_at = now + 5.0; /* and again, should ssh itself hang */
-    }
-}
-
-/* Runs one attempt: every agent from start to end. *failed gets the first node whose agent
- * failed (-1: none), why what failed. */
-static attempt_end run_attempt(ssh_sup *c, int resume, stops *ss, int *failed, char *why,
-                               size_t nbytes) {
-    const td_exec_job *job = c->job;
-    int n = (int)c->nhosts;
-    agent *agents = td_xcalloc((size_t)n, sizeof *agents);
-    for (int i = 0; i < n; i++) agents[i].in_fd = agents[i].out_fd = agents[i].err_fd = -1;
-    *failed = -1;
-    why[0] = '\0';
-    c->store_port = 0;
-    if (td_exec_end_records_reset(job->run, n) != TD_OK) { /* the causes will be vaguer */
+/* Node 0's agent first (it binds its store on a free port and says which); the others once it
+ * has. */
+static td_status ssh_start(td__carrier *base, td__sup *sup, bool resume) {
+    ssh_carrier *sc = (ssh_carrier *)base;
+    td_loop *l = td__sup_loop(sup);
+    sc->sup = sup;
+    sc->resume = resume;
+    sc->started = 0;
+    sc->stopping = sc->running = sc->over = false;
+    sc->failed = -1;
+    sc->why[0] = '\0';
+    sc->c->store_port = 0;
+    for (int i = 0; i < sc->n; i++) agent_free(l, &sc->agents[i]);
+    if (td_exec_end_records_reset(sc->c->job->run, sc->n) != TD_OK) { /* causes: vaguer */
         TD_LOG_WARN("%s", td_error_msg());
         td_error_clear();
     }
-    attempt_ctx t = {.c = c,
-                     .ss = ss,
-                     .agents = agents,
-                     .n = n,
-                     .resume = resume,
-                     .failed = failed,
-                     .why = why,
-                     .nbytes = nbytes,
-                     .t_start = td_now_s()};
-    td_loop *l = NULL;
-    td_status st = td_loop_new(&l);
-    if (st == TD_OK) st = td_loop_watch(l, job->sigs->fd, TD_LOOP_READ, on_wake, &t);
-    if (st == TD_OK && start_one(l, &t, 0) != TD_OK) {
-        snprintf(why, nbytes, "cannot start ssh to %s: %s", c->hosts[0].entry, td_error_msg());
-        td_error_clear();
-        *failed = 0;
-        t.teardown = 1;
+    td_status st = start_one(sc, 0);
+    if (st != TD_OK) {
+        char err[512];
+        snprintf(err, sizeof err, "%s", td_error_msg());
+        agent_free(l, &sc->agents[0]);
+        sc->over = true;
+        return td_error(TD_ERR_IO, "cannot start ssh to %s: %s", sc->c->hosts[0].entry, err);
     }
-    if (st == TD_OK) {
-        td_loop_timer(l, 0, INGEST_PERIOD_S, on_ingest, &t);
-        td_loop_timer(l, 0.1, 0.1, on_tick, &t);
-        td_loop_before_sleep(l, attempt_turn, &t);
-        while (!td_loop_stopped(l))
-            if (td_loop_turn(l, -1) != TD_OK) { /* epoll failed: keep supervising, slowly */
-                TD_LOG_WARN("event loop: %s", td_error_msg());
-                td_error_clear();
-                usleep(10000);
-            }
-    } else { /* no loop: nothing can be watched; end what started */
-        snprintf(why, nbytes, "supervisor error: %s", td_error_msg());
-        td_error_clear();
-        *failed = 0;
-        for (int i = 0; i < t.started; i++) cut(&agents[i]);
-        for (int i = 0; i < t.started; i++)
-            if (agents[i].pid > 0) td_waitpid(agents[i].pid, &agents[i].status, 0);
-    }
-    td_loop_free(l);
-    int started = t.started;
-
-    attempt_end end;
-    if (ss->st.active) {
-        end = END_STOPPED;
-        /* 143 when every agent stopped with its workers' checkpoint (or had finished) */
-        int checkpointed = started == n;
-        for (int i = 0; i < started; i++) {
-            int code = td_wait_exit_code(agents[i].status);
-            if (code != 0 && code != 143) checkpointed = 0;
-        }
-        c->stop_code = checkpointed ? 143 : 1;
-    } else if (*failed >= 0) {
-        end = END_FAILED;
-    } else {
-        end = END_OK;
-        for (int i = 0; i < n; i++) {
-            int code = i < started ? td_wait_exit_code(agents[i].status) : -1;
-            if (code != 0 && end == END_OK) {
-                end = END_FAILED;
-                *failed = i;
-                snprintf(why, nbytes, "node %d (ssh host %s): its agent failed", i,
-                         c->hosts[i].entry);
-            }
-        }
-    }
-    if (end == END_FAILED && *failed >= 0) {
-        int code = td_wait_exit_code(agents[*failed].status);
-        c->failed_code = code == 255 ? 1 : code;
-        /* The failing node's own account, every byte of its link read by now. */
-        int *codes = td_xcalloc((size_t)n, sizeof *codes);
-        for (int i = 0; i < n; i++)
-            codes[i] = i < started ? td_wait_exit_code(agents[i].status) : -1;
-        td_exec_end_summary sum;
-        td_exec_end_records_read(job->run, n, codes, &sum);
-        free(codes);
-        if (sum.worker_code >= 0) {
-            snprintf(why, nbytes, "%s", sum.cause);
-            if (sum.worker_code > 0) c->failed_code = sum.worker_code;
-        }
-    }
-    for (int i = 0; i < n; i++) agent_free(&agents[i]);
-    free(agents);
-    return end;
+    sc->port_timer = td_loop_timer(l, PORT_WAIT_S, 0, on_port_timeout, sc);
+    return TD_OK;
 }
+
+/* Should ssh itself hang after its connection was cut. */
+static void on_kill(td_loop *l, void *user) {
+    (void)l;
+    ssh_carrier *sc = user;
+    sc->kill_timer = 0;
+    for (int i = 0; i < sc->started; i++)
+        if (sc->agents[i].pid > 0) kill(sc->agents[i].pid, SIGKILL);
+}
+
+static void ssh_stop(td__carrier *base, bool hard) {
+    ssh_carrier *sc = (ssh_carrier *)base;
+    if (sc->over) return;
+    sc->stopping = true;
+    td_loop_cancel(td__sup_loop(sc->sup), sc->port_timer);
+    sc->port_timer = 0;
+    for (int i = 0; i < sc->started; i++) {
+        if (hard)
+            cut(&sc->agents[i]);
+        else
+            send_stop(&sc->agents[i]);
+    }
+    if (hard && !sc->kill_timer)
+        sc->kill_timer = td_loop_timer(td__sup_loop(sc->sup), 5.0, 0, on_kill, sc);
+    check_over(sc);
+}
+
+static void ssh_finish(td__carrier *base);
+
+static const td__carrier_ops ssh_ops = {
+    .name = "ssh",
+    .start = ssh_start,
+    .stop = ssh_stop,
+    .finish = ssh_finish,
+};
 
 /* ---- artifacts ---- */
 /* A pattern the remote shell may expand as a glob: path characters and glob characters only.
@@ -990,6 +924,11 @@ static void fetch_artifacts(ssh_sup *c) {
         free(rs.s);
     }
     free(after.s);
+}
+
+/* After the attempts: the declared artifacts from the hosts. */
+static void ssh_finish(td__carrier *base) {
+    fetch_artifacts(((ssh_carrier *)base)->c);
 }
 
 /* ---- the run ---- */
@@ -1066,73 +1005,23 @@ static int ssh_run(const td_exec_job *job) {
         cli = fail_run(&c, t0, "executor ssh: %s", why);
         goto out;
     }
-    char *metrics_dir = td_xasprintf("%s/metrics", run->run_dir);
-    st = td_ingester_new(job->store, run->id, metrics_dir, &c.ing);
-    free(metrics_dir);
     char note[512];
     snprintf(note, sizeof note, "on ssh host%s %s%s", c.nhosts > 1 ? "s" : "", c.hosts[0].entry,
              c.nhosts > 1 ? ", ..." : "");
-    if (st == TD_OK) st = td_run_set_status(job->store, run->id, TD_RUN_RUNNING, -1, note);
+    st = td_run_set_status(job->store, run->id, TD_RUN_RUNNING, -1, note);
     if (st != TD_OK) {
         cli = fail_run(&c, t0, "supervisor error: %s", td_error_msg());
         td_error_clear();
         goto out;
     }
-
-    stops ss = {.first_signal = job->stop_signal};
-    attempt_end end;
-    int restarts = 0, failed = -1;
-    for (;;) {
-        end = run_attempt(&c, job->resuming || restarts > 0, &ss, &failed, why, sizeof why);
-        if (end != END_FAILED || restarts >= job->max_restarts) break;
-        restarts++;
-        if (td_run_set_restarts(job->store, run->id, job->base_restarts + restarts) != TD_OK)
-            td_error_clear();
-        say(&c, "run %s: restarting every node from the last checkpoint (restart %d of %d)",
-            run->id, restarts, job->max_restarts);
-        /* A moment for the failed host's sockets and processes to go. */
-        if (td_loop_wait_readable(job->sigs->fd, 1.0)) { /* a stop in the pause: no attempt */
-            handle_stops(&c, &ss, NULL, 0, &(double){0});
-            if (ss.st.active) {
-                end = END_STOPPED;
-                c.stop_code = 1;
-                break;
-            }
-        }
-    }
-
-    td__exec_final_ingest(job->out, c.ing);
-    fetch_artifacts(&c);
-
-    td__exec_outcome o = {.exit_code = 0, .cli_code = 0};
-    if (end == END_OK) {
-        o.status = TD_RUN_SUCCEEDED;
-        snprintf(o.note, sizeof o.note, "%s", note);
-    } else if (end == END_STOPPED) {
-        int code = c.stop_code;
-        o.exit_code = code;
-        o.cli_code = code;
-        if (ss.st.preempt) {
-            o.status = code == 143 ? TD_RUN_PREEMPTED : TD_RUN_FAILED;
-            snprintf(o.note, sizeof o.note,
-                     "SIGTERM from outside tandem: %s; continue with tandem run --resume %s",
-                     code == 143 ? "the workers checkpointed" : "not every worker checkpointed",
-                     run->id);
-        } else {
-            o.status = TD_RUN_STOPPED;
-            snprintf(o.note, sizeof o.note, "stopped by %s%s", ss.st.stopped_by,
-                     code == 143 ? " after the workers checkpointed" : "");
-        }
-    } else {
-        o.status = TD_RUN_FAILED;
-        o.exit_code = c.failed_code > 0 ? c.failed_code : 1;
-        o.cli_code = 1;
-        snprintf(o.note, sizeof o.note, "%s%s", why,
-                 job->max_restarts > 0 ? " (no restarts left)" : "");
-    }
-    cli = td__exec_record_end(job, &o, t0);
+    /* The agents run their workers with --max-restarts 0: the supervisor restarts the group. */
+    ssh_carrier sc = {.base = {&ssh_ops}, .c = &c, .n = (int)c.nhosts, .failed = -1};
+    sc.agents = td_xcalloc(c.nhosts, sizeof *sc.agents);
+    for (size_t i = 0; i < c.nhosts; i++)
+        sc.agents[i].in_fd = sc.agents[i].out_fd = sc.agents[i].err_fd = -1;
+    cli = td__supervise(job, &sc.base, job->max_restarts, CUT_AFTER_S, note, t0);
+    free(sc.agents);
 out:
-    td_ingester_free(c.ing);
     for (size_t i = 0; i < c.nhosts; i++) {
         free(c.hosts[i].entry);
         free(c.hosts[i].dest);

@@ -322,6 +322,17 @@ static void test_lost_node(void) {
     ASSERT_EQ(m.outcome.status, TD_RUN_FAILED);
     ASSERT_STREQ(m.outcome.note, "node 1 (ssh host b): lost again (no restarts left)");
     ASSERT_EQ(m.outcome.exit_code, 1);
+
+    /* the lost node's end record names its failing worker: that says more */
+    machine(&m, 0, 0);
+    fake g = {0};
+    act(&g, td__sup_begin(&m, 0));
+    act(&g, td__sup_running(&m, 1));
+    act(&g, td__sup_node_down(&m, 1, "node 1 (ssh host b): exit code 1", 2));
+    e = ex(1, 4, "rank 3 failed (exit code 4): KeyError: 'lr'");
+    act(&g, td__sup_exited(&m, &e, 3));
+    ASSERT_STREQ(m.outcome.note, "rank 3 failed (exit code 4): KeyError: 'lr'");
+    ASSERT_EQ(m.outcome.exit_code, 4);
 }
 
 /* A full disk is said once and stops nothing. */
