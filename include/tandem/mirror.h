@@ -68,6 +68,20 @@ extern "C" {
 td_status td_mirror_auth_accept(int fd, const char *token, int timeout_ms);
 /* The agent's side, on a connection it made. */
 td_status td_mirror_auth_connect(int fd, const char *token, int timeout_ms);
+/* The same exchange in steps, for a supervisor that runs many handshakes on its event loop
+ * (loop.h) instead of a thread each. td_mirror_auth_begin starts one side on fd (a socket; a
+ * pipe works, a byte per step); td_mirror_auth_step does what fd allows without blocking and
+ * says in *wants what to wait for next: TD_LOOP_READ or TD_LOOP_WRITE, or 0 when the
+ * handshake is done (TD_OK: the peer knows the token). The deadline is the caller's (a timer);
+ * td_mirror_auth_waiting_for names the line in question, for its message. Errors are the
+ * blocking calls' (TD_ERR_AUTH, TD_ERR_PROTOCOL, TD_ERR_IO; after any, drop the connection).
+ * As there, nothing after the last line is read from fd. */
+enum { TD_MIRROR_AUTH_ACCEPT = 1, TD_MIRROR_AUTH_CONNECT = 2 };
+typedef struct td_mirror_auth td_mirror_auth;
+td_status td_mirror_auth_begin(td_mirror_auth **out, int fd, const char *token, int role);
+td_status td_mirror_auth_step(td_mirror_auth *a, unsigned *wants);
+const char *td_mirror_auth_waiting_for(const td_mirror_auth *a);
+void td_mirror_auth_free(td_mirror_auth *a);
 /* One line (without its '\n') into line[cap], a byte at a time, so that what follows stays in
  * fd for the caller's protocol (the handshake, a greeting, an opening), waiting until
  * deadline_ns (td_now_ns's clock; 0: no deadline). TD_ERR_TIMEOUT, TD_ERR_IO when fd closes or

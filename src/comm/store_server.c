@@ -1,8 +1,10 @@
-/* The rendezvous store server: one thread, poll(2) over non-blocking sockets, a hash table of
- * keys. Requests that wait (GET with a timeout, WAIT) park their connection until the keys appear
- * or the deadline passes; every mutation re-checks the parked connections. A connection that
- * fails authentication, sends garbage or an oversize frame, or stalls mid-handshake/mid-frame is
- * logged and dropped without disturbing the others.
+/* The rendezvous store server: one thread running a td_loop (include/tandem/loop.h) over
+ * non-blocking sockets, a hash table of keys. Each connection is a watched descriptor, and its
+ * deadlines (handshake, frame, parked request, replies not read) are one timer set to the
+ * nearest, re-set before each sleep. Requests that wait (GET with a timeout, WAIT) park their
+ * connection until the keys appear or the deadline passes; every mutation re-checks the parked
+ * connections. A connection that fails authentication, sends garbage or an oversize frame, or
+ * stalls mid-handshake/mid-frame is logged and dropped without disturbing the others.
  *
  * Everything a client can make the server hold is bounded (issue 8: an authenticated client grew
  * the launcher to 1 GB in 6 s): keys, bytes of keys and values, one value, connections (pending
@@ -11,6 +13,7 @@
  * server goes on serving everyone else. Replies reference stored values instead of copying them,
  * so clients that do not read their replies cannot multiply a value. */
 #include "tandem/comm.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 
 #include <arpa/inet.h>
@@ -19,12 +22,12 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -154,8 +157,12 @@ typedef enum {
 } conn_state;
 
 typedef struct conn {
+    td_store_server_t *srv;
     int fd;
-    char peer[96]; /* escaped: it reaches the log */
+    size_t slot;      /* its index in srv->conns */
+    unsigned watched; /* the TD_LOOP_* events it is watched for on the loop (0: not watched) */
+    bool parked;      /* C_WAITING or C_ROOM: registered with srv->hup_fd instead */
+    char peer[96];    /* escaped: it reaches the log */
     conn_state state;
     uint8_t nonce[TD_STORE_NONCE_BYTES];
     uint64_t since_ns;    /* accepted at */
@@ -195,6 +202,16 @@ typedef struct {
 struct td_store_server {
     int listen_fd;
     int wake_fd;
+    /* A parked connection (C_WAITING, C_ROOM) is not read, its next bytes stay in its socket,
+     * yet a client that goes away must give its place back at once: the peer's hang-up
+     * (EPOLLRDHUP) without readability, which td_loop does not offer. So parked connections
+     * sit in an epoll set of their own, for EPOLLRDHUP alone, and that set's descriptor is
+     * watched on the loop like any other (it is readable while a member has an event). */
+    int hup_fd;
+    td_loop *loop;
+    bool listening;       /* listen_fd is watched (not while accepting is paused) */
+    uint64_t sweep;       /* the deadline timer, or 0 */
+    uint64_t sweep_at_ns; /* when it is due */
     int port;
     char *token;
     pthread_t thread;
@@ -351,7 +368,11 @@ static void release_out(td_store_server_t *srv, conn *c) {
 
 /* Closes the connection and gives back everything it holds (it stays in srv->conns). */
 static void conn_free(td_store_server_t *srv, conn *c) {
-    if (c->fd >= 0) close(c->fd);
+    if (c->fd >= 0) {
+        td_loop_unwatch(srv->loop, c->fd);
+        if (c->parked) epoll_ctl(srv->hup_fd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+    }
     release_body(srv, c);
     release_out(srv, c);
     if (c->state == C_ROOM) {
@@ -372,7 +393,10 @@ static void drop(td_store_server_t *srv, size_t i, const char *why) {
     conn *c = srv->conns[i];
     if (why) log_limited(&srv->rl_drop, "store: dropping connection from %s: %s", c->peer, why);
     conn_free(srv, c);
-    srv->conns[i] = srv->conns[--srv->nconns];
+    if (i < --srv->nconns) {
+        srv->conns[i] = srv->conns[srv->nconns];
+        srv->conns[i]->slot = i;
+    }
 }
 
 static void out_append(conn *c, const void *p, size_t n) {
@@ -738,21 +762,87 @@ static void admit_waiting(td_store_server_t *srv) {
     }
 }
 
-/* Reads what is available. Returns NULL to keep the connection, or why to drop it. */
+/* The client's auth message is in c->hdr: checks its MAC and answers. NULL, or why to drop. */
+static const char *conn_auth(td_store_server_t *srv, conn *c) {
+    td_store_auth au;
+    memcpy(&au, c->hdr, sizeof(au));
+    if (au.magic != TD_STORE_MAGIC_HELLO) return "not a tandem store client (bad magic)";
+    if (au.version != TD_STORE_VERSION) return "unsupported protocol version";
+    uint8_t expect[TD_STORE_MAC_BYTES];
+    td__store_mac(srv->token, "tandem-store-client", c->nonce, au.nonce, expect);
+    td_store_auth_reply rep = {.status = TD_STORE_AUTH_REFUSED};
+    if (!td__store_mac_equal(expect, au.mac)) {
+        /* Tell the client, so it can report TD_ERR_AUTH instead of a reset. */
+        send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+        return "wrong token (authentication failed)";
+    }
+    if (srv->nauth >= srv->lim.max_conns) {
+        /* Filled up since this one was accepted: tell the client, which retries. */
+        uint32_t lim = (uint32_t)TD_MIN(srv->lim.max_conns, (size_t)UINT32_MAX);
+        rep.status = TD_STORE_AUTH_FULL;
+        memcpy(rep.mac, &lim, sizeof(lim));
+        send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+        return "at the limit of authenticated connections";
+    }
+    rep.status = TD_STORE_AUTH_OK;
+    td__store_mac(srv->token, "tandem-store-server", au.nonce, c->nonce, rep.mac);
+    out_append(c, &rep, sizeof(rep));
+    c->state = C_READY;
+    srv->npending--;
+    srv->nauth++;
+    c->hdr_have = 0;
+    c->deadline_ns = 0;
+    return flush_out(srv, c) ? NULL : "write error";
+}
+
+/* A request header is in c->hdr: checks it and takes room for its body, or queues the
+ * connection for room (C_ROOM). NULL, or why to drop. */
+static const char *conn_header(td_store_server_t *srv, conn *c) {
+    memcpy(&c->req, c->hdr, sizeof(c->req));
+    const td_store_req *q = &c->req;
+    if (q->magic != TD_STORE_MAGIC_REQ) return "garbage (bad request magic)";
+    if (q->key_len > TD_STORE_MAX_KEY) return "oversize key";
+    uint64_t amax = q->op == TD_STORE_OP_WAIT ? TD_STORE_MAX_WAIT_BLOB : TD_STORE_MAX_VALUE;
+    if (q->a_len > amax || q->b_len > TD_STORE_MAX_VALUE) return "oversize value";
+    if (q->op < TD_STORE_OP_SET || q->op > TD_STORE_OP_DELETE) return "unknown request";
+    if (q->op != TD_STORE_OP_WAIT && q->key_len == 0) return "empty key";
+    /* key + NUL + a + b, so the key can be used as a C string in place */
+    c->body_len = q->key_len + q->a_len + q->b_len;
+    if ((!is_small(c) && srv->nroom_big) || !take_room(srv, c)) {
+        c->state = C_ROOM;
+        c->ticket = ++srv->next_ticket;
+        c->deadline_ns = 0; /* nothing is read meanwhile */
+        if (is_small(c))
+            srv->nroom_small++;
+        else
+            srv->nroom_big++;
+    }
+    return NULL;
+}
+
+/* The body arrived: splits the key off with a NUL (shifting a and b one byte) and executes it.
+ * NULL, or why to drop. */
+static const char *conn_request(td_store_server_t *srv, conn *c) {
+    const td_store_req *q = &c->req;
+    memmove(c->body + q->key_len + 1, c->body + q->key_len, q->a_len + q->b_len);
+    c->body[q->key_len] = 0;
+    c->hdr_have = 0;
+    c->body_have = c->body_len = 0;
+    c->deadline_ns = 0;
+    if (!execute(srv, c)) return "malformed request";
+    if (!flush_out(srv, c)) return "write error";
+    return NULL;
+}
+
+/* Reads what is available. Returns NULL to keep the connection, or why to drop it ("" for an
+ * ordinary close, not logged). */
 static const char *conn_read(td_store_server_t *srv, conn *c) {
     for (;;) {
         /* one request at a time: the next is read once this one's reply is out */
         if (c->state == C_WAITING || c->state == C_ROOM || out_pending(c)) return NULL;
+        const char *why = NULL;
         if (c->body && c->body_have == c->body_len) {
-            /* The body arrived: split the key off with a NUL by shifting a and b one byte. */
-            const td_store_req *q = &c->req;
-            memmove(c->body + q->key_len + 1, c->body + q->key_len, q->a_len + q->b_len);
-            c->body[q->key_len] = 0;
-            c->hdr_have = 0;
-            c->body_have = c->body_len = 0;
-            c->deadline_ns = 0;
-            if (!execute(srv, c)) return "malformed request";
-            if (!flush_out(srv, c)) return "write error";
+            if ((why = conn_request(srv, c))) return why;
             continue;
         }
         uint8_t *dst;
@@ -783,58 +873,8 @@ static const char *conn_read(td_store_server_t *srv, conn *c) {
         }
         c->hdr_have += (size_t)n;
         if (c->hdr_have < hdr_size) continue;
-        if (c->state == C_HELLO) {
-            td_store_auth au;
-            memcpy(&au, c->hdr, sizeof(au));
-            if (au.magic != TD_STORE_MAGIC_HELLO) return "not a tandem store client (bad magic)";
-            if (au.version != TD_STORE_VERSION) return "unsupported protocol version";
-            uint8_t expect[TD_STORE_MAC_BYTES];
-            td__store_mac(srv->token, "tandem-store-client", c->nonce, au.nonce, expect);
-            td_store_auth_reply rep = {.status = TD_STORE_AUTH_REFUSED};
-            if (!td__store_mac_equal(expect, au.mac)) {
-                /* Tell the client, so it can report TD_ERR_AUTH instead of a reset. */
-                send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
-                return "wrong token (authentication failed)";
-            }
-            if (srv->nauth >= srv->lim.max_conns) {
-                /* Filled up since this one was accepted: tell the client, which retries. */
-                uint32_t lim = (uint32_t)TD_MIN(srv->lim.max_conns, (size_t)UINT32_MAX);
-                rep.status = TD_STORE_AUTH_FULL;
-                memcpy(rep.mac, &lim, sizeof(lim));
-                send(c->fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
-                return "at the limit of authenticated connections";
-            }
-            rep.status = TD_STORE_AUTH_OK;
-            td__store_mac(srv->token, "tandem-store-server", au.nonce, c->nonce, rep.mac);
-            out_append(c, &rep, sizeof(rep));
-            c->state = C_READY;
-            srv->npending--;
-            srv->nauth++;
-            c->hdr_have = 0;
-            c->deadline_ns = 0;
-            if (!flush_out(srv, c)) return "write error";
-            continue;
-        }
-        memcpy(&c->req, c->hdr, sizeof(c->req));
-        const td_store_req *q = &c->req;
-        if (q->magic != TD_STORE_MAGIC_REQ) return "garbage (bad request magic)";
-        if (q->key_len > TD_STORE_MAX_KEY) return "oversize key";
-        uint64_t amax = q->op == TD_STORE_OP_WAIT ? TD_STORE_MAX_WAIT_BLOB : TD_STORE_MAX_VALUE;
-        if (q->a_len > amax || q->b_len > TD_STORE_MAX_VALUE) return "oversize value";
-        if (q->op < TD_STORE_OP_SET || q->op > TD_STORE_OP_DELETE) return "unknown request";
-        if (q->op != TD_STORE_OP_WAIT && q->key_len == 0) return "empty key";
-        /* key + NUL + a + b, so the key can be used as a C string in place */
-        c->body_len = q->key_len + q->a_len + q->b_len;
-        if ((!is_small(c) && srv->nroom_big) || !take_room(srv, c)) {
-            c->state = C_ROOM;
-            c->ticket = ++srv->next_ticket;
-            c->deadline_ns = 0; /* nothing is read meanwhile */
-            if (is_small(c))
-                srv->nroom_small++;
-            else
-                srv->nroom_big++;
-            return NULL;
-        }
+        why = c->state == C_HELLO ? conn_auth(srv, c) : conn_header(srv, c);
+        if (why) return why;
     }
 }
 
@@ -865,7 +905,7 @@ static void accept_all(td_store_server_t *srv) {
         int fd = accept4(srv->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             /* At the descriptor (or memory) limit the pending connection stays queued and the
-             * listening socket readable: stop polling it for a while instead of spinning. */
+             * listening socket readable: stop watching it for a while instead of spinning. */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 if (!srv->accept_resume_ns)
                     TD_LOG_WARN("store: cannot accept connections (%s, %zu open); retrying every "
@@ -910,6 +950,7 @@ static void accept_all(td_store_server_t *srv) {
             continue;
         }
         conn *c = td_xcalloc(1, sizeof(*c));
+        c->srv = srv;
         c->fd = fd;
         td_escape_text(c->peer, sizeof(c->peer), peer, strlen(peer));
         int one = 1;
@@ -921,6 +962,7 @@ static void accept_all(td_store_server_t *srv) {
             srv->cap_conns = srv->cap_conns ? srv->cap_conns * 2 : 16;
             srv->conns = td_xrealloc(srv->conns, srv->cap_conns * sizeof(*srv->conns));
         }
+        c->slot = srv->nconns;
         srv->conns[srv->nconns++] = c;
         srv->npending++;
         if (td__random_bytes(c->nonce, sizeof(c->nonce)) != 0) {
@@ -934,93 +976,190 @@ static void accept_all(td_store_server_t *srv) {
     }
 }
 
-static void *server_main(void *arg) {
-    td_store_server_t *srv = arg;
-    struct pollfd *pfds = NULL;
-    size_t pcap = 0;
-    while (!atomic_load(&srv->stop)) {
-        if (srv->nconns + 2 > pcap) {
-            pcap = (srv->nconns + 2) * 2;
-            pfds = td_xrealloc(pfds, pcap * sizeof(*pfds));
-        }
-        uint64_t now = td_now_ns(), next = UINT64_MAX;
-        pfds[1] = (struct pollfd){.fd = srv->wake_fd, .events = POLLIN};
-        for (size_t i = 0; i < srv->nconns; i++) {
-            conn *c = srv->conns[i];
-            short ev = 0;
-            bool out = out_pending(c);
-            if (out) {
-                ev |= POLLOUT;
-                if (!c->out_stall_ns) c->out_stall_ns = ms_from_now(srv->frame_ms);
-                if (c->out_stall_ns < next) next = c->out_stall_ns;
-            }
-            if ((c->state == C_HELLO || c->state == C_READY) && !out) ev |= POLLIN;
-            /* not reading meanwhile, but a client that goes away must give its place back */
-            if (c->state == C_WAITING || c->state == C_ROOM) ev |= POLLRDHUP;
-            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
-            if (c->deadline_ns && c->deadline_ns < next) next = c->deadline_ns;
-            if (c->state == C_WAITING && c->wait_deadline_ns && c->wait_deadline_ns < next)
-                next = c->wait_deadline_ns;
-        }
-        bool accepting = !srv->accept_resume_ns || now >= srv->accept_resume_ns;
-        if (!accepting) next = TD_MIN(next, srv->accept_resume_ns);
-        pfds[0] = (struct pollfd){.fd = srv->listen_fd, .events = accepting ? POLLIN : 0};
-        int timeout = -1;
-        if (next != UINT64_MAX) timeout = next <= now ? 0 : (int)((next - now) / 1000000 + 1);
-        if (srv->run_again) timeout = 0;
+/* ---------------- the loop ---------------- */
+
+static void on_conn(td_loop *l, int fd, unsigned events, void *user);
+
+/* What a connection's deadlines say now: NULL to keep it, or why to drop it (into buf). A parked
+ * request whose deadline passed is answered here. */
+static const char *conn_expired(td_store_server_t *srv, conn *c, uint64_t now, char *buf,
+                                size_t cap) {
+    if (out_pending(c) && c->out_stall_ns && now >= c->out_stall_ns) {
+        snprintf(buf, cap, "not reading its replies (%zu bytes unsent, none taken for %d ms)",
+                 c->out_len - c->out_off + (c->out_val ? c->out_val->nbytes - c->out_val_off : 0),
+                 srv->frame_ms);
+        return buf;
+    }
+    if (c->deadline_ns && now >= c->deadline_ns)
+        return c->state == C_HELLO ? "did not authenticate in time (stalled handshake)"
+                                   : "stalled in the middle of a request";
+    if (c->state == C_WAITING && c->wait_deadline_ns && now >= c->wait_deadline_ns) {
+        try_complete_wait(srv, c, true);
+        finish_wait(srv, c);
+        if (!flush_out(srv, c)) return "write error";
+    }
+    return NULL;
+}
+
+/* The deadline timer: every connection whose deadline passed, and accepting again after a
+ * pause. The next one is set before the loop sleeps (before_sleep). */
+static void on_sweep(td_loop *l, void *user) {
+    (void)l;
+    td_store_server_t *srv = user;
+    srv->sweep = 0;
+    uint64_t now = td_now_ns();
+    /* Backwards, so that dropping (swap with last) skips no one. */
+    for (size_t k = srv->nconns; k-- > 0;) {
+        char buf[120];
+        const char *why = conn_expired(srv, srv->conns[k], now, buf, sizeof buf);
+        if (why) drop(srv, k, why);
+    }
+    if (srv->accept_resume_ns && now >= srv->accept_resume_ns) accept_all(srv);
+}
+
+static void on_conn(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd;
+    conn *c = user;
+    td_store_server_t *srv = c->srv;
+    const char *why = NULL;
+    if (events & TD_LOOP_WRITE && !flush_out(srv, c)) why = "write error";
+    /* A hang-up or an error counts as readable: the read sees it. */
+    if (!why && events & TD_LOOP_READ) why = conn_read(srv, c);
+    if (why) drop(srv, c->slot, *why ? why : NULL);
+}
+
+/* A parked connection's client went away (or its socket failed). */
+static void on_hangup(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events;
+    td_store_server_t *srv = user;
+    struct epoll_event evs[64];
+    int n = epoll_wait(srv->hup_fd, evs, (int)TD_ARRAY_LEN(evs), 0);
+    for (int i = 0; i < n; i++) {
+        conn *c = evs[i].data.ptr;
+        /* answered and unparked earlier in this turn: before_sleep takes it out of the set */
+        if (c->state != C_WAITING && c->state != C_ROOM) continue;
+        drop(srv, c->slot,
+             c->state == C_WAITING ? "closed while its request was parked"
+                                   : "closed in the middle of a request");
+    }
+}
+
+static void on_listen(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events;
+    accept_all(user);
+}
+
+static void on_wake(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    td_store_server_t *srv = user;
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof(v));
+    (void)r;
+    if (atomic_load(&srv->stop)) td_loop_stop(l);
+}
+
+/* Watches c for what its state wants: its replies' room while any are unsent, else its next
+ * bytes while it reads requests; parked, only its hang-up (hup_fd). Returns 0, or the errno
+ * of a descriptor that cannot be watched. */
+static int conn_watch(td_store_server_t *srv, conn *c) {
+    bool out = out_pending(c);
+    if (out && !c->out_stall_ns) c->out_stall_ns = ms_from_now(srv->frame_ms);
+    bool parked = c->state == C_WAITING || c->state == C_ROOM;
+    unsigned want = out ? TD_LOOP_WRITE : parked ? 0 : TD_LOOP_READ;
+    if (want != c->watched) {
+        if (!want)
+            td_loop_unwatch(srv->loop, c->fd);
+        else if (td_loop_watch(srv->loop, c->fd, want, on_conn, c) != TD_OK)
+            return errno ? errno : EINVAL;
+        c->watched = want;
+    }
+    if (parked != c->parked) {
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = c};
+        if (epoll_ctl(srv->hup_fd, parked ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, c->fd, &ev) != 0)
+            return errno;
+        c->parked = parked;
+    }
+    return 0;
+}
+
+static uint64_t conn_next_deadline(const conn *c) {
+    uint64_t next = UINT64_MAX;
+    if (out_pending(c) && c->out_stall_ns) next = c->out_stall_ns;
+    if (c->deadline_ns) next = TD_MIN(next, c->deadline_ns);
+    if (c->state == C_WAITING && c->wait_deadline_ns) next = TD_MIN(next, c->wait_deadline_ns);
+    return next;
+}
+
+/* Sets the deadline timer to `next` (UINT64_MAX: none). */
+static void arm_sweep(td_store_server_t *srv, uint64_t next) {
+    if (srv->sweep && srv->sweep_at_ns == next) return;
+    td_loop_cancel(srv->loop, srv->sweep);
+    srv->sweep = 0;
+    if (next == UINT64_MAX) return;
+    uint64_t now = td_now_ns();
+    /* A tenth of a millisecond late, so that the deadline has passed by td_now_ns's clock when
+     * the timer runs on the loop's (double seconds). */
+    double after_s = next > now ? (double)(next - now) / 1e9 + 1e-4 : 0;
+    srv->sweep = td_loop_timer(srv->loop, after_s, 0, on_sweep, srv);
+    srv->sweep_at_ns = next;
+}
+
+/* Before each sleep: what the last turn's callbacks changed. Bodies finished or dropped may make
+ * room for requests waiting for it; each connection is watched for what it waits for now; the
+ * deadline timer is set to the nearest deadline. */
+static void before_sleep(td_loop *l, void *user) {
+    (void)l;
+    td_store_server_t *srv = user;
+    for (;;) {
+        admit_waiting(srv);
+        if (!srv->run_again) break;
+        /* Admitted with no body: nothing will arrive to wake it, so it runs here (and what it
+         * gives back may admit more). */
         srv->run_again = false;
-        size_t n = srv->nconns; /* conns accepted below are polled next round */
-        if (poll(pfds, n + 2, timeout) < 0 && errno != EINTR) {
-            TD_LOG_ERROR("store: poll failed: %s", strerror(errno));
-            break;
-        }
-        if (pfds[1].revents) {
-            uint64_t v;
-            ssize_t r = read(srv->wake_fd, &v, sizeof(v));
-            (void)r;
-        }
-        /* Walk backwards so dropping (swap with last) doesn't skip anyone. */
-        now = td_now_ns();
-        for (size_t k = n; k-- > 0;) {
+        for (size_t k = srv->nconns; k-- > 0;) {
             conn *c = srv->conns[k];
-            short re = pfds[k + 2].revents;
-            const char *why = NULL;
-            char stalled[120];
-            if (re & POLLOUT && !flush_out(srv, c)) why = "write error";
-            if (!why && out_pending(c) && c->out_stall_ns && now >= c->out_stall_ns) {
-                snprintf(stalled, sizeof(stalled),
-                         "not reading its replies (%zu bytes unsent, none taken for %d ms)",
-                         c->out_len - c->out_off +
-                             (c->out_val ? c->out_val->nbytes - c->out_val_off : 0),
-                         srv->frame_ms);
-                why = stalled;
-            }
-            if (!why && (c->state == C_WAITING || c->state == C_ROOM) &&
-                re & (POLLRDHUP | POLLHUP | POLLERR))
-                why = c->state == C_WAITING ? "closed while its request was parked"
-                                            : "closed in the middle of a request";
-            if (!why && (re & (POLLIN | POLLHUP | POLLERR) ||
-                         (c->state == C_READY && c->body && c->body_have == c->body_len)))
-                why = conn_read(srv, c);
-            if (!why && c->deadline_ns && now >= c->deadline_ns)
-                why = c->state == C_HELLO ? "did not authenticate in time (stalled handshake)"
-                                          : "stalled in the middle of a request";
-            if (!why && c->state == C_WAITING && c->wait_deadline_ns &&
-                now >= c->wait_deadline_ns) {
-                try_complete_wait(srv, c, true);
-                finish_wait(srv, c);
-                if (!flush_out(srv, c)) why = "write error";
-            }
+            if (c->state != C_READY || !c->body || c->body_have != c->body_len) continue;
+            const char *why = conn_read(srv, c);
             if (why) drop(srv, k, *why ? why : NULL);
         }
-        /* Bodies finished or dropped above may make room for those waiting; a connection
-         * admitted here is read next round (its bytes are waiting in the socket). */
-        admit_waiting(srv);
-        if (pfds[0].revents & POLLIN ||
-            (srv->accept_resume_ns && td_now_ns() >= srv->accept_resume_ns))
-            accept_all(srv);
     }
-    free(pfds);
+    uint64_t next = UINT64_MAX;
+    for (size_t k = srv->nconns; k-- > 0;) {
+        conn *c = srv->conns[k];
+        int err = conn_watch(srv, c);
+        if (err) {
+            char why[80];
+            snprintf(why, sizeof why, "cannot watch its socket (%s)", strerror(err));
+            td_error_clear();
+            drop(srv, k, why);
+            continue;
+        }
+        next = TD_MIN(next, conn_next_deadline(c));
+    }
+    bool accepting = !srv->accept_resume_ns;
+    if (accepting != srv->listening) {
+        if (!accepting) {
+            td_loop_unwatch(srv->loop, srv->listen_fd);
+        } else if (td_loop_watch(srv->loop, srv->listen_fd, TD_LOOP_READ, on_listen, srv) !=
+                   TD_OK) {
+            /* as at the descriptor limit: try again in a while */
+            TD_LOG_WARN("store: %s; retrying in 100 ms", td_error_msg());
+            td_error_clear();
+            srv->accept_resume_ns = td_now_ns() + 100000000ull;
+            accepting = false;
+        }
+        srv->listening = accepting;
+    }
+    if (srv->accept_resume_ns) next = TD_MIN(next, srv->accept_resume_ns);
+    arm_sweep(srv, next);
+}
+
+static void *server_main(void *arg) {
+    td_store_server_t *srv = arg;
+    if (td_loop_run(srv->loop) != TD_OK) {
+        TD_LOG_ERROR("store: its event loop failed: %s", td_error_msg());
+        td_error_clear();
+    }
     return NULL;
 }
 
@@ -1071,11 +1210,26 @@ td_status td_store_server_start_fd(int fd, const char *token, td_store_server_t 
     srv->handshake_ms = 10000;
     srv->frame_ms = 60000;
     td__store_limits_default(&srv->lim);
+    srv->hup_fd = -1;
     srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (srv->wake_fd < 0) {
         st = td_error_errno(TD_ERR_SYS, "store server: eventfd");
         goto fail;
     }
+    srv->hup_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (srv->hup_fd < 0) {
+        st = td_error_errno(TD_ERR_SYS, "store server: epoll_create1");
+        goto fail;
+    }
+    /* The loop is made here, so that its failure is the caller's error; from the thread's start
+     * on only the thread touches it. */
+    if ((st = td_loop_new(&srv->loop)) != TD_OK ||
+        (st = td_loop_watch(srv->loop, srv->wake_fd, TD_LOOP_READ, on_wake, srv)) != TD_OK ||
+        (st = td_loop_watch(srv->loop, srv->hup_fd, TD_LOOP_READ, on_hangup, srv)) != TD_OK ||
+        (st = td_loop_watch(srv->loop, fd, TD_LOOP_READ, on_listen, srv)) != TD_OK)
+        goto fail;
+    srv->listening = true;
+    td_loop_before_sleep(srv->loop, before_sleep, srv);
     int rc = pthread_create(&srv->thread, NULL, server_main, srv);
     if (rc) {
         errno = rc;
@@ -1085,6 +1239,8 @@ td_status td_store_server_start_fd(int fd, const char *token, td_store_server_t 
     *out = srv;
     return TD_OK;
 fail:
+    td_loop_free(srv->loop);
+    if (srv->hup_fd >= 0) close(srv->hup_fd);
     if (srv->wake_fd >= 0) close(srv->wake_fd);
     close(fd);
     table_free(&srv->kv);
@@ -1106,7 +1262,9 @@ void td_store_server_stop(td_store_server_t *srv) {
     pthread_join(srv->thread, NULL);
     for (size_t i = 0; i < srv->nconns; i++) conn_free(srv, srv->conns[i]);
     free(srv->conns);
+    td_loop_free(srv->loop); /* closes none of the descriptors it watched */
     close(srv->listen_fd);
+    close(srv->hup_fd);
     close(srv->wake_fd);
     table_free(&srv->kv);
     free(srv->token);

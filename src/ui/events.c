@@ -1,10 +1,13 @@
 /* Server-sent events: the live side of `tandem ui`.
  *
- * One poller thread serves every open stream. Every POLL_RUN_S it asks SQLite whether anything
- * was committed since its last look (data_version: one cheap pragma) and, for each stream that
- * follows a run, reads the metric rows past the stream's cursor (a rowid range: only new rows
- * are visited), the run's row (status changes), the growth of its log files and of its metric
- * files (a resume event there means the ingest will cut points back: the page must refetch).
+ * One poller thread serves every open stream, on an event loop of its own (loop.h; the HTTP
+ * side is libmicrohttpd's threads): its passes are timers, and a new stream or the stop is a
+ * write to an eventfd it watches. Every POLL_RUN_S, while streams follow runs, it asks SQLite
+ * whether anything was committed since its last look (data_version: one cheap pragma) and,
+ * for each stream that follows a run, reads the metric rows past the stream's cursor (a rowid
+ * range: only new rows are visited), the run's row (status changes), the growth of its log
+ * files and of its metric files (a resume event there means the ingest will cut points back:
+ * the page must refetch).
  * Every POLL_RUNS_S it lists the runs for the streams of the runs table. What it finds is
  * queued as text on each stream; the stream's reader (a libmicrohttpd connection thread,
  * blocked in td__ui_stream_read) wakes and hands it out.
@@ -14,11 +17,14 @@
  * memory stays bounded and nothing is skipped. */
 #include "ui_internal.h"
 
+#include "tandem/loop.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,14 +93,28 @@ struct td__ui_stream {
 struct td__ui_events {
     td_ui *ui;
     pthread_mutex_t lock;
-    pthread_cond_t wake;
+    int wake_fd; /* eventfd: a new stream, or stopping */
     pthread_t thread;
     int started, stopping;
     td__ui_stream *streams;
-    td_rundb *db; /* the poller's own reader */
+    /* the poller thread's own, from here on */
+    td_loop *loop;
+    uint64_t run_timer, runs_timer; /* the passes' periodic timers, while they have streams */
+    td_rundb *db;                   /* the poller's own reader */
     int64_t data_version;
     int runs_pass;
+    /* A commit seen on a pass that served only one kind of stream is still news for the other
+     * kind's next pass: each keeps its own flag (one shared flag lost points for seconds when
+     * a runs-table pass consumed it). */
+    int run_news, runs_news;
 };
+
+/* Wakes the poller thread (from any thread). */
+static void wake(td__ui_events *ev) {
+    uint64_t one = 1;
+    ssize_t r = write(ev->wake_fd, &one, sizeof one);
+    (void)r; /* a full counter wakes it as well */
+}
 
 /* ---- queueing (under ev->lock) ---- */
 
@@ -191,8 +211,8 @@ static void stream_add(td__ui_events *ev, td__ui_stream *s) {
     if (ev->stopping) s->done = 1;
     s->next = ev->streams;
     ev->streams = s;
-    pthread_cond_signal(&ev->wake);
     pthread_mutex_unlock(&ev->lock);
+    wake(ev);
 }
 
 void td__ui_stream_release(td__ui_stream *s) {
@@ -643,96 +663,140 @@ static void reap_stale(td__ui_events *ev) {
     td_runs_free(runs, n);
 }
 
-static void *poller(void *arg) {
-    td__ui_events *ev = arg;
-    double next_run = 0, next_runs = 0, next_reap = 0;
-    /* A commit seen on a pass that served only one kind of stream is still news for the other
-     * kind's next pass: each keeps its own flag (one shared flag lost points for seconds when
-     * a runs-table pass consumed it). */
-    int run_news = 0, runs_news = 0;
+#define MAX_WORK 256 /* streams served per pass; the rest wait for the next */
+
+/* The streams of one kind that need work, with a reference each (td__ui_stream_release may come
+ * meanwhile); drops released and finished ones from the list on the way. Returns how many. */
+static size_t take_work(td__ui_events *ev, int kind, td__ui_stream **work) {
+    size_t nwork = 0;
     pthread_mutex_lock(&ev->lock);
-    while (!ev->stopping) {
-        /* Take the streams that need work, with a reference each, and drop released ones. */
-        td__ui_stream *work[256];
-        size_t nwork = 0;
-        for (td__ui_stream **pp = &ev->streams; *pp;) {
-            td__ui_stream *s = *pp;
-            if (s->released || s->done) {
-                *pp = s->next;
-                unref_locked(s);
-                continue;
-            }
-            if (nwork < TD_ARRAY_LEN(work)) {
-                s->refs++;
-                work[nwork++] = s;
-            }
-            pp = &s->next;
+    for (td__ui_stream **pp = &ev->streams; *pp;) {
+        td__ui_stream *s = *pp;
+        if (s->released || s->done) {
+            *pp = s->next;
+            unref_locked(s);
+            continue;
         }
-        pthread_mutex_unlock(&ev->lock);
-        double now = td_now_s();
-        if (now >= next_reap) {
-            reap_stale(ev);
-            next_reap = now + REAP_S;
+        if (s->kind == kind && nwork < MAX_WORK) {
+            s->refs++;
+            work[nwork++] = s;
         }
-        int run_due = now >= next_run, runs_due = now >= next_runs;
-        int have_runs = 0;
-        for (size_t i = 0; i < nwork; i++) have_runs |= work[i]->kind == STREAM_RUNS;
-        if (nwork && (run_due || runs_due)) {
-            int64_t dv = 0;
-            if (td_rundb_data_version(ev->db, &dv) != TD_OK) {
-                td_error_clear();
-                dv = ev->data_version + 1;
-            }
-            if (dv != ev->data_version) run_news = runs_news = 1;
-            ev->data_version = dv;
-        }
-        int run_changed = 0, runs_changed = 0;
-        if (run_due) {
-            next_run = now + POLL_RUN_S;
-            run_changed = run_news;
-            run_news = 0;
-        }
-        td_run *runs = NULL;
-        size_t nruns = 0;
-        int metrics_pass = 0;
-        if (runs_due && have_runs) {
-            next_runs = now + POLL_RUNS_S;
-            metrics_pass = ++ev->runs_pass % RUNS_METRICS_EVERY == 0;
-            runs_changed = runs_news;
-            runs_news = 0;
-            if ((runs_changed || metrics_pass) && td_run_list(ev->db, 1, &runs, &nruns) != TD_OK) {
-                td_error_clear();
-                runs = NULL;
-                nruns = 0;
-            }
-        }
-        for (size_t i = 0; i < nwork; i++) {
-            td__ui_stream *s = work[i];
-            int gone;
-            pthread_mutex_lock(&ev->lock);
-            gone = s->released || ev->stopping;
-            pthread_mutex_unlock(&ev->lock);
-            if (gone) continue;
-            if (s->kind == STREAM_RUN && run_due)
-                poll_run(ev, s, run_changed);
-            else if (s->kind == STREAM_RUNS && runs)
-                poll_runs(ev, s, runs, nruns, metrics_pass);
-        }
-        td_runs_free(runs, nruns);
-        pthread_mutex_lock(&ev->lock);
-        for (size_t i = 0; i < nwork; i++) unref_locked(work[i]);
-        if (ev->stopping) break;
-        /* Sleep until the next pass, or until a new stream wants its first events. */
-        double wake_at = next_run < next_runs || !have_runs ? next_run : next_runs;
-        if (!ev->streams) wake_at = td_now_s() + 1.0;
-        struct timespec ts;
-        timespec_at(wake_at, &ts);
-        if (wake_at > td_now_s()) {
-            int rc = pthread_cond_timedwait(&ev->wake, &ev->lock, &ts);
-            if (rc == 0) next_run = 0; /* woken for a new stream: serve it now */
-        }
+        pp = &s->next;
     }
     pthread_mutex_unlock(&ev->lock);
+    return nwork;
+}
+
+static void put_work(td__ui_events *ev, td__ui_stream **work, size_t nwork) {
+    pthread_mutex_lock(&ev->lock);
+    for (size_t i = 0; i < nwork; i++) unref_locked(work[i]);
+    pthread_mutex_unlock(&ev->lock);
+}
+
+/* Whether s is still wanted (its connection holds it, and the server is not stopping). */
+static int serving(td__ui_events *ev, td__ui_stream *s) {
+    pthread_mutex_lock(&ev->lock);
+    int yes = !s->released && !ev->stopping;
+    pthread_mutex_unlock(&ev->lock);
+    return yes;
+}
+
+/* One cheap question to SQLite: was anything committed since the last pass of either kind? */
+static void check_news(td__ui_events *ev) {
+    int64_t dv = 0;
+    if (td_rundb_data_version(ev->db, &dv) != TD_OK) {
+        td_error_clear();
+        dv = ev->data_version + 1;
+    }
+    if (dv != ev->data_version) ev->run_news = ev->runs_news = 1;
+    ev->data_version = dv;
+}
+
+/* Every POLL_RUN_S while streams follow runs: each gets what its run gained. */
+static void run_pass(td_loop *l, void *user) {
+    td__ui_events *ev = user;
+    td__ui_stream *work[MAX_WORK];
+    size_t nwork = take_work(ev, STREAM_RUN, work);
+    if (!nwork) { /* none left: the timer waits for the next stream */
+        td_loop_cancel(l, ev->run_timer);
+        ev->run_timer = 0;
+        return;
+    }
+    check_news(ev);
+    int changed = ev->run_news;
+    ev->run_news = 0;
+    for (size_t i = 0; i < nwork; i++)
+        if (serving(ev, work[i])) poll_run(ev, work[i], changed);
+    put_work(ev, work, nwork);
+}
+
+/* Every POLL_RUNS_S while streams show the runs table: the list, when it changed (and every
+ * RUNS_METRICS_EVERY passes for the live runs' metrics). */
+static void runs_pass(td_loop *l, void *user) {
+    td__ui_events *ev = user;
+    td__ui_stream *work[MAX_WORK];
+    size_t nwork = take_work(ev, STREAM_RUNS, work);
+    if (!nwork) {
+        td_loop_cancel(l, ev->runs_timer);
+        ev->runs_timer = 0;
+        return;
+    }
+    check_news(ev);
+    int metrics_pass = ++ev->runs_pass % RUNS_METRICS_EVERY == 0;
+    int changed = ev->runs_news;
+    ev->runs_news = 0;
+    td_run *runs = NULL;
+    size_t nruns = 0;
+    if ((changed || metrics_pass) && td_run_list(ev->db, 1, &runs, &nruns) != TD_OK) {
+        td_error_clear();
+        runs = NULL;
+        nruns = 0;
+    }
+    for (size_t i = 0; runs && i < nwork; i++)
+        if (serving(ev, work[i])) poll_runs(ev, work[i], runs, nruns, metrics_pass);
+    td_runs_free(runs, nruns);
+    put_work(ev, work, nwork);
+}
+
+static void reap_pass(td_loop *l, void *user) {
+    (void)l;
+    reap_stale(user);
+}
+
+/* A new stream, or the stop. A stream that follows a run gets its first events at once (a pass
+ * of every run stream, the timer's phase starting over); the runs table's first stream starts
+ * its timer, due at once. */
+static void on_wake(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    td__ui_events *ev = user;
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof v);
+    (void)r;
+    int have[2] = {0, 0};
+    pthread_mutex_lock(&ev->lock);
+    int stopping = ev->stopping;
+    for (td__ui_stream *s = ev->streams; s; s = s->next)
+        if (!s->released && !s->done) have[s->kind] = 1;
+    pthread_mutex_unlock(&ev->lock);
+    if (stopping) {
+        td_loop_stop(l);
+        return;
+    }
+    if (have[STREAM_RUN]) {
+        td_loop_cancel(l, ev->run_timer);
+        ev->run_timer = td_loop_timer(l, POLL_RUN_S, POLL_RUN_S, run_pass, ev);
+        run_pass(l, ev);
+    }
+    if (have[STREAM_RUNS] && !ev->runs_timer)
+        ev->runs_timer = td_loop_timer(l, 0, POLL_RUNS_S, runs_pass, ev);
+}
+
+static void *poller(void *arg) {
+    td__ui_events *ev = arg;
+    if (td_loop_run(ev->loop) != TD_OK) {
+        TD_LOG_ERROR("tandem ui: the live-event poller's loop failed: %s", td_error_msg());
+        td_error_clear();
+    }
     return NULL;
 }
 
@@ -740,30 +804,35 @@ td_status td__ui_events_start(td_ui *ui, td__ui_events **out) {
     *out = NULL;
     td__ui_events *ev = td_xcalloc(1, sizeof *ev);
     ev->ui = ui;
-    td_status st = td_rundb_open_reader(ui->writer, &ev->db);
-    if (st != TD_OK) {
+    ev->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ev->wake_fd < 0) {
         free(ev);
-        return st;
+        return td_error_errno(TD_ERR_SYS, "tandem ui: eventfd for the event poller");
     }
+    td_status st = td_rundb_open_reader(ui->writer, &ev->db);
+    /* The loop is made here, so that its failure is the caller's error; from the thread's start
+     * on only the poller thread touches it. */
+    if (st == TD_OK && (st = td_loop_new(&ev->loop)) == TD_OK)
+        st = td_loop_watch(ev->loop, ev->wake_fd, TD_LOOP_READ, on_wake, ev);
+    if (st != TD_OK) goto fail;
+    td_loop_timer(ev->loop, 0, REAP_S, reap_pass, ev);
     pthread_mutex_init(&ev->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ev->wake, &ca);
-    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&ev->thread, NULL, poller, ev);
     if (rc != 0) {
         errno = rc;
         st = td_error_errno(TD_ERR_SYS, "cannot start the ui's event poller thread");
         pthread_mutex_destroy(&ev->lock);
-        pthread_cond_destroy(&ev->wake);
-        td_rundb_close(ev->db);
-        free(ev);
-        return st;
+        goto fail;
     }
     ev->started = 1;
     *out = ev;
     return TD_OK;
+fail:
+    td_loop_free(ev->loop);
+    td_rundb_close(ev->db);
+    close(ev->wake_fd);
+    free(ev);
+    return st;
 }
 
 void td__ui_events_stop(td__ui_events *ev) {
@@ -771,8 +840,8 @@ void td__ui_events_stop(td__ui_events *ev) {
     pthread_mutex_lock(&ev->lock);
     ev->stopping = 1;
     for (td__ui_stream *s = ev->streams; s; s = s->next) pthread_cond_signal(&s->cond);
-    pthread_cond_signal(&ev->wake);
     pthread_mutex_unlock(&ev->lock);
+    wake(ev);
     if (ev->started) pthread_join(ev->thread, NULL);
     ev->started = 0;
 }
@@ -789,7 +858,8 @@ void td__ui_events_free(td__ui_events *ev) {
     }
     pthread_mutex_unlock(&ev->lock);
     pthread_mutex_destroy(&ev->lock);
-    pthread_cond_destroy(&ev->wake);
+    td_loop_free(ev->loop);
+    close(ev->wake_fd);
     td_rundb_close(ev->db);
     free(ev);
 }

@@ -1,7 +1,5 @@
 /* tandem ui: serve the runs dashboard of this project until SIGINT/SIGTERM. */
-#include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,6 +7,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/ui.h"
 
@@ -50,6 +49,32 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag, i
         return NULL;
     }
     return argv[++*i];
+}
+
+struct signal_wait {
+    td_sigwatch *sw;
+    int sig;
+};
+
+static void on_signal(td_loop *l, int fd, unsigned events, void *user) {
+    (void)fd, (void)events;
+    struct signal_wait *w = user;
+    w->sig = td_sigwatch_next(w->sw);
+    if (w->sig) td_loop_stop(l);
+}
+
+/* The server runs in libmicrohttpd's threads and the events thread; this one only waits, on
+ * the event loop every long-lived tandem process runs on, for SIGINT or SIGTERM. Returns the
+ * signal, or 0 when the loop itself failed (printed). */
+static int wait_for_signal(td_sigwatch *sw) {
+    struct signal_wait w = {.sw = sw, .sig = 0};
+    td_loop *l = NULL;
+    td_status st = td_loop_new(&l);
+    if (st == TD_OK) st = td_loop_watch(l, sw->fd, TD_LOOP_READ, on_signal, &w);
+    if (st == TD_OK) st = td_loop_run(l);
+    if (st != TD_OK) td_error_print(st);
+    td_loop_free(l);
+    return w.sig;
 }
 
 int cmd_ui(int argc, char **argv) {
@@ -107,14 +132,9 @@ int cmd_ui(int argc, char **argv) {
     printf("tandem ui: serving %s; Ctrl-C stops it\n",
            opts.project_dir ? opts.project_dir : "this project's runs");
     fflush(stdout);
-    int sig = 0;
-    while (!sig) {
-        struct pollfd p = {.fd = sw.fd, .events = POLLIN};
-        if (poll(&p, 1, -1) < 0 && errno != EINTR) break;
-        sig = td_sigwatch_next(&sw);
-    }
+    int sig = wait_for_signal(&sw);
     td_ui_stop(ui);
     td_sigwatch_close(&sw);
-    printf("tandem ui: stopped (%s)\n", sig ? strsignal(sig) : "poll failed");
+    printf("tandem ui: stopped (%s)\n", sig ? strsignal(sig) : "its event loop failed");
     return 0;
 }

@@ -1,4 +1,4 @@
-/* core's mirror (tandem/mirror.h): append-only files over a byte stream that breaks, each byte
+/* The mirror (tandem/mirror.h): append-only files over a byte stream that breaks, each byte
  * once, and nothing written outside the receiver's directories; whole files; the link's mutual
  * authentication, checked against an independent implementation of the exchange. */
 #include "test.h"

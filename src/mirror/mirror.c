@@ -1,23 +1,18 @@
-/* Append-only files over one byte stream, each byte once (include/tandem/mirror.h). */
+/* Append-only files over one byte stream, each byte once (include/tandem/mirror.h). The link's
+ * handshake is auth.c. */
 #include "tandem/mirror.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <nettle/hmac.h>
-#include <nettle/memops.h>
 
 #include "tandem/os.h"
 
@@ -78,238 +73,6 @@ static int write_all(int fd, const void *buf, size_t n) {
         n -= (size_t)w;
     }
     return 0;
-}
-
-/* -------------------------------------------------------- authentication ---- */
-
-#define AUTH_NONCE_BYTES 32
-#define AUTH_MAC_BYTES   SHA256_DIGEST_SIZE
-/* The longest line of the exchange is the agent's (129 bytes); anything much longer is not it. */
-#define AUTH_LINE_MAX 256
-#define AUTH_VERSION  "1"
-
-static void auth_mac(const char *token, const char *label, const uint8_t *n1, const uint8_t *n2,
-                     uint8_t out[AUTH_MAC_BYTES]) {
-    struct hmac_sha256_ctx ctx;
-    hmac_sha256_set_key(&ctx, strlen(token), (const uint8_t *)token);
-    hmac_sha256_update(&ctx, strlen(label), (const uint8_t *)label);
-    hmac_sha256_update(&ctx, AUTH_NONCE_BYTES, n1);
-    hmac_sha256_update(&ctx, AUTH_NONCE_BYTES, n2);
-    hmac_sha256_digest(&ctx, AUTH_MAC_BYTES, out);
-    memset(&ctx, 0, sizeof ctx); /* keyed state */
-}
-
-static td_status auth_random(uint8_t *buf, size_t n) {
-    while (n > 0) {
-        ssize_t r = getrandom(buf, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return td_error_errno(TD_ERR_SYS, "link: getrandom for a nonce");
-        buf += r;
-        n -= (size_t)r;
-    }
-    return TD_OK;
-}
-
-static void hex_encode(char *out, const uint8_t *in, size_t n) {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-static int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Exactly 2n hex digits at s; returns the characters used (2n) or 0. */
-static size_t hex_decode(uint8_t *out, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        int hi = hex_value(s[2 * i]), lo = hi < 0 ? -1 : hex_value(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) return 0;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 2 * n;
-}
-
-static int remaining_ms(uint64_t deadline_ns) {
-    uint64_t now = td_now_ns();
-    if (now >= deadline_ns) return 0;
-    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
-/* Waits until fd is ready for events, or the deadline: TD_ERR_TIMEOUT naming what was awaited. */
-static td_status wait_ready(int fd, short events, uint64_t deadline_ns, const char *what) {
-    for (;;) {
-        int ms = remaining_ms(deadline_ns);
-        if (ms == 0)
-            return td_error(TD_ERR_TIMEOUT,
-                            "link: gave up waiting for %s (is the other end a tandem of this "
-                            "version, and not stalled?)",
-                            what);
-        struct pollfd p = {.fd = fd, .events = events};
-        int r = poll(&p, 1, ms);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return td_error_errno(TD_ERR_IO, "link: waiting for %s", what);
-        if (r > 0) return TD_OK; /* ready, or an error/hangup the read or write reports */
-    }
-}
-
-td_status td_mirror_read_line(int fd, char *line, size_t cap, uint64_t deadline_ns,
-                              const char *what) {
-    size_t len = 0;
-    for (;;) {
-        if (deadline_ns) TD_CHECK(wait_ready(fd, POLLIN, deadline_ns, what));
-        char c;
-        ssize_t r = read(fd, &c, 1);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-        if (r < 0) return td_error_errno(TD_ERR_IO, "link: reading %s", what);
-        if (r == 0)
-            return td_error(TD_ERR_IO, "link: the connection closed while waiting for %s", what);
-        if (c == '\n') {
-            line[len] = '\0';
-            return TD_OK;
-        }
-        if (len + 1 >= cap) {
-            char quoted[96];
-            td_escape_text(quoted, sizeof quoted, line, len);
-            return td_error(TD_ERR_PROTOCOL,
-                            "link: %s is a line over %zu bytes ('%s'): not a tandem link", what,
-                            cap - 1, quoted);
-        }
-        line[len++] = c;
-    }
-}
-
-/* The handshake's deadline runs from the connection: a timeout says how long that was. */
-static td_status auth_timed(td_status st, const char *what, int timeout_ms) {
-    if (st != TD_ERR_TIMEOUT) return st;
-    return td_error(
-        TD_ERR_TIMEOUT,
-        "link: %s did not come within %d ms of the connection (is the other end a tandem of "
-        "this version, and not stalled?)",
-        what, timeout_ms);
-}
-
-static td_status auth_read_line(int fd, char *line, uint64_t deadline_ns, int timeout_ms,
-                                const char *what) {
-    return auth_timed(td_mirror_read_line(fd, line, AUTH_LINE_MAX, deadline_ns, what), what,
-                      timeout_ms);
-}
-
-static td_status auth_write(int fd, const char *text, uint64_t deadline_ns, int timeout_ms,
-                            const char *what) {
-    size_t n = strlen(text);
-    while (n > 0) {
-        /* MSG_NOSIGNAL: a peer that hung up is an error here, not a SIGPIPE for the process. */
-        ssize_t w = send(fd, text, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == ENOTSOCK) w = write(fd, text, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            TD_CHECK(auth_timed(wait_ready(fd, POLLOUT, deadline_ns, what), what, timeout_ms));
-            continue;
-        }
-        if (w < 0) return td_error_errno(TD_ERR_IO, "link: sending %s", what);
-        text += w;
-        n -= (size_t)w;
-    }
-    return TD_OK;
-}
-
-static td_status auth_malformed(const char *what, const char *line, const char *expected) {
-    char quoted[96];
-    td_escape_text(quoted, sizeof quoted, line, strlen(line));
-    return td_error(TD_ERR_PROTOCOL,
-                    "link: %s was '%s', not '%s': the other end is not a tandem link of this "
-                    "version",
-                    what, quoted, expected);
-}
-
-static td_status auth_args(int fd, const char *token, int timeout_ms) {
-    if (fd < 0 || timeout_ms <= 0)
-        return td_error(TD_ERR_INVALID,
-                        "link: authentication needs a connection and a timeout "
-                        "(fd %d, timeout_ms %d)",
-                        fd, timeout_ms);
-    if (!token || !*token)
-        return td_error(TD_ERR_INVALID, "link: no run token to authenticate with (TANDEM_TOKEN)");
-    return TD_OK;
-}
-
-td_status td_mirror_auth_accept(int fd, const char *token, int timeout_ms) {
-    TD_CHECK(auth_args(fd, token, timeout_ms));
-    uint64_t deadline = td_now_ns() + (uint64_t)timeout_ms * 1000000;
-    uint8_t nonce_s[AUTH_NONCE_BYTES], nonce_c[AUTH_NONCE_BYTES];
-    uint8_t want[AUTH_MAC_BYTES], got[AUTH_MAC_BYTES];
-    char line[AUTH_LINE_MAX], hex[2 * AUTH_MAC_BYTES + 1];
-    TD_CHECK(auth_random(nonce_s, sizeof nonce_s));
-    hex_encode(hex, nonce_s, sizeof nonce_s);
-    snprintf(line, sizeof line, "tandem-link " AUTH_VERSION " %s\n", hex);
-    TD_CHECK(auth_write(fd, line, deadline, timeout_ms, "the challenge"));
-
-    const char *what = "the agent's answer to the challenge";
-    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
-    size_t k = hex_decode(nonce_c, line, AUTH_NONCE_BYTES);
-    if (k == 0 || line[k] != ' ' || hex_decode(got, line + k + 1, AUTH_MAC_BYTES) == 0 ||
-        line[k + 1 + 2 * AUTH_MAC_BYTES] != '\0')
-        return auth_malformed(what, line, "NONCE MAC");
-    auth_mac(token, "tandem-link-agent", nonce_s, nonce_c, want);
-    if (!memeql_sec(want, got, AUTH_MAC_BYTES)) {
-        (void)auth_write(fd, "denied\n", deadline, timeout_ms, "the refusal");
-        return td_error(TD_ERR_AUTH,
-                        "link: refused a connection: the peer does not know the run's token "
-                        "(TANDEM_TOKEN); an agent of another run, or not an agent");
-    }
-    auth_mac(token, "tandem-link-supervisor", nonce_c, nonce_s, want);
-    hex_encode(hex, want, sizeof want);
-    snprintf(line, sizeof line, "ok %s\n", hex);
-    return auth_write(fd, line, deadline, timeout_ms, "the proof");
-}
-
-td_status td_mirror_auth_connect(int fd, const char *token, int timeout_ms) {
-    TD_CHECK(auth_args(fd, token, timeout_ms));
-    uint64_t deadline = td_now_ns() + (uint64_t)timeout_ms * 1000000;
-    uint8_t nonce_s[AUTH_NONCE_BYTES], nonce_c[AUTH_NONCE_BYTES];
-    uint8_t want[AUTH_MAC_BYTES], got[AUTH_MAC_BYTES];
-    char line[AUTH_LINE_MAX], hex_n[2 * AUTH_NONCE_BYTES + 1], hex_m[2 * AUTH_MAC_BYTES + 1];
-
-    const char *what = "the supervisor's challenge (tandem-link)";
-    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
-    static const char greeting[] = "tandem-link " AUTH_VERSION " ";
-    size_t glen = sizeof greeting - 1;
-    if (strncmp(line, greeting, glen) != 0 ||
-        hex_decode(nonce_s, line + glen, AUTH_NONCE_BYTES) == 0 ||
-        line[glen + 2 * AUTH_NONCE_BYTES] != '\0')
-        return auth_malformed(what, line, "tandem-link " AUTH_VERSION " NONCE");
-
-    TD_CHECK(auth_random(nonce_c, sizeof nonce_c));
-    auth_mac(token, "tandem-link-agent", nonce_s, nonce_c, want);
-    hex_encode(hex_n, nonce_c, sizeof nonce_c);
-    hex_encode(hex_m, want, sizeof want);
-    snprintf(line, sizeof line, "%s %s\n", hex_n, hex_m);
-    TD_CHECK(auth_write(fd, line, deadline, timeout_ms, "the answer to the challenge"));
-
-    what = "the supervisor's verdict (ok or denied)";
-    TD_CHECK(auth_read_line(fd, line, deadline, timeout_ms, what));
-    if (!strcmp(line, "denied"))
-        return td_error(TD_ERR_AUTH,
-                        "link: the supervisor refused this agent's token: it is not the run's "
-                        "(TANDEM_TOKEN); was the job started by another run?");
-    if (strncmp(line, "ok ", 3) != 0 || hex_decode(got, line + 3, AUTH_MAC_BYTES) == 0 ||
-        line[3 + 2 * AUTH_MAC_BYTES] != '\0')
-        return auth_malformed(what, line, "ok MAC");
-    auth_mac(token, "tandem-link-supervisor", nonce_c, nonce_s, want);
-    if (!memeql_sec(want, got, AUTH_MAC_BYTES))
-        return td_error(TD_ERR_AUTH,
-                        "link: the supervisor did not prove it knows the run's token "
-                        "(TANDEM_TOKEN): not sending it this node's logs (is the link host and "
-                        "port the run's?)");
-    return TD_OK;
 }
 
 /* ---------------------------------------------------------------- sender ---- */
@@ -703,24 +466,33 @@ static td_status in_open(td_mirror_in *m, const char *name, in_file **out) {
         return td_error(TD_ERR_FORMAT, "mirror: the link names more than %d files",
                         TD_MIRROR_MAX_FILES);
     char *path = td_xasprintf("%s/%s", m->root, name);
-    char *dir = td_xstrdup(path);
-    *strrchr(dir, '/') = '\0';
-    td_status st = td_mkdirs(dir);
-    free(dir);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    td_status st = td_mkdirs(path);
+    *slash = '/';
     if (st != TD_OK) {
         free(path);
         return st;
     }
-    /* O_NOFOLLOW: a link planted where a copy goes is refused, not written through. */
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* NAME is PREFIX/FILE (name_ok). O_NOFOLLOW on both: a link planted where a copy goes, or
+     * in place of the prefix's directory, is refused, not written through (as a file frame's
+     * directories are entered, in_file_header). */
+    char *prefix = td_xstrdup(name), *file = strchr(prefix, '/');
+    *file++ = '\0';
+    int dfd = open(m->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC), pfd = -1, fd = -1;
+    if (dfd >= 0) pfd = openat(dfd, prefix, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd >= 0)
+        fd = openat(pfd, file, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = td_error_errno(TD_ERR_IO, "mirror: opening %s for appending", path);
         if (fd >= 0) close(fd);
-        free(path);
-        return st;
     }
+    if (pfd >= 0) close(pfd);
+    if (dfd >= 0) close(dfd);
+    free(prefix);
     free(path);
+    if (st != TD_OK) return st;
     m->files = td_xrealloc(m->files, (m->nfiles + 1) * sizeof *m->files);
     m->files[m->nfiles] = (in_file){td_xstrdup(name), fd, sb.st_size};
     *out = &m->files[m->nfiles++];
