@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "tandem/exec.h"
+#include "tandem/loop.h"
 
 /* ---- a growable string ---- */
 typedef struct {
@@ -142,12 +143,15 @@ typedef struct td__links td__links;
 td_status td__links_open(const td_exec_job *job, const char *token, const char *host,
                          td__links **out);
 const char *td__links_endpoint(const td__links *l);
-/* Waits up to timeout_ms for a new link, bytes on one, a handshake that ended, or extra_fd
- * (our signals; -1: none), and handles what came. Never waits on one peer: handshakes run on
- * threads of their own (HANDSHAKE_MS each at most), openings are sent as the peer takes them. */
-void td__links_pump(td__links *l, int extra_fd, int timeout_ms);
-/* After the job: what the links still carry, until every agent said end or seconds pass. */
-void td__links_drain(td__links *l, double seconds);
+/* Serves the links on `loop` (the supervisor's): new connections, handshakes that ended (each
+ * on a thread of its own, HANDSHAKE_MS at most: never waited on), openings sent as the peer
+ * takes them, the mirror streams. Detach before the loop goes. */
+td_status td__links_attach(td__links *l, td_loop *loop);
+void td__links_detach(td__links *l);
+/* Connections whose agent has not said its end yet (everything of an agent arrived when it
+ * did); the nodes' message lines still unterminated, written out (at the end). */
+int td__links_open_count(const td__links *l);
+void td__links_flush_lines(td__links *l);
 /* How many nodes have connected at least once (their opening sent); how many connections were
  * closed before they joined (a wrong token, no handshake within its deadline, cut short when the
  * slots were full). */

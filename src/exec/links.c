@@ -10,19 +10,21 @@
  * land in RUN/work, where the run's end collects them as for a local run. A connection that
  * drops is dialled again by the agent; a requeued job's agents connect anew.
  *
- * No peer can hold the supervisor up: the port is open to anyone who can reach it, so a
- * connection's handshake (the token's challenge-response and the hello) runs on a small thread
- * of its own, which gives up at the connection's deadline, while the poll loop goes on serving
- * everyone else; the opening is sent without blocking from the loop; connections still in the
- * handshake are bounded, and when the slots are full the oldest one that has had a tenth of its
- * deadline is cut short. So a run's agents join however many strangers connect and say
- * nothing. (The handshake's HMAC lives in core/mirror.c behind a blocking call; a thread per
- * handshake keeps that one implementation.) */
+ * The links live on the supervisor's event loop (td__links_attach): the listening socket, each
+ * connection past its handshake, and a pipe the handshake threads wake it by are watched
+ * descriptors; a tick checks the deadlines. No peer can hold the supervisor up: the port is open
+ * to anyone who can reach it, so a connection's handshake (the token's challenge-response and
+ * the hello) runs on a small thread of its own, which gives up at the connection's deadline,
+ * while the loop goes on serving everyone else; the opening is sent without blocking, as the
+ * connection takes it; connections still in the handshake are bounded, and when the slots are
+ * full the oldest one that has had a tenth of its deadline is cut short. So a run's agents join
+ * however many strangers connect and say nothing. (The handshake's HMAC lives in mirror.c
+ * behind a blocking call with a deadline; a thread per handshake keeps that one
+ * implementation.) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,6 +36,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "tandem/loop.h"
 #include "tandem/mirror.h"
 
 /* A peer that connects must prove the token and greet within this (the agent's own limit is
@@ -52,6 +55,8 @@
 /* Refused connections: the first few are said one by one, then summed up this often. */
 #define REFUSED_SAID     5
 #define REFUSED_PERIOD_S 30.0
+/* The deadlines (an opening's, the handshake slots', refusals' sums) are looked at this often. */
+#define TICK_S 0.1
 
 typedef enum {
     C_HANDSHAKE, /* its thread proves the token and reads the hello */
@@ -65,7 +70,7 @@ typedef struct {
     int fd;
     const char *token; /* the links' own: threads are joined before it goes */
     int nodes;
-    int notify_fd; /* a byte here wakes the poll loop */
+    int notify_fd; /* a byte here wakes the loop */
     atomic_bool done;
     td_status st; /* what it found, once done */
     int node, first;
@@ -105,7 +110,10 @@ typedef struct {
 struct td__links {
     const td_exec_job *job;
     int listen_fd, port;
-    int wake[2]; /* handshake threads -> the poll loop */
+    int wake[2];   /* handshake threads -> the loop */
+    td_loop *loop; /* the supervisor's, once attached */
+    uint64_t tick;
+    int listen_watched;
     char endpoint[300];
     char token[33];
     char *code_path; /* RUN/code.tar */
@@ -339,8 +347,14 @@ static handshake *handshake_end(td__links *l, conn *c) {
     return h;
 }
 
+/* What the loop watches a connection for: nothing in the handshake (its thread reads it), its
+ * opening's room and its bytes while the opening goes out, its bytes once it joined. */
+static void conn_watch(td__links *l, conn *c);
+static void listen_update(td__links *l);
+
 static void conn_close(td__links *l, size_t i, const char *why) {
     conn *c = &l->conns[i];
+    if (l->loop) td_loop_unwatch(l->loop, c->fd);
     free(handshake_end(l, c));
     if (why && c->node >= 0 && !c->ended)
         TD_LOG_WARN("the link of node %d closed (%s); its agent dials again while it runs", c->node,
@@ -349,6 +363,7 @@ static void conn_close(td__links *l, size_t i, const char *why) {
     conn_free_pieces(c);
     td_mirror_in_free(c->in);
     l->conns[i] = l->conns[--l->nconns];
+    listen_update(l); /* a slot is free */
 }
 
 /* ---- the opening, sent from the loop as the connection takes it ---- */
@@ -434,6 +449,7 @@ static void joined(td__links *l, conn *c) {
     conn_free_pieces(c);
     c->state = C_LIVE;
     c->deadline_ns = 0;
+    conn_watch(l, c);
     if (!l->seen[c->node]) {
         l->seen[c->node] = 1;
         l->nseen++;
@@ -479,6 +495,7 @@ static void handshake_done(td__links *l, size_t i) {
     free(h);
     c->node = node;
     c->state = C_OPENING;
+    conn_watch(l, c);
     c->deadline_ns = td_now_ns() + (uint64_t)OPENING_MS * 1000000;
     static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints", "end"};
     td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
@@ -554,12 +571,12 @@ static int handshake_start(td__links *l, conn *c) {
 /* Takes the connections waiting in the listen queue while there are slots for them. With the
  * slots full, those waiting stay in the queue (the listening socket is not polled meanwhile) and
  * the oldest handshake is cut short once it may be. */
-static void accept_all(td__links *l) {
+static void accept_all(td__links *l, bool readable) {
     for (;;) {
         if (l->nconns == MAX_CONNS || l->npending >= MAX_PENDING) {
-            struct pollfd p = {.fd = l->listen_fd, .events = POLLIN};
-            l->queue_full = poll(&p, 1, 0) > 0;
+            if (readable) l->queue_full = 1;
             if (l->queue_full) cut_oldest(l, td_now_ns());
+            listen_update(l);
             return;
         }
         l->queue_full = 0;
@@ -580,6 +597,7 @@ static void accept_all(td__links *l) {
                                 strerror(errno));
                 l->accept_resume_ns = 0;
             }
+            listen_update(l);
             return;
         }
         l->accept_resume_ns = 0;
@@ -616,68 +634,133 @@ static void read_conn(td__links *l, size_t i) {
     c->ended = td_mirror_in_ended(c->in);
 }
 
-void td__links_pump(td__links *l, int extra_fd, int timeout_ms) {
-    struct pollfd pf[MAX_CONNS + 3];
-    uint64_t now = td_now_ns(), next = UINT64_MAX;
-    size_t n = 0;
-    pf[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
-    pf[n++] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};
-    /* A full queue stays readable: not polled until a handshake ends or the oldest may be cut. */
-    int paused = l->queue_full || (l->accept_resume_ns && now < l->accept_resume_ns);
-    pf[n++] = (struct pollfd){.fd = paused ? -1 : l->listen_fd, .events = POLLIN};
-    if (l->accept_resume_ns && now < l->accept_resume_ns) next = l->accept_resume_ns;
-    size_t nc = l->nconns;
-    for (size_t i = 0; i < nc; i++) {
-        conn *c = &l->conns[i];
-        short ev = c->state == C_HANDSHAKE ? 0 : POLLIN; /* its thread reads a handshake */
-        if (c->state == C_OPENING) ev |= POLLOUT;
-        pf[n++] = (struct pollfd){.fd = ev ? c->fd : -1, .events = ev};
-        if (c->state == C_OPENING) next = TD_MIN(next, c->deadline_ns);
-        if (c->state == C_HANDSHAKE && l->queue_full && !c->cut)
-            next = TD_MIN(next, c->since_ns + (uint64_t)HANDSHAKE_MS * 100000);
+/* ---- on the loop ---- */
+static void on_listen(td_loop *loop, int fd, unsigned events, void *user);
+
+/* The listening socket is watched unless accepting is paused: out of descriptors until
+ * accept_resume_ns, or the slots full with connections known to wait in the queue (it stays
+ * readable; a slot that frees, or the tick, takes them). */
+static void listen_update(td__links *l) {
+    if (!l->loop || l->listen_fd < 0) return;
+    bool full = l->nconns == MAX_CONNS || l->npending >= MAX_PENDING;
+    if (!full) l->queue_full = 0;
+    bool want = !(l->accept_resume_ns && td_now_ns() < l->accept_resume_ns) && !l->queue_full;
+    if (want == (bool)l->listen_watched) return;
+    l->listen_watched = want;
+    if (!want) {
+        td_loop_unwatch(l->loop, l->listen_fd);
+        return;
     }
-    if (l->refused_unsaid)
-        next = TD_MIN(next, l->refused_said_ns + (uint64_t)(REFUSED_PERIOD_S * 1e9));
-    if (next != UINT64_MAX) {
-        int ms = next <= now ? 0 : (int)TD_MIN((next - now) / 1000000 + 1, (uint64_t)INT32_MAX);
-        if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = ms;
+    if (td_loop_watch(l->loop, l->listen_fd, TD_LOOP_READ, on_listen, l) != TD_OK) {
+        TD_LOG_WARN("links: %s (the tick accepts instead)", td_error_msg());
+        td_error_clear();
+        l->listen_watched = 0;
     }
-    if (poll(pf, n, timeout_ms) < 0) return;
-    if (pf[1].revents) {
-        char drain[256];
-        while (read(l->wake[0], drain, sizeof drain) > 0) {
-        }
-    }
-    now = td_now_ns();
-    /* From the end: closing swaps the last connection into the closed one's place. */
-    for (size_t i = nc; i-- > 0;) {
-        conn *c = &l->conns[i];
-        short re = pf[3 + i].revents;
-        if (c->state == C_HANDSHAKE) {
-            if (atomic_load(&c->hs->done)) handshake_done(l, i);
-        } else if (c->state == C_OPENING) {
-            size_t before = l->nconns;
-            if (re & POLLIN) read_conn(l, i);
-            if (l->nconns == before) progress_opening(l, i, now);
-        } else if (re) {
-            read_conn(l, i);
-        }
-    }
-    if (pf[2].revents & POLLIN || l->queue_full ||
-        (l->accept_resume_ns && td_now_ns() >= l->accept_resume_ns))
-        accept_all(l);
-    if (l->refused_unsaid && td_now_ns() >= l->refused_said_ns + (uint64_t)(REFUSED_PERIOD_S * 1e9))
-        refusals_say(l);
 }
 
-void td__links_drain(td__links *l, double seconds) {
-    double until = td_now_s() + seconds;
-    for (;;) {
-        int open_ones = 0;
-        for (size_t i = 0; i < l->nconns; i++) open_ones += !l->conns[i].ended;
-        if (!open_ones || td_now_s() >= until) break;
-        td__links_pump(l, -1, 100);
+static void on_conn(td_loop *loop, int fd, unsigned events, void *user);
+
+static void conn_watch(td__links *l, conn *c) {
+    if (!l->loop) return;
+    unsigned ev = c->state == C_OPENING ? TD_LOOP_READ | TD_LOOP_WRITE
+                  : c->state == C_LIVE  ? TD_LOOP_READ
+                                        : 0;
+    td_status st = ev ? td_loop_watch(l->loop, c->fd, ev, on_conn, l) : TD_OK;
+    if (!ev) td_loop_unwatch(l->loop, c->fd);
+    if (st != TD_OK) { /* unwatched, it would hang: the agent dials again */
+        TD_LOG_WARN("node %d's link: %s; closing it", c->node, td_error_msg());
+        td_error_clear();
+        shutdown(c->fd, SHUT_RDWR);
     }
+}
+
+static void on_listen(td_loop *loop, int fd, unsigned events, void *user) {
+    (void)loop, (void)fd, (void)events;
+    accept_all(user, true);
+}
+
+static void on_conn(td_loop *loop, int fd, unsigned events, void *user) {
+    (void)loop;
+    td__links *l = user;
+    for (size_t i = 0; i < l->nconns; i++) {
+        conn *c = &l->conns[i];
+        if (c->fd != fd) continue;
+        if (c->state == C_OPENING) {
+            size_t before = l->nconns;
+            if (events & TD_LOOP_READ) read_conn(l, i);
+            if (l->nconns == before) progress_opening(l, i, td_now_ns());
+        } else if (c->state == C_LIVE) {
+            read_conn(l, i);
+        }
+        return;
+    }
+}
+
+/* A handshake thread is done (it wrote a byte): its connection goes on or is refused. */
+static void on_wake(td_loop *loop, int fd, unsigned events, void *user) {
+    (void)loop, (void)events;
+    td__links *l = user;
+    char drain[256];
+    while (read(fd, drain, sizeof drain) > 0) {
+    }
+    /* From the end: closing swaps the last connection into the closed one's place. */
+    for (size_t i = l->nconns; i-- > 0;)
+        if (l->conns[i].state == C_HANDSHAKE && atomic_load(&l->conns[i].hs->done))
+            handshake_done(l, i);
+    listen_update(l);
+}
+
+/* The deadlines: openings not taken in time, the oldest handshake when the slots are full,
+ * accepting again after running out of descriptors, the refusals' sum. */
+static void on_tick(td_loop *loop, void *user) {
+    (void)loop;
+    td__links *l = user;
+    uint64_t now = td_now_ns();
+    for (size_t i = l->nconns; i-- > 0;)
+        if (l->conns[i].state == C_OPENING && now >= l->conns[i].deadline_ns)
+            progress_opening(l, i, now);
+    if (l->queue_full || (l->accept_resume_ns && now >= l->accept_resume_ns)) {
+        if (l->accept_resume_ns && now >= l->accept_resume_ns) l->accept_resume_ns = 0;
+        accept_all(l, false);
+    }
+    if (l->refused_unsaid && now >= l->refused_said_ns + (uint64_t)(REFUSED_PERIOD_S * 1e9))
+        refusals_say(l);
+    listen_update(l);
+}
+
+td_status td__links_attach(td__links *l, td_loop *loop) {
+    td__links_detach(l);
+    l->loop = loop;
+    td_status st = td_loop_watch(loop, l->wake[0], TD_LOOP_READ, on_wake, l);
+    if (st != TD_OK) {
+        l->loop = NULL;
+        return st;
+    }
+    l->tick = td_loop_timer(loop, TICK_S, TICK_S, on_tick, l);
+    for (size_t i = 0; i < l->nconns; i++) conn_watch(l, &l->conns[i]);
+    listen_update(l);
+    /* a handshake that ended before: its byte is in the pipe, read on the first turn */
+    return TD_OK;
+}
+
+void td__links_detach(td__links *l) {
+    if (!l->loop) return;
+    td_loop_unwatch(l->loop, l->wake[0]);
+    if (l->listen_watched) td_loop_unwatch(l->loop, l->listen_fd);
+    l->listen_watched = 0;
+    for (size_t i = 0; i < l->nconns; i++) td_loop_unwatch(l->loop, l->conns[i].fd);
+    td_loop_cancel(l->loop, l->tick);
+    l->tick = 0;
+    l->loop = NULL;
+}
+
+int td__links_open_count(const td__links *l) {
+    int open_ones = 0;
+    for (size_t i = 0; i < l->nconns; i++) open_ones += !l->conns[i].ended;
+    return open_ones;
+}
+
+void td__links_flush_lines(td__links *l) {
     for (int i = 0; i < l->job->run->nodes; i++)
         if (l->node_lines[i].line.len) {
             td__buf_add(&l->node_lines[i].line, "\n", 1);
@@ -687,6 +770,7 @@ void td__links_drain(td__links *l, double seconds) {
 
 void td__links_free(td__links *l) {
     if (!l) return;
+    td__links_detach(l);
     while (l->nconns) conn_close(l, l->nconns - 1, NULL);
     refusals_say(l);
     if (l->listen_fd >= 0) close(l->listen_fd);

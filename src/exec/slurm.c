@@ -19,15 +19,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "exec/internal.h"
+#include "exec/supervisor.h"
 #include "tandem/loop.h"
 
 extern char **environ;
 
-#define QUERY_PERIOD_S  1.5  /* scontrol show job: cheap for slurmctld, prompt enough for us */
-#define INGEST_PERIOD_S 0.5  /* as the local executor */
-#define TAIL_PERIOD_S   0.5  /* the job's output files */
-#define CMD_TIMEOUT_S   60.0 /* a client command; slurmctld answers in MessageTimeout (10 s) */
+#define QUERY_PERIOD_S 1.5  /* scontrol show job: cheap for slurmctld, prompt enough for us */
+#define TAIL_PERIOD_S  0.5  /* the job's output files */
+#define CMD_TIMEOUT_S  60.0 /* a client command; slurmctld answers in MessageTimeout (10 s) */
 /* The launchers' --stop-grace, as the local executor's; shorter when the time-limit signal
  * comes less than a minute before the limit, so the requeue happens before the kill. */
 #define LAUNCH_STOP_GRACE_S 30.0
@@ -620,13 +619,11 @@ typedef struct {
     const td_exec_job *job;
     char *sbatch, *scontrol, *scancel;
     char job_id[32];
-    td_ingester *ing;
     tail out, err;
     char cause[1024]; /* why the job failed, when the scheduler alone cannot say */
     td__links *links; /* slurm: work_dir: the nodes' links back to us */
     td_run_status shown_status;
     char shown_note[768];
-    int shown_restarts;
     int query_warned;
 } slurm_sup;
 
@@ -735,41 +732,6 @@ static void cancel_job(slurm_sup *c, const char *job_id, int term_only) {
     free(err);
 }
 
-/* What a stop decision asks of the job. A queued job has nothing to checkpoint: it is cancelled.
- * A running one: SIGTERM to the launchers (not to the batch shell: its srun would end the step
- * at once), and scancel after CANCEL_AFTER_S unless it ended. */
-static void slurm_stop_step(slurm_sup *c, const td_exec_stop *stop, td__slurm_phase phase,
-                            td_exec_stop_step step, int *hard, double *cancel_at) {
-    const char *id = c->job->run->id;
-    switch (step) {
-    case TD_EXEC_STOP_NONE:
-        return;
-    case TD_EXEC_STOP_SOFT: {
-        int queued = phase == TD__SLURM_WAITING;
-        say(c, "%s run %s: %s slurm job %s%s", stop->preempt ? "SIGTERM: preempting" : "stopping",
-            id, queued ? "cancelling" : "asking the workers of", c->job_id,
-            queued ? "" : " to checkpoint and exit (" TD_STOP_ESCALATE_HINT " cancels it now)");
-        cancel_job(c, c->job_id, !queued);
-        *hard = queued;
-        *cancel_at = td_now_s() + CANCEL_AFTER_S;
-        return;
-    }
-    case TD_EXEC_STOP_AGAIN:
-        if (!*hard)
-            say(c,
-                "run %s: SIG%s again %.1f s into the stop, taken as the same request; still "
-                "waiting for the checkpoint (" TD_STOP_ESCALATE_HINT " cancels the job now)",
-                id, sigabbrev_np(stop->last_signal), td_now_s() - stop->signals.began_s);
-        return;
-    case TD_EXEC_STOP_HARD:
-        if (*hard) return;
-        say(c, "run %s: cancelling slurm job %s", id, c->job_id);
-        cancel_job(c, c->job_id, 0);
-        *hard = 1;
-        return;
-    }
-}
-
 /* The run's status and note while the job lives, written when they change. */
 static void show_live(slurm_sup *c, const td__slurm_job *j) {
     const td_exec_job *job = c->job;
@@ -786,13 +748,6 @@ static void show_live(slurm_sup *c, const td__slurm_job *j) {
             snprintf(c->shown_note, sizeof c->shown_note, "%s", note);
             say(c, "%s", note);
         }
-    }
-    int restarts = job->base_restarts + j->restarts;
-    if (restarts != c->shown_restarts) {
-        if (td_run_set_restarts(job->store, job->run->id, restarts) != TD_OK)
-            td_error_clear();
-        else
-            c->shown_restarts = restarts;
     }
 }
 
@@ -843,8 +798,8 @@ static int find_commands(slurm_sup *c, char *missing, size_t nbytes) {
 
 /* Before the job: no earlier job of the run still queued or running (two jobs would train into
  * the same checkpoints; the run's lock keeps a second supervisor out, not a job whose supervisor
- * is gone), the token, the links (slurm: work_dir), the batch script, the ingester, no stale end
- * records. 0, or tandem run's exit code after recording the failure. */
+ * is gone), the token, the links (slurm: work_dir), the batch script, no stale end records. 0, or
+ * tandem run's exit code after recording the failure. */
 static int slurm_prepare(slurm_sup *c, double t0, char token[33], char **token_path,
                          char **script_path) {
     const td_exec_job *job = c->job;
@@ -889,11 +844,6 @@ static int slurm_prepare(slurm_sup *c, double t0, char token[33], char **token_p
         td_chunk chunk = {script, strlen(script)};
         st = td_write_atomic(*script_path, "Slurm batch script", &chunk, 1);
         free(script);
-    }
-    if (st == TD_OK) {
-        char *metrics_dir = td_xasprintf("%s/metrics", run->run_dir);
-        st = td_ingester_new(job->store, run->id, metrics_dir, &c->ing);
-        free(metrics_dir);
     }
     /* the launchers' end records of an earlier attempt (a resume) must not speak for this one */
     if (st == TD_OK) st = td_exec_end_records_reset(run, run->nodes);
@@ -984,83 +934,42 @@ static int slurm_query(slurm_sup *c, td__slurm_job *j, int *gone, double now, do
     return *gone || phase == TD__SLURM_ENDED;
 }
 
-/* The job to its end: signals (the stop decisions every carrier shares, td_exec_stop; a signal
- * that came during the setup is the first), the job's state, metrics and output, each on its
- * own period; the links (slurm: work_dir) between them. */
-static void slurm_watch(slurm_sup *c, td__slurm_job *j, td_exec_stop *stop, int *gone) {
-    const td_exec_job *job = c->job;
-    memset(j, 0, sizeof *j);
-    snprintf(j->state, sizeof j->state, "PENDING");
-    show_live(c, j);
-    int first_signal = job->stop_signal, hard = 0;
-    double next_query = 0, next_ingest = 0, next_tail = 0, cancel_at = 0, run_since = 0;
-    for (;;) {
-        double now = td_now_s();
-        td__slurm_phase phase = td__slurm_phase_of(j->state);
-        if (first_signal) {
-            slurm_stop_step(
-                c, stop, phase,
-                td_exec_stop_signal(stop, first_signal, now, td_exec_stop_asked, (void *)job),
-                &hard, &cancel_at);
-            first_signal = 0;
-        }
-        for (int sig; (sig = td_sigwatch_next(job->sigs));)
-            slurm_stop_step(
-                c, stop, phase,
-                td_exec_stop_signal(stop, sig, td_now_s(), td_exec_stop_asked, (void *)job), &hard,
-                &cancel_at);
-        if (job->max_duration_s > 0 && run_since > 0 && now - run_since > job->max_duration_s)
-            slurm_stop_step(c, stop, phase,
-                            td_exec_stop_max_duration(stop, job->max_duration_s, now), &hard,
-                            &cancel_at);
-        if (cancel_at > 0 && now >= cancel_at && !hard)
-            slurm_stop_step(c, stop, phase, TD_EXEC_STOP_HARD, &hard, &cancel_at);
-        if (now >= next_query) {
-            if (slurm_query(c, j, gone, now, &run_since)) return;
-            next_query = now + QUERY_PERIOD_S;
-        }
-        if (now >= next_ingest) {
-            /* A full disk is said once, by the ingester itself; it retries from its offset. */
-            td_status ist = td_ingester_poll(c->ing, NULL);
-            if (ist != TD_OK && ist != TD_ERR_NOSPACE)
-                TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
-            td_error_clear();
-            next_ingest = now + INGEST_PERIOD_S;
-        }
-        if (now >= next_tail) {
-            tail_pump(c, &c->out, 0);
-            tail_pump(c, &c->err, 0);
-            next_tail = now + TAIL_PERIOD_S;
-        }
-        double wake = TD_MIN(next_query, TD_MIN(next_ingest, next_tail));
-        if (cancel_at > 0 && !hard) wake = TD_MIN(wake, cancel_at);
-        int timeout_ms = (int)TD_MAX(0.0, (wake - td_now_s()) * 1000.0) + 1;
-        /* the signalfd cuts the wait short (the links' pump watches it too) */
-        if (c->links)
-            td__links_pump(c->links, job->sigs->fd, timeout_ms);
-        else
-            td_loop_wait_readable(job->sigs->fd, timeout_ms / 1000.0);
-    }
-}
+/* ---- the carrier: the job on the supervisor's event loop ----
+ * Timers: the job's state from slurmctld (QUERY_PERIOD_S), its output files (TAIL_PERIOD_S);
+ * with slurm: work_dir, the nodes' links are watched on the same loop. The job first seen
+ * running is every node running (max_duration counts from there); Slurm's requeues are the
+ * nodes' restarts. Once the job has ended, what the links still carry arrives (DRAIN_S at most),
+ * then the attempt is over, with the launchers' end records. Slurm requeues by itself: the
+ * supervisor restarts nothing for this carrier. */
+#define DRAIN_S 10.0
 
-/* The end: the rest of the output and of the metrics, the launchers' end records, then the
- * record. Returns tandem run's exit code. */
-static int slurm_end(slurm_sup *c, td__slurm_job *j, const td_exec_stop *stop, int gone,
-                     double t0) {
+typedef struct {
+    td__carrier base;
+    slurm_sup *c;
+    td__sup *sup;
+    td__slurm_job j;
+    int gone;
+    bool running, cancelled, ended;
+    int worker_code; /* from the end records, for the outcome */
+    double run_since, drain_until;
+    uint64_t query_timer, tail_timer, drain_timer;
+} slurm_carrier;
+
+/* The job has ended and its links carried what they had: the attempt is over. */
+static void job_over(slurm_carrier *sc) {
+    slurm_sup *c = sc->c;
     const td_exec_job *job = c->job;
     const td_run *run = job->run;
-    write_job_file(run, c->job_id, gone ? "GONE" : j->state);
-    tail_pump(c, &c->out, 1);
-    tail_pump(c, &c->err, 1);
+    td__sup_exit e = {.worker_code = -1};
     if (c->links) {
-        /* The agents sent everything before they exited; what is still in flight arrives. */
-        td__links_drain(c->links, 10.0);
-        if (!td__links_nodes_seen(c->links) && j->nodes[0]) {
+        td__links_flush_lines(c->links);
+        td__links_detach(c->links);
+        if (!td__links_nodes_seen(c->links) && sc->j.nodes[0]) {
             char *why = td_xasprintf(
                 "slurm job %s ran on %s, but no node connected back to tandem run at %s (slurm: "
                 "link_host: can the nodes reach this machine by that name?); the launchers' "
                 "messages are in %s/%s-slurm-%s.err on the job's first node",
-                c->job_id, j->nodes, td__links_endpoint(c->links), job->slurm->work_dir, run->id,
+                c->job_id, sc->j.nodes, td__links_endpoint(c->links), job->slurm->work_dir, run->id,
                 c->job_id);
             snprintf(c->cause, sizeof c->cause, "%.*s", (int)sizeof c->cause - 1, why);
             free(why);
@@ -1072,36 +981,127 @@ static int slurm_end(slurm_sup *c, td__slurm_job *j, const td_exec_stop *stop, i
     td_exec_end_records_read(run, run->nodes, NULL, &ends);
     if (ends.worker_code >= 0 || (!c->cause[0] && ends.records && ends.cause[0]))
         snprintf(c->cause, sizeof c->cause, "%s", ends.cause);
-    td__exec_final_ingest(job->out, c->ing);
-    /* Slurm's requeues, and the restarts the last incarnation's launchers made */
-    int restarts = job->base_restarts + j->restarts + ends.restarts;
-    if (restarts != c->shown_restarts &&
-        td_run_set_restarts(job->store, run->id, restarts) != TD_OK)
-        td_error_clear();
-    if (gone) memset(j, 0, sizeof *j); /* what the outcome reads as "no longer known" */
-    td__exec_outcome o;
-    td__slurm_outcome(run->id, c->job_id, j,
-                      stop->active && !stop->preempt ? stop->stopped_by : NULL, stop->preempt,
-                      c->cause, ends.worker_code, &o);
-    return td__exec_record_end(job, &o, t0);
+    sc->worker_code = ends.worker_code;
+    if (sc->gone) memset(&sc->j, 0, sizeof sc->j); /* what the outcome reads as "no longer known" */
+    e.code = !sc->j.nodes[0] ? -1 : sc->j.exit_signal ? 128 + sc->j.exit_signal : sc->j.exit_code;
+    e.worker_code = ends.worker_code;
+    e.node_restarts = sc->j.restarts + ends.restarts; /* requeues, and the launchers' own */
+    snprintf(e.cause, sizeof e.cause, "%s", c->cause);
+    td__sup_attempt_over(sc->sup, &e);
 }
 
+static void on_drain(td_loop *l, void *user) {
+    slurm_carrier *sc = user;
+    if (td__links_open_count(sc->c->links) > 0 && td_now_s() < sc->drain_until) return;
+    td_loop_cancel(l, sc->drain_timer);
+    sc->drain_timer = 0;
+    job_over(sc);
+}
+
+/* The job ended (or slurmctld no longer knows it): the rest of its output, then the links'. */
+static void job_ended(slurm_carrier *sc) {
+    slurm_sup *c = sc->c;
+    td_loop *l = td__sup_loop(sc->sup);
+    sc->ended = true;
+    td_loop_cancel(l, sc->query_timer);
+    td_loop_cancel(l, sc->tail_timer);
+    sc->query_timer = sc->tail_timer = 0;
+    write_job_file(c->job->run, c->job_id, sc->gone ? "GONE" : sc->j.state);
+    tail_pump(c, &c->out, 1);
+    tail_pump(c, &c->err, 1);
+    if (c->links && td__links_open_count(c->links) > 0) {
+        /* The agents sent everything before they exited; what is still in flight arrives. */
+        sc->drain_until = td_now_s() + DRAIN_S;
+        sc->drain_timer = td_loop_timer(l, 0.1, 0.1, on_drain, sc);
+        return;
+    }
+    job_over(sc);
+}
+
+static void on_query(td_loop *l, void *user) {
+    (void)l;
+    slurm_carrier *sc = user;
+    if (slurm_query(sc->c, &sc->j, &sc->gone, td_now_s(), &sc->run_since)) {
+        job_ended(sc);
+        return;
+    }
+    if (sc->j.restarts > 0) td__sup_restarts_seen(sc->sup, sc->j.restarts);
+    if (!sc->running && sc->run_since > 0) {
+        sc->running = true;
+        td__sup_running_now(sc->sup);
+    }
+}
+
+static void on_tail(td_loop *l, void *user) {
+    (void)l;
+    slurm_carrier *sc = user;
+    tail_pump(sc->c, &sc->c->out, 0);
+    tail_pump(sc->c, &sc->c->err, 0);
+}
+
+/* The job was submitted before (sbatch's refusal is the run's note): watch it. */
+static td_status slurm_start(td__carrier *base, td__sup *sup, bool resume) {
+    slurm_carrier *sc = (slurm_carrier *)base;
+    (void)resume; /* one attempt: Slurm requeues the job itself */
+    td_loop *l = td__sup_loop(sup);
+    sc->sup = sup;
+    memset(&sc->j, 0, sizeof sc->j);
+    snprintf(sc->j.state, sizeof sc->j.state, "PENDING");
+    show_live(sc->c, &sc->j);
+    if (sc->c->links) TD_CHECK(td__links_attach(sc->c->links, l));
+    sc->query_timer = td_loop_timer(l, 0, QUERY_PERIOD_S, on_query, sc);
+    sc->tail_timer = td_loop_timer(l, TAIL_PERIOD_S, TAIL_PERIOD_S, on_tail, sc);
+    return TD_OK;
+}
+
+/* A queued job has nothing to checkpoint: it is cancelled. A running one: SIGTERM to the
+ * launchers (not to the batch shell: its srun would end the step at once); the hard stop is a
+ * plain scancel. */
+static void slurm_stop(td__carrier *base, bool hard) {
+    slurm_carrier *sc = (slurm_carrier *)base;
+    slurm_sup *c = sc->c;
+    if (sc->ended || sc->cancelled) return;
+    bool queued = td__slurm_phase_of(sc->j.state) == TD__SLURM_WAITING;
+    if (hard || queued) {
+        td__sup_say(sc->sup, "run %s: cancelling slurm job %s", c->job->run->id, c->job_id);
+        cancel_job(c, c->job_id, 0);
+        sc->cancelled = true;
+    } else {
+        td__sup_say(sc->sup, "run %s: SIGTERM to the launchers of slurm job %s", c->job->run->id,
+                    c->job_id);
+        cancel_job(c, c->job_id, 1);
+    }
+}
+
+/* The outcome as the scheduler tells it: a time limit, a preemption, a lost node, a cancel from
+ * outside tandem, out of memory. */
+static void slurm_outcome(td__carrier *base, const td__sup_machine *m, td__exec_outcome *o) {
+    slurm_carrier *sc = (slurm_carrier *)base;
+    const td_exec_stop *stop = &m->stop;
+    td__slurm_outcome(sc->c->job->run->id, sc->c->job_id, &sc->j,
+                      stop->active && !stop->preempt ? stop->stopped_by : NULL, stop->preempt,
+                      sc->c->cause, sc->worker_code, o);
+}
+
+static const td__carrier_ops slurm_ops = {
+    .name = "slurm",
+    .start = slurm_start,
+    .stop = slurm_stop,
+    .outcome = slurm_outcome,
+};
+
 static int slurm_run(const td_exec_job *job) {
-    slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT, .shown_restarts = -1};
+    slurm_sup c = {.job = job, .shown_status = TD_RUN_STATUS_COUNT};
     double t0 = td_now_s();
     char token[33] = "", *token_path = NULL, *script_path = NULL;
     int cli = slurm_prepare(&c, t0, token, &token_path, &script_path);
     if (!cli) cli = slurm_submit(&c, t0, token, script_path);
     if (!cli) {
-        td__slurm_job j;
-        td_exec_stop stop = {0};
-        int gone = 0;
-        slurm_watch(&c, &j, &stop, &gone);
-        cli = slurm_end(&c, &j, &stop, gone, t0);
+        slurm_carrier sc = {.base = {&slurm_ops}, .c = &c, .worker_code = -1};
+        cli = td__supervise(job, &sc.base, 0, CANCEL_AFTER_S, NULL, t0);
     }
     memset(token, 0, sizeof token);
     td__links_free(c.links);
-    td_ingester_free(c.ing);
     tail_free(&c.out);
     tail_free(&c.err);
     free(script_path);

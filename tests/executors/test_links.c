@@ -28,6 +28,7 @@
 /* the exec layer's internals (test_slurm_unit reaches them through its include path) */
 #include "../../src/exec/internal.h"
 #include "tandem/launch.h"
+#include "tandem/loop.h"
 #include "tandem/mirror.h"
 #include "tandem/os.h"
 
@@ -177,12 +178,37 @@ static int closed_by_peer(int fd) {
     }
 }
 
+/* The links on an event loop of their own, as the supervisor serves them on its loop. */
+static td_loop *attached(td__links *l) {
+    td_loop *loop = NULL;
+    ASSERT_OK(td_loop_new(&loop));
+    ASSERT_OK(td__links_attach(l, loop));
+    return loop;
+}
+
+static void turn(td_loop *loop, double max_wait_s) {
+    ASSERT_OK(td_loop_turn(loop, max_wait_s));
+}
+
+/* After the job: what the links still carry, until every agent said its end or seconds pass. */
+static void drain(td_loop *loop, td__links *l, double seconds) {
+    for (double until = td_now_s() + seconds; td__links_open_count(l) && td_now_s() < until;)
+        turn(loop, 0.1);
+    td__links_flush_lines(l);
+}
+
+static void detach_free(td_loop *loop, td__links *l) {
+    td__links_free(l); /* detaches itself */
+    td_loop_free(loop);
+}
+
 /* ---- 1. strangers first, then the run's agents ---- */
 static void test_strangers(void) {
     fixture fx;
     fixture_init(&fx, "strangers", 2);
     td__links *l = NULL;
     ASSERT_OK(td__links_open(&fx.job, TOKEN, "127.0.0.1", &l));
+    td_loop *loop = attached(l);
     const char *endpoint = td__links_endpoint(l);
     int port = atoi(strrchr(endpoint, ':') + 1);
 
@@ -199,7 +225,7 @@ static void test_strangers(void) {
     int codes[2] = {-1, -1}, wrong_code = -1;
     double joined_at = -1;
     while (td_now_s() - t0 < JOIN_S + 10) {
-        td__links_pump(l, -1, 50);
+        turn(loop, 0.05);
         if (joined_at < 0 && td__links_nodes_seen(l) == 2) joined_at = td_now_s() - t0;
         for (int i = 0; i < 2; i++)
             if (codes[i] < 0) codes[i] = reap(agents[i]);
@@ -225,7 +251,7 @@ static void test_strangers(void) {
             TEST_FAIL("agent %d exited %d: %s", i, codes[i], e);
         }
     ASSERT_EQ(wrong_code, 0); /* heard "denied" */
-    td__links_drain(l, 5.0);
+    drain(loop, l, 5.0);
     for (int i = 0; i < 2; i++) {
         char path[400], want[64];
         snprintf(path, sizeof path, "%s/logs/rank-%d.log", fx.run_dir, i);
@@ -238,7 +264,7 @@ static void test_strangers(void) {
     /* The strangers are closed at their deadline (5 s from their connection) and counted, as
      * is the wrong token; the supervisor served everyone else meanwhile. */
     ASSERT_GE(td__links_refused(l), 1);
-    while (td__links_refused(l) < STRANGERS + 1 && td_now_s() - t0 < 12) td__links_pump(l, -1, 50);
+    while (td__links_refused(l) < STRANGERS + 1 && td_now_s() - t0 < 12) turn(loop, 0.05);
     ASSERT_EQ(td__links_refused(l), STRANGERS + 1);
     for (int i = 0; i < STRANGERS; i++) {
         if (!closed_by_peer(strangers[i])) TEST_FAIL("stranger %d is still connected", i);
@@ -246,7 +272,7 @@ static void test_strangers(void) {
     }
     printf("the %d strangers were closed %.1f s after they connected; %d refusals counted\n",
            STRANGERS, td_now_s() - t0, td__links_refused(l));
-    td__links_free(l);
+    detach_free(loop, l);
 }
 
 /* ---- 2. the agent's first dial is retried ---- */
@@ -363,6 +389,7 @@ static int bench(int n) {
     long hwm0 = vm_kib("VmHWM");
     td__links *l = NULL;
     ASSERT_OK(td__links_open(&fx.job, TOKEN, "127.0.0.1", &l));
+    td_loop *loop = attached(l);
     const char *endpoint = td__links_endpoint(l);
     pid_t *pids = td_xcalloc((size_t)n, sizeof *pids);
     int *codes = td_xcalloc((size_t)n, sizeof *codes);
@@ -372,12 +399,12 @@ static int bench(int n) {
     int left = n;
     for (int i = 0; i < n; i++) codes[i] = -1;
     while (td_now_s() - t0 < 120 && left) {
-        td__links_pump(l, -1, 20);
+        turn(loop, 0.02);
         if (joined < 0 && td__links_nodes_seen(l) == n) joined = td_now_s() - t0;
         for (int i = 0; i < n; i++)
             if (codes[i] < 0 && (codes[i] = reap(pids[i])) >= 0) left--;
     }
-    td__links_drain(l, 10.0);
+    drain(loop, l, 10.0);
     done = td_now_s() - t0;
     int failed = 0;
     for (int i = 0; i < n; i++) failed += codes[i] != 0;
@@ -427,7 +454,7 @@ static int bench(int n) {
             free(e);
             break;
         }
-    td__links_free(l);
+    detach_free(loop, l);
     free(pids);
     free(codes);
     return failed ? 1 : 0;
