@@ -11,20 +11,32 @@
 #include "tandem/os.h"
 #include "run_cli.h"
 
-static const run_cli_verb verb = {
+enum { OPT_DOWNLOAD = 1 };
+
+static const cli_opt opts[] = {
+    {OPT_DOWNLOAD, "download", 0, "DIR", "copy them into DIR/<name>, each checked", 0},
+    {0},
+};
+
+static const cli_command verb = {
     .name = "tandem artifacts",
-    .args = "RUN [--download DIR]",
-    .help = "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
-            "DIR/<name> and checks each copy's sha256 against the record.\n",
+    .usage = "RUN [--download DIR]",
+    .about = "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
+             "DIR/<name> and checks each copy's sha256 against the record. RUN is a run id or\n"
+             "a unique prefix of one.\n",
+    .opts = opts,
 };
 
 int cmd_artifacts(int argc, char **argv) {
     const char *id = NULL, *dest = NULL;
     int rc;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--download") && i + 1 < argc)
-            dest = argv[++i];
-        else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if (c == OPT_DOWNLOAD)
+            dest = p.value;
+        else if ((rc = run_cli_id(&verb, p.value, &id)) >= 0)
             return rc;
     }
     td_rundb *store;

@@ -5,7 +5,6 @@
  * busbw, wrong). Bus bandwidth factors: allreduce 2(n-1)/n, allgather and reduce_scatter
  * (n-1)/n, broadcast 1; bytes is the whole buffer (for allgather the gathered output, for
  * reduce_scatter the input). */
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "tandem/comm.h"
 #include "tandem/core.h"
@@ -182,13 +182,38 @@ static double bus_factor(bench_op op, int n) {
     return 1.0;
 }
 
-static int bench_usage(FILE *out) {
-    fprintf(out, "usage: tandem bench comm --backend shm|tcp --op "
-                 "allreduce|broadcast|allgather|reduce_scatter --nranks N\n"
-                 "                         [--min-bytes B] [--max-bytes B] [--iters K] "
-                 "[--warmup K] [--json]\n");
-    return out == stdout ? 0 : 2;
-}
+enum {
+    OPT_BACKEND = 1,
+    OPT_OP,
+    OPT_NRANKS,
+    OPT_MIN_BYTES,
+    OPT_MAX_BYTES,
+    OPT_ITERS,
+    OPT_WARMUP,
+    OPT_JSON,
+};
+
+static const cli_opt comm_opts[] = {
+    {OPT_BACKEND, "backend", 0, "shm|tcp|auto", "transport (default shm)", 0},
+    {OPT_OP, "op", 0, "OP", "allreduce (default), broadcast, allgather or reduce_scatter", 0},
+    {OPT_NRANKS, "nranks", 0, "N", "ranks, forked here (default 2)", 0},
+    {OPT_MIN_BYTES, "min-bytes", 0, "B", "smallest size (default 4K; K, M, G suffixes)", 0},
+    {OPT_MAX_BYTES, "max-bytes", 0, "B", "largest size, doubling from the smallest (default 64M)",
+     0},
+    {OPT_ITERS, "iters", 0, "K", "timed calls per size (default: by size)", 0},
+    {OPT_WARMUP, "warmup", 0, "K", "untimed calls per size first (default 3)", 0},
+    {OPT_JSON, "json", 0, NULL, "one JSON array of rows instead of the table", 0},
+    {0},
+};
+
+static const cli_command comm_cmd = {
+    .name = "tandem bench comm",
+    .usage = "--backend shm|tcp --op allreduce|broadcast|allgather|reduce_scatter --nranks N\n"
+             "[--min-bytes B] [--max-bytes B] [--iters K] [--warmup K] [--json]",
+    .about = "Times a collective at doubling sizes and checks the data at every size\n"
+             "(nccl-tests columns: bytes, count, time_us, algbw_GBs, busbw_GBs, wrong).\n",
+    .opts = comm_opts,
+};
 
 static int parse_size(const char *what, const char *s, size_t *out) {
     int64_t v;
@@ -224,75 +249,58 @@ static int bench_comm(int argc, char **argv) {
                    .min_bytes = 4096,
                    .max_bytes = 64u << 20,
                    .warmup = 3};
-    static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
-                                         {"op", required_argument, 0, 'o'},
-                                         {"nranks", required_argument, 0, 'n'},
-                                         {"min-bytes", required_argument, 0, 'm'},
-                                         {"max-bytes", required_argument, 0, 'M'},
-                                         {"iters", required_argument, 0, 'i'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int ch;
     int64_t v;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    cli_parser p;
+    cli_init(&p, &comm_cmd, argc, argv);
+    for (int ch; (ch = cli_next(&p)) != CLI_END;) {
+        const char *val = p.value;
         switch (ch) {
-        case 'b':
-            if (!strcmp(optarg, "shm"))
+        case CLI_EXIT:
+            return p.exit_code;
+        case CLI_ARG:
+            return cli_error(&comm_cmd, "unexpected argument '%s'", val);
+        case OPT_BACKEND:
+            if (!strcmp(val, "shm"))
                 c.backend = TD_TRANSPORT_SHM;
-            else if (!strcmp(optarg, "tcp"))
+            else if (!strcmp(val, "tcp"))
                 c.backend = TD_TRANSPORT_TCP;
-            else if (!strcmp(optarg, "auto"))
+            else if (!strcmp(val, "auto"))
                 c.backend = TD_TRANSPORT_AUTO;
-            else {
-                fprintf(stderr, "tandem bench comm: --backend %s: expected shm, tcp or auto\n",
-                        optarg);
-                return 2;
-            }
+            else
+                return cli_error(&comm_cmd, "--backend %s: expected shm, tcp or auto", val);
             break;
-        case 'o': {
+        case OPT_OP: {
             int found = -1;
             for (int k = 0; k < 4; k++)
-                if (!strcmp(optarg, op_names[k])) found = k;
-            if (found < 0) {
-                fprintf(stderr,
-                        "tandem bench comm: --op %s: expected allreduce, broadcast, "
-                        "allgather or reduce_scatter\n",
-                        optarg);
-                return 2;
-            }
+                if (!strcmp(val, op_names[k])) found = k;
+            if (found < 0)
+                return cli_error(&comm_cmd,
+                                 "--op %s: expected allreduce, broadcast, allgather or "
+                                 "reduce_scatter",
+                                 val);
             c.op = (bench_op)found;
             break;
         }
-        case 'n':
-        case 'i':
-        case 'w':
-            if (td_parse_i64(ch == 'n'   ? "--nranks"
-                             : ch == 'i' ? "--iters"
-                                         : "--warmup",
-                             optarg, &v) != TD_OK) {
+        case OPT_NRANKS:
+        case OPT_ITERS:
+        case OPT_WARMUP:
+            if (td_parse_i64(p.given, val, &v) != TD_OK) {
                 td_error_print(TD_ERR_USAGE);
                 return 2;
             }
-            if (ch == 'n') c.nranks = (int)v;
-            if (ch == 'i') c.iters = (int)v;
-            if (ch == 'w') c.warmup = (int)v;
+            if (ch == OPT_NRANKS) c.nranks = (int)v;
+            if (ch == OPT_ITERS) c.iters = (int)v;
+            if (ch == OPT_WARMUP) c.warmup = (int)v;
             break;
-        case 'm':
-            if (parse_size("--min-bytes", optarg, &c.min_bytes)) return 2;
+        case OPT_MIN_BYTES:
+            if (parse_size("--min-bytes", val, &c.min_bytes)) return 2;
             break;
-        case 'M':
-            if (parse_size("--max-bytes", optarg, &c.max_bytes)) return 2;
+        case OPT_MAX_BYTES:
+            if (parse_size("--max-bytes", val, &c.max_bytes)) return 2;
             break;
-        case 'j':
+        case OPT_JSON:
             c.json = true;
             break;
-        case 'h':
-            return bench_usage(stdout);
-        default:
-            return bench_usage(stderr);
         }
     }
     if (c.nranks < 1 || c.nranks > MAX_RANKS || c.min_bytes > c.max_bytes || c.warmup < 0) {

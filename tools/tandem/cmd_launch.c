@@ -9,59 +9,110 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "tandem/launch.h"
 #include "tandem/os.h"
 #include "tandem/track.h"
 
-static void launch_usage(FILE *out) {
-    fprintf(out, "usage: tandem launch [options] -- CMD ARGS...\n"
-                 "       tandem launch [options] SCRIPT.py ARGS...   (runs $PYTHON or python3)\n\n"
-                 "  --nnodes N[:M]          nodes to wait for (N), up to M (default 1)\n"
-                 "  --nproc-per-node K      workers on this node; auto/cpu = cores (default 1)\n"
-                 "  --node-rank R           this node's rank (default: order of arrival)\n"
-                 "  --rdzv-endpoint H:P     rendezvous store; node 0 hosts it (multi-node)\n"
-                 "  --rdzv-id ID            job id shared by all nodes\n"
-                 "  --standalone            single node, private store on 127.0.0.1\n"
-                 "  --max-restarts R        restart the whole group up to R times (default 0)\n"
-                 "  --log-dir DIR           also append worker output to DIR/rank-R.log\n"
-                 "  --metrics-dir DIR       workers get TANDEM_METRICS=DIR/rank-R.jsonl\n"
-                 "  --end-record FILE       write how this agent ended there, as JSON\n"
-                 "                          (outcome, exit codes, first failure, restarts);\n"
-                 "                          %%n in FILE is this node's rank, as in Slurm's\n"
-                 "                          file patterns\n"
-                 "  --monitor-interval S    worker/store check period (default 0.1)\n"
-                 "  --grace S               SIGTERM->SIGKILL after a failure (default 2)\n"
-                 "  --stop-grace S          SIGTERM->SIGKILL when the launcher is signalled "
-                 "(default 30)\n"
-                 "  --rdzv-timeout S        how long nodes wait for each other (default 300)\n"
-                 "  --rdzv-last-call S      with N:M, extra wait for more nodes (default 3)\n"
-                 "  --stall-timeout S       fail/restart the group when a rank is stuck in a\n"
-                 "                          collective or a node agent is silent this long;\n"
-                 "                          0 = off (default TANDEM_STALL_TIMEOUT_MS: 120 s)\n"
-                 "  --master-addr/--master-port   torchrun's static form of --rdzv-endpoint\n"
-                 "  --forward-stdio         node agent of an executor (ssh): stdout carries the\n"
-                 "                          rank logs and metrics, stdin the supervisor's\n"
-                 "                          requests (needs --log-dir; docs/executors.md)\n"
-                 "  --link HOST:PORT        node agent of the Slurm executor without a shared\n"
-                 "                          file system: the same over a connection back to\n"
-                 "                          the supervisor (TANDEM_TOKEN; needs --log-dir)\n"
-                 "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
-                 "topology comes from the scheduler that started one launcher per node: Slurm\n"
-                 "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
-                 "-x MASTER_ADDR), SkyPilot, dstack, SageMaker (docs/launch.md);\n"
-                 "TANDEM_LAUNCH_DETECT=0 turns it off.\n"
-                 "Flags also accept torchrun's underscore spellings (--nproc_per_node) and "
-                 "--flag=value.\n"
-                 "Exit: 0 ok, 1 a worker failed, 2 usage, 130 SIGINT, 143 SIGTERM (workers "
-                 "checkpointed).\n");
-}
+enum {
+    OPT_NNODES = 1,
+    OPT_NPROC,
+    OPT_NODE_RANK,
+    OPT_RDZV_ENDPOINT,
+    OPT_RDZV_ID,
+    OPT_RDZV_BACKEND,
+    OPT_STANDALONE,
+    OPT_MAX_RESTARTS,
+    OPT_LOG_DIR,
+    OPT_METRICS_DIR,
+    OPT_END_RECORD,
+    OPT_MONITOR_INTERVAL,
+    OPT_GRACE,
+    OPT_STOP_GRACE,
+    OPT_RDZV_TIMEOUT,
+    OPT_RDZV_LAST_CALL,
+    OPT_STALL_TIMEOUT,
+    OPT_MASTER_ADDR,
+    OPT_MASTER_PORT,
+    OPT_FORWARD_STDIO,
+    OPT_LINK,
+};
+
+static const cli_opt launch_opts[] = {
+    {OPT_NNODES, "nnodes", 0, "N[:M]", "nodes to wait for (N), up to M (default 1)", 0},
+    {OPT_NPROC, "nproc-per-node", 0, "K", "workers on this node; auto/cpu = cores (default 1)", 0},
+    {OPT_NODE_RANK, "node-rank", 0, "R", "this node's rank (default: order of arrival)", 0},
+    {OPT_RDZV_ENDPOINT, "rdzv-endpoint", 0, "H:P", "rendezvous store; node 0 hosts it (multi-node)",
+     0},
+    {OPT_RDZV_ID, "rdzv-id", 0, "ID", "job id shared by all nodes", 0},
+    {OPT_RDZV_BACKEND, "rdzv-backend", 0, "NAME",
+     "accepted for torchrun: c10d and static both mean the\nstore at --rdzv-endpoint", 0},
+    {OPT_STANDALONE, "standalone", 0, NULL, "single node, private store on 127.0.0.1", 0},
+    {OPT_MAX_RESTARTS, "max-restarts", 0, "R", "restart the whole group up to R times (default 0)",
+     0},
+    {OPT_LOG_DIR, "log-dir", 0, "DIR", "also append worker output to DIR/rank-R.log", 0},
+    {OPT_METRICS_DIR, "metrics-dir", 0, "DIR", "workers get TANDEM_METRICS=DIR/rank-R.jsonl", 0},
+    {OPT_END_RECORD, "end-record", 0, "FILE",
+     "write how this agent ended there, as JSON\n"
+     "(outcome, exit codes, first failure, restarts);\n"
+     "%n in FILE is this node's rank, as in Slurm's\n"
+     "file patterns",
+     0},
+    {OPT_MONITOR_INTERVAL, "monitor-interval", 0, "S", "worker/store check period (default 0.1)",
+     0},
+    {OPT_GRACE, "grace", 0, "S", "SIGTERM->SIGKILL after a failure (default 2)", 0},
+    {OPT_STOP_GRACE, "stop-grace", 0, "S",
+     "SIGTERM->SIGKILL when the launcher is signalled\n(default 30)", 0},
+    {OPT_RDZV_TIMEOUT, "rdzv-timeout", 0, "S", "how long nodes wait for each other (default 300)",
+     0},
+    {OPT_RDZV_LAST_CALL, "rdzv-last-call", 0, "S",
+     "with N:M, extra wait for more nodes (default 3)", 0},
+    {OPT_STALL_TIMEOUT, "stall-timeout", 0, "S",
+     "fail/restart the group when a rank is stuck in a\n"
+     "collective or a node agent is silent this long;\n"
+     "0 = off (default TANDEM_STALL_TIMEOUT_MS: 120 s)",
+     0},
+    {OPT_MASTER_ADDR, "master-addr", 0, "HOST", "torchrun's static form of --rdzv-endpoint...", 0},
+    {OPT_MASTER_PORT, "master-port", 0, "PORT", "...with this port (default 29500)", 0},
+    {OPT_FORWARD_STDIO, "forward-stdio", 0, NULL,
+     "node agent of an executor (ssh): stdout carries the\n"
+     "rank logs and metrics, stdin the supervisor's\n"
+     "requests (needs --log-dir; docs/executors.md)",
+     0},
+    {OPT_LINK, "link", 0, "HOST:PORT",
+     "node agent of the Slurm executor without a shared\n"
+     "file system: the same over a connection back to\n"
+     "the supervisor (TANDEM_TOKEN; needs --log-dir)",
+     0},
+    {0},
+};
+
+/* The options end at the worker command (torchrun: the script); torchrun's underscore spellings
+ * (--nproc_per_node) are accepted, and a repeated option takes the later value, as argparse
+ * does. */
+static const cli_command launch_cmd = {
+    .name = "tandem launch",
+    .usage = "[options] -- CMD ARGS...\n"
+             "[options] SCRIPT.py ARGS...   (runs $PYTHON or python3)",
+    .opts = launch_opts,
+    .epilog = "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
+              "topology comes from the scheduler that started one launcher per node: Slurm\n"
+              "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
+              "-x MASTER_ADDR), SkyPilot, dstack, SageMaker (docs/launch.md);\n"
+              "TANDEM_LAUNCH_DETECT=0 turns it off.\n"
+              "Flags also accept torchrun's underscore spellings (--nproc_per_node) and\n"
+              "--flag=value.\n"
+              "Exit: 0 ok, 1 a worker failed, 2 usage, 130 SIGINT, 143 SIGTERM (workers\n"
+              "checkpointed).\n",
+    .flags = CLI_UNDERSCORES | CLI_STOP_AT_ARG | CLI_LAST_WINS,
+};
 
 static int parse_int(const char *flag, const char *s, int lo, int *out) {
     int64_t v;
     if (td_parse_i64(flag, s, &v) != TD_OK || v < lo || v > 1000000) {
-        fprintf(stderr, "tandem launch: %s '%s': expected an integer >= %d\n", flag, s, lo);
-        return 2;
+        td_error_clear();
+        return cli_error(&launch_cmd, "%s '%s': expected an integer >= %d", flag, s, lo);
     }
     *out = (int)v;
     return 0;
@@ -69,8 +120,8 @@ static int parse_int(const char *flag, const char *s, int lo, int *out) {
 
 static int parse_secs(const char *flag, const char *s, double *out) {
     if (td_parse_f64(flag, s, out) != TD_OK || *out < 0) {
-        fprintf(stderr, "tandem launch: %s '%s': expected seconds >= 0\n", flag, s);
-        return 2;
+        td_error_clear();
+        return cli_error(&launch_cmd, "%s '%s': expected seconds >= 0", flag, s);
     }
     return 0;
 }
@@ -242,104 +293,91 @@ int cmd_launch(int argc, char **argv) {
     bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
     bool forward = false;    /* --forward-stdio */
     const char *link_endpoint = NULL; /* --link */
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "-h")) {
-            launch_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(arg, "--")) {
-            i++;
-            break;
-        }
-        if (strncmp(arg, "--", 2) != 0) break; /* the command (torchrun: the script) */
-        /* Normalise --flag_name=value to --flag-name and value. */
-        char flag[64];
-        const char *eq = strchr(arg, '=');
-        size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (flen >= sizeof flag) flen = sizeof flag - 1;
-        memcpy(flag, arg, flen);
-        flag[flen] = '\0';
-        for (char *c = flag + 2; *c; c++)
-            if (*c == '_') *c = '-';
-        if (!strcmp(flag, "--help")) {
-            launch_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(flag, "--forward-stdio")) {
+    cli_parser p;
+    cli_init(&p, &launch_cmd, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        const char *val = p.value, *flag = p.given;
+        switch (c) {
+        case CLI_EXIT:
+            return p.exit_code;
+        case OPT_FORWARD_STDIO:
             forward = true;
-            continue;
-        }
-        if (!strcmp(flag, "--standalone")) {
+            break;
+        case OPT_STANDALONE:
             o.standalone = true;
             rdzv_flags = true;
-            continue;
-        }
-        const char *val = eq ? eq + 1 : NULL;
-        if (!val) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "tandem launch: %s needs a value\n", flag);
-                return 2;
-            }
-            val = argv[++i];
-        }
-        if (!strcmp(flag, "--nnodes") || !strcmp(flag, "--node-rank") ||
-            !strcmp(flag, "--rdzv-endpoint") || !strcmp(flag, "--master-addr") ||
-            !strcmp(flag, "--master-port"))
-            rdzv_flags = true;
-        if (!strcmp(flag, "--link"))
+            break;
+        case OPT_LINK:
             link_endpoint = val;
-        else if (!strcmp(flag, "--nnodes"))
+            break;
+        case OPT_NNODES:
+            rdzv_flags = true;
             rc = parse_nnodes(val, &o);
-        else if (!strcmp(flag, "--nproc-per-node")) {
+            break;
+        case OPT_NPROC:
             if (!strcmp(val, "auto") || !strcmp(val, "cpu"))
                 o.nproc_per_node = td_num_cores();
             else
                 rc = parse_int(flag, val, 1, &o.nproc_per_node);
-        } else if (!strcmp(flag, "--node-rank"))
+            break;
+        case OPT_NODE_RANK:
+            rdzv_flags = true;
             rc = parse_int(flag, val, 0, &o.node_rank);
-        else if (!strcmp(flag, "--rdzv-endpoint"))
+            break;
+        case OPT_RDZV_ENDPOINT:
+            rdzv_flags = true;
             o.rdzv_endpoint = val;
-        else if (!strcmp(flag, "--rdzv-id"))
+            break;
+        case OPT_RDZV_ID:
             o.rdzv_id = val;
-        else if (!strcmp(flag, "--rdzv-backend")) {
-            /* c10d / static: both mean "the store at the endpoint" here. */
-        } else if (!strcmp(flag, "--max-restarts"))
+            break;
+        case OPT_RDZV_BACKEND: /* c10d / static: both mean "the store at the endpoint" here */
+            break;
+        case OPT_MAX_RESTARTS:
             rc = parse_int(flag, val, 0, &o.max_restarts);
-        else if (!strcmp(flag, "--log-dir"))
+            break;
+        case OPT_LOG_DIR:
             o.log_dir = val;
-        else if (!strcmp(flag, "--metrics-dir"))
+            break;
+        case OPT_METRICS_DIR:
             o.metrics_dir = val;
-        else if (!strcmp(flag, "--end-record"))
+            break;
+        case OPT_END_RECORD:
             o.end_record = val;
-        else if (!strcmp(flag, "--monitor-interval")) {
+            break;
+        case OPT_MONITOR_INTERVAL:
             rc = parse_secs(flag, val, &o.monitor_interval_s);
             if (!rc && o.monitor_interval_s <= 0) o.monitor_interval_s = 0.1;
-        } else if (!strcmp(flag, "--grace"))
+            break;
+        case OPT_GRACE:
             rc = parse_secs(flag, val, &o.grace_s);
-        else if (!strcmp(flag, "--stop-grace"))
+            break;
+        case OPT_STOP_GRACE:
             rc = parse_secs(flag, val, &o.stop_grace_s);
-        else if (!strcmp(flag, "--rdzv-timeout"))
+            break;
+        case OPT_RDZV_TIMEOUT:
             rc = parse_secs(flag, val, &o.rdzv_timeout_s);
-        else if (!strcmp(flag, "--rdzv-last-call"))
+            break;
+        case OPT_RDZV_LAST_CALL:
             rc = parse_secs(flag, val, &o.last_call_s);
-        else if (!strcmp(flag, "--stall-timeout"))
+            break;
+        case OPT_STALL_TIMEOUT:
             rc = parse_secs(flag, val, &o.stall_timeout_s);
-        else if (!strcmp(flag, "--master-addr"))
+            break;
+        case OPT_MASTER_ADDR:
+            rdzv_flags = true;
             master_addr = val;
-        else if (!strcmp(flag, "--master-port"))
+            break;
+        case OPT_MASTER_PORT:
+            rdzv_flags = true;
             master_port = val;
-        else {
-            fprintf(stderr, "tandem launch: unknown option %s\n\n", flag);
-            launch_usage(stderr);
-            return 2;
+            break;
         }
         if (rc) return rc;
     }
+    int i = p.next; /* the worker command */
     if (i >= argc) {
-        fprintf(stderr, "tandem launch: no worker command\n\n");
-        launch_usage(stderr);
+        cli_error(&launch_cmd, "no worker command (tandem launch [options] -- CMD ARGS...)");
         return 2;
     }
     /* Flags win over the environment, all or nothing: half a topology from each would be

@@ -89,22 +89,34 @@ static void refresh(td_rundb *store, const td_run *r, int rank, log_cursor **cs,
     td_log_files_free(logs, nlogs);
 }
 
-static const run_cli_verb verb = {
+enum { OPT_FOLLOW = 1, OPT_RANK };
+
+static const cli_opt opts[] = {
+    {OPT_FOLLOW, "follow", 'f', NULL, "follow the logs until the run ends", 0},
+    {OPT_RANK, "rank", 0, "R", "only rank R's log, without the prefix", 0},
+    {0},
+};
+
+static const cli_command verb = {
     .name = "tandem logs",
-    .args = "RUN [-f] [--rank R]",
-    .help = "Prints the workers' logs, each line prefixed with its rank (raw with\n"
-            "--rank). -f follows them until the run ends.\n",
+    .usage = "RUN [-f] [--rank R]",
+    .about = "Prints the workers' logs, each line prefixed with its rank (raw with\n"
+             "--rank). -f follows them until the run ends.\n",
+    .opts = opts,
 };
 
 int cmd_logs(int argc, char **argv) {
     const char *id = NULL;
     int follow = 0, rank = -1, rc;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if (c == OPT_FOLLOW)
             follow = 1;
-        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
-            if ((rc = run_cli_rank(&verb, argv[++i], &rank)) >= 0) return rc;
-        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+        else if (c == OPT_RANK) {
+            if ((rc = run_cli_rank(&verb, p.value, &rank)) >= 0) return rc;
+        } else if ((rc = run_cli_id(&verb, p.value, &id)) >= 0)
             return rc;
     }
     td_rundb *store;

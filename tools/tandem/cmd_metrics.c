@@ -10,11 +10,21 @@
 #include "commands.h"
 #include "run_cli.h"
 
-static const run_cli_verb verb = {
+enum { OPT_CSV = 1, OPT_JSON, OPT_KEY, OPT_RANK };
+
+static const cli_opt opts[] = {
+    {OPT_CSV, "csv", 0, NULL, "CSV: rank,key,step,value,time", 0},
+    {OPT_JSON, "json", 0, NULL, "one JSON array of {rank, key, step, value, time} objects", 0},
+    {OPT_KEY, "key", 0, "KEY", "only this key", 0},
+    {OPT_RANK, "rank", 0, "R", "only this rank", 0},
+    {0},
+};
+
+static const cli_command verb = {
     .name = "tandem metrics",
-    .args = "RUN [--csv | --json] [--key KEY] [--rank R]",
-    .help = "Points ordered by key, rank and step. --csv: rank,key,step,value,time;\n"
-            "--json: one array of {rank, key, step, value, time} objects.\n",
+    .usage = "RUN [--csv | --json] [--key KEY] [--rank R]",
+    .about = "Points ordered by key, rank and step, as a table unless --csv or --json.\n",
+    .opts = opts,
 };
 
 static void csv_field(const char *s) {
@@ -34,16 +44,19 @@ int cmd_metrics(int argc, char **argv) {
     const char *id = NULL, *key = NULL;
     int format = 0; /* 0 table, 1 csv, 2 json */
     int rank = -1, rc;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--csv"))
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if (c == OPT_CSV)
             format = 1;
-        else if (!strcmp(argv[i], "--json"))
+        else if (c == OPT_JSON)
             format = 2;
-        else if (!strcmp(argv[i], "--key") && i + 1 < argc)
-            key = argv[++i];
-        else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
-            if ((rc = run_cli_rank(&verb, argv[++i], &rank)) >= 0) return rc;
-        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+        else if (c == OPT_KEY)
+            key = p.value;
+        else if (c == OPT_RANK) {
+            if ((rc = run_cli_rank(&verb, p.value, &rank)) >= 0) return rc;
+        } else if ((rc = run_cli_id(&verb, p.value, &id)) >= 0)
             return rc;
     }
     td_rundb *store;

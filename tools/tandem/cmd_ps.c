@@ -65,19 +65,30 @@ static const char *short_note(const char *note) {
     return text;
 }
 
+enum { OPT_ALL = 1 };
+
+static const cli_opt opts[] = {
+    {OPT_ALL, "all", 'a', NULL, "list every run", 0},
+    {0},
+};
+
+static const cli_command verb = {
+    .name = "tandem ps",
+    .usage = "[-a]",
+    .about = "Active runs and the 10 most recent finished ones; -a lists every run.\n",
+    .opts = opts,
+};
+
 int cmd_ps(int argc, char **argv) {
     int all = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all"))
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if (c == OPT_ALL)
             all = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tandem ps [-a]\n\nActive runs and the 10 most recent finished ones; "
-                   "-a lists every run.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: tandem ps [-a]\n");
-            return 2;
-        }
+        else
+            return cli_error(&verb, "unexpected argument '%s'", p.value);
     }
     td_rundb *store;
     if (run_cli_open_store(&store)) return 1;

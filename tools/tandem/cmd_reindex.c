@@ -10,17 +10,26 @@
 #include "run_cli.h"
 #include "tandem/track.h"
 
-static const char usage_text[] =
-    "usage: tandem reindex [-q]\n"
-    "\n"
-    "Rebuilds the run index (.tandem/runs.db) from the run directories in .tandem/runs:\n"
-    "each run missing from the index comes back from its run.json (or, without one, is\n"
-    "recovered from its name and files and marked so in its note), with its metrics read\n"
-    "again from metrics/*.jsonl, its artifacts registered with size and SHA-256 and its log\n"
-    "files recorded. A run that was running and whose supervisor is gone is marked failed.\n"
-    "Runs already in the index are left as they are; it is safe to run at any time.\n"
-    "A damaged index: move it aside first (mv .tandem/runs.db .tandem/runs.db.broken).\n"
-    "  -q   print only the summary\n";
+enum { OPT_QUIET = 1 };
+
+static const cli_opt opts[] = {
+    {OPT_QUIET, "quiet", 'q', NULL, "print only the summary", 0},
+    {0},
+};
+
+static const cli_command verb = {
+    .name = "tandem reindex",
+    .usage = "[-q]",
+    .about =
+        "Rebuilds the run index (.tandem/runs.db) from the run directories in .tandem/runs:\n"
+        "each run missing from the index comes back from its run.json (or, without one, is\n"
+        "recovered from its name and files and marked so in its note), with its metrics read\n"
+        "again from metrics/*.jsonl, its artifacts registered with size and SHA-256 and its log\n"
+        "files recorded. A run that was running and whose supervisor is gone is marked failed.\n"
+        "Runs already in the index are left as they are; it is safe to run at any time.\n"
+        "A damaged index: move it aside first (mv .tandem/runs.db .tandem/runs.db.broken).\n",
+    .opts = opts,
+};
 
 typedef struct {
     int quiet;
@@ -35,17 +44,14 @@ static void on_run(void *arg, const td_run *run, const char *what) {
 
 int cmd_reindex(int argc, char **argv) {
     reindex_ctx c = {0};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int o; (o = cli_next(&p)) != CLI_END;) {
+        if (o == CLI_EXIT) return p.exit_code;
+        if (o == OPT_QUIET)
             c.quiet = 1;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "tandem reindex: unknown argument '%s'\nusage: tandem reindex [-q]\n",
-                    argv[i]);
-            return 2;
-        }
+        else
+            return cli_error(&verb, "unexpected argument '%s'", p.value);
     }
     td_rundb *store = NULL;
     /* No automatic rebuild on open: this verb does it itself and says what it did per run. */

@@ -3,23 +3,33 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "tandem/exec.h"
 #include "tandem/workflow.h"
 
-static void run_usage(FILE *out) {
-    fprintf(out,
-            "usage: tandem run [WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n"
-            "       tandem run --resume RUN [-d]\n\n"
-            "  WORKFLOW            a name from the workflow file (optional when it has one)\n"
-            "  -f, --file FILE     workflow file (default .tandem/workflows.yaml of the project:\n"
-            "                      $TANDEM_HOME or the current directory)\n"
-            "  -d, --detach        run in the background; print the run id and return\n"
-            "  --param KEY=VALUE   override or add a param (repeatable)\n"
-            "  --resume RUN        continue a preempted, stopped or failed run (same id) with\n"
-            "                      TANDEM_RESUME=1\n\n"
-            "Exit: 0 succeeded, 1 failed or stopped, 2 usage, 143 preempted (resumable).\n");
-}
+enum { OPT_FILE = 1, OPT_DETACH, OPT_PARAM, OPT_RESUME };
+
+static const cli_opt run_opts[] = {
+    {OPT_FILE, "file", 'f', "FILE",
+     "workflow file (default .tandem/workflows.yaml of the project:\n"
+     "$TANDEM_HOME or the current directory)",
+     0},
+    {OPT_DETACH, "detach", 'd', NULL, "run in the background; print the run id and return", 0},
+    {OPT_PARAM, "param", 0, "KEY=VALUE", "override or add a param (repeatable)", CLI_REPEAT},
+    {OPT_RESUME, "resume", 0, "RUN",
+     "continue a preempted, stopped or failed run (same id) with\nTANDEM_RESUME=1", 0},
+    {0},
+};
+
+static const cli_command verb = {
+    .name = "tandem run",
+    .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n--resume RUN [-d]",
+    .about = "Runs a workflow as a tracked run. WORKFLOW is a name from the workflow file\n"
+             "(optional when it has one).\n",
+    .opts = run_opts,
+    .epilog = "Exit: 0 succeeded, 1 failed or stopped, 2 usage, 143 preempted (resumable).\n",
+};
 
 static char *default_file(void) {
     const char *home = td_env_str(TD_ENV_HOME);
@@ -33,46 +43,36 @@ int cmd_run(int argc, char **argv) {
     const char **params = td_xcalloc((size_t)argc, sizeof *params);
     size_t nparams = 0;
     int rc = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            run_usage(stdout);
-            rc = 0;
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        switch (c) {
+        case CLI_EXIT:
+            rc = p.exit_code;
             goto out;
-        } else if (!strcmp(a, "-d") || !strcmp(a, "--detach")) {
+        case OPT_DETACH:
             detach = 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file") || !strcmp(a, "--param") ||
-                   !strcmp(a, "--resume")) {
-            if (!next) {
-                fprintf(stderr, "tandem run: %s needs a value\n", a);
+            break;
+        case OPT_FILE:
+            file = p.value;
+            break;
+        case OPT_PARAM:
+            params[nparams++] = p.value;
+            break;
+        case OPT_RESUME:
+            resume = p.value;
+            break;
+        default: /* CLI_ARG */
+            if (name) {
+                cli_error(&verb, "one workflow at a time ('%s' and '%s')", name, p.value);
                 goto out;
             }
-            if (!strcmp(a, "--param"))
-                params[nparams++] = next;
-            else if (!strcmp(a, "--resume"))
-                resume = next;
-            else
-                file = next;
-            i++;
-        } else if (!strncmp(a, "--param=", 8)) {
-            params[nparams++] = a + 8;
-        } else if (!strncmp(a, "--resume=", 9)) {
-            resume = a + 9;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "tandem run: unknown option '%s'\n\n", a);
-            run_usage(stderr);
-            goto out;
-        } else if (!name) {
-            name = a;
-        } else {
-            fprintf(stderr, "tandem run: one workflow at a time ('%s' and '%s')\n", name, a);
-            goto out;
+            name = p.value;
         }
     }
     if (resume && nparams) {
-        fprintf(stderr, "tandem run: --resume re-runs the stored command; --param cannot "
-                        "change it (start a new run instead)\n");
+        cli_error(&verb, "--resume re-runs the stored command; --param cannot change it (start "
+                         "a new run instead)");
         goto out;
     }
 

@@ -22,17 +22,24 @@ static void print_time(const char *label, double t) {
     printf("%-15s %s\n", label, buf);
 }
 
-static const run_cli_verb verb = {
+static const cli_opt opts[] = {{0}};
+
+static const cli_command verb = {
     .name = "tandem show",
-    .args = "RUN",
-    .help = "RUN is a run id or a unique prefix of one.\n",
+    .usage = "RUN",
+    .about = "Everything recorded about one run. RUN is a run id or a unique prefix of one.\n",
+    .opts = opts,
 };
 
 int cmd_show(int argc, char **argv) {
     const char *id = NULL;
     int rc;
-    for (int i = 1; i < argc; i++)
-        if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0) return rc;
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if ((rc = run_cli_id(&verb, p.value, &id)) >= 0) return rc;
+    }
     td_rundb *store;
     td_run r;
     if ((rc = run_cli_open_run(&verb, id, &store, &r))) return rc;

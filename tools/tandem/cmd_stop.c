@@ -9,24 +9,35 @@
 #include "tandem/exec.h"
 #include "tandem/workflow.h"
 
-static const run_cli_verb verb = {
+enum { OPT_WAIT = 1 };
+
+static const cli_opt opts[] = {
+    {OPT_WAIT, "wait", 0, "SECONDS", "how long to wait for the run to end (default 60)", 0},
+    {0},
+};
+
+static const cli_command verb = {
     .name = "tandem stop",
-    .args = "RUN [--wait SECONDS]",
-    .help = "Sends SIGTERM to the run's supervisor, which forwards it to the workers\n"
-            "(they checkpoint and exit), and waits for the run to end (default 60 s).\n",
+    .usage = "RUN [--wait SECONDS]",
+    .about = "Sends SIGTERM to the run's supervisor, which forwards it to the workers\n"
+             "(they checkpoint and exit), and waits for the run to end (default 60 s).\n",
+    .opts = opts,
 };
 
 int cmd_stop(int argc, char **argv) {
     const char *id = NULL;
     double wait_s = 60;
     int rc;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--wait") && i + 1 < argc) {
-            if (td_parse_f64("--wait", argv[++i], &wait_s) != TD_OK || wait_s < 0) {
-                fprintf(stderr, "tandem stop: --wait expects seconds >= 0\n");
-                return 2;
+    cli_parser p;
+    cli_init(&p, &verb, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) return p.exit_code;
+        if (c == OPT_WAIT) {
+            if (td_parse_f64("--wait", p.value, &wait_s) != TD_OK || wait_s < 0) {
+                td_error_clear();
+                return cli_error(&verb, "--wait '%s': expects seconds >= 0", p.value);
             }
-        } else if ((rc = run_cli_arg(&verb, argv[i], &id)) >= 0)
+        } else if ((rc = run_cli_id(&verb, p.value, &id)) >= 0)
             return rc;
     }
     if (!id) return run_cli_usage_error(&verb);

@@ -1,7 +1,6 @@
 /* tandem train: parse the flags, run the trainer, map the outcome to an exit code
  * (0 ok, 1 failure, 2 usage, 143/130 stopped by SIGTERM/SIGINT after a checkpoint). */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -11,67 +10,21 @@
 
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "tandem/os.h"
 #include "tandem/track.h"
 #include "tandem/train.h"
 
-static void train_usage(FILE *out) {
-    fprintf(out,
-            "usage: tandem train --model basicnet|mlp7|SPEC.yaml --data DIR [options]\n"
-            "\n"
-            "  --model NAME|PATH       basicnet, mlp7, or a YAML model spec (default basicnet)\n"
-            "  --data DIR              Fashion-MNIST IDX files (default "
-            "/usr/share/datasets/fashion-mnist)\n"
-            "  --epochs N | --steps N  how long to train (default 1 epoch)\n"
-            "  --batch B               samples per micro-batch per rank (default 64)\n"
-            "  --accum M               micro-batches per step (default 1); global batch = "
-            "B x M x WORLD_SIZE\n"
-            "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --lr F                  learning rate (default 1e-3)\n"
-            "  --momentum F            SGD momentum (default 0)\n"
-            "  --dampening F           SGD dampening (default 0)\n"
-            "  --nesterov              SGD Nesterov momentum\n"
-            "  --weight-decay F        default 0.01 for adamw, 0 for sgd\n"
-            "  --seed S                data order, init and dropout (default 0)\n"
-            "  --threads T             compute threads (default TANDEM_NUM_THREADS or all cores)\n"
-            "  --device cpu|cuda[:N]   where to train (default cpu); cuda takes GPU N, or the\n"
-            "                          local rank modulo the GPUs present (several workers may\n"
-            "                          share one); TANDEM_CUDA_GRAPH=0 launches the step kernel\n"
-            "                          by kernel instead of replaying it as a CUDA graph\n"
-            "  --precision P           cuda: fp32 (default), or tf32 or bf16 tensor-core gemms\n"
-            "                          with fp32 accumulation; weights, optimizer state and\n"
-            "                          checkpoints stay fp32 (docs/gpu.md)\n"
-            "  --save FILE             write the final weights as safetensors\n"
-            "  --checkpoint-dir DIR    write checkpoints there (the last 2 are kept)\n"
-            "  --checkpoint-every N    also every N steps (default: epoch ends, the end, and on "
-            "SIGTERM)\n"
-            "  --resume                continue from the newest valid checkpoint in the directory\n"
-            "  --no-eval-every-epoch   test accuracy only at the end\n"
-            "  --progress | --no-progress   force the progress bar on or off (default: on a tty)\n"
-            "  --log-every N           steps between log lines when there is no bar\n"
-            "  --json                  end stdout with one JSON line of results\n"
-            "  --nproc-per-node K      start K local workers through 'tandem launch --standalone'\n"
-            "  --nondeterministic-ok   train even where ranks run different float kernels\n"
-            "                          (OpenBLAS core, instruction set): a warning, not an error\n"
-            "\n"
-            "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
-            "batch and gradients are averaged by the ddp reducer. TANDEM_CHECKPOINT_DIR and\n"
-            "TANDEM_RESUME=1 (set by 'tandem run') stand for --checkpoint-dir and --resume;\n"
-            "a launcher restart (TANDEM_RESTART_COUNT > 0) resumes too when checkpoints are on.\n"
-            "TANDEM_PROGRESS=1|0 stands for --progress/--no-progress. TANDEM_METRICS=FILE\n"
-            "receives the metrics as JSON lines.\n");
-}
-
 enum {
-    OPT_MODEL = 256,
+    OPT_MODEL = 1,
     OPT_DATA,
     OPT_EPOCHS,
     OPT_STEPS,
     OPT_BATCH,
     OPT_ACCUM,
-    OPT_LR,
     OPT_OPTIMIZER,
+    OPT_LR,
     OPT_MOMENTUM,
     OPT_DAMPENING,
     OPT_NESTEROV,
@@ -80,61 +33,93 @@ enum {
     OPT_THREADS,
     OPT_DEVICE,
     OPT_PRECISION,
-    OPT_NONDET_OK,
     OPT_SAVE,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
     OPT_RESUME,
-    OPT_JSON,
     OPT_EVAL_EPOCH,
     OPT_NO_EVAL_EPOCH,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
     OPT_LOG_EVERY,
-    OPT_HELP,
+    OPT_JSON,
+    OPT_NPROC,
+    OPT_NONDET_OK,
 };
 
-static const struct option long_opts[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"steps", required_argument, NULL, OPT_STEPS},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"accum", required_argument, NULL, OPT_ACCUM},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"dampening", required_argument, NULL, OPT_DAMPENING},
-    {"nesterov", no_argument, NULL, OPT_NESTEROV},
-    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"precision", required_argument, NULL, OPT_PRECISION},
-    {"nondeterministic-ok", no_argument, NULL, OPT_NONDET_OK},
-    {"save", required_argument, NULL, OPT_SAVE},
-    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
-    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
-    {"resume", no_argument, NULL, OPT_RESUME},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"eval-every-epoch", no_argument, NULL, OPT_EVAL_EPOCH},
-    {"no-eval-every-epoch", no_argument, NULL, OPT_NO_EVAL_EPOCH},
-    {"progress", no_argument, NULL, OPT_PROGRESS},
-    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
+static const cli_opt train_opts[] = {
+    {OPT_MODEL, "model", 0, "NAME|PATH", "basicnet, mlp7, or a YAML model spec (default basicnet)",
+     0},
+    {OPT_DATA, "data", 0, "DIR",
+     "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)", 0},
+    {OPT_EPOCHS, "epochs", 0, "N", "how long to train (default 1 epoch)...", 0},
+    {OPT_STEPS, "steps", 0, "N", "...or how many optimizer steps; give one of the two", 0},
+    {OPT_BATCH, "batch", 0, "B", "samples per micro-batch per rank (default 64)", 0},
+    {OPT_ACCUM, "accum", 0, "M",
+     "micro-batches per step (default 1); global batch = B x M x WORLD_SIZE", 0},
+    {OPT_OPTIMIZER, "optimizer", 0, "adamw|sgd", "the optimizer (default adamw)", 0},
+    {OPT_LR, "lr", 0, "F", "learning rate (default 1e-3)", 0},
+    {OPT_MOMENTUM, "momentum", 0, "F", "SGD momentum (default 0)", 0},
+    {OPT_DAMPENING, "dampening", 0, "F", "SGD dampening (default 0)", 0},
+    {OPT_NESTEROV, "nesterov", 0, NULL, "SGD Nesterov momentum", 0},
+    {OPT_WEIGHT_DECAY, "weight-decay", 0, "F", "default 0.01 for adamw, 0 for sgd", 0},
+    {OPT_SEED, "seed", 0, "S", "data order, init and dropout (default 0)", 0},
+    {OPT_THREADS, "threads", 0, "T", "compute threads (default TANDEM_NUM_THREADS or all cores)",
+     0},
+    {OPT_DEVICE, "device", 0, "cpu|cuda[:N]",
+     "where to train (default cpu); cuda takes GPU N, or the\n"
+     "local rank modulo the GPUs present (several workers may\n"
+     "share one); TANDEM_CUDA_GRAPH=0 launches the step kernel\n"
+     "by kernel instead of replaying it as a CUDA graph",
+     0},
+    {OPT_PRECISION, "precision", 0, "P",
+     "cuda: fp32 (default), or tf32 or bf16 tensor-core gemms\n"
+     "with fp32 accumulation; weights, optimizer state and\n"
+     "checkpoints stay fp32 (docs/gpu.md)",
+     0},
+    {OPT_SAVE, "save", 0, "FILE", "write the final weights as safetensors", 0},
+    {OPT_CKPT_DIR, "checkpoint-dir", 0, "DIR", "write checkpoints there (the last 2 are kept)", 0},
+    {OPT_CKPT_EVERY, "checkpoint-every", 0, "N",
+     "also every N steps (default: epoch ends, the end, and on\nSIGTERM)", 0},
+    {OPT_RESUME, "resume", 0, NULL, "continue from the newest valid checkpoint in the directory",
+     0},
+    {OPT_EVAL_EPOCH, "eval-every-epoch", 0, NULL, "test accuracy after every epoch (default)", 0},
+    {OPT_NO_EVAL_EPOCH, "no-eval-every-epoch", 0, NULL, "test accuracy only at the end", 0},
+    {OPT_PROGRESS, "progress", 0, NULL, "force the progress bar on (default: on a tty)", 0},
+    {OPT_NO_PROGRESS, "no-progress", 0, NULL, "force the progress bar off", 0},
+    {OPT_LOG_EVERY, "log-every", 0, "N", "steps between log lines when there is no bar", 0},
+    {OPT_JSON, "json", 0, NULL, "end stdout with one JSON line of results", 0},
+    {OPT_NPROC, "nproc-per-node", 0, "K",
+     "start K local workers through 'tandem launch --standalone'", 0},
+    {OPT_NONDET_OK, "nondeterministic-ok", 0, NULL,
+     "train even where ranks run different float kernels\n"
+     "(OpenBLAS core, instruction set): a warning, not an error",
+     0},
+    {0},
 };
 
+static const cli_command train_cmd = {
+    .name = "tandem train",
+    .usage = "--model basicnet|mlp7|SPEC.yaml --data DIR [options]",
+    .opts = train_opts,
+    .epilog =
+        "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
+        "batch and gradients are averaged by the ddp reducer. TANDEM_CHECKPOINT_DIR and\n"
+        "TANDEM_RESUME=1 (set by 'tandem run') stand for --checkpoint-dir and --resume;\n"
+        "a launcher restart (TANDEM_RESTART_COUNT > 0) resumes too when checkpoints are on.\n"
+        "TANDEM_PROGRESS=1|0 stands for --progress/--no-progress. TANDEM_METRICS=FILE\n"
+        "receives the metrics as JSON lines.\n",
+};
+
+/* A usage error in cli_error's form: "tandem train: <what>" and the --help hint. */
 static int usage_error(const char *fmt, ...) TD_PRINTF(1, 2);
 static int usage_error(const char *fmt, ...) {
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "tandem train: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(see 'tandem train --help')\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return 2;
+    return cli_error(&train_cmd, "%s", msg);
 }
 
 /* An integer flag value in [lo, hi]; prints the usage error itself. */
@@ -320,91 +305,92 @@ int cmd_train(int argc, char **argv) {
         td_error_print(TD_ERR_PEER);
         return 1;
     }
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--")) break;
-        if (!strcmp(argv[i], "--nproc-per-node") && i + 1 < argc)
-            return exec_launcher(argc, argv, argv[i + 1]);
-        if (!strncmp(argv[i], "--nproc-per-node=", 17))
-            return exec_launcher(argc, argv, argv[i] + 17);
-    }
     td_train_config cfg;
     td_train_config_defaults(&cfg);
     const char *optimizer = "adamw";
     double lr = NAN, momentum = NAN, dampening = NAN, wd = NAN;
     bool nesterov = false, json = false, have_epochs = false, have_steps = false;
+    const char *nproc = NULL;
     int64_t v;
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", long_opts, NULL)) != -1) {
+    cli_parser p;
+    cli_init(&p, &train_cmd, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        const char *val = p.value;
         int bad = 0;
         switch (c) {
+        case CLI_EXIT:
+            return p.exit_code;
+        case CLI_ARG:
+            return usage_error("unexpected argument '%s'", val);
+        case OPT_NPROC:
+            nproc = val;
+            break;
         case OPT_MODEL:
-            cfg.model = optarg;
+            cfg.model = val;
             break;
         case OPT_DATA:
-            cfg.data_dir = optarg;
+            cfg.data_dir = val;
             break;
         case OPT_EPOCHS:
-            bad = int_flag("--epochs", optarg, 1, INT32_MAX, &cfg.epochs);
+            bad = int_flag("--epochs", val, 1, INT32_MAX, &cfg.epochs);
             have_epochs = true;
             break;
         case OPT_STEPS:
-            bad = int_flag("--steps", optarg, 1, INT64_MAX / 2, &cfg.steps);
+            bad = int_flag("--steps", val, 1, INT64_MAX / 2, &cfg.steps);
             have_steps = true;
             break;
         case OPT_BATCH:
-            bad = int_flag("--batch", optarg, 1, 1 << 20, &v);
+            bad = int_flag("--batch", val, 1, 1 << 20, &v);
             cfg.batch = (int)v;
             break;
         case OPT_ACCUM:
-            bad = int_flag("--accum", optarg, 1, 1 << 16, &v);
+            bad = int_flag("--accum", val, 1, 1 << 16, &v);
             cfg.accum = (int)v;
             break;
         case OPT_LR:
-            bad = real_flag("--lr", optarg, &lr);
+            bad = real_flag("--lr", val, &lr);
             break;
         case OPT_OPTIMIZER:
-            optimizer = optarg;
+            optimizer = val;
             break;
         case OPT_MOMENTUM:
-            bad = real_flag("--momentum", optarg, &momentum);
+            bad = real_flag("--momentum", val, &momentum);
             break;
         case OPT_DAMPENING:
-            bad = real_flag("--dampening", optarg, &dampening);
+            bad = real_flag("--dampening", val, &dampening);
             break;
         case OPT_NESTEROV:
             nesterov = true;
             break;
         case OPT_WEIGHT_DECAY:
-            bad = real_flag("--weight-decay", optarg, &wd);
+            bad = real_flag("--weight-decay", val, &wd);
             break;
         case OPT_SEED:
-            bad = int_flag("--seed", optarg, 0, INT64_MAX, &v);
+            bad = int_flag("--seed", val, 0, INT64_MAX, &v);
             cfg.seed = (uint64_t)v;
             break;
         case OPT_THREADS:
-            bad = int_flag("--threads", optarg, 1, 1024, &v);
+            bad = int_flag("--threads", val, 1, 1024, &v);
             cfg.threads = (int)v;
             break;
         case OPT_DEVICE:
-            bad = device_flag(optarg, &cfg);
+            bad = device_flag(val, &cfg);
             break;
         case OPT_NONDET_OK:
             cfg.nondeterministic_ok = true;
             break;
         case OPT_PRECISION:
-            if (td_precision_parse(optarg, &cfg.precision) != TD_OK)
-                bad = usage_error("--precision '%s': use fp32, tf32 or bf16", optarg);
+            if (td_precision_parse(val, &cfg.precision) != TD_OK)
+                bad = usage_error("--precision '%s': use fp32, tf32 or bf16", val);
             break;
         case OPT_SAVE:
-            cfg.save_path = optarg;
+            cfg.save_path = val;
             break;
         case OPT_CKPT_DIR:
-            cfg.checkpoint_dir = optarg;
+            cfg.checkpoint_dir = val;
             break;
         case OPT_CKPT_EVERY:
-            bad = int_flag("--checkpoint-every", optarg, 1, INT64_MAX / 2, &cfg.checkpoint_every);
+            bad = int_flag("--checkpoint-every", val, 1, INT64_MAX / 2, &cfg.checkpoint_every);
             break;
         case OPT_RESUME:
             cfg.resume = true;
@@ -425,19 +411,13 @@ int cmd_train(int argc, char **argv) {
             cfg.progress = 0;
             break;
         case OPT_LOG_EVERY:
-            bad = int_flag("--log-every", optarg, 1, INT64_MAX / 2, &cfg.log_every);
+            bad = int_flag("--log-every", val, 1, INT64_MAX / 2, &cfg.log_every);
             break;
-        case OPT_HELP:
-            train_usage(stdout);
-            return 0;
-        case ':':
-            return usage_error("%s needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
         if (bad) return bad;
     }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    /* The flags are sound: each worker parses them again. */
+    if (nproc) return exec_launcher(argc, argv, nproc);
     /* What `tandem run` passes through the environment stands for the flags when they are
      * absent. */
     const char *env_ckpt = td_var_get(TD_VAR_TANDEM_CHECKPOINT_DIR);

@@ -1,55 +1,38 @@
 /* tandem ui: serve the runs dashboard of this project until SIGINT/SIGTERM. */
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/ui.h"
 
-static const char usage_line[] = "usage: tandem ui [--host ADDR] [--port PORT] [--project DIR]\n";
+enum { OPT_HOST = 1, OPT_PORT, OPT_PROJECT };
 
-static void help(void) {
-    printf("%s\n"
-           "Serves the runs dashboard of the project (its .tandem/ run store: --project DIR,\n"
-           "else TANDEM_HOME, else the current directory) and prints the address to open.\n"
-           "Runs, live charts of every metric, logs and artifacts; stop a running run.\n\n"
-           "  --host ADDR    address to listen on (default 127.0.0.1); any other than a\n"
-           "                 loopback address makes every request need the access token\n"
-           "  --port PORT    port (default 8080; 0 picks a free one)\n"
-           "  --project DIR  the project directory holding .tandem/\n\n"
-           "The access token is random per start (TANDEM_UI_TOKEN sets it). The API is in\n"
-           "docs/ui-api.md. Ctrl-C stops the server.\n",
-           usage_line);
-}
+static const cli_opt ui_opts[] = {
+    {OPT_HOST, "host", 0, "ADDR",
+     "address to listen on (default 127.0.0.1); any other than a\n"
+     "loopback address makes every request need the access token",
+     0},
+    {OPT_PORT, "port", 0, "PORT", "port (default 8080; 0 picks a free one)", 0},
+    {OPT_PROJECT, "project", 0, "DIR", "the project directory holding .tandem/", 0},
+    {0},
+};
 
-static int usage_error(const char *fmt, ...) TD_PRINTF(1, 2);
-static int usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tandem ui: ");
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n%s", usage_line);
-    return 2;
-}
-
-/* "--flag VALUE" or "--flag=VALUE": the value, or NULL when this argument is not the flag. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, int *missing) {
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n)) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0') return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
+static const cli_command ui_cmd = {
+    .name = "tandem ui",
+    .usage = "[--host ADDR] [--port PORT] [--project DIR]",
+    .about = "Serves the runs dashboard of the project (its .tandem/ run store: --project DIR,\n"
+             "else TANDEM_HOME, else the current directory) and prints the address to open.\n"
+             "Runs, live charts of every metric, logs and artifacts; stop a running run.\n",
+    .opts = ui_opts,
+    .epilog = "The access token is random per start (TANDEM_UI_TOKEN sets it). The API is in\n"
+              "docs/ui-api.md. Ctrl-C stops the server.\n",
+};
 
 struct signal_wait {
     td_sigwatch *sw;
@@ -79,28 +62,33 @@ static int wait_for_signal(td_sigwatch *sw) {
 
 int cmd_ui(int argc, char **argv) {
     td_ui_options opts = {.host = "127.0.0.1", .port = 8080};
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            help();
-            return 0;
-        } else if ((v = flag_value(argc, argv, &i, "--host", &missing)) || missing) {
-            if (missing || !*v)
-                return usage_error("%s expects an address, e.g. 127.0.0.1", "--host");
-            opts.host = v;
-        } else if ((v = flag_value(argc, argv, &i, "--port", &missing)) || missing) {
-            int64_t port;
-            if (missing || td_parse_i64("--port", v, &port) != TD_OK || port < 0 || port > 65535) {
+    cli_parser p;
+    cli_init(&p, &ui_cmd, argc, argv);
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        int64_t port;
+        switch (c) {
+        case CLI_EXIT:
+            return p.exit_code;
+        case CLI_ARG:
+            return cli_error(&ui_cmd, "unexpected argument '%s'", p.value);
+        case OPT_HOST:
+            if (!*p.value) return cli_error(&ui_cmd, "--host expects an address, e.g. 127.0.0.1");
+            opts.host = p.value;
+            break;
+        case OPT_PORT:
+            if (td_parse_i64("--port", p.value, &port) != TD_OK || port < 0 || port > 65535) {
                 td_error_clear();
-                return usage_error("%s expects a port from 0 (any free one) to 65535", "--port");
+                return cli_error(&ui_cmd,
+                                 "--port '%s': expects a port from 0 (any free one) "
+                                 "to 65535",
+                                 p.value);
             }
             opts.port = (int)port;
-        } else if ((v = flag_value(argc, argv, &i, "--project", &missing)) || missing) {
-            if (missing || !*v) return usage_error("%s expects a directory", "--project");
-            opts.project_dir = v;
-        } else {
-            return usage_error("unknown argument '%s'", argv[i]);
+            break;
+        case OPT_PROJECT:
+            if (!*p.value) return cli_error(&ui_cmd, "--project expects a directory");
+            opts.project_dir = p.value;
+            break;
         }
     }
     /* TANDEM_UI_TOKEN: a fixed token (a reverse proxy or a bookmark that outlives restarts). */

@@ -6,28 +6,22 @@
 #include <stdio.h>
 #include <string.h>
 
-int run_cli_arg(const run_cli_verb *verb, const char *arg, const char **id) {
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-        printf("usage: %s %s\n\n%s", verb->name, verb->args, verb->help);
-        return 0;
-    }
-    if (arg[0] != '-' && !*id) {
-        *id = arg;
-        return -1;
-    }
-    return run_cli_usage_error(verb);
+int run_cli_id(const cli_command *verb, const char *arg, const char **id) {
+    if (*id) return cli_error(verb, "one run at a time ('%s' and '%s')", *id, arg);
+    *id = arg;
+    return -1;
 }
 
-int run_cli_usage_error(const run_cli_verb *verb) {
-    fprintf(stderr, "usage: %s %s\n", verb->name, verb->args);
+int run_cli_usage_error(const cli_command *verb) {
+    cli_usage(verb, stderr);
     return 2;
 }
 
-int run_cli_rank(const run_cli_verb *verb, const char *value, int *rank) {
+int run_cli_rank(const cli_command *verb, const char *value, int *rank) {
     int64_t r;
     if (td_parse_i64("--rank", value, &r) != TD_OK || r < 0 || r > INT_MAX) {
-        fprintf(stderr, "%s: --rank expects an integer >= 0\n", verb->name);
-        return 2;
+        td_error_clear();
+        return cli_error(verb, "--rank '%s': expects an integer >= 0", value);
     }
     *rank = (int)r;
     return -1;
@@ -42,7 +36,7 @@ int run_cli_open_store(td_rundb **store) {
     return 0;
 }
 
-int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store, td_run *run) {
+int run_cli_open_run(const cli_command *verb, const char *id, td_rundb **store, td_run *run) {
     if (!id) return run_cli_usage_error(verb);
     int rc = run_cli_open_store(store);
     if (rc) return rc;

@@ -4,25 +4,22 @@
 #ifndef TANDEM_RUN_CLI_H
 #define TANDEM_RUN_CLI_H
 
+#include "args.h"
 #include "tandem/track.h"
 
-typedef struct {
-    const char *name; /* "tandem logs" */
-    const char *args; /* "RUN [-f] [--rank R]" */
-    const char *help; /* the paragraph -h prints below the usage line */
-} run_cli_verb;
+/* A verb's options and help are a cli_command (args.h): name "tandem logs", usage
+ * "RUN [-f] [--rank R]". */
 
-/* For an argument the verb's own options did not take: -h/--help prints the help and returns 0;
- * the first positional argument becomes *id and returns -1 (go on); anything else is a usage
- * error (2). */
-int run_cli_arg(const run_cli_verb *verb, const char *arg, const char **id);
+/* A positional argument the verb read (CLI_ARG): the first becomes *id and returns -1 (go on);
+ * a second is a usage error (2). */
+int run_cli_id(const cli_command *verb, const char *arg, const char **id);
 
 /* Prints the usage line to stderr; returns 2. */
-int run_cli_usage_error(const run_cli_verb *verb);
+int run_cli_usage_error(const cli_command *verb);
 
 /* The value of --rank R (an integer >= 0) into *rank: -1 (go on), or 2 after saying what is
  * wrong. */
-int run_cli_rank(const run_cli_verb *verb, const char *value, int *rank);
+int run_cli_rank(const cli_command *verb, const char *value, int *rank);
 
 /* Opens the project's run store: 0, or 1 after printing why not. */
 int run_cli_open_store(td_rundb **store);
@@ -30,7 +27,7 @@ int run_cli_open_store(td_rundb **store);
 /* Opens the store and finds the run id names (an id or a unique prefix of one): 0 with *store and
  * *run set (release them with run_cli_close), 1 when the store cannot be opened, 2 when id is NULL
  * (no RUN was given: the usage line) or no single run matches; the error is printed. */
-int run_cli_open_run(const run_cli_verb *verb, const char *id, td_rundb **store, td_run *run);
+int run_cli_open_run(const cli_command *verb, const char *id, td_rundb **store, td_run *run);
 
 /* Clears run (may be NULL) and closes store. */
 void run_cli_close(td_rundb *store, td_run *run);

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# cli: every command parses its arguments with the one parser (tools/tandem/args.c), so every
+# command takes --opt=value and --opt value (and -x value, -xVALUE), stops at "--", and says the
+# same things about bad arguments, with exit code 2: an unknown option named with the hint
+# "(see 'tandem CMD --help')", a missing value with the value's name, a value given to a flag,
+# an option given twice unless it repeats (--param). --help is generated from each table.
+# tandem launch keeps torchrun's spellings (--nproc_per_node), its last-value-wins repeats and
+# its end of options at the worker command.
+set -uo pipefail
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_init cliargs
+
+# expect_usage WANT ARGS...: exit 2 and WANT in stderr
+expect_usage() {
+    local want=$1 err rc
+    shift
+    err=$("$B" "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" = 2 ] || fail "tandem $*: exit $rc, expected 2 (stderr: $err)"
+    grep -qF -- "$want" <<<"$err" || fail "tandem $*: stderr lacks '$want': $err"
+}
+
+# Unknown options, in every command: named, with the hint, on two lines.
+for cmd in env run ps show logs metrics artifacts stop reindex ui train launch "bench comm"; do
+    # shellcheck disable=SC2086
+    expect_usage "tandem $cmd: unknown option '--frobnicate'" $cmd --frobnicate=3
+    # shellcheck disable=SC2086
+    expect_usage "(see 'tandem $cmd --help')" $cmd --frobnicate
+    # shellcheck disable=SC2086
+    out=$("$B" $cmd --help) || fail "tandem $cmd --help: exit $?"
+    head -1 <<<"$out" | grep -q "^usage: tandem $cmd" || fail "tandem $cmd --help: $out"
+    grep -q -- "-h, --help" <<<"$out" || fail "tandem $cmd --help lists no -h, --help: $out"
+    # shellcheck disable=SC2086
+    "$B" $cmd -h >/dev/null || fail "tandem $cmd -h: exit $?"
+done
+expect_usage "unknown option '-z'" ps -z
+expect_usage "unknown option '-dz'" run -dz
+
+# Missing values name the value; flags take none.
+expect_usage "tandem run: --file needs a value: --file FILE" run --file
+expect_usage "tandem run: -f needs a value: -f FILE" run -f
+expect_usage "tandem train: --accum needs a value: --accum M" train --accum
+expect_usage "tandem launch: --nproc-per-node needs a value" launch --nproc-per-node
+expect_usage "tandem logs: --rank needs a value: --rank R" logs x --rank
+expect_usage "tandem run: --detach takes no value (got '--detach=yes')" run --detach=yes
+expect_usage "tandem train: --json takes no value" train --json=1
+
+# Both spellings reach the command alike: the workflow file that is not there is named.
+for form in "--file=nowhere.yaml" "--file nowhere.yaml" "-f nowhere.yaml" "-fnowhere.yaml"; do
+    # shellcheck disable=SC2086
+    err=$("$B" run $form 2>&1) && fail "tandem run $form succeeded"
+    grep -q "nowhere.yaml" <<<"$err" || fail "tandem run $form: $err"
+done
+expect_usage "tandem train: --lr 'abc'" train --lr=abc
+expect_usage "tandem train: --lr 'abc'" train --lr abc
+expect_usage "tandem metrics: --rank 'x': expects an integer >= 0" metrics r1 --rank=x
+expect_usage "tandem ui: --port '70000'" ui --port 70000
+expect_usage "tandem ui: --port '-1'" ui --port=-1
+
+# Repeats: an error unless the option repeats.
+expect_usage "tandem run: -f given twice ('a.yaml' and 'b.yaml'); give it once" run -f a.yaml -f b.yaml
+expect_usage "tandem train: --steps given twice ('1' and '2')" train --steps 1 --steps=2
+mkdir -p .tandem
+cat >.tandem/workflows.yaml <<'EOF'
+workflows:
+  - name: echo
+    params: {a: 0, b: 0}
+    command: echo "a=$a b=$b" > out.txt
+EOF
+"$B" run echo --param a=1 --param=b=2 >/dev/null 2>&1 || fail "tandem run --param twice: exit $?"
+
+# "--" ends the options: what follows is positional (here: a workflow named -d).
+expect_usage "" run -- -d
+err=$("$B" run -- -d 2>&1)
+grep -q "'-d'" <<<"$err" || fail "tandem run -- -d: -d was not taken as the workflow: $err"
+expect_usage "one workflow at a time ('a' and 'b')" run a b
+expect_usage "tandem show: one run at a time ('a' and 'b')" show a b
+
+# tandem launch: underscores, the later value of a repeat, and the options ending at the
+# worker command (whose own flags are its own).
+out=$("$B" launch --standalone --nproc_per_node=1 --nproc-per-node 2 sh -c 'echo "w$RANK $1"' sh \
+    --nproc-per-node 2>&1) || fail "tandem launch: exit $?: $out"
+[ "$(grep -c 'w[01] --nproc-per-node' <<<"$out")" = 2 ] ||
+    fail "tandem launch: expected 2 workers given '--nproc-per-node' as their argument: $out"
+out=$("$B" launch --standalone --max_restarts=0 --nproc-per-node=1 -- sh -c 'echo "n$WORLD_SIZE"' \
+    2>&1) || fail "tandem launch with --: exit $?: $out"
+grep -q "n1" <<<"$out" || fail "tandem launch with --: $out"
+expect_usage "tandem launch: no worker command" launch --standalone --
+
+# The help lists every option of the table once, with its value name.
+"$B" launch --help | grep -q -- "--end-record FILE" || fail "launch --help lacks --end-record FILE"
+"$B" run --help | grep -q -- "--param KEY=VALUE" || fail "run --help lacks --param KEY=VALUE"
+echo "test_cli_args: ok"
