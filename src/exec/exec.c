@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include "exec/internal.h"
 #include "tandem/endrec.h"
+#include "tandem/loop.h"
 
 /* ---- the executors ---- */
 static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
@@ -100,6 +100,35 @@ char *td__exec_which(const char *prog) {
 
 #define CAPTURE_MAX (64 * 1024)
 
+typedef struct {
+    int fds[2]; /* stdout, stderr; -1 once at their end */
+    td__buf bufs[2];
+    int open, timed_out;
+} capture;
+
+static void on_capture(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    capture *c = user;
+    int i = fd == c->fds[0] ? 0 : 1;
+    char chunk[4096];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+        td_loop_unwatch(l, fd);
+        close(fd);
+        c->fds[i] = -1;
+        if (--c->open == 0) td_loop_stop(l);
+        return;
+    }
+    if (c->bufs[i].len < CAPTURE_MAX)
+        td__buf_add(&c->bufs[i], chunk, TD_MIN((size_t)n, CAPTURE_MAX - c->bufs[i].len));
+}
+
+static void on_capture_deadline(td_loop *l, void *user) {
+    ((capture *)user)->timed_out = 1;
+    td_loop_stop(l);
+}
+
 td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s, char **out,
                            char **err, int *code) {
     *out = *err = NULL;
@@ -127,50 +156,29 @@ td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s,
         close(pe[0]);
         return st;
     }
-    td__buf bufs[2] = {{0}, {0}};
-    td__buf_add(&bufs[0], "", 0);
-    td__buf_add(&bufs[1], "", 0);
-    int fds[2] = {po[0], pe[0]};
-    double deadline = td_now_s() + timeout_s;
-    int timed_out = 0;
-    while (fds[0] >= 0 || fds[1] >= 0) {
-        struct pollfd pf[2];
-        int np = 0, which[2];
-        for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0) {
-                pf[np] = (struct pollfd){.fd = fds[i], .events = POLLIN};
-                which[np++] = i;
-            }
-        double left = deadline - td_now_s();
-        if (left <= 0) {
-            timed_out = 1;
-            break;
-        }
-        int r = poll(pf, (nfds_t)np, (int)(left * 1000) + 1);
-        if (r < 0 && errno != EINTR) break;
-        for (int k = 0; r > 0 && k < np; k++) {
-            if (!pf[k].revents) continue;
-            int i = which[k];
-            char chunk[4096];
-            ssize_t n = read(fds[i], chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                close(fds[i]);
-                fds[i] = -1;
-                continue;
-            }
-            if (bufs[i].len < CAPTURE_MAX)
-                td__buf_add(&bufs[i], chunk, TD_MIN((size_t)n, CAPTURE_MAX - bufs[i].len));
-        }
+    capture cap = {.fds = {po[0], pe[0]}, .open = 2};
+    td__buf_add(&cap.bufs[0], "", 0);
+    td__buf_add(&cap.bufs[1], "", 0);
+    /* Both pipes and the deadline on a loop of its own: a bounded wait for one command. */
+    td_loop *l = NULL;
+    st = td_loop_new(&l);
+    for (int i = 0; st == TD_OK && i < 2; i++)
+        st = td_loop_watch(l, cap.fds[i], TD_LOOP_READ, on_capture, &cap);
+    if (st == TD_OK) {
+        td_loop_timer(l, timeout_s, 0, on_capture_deadline, &cap);
+        st = td_loop_run(l);
     }
+    td_loop_free(l);
+    int timed_out = cap.timed_out || st != TD_OK;
+    td_error_clear();
     for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0) close(fds[i]);
+        if (cap.fds[i] >= 0) close(cap.fds[i]);
     if (timed_out) kill(-pid, SIGKILL); /* it leads its own group: take its children too */
     int status = 0;
     td_waitpid(pid, &status, 0);
     *code = timed_out ? 124 : td_wait_exit_code(status);
-    *out = bufs[0].s;
-    *err = bufs[1].s;
+    *out = cap.bufs[0].s;
+    *err = cap.bufs[1].s;
     return TD_OK;
 }
 

@@ -408,57 +408,58 @@ static void add_launch_args(td__buf *b, const td_exec_job *job, double grace, co
     free(worker);
 }
 
-char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, const char *link) {
+/* ---- the batch script, section by section ---- */
+/* The #SBATCH directives. Their values cannot be quoted (sbatch splits them at blanks), so they
+ * name only what tandem controls: the run id, its directory, numbers, a checked work_dir. */
+static void script_directives(td__buf *b, const td_exec_job *job, const char *link, double lead) {
     const td_run *run = job->run;
     const td_slurm_options *o = job->slurm;
-    td__buf b = {0};
-    double lead = signal_lead(o);
-    double grace = TD_MIN(LAUNCH_STOP_GRACE_S, TD_MAX(1.0, floor(lead / 2)));
     int nodes = run->nodes, nproc = run->nproc_per_node;
-    node_paths np = {.run_dir = run->run_dir};
-    if (link) np.node_run = td_xasprintf("%s/%s", o->work_dir, run->id);
-
-    td__buf_addf(&b, "#!/bin/sh\n");
-    td__buf_addf(&b,
+    td__buf_addf(b, "#!/bin/sh\n");
+    td__buf_addf(b,
                  "# The Slurm batch script of tandem run %s, written by `tandem run` "
                  "(docs/executors.md).\n"
                  "# Submitted with: sbatch --parsable [slurm: sbatch_args] %s/job.sbatch\n",
                  run->id, run->run_dir);
-    /* Directive values cannot be quoted (sbatch splits them at blanks), so they name only
-     * what tandem controls: the run id, its directory, numbers, a checked work_dir. */
-    td__buf_addf(&b, "#SBATCH --job-name=%s\n", run->id);
-    td__buf_addf(&b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
-    td__buf_addf(&b, "#SBATCH --cpus-per-task=%d\n", nproc);
-    td__buf_addf(&b, "#SBATCH --requeue\n");
-    td__buf_addf(&b, "#SBATCH --signal=B:USR1@%.0f\n", lead);
-    td__buf_addf(&b, "#SBATCH --open-mode=append\n");
+    td__buf_addf(b, "#SBATCH --job-name=%s\n", run->id);
+    td__buf_addf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
+    td__buf_addf(b, "#SBATCH --cpus-per-task=%d\n", nproc);
+    td__buf_addf(b, "#SBATCH --requeue\n");
+    td__buf_addf(b, "#SBATCH --signal=B:USR1@%.0f\n", lead);
+    td__buf_addf(b, "#SBATCH --open-mode=append\n");
     if (link) {
         /* The nodes do not see our run directory: the job's own output stays on its first
          * node, beside the nodes' copies of the run. */
-        td__buf_addf(&b, "#SBATCH --output=%s/%s-slurm-%%j.out\n", o->work_dir, run->id);
-        td__buf_addf(&b, "#SBATCH --error=%s/%s-slurm-%%j.err\n", o->work_dir, run->id);
-        td__buf_addf(&b, "#SBATCH --chdir=%s\n", o->work_dir);
+        td__buf_addf(b, "#SBATCH --output=%s/%s-slurm-%%j.out\n", o->work_dir, run->id);
+        td__buf_addf(b, "#SBATCH --error=%s/%s-slurm-%%j.err\n", o->work_dir, run->id);
+        td__buf_addf(b, "#SBATCH --chdir=%s\n", o->work_dir);
     } else {
-        td__buf_addf(&b, "#SBATCH --output=%s/logs/slurm-%%j.out\n", run->run_dir);
-        td__buf_addf(&b, "#SBATCH --error=%s/logs/slurm-%%j.err\n", run->run_dir);
-        td__buf_addf(&b, "#SBATCH --chdir=%s\n", job->work_dir);
+        td__buf_addf(b, "#SBATCH --output=%s/logs/slurm-%%j.out\n", run->run_dir);
+        td__buf_addf(b, "#SBATCH --error=%s/logs/slurm-%%j.err\n", run->run_dir);
+        td__buf_addf(b, "#SBATCH --chdir=%s\n", job->work_dir);
     }
-    if (o && o->partition) td__buf_addf(&b, "#SBATCH --partition=%s\n", o->partition);
-    if (o && o->account) td__buf_addf(&b, "#SBATCH --account=%s\n", o->account);
+    if (o && o->partition) td__buf_addf(b, "#SBATCH --partition=%s\n", o->partition);
+    if (o && o->account) td__buf_addf(b, "#SBATCH --account=%s\n", o->account);
     if (o && o->time_limit_s > 0) {
         long s = (long)ceil(o->time_limit_s);
-        td__buf_addf(&b, "#SBATCH --time=%ld-%02ld:%02ld:%02ld\n", s / 86400, s / 3600 % 24,
+        td__buf_addf(b, "#SBATCH --time=%ld-%02ld:%02ld:%02ld\n", s / 86400, s / 3600 % 24,
                      s / 60 % 60, s % 60);
     }
+}
 
-    td__buf_addf(&b,
+/* The workers' environment, the token, the launchers' knobs, and the resume of a requeued job. */
+static void script_environment(td__buf *b, const td_exec_job *job, const char *token_path,
+                               const char *link, const node_paths *np) {
+    const td_run *run = job->run;
+    int nodes = run->nodes, nproc = run->nproc_per_node;
+    td__buf_addf(b,
                  "\n# The workers' environment: what tandem run adds to or removes from the "
                  "submitting shell's,\n# which sbatch passes on (--export=ALL)%s.\n",
                  link ? ", with the run's directory as the nodes have it" : "");
-    add_env_lines(&b, job->env, link ? &np : NULL);
+    add_env_lines(b, job->env, link ? np : NULL);
     const char *tok = td_var_name(TD_VAR_TANDEM_TOKEN);
     if (link) {
-        td__buf_addf(&b,
+        td__buf_addf(b,
                      "# The rendezvous store's and the link's secret: in sbatch's environment "
                      "(Slurm keeps a job's\n# environment from everyone but its owner and the "
                      "administrators), never in this script.\n"
@@ -467,43 +468,110 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                      "}\n",
                      tok, tok);
     } else {
-        td__buf_addf(&b,
+        td__buf_addf(b,
                      "# The rendezvous store's secret: random per run, in a file only its "
                      "owner can read.\n%s=$(cat ",
                      tok);
-        td__buf_quote(&b, token_path);
-        td__buf_addf(&b, ") || exit 1\nexport %s\n", tok);
+        td__buf_quote(b, token_path);
+        td__buf_addf(b, ") || exit 1\nexport %s\n", tok);
     }
-    td__buf_addf(&b,
+    td__buf_addf(b,
                  "# tandem launch takes the nodes, this node's rank and node 0's address from "
                  "srun's variables\n# (docs/launch.md); a %s=0 of the submitting shell must "
                  "not turn that off.\nexport %s=1\n",
                  knob_name(TD_ENV_LAUNCH_DETECT), knob_name(TD_ENV_LAUNCH_DETECT));
-    td__buf_addf(&b,
+    td__buf_addf(b,
                  "# Each node's launcher samples its workers' CPU, memory and GPU (this "
                  "supervisor cannot see\n# the nodes' /proc): steps are seconds since the "
                  "run was created.\nexport %s=%.3f\n",
                  td_var_name(TD_VAR_TANDEM_SYS_METRICS), job->run->created_s);
-    td__buf_addf(&b,
+    td__buf_addf(b,
                  "# A requeued job (scontrol requeue, preemption, the time-limit requeue below) "
                  "resumes from the\n# newest checkpoint; each rank log says where.\n"
                  "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
                  "    export %s=1\n",
                  td_var_name(TD_VAR_TANDEM_RESUME));
     if (!link) {
-        td__buf_addf(&b,
+        td__buf_addf(b,
                      "    r=0\n"
                      "    while [ \"$r\" -lt %d ]; do\n"
                      "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
                      "$SLURM_JOB_ID ---\" >>",
                      nodes * nproc);
         char *rank_log = td_xasprintf("%s/logs/rank-", run->run_dir);
-        td__buf_quote(&b, rank_log);
+        td__buf_quote(b, rank_log);
         free(rank_log);
-        td__buf_addf(&b, "\"$r.log\"\n        r=$((r + 1))\n    done\n");
+        td__buf_addf(b, "\"$r.log\"\n        r=$((r + 1))\n    done\n");
     }
-    td__buf_addf(&b, "fi\n");
+    td__buf_addf(b, "fi\n");
+}
 
+/* srun for the nodes that do not see the run directory (slurm: work_dir): each makes its copy
+ * of the run and starts its launcher linked back to tandem run. */
+static void script_srun_linked(td__buf *b, const td_exec_job *job, const char *link,
+                               const node_paths *np, double grace) {
+    int nproc = job->run->nproc_per_node;
+    td__buf node = {0};
+    td__buf_addf(&node, "d=");
+    td__buf_quote(&node, np->node_run);
+    td__buf_addf(&node,
+                 "\ns=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"\n"
+                 "mkdir -p \"$d/work\" \"$s/logs\" \"$s/metrics\" || exit 1\n"
+                 "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
+                 "    r=$((SLURM_NODEID * %d)); e=$((r + %d))\n"
+                 "    while [ \"$r\" -lt \"$e\" ]; do\n"
+                 "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
+                 "$SLURM_JOB_ID ---\" >>\"$s/logs/rank-$r.log\"\n"
+                 "        r=$((r + 1))\n"
+                 "    done\n"
+                 "fi\n"
+                 "cd \"$d/work\" || exit 1\nexec ",
+                 nproc, nproc);
+    td__buf_quote(&node, job->tandem_bin);
+    td__buf_addf(&node, " launch --link=%s", link);
+    /* the end record: the link sends it as RUN/end/node-N.json (tandem launch's default) */
+    add_launch_args(&node, job, grace, "\"$s/logs\"", "\"$s/metrics\"", NULL);
+    td__buf_addf(b, "/bin/sh -c ");
+    td__buf_quote(b, node.s);
+    free(node.s);
+}
+
+/* srun for nodes that share the run directory: the launchers write into it. */
+static void script_srun_shared(td__buf *b, const td_exec_job *job, double grace) {
+    const td_run *run = job->run;
+    td__buf_quote(b, job->tandem_bin);
+    td__buf_addf(b, " launch");
+    td__buf dirs = {0};
+    char *dir = td_xasprintf("%s/logs", run->run_dir);
+    td__buf_quote(&dirs, dir);
+    free(dir);
+    size_t split = dirs.len;
+    dir = td_xasprintf("%s/metrics", run->run_dir);
+    td__buf_quote(&dirs, dir);
+    free(dir);
+    char *log_word = td_xasprintf("%.*s", (int)split, dirs.s);
+    /* one srun command line for every node: %n is each launcher's node rank */
+    td__buf end_word = {0};
+    char *end = td_xasprintf("%s/end/node-%%n.json", run->run_dir);
+    td__buf_quote(&end_word, end);
+    free(end);
+    add_launch_args(b, job, grace, log_word, dirs.s + split, end_word.s);
+    free(end_word.s);
+    free(log_word);
+    free(dirs.s);
+}
+
+char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, const char *link) {
+    const td_run *run = job->run;
+    const td_slurm_options *o = job->slurm;
+    td__buf b = {0};
+    double lead = signal_lead(o);
+    double grace = TD_MIN(LAUNCH_STOP_GRACE_S, TD_MAX(1.0, floor(lead / 2)));
+    int nodes = run->nodes;
+    node_paths np = {.run_dir = run->run_dir};
+    if (link) np.node_run = td_xasprintf("%s/%s", o->work_dir, run->id);
+    script_directives(&b, job, link, lead);
+    script_environment(&b, job, token_path, link, &np);
     td__buf_addf(&b,
                  "\n# The time-limit signal (--signal=B:USR1@%.0f) comes to this shell alone: it "
                  "passes it on to the\n# launchers as SIGTERM (their workers stop at a step "
@@ -525,52 +593,10 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                  "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 "
                  "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} \\\n    ",
                  nodes, nodes);
-    if (link) {
-        td__buf node = {0};
-        td__buf_addf(&node, "d=");
-        td__buf_quote(&node, np.node_run);
-        td__buf_addf(&node,
-                     "\ns=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"\n"
-                     "mkdir -p \"$d/work\" \"$s/logs\" \"$s/metrics\" || exit 1\n"
-                     "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
-                     "    r=$((SLURM_NODEID * %d)); e=$((r + %d))\n"
-                     "    while [ \"$r\" -lt \"$e\" ]; do\n"
-                     "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
-                     "$SLURM_JOB_ID ---\" >>\"$s/logs/rank-$r.log\"\n"
-                     "        r=$((r + 1))\n"
-                     "    done\n"
-                     "fi\n"
-                     "cd \"$d/work\" || exit 1\nexec ",
-                     nproc, nproc);
-        td__buf_quote(&node, job->tandem_bin);
-        td__buf_addf(&node, " launch --link=%s", link);
-        /* the end record: the link sends it as RUN/end/node-N.json (tandem launch's default) */
-        add_launch_args(&node, job, grace, "\"$s/logs\"", "\"$s/metrics\"", NULL);
-        td__buf_addf(&b, "/bin/sh -c ");
-        td__buf_quote(&b, node.s);
-        free(node.s);
-    } else {
-        td__buf_quote(&b, job->tandem_bin);
-        td__buf_addf(&b, " launch");
-        td__buf dirs = {0};
-        char *dir = td_xasprintf("%s/logs", run->run_dir);
-        td__buf_quote(&dirs, dir);
-        free(dir);
-        size_t split = dirs.len;
-        dir = td_xasprintf("%s/metrics", run->run_dir);
-        td__buf_quote(&dirs, dir);
-        free(dir);
-        char *log_word = td_xasprintf("%.*s", (int)split, dirs.s);
-        /* one srun command line for every node: %n is each launcher's node rank */
-        td__buf end_word = {0};
-        char *end = td_xasprintf("%s/end/node-%%n.json", run->run_dir);
-        td__buf_quote(&end_word, end);
-        free(end);
-        add_launch_args(&b, job, grace, log_word, dirs.s + split, end_word.s);
-        free(end_word.s);
-        free(log_word);
-        free(dirs.s);
-    }
+    if (link)
+        script_srun_linked(&b, job, link, &np, grace);
+    else
+        script_srun_shared(&b, job, grace);
     td__buf_addf(&b, " &\n");
     td__buf_addf(&b, "# wait returns early when a trap runs: wait again until srun itself has "
                      "ended\nsrun_pid=$!\n"

@@ -347,6 +347,131 @@ static td_status parse_slurm(const parse_ctx *c, const yaml_node_t *n, td_slurm_
     return TD_OK;
 }
 
+/* The fields of a workflow that later checks look at, where the file has them. */
+typedef struct {
+    const yaml_node_t *command, *commands, *slurm, *ssh, *nodes;
+} workflow_fields;
+
+/* One field of a workflow entry (f: its name, k its key's node, v its value's). */
+static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yaml_node_t *v,
+                             const char *f, td_workflow *w, workflow_fields *seen) {
+    if (!strcmp(f, "name")) {
+        TD_CHECK(get_string(c, v, f, &w->name));
+        if (!valid_key(w->name))
+            return node_error(c, v, f, "expected letters, digits, '_', '-' or '.', got '%s'",
+                              w->name);
+    } else if (!strcmp(f, "description")) {
+        if (!scalar(v)) return node_error(c, v, f, "expected a string, got %s", describe(v));
+    } else if (!strcmp(f, "command")) {
+        if (!scalar(v))
+            return node_error(c, v, f, "expected a string (use 'commands:' for a list), got %s",
+                              describe(v));
+        seen->command = v;
+    } else if (!strcmp(f, "commands")) {
+        if (v->type != YAML_SEQUENCE_NODE)
+            return node_error(c, v, f, "expected a list of strings, got %s", describe(v));
+        seen->commands = v;
+    } else if (!strcmp(f, "setup")) {
+        TD_CHECK(get_string_list(c, v, f, &w->setup, &w->nsetup));
+    } else if (!strcmp(f, "nodes")) {
+        TD_CHECK(get_int(c, v, f, 1, &w->nodes));
+        seen->nodes = v;
+    } else if (!strcmp(f, "nproc_per_node")) {
+        TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
+    } else if (!strcmp(f, "max_restarts")) {
+        TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
+    } else if (!strcmp(f, "env")) {
+        TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
+    } else if (!strcmp(f, "params")) {
+        TD_CHECK(get_map(c, v, f, 1, &w->params, &w->nparams));
+    } else if (!strcmp(f, "artifacts")) {
+        TD_CHECK(get_string_list(c, v, f, &w->artifacts, &w->nartifacts));
+    } else if (!strcmp(f, "checkpoint_dir")) {
+        TD_CHECK(get_string(c, v, f, &w->checkpoint_dir));
+    } else if (!strcmp(f, "workdir")) {
+        TD_CHECK(get_string(c, v, f, &w->workdir));
+    } else if (!strcmp(f, "max_duration")) {
+        const char *s = scalar(v);
+        if (!s || td_parse_duration(f, s, &w->max_duration_s) != TD_OK) {
+            td_error_clear();
+            return node_error(c, v, f,
+                              "expected a duration such as 90s, 30m, 2h or 1h30m, got '%s'",
+                              describe(v));
+        }
+    } else if (!strcmp(f, "executor")) {
+        const char *s = scalar(v);
+        if (s && !strcmp(s, "local")) {
+            free(w->executor);
+            w->executor = NULL;
+        } else if (s && td_executor_find(s)) {
+            TD_CHECK(get_string(c, v, f, &w->executor));
+        } else {
+            return node_error(c, v, f, "expected local or %s, got '%s'", td_executor_names(),
+                              describe(v));
+        }
+    } else if (!strcmp(f, "slurm")) {
+        TD_CHECK(parse_slurm(c, v, &w->slurm));
+        seen->slurm = v;
+    } else if (!strcmp(f, "ssh")) {
+        TD_CHECK(parse_ssh(c, v, &w->ssh));
+        seen->ssh = v;
+    } else {
+        return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
+    }
+    return TD_OK;
+}
+
+/* What the fields must say together: a name, the executor's own section only with it, ssh's
+ * hosts matching nodes:, one command form, no empty command. */
+static td_status check_workflow(const parse_ctx *c, const yaml_node_t *n, td_workflow *w,
+                                const workflow_fields *seen) {
+    if (!w->name) return node_error(c, n, "name", "every workflow needs a name");
+    if (seen->slurm && (!w->executor || strcmp(w->executor, "slurm")))
+        return node_error(c, seen->slurm, "slurm",
+                          "workflow '%s' sets slurm: but runs on the %s executor; add "
+                          "'executor: slurm' or remove slurm:",
+                          w->name, w->executor ? w->executor : "local");
+    int on_ssh = w->executor && !strcmp(w->executor, "ssh");
+    if (seen->ssh && !on_ssh)
+        return node_error(c, seen->ssh, "ssh",
+                          "workflow '%s' sets ssh: but runs on the %s executor; add "
+                          "'executor: ssh' or remove ssh:",
+                          w->name, w->executor ? w->executor : "local");
+    if (on_ssh && !seen->ssh)
+        return node_error(c, n, "ssh",
+                          "workflow '%s' runs on the ssh executor but names no machines; add "
+                          "ssh: {hosts: [host1, host2]} (or hostfile: FILE)",
+                          w->name);
+    /* One node per host: nodes: is the host count (a hostfile's is known when the run starts,
+     * and checked then). */
+    if (on_ssh && w->ssh.nhosts) {
+        if (seen->nodes && w->nodes != (int)w->ssh.nhosts)
+            return node_error(c, seen->nodes, "nodes",
+                              "workflow '%s' has nodes: %d but %zu ssh host%s (one node per "
+                              "host); drop nodes: or make them agree",
+                              w->name, w->nodes, w->ssh.nhosts, w->ssh.nhosts > 1 ? "s" : "");
+        w->nodes = (int)w->ssh.nhosts;
+    }
+    if (seen->command && seen->commands)
+        return node_error(c, seen->commands, "commands",
+                          "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
+    if (seen->command)
+        TD_CHECK(get_string_list(c, seen->command, "command", &w->commands, &w->ncommands));
+    if (seen->commands)
+        TD_CHECK(get_string_list(c, seen->commands, "commands", &w->commands, &w->ncommands));
+    if (!w->ncommands)
+        return node_error(c, n, "command", "workflow '%s' has no command (or commands list)",
+                          w->name);
+    for (size_t i = 0; i < w->ncommands; i++) {
+        const char *s = w->commands[i];
+        while (isspace((unsigned char)*s)) s++;
+        if (!*s)
+            return node_error(c, seen->command ? seen->command : seen->commands, "command",
+                              "workflow '%s' has an empty command", w->name);
+    }
+    return TD_OK;
+}
+
 static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_workflow *w) {
     w->nodes = 1;
     w->nproc_per_node = 1;
@@ -356,122 +481,15 @@ static td_status parse_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                           "each entry must be a mapping with name and "
                           "command, got %s",
                           describe(n));
-    const yaml_node_t *command_node = NULL, *commands_node = NULL, *slurm_node = NULL;
-    const yaml_node_t *ssh_node = NULL, *nodes_node = NULL;
+    workflow_fields seen = {0};
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
         const char *f = scalar(k);
         if (!f) return node_error(c, k, "workflows", "field names must be strings");
-        if (!strcmp(f, "name")) {
-            TD_CHECK(get_string(c, v, f, &w->name));
-            if (!valid_key(w->name))
-                return node_error(c, v, f, "expected letters, digits, '_', '-' or '.', got '%s'",
-                                  w->name);
-        } else if (!strcmp(f, "description")) {
-            if (!scalar(v)) return node_error(c, v, f, "expected a string, got %s", describe(v));
-        } else if (!strcmp(f, "command")) {
-            if (!scalar(v))
-                return node_error(c, v, f, "expected a string (use 'commands:' for a list), got %s",
-                                  describe(v));
-            command_node = v;
-        } else if (!strcmp(f, "commands")) {
-            if (v->type != YAML_SEQUENCE_NODE)
-                return node_error(c, v, f, "expected a list of strings, got %s", describe(v));
-            commands_node = v;
-        } else if (!strcmp(f, "setup")) {
-            TD_CHECK(get_string_list(c, v, f, &w->setup, &w->nsetup));
-        } else if (!strcmp(f, "nodes")) {
-            TD_CHECK(get_int(c, v, f, 1, &w->nodes));
-            nodes_node = v;
-        } else if (!strcmp(f, "nproc_per_node")) {
-            TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
-        } else if (!strcmp(f, "max_restarts")) {
-            TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
-        } else if (!strcmp(f, "env")) {
-            TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
-        } else if (!strcmp(f, "params")) {
-            TD_CHECK(get_map(c, v, f, 1, &w->params, &w->nparams));
-        } else if (!strcmp(f, "artifacts")) {
-            TD_CHECK(get_string_list(c, v, f, &w->artifacts, &w->nartifacts));
-        } else if (!strcmp(f, "checkpoint_dir")) {
-            TD_CHECK(get_string(c, v, f, &w->checkpoint_dir));
-        } else if (!strcmp(f, "workdir")) {
-            TD_CHECK(get_string(c, v, f, &w->workdir));
-        } else if (!strcmp(f, "max_duration")) {
-            const char *s = scalar(v);
-            if (!s || td_parse_duration(f, s, &w->max_duration_s) != TD_OK) {
-                td_error_clear();
-                return node_error(c, v, f,
-                                  "expected a duration such as 90s, 30m, 2h or 1h30m, got '%s'",
-                                  describe(v));
-            }
-        } else if (!strcmp(f, "executor")) {
-            const char *s = scalar(v);
-            if (s && !strcmp(s, "local")) {
-                free(w->executor);
-                w->executor = NULL;
-            } else if (s && td_executor_find(s)) {
-                TD_CHECK(get_string(c, v, f, &w->executor));
-            } else {
-                return node_error(c, v, f, "expected local or %s, got '%s'", td_executor_names(),
-                                  describe(v));
-            }
-        } else if (!strcmp(f, "slurm")) {
-            TD_CHECK(parse_slurm(c, v, &w->slurm));
-            slurm_node = v;
-        } else if (!strcmp(f, "ssh")) {
-            TD_CHECK(parse_ssh(c, v, &w->ssh));
-            ssh_node = v;
-        } else {
-            return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
-        }
+        TD_CHECK(parse_field(c, k, v, f, w, &seen));
     }
-    if (!w->name) return node_error(c, n, "name", "every workflow needs a name");
-    if (slurm_node && (!w->executor || strcmp(w->executor, "slurm")))
-        return node_error(c, slurm_node, "slurm",
-                          "workflow '%s' sets slurm: but runs on the %s executor; add "
-                          "'executor: slurm' or remove slurm:",
-                          w->name, w->executor ? w->executor : "local");
-    int on_ssh = w->executor && !strcmp(w->executor, "ssh");
-    if (ssh_node && !on_ssh)
-        return node_error(c, ssh_node, "ssh",
-                          "workflow '%s' sets ssh: but runs on the %s executor; add "
-                          "'executor: ssh' or remove ssh:",
-                          w->name, w->executor ? w->executor : "local");
-    if (on_ssh && !ssh_node)
-        return node_error(c, n, "ssh",
-                          "workflow '%s' runs on the ssh executor but names no machines; add "
-                          "ssh: {hosts: [host1, host2]} (or hostfile: FILE)",
-                          w->name);
-    /* One node per host: nodes: is the host count (a hostfile's is known when the run starts,
-     * and checked then). */
-    if (on_ssh && w->ssh.nhosts) {
-        if (nodes_node && w->nodes != (int)w->ssh.nhosts)
-            return node_error(c, nodes_node, "nodes",
-                              "workflow '%s' has nodes: %d but %zu ssh host%s (one node per "
-                              "host); drop nodes: or make them agree",
-                              w->name, w->nodes, w->ssh.nhosts, w->ssh.nhosts > 1 ? "s" : "");
-        w->nodes = (int)w->ssh.nhosts;
-    }
-    if (command_node && commands_node)
-        return node_error(c, commands_node, "commands",
-                          "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
-    if (command_node)
-        TD_CHECK(get_string_list(c, command_node, "command", &w->commands, &w->ncommands));
-    if (commands_node)
-        TD_CHECK(get_string_list(c, commands_node, "commands", &w->commands, &w->ncommands));
-    if (!w->ncommands)
-        return node_error(c, n, "command", "workflow '%s' has no command (or commands list)",
-                          w->name);
-    for (size_t i = 0; i < w->ncommands; i++) {
-        const char *s = w->commands[i];
-        while (isspace((unsigned char)*s)) s++;
-        if (!*s)
-            return node_error(c, command_node ? command_node : commands_node, "command",
-                              "workflow '%s' has an empty command", w->name);
-    }
-    return TD_OK;
+    return check_workflow(c, n, w, &seen);
 }
 
 static td_status parse_doc(const parse_ctx *c, td_workflow_file *wf) {

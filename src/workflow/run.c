@@ -447,55 +447,151 @@ static td_status lock_run(const td_run *run, int *fd_out) {
     return st;
 }
 
+/* tandem run --resume: the run found, locked, checked resumable, and marked resumed; its own
+ * command and parameters come back (and its workflow, when none was given: *synth). */
+static td_status resume_run(td_rundb *store, const char *id, supervisor *s, const td_workflow **w,
+                            td_workflow **synth, int *lock_fd) {
+    TD_CHECK(td_run_find(store, id, &s->run));
+    TD_CHECK(lock_run(&s->run, lock_fd));
+    TD_CHECK(td_run_reap_stale(store, &s->run));
+    if (!td_run_status_is_final(s->run.status) || s->run.status == TD_RUN_SUCCEEDED)
+        return td_error(TD_ERR_INVALID,
+                        "run %s is %s; only preempted, stopped or failed runs can be resumed%s",
+                        s->run.id, td_run_status_str(s->run.status),
+                        s->run.status == TD_RUN_SUCCEEDED ? "" : " (tandem stop it first)");
+    if (!*w) *w = *synth = workflow_from_run(&s->run);
+    s->script = td_xstrdup(s->run.command ? s->run.command : "true");
+    s->params_json = td_xstrdup(s->run.params_json ? s->run.params_json : "{}");
+    s->resuming = 1;
+    s->base_restarts = s->run.restarts + 1;
+    TD_CHECK(td_run_set_restarts(store, s->run.id, s->base_restarts));
+    TD_CHECK(td_run_request_stop(store, s->run.id, 0));
+    TD_CHECK(td_run_set_status(store, s->run.id, TD_RUN_RESUMED, -1,
+                               "resumed with tandem run --resume"));
+    s->run.restarts = s->base_restarts;
+    return TD_OK;
+}
+
+/* A new run of the workflow: created and locked. */
+static td_status create_run(td_rundb *store, const td_workflow *w, supervisor *s, int *lock_fd) {
+    if (!w) return td_error(TD_ERR_USAGE, "no workflow given");
+    char *script = NULL;
+    TD_CHECK(td_workflow_script(w, &script));
+    s->script = script;
+    s->params_json = td_workflow_params_json(w);
+    td_run_spec spec = {w->name, s->script, s->params_json, w->nodes, w->nproc_per_node};
+    TD_CHECK(td_run_create(store, &spec, &s->run));
+    return lock_run(&s->run, lock_fd);
+}
+
+/* The background supervisor (tandem run -d), in the grandchild: its output to
+ * logs/supervisor.log, its own store connection, its pid recorded; then it tells the parent it
+ * runs (a byte on ready_fd) and supervises. Never returns. */
+static void detached_supervisor(supervisor *s, const td_run_options *opts, const char *run_dir,
+                                int ready_fd) {
+    char *log_path = td_xasprintf("%s/logs/supervisor.log", run_dir);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+    }
+    free(log_path);
+    FILE *out = fdopen(dup(1), "w");
+    s->out = out ? out : stdout;
+    s->quiet_output = 1;
+    int code = 1;
+    if (td_sigwatch_open(s->sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals)) == TD_OK &&
+        td_rundb_open(opts->project_dir, &s->store) == TD_OK &&
+        td_run_set_supervisor(s->store, s->run.id, (int64_t)getpid()) == TD_OK) {
+        ssize_t wr = write(ready_fd, "k", 1);
+        (void)wr;
+        close(ready_fd);
+        code = supervise(s);
+    } else {
+        td_error_print(TD_ERR_IO);
+        close(ready_fd);
+    }
+    td_rundb_close(s->store);
+    fflush(NULL);
+    _exit(code);
+}
+
+/* Detached: double fork so the supervisor is nobody's child and leads its own session. Stop
+ * signals are blocked from here on and read from its signalfd once it runs, so a `tandem stop`
+ * issued right after `tandem run -d` returns is never lost. *store is closed here (an SQLite
+ * connection must not cross fork()). */
+static td_status run_detached(supervisor *s, const td_run_options *opts, td_rundb **store,
+                              int *exit_code) {
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) return td_error_errno(TD_ERR_SYS, "pipe");
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < TD_ARRAY_LEN(watched_signals); i++)
+        sigaddset(&block, watched_signals[i]);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    char *run_dir = td_xstrdup(s->run.run_dir);
+    td_rundb_close(*store);
+    *store = NULL;
+    fflush(NULL);
+    pid_t mid = fork();
+    if (mid < 0) {
+        td_status st = td_error_errno(TD_ERR_SYS, "fork");
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(ready[0]);
+        close(ready[1]);
+        free(run_dir);
+        return st;
+    }
+    if (mid == 0) {
+        /* Forked children end with _exit: they are process images of the CLI that must not
+         * return into its main(). */
+        setsid();
+        pid_t sup = fork();
+        if (sup != 0) _exit(sup < 0 ? 1 : 0);
+        close(ready[0]);
+        detached_supervisor(s, opts, run_dir, ready[1]);
+    }
+    close(ready[1]);
+    int status = 0;
+    while (waitpid(mid, &status, 0) < 0 && errno == EINTR) {
+    }
+    char byte = 0;
+    ssize_t n;
+    while ((n = read(ready[0], &byte, 1)) < 0 && errno == EINTR) {
+    }
+    close(ready[0]);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    td_status st = TD_OK;
+    if (n != 1)
+        st = td_error(TD_ERR_SYS,
+                      "the background supervisor of run %s did not start; see "
+                      "%s/logs/supervisor.log",
+                      s->run.id, run_dir);
+    else
+        *exit_code = 0;
+    free(run_dir);
+    return st;
+}
+
 td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char **run_id_out,
                           int *exit_code) {
     td_status st = TD_OK;
     td_rundb *store = NULL;
     supervisor s;
     memset(&s, 0, sizeof s);
-    char *script = NULL, *params_json = NULL;
     td_workflow *synth = NULL;
+    int lock_fd = -1;
     *exit_code = 1;
     if (run_id_out) *run_id_out = NULL;
     TD_CHECK(td_rundb_open(opts->project_dir, &store));
-
-    int lock_fd = -1;
-    if (opts->resume_run) {
-        TD_CHECK_GOTO(td_run_find(store, opts->resume_run, &s.run), st, out);
-        TD_CHECK_GOTO(lock_run(&s.run, &lock_fd), st, out);
-        TD_CHECK_GOTO(td_run_reap_stale(store, &s.run), st, out);
-        if (!td_run_status_is_final(s.run.status) || s.run.status == TD_RUN_SUCCEEDED) {
-            st = td_error(TD_ERR_INVALID,
-                          "run %s is %s; only preempted, stopped or failed runs can be resumed%s",
-                          s.run.id, td_run_status_str(s.run.status),
-                          s.run.status == TD_RUN_SUCCEEDED ? "" : " (tandem stop it first)");
-            goto out;
-        }
-        if (!w) w = synth = workflow_from_run(&s.run);
-        script = td_xstrdup(s.run.command ? s.run.command : "true");
-        params_json = td_xstrdup(s.run.params_json ? s.run.params_json : "{}");
-        s.resuming = 1;
-        s.base_restarts = s.run.restarts + 1;
-        TD_CHECK_GOTO(td_run_set_restarts(store, s.run.id, s.base_restarts), st, out);
-        TD_CHECK_GOTO(td_run_request_stop(store, s.run.id, 0), st, out);
-        TD_CHECK_GOTO(td_run_set_status(store, s.run.id, TD_RUN_RESUMED, -1,
-                                        "resumed with tandem run --resume"),
-                      st, out);
-        s.run.restarts = s.base_restarts;
-    } else {
-        if (!w) {
-            st = td_error(TD_ERR_USAGE, "no workflow given");
-            goto out;
-        }
-        TD_CHECK_GOTO(td_workflow_script(w, &script), st, out);
-        params_json = td_workflow_params_json(w);
-        td_run_spec spec = {w->name, script, params_json, w->nodes, w->nproc_per_node};
-        TD_CHECK_GOTO(td_run_create(store, &spec, &s.run), st, out);
-        TD_CHECK_GOTO(lock_run(&s.run, &lock_fd), st, out);
-    }
+    if (opts->resume_run)
+        st = resume_run(store, opts->resume_run, &s, &w, &synth, &lock_fd);
+    else
+        st = create_run(store, w, &s, &lock_fd);
+    if (st != TD_OK) goto out;
     s.w = w;
-    s.script = script;
-    s.params_json = params_json;
     s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
     s.out = opts->out ? opts->out : stdout;
     /* another executor's workers draw no progress bar: their output reaches no terminal */
@@ -511,94 +607,16 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
 
     td_sigwatch sigs = {.fd = -1};
     s.sigs = &sigs;
-    if (!opts->detach) {
-        TD_CHECK_GOTO(td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals)),
-                      st, out);
-        s.store = store;
-        *exit_code = supervise(&s);
-        td_sigwatch_close(&sigs);
-        goto out;
-    }
-
-    /* Detached: double fork so the supervisor is nobody's child and leads its own session.
-     * Stop signals are blocked from here on and read from its signalfd once it runs, so a
-     * `tandem stop` issued right after `tandem run -d` returns is never lost. */
-    int ready[2];
-    if (pipe2(ready, O_CLOEXEC) != 0) {
-        st = td_error_errno(TD_ERR_SYS, "pipe");
-        goto out;
-    }
-    sigset_t block, old;
-    sigemptyset(&block);
-    for (size_t i = 0; i < TD_ARRAY_LEN(watched_signals); i++)
-        sigaddset(&block, watched_signals[i]);
-    sigprocmask(SIG_BLOCK, &block, &old);
-    char *run_dir = td_xstrdup(s.run.run_dir);
-    td_rundb_close(store); /* an SQLite connection must not cross fork() */
-    store = NULL;
-    fflush(NULL);
-    pid_t mid = fork();
-    if (mid < 0) {
-        st = td_error_errno(TD_ERR_SYS, "fork");
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        close(ready[0]);
-        close(ready[1]);
-        free(run_dir);
-        goto out;
-    }
-    if (mid == 0) {
-        /* Forked children below end with _exit: they are process images of the CLI that must
-         * not return into its main(). */
-        setsid();
-        pid_t sup = fork();
-        if (sup != 0) _exit(sup < 0 ? 1 : 0);
-        close(ready[0]);
-        char *log_path = td_xasprintf("%s/logs/supervisor.log", run_dir);
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) dup2(devnull, 0);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
+    if (opts->detach) {
+        st = run_detached(&s, opts, &store, exit_code);
+    } else {
+        st = td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals));
+        if (st == TD_OK) {
+            s.store = store;
+            *exit_code = supervise(&s);
+            td_sigwatch_close(&sigs);
         }
-        free(log_path);
-        FILE *out = fdopen(dup(1), "w");
-        s.out = out ? out : stdout;
-        s.quiet_output = 1;
-        int code = 1;
-        if (td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals)) == TD_OK &&
-            td_rundb_open(opts->project_dir, &s.store) == TD_OK &&
-            td_run_set_supervisor(s.store, s.run.id, (int64_t)getpid()) == TD_OK) {
-            ssize_t wr = write(ready[1], "k", 1);
-            (void)wr;
-            close(ready[1]);
-            code = supervise(&s);
-        } else {
-            td_error_print(TD_ERR_IO);
-            close(ready[1]);
-        }
-        td_rundb_close(s.store);
-        fflush(NULL);
-        _exit(code);
     }
-    close(ready[1]);
-    int status = 0;
-    while (waitpid(mid, &status, 0) < 0 && errno == EINTR) {
-    }
-    char byte = 0;
-    ssize_t n;
-    while ((n = read(ready[0], &byte, 1)) < 0 && errno == EINTR) {
-    }
-    close(ready[0]);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (n != 1)
-        st = td_error(TD_ERR_SYS,
-                      "the background supervisor of run %s did not start; see "
-                      "%s/logs/supervisor.log",
-                      s.run.id, run_dir);
-    else
-        *exit_code = 0;
-    free(run_dir);
 out:
     if (lock_fd >= 0) close(lock_fd); /* the group's own copies keep holding it */
     if (st != TD_OK && run_id_out) {
@@ -611,8 +629,8 @@ out:
     free((char *)s.tandem_bin);
     free(s.work_dir);
     free(s.project_dir);
-    free(script);
-    free(params_json);
+    free((char *)s.script);
+    free((char *)s.params_json);
     return st;
 }
 
