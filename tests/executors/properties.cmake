@@ -13,6 +13,8 @@ set_tests_properties(executors/test_slurm_cluster PROPERTIES TIMEOUT 240 SKIP_RE
 target_include_directories(executors_test_slurm_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
 # The supervisor's state machine (src/exec/supervisor.h) against a fake carrier: no process.
 target_include_directories(executors_test_supervisor PRIVATE ${CMAKE_SOURCE_DIR}/src)
+# The supervisor on its event loop against a fake carrier whose nodes are timers: no process.
+target_include_directories(executors_test_supervise_driver PRIVATE ${CMAKE_SOURCE_DIR}/src)
 set_tests_properties(executors/test_slurm_run executors/test_slurm_requeue
                      executors/test_slurm_stop PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
 
