@@ -57,6 +57,14 @@ typedef struct {
      * the store host's exit barrier stops waiting for them. NULL: none known. */
     int (*lost_nodes)(void *user);
     void *executor_link; /* the user of both (a td_agent_link) */
+    /* The caller's periodic work, every tick_period_s seconds (> 0) on the agent's event loop:
+     * in its thread, between its own callbacks, so it must be short. It runs from the first
+     * workers' start to the end, restarts and their waits included (not while the agents meet:
+     * there is nothing to look at then). `tandem launch` samples its workers' system metrics
+     * with it (TANDEM_SYS_METRICS). NULL: none. */
+    void (*on_tick)(void *user);
+    void *tick_user;
+    double tick_period_s;
 } td_launch_options;
 
 /* Fills the defaults above; the caller then sets argc/argv and whatever else it needs. */

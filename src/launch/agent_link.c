@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,6 +16,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "launch_internal.h"
 
 #include "tandem/launch.h"
 #include "tandem/loop.h"
@@ -94,12 +95,11 @@ static void on_line(td_agent_link *l, const char *line) {
 static td_status read_exact(int fd, void *buf, size_t n, double deadline, const char *what) {
     char *p = buf;
     while (n) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int left_ms = (int)((deadline - td_now_s()) * 1000);
-        if (left_ms <= 0) return td_error(TD_ERR_TIMEOUT, "link: %s took too long", what);
-        int r = poll(&pf, 1, left_ms);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) continue;
+        /* a transport's bounded wait for the next bytes (the link's own loop is not running
+         * yet: this is the opening) */
+        double left = deadline - td_now_s();
+        if (left < 0.001) return td_error(TD_ERR_TIMEOUT, "link: %s took too long", what);
+        if (!td_loop_wait_readable(fd, left)) continue;
         ssize_t got = read(fd, p, n);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) return td_error_errno(TD_ERR_IO, "link: reading %s", what);
@@ -232,21 +232,19 @@ static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, dou
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -1;
     int rc = connect(fd, addr, len);
-    while (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int left_ms = (int)((deadline - td_now_s()) * 1000);
-        int r = left_ms > 0 ? poll(&p, 1, left_ms) : 0;
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0) errno = ETIMEDOUT;
-        if (r > 0) {
+    if (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
+        /* a transport's bounded wait: connected (or refused) when the socket turns writable */
+        double left = deadline - td_now_s();
+        if (left >= 0.001 && td__wait_writable(fd, left)) {
             int err = 0;
             socklen_t elen = sizeof err;
             if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0)
                 rc = 0;
             else
                 errno = err ? err : errno;
+        } else {
+            errno = ETIMEDOUT;
         }
-        break;
     }
     int saved = errno;
     fcntl(fd, F_SETFL, fl);
@@ -347,40 +345,63 @@ static double jittered(td_agent_link *l, double w) {
 }
 
 /* The first dial: tries again, backing off, while the failure is the link's and DIAL_TIMEOUT_MS
- * have not passed. */
-static td_status dial_first(td_agent_link *l) {
-    double t0 = td_now_s(), deadline = t0 + DIAL_TIMEOUT_MS / 1000.0, wait = BACKOFF_FIRST_S;
-    for (int attempt = 1;; attempt++) {
-        bool retry = false;
-        td_status st = dial(l, true, deadline, &retry);
-        if (st == TD_OK) {
-            if (attempt > 1)
-                TD_LOG_INFO("link: joined the supervisor at %s:%s on try %d, after %.1f s", l->host,
-                            l->port, attempt, td_now_s() - t0);
-            return TD_OK;
-        }
-        char why[600];
-        const char *msg = td_error_msg();
-        snprintf(why, sizeof why, "%s", strncmp(msg, "link: ", 6) ? msg : msg + 6);
-        td_error_clear();
-        double now = td_now_s();
-        if (!retry)
-            return td_error(st, "link: joining the supervisor at %s:%s: %s", l->host, l->port, why);
-        if (deadline - now < 0.2) /* too little left for another try to mean anything */
-            return td_error(st,
-                            "link: could not join the supervisor at %s:%s in %d attempts over "
-                            "%.0f s (the last: %s); check that tandem run is still running and "
-                            "that the nodes reach it at that address (slurm: link_host, a "
-                            "firewall between them)",
-                            l->host, l->port, attempt, now - t0, why);
-        if (attempt == 1)
-            TD_LOG_INFO("link: the supervisor at %s:%s did not answer yet (%s); trying again for "
-                        "up to %.0f s",
-                        l->host, l->port, why, deadline - now);
-        double pause = TD_MIN(jittered(l, wait), deadline - now - 0.1);
-        usleep((useconds_t)(pause * 1e6));
-        wait = TD_MIN(2 * wait, BACKOFF_MAX_S);
+ * have not passed. Each try is a one-shot timer, set by the one before, on a loop of the dial's
+ * own (the link's loop starts once it is up). */
+typedef struct {
+    td_agent_link *l;
+    double t0, deadline, wait;
+    int attempt;
+    td_status st;
+} first_dial;
+
+static void dial_try(td_loop *loop, void *user) {
+    first_dial *d = user;
+    td_agent_link *l = d->l;
+    bool retry = false;
+    d->attempt++;
+    d->st = dial(l, true, d->deadline, &retry);
+    if (d->st == TD_OK) {
+        if (d->attempt > 1)
+            TD_LOG_INFO("link: joined the supervisor at %s:%s on try %d, after %.1f s", l->host,
+                        l->port, d->attempt, td_now_s() - d->t0);
+        td_loop_stop(loop);
+        return;
     }
+    char why[600];
+    const char *msg = td_error_msg();
+    snprintf(why, sizeof why, "%s", strncmp(msg, "link: ", 6) ? msg : msg + 6);
+    td_error_clear();
+    double now = td_now_s();
+    if (!retry || d->deadline - now < 0.2) { /* too little left for another try to mean anything */
+        d->st = !retry ? td_error(d->st, "link: joining the supervisor at %s:%s: %s", l->host,
+                                  l->port, why)
+                       : td_error(d->st,
+                                  "link: could not join the supervisor at %s:%s in %d attempts "
+                                  "over %.0f s (the last: %s); check that tandem run is still "
+                                  "running and that the nodes reach it at that address (slurm: "
+                                  "link_host, a firewall between them)",
+                                  l->host, l->port, d->attempt, now - d->t0, why);
+        td_loop_stop(loop);
+        return;
+    }
+    if (d->attempt == 1)
+        TD_LOG_INFO("link: the supervisor at %s:%s did not answer yet (%s); trying again for "
+                    "up to %.0f s",
+                    l->host, l->port, why, d->deadline - now);
+    double pause = TD_MIN(jittered(l, d->wait), d->deadline - now - 0.1);
+    d->wait = TD_MIN(2 * d->wait, BACKOFF_MAX_S);
+    td_loop_timer(loop, pause, 0, dial_try, d);
+}
+
+static td_status dial_first(td_agent_link *l) {
+    first_dial d = {.l = l, .t0 = td_now_s(), .wait = BACKOFF_FIRST_S};
+    d.deadline = d.t0 + DIAL_TIMEOUT_MS / 1000.0;
+    td_loop *loop = NULL;
+    TD_CHECK(td_loop_new(&loop));
+    td_loop_timer(loop, 0, 0, dial_try, &d);
+    td_status st = td_loop_run(loop);
+    td_loop_free(loop);
+    return st != TD_OK ? st : d.st;
 }
 
 /* The TCP link failed (held under l->lock): its files wait on this disk until a dial works. */
@@ -442,14 +463,16 @@ static void send_checkpoint(td_agent_link *l) {
 /* ---- the sender ---- */
 /* The link's own thread, on an event loop of its own (core's loop.h): the supervisor's commands
  * arrive on the watched in_fd, and a timer every LINK_PERIOD_MS redials a TCP link that is down,
- * sends a new checkpoint and the files' new bytes, and ends the loop once the agent is closing.
+ * sends a new checkpoint and the files' new bytes, and ends the loop once the agent is closing
+ * (a TCP link that is down after FINAL_REDIAL_S more of redialling).
  * The link's descriptor changes when it is dialled again: the watch follows it. */
 typedef struct {
     td_agent_link *l;
     char buf[512];
     size_t len;
     bool in_open;
-    int watched; /* the descriptor the loop watches, or -1 */
+    int watched;       /* the descriptor the loop watches, or -1 */
+    double closing_at; /* when the tick first saw the agent closing the link, or 0 */
 } sender_ctx;
 
 static void sender_read(td_loop *loop, int fd, unsigned events, void *user);
@@ -459,7 +482,7 @@ static void sender_read(td_loop *loop, int fd, unsigned events, void *user);
 static void sender_rewatch(td_loop *loop, sender_ctx *s, bool force) {
     td_agent_link *l = s->l;
     pthread_mutex_lock(&l->lock);
-    int want = s->in_open && !l->down ? l->in_fd : -1;
+    int want = s->in_open && !l->down && !atomic_load(&l->closing) ? l->in_fd : -1;
     pthread_mutex_unlock(&l->lock);
     if (want == s->watched && !force) return;
     if (s->watched >= 0) td_loop_unwatch(loop, s->watched);
@@ -501,11 +524,27 @@ static void sender_read(td_loop *loop, int fd, unsigned events, void *user) {
     sender_rewatch(loop, s, false);
 }
 
+/* The agent is closing the link: the loop ends, but a TCP link that is down gets a last chance
+ * first, FINAL_REDIAL_S of dialling (the tails and the artifacts are here). Nothing is read or
+ * sent meanwhile: td_agent_link_close sends the rest once the loop has ended. */
+static void closing_tick(td_loop *loop, sender_ctx *s) {
+    td_agent_link *l = s->l;
+    double now = td_now_s();
+    if (s->closing_at == 0) s->closing_at = now;
+    pthread_mutex_lock(&l->lock);
+    bool redial = l->host && l->down && now - s->closing_at < FINAL_REDIAL_S;
+    if (redial) try_dial(l);
+    bool over = !redial || !l->down;
+    pthread_mutex_unlock(&l->lock);
+    sender_rewatch(loop, s, false); /* closing: watches nothing */
+    if (over) td_loop_stop(loop);
+}
+
 static void sender_tick(td_loop *loop, void *user) {
     sender_ctx *s = user;
     td_agent_link *l = s->l;
     if (atomic_load(&l->closing)) {
-        td_loop_stop(loop);
+        closing_tick(loop, s);
         return;
     }
     pthread_mutex_lock(&l->lock);
@@ -677,11 +716,7 @@ td_status td_agent_link_close(td_agent_link *l) {
     td_status st = TD_OK;
     if (l->thread_started) {
         atomic_store(&l->closing, true);
-        pthread_join(l->thread, NULL);
-        /* A TCP link that is down gets a last chance: the tails and the artifacts are here. */
-        for (double until = td_now_s() + FINAL_REDIAL_S; l->host && l->down && td_now_s() < until;
-             usleep(200 * 1000))
-            try_dial(l);
+        pthread_join(l->thread, NULL); /* after the last redials of a link that is down */
         if (l->down) {
             st = td_error(TD_ERR_IO,
                           "link: the supervisor at %s:%s could not be reached again; what this "

@@ -1,7 +1,9 @@
 /* The node agent: token and store, the attempt loop (rendezvous, spawn, monitor, restart) and
- * the monitor, on one event loop (core's loop.h): worker pipes and a signalfd watched, the
- * store and stall checks as timers. Signal handlers do no work: SIGCHLD/SIGTERM/SIGINT/SIGHUP are
- * blocked and read from the signalfd.
+ * the monitor, on the agent's one event loop (core's loop.h), which lives as long as the agent:
+ * worker pipes and a signalfd watched, the store and stall checks, the caller's periodic work
+ * and the exit barrier's count as timers, the wait before a restart a one-shot timer. Only the
+ * rendezvous waits elsewhere (on the store, rdzv.c). Signal handlers do no work:
+ * SIGCHLD/SIGTERM/SIGINT/SIGHUP are blocked and read from the signalfd.
  *
  * Per-attempt store keys beside the rendezvous ones (see rdzv.c), multi-node only:
  *   failed  the root cause, first failure in the group wins (compare_set)
@@ -62,6 +64,7 @@ typedef struct {
     td_store_t *own_store; /* single node with a stall timeout: our client of our own store */
     char *path;            /* the worker command, resolved */
     int ncores;
+    td_loop *loop; /* the one event loop of this agent: every wait of its own runs on it */
 } agent;
 
 typedef struct {
@@ -376,15 +379,42 @@ static bool group_done(agent *a, attempt *t) {
     return v >= t->rz.nnodes;
 }
 
-/* The monitor runs on one event loop (loop.h): the signalfd and the workers' pipes are watched
- * descriptors, the store check and the stall check are periodic timers, the SIGKILL deadline of
- * a teardown is a one-shot timer, and the before-sleep hook reaps workers and decides when the
- * attempt is over. */
+/* Turns the agent's loop until over(user) says the phase is over; over is asked before every
+ * turn, so it plays the part of a before-sleep hook (loop.h) that ends the phase before the loop
+ * sleeps again. It never gives up: a failing epoll (it does not, short of a kernel out of
+ * memory) is retried after a pause, not spun on, and workers are never left unwatched. */
+static void run_until(agent *a, bool (*over)(void *user), void *user) {
+    while (!over(user))
+        if (td_loop_turn(a->loop, -1) != TD_OK) {
+            TD_LOG_WARN("event loop: %s", td_error_msg());
+            td_error_clear();
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        }
+}
+
+/* The caller's periodic work (td_launch_options.on_tick: tandem launch's system metrics). */
+static void on_caller_tick(td_loop *l, void *user) {
+    (void)l;
+    const td_launch_options *o = ((agent *)user)->o;
+    o->on_tick(o->tick_user);
+}
+
+/* The monitor runs on the agent's event loop (loop.h): the signalfd and the workers' pipes are
+ * watched descriptors, the store check and the stall check are periodic timers, the SIGKILL
+ * deadline of a teardown is a one-shot timer, and before every turn workers_over reaps workers
+ * and decides when the attempt is over. Then the pipes' last output, on the same loop.
+ * Everything it adds to the loop it removes again: the loop outlives the attempt. */
 typedef struct {
     agent *a;
     attempt *t;
     double stall_period;
+    uint64_t tick, stall_tick, drain_timer;
+    bool drain_over; /* the pipes were waited for long enough */
 } monitor_ctx;
+
+/* A grandchild may hold a worker's pipe open after the worker exited: its output is waited for
+ * this long, no longer. */
+#define DRAIN_S 1.0
 
 static void on_signal_fd(td_loop *l, int fd, unsigned events, void *user) {
     (void)l, (void)fd, (void)events;
@@ -427,61 +457,92 @@ static void on_kill_deadline(td_loop *l, void *user) {
     t->killed = true;
 }
 
-static void before_sleep(td_loop *l, void *user) {
+/* Before every turn: reaps workers and decides when the attempt is over. */
+static bool workers_over(void *user) {
     monitor_ctx *m = user;
     attempt *t = m->t;
     int failed = -1;
     td__workers_reap(&t->ws, &failed);
     if (failed >= 0 && !t->teardown) on_local_failure(m->a, t, failed);
     if (t->teardown && !t->killed && !t->kill_timer)
-        t->kill_timer = td_loop_timer(l, t->kill_at - td_now_s(), 0, on_kill_deadline, m);
-    if (td__workers_running(&t->ws) == 0 && (t->teardown || group_done(m->a, t)))
-        td_loop_stop(l); /* or the store was lost; outcome says which */
+        t->kill_timer = td_loop_timer(m->a->loop, t->kill_at - td_now_s(), 0, on_kill_deadline, m);
+    /* or the store was lost; outcome says which */
+    return td__workers_running(&t->ws) == 0 && (t->teardown || group_done(m->a, t));
+}
+
+/* The stall check of this attempt (stall.c), when there is one. */
+static void start_stall(agent *a, attempt *t, monitor_ctx *m) {
+    const td_launch_options *o = a->o;
+    if (!(o->stall_timeout_s > 0)) return;
+    td__stall_params sp = {.store = a->multi ? a->store : a->own_store,
+                           .ns = t->ns,
+                           .run_id = a->run_id,
+                           .restart = t->restart,
+                           .node = t->rz.group_rank,
+                           .nnodes = t->rz.nnodes,
+                           .rank_offset = t->rz.rank_offset,
+                           .nlocal = t->ws.n,
+                           .world_size = t->rz.world_size,
+                           .timeout_s = o->stall_timeout_s,
+                           .monitor_s = o->monitor_interval_s};
+    if (sp.store) {
+        t->stall = td__stall_new(&sp);
+        m->stall_period = td__stall_period_s(&sp);
+    }
+}
+
+static td_status watch_workers(agent *a, attempt *t, monitor_ctx *m) {
+    td_status st = td_loop_watch(a->loop, a->sig_fd, TD_LOOP_READ, on_signal_fd, m);
+    for (int i = 0; st == TD_OK && i < t->ws.n; i++) {
+        if (t->ws.w[i].out.fd >= 0)
+            st = td_loop_watch(a->loop, t->ws.w[i].out.fd, TD_LOOP_READ, on_worker_fd, m);
+        if (st == TD_OK && t->ws.w[i].err.fd >= 0)
+            st = td_loop_watch(a->loop, t->ws.w[i].err.fd, TD_LOOP_READ, on_worker_fd, m);
+    }
+    return st;
+}
+
+static void unwatch_workers(agent *a, attempt *t) {
+    for (int i = 0; i < t->ws.n; i++) {
+        td_loop_unwatch(a->loop, t->ws.w[i].out.fd);
+        td_loop_unwatch(a->loop, t->ws.w[i].err.fd);
+    }
+}
+
+static bool pipes_over(void *user) {
+    monitor_ctx *m = user;
+    return m->drain_over || td__workers_open_streams(&m->t->ws) == 0;
+}
+
+static void on_drain_deadline(td_loop *l, void *user) {
+    (void)l;
+    ((monitor_ctx *)user)->drain_over = true;
+}
+
+/* The workers are gone: what is left in their pipes, until every pipe ends or DRAIN_S passes,
+ * then the pipes are closed. Signals wait on the signalfd meanwhile (the attempt's outcome is
+ * decided). */
+static void drain_workers(agent *a, attempt *t, monitor_ctx *m, bool watched) {
+    if (watched) {
+        m->drain_timer = td_loop_timer(a->loop, DRAIN_S, 0, on_drain_deadline, m);
+        run_until(a, pipes_over, m);
+        td_loop_cancel(a->loop, m->drain_timer);
+    }
+    unwatch_workers(a, t);
+    td__workers_close_streams(&t->ws);
 }
 
 static void monitor(agent *a, attempt *t) {
     const td_launch_options *o = a->o;
     monitor_ctx m = {.a = a, .t = t};
-    if (o->stall_timeout_s > 0) {
-        td__stall_params sp = {.store = a->multi ? a->store : a->own_store,
-                               .ns = t->ns,
-                               .run_id = a->run_id,
-                               .restart = t->restart,
-                               .node = t->rz.group_rank,
-                               .nnodes = t->rz.nnodes,
-                               .rank_offset = t->rz.rank_offset,
-                               .nlocal = t->ws.n,
-                               .world_size = t->rz.world_size,
-                               .timeout_s = o->stall_timeout_s,
-                               .monitor_s = o->monitor_interval_s};
-        if (sp.store) {
-            t->stall = td__stall_new(&sp);
-            m.stall_period = td__stall_period_s(&sp);
-        }
-    }
-    td_loop *l = NULL;
-    td_status st = td_loop_new(&l);
-    if (st == TD_OK) st = td_loop_watch(l, a->sig_fd, TD_LOOP_READ, on_signal_fd, &m);
-    for (int i = 0; st == TD_OK && i < t->ws.n; i++) {
-        if (t->ws.w[i].out.fd >= 0)
-            st = td_loop_watch(l, t->ws.w[i].out.fd, TD_LOOP_READ, on_worker_fd, &m);
-        if (st == TD_OK && t->ws.w[i].err.fd >= 0)
-            st = td_loop_watch(l, t->ws.w[i].err.fd, TD_LOOP_READ, on_worker_fd, &m);
-    }
+    start_stall(a, t, &m);
+    td_status st = watch_workers(a, t, &m);
     if (st == TD_OK) {
-        td_loop_timer(l, 0, o->monitor_interval_s, on_tick, &m);
-        if (t->stall) td_loop_timer(l, 0, m.stall_period, on_stall_tick, &m);
-        td_loop_before_sleep(l, before_sleep, &m);
-        /* Never leave with workers running: a failing epoll (it does not, short of a kernel
-         * out of memory) is retried, not spun on. */
-        while (!td_loop_stopped(l))
-            if (td_loop_turn(l, -1) != TD_OK) {
-                TD_LOG_WARN("event loop: %s", td_error_msg());
-                td_error_clear();
-                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-            }
+        m.tick = td_loop_timer(a->loop, 0, o->monitor_interval_s, on_tick, &m);
+        if (t->stall) m.stall_tick = td_loop_timer(a->loop, 0, m.stall_period, on_stall_tick, &m);
+        run_until(a, workers_over, &m);
     } else {
-        /* No loop (no memory for epoll): the workers cannot be watched; stop them. */
+        /* The loop cannot watch them (no memory for epoll): stop them. */
         TD_LOG_ERROR("cannot watch the workers: %s", td_error_msg());
         snprintf(t->cause, sizeof t->cause, "cannot watch the workers: %s", td_error_msg());
         t->outcome = OUTCOME_FAILED;
@@ -489,9 +550,12 @@ static void monitor(agent *a, attempt *t) {
         for (int i = 0; i < t->ws.n; i++)
             if (t->ws.w[i].running) waitpid(t->ws.w[i].pid, &t->ws.w[i].status, 0);
     }
-    td_loop_free(l);
+    td_loop_unwatch(a->loop, a->sig_fd);
+    td_loop_cancel(a->loop, m.tick);
+    td_loop_cancel(a->loop, m.stall_tick);
+    td_loop_cancel(a->loop, t->kill_timer);
     if (t->teardown) td__workers_signal(&t->ws, SIGKILL, true); /* grandchildren */
-    td__workers_drain(&t->ws, 1.0);
+    drain_workers(a, t, &m, st == TD_OK);
     if (t->stall) {
         /* Silent for the stall time: it froze (a live agent's teardown is much shorter). */
         t->silent_nodes = td__stall_silent_nodes(t->stall, o->stall_timeout_s);
@@ -577,27 +641,57 @@ static td_status setup_store(agent *a) {
     return TD_OK;
 }
 
+/* How many other node agents the executor knows are gone (td_launch_options.lost_nodes). */
+static int lost_nodes(const agent *a) {
+    const td_launch_options *o = a->o;
+    return o->lost_nodes ? o->lost_nodes(o->executor_link) : 0;
+}
+
 /* Every agent checks out of the last attempt; the store host waits for them so that nobody
- * loses the store while still tearing down. */
+ * loses the store while still tearing down: it reads the count every BARRIER_POLL_S, a timer on
+ * the agent's loop, until all are out or wait_s passed. */
+#define BARRIER_POLL_S 0.02
+
+typedef struct {
+    agent *a;
+    char key[600];
+    int64_t v;  /* the agents checked out */
+    int expect; /* the agents that will: a frozen one will not (its stall said so) */
+    double deadline;
+    bool store_failed, done;
+} barrier_ctx;
+
+/* All are out, but for those the executor saw go (it may say so while we wait). */
+static bool barrier_reached(const barrier_ctx *b) {
+    return b->v >= b->expect - lost_nodes(b->a);
+}
+
+static bool barrier_over(void *user) {
+    return ((barrier_ctx *)user)->done;
+}
+
+static void on_barrier_tick(td_loop *l, void *user) {
+    (void)l;
+    barrier_ctx *b = user;
+    if (td_store_add(b->a->store, b->key, 0, &b->v) != TD_OK)
+        b->store_failed = b->done = true;
+    else
+        b->done = barrier_reached(b) || td_now_s() >= b->deadline;
+}
+
 static void exit_barrier(agent *a, const attempt *t, double wait_s) {
     if (!a->multi || !a->store || t->store_lost) return;
-    char key[600];
-    store_key_str(t, "exit", key, sizeof key);
-    int64_t v = 0;
-    if (td_store_add(a->store, key, 1, &v) != TD_OK || !a->server) return;
-    double deadline = td_now_s() + wait_s;
-    const td_launch_options *o = a->o;
-    /* A frozen agent will not check out, nor one that the executor saw go (it may say so while
-     * we wait). */
-    int expect = t->rz.nnodes - t->silent_nodes;
-    while (v < expect - (o->lost_nodes ? o->lost_nodes(o->executor_link) : 0) &&
-           td_now_s() < deadline) {
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        if (td_store_add(a->store, key, 0, &v) != TD_OK) return;
-    }
-    if (v < expect - (o->lost_nodes ? o->lost_nodes(o->executor_link) : 0))
-        TD_LOG_WARN("%lld of %d node agents checked out; stopping the store anyway", (long long)v,
+    barrier_ctx b = {.a = a, .expect = t->rz.nnodes - t->silent_nodes};
+    store_key_str(t, "exit", b.key, sizeof b.key);
+    if (td_store_add(a->store, b.key, 1, &b.v) != TD_OK || !a->server) return;
+    b.deadline = td_now_s() + wait_s;
+    b.done = barrier_reached(&b) || !(wait_s > 0);
+    uint64_t timer =
+        b.done ? 0 : td_loop_timer(a->loop, BARRIER_POLL_S, BARRIER_POLL_S, on_barrier_tick, &b);
+    run_until(a, barrier_over, &b);
+    td_loop_cancel(a->loop, timer);
+    if (!b.store_failed && !barrier_reached(&b))
+        TD_LOG_WARN("%lld of %d node agents checked out; stopping the store anyway", (long long)b.v,
                     t->rz.nnodes);
 }
 
@@ -612,15 +706,42 @@ static double restart_backoff_s(int k) {
     return TD_MIN(w, 30.0);
 }
 
-/* Sleeps wait_s; returns the stop signal that cut it short, or 0 (reaped workers ring too). */
+/* The wait before a restart, on the agent's loop: a one-shot timer, cut short by a stop signal
+ * on the watched signalfd (reaped workers ring it too: SIGCHLD is read and passed over). */
+typedef struct {
+    agent *a;
+    int sig; /* the stop signal that cut it short, or 0 */
+    bool done;
+} backoff_ctx;
+
+static void on_backoff_signal(td_loop *l, int fd, unsigned events, void *user) {
+    (void)l, (void)fd, (void)events;
+    backoff_ctx *b = user;
+    for (int sig; !b->sig && (sig = td_sigwatch_next(b->a->sigs));)
+        if (sig != SIGCHLD) b->sig = sig;
+    if (b->sig) b->done = true;
+}
+
+static bool backoff_over(void *user) {
+    return ((backoff_ctx *)user)->done;
+}
+
+static void on_backoff_over(td_loop *l, void *user) {
+    (void)l;
+    ((backoff_ctx *)user)->done = true;
+}
+
+/* Sleeps wait_s; returns the stop signal that cut it short, or 0. */
 static int backoff(agent *a, double wait_s) {
-    double end = td_now_s() + wait_s;
-    for (double left = wait_s; left > 0; left = end - td_now_s()) {
-        if (!td_loop_wait_readable(a->sig_fd, left)) break;
-        for (int sig; (sig = td_sigwatch_next(a->sigs));)
-            if (sig != SIGCHLD) return sig;
-    }
-    return 0;
+    if (!(wait_s > 0)) return 0;
+    backoff_ctx b = {.a = a};
+    if (td_loop_watch(a->loop, a->sig_fd, TD_LOOP_READ, on_backoff_signal, &b) != TD_OK)
+        td_error_clear(); /* not cut short, then: the wait is bounded */
+    uint64_t timer = td_loop_timer(a->loop, wait_s, 0, on_backoff_over, &b);
+    run_until(a, backoff_over, &b);
+    td_loop_cancel(a->loop, timer);
+    td_loop_unwatch(a->loop, a->sig_fd);
+    return b.sig;
 }
 
 /* More workers than this per core is a typo, not a plan (issue 8: 1000 on 2 cores was started). */
@@ -645,6 +766,9 @@ static td_status validate(const td_launch_options *o) {
         return td_error(TD_ERR_USAGE, "--max-restarts %d: need >= 0", o->max_restarts);
     if (!(o->monitor_interval_s > 0) || o->grace_s < 0 || o->stop_grace_s < 0)
         return td_error(TD_ERR_USAGE, "--monitor-interval must be > 0 and grace periods >= 0");
+    if (o->on_tick && !(o->tick_period_s > 0))
+        return td_error(TD_ERR_USAGE, "td_launch_options.on_tick needs a tick_period_s > 0, not %g",
+                        o->tick_period_s);
     if (!(o->stall_timeout_s >= 0))
         return td_error(TD_ERR_USAGE,
                         "--stall-timeout %g: need seconds >= 0 (0 turns the stall check off; "
@@ -713,8 +837,193 @@ static void write_end_record(const td_launch_options *o, const attempt *t, td_st
     free(r.workers);
 }
 
+/* The run id and the store token of this job: given, or made here (single node), or derived
+ * from the id (multi-node without TANDEM_TOKEN, with a warning). */
+static td_status pick_identity(agent *a) {
+    const td_launch_options *o = a->o;
+    if (o->rdzv_id && *o->rdzv_id)
+        snprintf(a->run_id, sizeof a->run_id, "%s", o->rdzv_id);
+    else if (a->multi)
+        snprintf(a->run_id, sizeof a->run_id, "none");
+    else
+        TD_CHECK(td_random_hex(a->run_id, 8));
+    const char *tok = td_var_get(TD_VAR_TANDEM_TOKEN);
+    if (tok) {
+        snprintf(a->token, sizeof a->token, "%s", tok);
+    } else if (!a->multi) {
+        TD_CHECK(td_random_hex(a->token, 16));
+    } else {
+        token_from_id(a->run_id, a->token);
+        TD_LOG_WARN("TANDEM_TOKEN is not set: the store token is derived from --rdzv-id '%s', so "
+                    "anyone who can reach %s and knows the id can join or disturb this job. "
+                    "Export the same secret on every node, e.g. "
+                    "TANDEM_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')",
+                    a->run_id, o->rdzv_endpoint);
+    }
+    return TD_OK;
+}
+
+/* Everything an agent holds across its attempts: the signalfd, the identity, the directories,
+ * the store, and the event loop with the caller's periodic work on it. */
+static td_status open_agent(agent *a, td_sigwatch *sigs) {
+    const td_launch_options *o = a->o;
+    a->multi = !o->standalone && o->rdzv_endpoint;
+    a->ncores = td_num_cores();
+    /* Before any thread exists (the store server's), so that every thread has them blocked. */
+    static const int watched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
+    TD_CHECK(td_sigwatch_open(sigs, watched, (int)TD_ARRAY_LEN(watched)));
+    a->sigs = sigs;
+    a->sig_fd = sigs->fd;
+    TD_CHECK(pick_identity(a));
+    if (o->log_dir) TD_CHECK(mkdir_p(o->log_dir, "--log-dir"));
+    if (o->metrics_dir) TD_CHECK(mkdir_p(o->metrics_dir, "--metrics-dir"));
+    TD_CHECK(setup_store(a));
+    if (!a->multi && o->stall_timeout_s > 0)
+        TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token, 10000, &a->own_store));
+    TD_CHECK(td_loop_new(&a->loop));
+    if (o->on_tick) td_loop_timer(a->loop, 0, o->tick_period_s, on_caller_tick, a);
+    return TD_OK;
+}
+
+static void close_agent(agent *a, td_sigwatch *sigs) {
+    td_loop_free(a->loop);
+    if (a->store) td_store_close(a->store);
+    if (a->own_store) td_store_close(a->own_store);
+    if (a->server) td_store_server_stop(a->server);
+    td_sigwatch_close(sigs);
+    free(a->path);
+}
+
+/* The group of this attempt: the rendezvous of the node agents, or this node alone. *stopped: a
+ * stop signal cut the rendezvous short (*exit_code says which); no workers are started. */
+static td_status join_group(agent *a, attempt *t, int *exit_code, bool *stopped) {
+    const td_launch_options *o = a->o;
+    if (!a->multi) {
+        t->rz.group_rank = 0;
+        t->rz.nnodes = 1;
+        t->rz.rank_offset = 0;
+        t->rz.world_size = o->nproc_per_node;
+        snprintf(t->rz.master_addr, sizeof t->rz.master_addr, "127.0.0.1");
+        TD_CHECK(td_pick_free_port(&t->rz.master_port));
+        return TD_OK;
+    }
+    td__rdzv_params p = {.store = a->store,
+                         .ns = t->ns,
+                         .min_nodes = o->min_nodes,
+                         .max_nodes = o->max_nodes,
+                         .node_rank = o->node_rank,
+                         .nproc = o->nproc_per_node,
+                         .store_host = a->store_host,
+                         .store_port = a->store_port,
+                         .timeout_s = o->rdzv_timeout_s,
+                         .last_call_s = o->last_call_s,
+                         .sig_fd = a->sig_fd};
+    td_status st = td__rdzv_join(&p, &t->rz);
+    if (st != TD_ERR_INTERRUPTED) return st;
+    int sig = SIGTERM;
+    for (int got; (got = td_sigwatch_next(a->sigs));)
+        if (got != SIGCHLD) sig = got;
+    TD_LOG_INFO("received SIG%s during rendezvous; no workers were started", sig_name(sig));
+    *exit_code = sig == SIGINT ? 130 : 143;
+    *stopped = true;
+    return TD_OK;
+}
+
+/* Where this node stands in the group, and (multi-node, once) the BLAS kernel it adopts. */
+static void describe_group(const agent *a, const attempt *t) {
+    const td_launch_options *o = a->o;
+    if (t->rz.nnodes > 1 && t->restart == 0) {
+        const char *mine = td_var_get(TD_VAR_OPENBLAS_CORETYPE);
+        td_numerics num;
+        td_numerics_get(&num);
+        if (strcasecmp(num.blas_core, t->rz.blas_core))
+            TD_LOG_INFO("node 0 runs OpenBLAS core %s, this node %s%s%s%s: its workers get "
+                        "OPENBLAS_CORETYPE=%s, so every rank runs one BLAS kernel",
+                        t->rz.blas_core, num.blas_core, mine ? " (OPENBLAS_CORETYPE=" : "",
+                        mine ? mine : "", mine ? ")" : "", t->rz.blas_core);
+    }
+    td_log(a->multi && t->restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
+           "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "
+           "%s:%d",
+           t->rz.group_rank, t->rz.nnodes, t->rz.rank_offset,
+           t->rz.rank_offset + o->nproc_per_node - 1, t->rz.world_size, t->rz.master_addr,
+           t->rz.master_port, a->store_host, a->store_port);
+}
+
+/* On a failure, the workers already started are killed and reaped. */
+static td_status spawn_workers(agent *a, attempt *t) {
+    const td_launch_options *o = a->o;
+    char ***wenv = td_xcalloc((size_t)o->nproc_per_node, sizeof *wenv);
+    for (int i = 0; i < o->nproc_per_node; i++) wenv[i] = worker_env(a, t, i);
+    td_status st = td__workers_spawn(&t->ws, o->nproc_per_node, t->rz.rank_offset, a->path, o->argv,
+                                     wenv, o->out_fd, o->err_fd, o->log_dir, t->restart);
+    for (int i = 0; i < o->nproc_per_node; i++) free_env(wenv[i]);
+    free(wenv);
+    if (st != TD_OK) {
+        td__workers_signal(&t->ws, SIGKILL, true);
+        for (int i = 0; i < t->ws.n; i++)
+            if (t->ws.w[i].running) waitpid(t->ws.w[i].pid, NULL, 0);
+    }
+    return st;
+}
+
+/* What follows a monitored attempt: true to restart the group, else *exit_code is the job's. */
+static bool attempt_over(agent *a, attempt *t, int *exit_code) {
+    const td_launch_options *o = a->o;
+    if (t->outcome == OUTCOME_OK) {
+        *exit_code = 0;
+        exit_barrier(a, t, 10.0);
+        return false;
+    }
+    if (t->outcome == OUTCOME_STOPPED) {
+        *exit_code = stop_exit_code(t);
+        TD_LOG_INFO("stopped by SIG%s; exit code %d", sig_name(t->stop_sig), *exit_code);
+        exit_barrier(a, t, o->stop_grace_s + 10.0);
+        return false;
+    }
+    TD_LOG_ERROR("%s", t->cause);
+    if (t->restart < o->max_restarts && !t->store_lost) {
+        double wait_s = restart_backoff_s(t->restart + 1);
+        if (wait_s > 0)
+            TD_LOG_WARN("restarting all workers in %.1f s (restart %d of %d)", wait_s,
+                        t->restart + 1, o->max_restarts);
+        else
+            TD_LOG_WARN("restarting all workers (restart %d of %d)", t->restart + 1,
+                        o->max_restarts);
+        int sig = backoff(a, wait_s);
+        if (!sig) return true;
+        TD_LOG_INFO("received SIG%s while waiting to restart; no workers were started",
+                    sig_name(sig));
+        *exit_code = sig == SIGINT ? 130 : 143;
+        return false;
+    }
+    if (o->max_restarts > 0)
+        TD_LOG_ERROR("giving up after %d restart%s", t->restart, t->restart == 1 ? "" : "s");
+    *exit_code = 1;
+    exit_barrier(a, t, o->grace_s + 10.0);
+    return false;
+}
+
+/* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.
+ * t holds the last one, for the end record. */
+static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
+    for (int restart = 0;; restart++) {
+        td__workers_free(&t->ws);
+        memset(t, 0, sizeof *t);
+        t->restart = restart;
+        t->failed_idx = -1;
+        snprintf(t->ns, sizeof t->ns, "tandem.launch/%s/attempt%d", a->run_id, restart);
+        bool stopped = false;
+        TD_CHECK(join_group(a, t, exit_code, &stopped));
+        if (stopped) return TD_OK;
+        describe_group(a, t);
+        TD_CHECK(spawn_workers(a, t));
+        monitor(a, t);
+        if (!attempt_over(a, t, exit_code)) return TD_OK;
+    }
+}
+
 td_status td_launch_run(const td_launch_options *o, int *exit_code) {
-    td_status st = TD_OK;
     *exit_code = 1;
     agent a = {.o = o, .sig_fd = -1};
     attempt t;
@@ -723,153 +1032,11 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     td_sigwatch sigs = {.fd = -1};
 
     /* A usage error ends here too, and goes into the end record (but for --end-record's own). */
-    st = validate(o);
+    td_status st = validate(o);
     if (st == TD_OK) st = resolve_command(o->argv[0], &a.path);
-    if (st != TD_OK) {
-        st = TD_ERR_USAGE;
-        goto out;
-    }
-    a.multi = !o->standalone && o->rdzv_endpoint;
-    a.ncores = td_num_cores();
-
-    /* Before any thread exists (the store server's), so that every thread has them blocked. */
-    static const int watched[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
-    TD_CHECK_GOTO(td_sigwatch_open(&sigs, watched, (int)TD_ARRAY_LEN(watched)), st, out);
-    a.sigs = &sigs;
-    a.sig_fd = sigs.fd;
-
-    if (o->rdzv_id && *o->rdzv_id)
-        snprintf(a.run_id, sizeof a.run_id, "%s", o->rdzv_id);
-    else if (a.multi)
-        snprintf(a.run_id, sizeof a.run_id, "none");
-    else
-        TD_CHECK_GOTO(td_random_hex(a.run_id, 8), st, out);
-    const char *tok = td_var_get(TD_VAR_TANDEM_TOKEN);
-    if (tok) {
-        snprintf(a.token, sizeof a.token, "%s", tok);
-    } else if (!a.multi) {
-        TD_CHECK_GOTO(td_random_hex(a.token, 16), st, out);
-    } else {
-        token_from_id(a.run_id, a.token);
-        TD_LOG_WARN("TANDEM_TOKEN is not set: the store token is derived from --rdzv-id '%s', so "
-                    "anyone who can reach %s and knows the id can join or disturb this job. "
-                    "Export the same secret on every node, e.g. "
-                    "TANDEM_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')",
-                    a.run_id, o->rdzv_endpoint);
-    }
-    if (o->log_dir) TD_CHECK_GOTO(mkdir_p(o->log_dir, "--log-dir"), st, out);
-    if (o->metrics_dir) TD_CHECK_GOTO(mkdir_p(o->metrics_dir, "--metrics-dir"), st, out);
-    TD_CHECK_GOTO(setup_store(&a), st, out);
-    if (!a.multi && o->stall_timeout_s > 0)
-        TD_CHECK_GOTO(td_store_connect(a.store_host, a.store_port, a.token, 10000, &a.own_store),
-                      st, out);
-
-    for (int restart = 0;; restart++) {
-        td__workers_free(&t.ws);
-        memset(&t, 0, sizeof t);
-        t.restart = restart;
-        t.failed_idx = -1;
-        snprintf(t.ns, sizeof t.ns, "tandem.launch/%s/attempt%d", a.run_id, restart);
-        if (a.multi) {
-            td__rdzv_params p = {.store = a.store,
-                                 .ns = t.ns,
-                                 .min_nodes = o->min_nodes,
-                                 .max_nodes = o->max_nodes,
-                                 .node_rank = o->node_rank,
-                                 .nproc = o->nproc_per_node,
-                                 .store_host = a.store_host,
-                                 .store_port = a.store_port,
-                                 .timeout_s = o->rdzv_timeout_s,
-                                 .last_call_s = o->last_call_s,
-                                 .sig_fd = a.sig_fd};
-            st = td__rdzv_join(&p, &t.rz);
-            if (st == TD_ERR_INTERRUPTED) {
-                int sig = SIGTERM;
-                for (int got; (got = td_sigwatch_next(&sigs));)
-                    if (got != SIGCHLD) sig = got;
-                TD_LOG_INFO("received SIG%s during rendezvous; no workers were started",
-                            sig_name(sig));
-                *exit_code = sig == SIGINT ? 130 : 143;
-                st = TD_OK;
-                goto out;
-            }
-            if (st != TD_OK) goto out;
-        } else {
-            t.rz.group_rank = 0;
-            t.rz.nnodes = 1;
-            t.rz.rank_offset = 0;
-            t.rz.world_size = o->nproc_per_node;
-            snprintf(t.rz.master_addr, sizeof t.rz.master_addr, "127.0.0.1");
-            TD_CHECK_GOTO(td_pick_free_port(&t.rz.master_port), st, out);
-        }
-        if (t.rz.nnodes > 1 && restart == 0) {
-            const char *mine = td_var_get(TD_VAR_OPENBLAS_CORETYPE);
-            td_numerics num;
-            td_numerics_get(&num);
-            if (strcasecmp(num.blas_core, t.rz.blas_core))
-                TD_LOG_INFO("node 0 runs OpenBLAS core %s, this node %s%s%s%s: its workers get "
-                            "OPENBLAS_CORETYPE=%s, so every rank runs one BLAS kernel",
-                            t.rz.blas_core, num.blas_core, mine ? " (OPENBLAS_CORETYPE=" : "",
-                            mine ? mine : "", mine ? ")" : "", t.rz.blas_core);
-        }
-        td_log(a.multi && restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
-               "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "
-               "%s:%d",
-               t.rz.group_rank, t.rz.nnodes, t.rz.rank_offset,
-               t.rz.rank_offset + o->nproc_per_node - 1, t.rz.world_size, t.rz.master_addr,
-               t.rz.master_port, a.store_host, a.store_port);
-
-        char ***wenv = td_xcalloc((size_t)o->nproc_per_node, sizeof *wenv);
-        for (int i = 0; i < o->nproc_per_node; i++) wenv[i] = worker_env(&a, &t, i);
-        st = td__workers_spawn(&t.ws, o->nproc_per_node, t.rz.rank_offset, a.path, o->argv, wenv,
-                               o->out_fd, o->err_fd, o->log_dir, restart);
-        for (int i = 0; i < o->nproc_per_node; i++) free_env(wenv[i]);
-        free(wenv);
-        if (st != TD_OK) {
-            td__workers_signal(&t.ws, SIGKILL, true);
-            for (int i = 0; i < t.ws.n; i++)
-                if (t.ws.w[i].running) waitpid(t.ws.w[i].pid, NULL, 0);
-            goto out;
-        }
-
-        monitor(&a, &t);
-
-        if (t.outcome == OUTCOME_OK) {
-            *exit_code = 0;
-            exit_barrier(&a, &t, 10.0);
-            break;
-        }
-        if (t.outcome == OUTCOME_STOPPED) {
-            *exit_code = stop_exit_code(&t);
-            TD_LOG_INFO("stopped by SIG%s; exit code %d", sig_name(t.stop_sig), *exit_code);
-            exit_barrier(&a, &t, o->stop_grace_s + 10.0);
-            break;
-        }
-        TD_LOG_ERROR("%s", t.cause);
-        if (restart < o->max_restarts && !t.store_lost) {
-            double wait_s = restart_backoff_s(restart + 1);
-            if (wait_s > 0)
-                TD_LOG_WARN("restarting all workers in %.1f s (restart %d of %d)", wait_s,
-                            restart + 1, o->max_restarts);
-            else
-                TD_LOG_WARN("restarting all workers (restart %d of %d)", restart + 1,
-                            o->max_restarts);
-            int sig = backoff(&a, wait_s);
-            if (sig) {
-                TD_LOG_INFO("received SIG%s while waiting to restart; no workers were started",
-                            sig_name(sig));
-                *exit_code = sig == SIGINT ? 130 : 143;
-                break;
-            }
-            continue;
-        }
-        if (o->max_restarts > 0)
-            TD_LOG_ERROR("giving up after %d restart%s", restart, restart == 1 ? "" : "s");
-        *exit_code = 1;
-        exit_barrier(&a, &t, o->grace_s + 10.0);
-        break;
-    }
-out:
+    if (st != TD_OK) st = TD_ERR_USAGE;
+    if (st == TD_OK) st = open_agent(&a, &sigs);
+    if (st == TD_OK) st = run_attempts(&a, &t, exit_code);
     if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
     if (o->end_record && td_file_kind(o->end_record) == NULL) {
         char error[TD_END_TEXT];
@@ -877,11 +1044,6 @@ out:
         write_end_record(o, &t, st, *exit_code, error);
     }
     td__workers_free(&t.ws);
-    if (a.store) td_store_close(a.store);
-    if (a.own_store) td_store_close(a.own_store);
-    if (a.server) td_store_server_stop(a.server);
-    td_sigwatch_close(&sigs);
-    free(a.path);
-    if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
+    close_agent(&a, &sigs);
     return st;
 }

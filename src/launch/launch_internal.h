@@ -48,9 +48,13 @@ td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char 
                             const char *log_dir, int restart_count);
 /* Reads what is available on fd (one of the workers' pipes), emits complete lines. */
 void td__workers_pump_fd(td__workers *ws, int fd);
-/* Reads the remaining output of all pipes, waiting up to timeout_s for EOF, then closes them
- * (a grandchild holding a pipe open must not hold up the agent). */
-void td__workers_drain(td__workers *ws, double timeout_s);
+/* The workers' pipes still open: the agent's loop watches them until they end (EOF), or until
+ * a short deadline after the workers exited (a grandchild holding a pipe open must not hold up
+ * the agent). */
+int td__workers_open_streams(const td__workers *ws);
+/* Reads what is left in the pipes without waiting, emits it (a last line without its newline
+ * too) and closes them. */
+void td__workers_close_streams(td__workers *ws);
 /* Sends sig to the process group of every worker that is still running (all = every group,
  * reaped leaders included: sweeps grandchildren). */
 void td__workers_signal(td__workers *ws, int sig, bool all);
@@ -61,6 +65,10 @@ int td__workers_running(const td__workers *ws);
 void td__workers_free(td__workers *ws);
 
 bool td__status_ok(int status);
+
+/* Waits up to `seconds` for fd to take bytes (or fail: the write or connect then says how), on
+ * an event loop of its own (wait.c); true if it did. A transport's bounded wait. */
+bool td__wait_writable(int fd, double seconds);
 
 /* ---- rendezvous ---- */
 typedef struct {

@@ -9,6 +9,7 @@
  * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
 #include "launch_internal.h"
 
+#include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/tensor.h"
 
@@ -16,7 +17,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -87,10 +87,10 @@ td_status td__local_addr_for(const char *host, int port, char *out, size_t nbyte
     return st;
 }
 
+/* A look at the signalfd between two slices of a store wait, never a wait of its own: the
+ * signal stays queued there for the agent, which reads it. */
 static bool signal_pending(int sig_fd) {
-    if (sig_fd < 0) return false;
-    struct pollfd p = {.fd = sig_fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0;
+    return sig_fd >= 0 && td_loop_wait_readable(sig_fd, 0);
 }
 
 #define REPORT_EVERY_S 5.0
@@ -176,104 +176,98 @@ typedef struct {
     char blas_core[64];
 } node_info;
 
-td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
-    td_status st = TD_OK;
-    char key[512];
-    char *val = NULL;
-    node_info *nodes = NULL;
-    int *order = NULL;
-    int nnodes = 0;
-
-    char addr[256], hostname[256] = "?";
+/* Registers this node: takes the next arrival slot and publishes what the others need of it. */
+static td_status register_node(const td__rdzv_params *p, int64_t *slot) {
+    char key[512], addr[256], hostname[256] = "?";
     TD_CHECK(td__local_addr_for(p->store_host, p->store_port, addr, sizeof addr));
     gethostname(hostname, sizeof hostname - 1);
     hostname[sizeof hostname - 1] = '\0';
-
-    int64_t slot;
     snprintf(key, sizeof key, "%s/count", p->ns);
-    TD_CHECK(td_store_add(p->store, key, 1, &slot));
+    TD_CHECK(td_store_add(p->store, key, 1, slot));
     char info[700];
     td_numerics num;
     td_numerics_get(&num);
     int ilen = snprintf(info, sizeof info, "%d %d %s %s %s", p->node_rank, p->nproc, addr, hostname,
                         num.blas_core);
-    snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)slot);
-    TD_CHECK(td_store_set(p->store, key, info, (size_t)ilen));
+    snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)*slot);
+    return td_store_set(p->store, key, info, (size_t)ilen);
+}
 
-    /* At least min_nodes, then a last call for more up to max_nodes. */
+/* The number of nodes: at least min_nodes, then a last call for more up to max_nodes; the first
+ * agent to propose a count fixes it for all. A node that arrived after it was fixed is out. */
+static td_status agree_node_count(const td__rdzv_params *p, int64_t slot, int *nnodes) {
+    char key[512], *val = NULL;
     snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->min_nodes);
-    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, true, &val), st, out);
+    TD_CHECK(wait_key(p, key, p->timeout_s, false, true, &val));
     free(val);
     val = NULL;
     if (p->max_nodes > p->min_nodes) {
         snprintf(key, sizeof key, "%s/slot/%d", p->ns, p->max_nodes);
-        st = wait_key(p, key, p->last_call_s, true, false, &val);
-        if (st != TD_OK && st != TD_ERR_TIMEOUT) goto out;
+        td_status st = wait_key(p, key, p->last_call_s, true, false, &val);
+        if (st != TD_OK && st != TD_ERR_TIMEOUT) return st;
         free(val);
-        val = NULL;
     }
     int64_t count;
     snprintf(key, sizeof key, "%s/count", p->ns);
-    TD_CHECK_GOTO(td_store_add(p->store, key, 0, &count), st, out);
+    TD_CHECK(td_store_add(p->store, key, 0, &count));
     char want[32];
     int wlen = snprintf(want, sizeof want, "%lld", (long long)TD_MIN(count, (int64_t)p->max_nodes));
     void *actual = NULL;
     size_t actual_n = 0;
     snprintf(key, sizeof key, "%s/final", p->ns);
-    TD_CHECK_GOTO(
-        td_store_compare_set(p->store, key, NULL, 0, want, (size_t)wlen, &actual, &actual_n), st,
-        out);
-    nnodes = actual ? atoi((char *)actual) : 0;
+    TD_CHECK(td_store_compare_set(p->store, key, NULL, 0, want, (size_t)wlen, &actual, &actual_n));
+    *nnodes = actual ? atoi((char *)actual) : 0;
     free(actual);
-    if (nnodes < p->min_nodes) {
-        st = td_error(TD_ERR_PROTOCOL, "rendezvous %s: agreed node count %d is below --nnodes %d",
-                      p->ns, nnodes, p->min_nodes);
-        goto out;
-    }
-    if (slot > nnodes) {
-        st = td_error(TD_ERR_PEER,
-                      "rendezvous %s closed with %d nodes before this node joined (arrival %lld); "
-                      "start all nodes within the --rdzv-last-call window or raise --nnodes",
-                      p->ns, nnodes, (long long)slot);
-        goto out;
-    }
+    if (*nnodes < p->min_nodes)
+        return td_error(TD_ERR_PROTOCOL, "rendezvous %s: agreed node count %d is below --nnodes %d",
+                        p->ns, *nnodes, p->min_nodes);
+    if (slot > *nnodes)
+        return td_error(TD_ERR_PEER,
+                        "rendezvous %s closed with %d nodes before this node joined (arrival "
+                        "%lld); start all nodes within the --rdzv-last-call window or raise "
+                        "--nnodes",
+                        p->ns, *nnodes, (long long)slot);
+    return TD_OK;
+}
 
-    nodes = td_xcalloc((size_t)nnodes, sizeof *nodes);
+/* Every node's registration, by slot. */
+static td_status read_nodes(const td__rdzv_params *p, int nnodes, node_info *nodes) {
+    char key[512];
     for (int s = 1; s <= nnodes; s++) {
+        char *val = NULL;
         snprintf(key, sizeof key, "%s/slot/%d", p->ns, s);
-        TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, false, &val), st, out);
+        TD_CHECK(wait_key(p, key, p->timeout_s, false, false, &val));
         node_info *ni = &nodes[s - 1];
         ni->slot = s;
-        if (sscanf(val, "%d %d %255s %255s %63s", &ni->node_rank, &ni->nproc, ni->addr, ni->host,
-                   ni->blas_core) != 5) {
+        int got = sscanf(val, "%d %d %255s %255s %63s", &ni->node_rank, &ni->nproc, ni->addr,
+                         ni->host, ni->blas_core);
+        td_status st = TD_OK;
+        if (got != 5)
             st = td_error(TD_ERR_PROTOCOL, "rendezvous: malformed registration '%s' at %s", val,
                           key);
-            goto out;
-        }
         free(val);
-        val = NULL;
+        if (st != TD_OK) return st;
     }
-    /* Explicit --node-rank values are honoured exactly; nodes without one fill the remaining
-     * ranks in arrival order. order[g] = index into nodes (by slot) of group rank g. */
-    order = td_xmalloc(sizeof *order * (size_t)nnodes);
+    return TD_OK;
+}
+
+/* Explicit --node-rank values are honoured exactly; nodes without one fill the remaining ranks in
+ * arrival order. order[g] = index into nodes (by slot) of group rank g. */
+static td_status rank_nodes(const node_info *nodes, int nnodes, int *order) {
     for (int g = 0; g < nnodes; g++) order[g] = -1;
     for (int i = 0; i < nnodes; i++) {
         int nr = nodes[i].node_rank;
         if (nr < 0) continue;
-        if (nr >= nnodes) {
-            st = td_error(TD_ERR_USAGE,
-                          "node %s registered --node-rank %d but only %d nodes joined; node "
-                          "ranks must be 0..%d",
-                          nodes[i].host, nr, nnodes, nnodes - 1);
-            goto out;
-        }
-        if (order[nr] >= 0) {
-            st = td_error(TD_ERR_USAGE,
-                          "two agents registered --node-rank %d (hosts %s and %s); give each node "
-                          "a distinct --node-rank",
-                          nr, nodes[order[nr]].host, nodes[i].host);
-            goto out;
-        }
+        if (nr >= nnodes)
+            return td_error(TD_ERR_USAGE,
+                            "node %s registered --node-rank %d but only %d nodes joined; node "
+                            "ranks must be 0..%d",
+                            nodes[i].host, nr, nnodes, nnodes - 1);
+        if (order[nr] >= 0)
+            return td_error(TD_ERR_USAGE,
+                            "two agents registered --node-rank %d (hosts %s and %s); give each "
+                            "node a distinct --node-rank",
+                            nr, nodes[order[nr]].host, nodes[i].host);
         order[nr] = i;
     }
     for (int i = 0, g = 0; i < nnodes; i++) {
@@ -281,6 +275,12 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
         while (order[g] >= 0) g++;
         order[g] = i;
     }
+    return TD_OK;
+}
+
+/* This node's place in the ranked group; node 0's address and BLAS core are the group's. */
+static void place_node(const node_info *nodes, const int *order, int nnodes, int64_t slot,
+                       td__rdzv_result *out) {
     int offset = 0, world = 0;
     out->group_rank = -1;
     for (int g = 0; g < nnodes; g++) {
@@ -296,19 +296,38 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     out->world_size = world;
     snprintf(out->master_addr, sizeof out->master_addr, "%s", nodes[order[0]].addr);
     snprintf(out->blas_core, sizeof out->blas_core, "%s", nodes[order[0]].blas_core);
+}
 
+/* Node 0 picks MASTER_PORT on its host and publishes it; every node reads it. */
+static td_status agree_master_port(const td__rdzv_params *p, td__rdzv_result *out) {
+    char key[512], *val = NULL;
     snprintf(key, sizeof key, "%s/master_port", p->ns);
     if (out->group_rank == 0) {
         char port[16];
         int port_num;
-        TD_CHECK_GOTO(td_pick_free_port(&port_num), st, out);
+        TD_CHECK(td_pick_free_port(&port_num));
         int plen = snprintf(port, sizeof port, "%d", port_num);
-        TD_CHECK_GOTO(td_store_set(p->store, key, port, (size_t)plen), st, out);
+        TD_CHECK(td_store_set(p->store, key, port, (size_t)plen));
     }
-    TD_CHECK_GOTO(wait_key(p, key, p->timeout_s, false, false, &val), st, out);
+    TD_CHECK(wait_key(p, key, p->timeout_s, false, false, &val));
     out->master_port = atoi(val);
-out:
     free(val);
+    return TD_OK;
+}
+
+td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
+    int64_t slot;
+    int nnodes = 0;
+    TD_CHECK(register_node(p, &slot));
+    TD_CHECK(agree_node_count(p, slot, &nnodes));
+    node_info *nodes = td_xcalloc((size_t)nnodes, sizeof *nodes);
+    int *order = td_xmalloc(sizeof *order * (size_t)nnodes);
+    td_status st = read_nodes(p, nnodes, nodes);
+    if (st == TD_OK) st = rank_nodes(nodes, nnodes, order);
+    if (st == TD_OK) {
+        place_node(nodes, order, nnodes, slot, out);
+        st = agree_master_port(p, out);
+    }
     free(nodes);
     free(order);
     return st;

@@ -347,104 +347,116 @@ static uint64_t positions(const td__stall *s) {
     return h;
 }
 
-static void judge_workers(td__stall *s, double now, char *cause, size_t nbytes) {
-    int W = s->p.world_size;
+/* Whether anything moved since the last round; if so, the idle clock starts again. */
+static bool moved(td__stall *s, double now) {
     uint64_t sig = positions(s);
-    if (!s->have_sig || sig != s->sig) {
-        s->sig = sig;
-        s->have_sig = true;
-        s->progress_at = now;
-        s->warned = false;
-        return;
+    if (s->have_sig && sig == s->sig) return false;
+    s->sig = sig;
+    s->have_sig = true;
+    s->progress_at = now;
+    s->warned = false;
+    return true;
+}
+
+/* What the ranks are doing, as judge_workers weighs it. */
+typedef struct {
+    int first_active; /* the first rank inside or between collectives, or -1 */
+    bool any_inside;  /* one of them is inside one */
+    uint64_t min_pos; /* the least started + finished among them: the ones furthest behind */
+    bool blind;       /* a live rank without a record */
+    bool all_same;    /* every active rank is furthest behind: all in one collective */
+    int culprit;      /* the rank the others wait for, provably stuck; or -1 */
+    int nculprits;
+    int busy; /* a rank furthest behind but between collectives and alive; or -1 */
+} rank_census;
+
+static void census_active(const td__stall *s, rank_census *c) {
+    *c = (rank_census){.first_active = -1, .min_pos = UINT64_MAX, .culprit = -1, .busy = -1};
+    for (int r = 0; r < s->p.world_size; r++) {
+        const rank_view *rv = &s->ranks[r];
+        c->blind |= !rv->known && !rv->exited;
+        if (!active(rv)) continue;
+        if (c->first_active < 0) c->first_active = r;
+        c->any_inside |= rv->p.state == TD_PG_INSIDE;
+        c->min_pos = TD_MIN(c->min_pos, rv->p.started + rv->p.finished);
     }
-    double idle = now - s->progress_at;
-    if (idle < s->p.timeout_s) return;
-    /* Nobody inside a collective: everyone is computing (an evaluation, a checkpoint, a long
-     * epoch of a script without collectives). However long, that is work, not a stall. A job
-     * whose ranks publish nothing (world size 1, PyTorch) ends here too: liveness only. */
-    int first_active = -1;
-    bool any_inside = false;
-    uint64_t min_pos = UINT64_MAX;
-    for (int r = 0; r < W; r++) {
+}
+
+/* The ranks the others wait for are those furthest behind: a collective completes only when
+ * every rank has reached it. They are stuck if they are inside a collective (the others are
+ * there or past it: nothing legitimate keeps them), or silent (their process stopped). One
+ * between collectives whose heartbeat goes on is busy, not stuck. When everyone is inside the
+ * same collective and nobody is silent, nothing moves between live processes: stuck too. */
+static void find_culprit(const td__stall *s, rank_census *c) {
+    c->all_same = true;
+    for (int r = 0; r < s->p.world_size; r++) {
         const rank_view *rv = &s->ranks[r];
         if (!active(rv)) continue;
-        if (first_active < 0) first_active = r;
-        any_inside |= rv->p.state == TD_PG_INSIDE;
-        min_pos = TD_MIN(min_pos, rv->p.started + rv->p.finished);
-    }
-    if (first_active < 0 || !any_inside) return;
-    /* A rank without a record (its publisher could not reach the store) may be the one the
-     * others wait for: then only silence proves anything. */
-    bool blind = false;
-    for (int r = 0; r < W; r++) blind |= !s->ranks[r].known && !s->ranks[r].exited;
-    /* The ranks the others wait for are those furthest behind: a collective completes only when
-     * every rank has reached it. They are stuck if they are inside a collective (the others are
-     * there or past it: nothing legitimate keeps them), or silent (their process stopped). One
-     * between collectives whose heartbeat goes on is busy, not stuck. When everyone is inside the
-     * same collective and nobody is silent, nothing moves between live processes: stuck too. */
-    bool all_same = true;
-    int culprit = -1, busy = -1, nculprits = 0;
-    for (int r = 0; r < W; r++) {
-        const rank_view *rv = &s->ranks[r];
-        if (!active(rv)) continue;
-        if (rv->p.started + rv->p.finished != min_pos) {
-            all_same = false;
+        if (rv->p.started + rv->p.finished != c->min_pos) {
+            c->all_same = false;
             continue;
         }
         bool silent = rv->quiet_s >= s->frozen_s;
-        if (silent || (rv->p.state == TD_PG_INSIDE && !blind)) {
-            if (culprit < 0 || (silent && s->ranks[culprit].quiet_s < s->frozen_s)) culprit = r;
-            nculprits++;
-        } else if (busy < 0) {
-            busy = r;
+        if (silent || (rv->p.state == TD_PG_INSIDE && !c->blind)) {
+            if (c->culprit < 0 || (silent && s->ranks[c->culprit].quiet_s < s->frozen_s))
+                c->culprit = r;
+            c->nculprits++;
+        } else if (c->busy < 0) {
+            c->busy = r;
         }
     }
-    if (all_same) { /* everyone inside one collective: the silent ones, if any, hold it up */
-        culprit = -1;
-        nculprits = 0;
-        for (int r = 0; r < W; r++)
+    if (c->all_same) { /* everyone inside one collective: the silent ones, if any, hold it up */
+        c->culprit = -1;
+        c->nculprits = 0;
+        for (int r = 0; r < s->p.world_size; r++)
             if (active(&s->ranks[r]) && s->ranks[r].quiet_s >= s->frozen_s) {
-                if (culprit < 0) culprit = r;
-                nculprits++;
+                if (c->culprit < 0) c->culprit = r;
+                c->nculprits++;
             }
     }
+}
+
+static void say_all_stuck(const td__stall *s, const rank_census *c, double idle, char *cause,
+                          size_t nbytes) {
+    char w[320];
+    int n = 0;
+    for (int r = 0; r < s->p.world_size; r++) n += active(&s->ranks[r]);
+    where(&s->ranks[c->first_active], w, sizeof w);
+    snprintf(cause, nbytes,
+             "stall: all %d ranks are at %s and no data moved between them for %.*f s, though "
+             "every process runs (a network partition, or a transport that lost a message?) "
+             "(--stall-timeout %g)",
+             n, w, SECS(idle), s->p.timeout_s);
+}
+
+/* Busy between collectives (or not known): said once, by the node it runs on. */
+static void warn_busy(td__stall *s, const rank_census *c, double idle) {
+    if (s->warned || c->busy < 0 || s->ranks[c->busy].node != s->p.node) return;
     char w[320], rest[400], name[360];
-    if (culprit < 0 && all_same && !blind) {
-        int n = 0;
-        for (int r = 0; r < W; r++) n += active(&s->ranks[r]);
-        where(&s->ranks[first_active], w, sizeof w);
-        snprintf(cause, nbytes,
-                 "stall: all %d ranks are at %s and no data moved between them for %.*f s, though "
-                 "every process runs (a network partition, or a transport that lost a message?) "
-                 "(--stall-timeout %g)",
-                 n, w, SECS(idle), s->p.timeout_s);
-        return;
-    }
-    if (culprit < 0) {
-        /* Busy between collectives (or not known): said once, by the node it runs on. */
-        if (!s->warned && busy >= 0 && s->ranks[busy].node == s->p.node) {
-            s->warned = true;
-            who(s, busy, name, sizeof name);
-            where(&s->ranks[busy], w, sizeof w);
-            others(s, busy, rest, sizeof rest);
-            TD_LOG_WARN("%s has been at %s for %.*f s, %s; its process is running (an evaluation "
-                        "or a checkpoint?), so this is no stall; the others' wait is bounded by "
-                        "TANDEM_COMM_TIMEOUT_MS (%lld ms)",
-                        name, w, SECS(idle), rest, (long long)td_env_int(TD_ENV_COMM_TIMEOUT_MS));
-        }
-        return;
-    }
-    const rank_view *cv = &s->ranks[culprit];
-    who(s, culprit, name, sizeof name);
+    s->warned = true;
+    who(s, c->busy, name, sizeof name);
+    where(&s->ranks[c->busy], w, sizeof w);
+    others(s, c->busy, rest, sizeof rest);
+    TD_LOG_WARN("%s has been at %s for %.*f s, %s; its process is running (an evaluation "
+                "or a checkpoint?), so this is no stall; the others' wait is bounded by "
+                "TANDEM_COMM_TIMEOUT_MS (%lld ms)",
+                name, w, SECS(idle), rest, (long long)td_env_int(TD_ENV_COMM_TIMEOUT_MS));
+}
+
+static void say_culprit(const td__stall *s, const rank_census *c, double idle, char *cause,
+                        size_t nbytes) {
+    char w[320], rest[400], name[360];
+    const rank_view *cv = &s->ranks[c->culprit];
+    who(s, c->culprit, name, sizeof name);
     where(cv, w, sizeof w);
-    others(s, culprit, rest, sizeof rest);
+    others(s, c->culprit, rest, sizeof rest);
     /* A record is a sample, up to a heartbeat old. A live rank has published since it stopped
      * moving, but a silent one's last record may lag far behind (1000 collectives a second,
      * sampled once a second). No rank finishes collective k before every rank has entered it,
      * so the others' progress bounds where it really is. */
     bool is_silent = cv->quiet_s >= s->frozen_s;
     uint64_t entered = 0;
-    for (int r = 0; r < W; r++)
+    for (int r = 0; r < s->p.world_size; r++)
         if (s->ranks[r].known) entered = TD_MAX(entered, s->ranks[r].p.finished);
     char at[sizeof w + 96];
     if (is_silent && entered > cv->p.started)
@@ -460,12 +472,33 @@ static void judge_workers(td__stall *s, double now, char *cause, size_t nbytes) 
         snprintf(silent, sizeof silent,
                  ", and rank %d's process sent no heartbeat for %.*f s "
                  "(stopped or frozen?)",
-                 culprit, SECS(cv->quiet_s));
+                 c->culprit, SECS(cv->quiet_s));
     char more[48] = "";
-    if (nculprits > 1) snprintf(more, sizeof more, " (and %d more like it)", nculprits - 1);
+    if (c->nculprits > 1) snprintf(more, sizeof more, " (and %d more like it)", c->nculprits - 1);
     snprintf(cause, nbytes,
              "stall: %s%s is at %s, %s; no progress for %.*f s%s (--stall-timeout %g)", name, more,
              at, rest, SECS(idle), silent, s->p.timeout_s);
+}
+
+static void judge_workers(td__stall *s, double now, char *cause, size_t nbytes) {
+    if (moved(s, now)) return;
+    double idle = now - s->progress_at;
+    if (idle < s->p.timeout_s) return;
+    rank_census c;
+    census_active(s, &c);
+    /* Nobody inside a collective: everyone is computing (an evaluation, a checkpoint, a long
+     * epoch of a script without collectives). However long, that is work, not a stall. A job
+     * whose ranks publish nothing (world size 1, PyTorch) ends here too: liveness only. A rank
+     * without a record (its publisher could not reach the store) may be the one the others wait
+     * for: then only silence proves anything (c.blind). */
+    if (c.first_active < 0 || !c.any_inside) return;
+    find_culprit(s, &c);
+    if (c.culprit >= 0)
+        say_culprit(s, &c, idle, cause, nbytes);
+    else if (c.all_same && !c.blind)
+        say_all_stuck(s, &c, idle, cause, nbytes);
+    else
+        warn_busy(s, &c, idle);
 }
 
 static void judge_agents(td__stall *s, double now, char *cause, size_t nbytes) {

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +28,8 @@ static int write_all(int fd, const char *buf, size_t nbytes) {
         ssize_t k = write(fd, buf, nbytes);
         if (k < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                poll(&p, 1, 100);
+            if (errno == EAGAIN) { /* a non-blocking stream that is full: until it drains */
+                td__wait_writable(fd, 0.1);
                 continue;
             }
             return errno;
@@ -171,27 +169,13 @@ void td__workers_pump_fd(td__workers *ws, int fd) {
     }
 }
 
-void td__workers_drain(td__workers *ws, double timeout_s) {
-    double deadline = td_now_s() + timeout_s;
-    for (;;) {
-        struct pollfd *p = td_xmalloc(sizeof *p * (size_t)(2 * ws->n + 1));
-        int np = 0;
-        for (int i = 0; i < ws->n; i++) {
-            if (ws->w[i].out.fd >= 0)
-                p[np++] = (struct pollfd){.fd = ws->w[i].out.fd, .events = POLLIN};
-            if (ws->w[i].err.fd >= 0)
-                p[np++] = (struct pollfd){.fd = ws->w[i].err.fd, .events = POLLIN};
-        }
-        double left = deadline - td_now_s();
-        if (np == 0 || left <= 0) {
-            free(p);
-            break;
-        }
-        int r = poll(p, (nfds_t)np, (int)(left * 1000) + 1);
-        for (int j = 0; j < np && r > 0; j++)
-            if (p[j].revents) td__workers_pump_fd(ws, p[j].fd);
-        free(p);
-    }
+int td__workers_open_streams(const td__workers *ws) {
+    int n = 0;
+    for (int i = 0; i < ws->n; i++) n += (ws->w[i].out.fd >= 0) + (ws->w[i].err.fd >= 0);
+    return n;
+}
+
+void td__workers_close_streams(td__workers *ws) {
     for (int i = 0; i < ws->n; i++) {
         /* Whatever is still buffered in the pipe goes out before we close it. */
         if (ws->w[i].out.fd >= 0) stream_read(&ws->w[i], &ws->w[i].out);

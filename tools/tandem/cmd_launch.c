@@ -2,9 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -224,38 +222,30 @@ static int connect_link(td_launch_options *o, const char *endpoint, td_agent_lin
 }
 
 /* TANDEM_SYS_METRICS (set by the Slurm and ssh executors, whose supervisor cannot see this
- * machine's /proc): a thread samples this agent's workers every SYS_PERIOD_S into
+ * machine's /proc): the agent samples its workers every SYS_PERIOD_S into
  * METRICS_DIR/sys-HOST.jsonl, which reaches the run store like the workers' metric files (the
- * shared run directory, or the agent link). */
+ * shared run directory, or the agent link). The sample is a periodic timer on the agent's event
+ * loop (td_launch_options.on_tick), in the agent's thread. */
 #define SYS_PERIOD_S 2.0
 
 typedef struct {
-    pthread_t thread;
-    bool started;
-    atomic_bool stop;
+    td_sysmon *mon;
     char *path;
     double t0;
+    bool failed; /* a sample could not be written: said once, not sampled any more */
 } sys_sampler;
 
-static void *sys_sample_loop(void *arg) {
-    sys_sampler *s = arg;
-    td_sysmon *mon = td_sysmon_new();
-    bool warned = false;
-    while (!atomic_load(&s->stop)) {
-        if (td_sysmon_sample_to_file(mon, s->path, getpid(), s->t0) != TD_OK && !warned) {
-            TD_LOG_WARN("system metrics: %s (not sampled any more)", td_error_msg());
-            warned = true;
-        }
-        td_error_clear();
-        for (int i = 0; i < (int)(SYS_PERIOD_S * 10) && !atomic_load(&s->stop); i++)
-            usleep(100 * 1000);
-        if (warned) break;
+static void sys_sample(void *user) {
+    sys_sampler *s = user;
+    if (s->failed) return;
+    if (td_sysmon_sample_to_file(s->mon, s->path, getpid(), s->t0) != TD_OK) {
+        TD_LOG_WARN("system metrics: %s (not sampled any more)", td_error_msg());
+        s->failed = true;
     }
-    td_sysmon_free(mon);
-    return NULL;
+    td_error_clear();
 }
 
-static void sys_sampler_start(sys_sampler *s, const td_launch_options *o) {
+static void sys_sampler_start(sys_sampler *s, td_launch_options *o) {
     const char *t0 = td_var_get(TD_VAR_TANDEM_SYS_METRICS);
     if (!t0 || !*t0 || !o->metrics_dir) return;
     if (td_parse_f64(td_var_name(TD_VAR_TANDEM_SYS_METRICS), t0, &s->t0) != TD_OK) {
@@ -267,19 +257,14 @@ static void sys_sampler_start(sys_sampler *s, const td_launch_options *o) {
     for (char *c = host; *c; c++) /* a file name the agent link forwards */
         if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-' && *c != '_') *c = '_';
     s->path = td_xasprintf("%s/sys-%s.jsonl", o->metrics_dir, host);
-    /* All signals blocked in the thread (it inherits the mask): they are the agent's. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    s->started = pthread_create(&s->thread, NULL, sys_sample_loop, s) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    s->mon = td_sysmon_new();
+    o->on_tick = sys_sample;
+    o->tick_user = s;
+    o->tick_period_s = SYS_PERIOD_S;
 }
 
 static void sys_sampler_stop(sys_sampler *s) {
-    if (s->started) {
-        atomic_store(&s->stop, true);
-        pthread_join(s->thread, NULL);
-    }
+    td_sysmon_free(s->mon);
     free(s->path);
 }
 
