@@ -71,6 +71,37 @@ typedef struct td_run {
     int stop_requested; /* `tandem stop` asked for it: a SIGTERM means stop, not preemption */
 } td_run;
 
+/* ---- the run directory's layout: one table ----
+ * Every file and directory tandem keeps in a run's directory, named here once. Each layer asks
+ * for a path by its id (td_run_path) instead of spelling the name: the store (record, logs,
+ * metrics, artifacts, checkpoints), tandem run (work, lock, setup log), the executors (end
+ * records, token, their job files), the ui. X(ID, relative name, what it holds). */
+#define TD_RUN_LAYOUT(X)                                                                           \
+    X(RECORD, "run.json", "the run's record; runs.db is rebuilt from these")                       \
+    X(LOCK, "lock", "held by the run's supervisor (flock): one supervisor per run")                \
+    X(LOGS, "logs", "rank-N.log per worker, node-N.log per remote node")                           \
+    X(SETUP_LOG, "logs/setup.log", "the setup commands' output")                                   \
+    X(SUPERVISOR_LOG, "logs/supervisor.log", "a detached supervisor's output")                     \
+    X(METRICS, "metrics", "rank-N.jsonl per worker, system-*.jsonl per node; ingested")            \
+    X(ARTIFACTS, "artifacts", "the declared outputs, copied at the end")                           \
+    X(CHECKPOINTS, "checkpoints", "the trainer's checkpoints (TANDEM_CHECKPOINT_DIR)")             \
+    X(WORK, "work", "the commands' working directory: the project's entries linked in")            \
+    X(END, "end", "end/node-N.json: how each node's launcher ended (endrec.h)")                    \
+    X(TOKEN, "token", "the rendezvous and link secret, 0600")                                      \
+    X(CODE_TAR, "code.tar", "the run's code, sent to nodes without a shared file system")          \
+    X(SLURM_SCRIPT, "job.sbatch", "the Slurm executor's batch script")                             \
+    X(SLURM_JOB, "slurm-job", "the Slurm job's id, and `ended STATE` once seen to end")            \
+    X(SSH_HOSTS, "ssh-hosts", "the ssh executor's hosts, one per node")
+
+#define TD__RUN_PATH_ID(id, name, doc) TD_RUN_PATH_##id,
+typedef enum { TD_RUN_LAYOUT(TD__RUN_PATH_ID) TD_RUN_PATH_COUNT } td_run_path_id;
+#undef TD__RUN_PATH_ID
+
+/* The name of a path in the run directory ("logs/setup.log"). */
+const char *td_run_path_name(td_run_path_id id);
+/* RUN/<name> for the run directory run_dir (caller frees). */
+char *td_run_path(const char *run_dir, td_run_path_id id);
+
 void td_run_clear(td_run *run);
 void td_runs_free(td_run *runs, size_t count);
 

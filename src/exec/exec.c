@@ -33,10 +33,10 @@ const td_executor *td_executor_of_run(const td_run *run) {
     /* Each executor leaves its mark in the run directory (Slurm its batch script, ssh its host
      * list); the local one leaves neither. */
     if (!run || !run->run_dir) return NULL;
-    char *path = td_xasprintf("%s/job.sbatch", run->run_dir);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_SLURM_SCRIPT);
     int slurm = access(path, F_OK) == 0;
     free(path);
-    path = td_xasprintf("%s/ssh-hosts", run->run_dir);
+    path = td_run_path(run->run_dir, TD_RUN_PATH_SSH_HOSTS);
     int ssh = access(path, F_OK) == 0;
     free(path);
     return slurm ? &td__executor_slurm : ssh ? &td__executor_ssh : NULL;
@@ -258,7 +258,7 @@ void td__exec_final_ingest(FILE *out, td_ingester *ing) {
 
 /* ---- secrets ---- */
 td_status td__exec_token(const td_run *run, char **path_out) {
-    char *path = td_xasprintf("%s/token", run->run_dir);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_TOKEN);
     *path_out = path;
     struct stat stt;
     if (stat(path, &stt) == 0 && S_ISREG(stt.st_mode) && stt.st_size > 0) {
@@ -388,11 +388,12 @@ int td_exec_end_before_job(const td_exec_job *job, td_run_status status, int exi
 /* ---- the nodes' end records ---- */
 
 char *td_exec_end_record_path(const td_run *run, int node) {
-    return td_xasprintf("%s/end/node-%d.json", run->run_dir, node);
+    return td_xasprintf("%s/%s/node-%d.json", run->run_dir, td_run_path_name(TD_RUN_PATH_END),
+                        node);
 }
 
 td_status td_exec_end_records_reset(const td_run *run, int nodes) {
-    char *dir = td_xasprintf("%s/end", run->run_dir);
+    char *dir = td_run_path(run->run_dir, TD_RUN_PATH_END);
     td_status st = td_mkdirs(dir);
     free(dir);
     for (int i = 0; st == TD_OK && i < nodes; i++) {

@@ -227,7 +227,7 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
             l->ckpt_rel = td_xstrdup(*e + klen + 2 + rlen);
     for (int i = 0; i < job->run->nodes; i++) td__buf_add(&l->node_lines[i].line, "", 0);
     /* The code, once: every node gets the same bytes (the version the run records). */
-    l->code_path = td_xasprintf("%s/code.tar", job->run->run_dir);
+    l->code_path = td_run_path(job->run->run_dir, TD_RUN_PATH_CODE_TAR);
     char *script = td__exec_code_tar_script(job);
     td__buf sh = {0};
     td__buf_addf(&sh, "( %s ) >", script);
@@ -497,7 +497,10 @@ static void handshake_done(td__links *l, size_t i) {
     c->state = C_OPENING;
     conn_watch(l, c);
     c->deadline_ns = td_now_ns() + (uint64_t)OPENING_MS * 1000000;
-    static const char *const prefixes[] = {"logs", "metrics", "work", "checkpoints", "end"};
+    const char *const prefixes[] = {
+        td_run_path_name(TD_RUN_PATH_LOGS), td_run_path_name(TD_RUN_PATH_METRICS),
+        td_run_path_name(TD_RUN_PATH_WORK), td_run_path_name(TD_RUN_PATH_CHECKPOINTS),
+        td_run_path_name(TD_RUN_PATH_END)};
     td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
     c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     if (build_opening(l, c, first) != TD_OK) {

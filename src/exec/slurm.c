@@ -335,7 +335,7 @@ static void add_env_lines(td__buf *b, char *const *env, const node_paths *np) {
         const char *val = eq + 1;
         char *moved = NULL; /* the value with the run's directory as the nodes have it */
         if (np && !strcmp(key, td_var_name(TD_VAR_TANDEM_PROJECT_DIR))) {
-            val = moved = td_xasprintf("%s/work", np->node_run);
+            val = moved = td_run_path(np->node_run, TD_RUN_PATH_WORK);
         } else if (np && !strncmp(val, np->run_dir, strlen(np->run_dir)) &&
                    (val[strlen(np->run_dir)] == '/' || !val[strlen(np->run_dir)])) {
             val = moved = td_xasprintf("%s%s", np->node_run, val + strlen(np->run_dir));
@@ -498,7 +498,8 @@ static void script_environment(td__buf *b, const td_exec_job *job, const char *t
                      "        echo \"--- slurm requeue $SLURM_RESTART_COUNT of job "
                      "$SLURM_JOB_ID ---\" >>",
                      nodes * nproc);
-        char *rank_log = td_xasprintf("%s/logs/rank-", run->run_dir);
+        char *rank_log =
+            td_xasprintf("%s/%s/rank-", run->run_dir, td_run_path_name(TD_RUN_PATH_LOGS));
         td__buf_quote(b, rank_log);
         free(rank_log);
         td__buf_addf(b, "\"$r.log\"\n        r=$((r + 1))\n    done\n");
@@ -542,17 +543,18 @@ static void script_srun_shared(td__buf *b, const td_exec_job *job, double grace)
     td__buf_quote(b, job->tandem_bin);
     td__buf_addf(b, " launch");
     td__buf dirs = {0};
-    char *dir = td_xasprintf("%s/logs", run->run_dir);
+    char *dir = td_run_path(run->run_dir, TD_RUN_PATH_LOGS);
     td__buf_quote(&dirs, dir);
     free(dir);
     size_t split = dirs.len;
-    dir = td_xasprintf("%s/metrics", run->run_dir);
+    dir = td_run_path(run->run_dir, TD_RUN_PATH_METRICS);
     td__buf_quote(&dirs, dir);
     free(dir);
     char *log_word = td_xasprintf("%.*s", (int)split, dirs.s);
     /* one srun command line for every node: %n is each launcher's node rank */
     td__buf end_word = {0};
-    char *end = td_xasprintf("%s/end/node-%%n.json", run->run_dir);
+    char *end =
+        td_xasprintf("%s/%s/node-%%n.json", run->run_dir, td_run_path_name(TD_RUN_PATH_END));
     td__buf_quote(&end_word, end);
     free(end);
     add_launch_args(b, job, grace, log_word, dirs.s + split, end_word.s);
@@ -691,7 +693,8 @@ static void tail_pump(slurm_sup *c, tail *t, int final) {
 
 static void tail_init(tail *t, const char *run_dir, const char *job_id, const char *ext,
                       int to_fd) {
-    t->path = td_xasprintf("%s/logs/slurm-%s.%s", run_dir, job_id, ext);
+    t->path =
+        td_xasprintf("%s/%s/slurm-%s.%s", run_dir, td_run_path_name(TD_RUN_PATH_LOGS), job_id, ext);
     t->to_fd = to_fd;
     td__buf_add(&t->line, "", 0);
     /* A resume may reuse nothing of an earlier job's files, but a restarted supervisor of the
@@ -781,7 +784,7 @@ static void show_live(slurm_sup *c, const td__slurm_job *j) {
  * "ended STATE" once its supervisor saw it end. Only a job without that line can be left in
  * the queue by a supervisor that died. */
 static char *job_file(const td_run *run) {
-    return td_xasprintf("%s/slurm-job", run->run_dir);
+    return td_run_path(run->run_dir, TD_RUN_PATH_SLURM_JOB);
 }
 
 static void write_job_file(const td_run *run, const char *job_id, const char *ended) {
@@ -866,7 +869,7 @@ static int slurm_prepare(slurm_sup *c, double t0, char token[33], char **token_p
     if (st == TD_OK) {
         char *script =
             td__slurm_batch_script(job, *token_path, linked ? td__links_endpoint(c->links) : NULL);
-        *script_path = td_xasprintf("%s/job.sbatch", run->run_dir);
+        *script_path = td_run_path(run->run_dir, TD_RUN_PATH_SLURM_SCRIPT);
         td_chunk chunk = {script, strlen(script)};
         st = td_write_atomic(*script_path, "Slurm batch script", &chunk, 1);
         free(script);
@@ -1180,7 +1183,7 @@ static char *slurm_describe(const td_run *run) {
         return td_xasprintf("slurm (no job submitted); batch script %s/job.sbatch", run->run_dir);
     /* RUN/code.tar: the nodes had no shared file system (slurm: work_dir), and the job's
      * output stayed on its first node. */
-    char *code = td_xasprintf("%s/code.tar", run->run_dir);
+    char *code = td_run_path(run->run_dir, TD_RUN_PATH_CODE_TAR);
     int linked = access(code, F_OK) == 0;
     free(code);
     if (linked)

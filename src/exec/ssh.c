@@ -315,7 +315,7 @@ static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
             } else {
                 h->shared = !strncmp(out, "shared", 6);
                 h->remote = td_xstrdup(path);
-                h->work = td_xasprintf("%s/work", path);
+                h->work = td_run_path(path, TD_RUN_PATH_WORK);
             }
         } else {
             snprintf(why, nbytes, "ssh host %s: %s", h->entry, td_error_msg());
@@ -529,7 +529,9 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     a->err_fd = pe[0];
     if (st != TD_OK) return st;
     /* end/: the agent's end record, sent whole as its link closes */
-    static const char *const prefixes[] = {"logs", "metrics", "end"};
+    const char *const prefixes[] = {td_run_path_name(TD_RUN_PATH_LOGS),
+                                    td_run_path_name(TD_RUN_PATH_METRICS),
+                                    td_run_path_name(TD_RUN_PATH_END)};
     td_mirror_callbacks cb = {.note = on_note, .data = on_data, .user = c};
     a->mirror = td_mirror_in_new(job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     char *manifest = td_mirror_in_manifest(a->mirror);
@@ -933,7 +935,7 @@ static void ssh_finish(td__carrier *base) {
 
 /* ---- the run ---- */
 static char *hosts_file(const td_run *run) {
-    return td_xasprintf("%s/ssh-hosts", run->run_dir);
+    return td_run_path(run->run_dir, TD_RUN_PATH_SSH_HOSTS);
 }
 
 /* RUN/ssh-hosts: which executor ran the run (td_executor_of_run) and where ("node host

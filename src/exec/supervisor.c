@@ -179,7 +179,7 @@ int td__supervise(const td_exec_job *job, td__carrier *c, int max_restarts, doub
     s.m.resuming = job->resuming;
     s.m.success_note = success_note;
 
-    char *metrics_dir = td_xasprintf("%s/metrics", job->run->run_dir);
+    char *metrics_dir = td_run_path(job->run->run_dir, TD_RUN_PATH_METRICS);
     td_status st = td_ingester_new(job->store, job->run->id, metrics_dir, &s.ing);
     free(metrics_dir);
     if (st == TD_OK) st = td_loop_new(&s.loop);

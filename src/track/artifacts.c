@@ -212,7 +212,8 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
                     name, run->id);
         return TD_OK;
     }
-    char *dst = td_xasprintf("%s/artifacts/%s", run->run_dir, name);
+    char *dst =
+        td_xasprintf("%s/%s/%s", run->run_dir, td_run_path_name(TD_RUN_PATH_ARTIFACTS), name);
     char *dir = td_xstrdup(dst);
     td_status st = td_mkdirs(dirname(dir));
     char sha[65];
@@ -373,7 +374,7 @@ td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int onl
     int64_t seq;
     *count = 0;
     TD_CHECK(td__run_seq(store, run->id, &seq));
-    char *dir = td_xasprintf("%s/artifacts", run->run_dir);
+    char *dir = td_run_path(run->run_dir, TD_RUN_PATH_ARTIFACTS);
     td_status st = td__rundb_begin(store);
     if (st == TD_OK) st = register_tree(store, seq, dir, "", only_missing, count, 0);
     if (st == TD_OK) st = td__rundb_commit(store);
@@ -430,7 +431,7 @@ td_status td_logs_scan(td_rundb *store, const td_run *run, td_log_file **out, si
     int64_t seq;
     TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run->id, &seq));
-    char *dir = td_xasprintf("%s/logs", run->run_dir);
+    char *dir = td_run_path(run->run_dir, TD_RUN_PATH_LOGS);
     DIR *d = opendir(dir);
     size_t cap = 0;
     if (d) {

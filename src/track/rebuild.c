@@ -60,15 +60,19 @@ static double mtime_of(const char *path) {
 /* The oldest and newest modification times among the directory and its usual subdirectories,
  * and the highest rank named by a metrics or log file: all a directory without run.json says. */
 static void dir_facts(const char *run_dir, double *oldest, double *newest, int *max_rank) {
-    static const char *const subdirs[] = {"", "/logs", "/metrics", "/artifacts", "/checkpoints"};
+    /* -1: the run directory itself */
+    static const int subdirs[] = {-1, TD_RUN_PATH_LOGS, TD_RUN_PATH_METRICS, TD_RUN_PATH_ARTIFACTS,
+                                  TD_RUN_PATH_CHECKPOINTS};
     *oldest = *newest = 0;
     *max_rank = -1;
     for (size_t i = 0; i < TD_ARRAY_LEN(subdirs); i++) {
-        char *p = td_xasprintf("%s%s", run_dir, subdirs[i]);
+        char *p = subdirs[i] < 0 ? td_xstrdup(run_dir) : td_run_path(run_dir, subdirs[i]);
         double t = mtime_of(p);
         if (t > 0 && (*oldest == 0 || t < *oldest)) *oldest = t;
         if (t > *newest) *newest = t;
-        DIR *d = i == 2 || i == 3 ? opendir(p) : NULL;
+        /* rank-N.log and rank-N.jsonl name the workers */
+        bool ranks = subdirs[i] == TD_RUN_PATH_LOGS || subdirs[i] == TD_RUN_PATH_METRICS;
+        DIR *d = ranks ? opendir(p) : NULL;
         struct dirent *e;
         while (d && (e = readdir(d))) {
             int rank;
@@ -195,7 +199,7 @@ static td_status list_run_dirs(td_rundb *store, run_dir_entry **out, size_t *cou
 td_status td__run_sync_files(td_rundb *store, const td_run *run, int only_missing, int64_t *npoints,
                              size_t *nartifacts, size_t *nlogs) {
     td_ingester *ing = NULL;
-    char *metrics = td_xasprintf("%s/metrics", run->run_dir);
+    char *metrics = td_run_path(run->run_dir, TD_RUN_PATH_METRICS);
     td_status st = td_ingester_new(store, run->id, metrics, &ing);
     free(metrics);
     size_t points = 0, arts = 0;

@@ -53,7 +53,7 @@ td_status td__run_json_write(const td_run *run) {
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return td_error(TD_ERR_NOMEM, "cannot encode run.json of run %s", run->id);
-    char *path = td_xasprintf("%s/run.json", run->run_dir);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_RECORD);
     /* Something else put there (a FIFO, a link) is left alone, as the metrics ingest leaves
      * such files: the row changes all the same (a run's end must still reach the index), and
      * the directory's record waits until it is removed. */
@@ -110,7 +110,7 @@ static td_status refuse(const char *path, const char *kind) {
 td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
     memset(out, 0, sizeof *out);
     *found = 0;
-    char *path = td_xasprintf("%s/run.json", run_dir);
+    char *path = td_run_path(run_dir, TD_RUN_PATH_RECORD);
     td_status st = TD_OK;
     json_error_t jerr;
     json_t *o = NULL;

@@ -41,6 +41,19 @@ int td_run_status_is_final(td_run_status st) {
            st == TD_RUN_PREEMPTED;
 }
 
+/* ---- the run directory's layout (TD_RUN_LAYOUT) ---- */
+#define TD__RUN_PATH_NAME(id, name, doc) [TD_RUN_PATH_##id] = name,
+static const char *const run_path_names[TD_RUN_PATH_COUNT] = {TD_RUN_LAYOUT(TD__RUN_PATH_NAME)};
+#undef TD__RUN_PATH_NAME
+
+const char *td_run_path_name(td_run_path_id id) {
+    return id >= 0 && id < TD_RUN_PATH_COUNT ? run_path_names[id] : "";
+}
+
+char *td_run_path(const char *run_dir, td_run_path_id id) {
+    return td_xasprintf("%s/%s", run_dir, td_run_path_name(id));
+}
+
 void td_run_clear(td_run *run) {
     if (!run) return;
     free(run->id);
@@ -648,9 +661,10 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     TD_CHECK_GOTO(td__run_json_write(out), st, out);
     TD_CHECK_GOTO(td__rundb_commit(store), st, out);
     committed = 1;
-    static const char *const subdirs[] = {"logs", "metrics", "artifacts", "checkpoints"};
+    static const td_run_path_id subdirs[] = {TD_RUN_PATH_LOGS, TD_RUN_PATH_METRICS,
+                                             TD_RUN_PATH_ARTIFACTS, TD_RUN_PATH_CHECKPOINTS};
     for (size_t i = 0; i < TD_ARRAY_LEN(subdirs); i++) {
-        char *d = td_xasprintf("%s/%s", run_dir, subdirs[i]);
+        char *d = td_run_path(run_dir, subdirs[i]);
         st = td_mkdirs(d);
         free(d);
         if (st != TD_OK) goto out;
@@ -662,7 +676,7 @@ out:
             td__rundb_rollback(store);
             if (run_dir) { /* an empty claim only; anything written by others stays */
                 if (wrote_json) {
-                    char *json = td_xasprintf("%s/run.json", run_dir);
+                    char *json = td_run_path(run_dir, TD_RUN_PATH_RECORD);
                     unlink(json);
                     free(json);
                 }

@@ -96,7 +96,7 @@ static td_status append_points(const char *path, const char *dir, const td_metri
 static td_status store_points(td_sysmon *mon, td_rundb *store, const td_run *run,
                               const td_metric_point *pts, size_t npts) {
     struct stat sb;
-    char *dir = run->run_dir ? td_xasprintf("%s/metrics", run->run_dir) : NULL;
+    char *dir = run->run_dir ? td_run_path(run->run_dir, TD_RUN_PATH_METRICS) : NULL;
     if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         free(dir);
         return td_metrics_insert(store, run->id, pts, npts);

@@ -122,7 +122,7 @@ void td__ui_logs_list(const char *run_dir, td__ui_log **out, size_t *count) {
     *out = NULL;
     *count = 0;
     if (!run_dir) return;
-    char *dir = td_xasprintf("%s/logs", run_dir);
+    char *dir = td_run_path(run_dir, TD_RUN_PATH_LOGS);
     DIR *d = opendir(dir);
     size_t cap = 0;
     if (d) {
@@ -594,7 +594,7 @@ static void get_artifact(td_rundb *db, const td_run *run, const char *name, td__
     }
     /* The stored copy lives under <run_dir>/artifacts/ (the store put it there); check that it
      * still does and is a regular file before handing it out. */
-    char *root = run->run_dir ? td_xasprintf("%s/artifacts", run->run_dir) : NULL;
+    char *root = run->run_dir ? td_run_path(run->run_dir, TD_RUN_PATH_ARTIFACTS) : NULL;
     char *real_root = root ? realpath(root, NULL) : NULL;
     char *real = realpath(a->path, NULL);
     size_t nr = real_root ? strlen(real_root) : 0;

@@ -360,7 +360,7 @@ static int is_resume_line(const char *line, size_t n) {
 /* Reads what was appended to the run's rank metric files for resume events; returns 1 when one
  * has been stored since (its cut is in the database): the stream then says `reset`. */
 static int poll_resets(td__ui_stream *s, td_rundb *db, int final) {
-    char *dir = td_xasprintf("%s/metrics", s->run_dir);
+    char *dir = td_run_path(s->run_dir, TD_RUN_PATH_METRICS);
     DIR *d = opendir(dir);
     int reset = 0;
     char *chunk = NULL;
@@ -546,7 +546,7 @@ td__ui_stream *td__ui_stream_run(td__ui_events *ev, td_rundb *db, const td_run *
     td__ui_logs_list(s->run_dir, &logs, &n);
     for (size_t i = 0; i < n; i++) add_log(s, &logs[i], logs[i].nbytes);
     td__ui_logs_free(logs, n);
-    char *dir = td_xasprintf("%s/metrics", s->run_dir);
+    char *dir = td_run_path(s->run_dir, TD_RUN_PATH_METRICS);
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;

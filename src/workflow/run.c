@@ -221,7 +221,7 @@ static td_status build_env(supervisor *s, strvec *env) {
     set_var(env, TD_VAR_TANDEM_PROJECT_DIR, s->project_dir);
     char *ckpt;
     if (!w->checkpoint_dir)
-        ckpt = td_xasprintf("%s/checkpoints", s->run.run_dir);
+        ckpt = td_run_path(s->run.run_dir, TD_RUN_PATH_CHECKPOINTS);
     else if (w->checkpoint_dir[0] == '/')
         ckpt = td_xstrdup(w->checkpoint_dir);
     else
@@ -279,7 +279,7 @@ static void on_setup_signal(td_loop *l, int fd, unsigned events, void *user) {
 static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
     *failed_code = 0;
     if (!s->w->nsetup) return TD_OK;
-    char *log_path = td_xasprintf("%s/logs/setup.log", s->run.run_dir);
+    char *log_path = td_run_path(s->run.run_dir, TD_RUN_PATH_SETUP_LOG);
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     td_status st = TD_OK;
     if (log_fd < 0) {
@@ -426,7 +426,7 @@ static td_workflow *workflow_from_run(const td_run *r) {
  * started on the same directory) is refused while it is. */
 static td_status lock_run(const td_run *run, int *fd_out) {
     *fd_out = -1;
-    char *path = td_xasprintf("%s/lock", run->run_dir);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_LOCK);
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     td_status st = TD_OK;
     if (fd < 0) {
@@ -489,7 +489,7 @@ static td_status create_run(td_rundb *store, const td_workflow *w, supervisor *s
  * runs (a byte on ready_fd) and supervises. Never returns. */
 static void detached_supervisor(supervisor *s, const td_run_options *opts, const char *run_dir,
                                 int ready_fd) {
-    char *log_path = td_xasprintf("%s/logs/supervisor.log", run_dir);
+    char *log_path = td_run_path(run_dir, TD_RUN_PATH_SUPERVISOR_LOG);
     int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) dup2(devnull, 0);
@@ -602,7 +602,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
         s.project_dir = td_xasprintf("%s/%s", td_rundb_project_dir(store), w->workdir);
     else
         s.project_dir = td_xstrdup(td_rundb_project_dir(store));
-    s.work_dir = td_xasprintf("%s/work", s.run.run_dir);
+    s.work_dir = td_run_path(s.run.run_dir, TD_RUN_PATH_WORK);
     if (run_id_out) *run_id_out = td_xstrdup(s.run.id);
 
     td_sigwatch sigs = {.fd = -1};

@@ -144,6 +144,13 @@ int main(void) {
     p = td_xasprintf("%s/rank-1.jsonl", old_metrics);
     write_file(p, "{\"step\": 5, \"loss\": 1.5}\n");
     free(p);
+    /* a third worker that logged but never wrote a metric: its log names it */
+    p = td_xasprintf("%s/logs", old_dir);
+    ASSERT_OK(td_mkdirs(p));
+    free(p);
+    p = td_xasprintf("%s/logs/rank-2.log", old_dir);
+    write_file(p, "started\n");
+    free(p);
     /* ---- and one whose run.json is damaged ---- */
     char *bad_dir = td_xasprintf("%s/.tandem/runs/bad-1", tmpdir);
     ASSERT_OK(td_mkdirs(bad_dir));
@@ -213,7 +220,7 @@ int main(void) {
     ASSERT_OK(td_run_find(store, "other-wf-3", &r));
     ASSERT_STREQ(r.workflow, "other-wf");
     ASSERT_EQ(r.status, TD_RUN_FAILED);
-    ASSERT_EQ(r.nproc_per_node, 2); /* rank-1.jsonl */
+    ASSERT_EQ(r.nproc_per_node, 3); /* rank-1.jsonl, and logs/rank-2.log */
     ASSERT_CONTAINS(r.note, "without run.json");
     ASSERT_EQ(track_test_points(store, "other-wf-3"), 1);
     td_run_clear(&r);
