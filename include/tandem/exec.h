@@ -92,6 +92,8 @@ typedef struct td_exec_job {
     double max_duration_s;  /* 0: no limit; exceeded: stopped */
     const char *const *artifacts; /* globs relative to work_dir, collected at the end */
     size_t nartifacts;
+    const char *const *node_setup; /* run by each node's launcher before its workers */
+    size_t nnode_setup;
     int resuming;      /* tandem run --resume: the workers get TANDEM_RESUME=1 */
     int base_restarts; /* restarts recorded before this job: the scheduler's count adds to it */
     const td_slurm_options *slurm; /* executor slurm */

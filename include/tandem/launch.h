@@ -65,6 +65,13 @@ typedef struct {
     void (*on_tick)(void *user);
     void *tick_user;
     double tick_period_s;
+    /* --node-setup: commands run once on this node before it joins the group and starts its
+     * workers (a workflow's node_setup: packages, a build), each with /bin/sh -c in our
+     * directory and environment, their output in LOG_DIR/node-setup-N.log (N: this node's rank,
+     * or its host name while that is unknown) and on err_fd. A failing one ends the agent
+     * (exit 1, its cause in the end record); a stop signal ends it with no workers started. */
+    char *const *node_setup;
+    int nnode_setup;
 } td_launch_options;
 
 /* Fills the defaults above; the caller then sets argc/argv and whatever else it needs. */

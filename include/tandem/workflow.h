@@ -40,6 +40,9 @@ typedef struct td_workflow {
     size_t ncommands;
     char **setup; /* each run once, locally, before the launch */
     size_t nsetup;
+    char **node_setup; /* each run once on every node, by its launcher, before its workers
+                        * (packages, a build on a fresh machine): tandem launch --node-setup */
+    size_t nnode_setup;
     int nodes, nproc_per_node; /* default 1 */
     td_kv *env;
     size_t nenv;

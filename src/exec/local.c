@@ -162,6 +162,8 @@ static void launch_argv(const local_carrier *lc, int node_rank, int port, args *
     char *end = td_exec_end_record_path(run, node_rank);
     arg(argv, td_xasprintf("--end-record=%s", end));
     free(end);
+    for (size_t i = 0; i < job->nnode_setup; i++)
+        arg(argv, td_xasprintf("--node-setup=%s", job->node_setup[i]));
     arg(argv, td_xstrdup("--"));
     arg(argv, td_xstrdup("/bin/sh"));
     arg(argv, td_xstrdup("-c"));

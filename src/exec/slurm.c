@@ -400,6 +400,10 @@ static void add_launch_args(td__buf *b, const td_exec_job *job, double grace, co
     td__buf_addf(b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=%s --metrics-dir=%s",
                  job->max_restarts, grace, log_dir, metrics_dir);
     if (end_record) td__buf_addf(b, " --end-record=%s", end_record);
+    for (size_t i = 0; i < job->nnode_setup; i++) {
+        td__buf_addf(b, " \\\n    --node-setup=");
+        td__buf_quote(b, job->node_setup[i]);
+    }
     /* As the local executor: the worker is this shell, which waits for the program under
      * `trap : TERM` and exits with its status (143 after a checkpoint). */
     td__buf_addf(b, " -- /bin/sh -c ");

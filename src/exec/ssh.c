@@ -489,6 +489,10 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     td__buf_quote(&s, job->run->id);
     char *logs = td_xasprintf("%s/agent/logs", h->remote);
     char *metrics = td_xasprintf("%s/agent/metrics", h->remote);
+    for (size_t i = 0; i < job->nnode_setup; i++) {
+        td__buf_addf(&s, " --node-setup ");
+        td__buf_quote(&s, job->node_setup[i]);
+    }
     td__buf_addf(&s, " --log-dir ");
     td__buf_quote(&s, logs);
     td__buf_addf(&s, " --metrics-dir ");

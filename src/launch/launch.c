@@ -1036,7 +1036,9 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     if (st == TD_OK) st = resolve_command(o->argv[0], &a.path);
     if (st != TD_OK) st = TD_ERR_USAGE;
     if (st == TD_OK) st = open_agent(&a, &sigs);
-    if (st == TD_OK) st = run_attempts(&a, &t, exit_code);
+    bool stopped = false;
+    if (st == TD_OK) st = td__node_setup(o, &sigs, exit_code, &stopped);
+    if (st == TD_OK && !stopped) st = run_attempts(&a, &t, exit_code);
     if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
     if (o->end_record && td_file_kind(o->end_record) == NULL) {
         char error[TD_END_TEXT];

@@ -9,6 +9,13 @@
 
 #include "tandem/comm.h"
 #include "tandem/launch.h"
+#include "tandem/os.h"
+
+/* The node's setup commands (td_launch_options.node_setup, node_setup.c), before it joins the
+ * group. *stopped: a stop signal ended them (*exit_code 143, or 130 for SIGINT). An error: a
+ * command failed (the message names it, its exit code and its log) or could not run. */
+td_status td__node_setup(const td_launch_options *o, td_sigwatch *sigs, int *exit_code,
+                         bool *stopped);
 
 /* Bytes of one output line kept while waiting for its newline; a longer line is emitted in
  * pieces of this size, each with the rank prefix. */

@@ -174,6 +174,8 @@ static void workflow_clear(td_workflow *w) {
     free(w->commands);
     for (size_t i = 0; i < w->nsetup; i++) free(w->setup[i]);
     free(w->setup);
+    for (size_t i = 0; i < w->nnode_setup; i++) free(w->node_setup[i]);
+    free(w->node_setup);
     for (size_t i = 0; i < w->nenv; i++) {
         free(w->env[i].key);
         free(w->env[i].value);
@@ -209,7 +211,7 @@ void td_workflow_file_free(td_workflow_file *wf) {
 }
 
 static const char *const known_fields =
-    "name, description, command, commands, setup, nodes, nproc_per_node, env, params, "
+    "name, description, command, commands, setup, node_setup, nodes, nproc_per_node, env, params, "
     "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh";
 
 static const char *const slurm_fields =
@@ -373,6 +375,8 @@ static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yam
         seen->commands = v;
     } else if (!strcmp(f, "setup")) {
         TD_CHECK(get_string_list(c, v, f, &w->setup, &w->nsetup));
+    } else if (!strcmp(f, "node_setup")) {
+        TD_CHECK(get_string_list(c, v, f, &w->node_setup, &w->nnode_setup));
     } else if (!strcmp(f, "nodes")) {
         TD_CHECK(get_int(c, v, f, 1, &w->nodes));
         seen->nodes = v;
@@ -665,6 +669,7 @@ td_workflow *td_workflow_copy(const td_workflow *w) {
     c->name = w->name ? td_xstrdup(w->name) : NULL;
     c->commands = copy_strs(w->commands, w->ncommands);
     c->setup = copy_strs(w->setup, w->nsetup);
+    c->node_setup = copy_strs(w->node_setup, w->nnode_setup);
     c->env = copy_kvs(w->env, w->nenv);
     c->params = copy_kvs(w->params, w->nparams);
     c->artifacts = copy_strs(w->artifacts, w->nartifacts);

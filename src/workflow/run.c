@@ -350,6 +350,8 @@ static td_exec_job job_of(const supervisor *s, char *const *env) {
         .max_duration_s = s->w->max_duration_s,
         .artifacts = (const char *const *)s->w->artifacts,
         .nartifacts = s->w->nartifacts,
+        .node_setup = (const char *const *)s->w->node_setup,
+        .nnode_setup = s->w->nnode_setup,
         .resuming = s->resuming,
         .base_restarts = s->base_restarts,
         .slurm = &s->w->slurm,

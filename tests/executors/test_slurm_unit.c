@@ -264,7 +264,10 @@ static void test_script(void) {
                    "bad.name=1",         NULL};
     td_run run = {.id = "bn-1", .run_dir = "/p/.tandem/runs/bn-1", .nodes = 2, .nproc_per_node = 3};
     td_slurm_options so = {.partition = "gpu", .time_limit_s = 3600 + 59, .signal_lead_s = 90};
+    const char *const node_setup[] = {"pip install -r req.txt", "make it's"};
     td_exec_job job = {.run = &run,
+                       .node_setup = node_setup,
+                       .nnode_setup = 2,
                        .work_dir = "/p/.tandem/runs/bn-1/work",
                        .script = "set -e\nmkdir -p out\ntandem train --save 'out/w x'",
                        .tandem_bin = "/opt/tandem/bin/tandem",
@@ -295,11 +298,14 @@ static void test_script(void) {
     ASSERT_CONTAINS(s, "while [ \"$r\" -lt 6 ]");
     ASSERT_CONTAINS(s, "trap 'limit=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1\n");
     ASSERT_CONTAINS(s, "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ");
+    /* every node's launcher runs the workflow's node_setup before its workers, in order */
     ASSERT_CONTAINS(s, "'/opt/tandem/bin/tandem' launch --nproc-per-node=3 --rdzv-id='bn-1' "
                        "--max-restarts=1 --stop-grace=30 \\\n    "
                        "--log-dir='/p/.tandem/runs/bn-1/logs' "
                        "--metrics-dir='/p/.tandem/runs/bn-1/metrics' "
-                       "--end-record='/p/.tandem/runs/bn-1/end/node-%n.json' "
+                       "--end-record='/p/.tandem/runs/bn-1/end/node-%n.json' \\\n"
+                       "    --node-setup='pip install -r req.txt' \\\n"
+                       "    --node-setup='make it'\\''s' "
                        "-- /bin/sh -c 'trap : TERM\n"
                        "set -e\nmkdir -p out\ntandem train --save '\\''out/w x'\\''' &\n");
     ASSERT_CONTAINS(s, "scontrol requeue \"$SLURM_JOB_ID\"");

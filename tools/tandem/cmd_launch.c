@@ -35,6 +35,7 @@ enum {
     OPT_MASTER_PORT,
     OPT_FORWARD_STDIO,
     OPT_LINK,
+    OPT_NODE_SETUP,
 };
 
 static const cli_opt launch_opts[] = {
@@ -78,6 +79,11 @@ static const cli_opt launch_opts[] = {
      "rank logs and metrics, stdin the supervisor's\n"
      "requests (needs --log-dir; docs/executors.md)",
      0},
+    {OPT_NODE_SETUP, "node-setup", 0, "CMD",
+     "run CMD (/bin/sh -c) once on this node before its\n"
+     "workers; repeatable, in order; output in\n"
+     "LOG_DIR/node-setup-N.log (docs/launch.md)",
+     CLI_REPEAT},
     {OPT_LINK, "link", 0, "HOST:PORT",
      "node agent of the Slurm executor without a shared\n"
      "file system: the same over a connection back to\n"
@@ -278,6 +284,8 @@ int cmd_launch(int argc, char **argv) {
     bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
     bool forward = false;    /* --forward-stdio */
     const char *link_endpoint = NULL; /* --link */
+    char **setup = NULL;              /* --node-setup, in order */
+    int nsetup = 0;
     cli_parser p;
     cli_init(&p, &launch_cmd, argc, argv);
     for (int c; (c = cli_next(&p)) != CLI_END;) {
@@ -357,12 +365,20 @@ int cmd_launch(int argc, char **argv) {
             rdzv_flags = true;
             master_port = val;
             break;
+        case OPT_NODE_SETUP:
+            setup = td_xrealloc(setup, (size_t)(nsetup + 1) * sizeof *setup);
+            setup[nsetup++] = (char *)val;
+            break;
         }
-        if (rc) return rc;
+        if (rc) {
+            free(setup);
+            return rc;
+        }
     }
     int i = p.next; /* the worker command */
     if (i >= argc) {
         cli_error(&launch_cmd, "no worker command (tandem launch [options] -- CMD ARGS...)");
+        free(setup);
         return 2;
     }
     /* Flags win over the environment, all or nothing: half a topology from each would be
@@ -372,6 +388,7 @@ int cmd_launch(int argc, char **argv) {
         td_status dst = td_launch_detect(environ, &det);
         if (dst != TD_OK) {
             td_error_print(dst);
+            free(setup);
             return 2;
         }
         if (det.scheduler) {
@@ -395,6 +412,8 @@ int cmd_launch(int argc, char **argv) {
     for (int j = i; j < argc; j++) cmd[ncmd++] = argv[j];
     o.argc = ncmd;
     o.argv = cmd;
+    o.node_setup = setup;
+    o.nnode_setup = nsetup;
 
     int exit_code = 1;
     td_agent_link *link = NULL;
@@ -409,6 +428,7 @@ int cmd_launch(int argc, char **argv) {
     }
     if (rc != 0) {
         free(cmd);
+        free(setup);
         free(endpoint_buf);
         return rc;
     }
@@ -425,6 +445,7 @@ int cmd_launch(int argc, char **argv) {
             if (link) td_agent_link_close(link);
             free(cmd);
             free(endpoint_buf);
+            free(setup);
             return 2;
         }
         end_path = td_xasprintf("%.*s%d%s", (int)(n_at - o.end_record), o.end_record, o.node_rank,
@@ -464,5 +485,6 @@ int cmd_launch(int argc, char **argv) {
     free(end_path);
     free(cmd);
     free(endpoint_buf);
+    free(setup);
     return exit_code;
 }
