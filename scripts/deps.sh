@@ -9,13 +9,15 @@
 # tandem ui: libmicrohttpd (its HTTP server); node and npm, then `npm ci` in src/ui/web for the
 # page's uPlot, which the build compiles into the binary (and puppeteer-core for its tests,
 # which drive Debian's chromium).
+# The cloud layer (src/cloud: EC2, S3): libcurl and expat; python3-venv for the tests' own
+# environment (scripts/venv.sh: moto's server, boto3, the AWS CLI from PyPI).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-dev
           libsqlite3-dev libjansson-dev dataset-fashion-mnist python3-torch python3-numpy
           libopenmpi-dev openmpi-bin iproute2 procps nettle-dev
           clang libclang-rt-14-dev libomp-14-dev
           slurmctld slurmd slurm-client munge openssh-server openssh-client
-          libmicrohttpd-dev chromium)
+          libmicrohttpd-dev chromium libcurl4-openssl-dev libexpat1-dev python3-venv)
 command -v npm > /dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+scripts/venv.sh # the tests' Python clients and servers from PyPI (moto, boto3, the AWS CLI)
+export TANDEM_VENV=${TANDEM_VENV:-$PWD/.venv}
 if [ "${TANDEM_SANITIZE:-0}" = 1 ]; then
   export TANDEM_BUILD_DIR=${TANDEM_BUILD_DIR:-build-asan}
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
