@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "tandem/core.h"
@@ -189,6 +190,42 @@ td_status td_listen_tcp(const char *host, int port, int backlog, int *fd_out, in
  * descriptor (torch.distributed's TCPStore at MASTER_PORT). Racy by nature: use td_listen_tcp
  * whenever the listener is ours. */
 td_status td_pick_free_port(int *port_out);
+
+/* What became of a td_connect_tcp, for a caller deciding whether to dial again. */
+typedef enum {
+    TD_CONNECT_OK,
+    TD_CONNECT_UNRESOLVED,    /* the name does not resolve (or is not numeric when that was
+                               * asked): dialling again cannot help */
+    TD_CONNECT_RESOLVE_AGAIN, /* the resolver failed for now (EAI_AGAIN): worth trying again */
+    TD_CONNECT_REFUSED,       /* refused, unreachable or timed out (the kernel's timeout or the
+                               * deadline): worth dialling again; errno says which */
+    TD_CONNECT_FAILED,        /* anything else (no socket, a local error) */
+} td_connect_result;
+
+/* How td_connect_tcp dials. Zero-initialized (or NULL): the kernel's own timeout, any host name,
+ * no hook, no name in messages. */
+typedef struct td_connect_opts {
+    double deadline_s; /* give up on a connect at this time (td_now_s's clock) instead of after
+                        * the kernel's minutes of SYN retries; 0: the kernel's own */
+    bool numeric_host; /* the host must be a numeric address: no name lookup */
+    /* called on each socket before it connects (socket options that must be set first: buffer
+     * sizes, congestion control), with the address it is about to dial; the socket is
+     * non-blocking until the connect is done */
+    void (*before)(int fd, const struct sockaddr *addr, socklen_t len, void *user);
+    void *user;
+    const char *peer; /* who is dialled, for messages ("the store", "rank 3"); NULL: nobody */
+} td_connect_opts;
+
+/* A TCP connection to host:port (host: a name or a numeric address; NULL or "" is
+ * TD_ERR_INVALID). Every address the name resolves to is tried in order, each until it answers,
+ * fails or the deadline passes; the descriptor is CLOEXEC and blocking. The error message names
+ * the peer, host:port and the cause ("cannot connect to the store at node1:29400: Connection
+ * refused"; "cannot resolve the store's host 'node1' (for port 29400): Name or service not
+ * known"). Status: TD_ERR_INVALID (unresolved), TD_ERR_IO (resolve again), TD_ERR_PEER (refused,
+ * unreachable), TD_ERR_TIMEOUT (the deadline), TD_ERR_SYS (failed). *how (may be NULL) classifies
+ * the outcome; on TD_CONNECT_REFUSED and TD_CONNECT_FAILED errno holds the last try's cause. */
+td_status td_connect_tcp(const char *host, int port, const td_connect_opts *o, int *fd_out,
+                         td_connect_result *how);
 
 #ifdef __cplusplus
 }

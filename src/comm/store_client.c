@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -15,6 +14,7 @@
 
 #include "comm/store_proto.h"
 #include "comm/store_internal.h"
+#include "tandem/os.h"
 
 struct td_store {
     int fd;
@@ -159,35 +159,17 @@ static td_status rpc(td_store_t *s, uint8_t op, uint8_t flags, const char *key, 
     return TD_OK;
 }
 
-static td_status connect_once(const char *host, int port, int *fd_out, bool *refused) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV},
-                    *ai = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    int gai = getaddrinfo(host, portstr, &hints, &ai);
-    *refused = false;
-    if (gai) {
-        *refused = gai == EAI_AGAIN;
-        return td_error(TD_ERR_INVALID, "store address '%s': %s", host, gai_strerror(gai));
-    }
-    td_status st = TD_ERR_SYS;
-    for (struct addrinfo *p = ai; p; p = p->ai_next) {
-        int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        if (connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
-            *fd_out = fd;
-            freeaddrinfo(ai);
-            return TD_OK;
-        }
-        int e = errno;
-        close(fd);
-        errno = e;
-        *refused = e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == ETIMEDOUT;
-        st = td_error_errno(TD_ERR_PEER, "cannot connect to the store at %s:%d", host, port);
-    }
-    freeaddrinfo(ai);
+/* *refused: worth another try (not listening yet, unreachable for now, the resolver's
+ * temporary failure). deadline_s: td_now_s's clock, 0: the kernel's own timeout. */
+static td_status connect_once(const char *host, int port, double deadline_s, int *fd_out,
+                              bool *refused) {
+    /* a try near the deadline still gets a second: the retry loop's deadline decides whether to
+     * dial again, and loopback answers in microseconds, but not always before a zero wait */
+    if (deadline_s > 0) deadline_s = TD_MAX(deadline_s, td_now_s() + 1.0);
+    td_connect_opts o = {.deadline_s = deadline_s, .peer = "the store"};
+    td_connect_result how;
+    td_status st = td_connect_tcp(host, port, &o, fd_out, &how);
+    *refused = how == TD_CONNECT_REFUSED || how == TD_CONNECT_RESOLVE_AGAIN;
     return st;
 }
 
@@ -271,7 +253,8 @@ td_status td_store_connect(const char *host, int port, const char *token, int ti
     for (unsigned attempt = 0;; attempt++) {
         bool refused, retry = false;
         int fd = -1;
-        td_status st = connect_once(host, port, &fd, &refused);
+        td_status st =
+            connect_once(host, port, timeout_ms > 0 ? (double)deadline * 1e-9 : 0, &fd, &refused);
         if (st == TD_OK) {
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

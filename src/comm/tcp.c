@@ -30,6 +30,7 @@
 #define SOCK_BUF_BYTES (4 << 20)
 #define MAX_MSG        (4u << 20)
 #define POLL_MS        20
+#define CONNECT_MIN_S  1.0 /* the least one connect waits for an answer */
 
 typedef struct __attribute__((packed)) {
     uint32_t magic;
@@ -353,43 +354,40 @@ static td_status local_addr(td_pg_t *pg, char *host, size_t n) {
     return TD_OK;
 }
 
+/* Socket options that must be set before the connect: accepted sockets inherit the listener's,
+ * a connecting one needs them before the handshake sizes its window. */
+static void before_connect(int fd, const struct sockaddr *addr, socklen_t len, void *user) {
+    (void)len, (void)user;
+    tune(fd);
+    loopback_cc(fd, addr);
+}
+
+/* Dials rank j at its published "ip port" until it listens or the deadline passes. */
 static td_status connect_to(tcp_t *t, int j, const char *addr, uint64_t deadline) {
-    char host[256];
+    char host[256], peer[32];
     int port = 0;
     if (sscanf(addr, "%255s %d", host, &port) != 2)
         return td_error(TD_ERR_PROTOCOL, "tcp: rank %d published a bad address '%s'", j, addr);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
-    int gai = getaddrinfo(host, ps, &hints, &ai);
-    if (gai)
-        return td_error(TD_ERR_INVALID, "tcp: rank %d address %s: %s", j, addr, gai_strerror(gai));
-    td_status st = TD_OK;
+    snprintf(peer, sizeof(peer), "rank %d", j);
+    td_connect_opts o = {.numeric_host = true, .before = before_connect, .peer = peer};
     for (;;) {
-        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            st = td_error_errno(TD_ERR_SYS, "tcp: socket");
-            break;
-        }
-        tune(fd);
-        loopback_cc(fd, ai->ai_addr);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        td_connect_result how;
+        int fd;
+        /* the deadline decides whether to dial again; a dial near it still gets its full second
+         * (loopback answers in microseconds, but not always before a zero-length wait) */
+        o.deadline_s = TD_MAX((double)deadline * 1e-9, td_now_s() + CONNECT_MIN_S);
+        td_status st = td_connect_tcp(host, port, &o, &fd, &how);
+        if (st == TD_OK) {
             fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
             t->p[j].fd = fd;
-            break;
+            return TD_OK;
         }
         int e = errno;
-        close(fd);
-        if (td_now_ns() >= deadline || (e != ECONNREFUSED && e != EAGAIN && e != ETIMEDOUT)) {
-            errno = e;
-            st = td_error_errno(TD_ERR_PEER, "tcp: rank %d cannot connect to rank %d at %s:%d",
-                                t->rank, j, host, port);
-            break;
-        }
+        if (how != TD_CONNECT_REFUSED || td_now_ns() >= deadline ||
+            (e != ECONNREFUSED && e != EAGAIN && e != ETIMEDOUT))
+            return td_error(st, "tcp: rank %d: %s", t->rank, td_error_msg());
         usleep(10000);
     }
-    freeaddrinfo(ai);
-    return st;
 }
 
 td_status td__tcp_transport_new(td_pg_t *pg, const bool *use, td_transport **out) {

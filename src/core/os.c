@@ -8,6 +8,7 @@
 #include <libgen.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -675,4 +676,114 @@ td_status td_pick_free_port(int *port_out) {
     close(fd);
     *port_out = port;
     return TD_OK;
+}
+
+/* One address: a non-blocking connect and a wait for its end (connected, refused, the kernel's
+ * timeout) or for the deadline (0: none). 0, or -1 with errno; *late: the deadline ended it. */
+static int connect_one(int fd, const struct sockaddr *addr, socklen_t len, double deadline_s,
+                       bool *late) {
+    *late = false;
+    if (connect(fd, addr, len) == 0) return 0;
+    if (errno != EINPROGRESS && errno != EINTR) return -1; /* EINTR: it goes on in the kernel */
+    for (;;) {
+        int ms = -1;
+        if (deadline_s > 0) {
+            double left = deadline_s - td_now_s();
+            ms = left <= 0 ? 0 : (int)TD_MIN(left * 1000.0 + 1.0, 3600e3);
+        }
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n = poll(&p, 1, ms);
+        if (n < 0 && errno != EINTR) return -1;
+        if (n > 0) break;
+        if (n == 0 && ms == 0) {
+            *late = true;
+            errno = ETIMEDOUT;
+            return -1;
+        }
+    }
+    int err = 0;
+    socklen_t elen = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) return -1;
+    if (err == 0) return 0;
+    errno = err;
+    return -1;
+}
+
+/* Failures that another dial may not meet: the peer not listening yet, a route not up yet. */
+static bool connect_retryable(int err) {
+    return err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH || err == ETIMEDOUT ||
+           err == EAGAIN;
+}
+
+td_status td_connect_tcp(const char *host, int port, const td_connect_opts *o, int *fd_out,
+                         td_connect_result *how) {
+    static const td_connect_opts defaults;
+    td_connect_result ignored;
+    if (!o) o = &defaults;
+    if (!how) how = &ignored;
+    *fd_out = -1;
+    if (!host || !*host) {
+        *how = TD_CONNECT_UNRESOLVED;
+        return td_error(TD_ERR_INVALID, "cannot connect to %s%sport %d: no host given",
+                        o->peer ? o->peer : "", o->peer ? " at " : "", port);
+    }
+    const char *peer = o->peer ? o->peer : "", *at = o->peer ? " at " : "";
+    /* an IPv6 literal in brackets, so the port stays readable */
+    const char *lb = strchr(host, ':') ? "[" : "", *rb = *lb ? "]" : "";
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | (o->numeric_host ? AI_NUMERICHOST : 0)};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int gai = getaddrinfo(host, service, &hints, &res);
+    if (gai != 0) {
+        *how = gai == EAI_AGAIN ? TD_CONNECT_RESOLVE_AGAIN : TD_CONNECT_UNRESOLVED;
+        return td_error(gai == EAI_AGAIN ? TD_ERR_IO : TD_ERR_INVALID,
+                        "cannot resolve %s%shost '%s' (for port %d): %s%s", peer,
+                        o->peer ? "'s " : "", host, port,
+                        gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai),
+                        o->numeric_host ? " (a numeric address is expected)" : "");
+    }
+    double t0 = td_now_s();
+    int err = 0;
+    bool late = false, no_socket = false;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        int fd =
+            socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            no_socket = true;
+            continue;
+        }
+        no_socket = false;
+        if (o->before) o->before(fd, a->ai_addr, a->ai_addrlen, o->user);
+        if (connect_one(fd, a->ai_addr, a->ai_addrlen, o->deadline_s, &late) == 0) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0) {
+                freeaddrinfo(res);
+                *fd_out = fd;
+                *how = TD_CONNECT_OK;
+                return TD_OK;
+            }
+        }
+        err = errno;
+        close(fd);
+        if (late) break; /* the deadline is the same for the next address */
+    }
+    freeaddrinfo(res);
+    errno = err;
+    if (late) {
+        *how = TD_CONNECT_REFUSED;
+        td_status st =
+            td_error(TD_ERR_TIMEOUT, "cannot connect to %s%s%s%s%s:%d: no answer within %.1f s",
+                     peer, at, lb, host, rb, port, td_now_s() - t0);
+        errno = err;
+        return st;
+    }
+    *how = !no_socket && connect_retryable(err) ? TD_CONNECT_REFUSED : TD_CONNECT_FAILED;
+    td_status st = td_error_errno(*how == TD_CONNECT_REFUSED ? TD_ERR_PEER : TD_ERR_SYS,
+                                  "cannot connect to %s%s%s%s%s:%d", peer, at, lb, host, rb, port);
+    errno = err;
+    return st;
 }

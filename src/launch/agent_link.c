@@ -3,9 +3,7 @@
  * without a shared file system, --link). include/tandem/launch.h describes both. */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <glob.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -53,6 +51,7 @@ struct td_agent_link {
     bool stopped;    /* we asked ourselves to stop already */
     /* --link: the supervisor's address, and what a dropped connection needs to start again */
     char *host, *port;
+    int port_num;
     int node;
     bool down;        /* the TCP link is gone and not dialled again yet */
     double next_dial; /* when to try */
@@ -226,64 +225,25 @@ static td_status read_opening(td_agent_link *l, double deadline) {
 }
 
 /* ---- --link: the TCP connection ---- */
-/* connect(2) that gives up at deadline (td_now_s's clock) instead of the kernel's minutes of SYN
- * retries; the socket stays blocking. */
-static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, double deadline) {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -1;
-    int rc = connect(fd, addr, len);
-    if (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
-        /* a transport's bounded wait: connected (or refused) when the socket turns writable */
-        double left = deadline - td_now_s();
-        if (left >= 0.001 && td__wait_writable(fd, left)) {
-            int err = 0;
-            socklen_t elen = sizeof err;
-            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0)
-                rc = 0;
-            else
-                errno = err ? err : errno;
-        } else {
-            errno = ETIMEDOUT;
-        }
+/* A connection to the supervisor that gives up at deadline (td_now_s's clock) instead of the
+ * kernel's minutes of SYN retries. *permanent: dialling again cannot help (a name that does not
+ * resolve). */
+static td_status dial_tcp(const td_agent_link *l, double deadline, int *fd_out, bool *permanent) {
+    td_connect_opts o = {.deadline_s = deadline, .peer = "the supervisor"};
+    td_connect_result how;
+    *permanent = false;
+    if (td_connect_tcp(l->host, l->port_num, &o, fd_out, &how) != TD_OK) {
+        *permanent = how == TD_CONNECT_UNRESOLVED;
+        if (how == TD_CONNECT_UNRESOLVED || how == TD_CONNECT_RESOLVE_AGAIN)
+            return td_error(TD_ERR_IO,
+                            "link: %s; set slurm: link_host to a name or address the nodes can "
+                            "reach",
+                            td_error_msg());
+        return td_error(TD_ERR_IO, "link: %s", td_error_msg());
     }
-    int saved = errno;
-    fcntl(fd, F_SETFL, fl);
-    errno = saved;
-    return rc;
-}
-
-/* *permanent: dialling again cannot help (a name that does not resolve). */
-static td_status dial_tcp(const char *host, const char *port, double deadline, int *fd_out,
-                          bool *permanent) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        *permanent = rc != EAI_AGAIN;
-        return td_error(TD_ERR_IO,
-                        "link: cannot resolve the supervisor's host '%s' (%s); set slurm: "
-                        "link_host to a name or address the nodes can reach",
-                        host, gai_strerror(rc));
-    }
-    int err = 0;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        if (connect_until(fd, a->ai_addr, a->ai_addrlen, deadline) == 0) {
-            freeaddrinfo(res);
-            int one = 1;
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-            *fd_out = fd;
-            return TD_OK;
-        }
-        err = errno;
-        close(fd);
-    }
-    freeaddrinfo(res);
-    errno = err;
-    return td_error_errno(TD_ERR_IO, "link: cannot connect to the supervisor at %s:%s", host, port);
+    int one = 1;
+    setsockopt(*fd_out, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    return TD_OK;
 }
 
 /* One try: connects, proves the token, says who we are ("hello NODE FIRST": FIRST 1 asks for
@@ -295,7 +255,7 @@ static td_status dial(td_agent_link *l, bool first, double deadline, bool *retry
     int fd = -1;
     bool permanent = false;
     l->local_error = false;
-    td_status st = dial_tcp(l->host, l->port, deadline, &fd, &permanent);
+    td_status st = dial_tcp(l, deadline, &fd, &permanent);
     if (st != TD_OK) {
         *retry = !permanent;
         return st;
@@ -637,9 +597,16 @@ td_status td_agent_link_connect(const char *endpoint, int node, const char *log_
     if (!colon || colon == endpoint || !colon[1])
         return td_error(TD_ERR_USAGE, "--link '%s': expected HOST:PORT (the supervisor's)",
                         endpoint);
+    int64_t port;
+    if (td_parse_i64("--link's port", colon + 1, &port) != TD_OK || port < 1 || port > 65535)
+        return td_error(TD_ERR_USAGE,
+                        "--link '%s': expected HOST:PORT (the supervisor's), PORT "
+                        "a number from 1 to 65535",
+                        endpoint);
     td_agent_link *l = link_new(-1, -1, log_dir, metrics_dir);
     l->host = td_xasprintf("%.*s", (int)(colon - endpoint), endpoint);
     l->port = td_xstrdup(colon + 1);
+    l->port_num = (int)port;
     l->node = node;
     l->ckpt_sent = -1;
     /* The executor gives each incarnation of a job its own spool (docs/executors.md): whatever

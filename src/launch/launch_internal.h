@@ -73,7 +73,7 @@ void td__workers_free(td__workers *ws);
 
 bool td__status_ok(int status);
 
-/* Waits up to `seconds` for fd to take bytes (or fail: the write or connect then says how), on
+/* Waits up to `seconds` for fd to take bytes (or fail: the write then says how), on
  * an event loop of its own (wait.c); true if it did. A transport's bounded wait. */
 bool td__wait_writable(int fd, double seconds);
 

@@ -1,7 +1,7 @@
-/* A transport's short wait for a descriptor to take bytes (a full output pipe, a TCP connect in
- * progress), on core's event loop (loop.h), as td_loop_wait_readable is for reading. A bounded
- * wait in the middle of one write or one connect, not supervision: the caller's own loop goes
- * on when it returns. */
+/* A transport's short wait for a descriptor to take bytes (a full output pipe), on core's event
+ * loop (loop.h), as td_loop_wait_readable is for reading. A bounded wait in the middle of one
+ * write, not supervision: the caller's own loop goes on when it returns. (A TCP connect waits in
+ * core's td_connect_tcp.) */
 #include "launch_internal.h"
 
 #include "tandem/loop.h"
