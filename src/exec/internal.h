@@ -148,8 +148,9 @@ const char *td__links_endpoint(const td__links *l);
  * takes them, the mirror streams. Detach before the loop goes. */
 td_status td__links_attach(td__links *l, td_loop *loop);
 void td__links_detach(td__links *l);
-/* Connections whose agent has not said its end yet (everything of an agent arrived when it
- * did); the nodes' message lines still unterminated, written out (at the end). */
+/* Nodes' connections whose agent has not said its end yet (everything of an agent arrived when
+ * it did; strangers in the handshake are not counted); the nodes' message lines still unterminated,
+ * written out (at the end). */
 int td__links_open_count(const td__links *l);
 void td__links_flush_lines(td__links *l);
 /* How many nodes have connected at least once (their opening sent); how many connections were

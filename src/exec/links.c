@@ -758,8 +758,10 @@ void td__links_detach(td__links *l) {
 }
 
 int td__links_open_count(const td__links *l) {
+    /* A node's connection (past its hello) that has not said its end; a stranger still in the
+     * handshake carries nothing of the run and is not waited for. */
     int open_ones = 0;
-    for (size_t i = 0; i < l->nconns; i++) open_ones += !l->conns[i].ended;
+    for (size_t i = 0; i < l->nconns; i++) open_ones += l->conns[i].node >= 0 && !l->conns[i].ended;
     return open_ones;
 }
 
