@@ -1,0 +1,295 @@
+/* tandem cloud: a small AWS client (EC2 instances, S3 objects), no SDK.
+ *
+ * The foundation of `executor: aws` and of s3:// checkpoints: credentials found as the AWS tools
+ * find them, requests signed with Signature Version 4, sent with libcurl (retried with backoff on
+ * throttling and 5xx), EC2's Query API and S3's REST API with their XML answers parsed by expat.
+ * Everything AWS-specific lives in src/cloud/; the rest of tandem sees this header only.
+ *
+ * Errors: every call returns td_status with a td_error() detail that names the service, the
+ * action, the AWS error code and message, and what to do ("create the key pair 'k' in us-east-1
+ * or change key_name"); td_aws_last_error() gives the same as a typed value (code, kind,
+ * retryable, capacity) for a caller that decides (an executor trying another instance type on a
+ * capacity error). A secret (secret access key, session token, signature) never appears in an
+ * error, a log line, or a process's argv.
+ *
+ * The AWS_* variables read (the AWS tools' own names, not TANDEM_ knobs) are one table,
+ * TD_AWS_ENV_MAP; docs/cloud.md has the rest. A td_aws_t is not thread-safe: one per thread. */
+#ifndef TANDEM_CLOUD_H
+#define TANDEM_CLOUD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the AWS variables tandem reads, declared once: X(name, meaning) ---- */
+#define TD_AWS_ENV_MAP(X)                                                                          \
+    X(AWS_ACCESS_KEY_ID, "access key id (with AWS_SECRET_ACCESS_KEY): first choice")               \
+    X(AWS_SECRET_ACCESS_KEY, "secret access key")                                                  \
+    X(AWS_SESSION_TOKEN, "session token of temporary credentials")                                 \
+    X(AWS_PROFILE, "profile of the shared files (default: 'default')")                             \
+    X(AWS_SHARED_CREDENTIALS_FILE, "credentials file (default ~/.aws/credentials)")                \
+    X(AWS_CONFIG_FILE, "config file (default ~/.aws/config; sections '[profile NAME]')")           \
+    X(AWS_REGION, "region (first choice)")                                                         \
+    X(AWS_DEFAULT_REGION, "region when AWS_REGION is unset")                                       \
+    X(AWS_ENDPOINT_URL, "endpoint for every service (a local server: S3 path-style)")              \
+    X(AWS_ENDPOINT_URL_EC2, "endpoint for EC2, over AWS_ENDPOINT_URL")                             \
+    X(AWS_ENDPOINT_URL_S3, "endpoint for S3, over AWS_ENDPOINT_URL (S3 path-style)")               \
+    X(AWS_EC2_METADATA_SERVICE_ENDPOINT,                                                           \
+      "instance metadata (IMDSv2) URL, default 169.254.169.254")                                   \
+    X(AWS_EC2_METADATA_DISABLED, "true: never ask the instance metadata service")
+
+typedef enum {
+#define TD__AWS_ENV_ENUM(name, doc) TD_AWS_ENV_##name,
+    TD_AWS_ENV_MAP(TD__AWS_ENV_ENUM)
+#undef TD__AWS_ENV_ENUM
+        TD_AWS_ENV_COUNT
+} td_aws_env;
+const char *td_aws_env_name(td_aws_env var);
+/* Its value, or NULL when unset or empty. */
+const char *td_aws_env_get(td_aws_env var);
+void td_aws_env_print(FILE *out);
+
+/* ---- credentials ----
+ * td_aws_creds_load looks, in this order, at
+ *   1. AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
+ *   2. the profile (argument, else AWS_PROFILE, else "default") in the credentials file, then in
+ *      the config file ("[profile NAME]", "[default]"): aws_access_key_id, aws_secret_access_key,
+ *      aws_session_token;
+ *   3. the instance role, through IMDSv2 (unless AWS_EC2_METADATA_DISABLED=true).
+ * A profile named explicitly (argument or AWS_PROFILE) that neither file has is an error; a
+ * profile using what tandem does not implement (credential_process, sso_*, role_arn) is an
+ * error that says so. `source` says where the keys came from (never the keys). */
+typedef struct td_aws_creds {
+    char *access_key_id;
+    char *secret_access_key;
+    char *session_token;   /* NULL when none */
+    char source[256];      /* "environment", "profile 'x' in /home/u/.aws/credentials", ... */
+    double expires_wall_s; /* temporary credentials: expiry (epoch seconds); 0: none */
+} td_aws_creds;
+
+td_status td_aws_creds_load(const char *profile, td_aws_creds *out) TD_NODISCARD;
+/* Wipes the secrets and frees. */
+void td_aws_creds_free(td_aws_creds *c);
+
+/* The region: AWS_REGION, AWS_DEFAULT_REGION, else the profile's `region` in the config file.
+ * Writes a newly allocated string; TD_ERR_NOTFOUND with the fix when none is set. */
+td_status td_aws_region_load(const char *profile, char **region_out) TD_NODISCARD;
+
+/* ---- SigV4, a pure function of its inputs ----
+ * path: the URI path exactly as sent (already percent-encoded, not encoded again: S3's rule,
+ * and EC2's path is "/"); query: the query string as sent ("a=b&c" or ""), pairs sorted here;
+ * headers: every header to sign, including host (name case and value spacing free; the
+ * canonical form is made here); x-amz-date and, with a session token, x-amz-security-token are
+ * added here. payload_sha256_hex: hex SHA-256 of the body, or "UNSIGNED-PAYLOAD". */
+typedef struct td_http_header {
+    const char *name;
+    const char *value;
+} td_http_header;
+
+typedef struct td_sigv4_in {
+    const char *access_key_id;
+    const char *secret_access_key;
+    const char *session_token; /* NULL: none */
+    const char *region;
+    const char *service; /* "ec2", "s3" */
+    int64_t time_s;      /* request time, epoch seconds (UTC) */
+    const char *method;
+    const char *path;
+    const char *query;
+    const td_http_header *headers;
+    int nheaders;
+    const char *payload_sha256_hex;
+} td_sigv4_in;
+
+typedef struct td_sigv4_out {
+    char amz_date[17];       /* 20240102T030405Z: the x-amz-date header's value */
+    char *canonical_request; /* for debugging (contains no secret) */
+    char *string_to_sign;
+    char signature[65];
+    char *authorization; /* the Authorization header's value */
+} td_sigv4_out;
+
+td_status td_sigv4_sign(const td_sigv4_in *in, td_sigv4_out *out) TD_NODISCARD;
+void td_sigv4_out_free(td_sigv4_out *out);
+
+/* Lowercase hex SHA-256 of a buffer / a byte range of a file (length < 0: to the end). */
+void td_aws_sha256_hex(const void *buf, size_t nbytes, char hex_out[65]);
+td_status td_aws_sha256_file(const char *path, int64_t offset, int64_t nbytes, char hex_out[65]);
+
+/* ---- errors, typed ---- */
+typedef enum {
+    TD_AWS_ERRK_NONE = 0,
+    TD_AWS_ERRK_AUTH,      /* credentials or permissions: fix them, do not retry */
+    TD_AWS_ERRK_NOTFOUND,  /* a named thing does not exist (key pair, instance, bucket, key) */
+    TD_AWS_ERRK_INVALID,   /* a parameter AWS rejects (instance type, image, price) */
+    TD_AWS_ERRK_CAPACITY,  /* no capacity / spot price / instance limit: try elsewhere, later */
+    TD_AWS_ERRK_THROTTLE,  /* too many requests: retried with backoff */
+    TD_AWS_ERRK_SERVER,    /* 5xx: retried with backoff */
+    TD_AWS_ERRK_NETWORK,   /* no HTTP answer (DNS, connect, timeout): retried */
+    TD_AWS_ERRK_INTEGRITY, /* bytes differ from their checksum */
+    TD_AWS_ERRK_OTHER
+} td_aws_errkind;
+
+typedef struct td_aws_error {
+    int http_status;   /* 0: no HTTP answer */
+    char code[96];     /* "InvalidKeyPair.NotFound", "" when none */
+    char message[512]; /* AWS's message */
+    char request_id[96];
+    td_aws_errkind kind;
+    int retryable; /* worth retrying later (throttle, 5xx, network, capacity) */
+    int capacity;  /* capacity of that kind is missing now: another type/zone/market may work */
+} td_aws_error;
+
+const char *td_aws_errkind_name(td_aws_errkind k);
+/* Classifies an AWS error code (and HTTP status when the code is empty) into err's kind,
+ * retryable and capacity fields. */
+void td_aws_error_classify(td_aws_error *err);
+/* Parses an EC2 (<Response><Errors><Error>) or S3 (<Error>) error body into err (code, message,
+ * request id), classified. TD_ERR_FORMAT when the body is not one. */
+td_status td_aws_error_parse(const char *xml, size_t nbytes, int http_status, td_aws_error *err);
+
+/* ---- the client ---- */
+typedef struct td_aws td_aws_t;
+
+typedef struct td_aws_opts {
+    const char *profile;           /* NULL: AWS_PROFILE, else "default" */
+    const char *region;            /* NULL: td_aws_region_load */
+    const td_aws_creds *creds;     /* NULL: td_aws_creds_load(profile); copied */
+    int max_attempts;              /* per request, 0: 5 */
+    int backoff_ms;                /* first retry's base delay, doubling, jittered; 0: 200 */
+    int connect_timeout_ms;        /* 0: 10000 */
+    int low_speed_timeout_s;       /* abort a transfer below 1 KiB/s this long; 0: 60 */
+    int64_t multipart_threshold;   /* bytes: td_s3_put_file above this is multipart; 0: 64 MiB */
+    int64_t multipart_part_nbytes; /* bytes per part (>= 5 MiB); 0: 16 MiB */
+} td_aws_opts;
+
+td_status td_aws_new(const td_aws_opts *opts, td_aws_t **out) TD_NODISCARD;
+void td_aws_free(td_aws_t *aws);
+const char *td_aws_region(const td_aws_t *aws);
+/* "https://ec2.us-east-1.amazonaws.com" or the override. */
+const char *td_aws_endpoint(const td_aws_t *aws, const char *service);
+/* The typed form of the last failed call's error (kind NONE after a success). */
+const td_aws_error *td_aws_last_error(const td_aws_t *aws);
+
+/* ---- EC2 (Query API, Version=2016-11-15) ---- */
+typedef struct td_ec2_tag {
+    const char *key;
+    const char *value;
+} td_ec2_tag;
+
+typedef struct td_ec2_run_spec {
+    const char *image_id;      /* required */
+    const char *instance_type; /* required */
+    int min_count, max_count;  /* 0: 1 */
+    const char *key_name;      /* NULL: none */
+    const char *subnet_id;
+    const char *const *security_group_ids;
+    int nsecurity_groups;
+    int spot;                         /* InstanceMarketOptions: spot, one-time, terminate */
+    const char *spot_max_price;       /* "0.25" (USD/hour); NULL: the on-demand price */
+    const char *iam_instance_profile; /* a name, or an ARN ("arn:...") */
+    int root_volume_gib;              /* 0: the AMI's; else BlockDeviceMapping of root_device */
+    const char *root_device_name;     /* NULL: "/dev/xvda" (Amazon Linux); "/dev/sda1" Ubuntu */
+    const char *run_id;               /* tag tandem:run=ID on instances and volumes; NULL: none */
+    const td_ec2_tag *tags;           /* more tags */
+    int ntags;
+    const char *client_token; /* idempotency (<= 64 ASCII); NULL: none */
+    const char *user_data;    /* plain text, base64-encoded here; NULL: none */
+} td_ec2_run_spec;
+
+typedef struct td_ec2_instance {
+    char id[32];
+    char state[24]; /* pending running shutting-down terminated stopping stopped */
+    char type[48];
+    char image_id[64];
+    char lifecycle[16]; /* "spot" or "" (on demand) */
+    char private_ip[48];
+    char public_ip[48];
+    char zone[48];
+    char key_name[128];
+    char launch_time[40];
+    char state_reason[256]; /* "Server.SpotInstanceTermination: ...", "" when none */
+    char run_id[96];        /* its tandem:run tag, "" when none */
+} td_ec2_instance;
+
+typedef struct td_ec2_instances {
+    td_ec2_instance *items;
+    int count;
+} td_ec2_instances;
+void td_ec2_instances_free(td_ec2_instances *list);
+
+td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *spec,
+                               td_ec2_instances *out) TD_NODISCARD;
+/* Instances by id (ids, nids > 0), or by the tag tandem:run=run_id, or both; state filters by
+ * instance-state-name (NULL: all). Follows NextToken. */
+td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int nids,
+                                    const char *run_id, const char *state,
+                                    td_ec2_instances *out) TD_NODISCARD;
+/* out (may be NULL): each instance's id and new state. */
+td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,
+                                     td_ec2_instances *out) TD_NODISCARD;
+
+/* Parsers of the responses (pure; the unit tests feed them recorded XML). */
+td_status td_ec2_parse_instances(const char *xml, size_t nbytes, td_ec2_instances *out,
+                                 char **next_token_out) TD_NODISCARD;
+
+/* ---- S3 ---- */
+typedef struct td_s3_url {
+    char *bucket;
+    char *key; /* "" for s3://bucket or s3://bucket/ */
+} td_s3_url;
+/* "s3://bucket/prefix/key" -> bucket, key. TD_ERR_INVALID with the reason otherwise (scheme,
+ * empty or invalid bucket name). */
+td_status td_s3_url_parse(const char *url, td_s3_url *out) TD_NODISCARD;
+void td_s3_url_free(td_s3_url *u);
+
+typedef struct td_s3_object {
+    char *key;
+    int64_t nbytes;
+    char etag[80];
+    char last_modified[40];
+    char sha256_hex[65]; /* from x-amz-meta-tandem-sha256 (HEAD/GET), "" when absent */
+} td_s3_object;
+
+typedef struct td_s3_list {
+    td_s3_object *items;
+    int count;
+} td_s3_list;
+void td_s3_list_free(td_s3_list *list);
+void td_s3_object_free(td_s3_object *o);
+
+/* Uploads a file: one PutObject up to the client's multipart threshold, else a multipart upload
+ * (aborted on any failure, so no half-written object or orphaned parts remain). Every request
+ * carries its body's SHA-256 (x-amz-content-sha256, checked by S3) and MD5 (Content-MD5); the
+ * object's SHA-256 is stored as x-amz-meta-tandem-sha256 and returned in sha256_out (may be
+ * NULL). */
+td_status td_s3_put_file(td_aws_t *aws, const char *bucket, const char *key, const char *path,
+                         char sha256_out[65]) TD_NODISCARD;
+td_status td_s3_put_buffer(td_aws_t *aws, const char *bucket, const char *key, const void *buf,
+                           size_t nbytes) TD_NODISCARD;
+/* Downloads to path atomically (a temporary beside it, then rename); when the object carries
+ * x-amz-meta-tandem-sha256 the bytes are checked against it and nothing is left on mismatch. */
+td_status td_s3_get_file(td_aws_t *aws, const char *bucket, const char *key, const char *path,
+                         td_s3_object *info_out) TD_NODISCARD;
+/* TD_ERR_NOTFOUND when the key does not exist. */
+td_status td_s3_head(td_aws_t *aws, const char *bucket, const char *key,
+                     td_s3_object *out) TD_NODISCARD;
+/* Every key under prefix (NULL: all), ListObjectsV2 pages of page_size keys (0: 1000). */
+td_status td_s3_list_objects(td_aws_t *aws, const char *bucket, const char *prefix, int page_size,
+                             td_s3_list *out) TD_NODISCARD;
+/* Deleting a key that does not exist succeeds (S3's rule). */
+td_status td_s3_delete(td_aws_t *aws, const char *bucket, const char *key) TD_NODISCARD;
+
+/* The parser of a ListObjectsV2 page (appends to out). */
+td_status td_s3_parse_list(const char *xml, size_t nbytes, td_s3_list *out,
+                           char **continuation_out) TD_NODISCARD;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_CLOUD_H */

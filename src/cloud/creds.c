@@ -1,0 +1,425 @@
+/* Credentials and region, found as the AWS tools find them: the environment, the shared
+ * credentials and config files, the instance role (IMDSv2). No secret reaches an error or log. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "cloud/cloud_internal.h"
+
+static const char *const env_names[] = {
+#define TD__AWS_ENV_NAME(name, doc) #name,
+    TD_AWS_ENV_MAP(TD__AWS_ENV_NAME)
+#undef TD__AWS_ENV_NAME
+};
+static const char *const env_docs[] = {
+#define TD__AWS_ENV_DOC(name, doc) doc,
+    TD_AWS_ENV_MAP(TD__AWS_ENV_DOC)
+#undef TD__AWS_ENV_DOC
+};
+
+const char *td_aws_env_name(td_aws_env var) {
+    return (unsigned)var < TD_AWS_ENV_COUNT ? env_names[var] : "?";
+}
+
+const char *td_aws_env_get(td_aws_env var) {
+    const char *v = getenv(td_aws_env_name(var));
+    return v && *v ? v : NULL;
+}
+
+void td_aws_env_print(FILE *out) {
+    for (int i = 0; i < TD_AWS_ENV_COUNT; i++) {
+        /* never a secret's value */
+        const char *v = td_aws_env_get((td_aws_env)i);
+        int secret = i == TD_AWS_ENV_AWS_SECRET_ACCESS_KEY || i == TD_AWS_ENV_AWS_SESSION_TOKEN;
+        fprintf(out, "%-34s %-20s %s\n", env_names[i], v ? (secret ? "(set)" : v) : "(unset)",
+                env_docs[i]);
+    }
+}
+
+/* ---- INI files (~/.aws/credentials, ~/.aws/config) ---- */
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+/* Calls fn for every key = value of section (exact text between the brackets, trimmed);
+ * returns 1 when the section exists, 0 when not (or no file), -1 when unreadable. */
+static int ini_scan(const char *path, const char *section,
+                    int (*fn)(void *ud, const char *key, const char *value), void *ud) {
+    FILE *f = fopen(path, "re");
+    if (!f) return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int in = 0, found = 0;
+    while (getline(&line, &cap, f) >= 0) {
+        int indented = line[0] == ' ' || line[0] == '\t';
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == ';') continue;
+        if (*s == '[') {
+            char *end = strchr(s, ']');
+            if (!end) continue;
+            *end = '\0';
+            in = !strcmp(trim(s + 1), section);
+            found |= in;
+            continue;
+        }
+        if (!in || indented) continue; /* a nested "s3 =" block's lines */
+        char *eq = strchr(s, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        if (fn(ud, trim(s), trim(eq + 1))) break;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+typedef struct {
+    const char *key;
+    char *value;
+} ini_get_ud;
+
+static int ini_get_fn(void *ud, const char *key, const char *value) {
+    ini_get_ud *g = ud;
+    if (strcmp(key, g->key)) return 0;
+    free(g->value);
+    g->value = td_xstrdup(value);
+    return 0; /* the last one wins, as in Python's configparser... close enough */
+}
+
+int td__ini_get(const char *path, const char *section, const char *key, char **value_out) {
+    ini_get_ud g = {key, NULL};
+    *value_out = NULL;
+    int r = ini_scan(path, section, ini_get_fn, &g);
+    if (r < 0) return -1;
+    if (!g.value) return 0;
+    *value_out = g.value;
+    return 1;
+}
+
+static int ini_none(void *ud, const char *key, const char *value) {
+    (void)ud, (void)key, (void)value;
+    return 0;
+}
+
+int td__ini_has_section(const char *path, const char *section) {
+    return ini_scan(path, section, ini_none, NULL);
+}
+
+static char *aws_file(td_aws_env var, const char *def_name) {
+    const char *v = td_aws_env_get(var);
+    const char *home = getenv("HOME");
+    if (v) {
+        if (v[0] == '~' && v[1] == '/' && home) return td_xasprintf("%s%s", home, v + 1);
+        return td_xstrdup(v);
+    }
+    return td_xasprintf("%s/.aws/%s", home ? home : "", def_name);
+}
+
+/* The config file names profile X "[profile X]" (and default "[default]"). */
+static int config_section(const char *config, const char *profile, char *section, size_t cap) {
+    if (!strcmp(profile, "default") && td__ini_has_section(config, "default") == 1) {
+        snprintf(section, cap, "default");
+        return 1;
+    }
+    snprintf(section, cap, "profile %s", profile);
+    return td__ini_has_section(config, section);
+}
+
+static const char *profile_name(const char *profile, int *explicit_out) {
+    *explicit_out = 1;
+    if (profile && *profile) return profile;
+    const char *env = td_aws_env_get(TD_AWS_ENV_AWS_PROFILE);
+    if (env) return env;
+    *explicit_out = 0;
+    return "default";
+}
+
+static void creds_clear(td_aws_creds *c) {
+    memset(c, 0, sizeof *c);
+}
+
+static void wipe_free(char *s) {
+    if (!s) return;
+    memset(s, 0, strlen(s));
+    free(s);
+}
+
+void td_aws_creds_free(td_aws_creds *c) {
+    if (!c) return;
+    free(c->access_key_id);
+    wipe_free(c->secret_access_key);
+    wipe_free(c->session_token);
+    creds_clear(c);
+}
+
+/* Keys of a profile in one file: 1 found, 0 not there, or an error status as -1 - st. */
+static td_status profile_keys(const char *path, const char *section, const char *profile,
+                              td_aws_creds *out, int *found) {
+    *found = 0;
+    if (td__ini_has_section(path, section) < 0)
+        return td_error_errno(TD_ERR_IO, "cannot read the AWS file %s", path);
+    char *id = NULL, *secret = NULL, *token = NULL;
+    td__ini_get(path, section, "aws_access_key_id", &id);
+    td__ini_get(path, section, "aws_secret_access_key", &secret);
+    td__ini_get(path, section, "aws_session_token", &token);
+    if (!id && !secret) {
+        free(token);
+        static const char *const unsupported[] = {"credential_process", "role_arn", "sso_start_url",
+                                                  "sso_session", "web_identity_token_file"};
+        for (size_t i = 0; i < TD_ARRAY_LEN(unsupported); i++) {
+            char *v = NULL;
+            if (td__ini_get(path, section, unsupported[i], &v) == 1) {
+                free(v);
+                return td_error(TD_ERR_UNSUPPORTED,
+                                "AWS profile '%s' in %s gets its credentials through %s, which "
+                                "tandem does not implement: export them first (eval \"$(aws "
+                                "configure export-credentials --profile %s --format env)\")",
+                                profile, path, unsupported[i], profile);
+            }
+        }
+        return TD_OK;
+    }
+    if (!id || !secret || !*id || !*secret) {
+        int has_id = id && *id;
+        free(id);
+        wipe_free(secret);
+        wipe_free(token);
+        return td_error(TD_ERR_INVALID,
+                        "AWS profile '%s' in %s has %s but no %s: add it (aws configure "
+                        "--profile %s)",
+                        profile, path, has_id ? "aws_access_key_id" : "aws_secret_access_key",
+                        has_id ? "aws_secret_access_key" : "aws_access_key_id", profile);
+    }
+    out->access_key_id = id;
+    out->secret_access_key = secret;
+    out->session_token = token && *token ? token : NULL;
+    if (token && !*token) free(token);
+    snprintf(out->source, sizeof out->source, "profile '%s' in %s", profile, path);
+    *found = 1;
+    return TD_OK;
+}
+
+td_status td_aws_creds_load(const char *profile_arg, td_aws_creds *out) {
+    creds_clear(out);
+    const char *id = td_aws_env_get(TD_AWS_ENV_AWS_ACCESS_KEY_ID);
+    const char *secret = td_aws_env_get(TD_AWS_ENV_AWS_SECRET_ACCESS_KEY);
+    if (id || secret) {
+        if (!id || !secret)
+            return td_error(TD_ERR_INVALID,
+                            "%s is set but %s is not: set both (or unset both to use a profile "
+                            "or the instance role)",
+                            id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+                            id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+        out->access_key_id = td_xstrdup(id);
+        out->secret_access_key = td_xstrdup(secret);
+        const char *token = td_aws_env_get(TD_AWS_ENV_AWS_SESSION_TOKEN);
+        out->session_token = token ? td_xstrdup(token) : NULL;
+        snprintf(out->source, sizeof out->source, "environment (AWS_ACCESS_KEY_ID)");
+        return TD_OK;
+    }
+    int explicit_profile;
+    const char *profile = profile_name(profile_arg, &explicit_profile);
+    char *cred_file = aws_file(TD_AWS_ENV_AWS_SHARED_CREDENTIALS_FILE, "credentials");
+    char *config = aws_file(TD_AWS_ENV_AWS_CONFIG_FILE, "config");
+    td_status st = TD_OK;
+    int found = 0;
+    int in_creds = td__ini_has_section(cred_file, profile) == 1;
+    char section[300];
+    int in_config = config_section(config, profile, section, sizeof section) == 1;
+    if (in_creds) st = profile_keys(cred_file, profile, profile, out, &found);
+    if (st == TD_OK && !found && in_config)
+        st = profile_keys(config, section, profile, out, &found);
+    if (st != TD_OK || found) goto out;
+    if (explicit_profile && !in_creds && !in_config) {
+        st = td_error(TD_ERR_NOTFOUND,
+                      "AWS profile '%s'%s is in neither %s nor %s: run `aws configure --profile "
+                      "%s`, or name another profile",
+                      profile, profile_arg && *profile_arg ? "" : " (from AWS_PROFILE)", cred_file,
+                      config, profile);
+        goto out;
+    }
+    const char *disabled = td_aws_env_get(TD_AWS_ENV_AWS_EC2_METADATA_DISABLED);
+    if (disabled && !strcasecmp(disabled, "true")) {
+        st = td_error(TD_ERR_NOTFOUND,
+                      "no AWS credentials: AWS_ACCESS_KEY_ID is unset, profile '%s' has no keys "
+                      "in %s or %s, and the instance role is off "
+                      "(AWS_EC2_METADATA_DISABLED=true); set AWS_ACCESS_KEY_ID and "
+                      "AWS_SECRET_ACCESS_KEY or run `aws configure`",
+                      profile, cred_file, config);
+        goto out;
+    }
+    st = td__imds_creds(out);
+    if (st != TD_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", td_error_msg());
+        st = td_error(TD_ERR_NOTFOUND,
+                      "no AWS credentials: AWS_ACCESS_KEY_ID is unset, profile '%s' has no keys "
+                      "in %s or %s, and no instance role answered (%s); set AWS_ACCESS_KEY_ID "
+                      "and AWS_SECRET_ACCESS_KEY, run `aws configure`, or attach an instance "
+                      "profile to this machine",
+                      profile, cred_file, config, why);
+    }
+out:
+    free(cred_file);
+    free(config);
+    if (st != TD_OK) td_aws_creds_free(out);
+    return st;
+}
+
+td_status td_aws_region_load(const char *profile_arg, char **region_out) {
+    *region_out = NULL;
+    const char *r = td_aws_env_get(TD_AWS_ENV_AWS_REGION);
+    if (!r) r = td_aws_env_get(TD_AWS_ENV_AWS_DEFAULT_REGION);
+    if (r) {
+        *region_out = td_xstrdup(r);
+        return TD_OK;
+    }
+    int explicit_profile;
+    const char *profile = profile_name(profile_arg, &explicit_profile);
+    char *config = aws_file(TD_AWS_ENV_AWS_CONFIG_FILE, "config");
+    char section[300];
+    td_status st = TD_OK;
+    if (config_section(config, profile, section, sizeof section) == 1 &&
+        td__ini_get(config, section, "region", region_out) == 1 && **region_out) {
+        free(config);
+        return TD_OK;
+    }
+    free(*region_out);
+    *region_out = NULL;
+    st = td_error(TD_ERR_NOTFOUND,
+                  "no AWS region: AWS_REGION and AWS_DEFAULT_REGION are unset and profile '%s' "
+                  "has no region in %s; export AWS_REGION=us-east-1 (or your region), or run "
+                  "`aws configure set region REGION --profile %s`",
+                  profile, config, profile);
+    free(config);
+    return st;
+}
+
+/* ---- IMDSv2: PUT /latest/api/token, then the role's credentials ---- */
+
+typedef struct {
+    char *buf;
+    size_t n;
+} membuf;
+
+static size_t mem_write(char *p, size_t size, size_t nmemb, void *ud) {
+    membuf *m = ud;
+    size_t n = size * nmemb;
+    if (m->n + n > (1 << 20)) return 0; /* IMDS answers are small */
+    m->buf = td_xrealloc(m->buf, m->n + n + 1);
+    memcpy(m->buf + m->n, p, n);
+    m->n += n;
+    m->buf[m->n] = '\0';
+    return n;
+}
+
+static td_status imds_call(const char *base, const char *method, const char *path,
+                           const char *token, membuf *body) {
+    CURL *c = curl_easy_init();
+    if (!c) return td_error(TD_ERR_NOMEM, "libcurl: cannot create a handle");
+    char *url = td_xasprintf("%s%s", base, path);
+    struct curl_slist *h = NULL;
+    char *hdr = token ? td_xasprintf("X-aws-ec2-metadata-token: %s", token)
+                      : td_xstrdup("X-aws-ec2-metadata-token-ttl-seconds: 21600");
+    h = curl_slist_append(h, hdr);
+    body->buf = NULL;
+    body->n = 0;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L); /* the AWS tools' 1 s */
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* the link-local service is never proxied */
+    CURLcode cc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    td_status st = TD_OK;
+    if (cc != CURLE_OK)
+        st = td_error(TD_ERR_PEER, "%s %s: %s", method, url, curl_easy_strerror(cc));
+    else if (status != 200)
+        st = td_error(TD_ERR_PEER, "%s %s: HTTP %ld", method, url, status);
+    curl_slist_free_all(h);
+    memset(hdr, 0, strlen(hdr));
+    free(hdr);
+    free(url);
+    curl_easy_cleanup(c);
+    if (st != TD_OK) {
+        free(body->buf);
+        body->buf = NULL;
+    } else if (!body->buf) {
+        body->buf = td_xstrdup("");
+    }
+    return st;
+}
+
+static double parse_iso8601(const char *s) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end) return 0;
+    return (double)timegm(&tm);
+}
+
+td_status td__imds_creds(td_aws_creds *out) {
+    creds_clear(out);
+    const char *ep = td_aws_env_get(TD_AWS_ENV_AWS_EC2_METADATA_SERVICE_ENDPOINT);
+    char *base = td_xstrdup(ep ? ep : "http://169.254.169.254");
+    size_t bl = strlen(base);
+    while (bl && base[bl - 1] == '/') base[--bl] = '\0';
+    membuf token = {0}, role = {0}, doc = {0};
+    json_t *j = NULL;
+    td_status st = imds_call(base, "PUT", "/latest/api/token", NULL, &token);
+    if (st != TD_OK) goto out;
+    st = imds_call(base, "GET", "/latest/meta-data/iam/security-credentials/", token.buf, &role);
+    if (st != TD_OK) goto out;
+    char *name = role.buf;
+    name[strcspn(name, "\r\n")] = '\0';
+    if (!*name) {
+        st = td_error(TD_ERR_NOTFOUND, "%s: the instance has no IAM role", base);
+        goto out;
+    }
+    char *path = td_xasprintf("/latest/meta-data/iam/security-credentials/%s", name);
+    st = imds_call(base, "GET", path, token.buf, &doc);
+    free(path);
+    if (st != TD_OK) goto out;
+    j = json_loadb(doc.buf, doc.n, 0, NULL);
+    const char *code = j ? json_string_value(json_object_get(j, "Code")) : NULL;
+    const char *id = j ? json_string_value(json_object_get(j, "AccessKeyId")) : NULL;
+    const char *secret = j ? json_string_value(json_object_get(j, "SecretAccessKey")) : NULL;
+    const char *tok = j ? json_string_value(json_object_get(j, "Token")) : NULL;
+    const char *exp = j ? json_string_value(json_object_get(j, "Expiration")) : NULL;
+    if (!id || !secret || (code && strcmp(code, "Success"))) {
+        /* the document holds secrets: name its shape, never its text */
+        st = td_error(TD_ERR_FORMAT,
+                      "%s: the credentials of role '%s' are not a JSON object with Code "
+                      "Success, AccessKeyId and SecretAccessKey (Code: %s)",
+                      base, name, code ? code : "absent");
+        goto out;
+    }
+    out->access_key_id = td_xstrdup(id);
+    out->secret_access_key = td_xstrdup(secret);
+    out->session_token = tok && *tok ? td_xstrdup(tok) : NULL;
+    out->expires_wall_s = exp ? parse_iso8601(exp) : 0;
+    snprintf(out->source, sizeof out->source, "instance role '%.100s' (IMDSv2 at %.100s)", name,
+             base);
+out:
+    if (j) json_decref(j);
+    if (token.buf) wipe_free(token.buf);
+    free(role.buf);
+    if (doc.buf) wipe_free(doc.buf);
+    free(base);
+    return st;
+}

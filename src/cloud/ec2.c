@@ -1,0 +1,259 @@
+/* EC2's Query API (Version=2016-11-15): RunInstances, DescribeInstances, TerminateInstances.
+ * A request is a form-encoded POST to the region's endpoint; the answer is XML. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cloud/cloud_internal.h"
+
+#define EC2_VERSION "2016-11-15"
+#define RUN_TAG     "tandem:run"
+
+void td_ec2_instances_free(td_ec2_instances *l) {
+    if (!l) return;
+    free(l->items);
+    l->items = NULL;
+    l->count = 0;
+}
+
+static void parse_instance(const td__xml *it, td_ec2_instance *o) {
+    memset(o, 0, sizeof *o);
+    td__xml_copy(o->id, sizeof o->id, it, "instanceId");
+    td__xml_copy(o->state, sizeof o->state, it, "instanceState/name");
+    if (!o->state[0]) td__xml_copy(o->state, sizeof o->state, it, "currentState/name");
+    td__xml_copy(o->type, sizeof o->type, it, "instanceType");
+    td__xml_copy(o->image_id, sizeof o->image_id, it, "imageId");
+    td__xml_copy(o->lifecycle, sizeof o->lifecycle, it, "instanceLifecycle");
+    td__xml_copy(o->private_ip, sizeof o->private_ip, it, "privateIpAddress");
+    td__xml_copy(o->public_ip, sizeof o->public_ip, it, "ipAddress");
+    td__xml_copy(o->zone, sizeof o->zone, it, "placement/availabilityZone");
+    td__xml_copy(o->key_name, sizeof o->key_name, it, "keyName");
+    td__xml_copy(o->launch_time, sizeof o->launch_time, it, "launchTime");
+    const char *rc = td__xml_text(it, "stateReason/code");
+    const char *rm = td__xml_text(it, "stateReason/message");
+    if (*rc || *rm) snprintf(o->state_reason, sizeof o->state_reason, "%s: %s", rc, rm);
+    const td__xml *tags = td__xml_child(it, "tagSet");
+    for (const td__xml *t = tags ? tags->child : NULL; t; t = t->next)
+        if (!strcmp(td__xml_text(t, "key"), RUN_TAG))
+            td__xml_copy(o->run_id, sizeof o->run_id, t, "value");
+}
+
+static void add_set(const td__xml *set, td_ec2_instances *out) {
+    for (const td__xml *it = set ? set->child : NULL; it; it = it->next) {
+        if (strcmp(it->name, "item")) continue;
+        out->items = td_xrealloc(out->items, (size_t)(out->count + 1) * sizeof *out->items);
+        parse_instance(it, &out->items[out->count++]);
+    }
+}
+
+td_status td_ec2_parse_instances(const char *xml, size_t nbytes, td_ec2_instances *out,
+                                 char **next_token_out) {
+    if (next_token_out) *next_token_out = NULL;
+    td__xml *root = NULL;
+    TD_CHECK(td__xml_parse(xml, nbytes, &root));
+    const td__xml *inst = td__xml_child(root, "instancesSet");
+    const td__xml *res = td__xml_child(root, "reservationSet");
+    td_status st = TD_OK;
+    if (!inst && !res) {
+        st =
+            td_error(TD_ERR_FORMAT,
+                     "an EC2 answer <%s> with neither instancesSet nor reservationSet", root->name);
+    } else {
+        add_set(inst, out);
+        for (const td__xml *r = res ? res->child : NULL; r; r = r->next)
+            add_set(td__xml_child(r, "instancesSet"), out);
+        const char *next = td__xml_text(root, "nextToken");
+        if (next_token_out && *next) *next_token_out = td_xstrdup(next);
+    }
+    td__xml_free(root);
+    return st;
+}
+
+static td_status ec2_call(td_aws_t *aws, const char *action, const char *what, const char *params,
+                          td__http_resp *resp) {
+    char *body = NULL;
+    td__query_add(&body, "Action", action);
+    td__query_add(&body, "Version", EC2_VERSION);
+    char *full = td_xasprintf("%s%s%s", body, params && *params ? "&" : "", params ? params : "");
+    free(body);
+    td_http_header h[] = {{"content-type", "application/x-www-form-urlencoded; charset=utf-8"}};
+    td__http_req req = {
+        .service = "ec2",
+        .action = action,
+        .what = what,
+        .method = "POST",
+        .base_url = aws->endpoint_ec2,
+        .path = "/",
+        .headers = h,
+        .nheaders = 1,
+        .body = full,
+        .body_nbytes = strlen(full),
+        .body_fd = -1,
+        .sink_fd = -1,
+    };
+    td_status st = td__aws_request(aws, &req, resp);
+    free(full);
+    return st;
+}
+
+static int valid_token(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e) return 0;
+    return 1;
+}
+
+td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *s, td_ec2_instances *out) {
+    memset(out, 0, sizeof *out);
+    if (!s->image_id || !*s->image_id || !s->instance_type || !*s->instance_type)
+        return td_error(TD_ERR_INVALID, "aws ec2 RunInstances: an image id and an instance type "
+                                        "are required");
+    int min = s->min_count > 0 ? s->min_count : 1;
+    int max = s->max_count > 0 ? s->max_count : min;
+    if (max < min)
+        return td_error(TD_ERR_INVALID, "aws ec2 RunInstances: max_count %d < min_count %d", max,
+                        min);
+    if (s->client_token && !valid_token(s->client_token))
+        return td_error(TD_ERR_INVALID,
+                        "aws ec2 RunInstances: client token '%s' must be 1-64 printable ASCII "
+                        "characters",
+                        s->client_token);
+    char *q = NULL;
+    td__query_add(&q, "ImageId", s->image_id);
+    td__query_add(&q, "InstanceType", s->instance_type);
+    td__query_addf(&q, "MinCount", "%d", min);
+    td__query_addf(&q, "MaxCount", "%d", max);
+    if (s->key_name && *s->key_name) td__query_add(&q, "KeyName", s->key_name);
+    if (s->subnet_id && *s->subnet_id) td__query_add(&q, "SubnetId", s->subnet_id);
+    for (int i = 0; i < s->nsecurity_groups; i++) {
+        char k[48];
+        snprintf(k, sizeof k, "SecurityGroupId.%d", i + 1);
+        td__query_add(&q, k, s->security_group_ids[i]);
+    }
+    if (s->spot) {
+        td__query_add(&q, "InstanceMarketOptions.MarketType", "spot");
+        td__query_add(&q, "InstanceMarketOptions.SpotOptions.SpotInstanceType", "one-time");
+        td__query_add(&q, "InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior",
+                      "terminate");
+        if (s->spot_max_price && *s->spot_max_price)
+            td__query_add(&q, "InstanceMarketOptions.SpotOptions.MaxPrice", s->spot_max_price);
+    }
+    if (s->iam_instance_profile && *s->iam_instance_profile)
+        td__query_add(&q,
+                      strncmp(s->iam_instance_profile, "arn:", 4) ? "IamInstanceProfile.Name"
+                                                                  : "IamInstanceProfile.Arn",
+                      s->iam_instance_profile);
+    if (s->root_volume_gib > 0) {
+        td__query_add(&q, "BlockDeviceMapping.1.DeviceName",
+                      s->root_device_name ? s->root_device_name : "/dev/xvda");
+        td__query_addf(&q, "BlockDeviceMapping.1.Ebs.VolumeSize", "%d", s->root_volume_gib);
+        td__query_add(&q, "BlockDeviceMapping.1.Ebs.VolumeType", "gp3");
+        td__query_add(&q, "BlockDeviceMapping.1.Ebs.DeleteOnTermination", "true");
+    }
+    int ntags = s->ntags + (s->run_id && *s->run_id);
+    if (ntags > 0) {
+        static const char *const types[] = {"instance", "volume"};
+        for (int t = 0; t < 2; t++) {
+            char k[96];
+            snprintf(k, sizeof k, "TagSpecification.%d.ResourceType", t + 1);
+            td__query_add(&q, k, types[t]);
+            int n = 0;
+            if (s->run_id && *s->run_id) {
+                n++;
+                snprintf(k, sizeof k, "TagSpecification.%d.Tag.%d.Key", t + 1, n);
+                td__query_add(&q, k, RUN_TAG);
+                snprintf(k, sizeof k, "TagSpecification.%d.Tag.%d.Value", t + 1, n);
+                td__query_add(&q, k, s->run_id);
+            }
+            for (int i = 0; i < s->ntags; i++) {
+                n++;
+                snprintf(k, sizeof k, "TagSpecification.%d.Tag.%d.Key", t + 1, n);
+                td__query_add(&q, k, s->tags[i].key);
+                snprintf(k, sizeof k, "TagSpecification.%d.Tag.%d.Value", t + 1, n);
+                td__query_add(&q, k, s->tags[i].value ? s->tags[i].value : "");
+            }
+        }
+    }
+    if (s->client_token) td__query_add(&q, "ClientToken", s->client_token);
+    if (s->user_data) {
+        char *b64 = td__base64(s->user_data, strlen(s->user_data));
+        td__query_add(&q, "UserData", b64);
+        free(b64);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "(%d x %s%s, image %s)", max, s->instance_type,
+             s->spot ? " spot" : "", s->image_id);
+    td__http_resp resp;
+    td_status st = ec2_call(aws, "RunInstances", what, q, &resp);
+    free(q);
+    if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, NULL);
+    td__http_resp_free(&resp);
+    return st;
+}
+
+td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int nids,
+                                    const char *run_id, const char *state, td_ec2_instances *out) {
+    memset(out, 0, sizeof *out);
+    char *next = NULL;
+    td_status st = TD_OK;
+    do {
+        char *q = NULL;
+        for (int i = 0; i < nids; i++) {
+            char k[32];
+            snprintf(k, sizeof k, "InstanceId.%d", i + 1);
+            td__query_add(&q, k, ids[i]);
+        }
+        int f = 0;
+        if (run_id && *run_id) {
+            char k[32];
+            snprintf(k, sizeof k, "Filter.%d.Name", ++f);
+            td__query_add(&q, k, "tag:" RUN_TAG);
+            snprintf(k, sizeof k, "Filter.%d.Value.1", f);
+            td__query_add(&q, k, run_id);
+        }
+        if (state && *state) {
+            char k[32];
+            snprintf(k, sizeof k, "Filter.%d.Name", ++f);
+            td__query_add(&q, k, "instance-state-name");
+            snprintf(k, sizeof k, "Filter.%d.Value.1", f);
+            td__query_add(&q, k, state);
+        }
+        if (next) {
+            td__query_add(&q, "NextToken", next);
+            free(next);
+            next = NULL;
+        }
+        if (!nids) td__query_add(&q, "MaxResults", "1000");
+        td__http_resp resp;
+        char what[160];
+        snprintf(what, sizeof what, "(%s%s)", run_id ? "run " : "instances by id",
+                 run_id ? run_id : "");
+        st = ec2_call(aws, "DescribeInstances", what, q, &resp);
+        free(q);
+        if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
+        td__http_resp_free(&resp);
+    } while (st == TD_OK && next);
+    free(next);
+    if (st != TD_OK) td_ec2_instances_free(out);
+    return st;
+}
+
+td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,
+                                     td_ec2_instances *out) {
+    if (out) memset(out, 0, sizeof *out);
+    if (nids <= 0) return TD_OK;
+    char *q = NULL;
+    for (int i = 0; i < nids; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "InstanceId.%d", i + 1);
+        td__query_add(&q, k, ids[i]);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "(%d instance%s, %s...)", nids, nids == 1 ? "" : "s", ids[0]);
+    td__http_resp resp;
+    td_status st = ec2_call(aws, "TerminateInstances", what, q, &resp);
+    free(q);
+    if (st == TD_OK && out) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, NULL);
+    td__http_resp_free(&resp);
+    return st;
+}

@@ -1,0 +1,17 @@
+# The cloud layer (src/cloud, docs/cloud.md). test_cloud_unit reads the layer's internals (XML,
+# encodings); test_sigv4 reads the botocore vectors committed beside it.
+target_include_directories(cloud_test_cloud_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(cloud_test_sigv4 PRIVATE
+                           TD_TEST_CLOUD_DIR="${CMAKE_SOURCE_DIR}/tests/cloud")
+# The driver of the moto tests: tandem's client against a local moto_server; the scripts find it
+# at $TANDEM_BUILD_DIR/tests/cloud/cloud_driver.
+if(TARGET td_cloud)
+  add_executable(cloud_driver ${CMAKE_CURRENT_LIST_DIR}/cloud_driver.c)
+  target_include_directories(cloud_driver PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(cloud_driver PRIVATE td_cloud)
+  set_target_properties(cloud_driver PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                        ${CMAKE_BINARY_DIR}/tests/cloud)
+  add_dependencies(tandem cloud_driver)
+  # moto_server and boto3 from the venv (skips with 77 without it): 11-17 s on 2 cores
+  set_tests_properties(cloud/test_moto PROPERTIES TIMEOUT 180)
+endif()
