@@ -100,7 +100,12 @@ void td_error_print(td_status st);
  * Levels from TANDEM_LOG_LEVEL (error, warn, info, debug); default info. Lines go to stderr,
  * prefixed with the process's log prefix (e.g. "[rank 1] ") when one is set. */
 typedef enum { TD_LOG_ERROR = 0, TD_LOG_WARN, TD_LOG_INFO, TD_LOG_DEBUG } td_log_level;
+/* One line "tandem: [level: ]message" to stderr; control bytes in the message (ESC, CR, a
+ * newline inside it) are written as \xNN, so quoted outside text cannot drive the terminal or
+ * forge a line. */
 void td_log(td_log_level level, const char *fmt, ...) TD_PRINTF(2, 3);
+/* "tandem: error: MSG" as td_log writes lines (td_error_print's). */
+void td__log_error_line(const char *msg);
 int td_log_enabled(td_log_level level);
 void td_log_set_prefix(const char *prefix);
 #define TD_LOG_ERROR(...) td_log(TD_LOG_ERROR, __VA_ARGS__)

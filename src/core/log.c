@@ -31,6 +31,27 @@ void td_log_set_prefix(const char *prefix) {
     snprintf(log_prefix, sizeof log_prefix, "%s", prefix ? prefix : "");
 }
 
+/* Writes one message line to stderr. Control bytes in it (an ESC that would retitle or clear the
+ * terminal, a newline that would forge a second "tandem: error:" line, a carriage return that
+ * would hide what came before) come from what the message quotes: a peer's text, a file name, a
+ * metric key. They are written as \xNN; tabs and UTF-8 pass. */
+static void write_line(const char *line) {
+    char out[4096 * 4 + 2];
+    size_t o = 0, len = strlen(line);
+    while (len && line[len - 1] == '\n') len--;
+    for (size_t i = 0; i < len && o + 5 < sizeof out - 2; i++) {
+        unsigned char c = (unsigned char)line[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            o += (size_t)snprintf(out + o, sizeof out - o, "\\x%02x", c);
+        else
+            out[o++] = (char)c;
+    }
+    out[o++] = '\n';
+    out[o] = '\0';
+    /* One fputs per line so lines from threads and processes sharing stderr do not interleave. */
+    fputs(out, stderr);
+}
+
 void td_log(td_log_level level, const char *fmt, ...) {
     if (!td_log_enabled(level)) return;
     static const char *const tags[] = {"error: ", "warning: ", "", "debug: "};
@@ -40,11 +61,11 @@ void td_log(td_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    /* One fputs per line so lines from threads and processes sharing stderr do not interleave. */
-    size_t len = strlen(line);
-    if (len + 1 < sizeof line && (len == 0 || line[len - 1] != '\n')) {
-        line[len] = '\n';
-        line[len + 1] = '\0';
-    }
-    fputs(line, stderr);
+    write_line(line);
+}
+
+void td__log_error_line(const char *msg) {
+    char line[4096];
+    snprintf(line, sizeof line, "tandem: error: %s", msg);
+    write_line(line);
 }

@@ -96,9 +96,7 @@ void td_error_clear(void) {
 }
 
 void td_error_print(td_status st) {
-    if (error_msg[0])
-        fprintf(stderr, "tandem: error: %s\n", error_msg);
-    else
-        fprintf(stderr, "tandem: error: %s\n", td_status_str(st));
+    /* through the log's line writer: a message quoting a peer's bytes reaches a terminal */
+    td__log_error_line(error_msg[0] ? error_msg : td_status_str(st));
     if (td_log_enabled(TD_LOG_DEBUG) && error_trace[0]) fputs(error_trace, stderr);
 }
