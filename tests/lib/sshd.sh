@@ -2,7 +2,7 @@
 # + UTS + mount + PID namespace with its own hostname, address, /run, /dev/shm and (empty) root
 # home, joined on a bridge with a "login" namespace where the clients run.
 # Source this file, set an EXIT trap that calls sshd_down, then call
-#   sshd_up N [HIDE_DIR...]     (N = 1..8 hosts)
+#   sshd_up N [HIDE_DIR...]     (N = 0..8 hosts; sshd_add_host, at the end, adds more later)
 # which sets TSH_HOSTS (array of host names = their hostnames, tdh<pid>n1 ...), TSH_ADDRS (their
 # addresses), TSH_PIDS (each host's sshd = its PID 1, as the root namespace numbers it),
 # TSH_LOGIN (the login namespace's hostname), and exports TSH_STATE (this fixture's directory:
@@ -50,6 +50,71 @@ _TSH_COMMON='
     else
         mount -t sysfs sysfs /sys
     fi'
+
+# The ssh client options of the fixture's hosts (after a Host line), for ssh_config.
+_tsh_client_options() {
+    local st=$1
+    cat <<EOF
+    User root
+    Port 22
+    IdentityFile $st/id_ed25519
+    IdentitiesOnly yes
+    IdentityAgent none
+    UserKnownHostsFile $st/known_hosts
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    CheckHostIP no
+    UpdateHostKeys no
+    BatchMode yes
+    LogLevel ERROR
+    ConnectTimeout 10
+EOF
+}
+
+# What a host's namespaces run (sh -c, as PID 1 of its PID namespace, args: state dir, host
+# name, root's home, host number, HIDE_DIRs): private /dev/shm, /run, home and hidden dirs, then
+# its sshd.
+_TSH_HOST='
+            set -e; st=$1 host=$2 home=$3 i=$4; shift 4'"$_TSH_COMMON"'
+            mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+            mount -t tmpfs -o mode=755 tmpfs /run
+            mkdir -m 755 /run/sshd; mkdir -m 1777 /run/lock; ln -s /dev/shm /run/shm
+            mount -t tmpfs -o mode=700 tmpfs "$home"
+            for d; do [ ! -d "$d" ] || mount -t tmpfs -o mode=755 tmpfs "$d"; done
+            cd /
+            exec /usr/sbin/sshd -D -f "$st/h$i/sshd_config" -E "$st/log/sshd-$host.log"'
+
+# The sshd_config of host I (args: state dir, I, host name, address, fixture pid).
+_tsh_sshd_config() {
+    local st=$1 i=$2 host=$3 ip=$4 p=$5
+    cat <<EOF
+# tests/lib/sshd.sh, fixture $p, host $host: sshd -D -f this; nothing of /etc/ssh is read.
+ListenAddress $ip
+Port 22
+HostKey $st/h$i/ssh_host_ed25519_key
+PidFile $st/h$i/sshd.pid
+AuthorizedKeysFile $st/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitEmptyPasswords no
+UsePAM no
+# The state dir is under /tmp (1777): StrictModes would refuse the authorized_keys there.
+StrictModes no
+PermitUserEnvironment no
+X11Forwarding no
+PrintMotd no
+PrintLastLog no
+UseDNS no
+LoginGraceTime 20
+# Tests may open many sessions at once (one per launcher, plus kills and copies).
+MaxStartups 100:30:200
+MaxSessions 100
+LogLevel VERBOSE
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+}
 
 # sshd_exec CMD...: runs CMD in the login namespace (net + UTS + mount of its holder process).
 sshd_exec() {
@@ -130,7 +195,7 @@ _tsh_ssh_all() { # all at once: about 0.25 s per ssh on a busy 2-core machine
 
 sshd_up() {
     local n=${1:-2} i p d st host ip pid home t0 hide=() missing=()
-    case $n in [1-8]) ;; *) echo "sshd_up: 1..8 hosts, not '$n'" >&2; return 1 ;; esac
+    case $n in [0-8]) ;; *) echo "sshd_up: 0..8 hosts, not '$n'" >&2; return 1 ;; esac
     shift
     [ "$(id -u)" = 0 ] || { echo "SKIP: the ssh fixture needs root (namespaces, sshd)"; exit 77; }
     ip netns list >/dev/null 2>&1 && command -v nsenter >/dev/null && command -v unshare >/dev/null ||
@@ -159,8 +224,9 @@ sshd_up() {
     export TSH_STATE=$st TSH_SSH_CONFIG=$st/ssh_config
     TSH_LOGIN=tdh$$login TSH_HOSTS=() TSH_ADDRS=() TSH_PIDS=()
     # 755: sshd (StrictModes aside) and the hosts' ssh clients read keys and configs here.
-    mkdir -m 755 "$st" && mkdir "$st"/{log,cg} ||
+    mkdir -m 755 "$st" && mkdir "$st"/{log,cg,ssh_config.d} ||
         { echo "sshd_up: cannot create $st" >&2; return 1; }
+    for d in "${hide[@]}"; do echo "$d"; done >"$st/hide" # for sshd_add_host
     for i in $(seq 1 "$n"); do TSH_HOSTS+=("tdh$$n$i") TSH_ADDRS+=("$TSH_NET.$((10 + i))"); done
 
     # Keys: one client key (root's on the login namespace and on every host) and an ed25519 host
@@ -172,23 +238,11 @@ sshd_up() {
         "$TSH_NET.1" "$TSH_LOGIN" >"$st/hosts"
     {
         echo "# tests/lib/sshd.sh, fixture $$: ssh -F $st/ssh_config HOST (or plain ssh inside it)"
+        echo "# the hosts sshd_add_host adds (one file each, removed with the host):"
+        echo "Include $st/ssh_config.d/*.conf"
         for i in $(seq 1 "$n"); do printf 'Host %s\n    HostName %s\n' "${TSH_HOSTS[i - 1]}" "${TSH_ADDRS[i - 1]}"; done
-        echo "Host ${TSH_HOSTS[*]} ${TSH_ADDRS[*]}"
-        cat <<EOF
-    User root
-    Port 22
-    IdentityFile $st/id_ed25519
-    IdentitiesOnly yes
-    IdentityAgent none
-    UserKnownHostsFile $st/known_hosts
-    GlobalKnownHostsFile /dev/null
-    StrictHostKeyChecking yes
-    CheckHostIP no
-    UpdateHostKeys no
-    BatchMode yes
-    LogLevel ERROR
-    ConnectTimeout 10
-EOF
+        [ "$n" = 0 ] || echo "Host ${TSH_HOSTS[*]} ${TSH_ADDRS[*]}"
+        [ "$n" = 0 ] || _tsh_client_options "$st"
     } >"$st/ssh_config"
     for i in $(seq 1 "$n"); do
         host=${TSH_HOSTS[i - 1]} ip=${TSH_ADDRS[i - 1]}
@@ -197,33 +251,7 @@ EOF
             _tsh_skip "ssh-keygen failed"
         echo "$host,$ip $(cut -d' ' -f1,2 "$st/h$i/ssh_host_ed25519_key.pub")" >>"$st/known_hosts"
         echo "$ip $host" >>"$st/hosts"
-        cat >"$st/h$i/sshd_config" <<EOF
-# tests/lib/sshd.sh, fixture $$, host $host: sshd -D -f this; nothing of /etc/ssh is read.
-ListenAddress $ip
-Port 22
-HostKey $st/h$i/ssh_host_ed25519_key
-PidFile $st/h$i/sshd.pid
-AuthorizedKeysFile $st/authorized_keys
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitEmptyPasswords no
-UsePAM no
-# The state dir is under /tmp (1777): StrictModes would refuse the authorized_keys there.
-StrictModes no
-PermitUserEnvironment no
-X11Forwarding no
-PrintMotd no
-PrintLastLog no
-UseDNS no
-LoginGraceTime 20
-# Tests may open many sessions at once (one per launcher, plus kills and copies).
-MaxStartups 100:30:200
-MaxSessions 100
-LogLevel VERBOSE
-Subsystem sftp /usr/lib/openssh/sftp-server
-EOF
+        _tsh_sshd_config "$st" "$i" "$host" "$ip" $$ >"$st/h$i/sshd_config"
     done
 
     # Network: the bridge lives in the login namespace, where the clients run; each host has
@@ -257,16 +285,8 @@ EOF
     for i in $(seq 1 "$n"); do
         host=${TSH_HOSTS[i - 1]}
         pid=$(_tsh_bg "$st/log/setup-$host.log" nsenter --net="/run/netns/tsh-$$-h$i" \
-            unshare --uts --mount --pid --fork --mount-proc --propagation private sh -c '
-            set -e; st=$1 host=$2 home=$3 i=$4; shift 4'"$_TSH_COMMON"'
-            mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-            mount -t tmpfs -o mode=755 tmpfs /run
-            mkdir -m 755 /run/sshd; mkdir -m 1777 /run/lock; ln -s /dev/shm /run/shm
-            mount -t tmpfs -o mode=700 tmpfs "$home"
-            for d; do [ ! -d "$d" ] || mount -t tmpfs -o mode=755 tmpfs "$d"; done
-            cd /
-            exec /usr/sbin/sshd -D -f "$st/h$i/sshd_config" -E "$st/log/sshd-$host.log"' \
-            sh "$st" "$host" "$home" "$i" "${hide[@]}")
+            unshare --uts --mount --pid --fork --mount-proc --propagation private sh -c \
+            "$_TSH_HOST" sh "$st" "$host" "$home" "$i" "${hide[@]}")
         echo "$pid" >"$st/h$i/unshare.pid"
     done
     # Each sshd writes its PidFile once it listens (the number is 1: its own PID namespace's).
@@ -289,4 +309,111 @@ EOF
         sleep 0.1
     done
     rm -f "$st/log/ssh-ready.log"
+}
+
+# --- Hosts added to (and removed from) a running fixture: tests/lib/cloud.sh makes one per EC2
+# instance. `sshd_up 0` makes the login namespace and the bridge without a host; then
+#   sshd_add_host NAME ADDR[/PREFIX] [GATEWAY]
+# adds a host like sshd_up's (own sshd, hostname NAME, HIDE_DIRs hidden, root's key), wired into
+# the bridge with ADDR/PREFIX (24 by default) and a default route via GATEWAY when given; NAME
+# and ADDR go into known_hosts, the fixture's /etc/hosts and $TSH_STATE/ssh_config.d/hI.conf, so
+# `ssh NAME` and `ssh ADDR` work like for sshd_up's hosts. It returns once `ssh NAME true`
+# answers from the login namespace (1 with the logs after 20 s). Its number I (for
+# sshd_host_exec; never reused) is what `sshd_host_index NAME` prints.
+#   sshd_remove_host NAME
+# kills everything in the host's namespaces, deletes them, and takes NAME out of those files.
+# Both work from any process that has TSH_STATE (they read the fixture's pid from its name), and
+# concurrently (the files are updated under a lock). TSH_HOSTS/TSH_ADDRS/TSH_PIDS list sshd_up's
+# hosts only. The fixture's /etc/hosts is bind-mounted into every namespace, so it is rewritten
+# in place: a removed host's line becomes a comment of the same length.
+
+_tsh_fixture_pid() { local b=${TSH_STATE##*/}; echo "${b#tandem-ssh-}"; }
+
+# sshd_host_index NAME: prints the number of the (present) host NAME.
+sshd_host_index() {
+    local f
+    for f in "${TSH_STATE:-/nonexistent}"/h*/name; do
+        [ -e "$f" ] && [ "$(cat "$f")" = "$1" ] && { f=${f%/name}; echo "${f##*/h}"; return 0; }
+    done
+    echo "sshd: no host $1" >&2
+    return 1
+}
+
+sshd_add_host() {
+    local name=${1:-} addr=${2:-} gw=${3:-} st=${TSH_STATE:-} p i ip pfx ns home pid sshd t0=$SECONDS
+    local hide=()
+    [ -n "$st" ] && [ -s "$st/login.pid" ] || { echo "sshd_add_host: no fixture (sshd_up first)" >&2; return 1; }
+    [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9-]{0,62}$ ]] || { echo "sshd_add_host: bad host name '$name'" >&2; return 1; }
+    ip=${addr%/*} pfx=24
+    [ "$ip" = "$addr" ] || pfx=${addr#*/}
+    [[ $ip =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ && $pfx =~ ^[0-9]+$ ]] ||
+        { echo "sshd_add_host: bad address '$addr'" >&2; return 1; }
+    sshd_host_index "$name" >/dev/null 2>&1 && { echo "sshd_add_host: $name exists" >&2; return 1; }
+    p=$(_tsh_fixture_pid) home=$(_tsh_home) ns=
+    [ -s "$st/hide" ] && mapfile -t hide <"$st/hide"
+    i=1
+    until mkdir "$st/h$i" 2>/dev/null; do i=$((i + 1)); done # atomic: concurrent adds differ
+    ns=tsh-$p-h$i
+    echo "$name" >"$st/h$i/name.new"
+    ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$st/h$i/ssh_host_ed25519_key" ||
+        { echo "sshd_add_host: ssh-keygen failed" >&2; return 1; }
+    _tsh_sshd_config "$st" "$i" "$name" "$ip" "$p" >"$st/h$i/sshd_config"
+    {
+        flock 9
+        echo "$name,$ip $(cut -d' ' -f1,2 "$st/h$i/ssh_host_ed25519_key.pub")" >>"$st/known_hosts"
+        echo "$ip $name" >>"$st/hosts"
+        { printf 'Host %s %s\n    HostName %s\n' "$name" "$ip" "$ip" && _tsh_client_options "$st"; } \
+            >"$st/ssh_config.d/h$i.conf.tmp" && mv "$st/ssh_config.d/h$i.conf.tmp" "$st/ssh_config.d/h$i.conf"
+        mv "$st/h$i/name.new" "$st/h$i/name"
+    } 9>>"$st/lock"
+    ip netns add "$ns" &&
+        ip -n "tsh-$p-login" link add "v$i" type veth peer name eth0 netns "$ns" &&
+        ip -n "tsh-$p-login" link set "v$i" master br0 up &&
+        ip -n "$ns" addr add "$ip/$pfx" dev eth0 && ip -n "$ns" link set eth0 up &&
+        ip -n "$ns" link set lo up && { [ -z "$gw" ] || ip -n "$ns" route add default via "$gw"; } ||
+        { echo "sshd_add_host: cannot wire $name ($ip/$pfx) into the bridge" >&2; return 1; }
+    pid=$(_tsh_bg "$st/log/setup-$name.log" nsenter --net="/run/netns/$ns" \
+        unshare --uts --mount --pid --fork --mount-proc --propagation private sh -c \
+        "$_TSH_HOST" sh "$st" "$name" "$home" "$i" "${hide[@]}")
+    echo "$pid" >"$st/h$i/unshare.pid"
+    until [ -s "$st/h$i/sshd.pid" ]; do
+        _tsh_alive "$pid" || { echo "sshd_add_host: sshd on $name exited at start" >&2; tail -n5 "$st/log/setup-$name.log" "$st/log/sshd-$name.log" >&2 2>/dev/null; return 1; }
+        [ $((SECONDS - t0)) -lt 20 ] || { echo "sshd_add_host: sshd on $name did not start within 20 s" >&2; return 1; }
+        sleep 0.05
+    done
+    sshd=$(cat "/proc/$pid/task/$pid/children" 2>/dev/null) sshd=${sshd%% *}
+    [ -n "$sshd" ] || { echo "sshd_add_host: cannot find the sshd of $name (child of $pid)" >&2; return 1; }
+    echo "$sshd" >"$st/h$i/pid"
+    until _tsh_ssh_all "$name" 2>"$st/log/ssh-ready-$name.log"; do
+        [ $((SECONDS - t0)) -lt 20 ] ||
+            { echo "sshd_add_host: $name did not answer ssh within 20 s: $(cat "$st/log/ssh-ready-$name.log")" >&2; return 1; }
+        sleep 0.1
+    done
+    rm -f "$st/log/ssh-ready-$name.log"
+}
+
+sshd_remove_host() {
+    local name=${1:-} st=${TSH_STATE:-} i ns pids tmp
+    i=$(sshd_host_index "$name") || return 1
+    ns=tsh-$(_tsh_fixture_pid)-h$i
+    pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [ -n "${pids// /}" ] && kill -9 $pids 2>/dev/null
+    sshd_wait 5 "the processes of $ns to exit" sh -c "[ -z \"\$(ip netns pids $ns 2>/dev/null)\" ]"
+    ip netns del "$ns" 2>/dev/null
+    {
+        flock 9
+        rm -f "$st/ssh_config.d/h$i.conf"
+        tmp=$st/known_hosts.tmp
+        grep -v "^$name," "$st/known_hosts" >"$tmp"
+        mv "$tmp" "$st/known_hosts"
+        # in place (a bind mount keeps the inode), each of NAME's lines blanked to a comment
+        awk -v n="$name" '{ if ($2 == n) { gsub(/./, "#") } print }' "$st/hosts" >"$st/hosts.tmp" &&
+            dd if="$st/hosts.tmp" of="$st/hosts" bs=1M conv=notrunc status=none
+        rm -f "$st/hosts.tmp"
+        mv "$st/h$i/name" "$st/h$i/removed"
+    } 9>>"$st/lock"
+    rm -f "$st/h$i/pid" "$st/h$i/sshd.pid"
+    rmdir "$st/cg/$name" 2>/dev/null
+    return 0
 }
