@@ -3,9 +3,9 @@
 # command takes --opt=value and --opt value (and -x value, -xVALUE), stops at "--", and says the
 # same things about bad arguments, with exit code 2: an unknown option named with the hint
 # "(see 'tandem CMD --help')", a missing value with the value's name, a value given to a flag,
-# an option given twice unless it repeats (--param). --help is generated from each table.
-# tandem launch keeps torchrun's spellings (--nproc_per_node), its last-value-wins repeats and
-# its end of options at the worker command.
+# and an option given twice takes its later value (--param collects each). --help is generated
+# from each table. tandem launch keeps torchrun's spellings (--nproc_per_node) and its end of
+# options at the worker command.
 set -uo pipefail
 . "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
 project_init cliargs
@@ -57,9 +57,11 @@ expect_usage "tandem metrics: --rank 'x': expects an integer >= 0" metrics r1 --
 expect_usage "tandem ui: --port '70000'" ui --port 70000
 expect_usage "tandem ui: --port '-1'" ui --port=-1
 
-# Repeats: an error unless the option repeats.
-expect_usage "tandem run: -f given twice ('a.yaml' and 'b.yaml'); give it once" run -f a.yaml -f b.yaml
-expect_usage "tandem train: --steps given twice ('1' and '2')" train --steps 1 --steps=2
+# Repeats: the later value wins (getopt's and argparse's rule; --param collects every one).
+err=$("$B" run -f first.yaml -f second.yaml echo 2>&1) && fail "tandem run with no workflow file succeeded"
+grep -q "second.yaml" <<<"$err" && ! grep -q "first.yaml" <<<"$err" ||
+    fail "tandem run -f first.yaml -f second.yaml did not use the later file: $err"
+expect_usage "--lr 'abc'" train --lr 0.1 --lr=abc
 mkdir -p .tandem
 cat >.tandem/workflows.yaml <<'EOF'
 workflows:

@@ -47,16 +47,11 @@ static int long_matches(const cli_command *cmd, const char *name, const char *s,
     return 1;
 }
 
-/* Records the option at index k of the table as given with value (NULL for a flag), or says
- * why it cannot be given again. */
+/* Records the option at index k of the table as given with value (NULL for a flag). Given
+ * again, a value option's later value wins, as with getopt and argparse: a script's defaults
+ * followed by the user's own (`tandem train $DEFAULTS --model basicnet`) mean the user's. */
 static int take(cli_parser *p, size_t k, const char *value) {
     const cli_opt *o = &p->cmd->opts[k];
-    uint64_t bit = k < CLI_MAX_OPTS ? (uint64_t)1 << k : 0;
-    if (value && (p->seen & bit) && !(o->flags & CLI_REPEAT) && !(p->cmd->flags & CLI_LAST_WINS))
-        return fail(p, "%s given twice ('%s' and '%s'); give it once", p->given, p->first_value[k],
-                    value);
-    p->seen |= bit;
-    if (k < CLI_MAX_OPTS && !p->first_value[k]) p->first_value[k] = value;
     p->value = value;
     return o->id;
 }

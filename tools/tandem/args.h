@@ -12,8 +12,9 @@
  *
  * Spellings: --opt VALUE, --opt=VALUE, -x VALUE, -xVALUE; "--" ends the options; -h and --help
  * print the help generated from the table. Errors name the option and point to
- * 'tandem CMD --help': an unknown option, a missing value, a value given to a flag, and an option
- * given twice unless it is CLI_REPEAT (each value then comes back in turn). */
+ * 'tandem CMD --help': an unknown option, a missing value, a value given to a flag. An option
+ * given twice takes its later value (getopt's and argparse's rule), unless it is CLI_REPEAT:
+ * then each value comes back in turn. */
 #ifndef TANDEM_CLI_ARGS_H
 #define TANDEM_CLI_ARGS_H
 
@@ -44,8 +45,6 @@ enum {
      * the command (tandem launch: the worker command). cli_next returns CLI_END there with
      * p->next on it; "--" too, with p->next after it. */
     CLI_STOP_AT_ARG = 2,
-    /* A repeated option's later value wins instead of being an error (torchrun's argparse). */
-    CLI_LAST_WINS = 4,
 };
 
 typedef struct cli_command {
@@ -64,8 +63,6 @@ enum {
     CLI_EXIT = -2, /* the help was printed (p->exit_code 0) or an error (2): return it */
 };
 
-#define CLI_MAX_OPTS 64
-
 typedef struct cli_parser {
     const cli_command *cmd;
     int argc;
@@ -76,8 +73,6 @@ typedef struct cli_parser {
     char given_buf[128];
     int exit_code;    /* with CLI_EXIT */
     int options_done; /* after "--": everything is positional */
-    uint64_t seen;    /* options given so far, by their index in the table */
-    const char *first_value[CLI_MAX_OPTS];
 } cli_parser;
 
 void cli_init(cli_parser *p, const cli_command *cmd, int argc, char **argv);

@@ -109,7 +109,7 @@ static const cli_command launch_cmd = {
               "--flag=value.\n"
               "Exit: 0 ok, 1 a worker failed, 2 usage, 130 SIGINT, 143 SIGTERM (workers\n"
               "checkpointed).\n",
-    .flags = CLI_UNDERSCORES | CLI_STOP_AT_ARG | CLI_LAST_WINS,
+    .flags = CLI_UNDERSCORES | CLI_STOP_AT_ARG,
 };
 
 static int parse_int(const char *flag, const char *s, int lo, int *out) {
