@@ -26,7 +26,7 @@ for n in 2 4; do
 done
 # Guard against a vacuous pass: training must have moved the weights away from the init.
 "$TANDEM_BIN" train "${common[@]}" --steps 1 --batch 16 --accum 4 --save "$work/w0.safetensors" \
-    >/dev/null 2>&1
+    >"$work/0.log" 2>&1 || { echo "FAIL: the 1-step run (the guard) failed: exit $?"; cat "$work/0.log"; exit 1; }
 if cmp -s "$work/w0.safetensors" "$work/w1.safetensors"; then
   echo "FAIL: 100 steps produced the same weights as 1 step"; exit 1
 fi
