@@ -255,8 +255,12 @@ static td_status tcp_check(td_transport *tr, int waiting_peer) {
     for (int j = 0; j < t->world; j++)
         if (t->p[j].fd >= 0) TD_CHECK(drain(t, j));
     /* A closed connection only matters to a rank that still needs data from it: peers that
-     * finished and exited normally close theirs too. */
-    if (waiting_peer >= 0 && t->p[waiting_peer].eof) return peer_closed(t, waiting_peer);
+     * finished and exited normally close theirs too. What the peer sent before it closed may
+     * have just been staged by the drain above (its last message, then its FIN): the waiting
+     * caller takes that first, and finds the end itself if it was not enough. Reporting the
+     * close here failed a rank whose peer had finished the last collective and exited. */
+    const tcp_peer *w = waiting_peer >= 0 ? &t->p[waiting_peer] : NULL;
+    if (w && w->eof && w->wr == w->rd) return peer_closed(t, waiting_peer);
     return TD_OK;
 }
 
