@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "exec/supervisor.h"
+#include "tandem/endrec.h"
 #include "tandem/os.h"
 
 #define LAUNCH_STOP_GRACE_S 30.0 /* passed to launch; the supervisor escalates some time after */
@@ -70,10 +71,13 @@ typedef struct {
     td__carrier base;
     const td_exec_job *job;
     td__sup *sup;
-    char **env; /* the job's environment plus what the launchers need (NULL-terminated) */
+    int failed;      /* the first launcher that exited non-zero while others ran, -1: none */
+    int failed_code; /* its exit code */
+    char **env;      /* the job's environment plus what the launchers need (NULL-terminated) */
     size_t nenv;
     launcher *nodes;
     int n, alive;
+    bool stopping; /* the supervisor asked the launchers to stop */
     td_sysmon *mon;
     term_state term;
 } local_carrier;
@@ -184,6 +188,7 @@ static void attempt_over(local_carrier *lc) {
         launcher *a = &lc->nodes[i];
         codes[i] = a->code;
         if (a->code != 0 && e.code == 0) e.code = a->code;
+        if (i == lc->failed) e.code = a->code; /* the one that failed first, not one stopped */
         if (a->err_fd >= 0) {
             fcntl(a->err_fd, F_SETFL, fcntl(a->err_fd, F_GETFL) & ~O_NONBLOCK);
             pump_stderr(a, &lc->term); /* to EOF: the launcher has exited */
@@ -210,6 +215,28 @@ static void on_stderr(td_loop *l, int fd, unsigned events, void *user) {
     }
 }
 
+/* A launcher that failed while the others run: they must not wait for it (node 0 hosts the
+ * rendezvous store; the others would wait for it until the rendezvous timeout). Its own end
+ * record, written before it exited, says why. */
+static void node_failed(local_carrier *lc, int i) {
+    lc->failed = i;
+    lc->failed_code = lc->nodes[i].code;
+    char why[1200];
+    snprintf(why, sizeof why, "node %d: its launcher exited with code %d; see tandem logs %s", i,
+             lc->nodes[i].code, lc->job->run->id);
+    char *path = td_exec_end_record_path(lc->job->run, i);
+    td_end_record r;
+    if (td_end_record_read(path, &r) == TD_OK) {
+        if (r.cause[0])
+            snprintf(why, sizeof why, "%.500s%s%.500s", r.cause, r.failure_line[0] ? ": " : "",
+                     r.failure_line);
+        td_end_record_clear(&r);
+    }
+    td_error_clear();
+    free(path);
+    td__sup_node_lost(lc->sup, i, why);
+}
+
 static void on_exit_(td_loop *l, pid_t pid, int status, void *user) {
     (void)l;
     local_carrier *lc = user;
@@ -218,6 +245,8 @@ static void on_exit_(td_loop *l, pid_t pid, int status, void *user) {
             lc->nodes[i].done = 1;
             lc->nodes[i].code = td_wait_exit_code(status);
             lc->alive--;
+            if (lc->nodes[i].code != 0 && lc->alive > 0 && lc->failed < 0 && !lc->stopping)
+                node_failed(lc, i);
         }
     if (lc->alive == 0) attempt_over(lc);
 }
@@ -278,6 +307,8 @@ static td_status local_start(td__carrier *c, td__sup *sup, bool resume) {
     local_carrier *lc = (local_carrier *)c;
     (void)resume; /* the job's environment says it (TANDEM_RESUME); the launchers restart */
     lc->sup = sup;
+    lc->failed = -1;
+    lc->stopping = false;
     td_loop *l = td__sup_loop(sup);
     int port = 0, listen_fd = -1;
     for (int i = 0; i < lc->n; i++) {
@@ -323,6 +354,7 @@ static td_status local_start(td__carrier *c, td__sup *sup, bool resume) {
 
 static void local_stop(td__carrier *c, bool hard) {
     local_carrier *lc = (local_carrier *)c;
+    lc->stopping = true;
     for (int i = 0; i < lc->n; i++) {
         if (lc->nodes[i].done || lc->nodes[i].pid <= 0) continue;
         if (hard)
@@ -366,7 +398,7 @@ static const td__carrier_ops local_ops = {
 };
 
 static int local_run(const td_exec_job *job) {
-    local_carrier lc = {.base = {&local_ops}, .job = job, .n = job->run->nodes};
+    local_carrier lc = {.base = {&local_ops}, .job = job, .n = job->run->nodes, .failed = -1};
     for (char *const *e = job->env; e && *e; e++) {
         lc.env = td_xrealloc(lc.env, (lc.nenv + 2) * sizeof *lc.env);
         lc.env[lc.nenv++] = td_xstrdup(*e);

@@ -573,6 +573,30 @@ static int stop_exit_code(const attempt *t) {
     return 143;
 }
 
+/* Connects to the rendezvous store within the rendezvous timeout, a second at a time: between
+ * the tries a stop signal ends the wait (TD_ERR_INTERRUPTED; the signal stays queued for the
+ * caller), so that a supervisor stopping the run (node 0 failed and its store is gone) is not
+ * kept waiting for the whole timeout. */
+static td_status connect_store(agent *a) {
+    const td_launch_options *o = a->o;
+    double t0 = td_now_s();
+    for (;;) {
+        double left = o->rdzv_timeout_s - (td_now_s() - t0);
+        int ms = (int)(TD_MAX(0.001, TD_MIN(left, 1.0)) * 1000);
+        td_status st = td_store_connect(a->store_host, a->store_port, a->token, ms, &a->store);
+        if (st == TD_OK) return TD_OK;
+        if (td_now_s() - t0 >= o->rdzv_timeout_s)
+            return td_error(st, "%s (for %.0f s, the rendezvous timeout)", td_error_msg(),
+                            o->rdzv_timeout_s);
+        if (a->sig_fd >= 0 && td_loop_wait_readable(a->sig_fd, 0))
+            return td_error(TD_ERR_INTERRUPTED,
+                            "a signal came while this node waited for the rendezvous store at "
+                            "%s:%d",
+                            a->store_host, a->store_port);
+        td_error_clear();
+    }
+}
+
 static td_status setup_store(agent *a) {
     const td_launch_options *o = a->o;
     td_status st;
@@ -636,9 +660,7 @@ static td_status setup_store(agent *a) {
         TD_LOG_DEBUG("hosting the rendezvous store on port %d", a->store_port);
         if (o->on_store) o->on_store(o->executor_link, a->store_port);
     }
-    TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token,
-                              (int)(o->rdzv_timeout_s * 1000), &a->store));
-    return TD_OK;
+    return connect_store(a);
 }
 
 /* How many other node agents the executor knows are gone (td_launch_options.lost_nodes). */
@@ -1037,7 +1059,19 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     if (st != TD_OK) st = TD_ERR_USAGE;
     if (st == TD_OK) st = open_agent(&a, &sigs);
     bool stopped = false;
-    if (st == TD_OK) st = td__node_setup(o, &sigs, exit_code, &stopped);
+    if (st == TD_ERR_INTERRUPTED) { /* a stop while waiting for the store: no workers */
+        int sig = SIGTERM;
+        for (int got; (got = td_sigwatch_next(&sigs));)
+            if (got != SIGCHLD) sig = got;
+        TD_LOG_INFO("received SIG%s while waiting for the rendezvous store; no workers were "
+                    "started",
+                    sig_name(sig));
+        td_error_clear();
+        *exit_code = sig == SIGINT ? 130 : 143;
+        stopped = true;
+        st = TD_OK;
+    }
+    if (st == TD_OK && !stopped) st = td__node_setup(o, &sigs, exit_code, &stopped);
     if (st == TD_OK && !stopped) st = run_attempts(&a, &t, exit_code);
     if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
     if (o->end_record && td_file_kind(o->end_record) == NULL) {
