@@ -118,6 +118,8 @@ typedef struct td_executor {
     /* One line on where the run's job is or was ("slurm job 12, script ..."), for tandem show.
      * Caller frees; NULL when there is nothing to say. */
     char *(*describe)(const td_run *run);
+    /* (cancel_orphan and describe are NULL for td_executor_local, which td_executor_of_run
+     * never returns.) */
 } td_executor;
 
 /* The default executor: the run's nodes as `tandem launch` child processes of tandem run. */

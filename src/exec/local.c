@@ -421,22 +421,10 @@ static int local_run(const td_exec_job *job) {
     return cli;
 }
 
-static td_status local_cancel_orphan(const td_run *run, int *cancelled, char *buf, size_t nbytes) {
-    (void)run;
-    /* The launchers die with their supervisor (their death signal): nothing is left. */
-    *cancelled = 0;
-    if (nbytes) buf[0] = '\0';
-    return TD_OK;
-}
-
-static char *local_describe(const td_run *run) {
-    (void)run;
-    return NULL;
-}
-
+/* No cancel_orphan or describe: the launchers die with their supervisor (their death signal),
+ * so nothing is left to cancel, and td_executor_of_run never answers local (it leaves no mark in
+ * the run directory). */
 const td_executor td_executor_local = {
     .name = "local",
     .run = local_run,
-    .cancel_orphan = local_cancel_orphan,
-    .describe = local_describe,
 };

@@ -221,8 +221,8 @@ td__sup_acts td__sup_exited(td__sup_machine *m, const td__sup_exit *e, double no
     m->node_restarts += m->attempt_node_restarts;
     m->attempt_node_restarts = 0;
     a.todo |= TD__SUP_DO_RESTARTS;
-    bool failed = m->failing || (e->code != 0 && e->code != 143) ||
-                  (e->code == 143 && !m->stop.active && m->failing);
+    /* 143 without a lost node is the workers' checkpoint (a stop or a preemption): no failure */
+    bool failed = m->failing || (e->code != 0 && e->code != 143);
     if (failed && !m->stop.active && m->restarts < m->max_restarts) {
         m->restarts++;
         double pause = m->backoff_s;

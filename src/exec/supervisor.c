@@ -31,10 +31,6 @@ td_loop *td__sup_loop(td__sup *s) {
     return s->loop;
 }
 
-const td_exec_job *td__sup_job(const td__sup *s) {
-    return s->job;
-}
-
 void td__sup_say(td__sup *s, const char *fmt, ...) {
     if (s->carrier->ops->before_say) s->carrier->ops->before_say(s->carrier);
     va_list ap;

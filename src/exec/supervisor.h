@@ -149,7 +149,6 @@ int td__supervise(const td_exec_job *job, td__carrier *c, int max_restarts, doub
                   const char *success_note, double t0);
 
 td_loop *td__sup_loop(td__sup *s);
-const td_exec_job *td__sup_job(const td__sup *s);
 /* The carrier's news. */
 void td__sup_running_now(td__sup *s);
 void td__sup_node_lost(td__sup *s, int node, const char *why);
@@ -157,9 +156,5 @@ void td__sup_restarts_seen(td__sup *s, int node_restarts);
 void td__sup_attempt_over(td__sup *s, const td__sup_exit *e);
 /* A progress line ("tandem: ..."). */
 void td__sup_say(td__sup *s, const char *fmt, ...) TD_PRINTF(2, 3);
-
-/* The carriers. */
-td__carrier *td__carrier_local_new(const td_exec_job *job);
-void td__carrier_local_free(td__carrier *c);
 
 #endif /* TANDEM_EXEC_SUPERVISOR_H */

@@ -11,6 +11,10 @@
 #include "tandem/launch.h"
 #include "tandem/os.h"
 
+/* Writes all of buf to fd, retrying short writes and waiting out a full non-blocking stream.
+ * 0, or the errno of the failed write (the caller decides what a failure means). */
+int td__write_all(int fd, const char *buf, size_t nbytes);
+
 /* The node's setup commands (td_launch_options.node_setup, node_setup.c), before it joins the
  * group. *stopped: a stop signal ended them (*exit_code 143, or 130 for SIGINT). An error: a
  * command failed (the message names it, its exit code and its log) or could not run. */

@@ -35,14 +35,9 @@ typedef struct {
     td_sigwatch *sigs;
 } setup_cmd;
 
+/* A full disk or a closed stderr must not stop the setup: write errors are not fatal here. */
 static void write_all(int fd, const char *s, size_t n) {
-    while (fd >= 0 && n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return; /* a full disk or a closed stderr must not stop the setup */
-        s += w;
-        n -= (size_t)w;
-    }
+    if (fd >= 0) (void)td__write_all(fd, s, n);
 }
 
 /* One line (or a full buffer) of the command's output, to our stderr with the prefix. */

@@ -23,7 +23,7 @@ bool td__status_ok(int status) {
  * caller decides what a failure means (a closed stdout is ignored on purpose, the agent must
  * keep supervising its workers even when nobody reads their output; a log file that cannot be
  * written is reported). */
-static int write_all(int fd, const char *buf, size_t nbytes) {
+int td__write_all(int fd, const char *buf, size_t nbytes) {
     while (nbytes > 0) {
         ssize_t k = write(fd, buf, nbytes);
         if (k < 0) {
@@ -64,9 +64,9 @@ static void emit(td__worker *w, td__stream *s, const char *text, size_t len, cha
     memcpy(out, w->prefix, plen);
     memcpy(out + plen, text, len);
     out[plen + len] = end;
-    write_all(s->out_fd, out, plen + len + 1);
+    td__write_all(s->out_fd, out, plen + len + 1);
     if (log && w->log_fd >= 0) {
-        int err = write_all(w->log_fd, out + plen, len + 1);
+        int err = td__write_all(w->log_fd, out + plen, len + 1);
         if (err) log_failed(w, err);
     }
     if (out != stackbuf) free(out);
@@ -252,7 +252,7 @@ static td_status open_log(const char *log_dir, int rank, int restart_count, int 
     if (restart_count > 0) {
         char marker[64];
         int n = snprintf(marker, sizeof marker, "--- restart %d ---\n", restart_count);
-        int err = write_all(*fd, marker, (size_t)n);
+        int err = td__write_all(*fd, marker, (size_t)n);
         if (err) {
             errno = err;
             return td_error_errno(TD_ERR_IO, "cannot write worker log %s (--log-dir)", path);
