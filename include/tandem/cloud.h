@@ -80,6 +80,66 @@ void td_aws_creds_free(td_aws_creds *c);
  * Writes a newly allocated string; TD_ERR_NOTFOUND with the fix when none is set. */
 td_status td_aws_region_load(const char *profile, char **region_out) TD_NODISCARD;
 
+/* ---- the instance metadata service (IMDSv2), the one client of it in tandem ----
+ * Used for the instance role's credentials and by the node agent's spot watch
+ * (TANDEM_SPOT_WATCH). Every request carries a session token, fetched with
+ * `PUT /latest/api/token` (X-aws-ec2-metadata-token-ttl-seconds) and fetched again shortly
+ * before its TTL ends or when the service answers 401 (it restarted); IMDSv1 is never used.
+ * The endpoint: opts->endpoint, else AWS_EC2_METADATA_SERVICE_ENDPOINT, else
+ * http://169.254.169.254. Short timeouts (1 s to connect, 2 s per request: the AWS tools' own),
+ * never a proxy. It does not read AWS_EC2_METADATA_DISABLED: the caller decides. One client per
+ * thread, but td_imds_cancel may be called from any thread. */
+typedef struct td_imds td_imds_t;
+
+typedef struct td_imds_opts {
+    const char *endpoint; /* "http://host[:port]"; NULL: the variable, else 169.254.169.254 */
+    int token_ttl_s;      /* the session token's TTL, 1..21600; 0: 21600 */
+} td_imds_opts;
+
+/* opts may be NULL. TD_ERR_INVALID for an endpoint that is not http://host[:port]. */
+td_status td_imds_new(const td_imds_opts *opts, td_imds_t **out) TD_NODISCARD;
+/* Wipes the token and frees. */
+void td_imds_free(td_imds_t *c);
+/* "http://169.254.169.254" or the override, without a trailing slash. */
+const char *td_imds_endpoint(const td_imds_t *c);
+/* GET path ("latest/meta-data/instance-id"; a leading '/' is optional). TD_OK with
+ * *http_status_out 200 and the body (allocated, NUL-terminated; body_out may be NULL), or TD_OK
+ * with 404 and *body_out NULL: a path that does not exist (yet) is an answer, not an error.
+ * Anything else is an error naming the URL: no answer (*http_status_out 0: TD_ERR_PEER, or
+ * TD_ERR_TIMEOUT), a refused token or request (TD_ERR_AUTH, with its status), another status
+ * (TD_ERR_PEER). TD_ERR_INTERRUPTED after td_imds_cancel. */
+td_status td_imds_get(td_imds_t *c, const char *path, char **body_out,
+                      int *http_status_out) TD_NODISCARD;
+/* Makes the call in flight, and every later one, end at once with TD_ERR_INTERRUPTED: a thread
+ * that stops another blocked in td_imds_get does not wait out its timeouts. */
+void td_imds_cancel(td_imds_t *c);
+
+/* ---- spot interruptions, as IMDS announces them ----
+ * TD_IMDS_SPOT_ACTION answers 404 until EC2 decides to interrupt a spot instance, then
+ * {"action": "terminate" | "stop" | "hibernate", "time": "2026-11-26T15:32:00Z"} (about two
+ * minutes ahead); TD_IMDS_REBALANCE answers 404 until the instance is at elevated risk of
+ * interruption, then {"noticeTime": "2026-11-26T15:30:00Z"}. */
+#define TD_IMDS_SPOT_ACTION "latest/meta-data/spot/instance-action"
+#define TD_IMDS_REBALANCE   "latest/meta-data/events/recommendations/rebalance"
+
+typedef struct td_spot_notice {
+    char action[16];    /* "terminate", "stop", "hibernate"; "rebalance" for a recommendation */
+    char time[40];      /* as IMDS wrote it */
+    double time_wall_s; /* the same in epoch seconds; 0 when it does not parse */
+} td_spot_notice;
+
+/* Parsers of those two documents (pure). TD_ERR_FORMAT, naming the field, otherwise. */
+td_status td_spot_action_parse(const char *json, td_spot_notice *out) TD_NODISCARD;
+td_status td_spot_rebalance_parse(const char *json, td_spot_notice *out) TD_NODISCARD;
+
+/* Whether region is one of the AWS regions tandem knows (the commercial ones as of late 2026).
+ * Regions are added over time, so an unknown one is not refused: a caller whose first call
+ * fails names it as the likely cause (a region that does not exist fails as a network error on
+ * AWS, its endpoint having no address). */
+int td_aws_region_known(const char *region);
+/* The known regions, comma-separated, for messages. */
+const char *td_aws_regions_list(void);
+
 /* ---- SigV4, a pure function of its inputs ----
  * path: the URI path exactly as sent (already percent-encoded, not encoded again: S3's rule,
  * and EC2's path is "/"); query: the query string as sent ("a=b&c" or ""), pairs sorted here;
@@ -177,6 +237,11 @@ const char *td_aws_endpoint(const td_aws_t *aws, const char *service);
 const td_aws_error *td_aws_last_error(const td_aws_t *aws);
 
 /* ---- EC2 (Query API, Version=2016-11-15) ---- */
+/* The tags tandem puts on what it creates (td_ec2_instance reads them back): the run's id, the
+ * project's absolute directory, the node's index. */
+#define TD_EC2_TAG_RUN     "tandem:run"
+#define TD_EC2_TAG_PROJECT "tandem:project"
+#define TD_EC2_TAG_NODE    "tandem:node"
 typedef struct td_ec2_tag {
     const char *key;
     const char *value;
@@ -215,6 +280,9 @@ typedef struct td_ec2_instance {
     char launch_time[40];
     char state_reason[256]; /* "Server.SpotInstanceTermination: ...", "" when none */
     char run_id[96];        /* its tandem:run tag, "" when none */
+    char subnet_id[48];
+    char project[1024]; /* its tandem:project tag (the project's absolute path), "" when none */
+    int node;           /* its tandem:node tag, -1 when none */
 } td_ec2_instance;
 
 typedef struct td_ec2_instances {
@@ -230,6 +298,10 @@ td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *spec,
 td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int nids,
                                     const char *run_id, const char *state,
                                     td_ec2_instances *out) TD_NODISCARD;
+/* Every instance carrying a tandem:run tag (any value) in one of the states (instance-state-name;
+ * nstates 0: all): what `tandem gc` sweeps. Follows NextToken. */
+td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
+                                 td_ec2_instances *out) TD_NODISCARD;
 /* out (may be NULL): each instance's id and new state. */
 td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,
                                      td_ec2_instances *out) TD_NODISCARD;

@@ -182,7 +182,9 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
       "launch: fail or restart a group whose collectives are stuck this long (0 = never)")         \
     X(GPU_REDUCE, "auto",                                                                          \
       "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")   \
-    X(UI_TOKEN, "", "tandem ui: a fixed access token (empty: a new random one each start)")
+    X(UI_TOKEN, "", "tandem ui: a fixed access token (empty: a new random one each start)")        \
+    X(SPOT_WATCH_PERIOD, "2",                                                                      \
+      "launch with TANDEM_SPOT_WATCH=1: seconds between two looks at the instance metadata")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,
@@ -236,10 +238,15 @@ void td_env_print(FILE *out);
     X(TANDEM_PROJECT_DIR, "run", "the project (workflow) directory the run was started from")      \
     X(TANDEM_CHECKPOINT_DIR, "run", "where tandem train keeps its checkpoints")                    \
     X(TANDEM_RESUME, "run", "1: resume from the newest checkpoint in TANDEM_CHECKPOINT_DIR")       \
+    X(TANDEM_CHECKPOINT_URL, "run",                                                                \
+      "s3://BUCKET/PREFIX: node 0's agent mirrors TANDEM_CHECKPOINT_DIR there (docs/cloud.md)")    \
     X(TANDEM_PROGRESS, "run", "1: a person watches; rank 0 draws a progress bar")                  \
     X(TANDEM_SYS_METRICS, "run",                                                                   \
       "the node agent writes its workers' CPU/RSS/GPU to --metrics-dir/sys-HOST.jsonl, steps in "  \
       "seconds since this wall time (the run's creation): set by the Slurm and ssh executors")     \
+    X(TANDEM_SPOT_WATCH, "aws executor",                                                           \
+      "1: the node agent watches IMDSv2 for spot interruption notices; on one its workers "        \
+      "checkpoint and stop (docs/launch.md, \"Spot interruptions\")")                              \
     X(TANDEM_PARAM_, "run", "TANDEM_PARAM_<KEY>: each workflow param, KEY upper-cased")
 
 typedef enum {

@@ -78,6 +78,42 @@ void td_ssh_hosts_free(char **hosts, size_t count);
  * spaces or a shell metacharacter, or a bad port. */
 td_status td_ssh_host_check(const char *what, const char *host);
 
+/* ---- aws's part of a workflow (`aws:` in a workflow file; docs/cloud.md) ----
+ * The instances the aws executor creates for a run, one per node, and how it reaches them. */
+typedef struct td_aws_tag_kv {
+    char *key, *value;
+} td_aws_tag_kv;
+
+typedef struct td_aws_options {
+    char *region;          /* NULL: AWS_REGION, AWS_DEFAULT_REGION, the profile's */
+    char *profile;         /* NULL: AWS_PROFILE, else default */
+    char **instance_types; /* tried in order on capacity errors; [0] is instance_type */
+    size_t ninstance_types;
+    char *image;    /* AMI id (ami-...) */
+    char *key_name; /* the EC2 key pair the instances get */
+    char *ssh_key;  /* the private key of key_name, on this machine (ssh -i) */
+    char *user;     /* the image's login user; NULL: "ubuntu" */
+    char **subnets; /* tried in order on capacity errors; NULL: the default VPC's */
+    size_t nsubnets;
+    char **security_groups; /* ids (sg-...) */
+    size_t nsecurity_groups;
+    int spot;               /* 1: spot instances */
+    char *max_price;        /* spot: USD per hour; NULL: up to the on-demand price */
+    int fallback_on_demand; /* spot refused everywhere: on demand */
+    int volume_gb;          /* root volume; 0: the image's */
+    char *root_device;      /* NULL: /dev/sda1 (Ubuntu, Debian); Amazon Linux: /dev/xvda */
+    char *iam_instance_profile;
+    td_aws_tag_kv *tags; /* more tags on the instances */
+    size_t ntags;
+    char *work_dir;     /* on the instances; NULL: ~/.tandem-runs */
+    char *tandem;       /* tandem on the instances; NULL: this tandem's path */
+    int public_address; /* reach the instances at their public address (default: public when
+                           they have one, else private); -1 private, 1 public, 0 auto */
+} td_aws_options;
+
+void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src);
+void td_aws_options_clear(td_aws_options *o);
+
 /* ---- a job, as `tandem run` hands it to an executor ---- */
 typedef struct td_exec_job {
     td_rundb *store;
@@ -92,19 +128,68 @@ typedef struct td_exec_job {
     double max_duration_s;  /* 0: no limit; exceeded: stopped */
     const char *const *artifacts; /* globs relative to work_dir, collected at the end */
     size_t nartifacts;
+    const char *artifacts_to;      /* NULL, or s3://B/P: the collected ones go to B/P/RUN_ID/NAME */
     const char *const *node_setup; /* run by each node's launcher before its workers */
     size_t nnode_setup;
     int resuming;      /* tandem run --resume: the workers get TANDEM_RESUME=1 */
     int base_restarts; /* restarts recorded before this job: the scheduler's count adds to it */
     const td_slurm_options *slurm; /* executor slurm */
     const td_ssh_options *ssh;     /* executor ssh */
+    const td_aws_options *aws;     /* executor aws */
     const char *project_dir;       /* the project (the code an ssh executor copies) */
     td_sigwatch *sigs; /* the supervisor's stop signals (SIGINT, SIGTERM, SIGHUP; SIGCHLD) */
     int stop_signal;   /* a stop signal tandem run read before handing over (0: none) */
     FILE *out;         /* progress lines */
     int quiet_output;  /* detached: the job's output is not copied to a terminal */
     int term_tty;      /* our stderr is a terminal the workers' progress bars are drawn on */
+    /* The job's secrets: NULL-terminated "NAME=VALUE" strings (td_exec_secrets below) that reach
+     * the workers' and the node agents' environment and nothing else; never part of env. */
+    char *const *secrets;
 } td_exec_job;
+
+/* ---- secrets: values the workers need that are written nowhere ----
+ * Every executor puts a job's secrets into the environment of its node agents (an S3 client in
+ * an agent reads AWS_* there) and so of their workers, and never into a command line, a file
+ * (batch script, run directory, run record), a log it writes or a progress line:
+ *   local  the launchers' environment, which the workers inherit;
+ *   ssh    a "secret NAME HEX" line each (the value's bytes as hex) in the agent's stdin
+ *          opening, before "go"; the agent sets it in its own environment (launch.h);
+ *   slurm  sbatch's environment, passed on to the job with --export=ALL as the token is (also
+ *          with slurm: work_dir); the batch script only checks, by name, that each arrived.
+ * A workflow's `secrets: [NAME, ...]` fill the list from tandem run's own environment
+ * (td_workflow_run refuses an unset one before anything starts). Other parts add implicit ones
+ * before the job is handed over, the same way: the aws executor and S3 checkpoints forward the
+ * AWS credentials with td_exec_secrets_add_aws (what is set in our environment) or
+ * td_exec_secrets_set (credentials resolved from a profile or an instance role). A carrier that
+ * needs more than its job has may copy the job and point .secrets at a longer list. A secret's
+ * name wins over the same name in env. What a worker does with its environment (printing it to
+ * a log) is its own business. */
+#define TD_EXEC_SECRET_MAX_BYTES 8192 /* a value's length; the ssh opening line carries 2x */
+
+typedef struct td_exec_secrets {
+    char **v; /* "NAME=VALUE", NULL-terminated (v is NULL while count is 0) */
+    size_t count;
+} td_exec_secrets;
+
+/* Whether name can be a secret: a shell variable name ([A-Za-z_][A-Za-z0-9_]*), 128 bytes at
+ * most, and none of tandem's own (TANDEM_*, PATH), which tandem sets for the workers. */
+bool td_exec_secret_name_ok(const char *name);
+/* Adds name=value, replacing an earlier value of the same name. TD_ERR_INVALID naming the secret
+ * (never the value) when the name is not td_exec_secret_name_ok or the value is longer than
+ * TD_EXEC_SECRET_MAX_BYTES. */
+td_status td_exec_secrets_set(td_exec_secrets *s, const char *name, const char *value);
+/* The AWS variables an agent's or a worker's AWS client reads (AWS_ACCESS_KEY_ID,
+ * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL,
+ * AWS_ENDPOINT_URL_S3),
+ * NULL-terminated. */
+extern const char *const td_exec_aws_secret_names[];
+/* Adds each of td_exec_aws_secret_names that is set (non-empty) in our environment; returns
+ * how many. */
+size_t td_exec_secrets_add_aws(td_exec_secrets *s);
+/* Zeroes the values and frees. */
+void td_exec_secrets_free(td_exec_secrets *s);
+/* The value of name in a job's secrets, or NULL when it is not one. */
+const char *td_exec_secret_value(char *const *secrets, const char *name);
 
 typedef struct td_executor {
     const char *name;
@@ -195,6 +280,81 @@ char *td_exec_end_record_path(const td_run *run, int node);
 td_status td_exec_end_records_reset(const td_run *run, int nodes);
 void td_exec_end_records_read(const td_run *run, int nodes, const int *launch_codes,
                               td_exec_end_summary *out);
+
+/* ---- the cloud instances a run used: RUN/instances.json (executor aws) ----
+ * The aws executor records every instance it creates for a run, and rewrites the file
+ * atomically at each change (launched, interrupted, replaced, terminated); tandem gc and the
+ * orphan check of tandem stop/ps/run add their ends. docs/cloud.md has the format. */
+typedef struct td_run_instance {
+    char id[32]; /* "i-0abc..." */
+    int node;    /* -1: unknown */
+    char type[48];
+    char market[16]; /* "spot" or "on-demand" */
+    char subnet[48];
+    char zone[48];
+    double launched_s; /* epoch seconds; 0: unknown */
+    double ended_s;    /* 0 while it lives (null in the file) */
+    char *end;         /* how it ended ("interrupted (...)", "terminated by tandem gc", ...) */
+    char replaces[32]; /* the instance it replaced, "" for none */
+    char state[24];    /* EC2's state when last seen: pending running ... terminated */
+} td_run_instance;
+
+typedef struct td_run_instances {
+    char provider[16]; /* "aws" */
+    char region[48];
+    td_run_instance *items;
+    size_t count;
+} td_run_instances;
+
+/* Reads RUN/instances.json of the run directory run_dir. TD_ERR_NOTFOUND when the run has none
+ * (not an aws run), TD_ERR_FORMAT naming the file and the field when it is malformed. */
+td_status td_run_instances_read(const char *run_dir, td_run_instances *out);
+void td_run_instances_clear(td_run_instances *r);
+/* Not ended: no ended_s, and a state other than shutting-down/terminated. */
+int td_run_instance_live(const td_run_instance *in);
+/* Its lifetime in seconds (ended, else now_s, minus launched; 0 when the launch is unknown), and
+ * its instance-hours (lifetime / 3600); the run's total instance-hours. */
+double td_run_instance_lifetime_s(const td_run_instance *in, double now_s);
+double td_run_instances_hours(const td_run_instances *r, double now_s);
+
+/* ---- tandem gc: instances nobody will terminate ----
+ * Every instance of the region tagged tandem:run, pending, running, stopping or stopped: one of
+ * this project's runs (its tandem:project tag is this project, or, untagged, its run is in this
+ * store) whose supervisor is gone (nobody holds RUN/lock) is terminated and its end recorded in
+ * RUN/instances.json ("terminated by tandem gc"); a live run's are left; another project's or an
+ * unknown run's are listed and left unless `all` (then terminated, except a run known to be
+ * live on this machine). One line per instance to out. */
+typedef struct td_gc_opts {
+    const char *region; /* NULL: td_aws_region_load's (AWS_REGION, ...) */
+    int dry_run;        /* say what would be done, change nothing */
+    int all;            /* also another project's and unknown runs' instances */
+    FILE *out;          /* NULL: stdout */
+} td_gc_opts;
+
+typedef struct td_gc_counts {
+    int seen, terminated, left, failed;
+} td_gc_counts;
+
+/* TD_OK when every instance it meant to terminate was; an error (credentials, region, a failed
+ * call: the cloud layer's message) otherwise. counts may be NULL. */
+td_status td_gc_instances(td_rundb *store, const td_gc_opts *opts, td_gc_counts *counts);
+
+/* The cheap check of tandem run and tandem ps: only for runs whose RUN/instances.json lists an
+ * instance still alive and whose supervisor is gone, terminates that run's instances (as
+ * tandem stop does) and prints a line per instance terminated to out. Makes no AWS call (no
+ * network) otherwise. Failures are warnings (one line each, with the fix); *nterminated (may be
+ * NULL) counts the instances terminated. */
+void td_gc_orphans(td_rundb *store, FILE *out, int *nterminated);
+
+/* ---- artifacts in S3 (artifacts_s3.c; artifacts: {to: s3://B/P}) ----
+ * Uploads each artifact recorded for the run (td_artifacts_list) to s3://B/P/RUN_ID/NAME with
+ * its SHA-256, and writes RUN/artifacts-s3.json (TD_RUN_PATH_ARTIFACTS_S3): where each went,
+ * its size and sha256. A failure names the object and the fix; what was uploaded is recorded. */
+td_status td_artifacts_s3_upload(td_rundb *store, const td_run *run, const char *to, FILE *out);
+/* The S3 copy of one artifact, by the record above: downloads s3://.../NAME to dest, checked
+ * against the recorded sha256 (nothing is left at dest on a mismatch). TD_ERR_NOTFOUND when the
+ * run has no record or the record no such name. */
+td_status td_artifacts_s3_download(const td_run *run, const char *name, const char *dest);
 
 #ifdef __cplusplus
 }

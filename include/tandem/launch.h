@@ -56,7 +56,11 @@ typedef struct {
     /* How many other node agents the executor knows are gone (it saw their connection end):
      * the store host's exit barrier stops waiting for them. NULL: none known. */
     int (*lost_nodes)(void *user);
-    void *executor_link; /* the user of both (a td_agent_link) */
+    /* Tells the supervisor a fact as a mirror note ("interrupted", "terminate 2026-...Z": the
+     * spot watch, TANDEM_SPOT_WATCH), from the agent's thread (td_agent_link_note). NULL:
+     * nobody listens. */
+    void (*on_note)(void *user, const char *key, const char *value);
+    void *executor_link; /* the user of these (a td_agent_link) */
     /* The caller's periodic work, every tick_period_s seconds (> 0) on the agent's event loop:
      * in its thread, between its own callbacks, so it must be short. It runs from the first
      * workers' start to the end, restarts and their waits included (not while the agents meet:
@@ -89,6 +93,9 @@ td_status td_launch_run(const td_launch_options *opts, int *exit_code);
  * reads each agent's stdout as a mirror stream (tandem/mirror.h) carrying the rank logs and
  * metric files this agent writes under --log-dir and --metrics-dir, and writes to its stdin:
  *   token HEX            first (optional): TANDEM_TOKEN, kept off command lines and out of ps
+ *   secret NAME HEX      a secret of the job (exec.h), HEX its value's bytes: set in the agent's
+ *                        environment and so its workers'; a malformed one is refused, naming
+ *                        NAME only
  *   have NAME SIZE       what the supervisor's copies hold already (its manifest), then
  *   go                   start
  *   stop                 later, any time: as a SIGTERM to this agent (workers checkpoint)
@@ -119,6 +126,8 @@ td_status td_agent_link_connect(const char *endpoint, int node, const char *log_
                                 const char *metrics_dir, td_agent_link **out);
 /* A td_launch_options.on_store for the link: tells the supervisor "store_port PORT". */
 void td_agent_link_store_port(void *link, int port);
+/* A td_launch_options.on_note for the link: "tdm note KEY VALUE" on its stream. */
+void td_agent_link_note(void *link, const char *key, const char *value);
 /* A td_launch_options.lost_nodes for the link: the "lost NODE" lines the supervisor sent. */
 int td_agent_link_lost_nodes(void *link);
 /* The agent's end record (endrec.h) at path: sent whole as NAME ("end/node-N.json") as the link

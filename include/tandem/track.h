@@ -84,6 +84,7 @@ typedef struct td_run {
     X(SUPERVISOR_LOG, "logs/supervisor.log", "a detached supervisor's output")                     \
     X(METRICS, "metrics", "rank-N.jsonl per worker, system-*.jsonl per node; ingested")            \
     X(ARTIFACTS, "artifacts", "the declared outputs, copied at the end")                           \
+    X(ARTIFACTS_S3, "artifacts-s3.json", "artifacts: {to: s3://...}: where each one was uploaded") \
     X(CHECKPOINTS, "checkpoints", "the trainer's checkpoints (TANDEM_CHECKPOINT_DIR)")             \
     X(WORK, "work", "the commands' working directory: the project's entries linked in")            \
     X(END, "end", "end/node-N.json: how each node's launcher ended (endrec.h)")                    \
@@ -91,7 +92,8 @@ typedef struct td_run {
     X(CODE_TAR, "code.tar", "the run's code, sent to nodes without a shared file system")          \
     X(SLURM_SCRIPT, "job.sbatch", "the Slurm executor's batch script")                             \
     X(SLURM_JOB, "slurm-job", "the Slurm job's id, and `ended STATE` once seen to end")            \
-    X(SSH_HOSTS, "ssh-hosts", "the ssh executor's hosts, one per node")
+    X(SSH_HOSTS, "ssh-hosts", "the ssh executor's hosts, one per node")                            \
+    X(INSTANCES, "instances.json", "the aws executor's instances: type, market, lifetime, end")
 
 #define TD__RUN_PATH_ID(id, name, doc) TD_RUN_PATH_##id,
 typedef enum { TD_RUN_LAYOUT(TD__RUN_PATH_ID) TD_RUN_PATH_COUNT } td_run_path_id;

@@ -46,21 +46,30 @@ typedef struct td_workflow {
     int nodes, nproc_per_node; /* default 1 */
     td_kv *env;
     size_t nenv;
+    /* `secrets: [NAME, ...]`: variables whose values tandem run takes from its own environment
+     * and passes to the workers without writing them anywhere (exec.h, td_exec_secrets) */
+    char **secrets;
+    size_t nsecrets;
     td_kv *params; /* in file order; values as written */
     size_t nparams;
     char **artifacts; /* paths or globs relative to the working directory */
     size_t nartifacts;
-    char *checkpoint_dir;  /* NULL = <run_dir>/checkpoints */
+    char *artifacts_to;    /* artifacts: {to: s3://B/P}: also uploaded to s3://B/P/RUN_ID/NAME */
+    char *checkpoint_dir;  /* NULL = <run_dir>/checkpoints; s3://B/P: <run_dir>/checkpoints,
+                            * mirrored by node 0's agent to s3://B/P/RUN_ID (docs/cloud.md) */
     char *workdir;         /* NULL = the project directory */
     int max_restarts;      /* default 0 */
     double max_duration_s; /* 0 = no limit */
     int line;              /* where the entry starts in the file (1-based) */
+    char *file;            /* the file it came from, for messages; NULL: not from a file */
     char *executor;        /* NULL: the local one (`executor: local`); else a name that
                             * td_executor_find knows ("slurm", "ssh") */
     /* `slurm:` (executor slurm) */
     td_slurm_options slurm;
     /* `ssh:` (executor ssh); nodes is the number of hosts */
     td_ssh_options ssh;
+    /* `aws:` (executor aws); nodes is the number of instances */
+    td_aws_options aws;
 } td_workflow;
 
 typedef struct td_workflow_file {
@@ -92,6 +101,13 @@ td_status td_parse_duration(const char *what, const char *text, double *seconds_
 td_status td_workflow_script(const td_workflow *w, char **out);
 /* Params as a JSON object (numbers stay numbers, other values strings). Caller frees. */
 char *td_workflow_params_json(const td_workflow *w);
+
+/* The job's secrets for w (exec.h): each name of its secrets: with its value from our own
+ * environment, and, for a workflow that reaches AWS (executor: aws, or a checkpoint_dir in
+ * s3://), the AWS_* variables set here (td_exec_secrets_add_aws), which the agents' S3 client
+ * and the workers need. TD_ERR_INVALID naming the secret and the workflow file, before anything
+ * has started, when one is not set. Free with td_exec_secrets_free. td_workflow_run calls it. */
+td_status td_workflow_secrets(const td_workflow *w, td_exec_secrets *out);
 
 /* ---- the executor ---- */
 typedef struct td_run_options {

@@ -82,7 +82,10 @@ void td__query_add(char **q, const char *key, const char *value);
 void td__query_addf(char **q, const char *key, const char *fmt, ...) TD_PRINTF(3, 4);
 /* Base64 (standard alphabet, padded), allocated. */
 char *td__base64(const void *buf, size_t nbytes);
-/* The IMDSv2 credentials of the instance role (creds.c). */
+/* libcurl's global initialisation, once per process whichever thread comes first: curl_easy_init
+ * would do it implicitly, but not thread-safely (http.c). */
+td_status td__curl_global_init(void);
+/* The IMDSv2 credentials of the instance role (creds.c, through imds.c's client). */
 td_status td__imds_creds(td_aws_creds *out);
 /* An INI file's value: section exactly as written between brackets. 1 found, 0 not, <0 error. */
 int td__ini_get(const char *path, const char *section, const char *key, char **value_out);

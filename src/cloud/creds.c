@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "cloud/cloud_internal.h"
@@ -305,65 +304,7 @@ td_status td_aws_region_load(const char *profile_arg, char **region_out) {
     return st;
 }
 
-/* ---- IMDSv2: PUT /latest/api/token, then the role's credentials ---- */
-
-typedef struct {
-    char *buf;
-    size_t n;
-} membuf;
-
-static size_t mem_write(char *p, size_t size, size_t nmemb, void *ud) {
-    membuf *m = ud;
-    size_t n = size * nmemb;
-    if (m->n + n > (1 << 20)) return 0; /* IMDS answers are small */
-    m->buf = td_xrealloc(m->buf, m->n + n + 1);
-    memcpy(m->buf + m->n, p, n);
-    m->n += n;
-    m->buf[m->n] = '\0';
-    return n;
-}
-
-static td_status imds_call(const char *base, const char *method, const char *path,
-                           const char *token, membuf *body) {
-    CURL *c = curl_easy_init();
-    if (!c) return td_error(TD_ERR_NOMEM, "libcurl: cannot create a handle");
-    char *url = td_xasprintf("%s%s", base, path);
-    struct curl_slist *h = NULL;
-    char *hdr = token ? td_xasprintf("X-aws-ec2-metadata-token: %s", token)
-                      : td_xstrdup("X-aws-ec2-metadata-token-ttl-seconds: 21600");
-    h = curl_slist_append(h, hdr);
-    body->buf = NULL;
-    body->n = 0;
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L); /* the AWS tools' 1 s */
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* the link-local service is never proxied */
-    CURLcode cc = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    td_status st = TD_OK;
-    if (cc != CURLE_OK)
-        st = td_error(TD_ERR_PEER, "%s %s: %s", method, url, curl_easy_strerror(cc));
-    else if (status != 200)
-        st = td_error(TD_ERR_PEER, "%s %s: HTTP %ld", method, url, status);
-    curl_slist_free_all(h);
-    memset(hdr, 0, strlen(hdr));
-    free(hdr);
-    free(url);
-    curl_easy_cleanup(c);
-    if (st != TD_OK) {
-        free(body->buf);
-        body->buf = NULL;
-    } else if (!body->buf) {
-        body->buf = td_xstrdup("");
-    }
-    return st;
-}
+/* ---- the instance role, through the IMDSv2 client (imds.c) ---- */
 
 static double parse_iso8601(const char *s) {
     struct tm tm;
@@ -375,27 +316,29 @@ static double parse_iso8601(const char *s) {
 
 td_status td__imds_creds(td_aws_creds *out) {
     creds_clear(out);
-    const char *ep = td_aws_env_get(TD_AWS_ENV_AWS_EC2_METADATA_SERVICE_ENDPOINT);
-    char *base = td_xstrdup(ep ? ep : "http://169.254.169.254");
-    size_t bl = strlen(base);
-    while (bl && base[bl - 1] == '/') base[--bl] = '\0';
-    membuf token = {0}, role = {0}, doc = {0};
+    td_imds_t *c = NULL;
+    char *role = NULL, *doc = NULL, *path = NULL;
     json_t *j = NULL;
-    td_status st = imds_call(base, "PUT", "/latest/api/token", NULL, &token);
+    int status = 0;
+    td_status st = td_imds_new(NULL, &c);
+    if (st != TD_OK) return st;
+    const char *base = td_imds_endpoint(c);
+    st = td_imds_get(c, "latest/meta-data/iam/security-credentials/", &role, &status);
     if (st != TD_OK) goto out;
-    st = imds_call(base, "GET", "/latest/meta-data/iam/security-credentials/", token.buf, &role);
-    if (st != TD_OK) goto out;
-    char *name = role.buf;
-    name[strcspn(name, "\r\n")] = '\0';
-    if (!*name) {
-        st = td_error(TD_ERR_NOTFOUND, "%s: the instance has no IAM role", base);
+    char *name = role; /* NULL: 404, no role */
+    if (name) name[strcspn(name, "\r\n")] = '\0';
+    if (!name || !*name) {
+        st = td_error(TD_ERR_NOTFOUND,
+                      "%s: the instance has no IAM role (attach an instance profile to it)", base);
         goto out;
     }
-    char *path = td_xasprintf("/latest/meta-data/iam/security-credentials/%s", name);
-    st = imds_call(base, "GET", path, token.buf, &doc);
-    free(path);
+    path = td_xasprintf("latest/meta-data/iam/security-credentials/%s", name);
+    st = td_imds_get(c, path, &doc, &status);
+    if (st == TD_OK && !doc)
+        st = td_error(TD_ERR_NOTFOUND, "%s/%s: HTTP 404 (the role's credentials are missing)", base,
+                      path);
     if (st != TD_OK) goto out;
-    j = json_loadb(doc.buf, doc.n, 0, NULL);
+    j = json_loads(doc, 0, NULL);
     const char *code = j ? json_string_value(json_object_get(j, "Code")) : NULL;
     const char *id = j ? json_string_value(json_object_get(j, "AccessKeyId")) : NULL;
     const char *secret = j ? json_string_value(json_object_get(j, "SecretAccessKey")) : NULL;
@@ -417,9 +360,31 @@ td_status td__imds_creds(td_aws_creds *out) {
              base);
 out:
     if (j) json_decref(j);
-    if (token.buf) wipe_free(token.buf);
-    free(role.buf);
-    if (doc.buf) wipe_free(doc.buf);
-    free(base);
+    free(role);
+    free(path);
+    if (doc) wipe_free(doc);
+    td_imds_free(c);
     return st;
+}
+
+/* ---- the regions ---- */
+#define TD__AWS_REGIONS                                                                            \
+    "us-east-1, us-east-2, us-west-1, us-west-2, af-south-1, ap-east-1, ap-east-2, ap-south-1, "   \
+    "ap-south-2, ap-southeast-1, ap-southeast-2, ap-southeast-3, ap-southeast-4, "                 \
+    "ap-southeast-5, ap-southeast-7, ap-northeast-1, ap-northeast-2, ap-northeast-3, "             \
+    "ca-central-1, ca-west-1, eu-central-1, eu-central-2, eu-west-1, eu-west-2, eu-west-3, "       \
+    "eu-south-1, eu-south-2, eu-north-1, il-central-1, me-south-1, me-central-1, mx-central-1, "   \
+    "sa-east-1, us-gov-east-1, us-gov-west-1, cn-north-1, cn-northwest-1"
+
+const char *td_aws_regions_list(void) {
+    return TD__AWS_REGIONS;
+}
+
+int td_aws_region_known(const char *region) {
+    size_t n = region ? strlen(region) : 0;
+    if (!n) return 0;
+    const char *all = TD__AWS_REGIONS;
+    for (const char *p = all; (p = strstr(p, region)); p += n)
+        if ((p == all || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0')) return 1;
+    return 0;
 }

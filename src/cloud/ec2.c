@@ -6,7 +6,7 @@
 #include "cloud/cloud_internal.h"
 
 #define EC2_VERSION "2016-11-15"
-#define RUN_TAG     "tandem:run"
+#define RUN_TAG     TD_EC2_TAG_RUN
 
 void td_ec2_instances_free(td_ec2_instances *l) {
     if (!l) return;
@@ -31,10 +31,23 @@ static void parse_instance(const td__xml *it, td_ec2_instance *o) {
     const char *rc = td__xml_text(it, "stateReason/code");
     const char *rm = td__xml_text(it, "stateReason/message");
     if (*rc || *rm) snprintf(o->state_reason, sizeof o->state_reason, "%s: %s", rc, rm);
+    td__xml_copy(o->subnet_id, sizeof o->subnet_id, it, "subnetId");
+    o->node = -1;
     const td__xml *tags = td__xml_child(it, "tagSet");
-    for (const td__xml *t = tags ? tags->child : NULL; t; t = t->next)
-        if (!strcmp(td__xml_text(t, "key"), RUN_TAG))
+    for (const td__xml *t = tags ? tags->child : NULL; t; t = t->next) {
+        const char *key = td__xml_text(t, "key");
+        if (!strcmp(key, RUN_TAG)) {
             td__xml_copy(o->run_id, sizeof o->run_id, t, "value");
+        } else if (!strcmp(key, TD_EC2_TAG_PROJECT)) {
+            td__xml_copy(o->project, sizeof o->project, t, "value");
+        } else if (!strcmp(key, TD_EC2_TAG_NODE)) {
+            /* Anyone may edit a tag: a value that is not a small index stays unknown. */
+            const char *v = td__xml_text(t, "value");
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*v && !*end && n >= 0 && n < 1000000) o->node = (int)n;
+        }
+    }
 }
 
 static void add_set(const td__xml *set, td_ec2_instances *out) {
@@ -229,6 +242,38 @@ td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int n
         snprintf(what, sizeof what, "(%s%s)", run_id ? "run " : "instances by id",
                  run_id ? run_id : "");
         st = ec2_call(aws, "DescribeInstances", what, q, &resp);
+        free(q);
+        if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
+        td__http_resp_free(&resp);
+    } while (st == TD_OK && next);
+    free(next);
+    if (st != TD_OK) td_ec2_instances_free(out);
+    return st;
+}
+
+td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
+                                 td_ec2_instances *out) {
+    memset(out, 0, sizeof *out);
+    char *next = NULL;
+    td_status st = TD_OK;
+    do {
+        char *q = NULL;
+        td__query_add(&q, "Filter.1.Name", "tag-key");
+        td__query_add(&q, "Filter.1.Value.1", RUN_TAG);
+        if (nstates > 0) td__query_add(&q, "Filter.2.Name", "instance-state-name");
+        for (int i = 0; i < nstates; i++) {
+            char k[40];
+            snprintf(k, sizeof k, "Filter.2.Value.%d", i + 1);
+            td__query_add(&q, k, states[i]);
+        }
+        if (next) {
+            td__query_add(&q, "NextToken", next);
+            free(next);
+            next = NULL;
+        }
+        td__query_add(&q, "MaxResults", "1000");
+        td__http_resp resp;
+        st = ec2_call(aws, "DescribeInstances", "(every instance tagged " RUN_TAG ")", q, &resp);
         free(q);
         if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
         td__http_resp_free(&resp);

@@ -176,6 +176,14 @@ static void curl_init(void) {
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+td_status td__curl_global_init(void) {
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return td_error(TD_ERR_SYS, "libcurl: global init failed: %s",
+                        curl_easy_strerror(curl_init_rc));
+    return TD_OK;
+}
+
 static char *endpoint_for(const char *service, const char *region, int *custom) {
     td_aws_env var =
         !strcmp(service, "s3") ? TD_AWS_ENV_AWS_ENDPOINT_URL_S3 : TD_AWS_ENV_AWS_ENDPOINT_URL_EC2;
@@ -206,10 +214,7 @@ td_status td_aws_new(const td_aws_opts *opts, td_aws_t **out) {
     *out = NULL;
     td_aws_opts none = {0};
     if (!opts) opts = &none;
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return td_error(TD_ERR_SYS, "libcurl: global init failed: %s",
-                        curl_easy_strerror(curl_init_rc));
+    TD_CHECK(td__curl_global_init());
     td_aws_t *a = td_xcalloc(1, sizeof *a);
     td_status st = TD_OK;
     a->profile = opts->profile ? td_xstrdup(opts->profile) : NULL;

@@ -17,7 +17,8 @@
 #include "tandem/loop.h"
 
 /* ---- the executors ---- */
-static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh};
+static const td_executor *const executors[] = {&td__executor_slurm, &td__executor_ssh,
+                                               &td__executor_aws};
 
 const td_executor *td_executor_find(const char *name) {
     for (size_t i = 0; name && i < TD_ARRAY_LEN(executors); i++)
@@ -26,12 +27,12 @@ const td_executor *td_executor_find(const char *name) {
 }
 
 const char *td_executor_names(void) {
-    return "slurm or ssh";
+    return "slurm, ssh or aws";
 }
 
 const td_executor *td_executor_of_run(const td_run *run) {
     /* Each executor leaves its mark in the run directory (Slurm its batch script, ssh its host
-     * list); the local one leaves neither. */
+     * list, aws its instances); the local one leaves none. */
     if (!run || !run->run_dir) return NULL;
     char *path = td_run_path(run->run_dir, TD_RUN_PATH_SLURM_SCRIPT);
     int slurm = access(path, F_OK) == 0;
@@ -39,7 +40,10 @@ const td_executor *td_executor_of_run(const td_run *run) {
     path = td_run_path(run->run_dir, TD_RUN_PATH_SSH_HOSTS);
     int ssh = access(path, F_OK) == 0;
     free(path);
-    return slurm ? &td__executor_slurm : ssh ? &td__executor_ssh : NULL;
+    path = td_run_path(run->run_dir, TD_RUN_PATH_INSTANCES);
+    int aws = access(path, F_OK) == 0;
+    free(path);
+    return slurm ? &td__executor_slurm : ssh ? &td__executor_ssh : aws ? &td__executor_aws : NULL;
 }
 
 /* ---- strings ---- */
@@ -344,6 +348,12 @@ int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, doubl
         } else if (copied) {
             fprintf(job->out, "tandem: %zu artifact file%s stored\n", copied,
                     copied > 1 ? "s" : "");
+        }
+        /* artifacts: {to: s3://...}: a failed upload warns; the local copies stand */
+        if (job->artifacts_to &&
+            td_artifacts_s3_upload(job->store, run, job->artifacts_to, job->out) != TD_OK) {
+            TD_LOG_WARN("artifacts: %s", td_error_msg());
+            td_error_clear();
         }
     }
     td_log_file *logs = NULL;

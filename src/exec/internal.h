@@ -35,6 +35,12 @@ td_status td__exec_capture(char *const *argv, const char *cwd, double timeout_s,
  * with wider permissions, not even half written. */
 td_status td__write_private(const char *path, const char *what, const char *text);
 
+/* The ssh opening's lines for a job's secrets (exec.h): "secret NAME HEX\n" each, HEX the
+ * value's bytes; "" for none. Free with td__exec_wipe_free. */
+char *td__exec_secret_lines(char *const *secrets);
+/* Zeroes a string that held a secret, then frees it (NULL: nothing). */
+void td__exec_wipe_free(char *s);
+
 /* "tandem: " + the line, to out (flushed): an executor's progress. */
 void td__exec_say(FILE *out, const char *fmt, ...) TD_PRINTF(2, 3);
 /* Writes everything to fd; gives up quietly when nobody reads it (supervising goes on). */
@@ -109,8 +115,26 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
  * given; NULL-terminated, caller frees each string and the array. */
 char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script);
 
+/* ---- ssh's carrier, for hosts found one by one (the aws executor's instances) ----
+ * The ssh executor's agents and supervision (ssh.c) over hosts the caller sets node by node;
+ * its soft stop's grace. */
+typedef struct td__ssh td__ssh;
+#define TD__SSH_CUT_AFTER_S 45.0
+/* A note of a node's agent other than the ones ssh reads itself ("interrupted", "rebalance"). */
+typedef void (*td__ssh_note_fn)(void *user, int node, const char *key, const char *value);
+td_status td__ssh_new(const td_exec_job *job, const td_ssh_options *opts, int nodes, td__ssh **out);
+/* Sets node's host ([user@]host[:port]) and prepares it as the ssh executor does before a run:
+ * logs in, makes the run's directory, copies the code. Blocks for seconds (ssh): call it while
+ * no attempt runs (a worker thread may). why (nbytes) says what failed. */
+td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, char *why, size_t nbytes);
+const char *td__ssh_host(const td__ssh *s, int node);
+void td__ssh_on_note(td__ssh *s, td__ssh_note_fn fn, void *user);
+struct td__carrier *td__ssh_carrier(td__ssh *s);
+void td__ssh_free(td__ssh *s);
+
 extern const td_executor td__executor_slurm;
 extern const td_executor td__executor_ssh;
+extern const td_executor td__executor_aws;
 
 /* The run's token file RUN/token (0600), made once per run: a requeued, restarted or resumed
  * job keeps it. *path_out is its path (caller frees). */

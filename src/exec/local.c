@@ -404,6 +404,12 @@ static int local_run(const td_exec_job *job) {
         lc.env[lc.nenv++] = td_xstrdup(*e);
         lc.env[lc.nenv] = NULL;
     }
+    /* The secrets: in the launchers' environment, which their workers inherit (exec.h). */
+    for (char *const *e = job->secrets; e && *e; e++) {
+        char *name = td_xasprintf("%.*s", (int)strcspn(*e, "="), *e);
+        env_set(&lc, name, strchr(*e, '=') + 1);
+        free(name);
+    }
     lc.term.tty = job->term_tty;
     lc.nodes = td_xcalloc((size_t)lc.n, sizeof *lc.nodes);
     for (int i = 0; i < lc.n; i++) lc.nodes[i].err_fd = -1;

@@ -18,7 +18,8 @@ void td__sup_init(td__sup_machine *m, const char *run_id) {
 }
 
 int td__sup_restarts(const td__sup_machine *m) {
-    return m->base_restarts + m->restarts + m->node_restarts + m->attempt_node_restarts;
+    return m->base_restarts + m->restarts + m->replacements + m->node_restarts +
+           m->attempt_node_restarts;
 }
 
 static td__sup_acts none(void) {
@@ -134,6 +135,27 @@ td__sup_acts td__sup_node_down(td__sup_machine *m, int node, const char *why, do
     return a;
 }
 
+/* A machine taken away is the cloud's doing, not the job's: SkyPilot's managed jobs and dstack
+ * recover from preemptions without spending the user's restarts on errors, and so does this
+ * (up to a bound, so that a machine type that is interrupted at once every time ends the run). A
+ * second node's notice during the same stop is the same replacement round. A user's stop wins:
+ * the workers' checkpoint then ends the run as stopped. */
+td__sup_acts td__sup_node_preempted(td__sup_machine *m, int node, const char *why, double now) {
+    (void)now;
+    td__sup_acts a = none();
+    if (m->phase != TD__SUP_STARTING && m->phase != TD__SUP_RUNNING && m->phase != TD__SUP_STOPPING)
+        return a;
+    if (m->stop.active || m->failing) return a;
+    snprintf(m->replace_why, sizeof m->replace_why, "node %d: %.480s", node,
+             why && *why ? why : "its machine is being taken away");
+    if (m->phase == TD__SUP_STOPPING) return a;
+    m->replacing = true;
+    SAY(&a, "run %s: %s; the workers checkpoint, then the run resumes on a replacement machine",
+        m->run_id, m->replace_why);
+    stop_soft(m, &a);
+    return a;
+}
+
 /* The run's outcome from the stop (if any) and how the last attempt ended. */
 static void decide(td__sup_machine *m, const td__sup_exit *e) {
     td__exec_outcome *o = &m->outcome;
@@ -221,6 +243,26 @@ td__sup_acts td__sup_exited(td__sup_machine *m, const td__sup_exit *e, double no
     m->node_restarts += m->attempt_node_restarts;
     m->attempt_node_restarts = 0;
     a.todo |= TD__SUP_DO_RESTARTS;
+    if (m->replacing && !m->stop.active) {
+        m->replacing = false;
+        if (m->replacements < TD__SUP_MAX_REPLACEMENTS) {
+            m->replacements++;
+            m->failing = false;
+            m->failure[0] = '\0';
+            SAY(&a,
+                "run %s: the workers stopped (exit code %d); replacing the machine and resuming "
+                "from the last checkpoint (replacement %d)",
+                m->run_id, e->code, m->replacements);
+            m->phase = TD__SUP_BACKOFF;
+            a.todo |= TD__SUP_DO_ARM_BACKOFF;
+            a.backoff_s = m->backoff_s;
+            return a;
+        }
+        m->failing = true;
+        snprintf(m->failure, sizeof m->failure,
+                 "%.400s; not replaced: the run's machines were taken away %d times already",
+                 m->replace_why, m->replacements);
+    }
     /* 143 without a lost node is the workers' checkpoint (a stop or a preemption): no failure */
     bool failed = m->failing || (e->code != 0 && e->code != 143);
     if (failed && !m->stop.active && m->restarts < m->max_restarts) {

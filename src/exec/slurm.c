@@ -325,12 +325,17 @@ typedef struct {
 /* The environment lines: what the job's environment adds to or removes from ours. sbatch
  * passes ours on as it is (--export=ALL, its default), so the script carries only the
  * difference, and the workers end with exactly the local executor's environment. */
-static void add_env_lines(td__buf *b, char *const *env, const node_paths *np) {
+static void add_env_lines(td__buf *b, char *const *env, char *const *secrets,
+                          const node_paths *np) {
     for (char *const *e = env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
         size_t klen = (size_t)(eq - *e);
         char *key = td_xasprintf("%.*s", (int)klen, *e);
+        if (td_exec_secret_value(secrets, key)) { /* in sbatch's environment, not here */
+            free(key);
+            continue;
+        }
         const char *old = getenv(key);
         const char *val = eq + 1;
         char *moved = NULL; /* the value with the run's directory as the nodes have it */
@@ -369,6 +374,8 @@ static void add_env_lines(td__buf *b, char *const *env, const node_paths *np) {
         size_t klen = (size_t)(eq - *e);
         int kept = 0;
         for (char *const *f = env; f && *f && !kept; f++)
+            kept = !strncmp(*f, *e, klen) && (*f)[klen] == '=';
+        for (char *const *f = secrets; f && *f && !kept; f++)
             kept = !strncmp(*f, *e, klen) && (*f)[klen] == '=';
         if (!kept && shell_name(*e, klen)) td__buf_addf(b, "unset %.*s\n", (int)klen, *e);
     }
@@ -423,7 +430,8 @@ static void script_directives(td__buf *b, const td_exec_job *job, const char *li
     td__buf_addf(b,
                  "# The Slurm batch script of tandem run %s, written by `tandem run` "
                  "(docs/executors.md).\n"
-                 "# Submitted with: sbatch --parsable [slurm: sbatch_args] %s/job.sbatch\n",
+                 "# Submitted with: sbatch --parsable --export=ALL [slurm: sbatch_args] "
+                 "%s/job.sbatch\n",
                  run->id, run->run_dir);
     td__buf_addf(b, "#SBATCH --job-name=%s\n", run->id);
     td__buf_addf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
@@ -460,7 +468,19 @@ static void script_environment(td__buf *b, const td_exec_job *job, const char *t
                  "\n# The workers' environment: what tandem run adds to or removes from the "
                  "submitting shell's,\n# which sbatch passes on (--export=ALL)%s.\n",
                  link ? ", with the run's directory as the nodes have it" : "");
-    add_env_lines(b, job->env, link ? np : NULL);
+    add_env_lines(b, job->env, job->secrets, link ? np : NULL);
+    if (job->secrets && job->secrets[0])
+        td__buf_addf(b, "# The job's secrets: in sbatch's environment (as the token), never in "
+                        "this script; checked by name.\n");
+    for (char *const *e = job->secrets; e && *e; e++) {
+        int n = (int)strcspn(*e, "=");
+        td__buf_addf(
+            b,
+            "[ -n \"${%.*s+x}\" ] || { echo \"tandem: error: secret %.*s is not in the "
+            "job's environment (sbatch --export=NONE in slurm: sbatch_args?)\" >&2; exit 1; "
+            "}\n",
+            n, *e, n, *e);
+    }
     const char *tok = td_var_name(TD_VAR_TANDEM_TOKEN);
     if (link) {
         td__buf_addf(b,
@@ -623,9 +643,12 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
 
 char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script) {
     size_t n = 0, extra = o ? o->nsbatch_args : 0;
-    char **argv = td_xcalloc(extra + 4, sizeof *argv);
+    char **argv = td_xcalloc(extra + 5, sizeof *argv);
     argv[n++] = td_xstrdup(sbatch);
     argv[n++] = td_xstrdup("--parsable");
+    /* sbatch's environment reaches the job: the token (slurm: work_dir) and the secrets travel
+     * there. Said here, so an SBATCH_EXPORT in the submitting shell cannot turn it off. */
+    argv[n++] = td_xstrdup("--export=ALL");
     for (size_t i = 0; i < extra; i++) argv[n++] = td_xstrdup(o->sbatch_args[i]);
     argv[n++] = td_xstrdup(script);
     argv[n] = NULL;
@@ -888,6 +911,35 @@ static int slurm_prepare(slurm_sup *c, double t0, char token[33], char **token_p
     return 0;
 }
 
+/* The job's secrets set in our environment for sbatch to pass on; returns what each name held
+ * before (NULL: unset), for secrets_out_of_environ to put back. */
+static char **secrets_into_environ(char *const *secrets) {
+    size_t n = 0;
+    while (secrets && secrets[n]) n++;
+    char **saved = td_xcalloc(n + 1, sizeof *saved);
+    for (size_t i = 0; i < n; i++) {
+        char *name = td_xasprintf("%.*s", (int)strcspn(secrets[i], "="), secrets[i]);
+        const char *old = getenv(name);
+        saved[i] = old ? td_xstrdup(old) : NULL;
+        setenv(name, strchr(secrets[i], '=') + 1, 1);
+        free(name);
+    }
+    return saved;
+}
+
+static void secrets_out_of_environ(char *const *secrets, char **saved) {
+    for (size_t i = 0; secrets && secrets[i]; i++) {
+        char *name = td_xasprintf("%.*s", (int)strcspn(secrets[i], "="), secrets[i]);
+        if (saved[i])
+            setenv(name, saved[i], 1);
+        else
+            unsetenv(name);
+        td__exec_wipe_free(saved[i]);
+        free(name);
+    }
+    free(saved);
+}
+
 /* sbatch: the job's id into c->job_id, and where its output goes. 0, or tandem run's exit code
  * after recording the refusal. */
 static int slurm_submit(slurm_sup *c, double t0, char token[33], const char *script_path) {
@@ -897,10 +949,12 @@ static int slurm_submit(slurm_sup *c, double t0, char token[33], const char *scr
     char **argv = td__slurm_sbatch_argv(c->sbatch, job->slurm, script_path);
     char *out = NULL, *err = NULL, line[512];
     int code = 0, cli = 0;
-    /* sbatch passes its environment to the job (--export=ALL): the token rides there, and
-     * leaves ours again at once (the script was written without it). */
+    /* sbatch passes its environment to the job (--export=ALL): the token and the secrets ride
+     * there, and leave ours again at once (the script was written without them). */
     if (linked) setenv(td_var_name(TD_VAR_TANDEM_TOKEN), token, 1);
+    char **saved = secrets_into_environ(job->secrets);
     td_status st = td__exec_capture(argv, job->work_dir, CMD_TIMEOUT_S, &out, &err, &code);
+    secrets_out_of_environ(job->secrets, saved);
     if (linked) unsetenv(td_var_name(TD_VAR_TANDEM_TOKEN));
     memset(token, 0, 33);
     argv_free(argv);

@@ -33,7 +33,8 @@
 #define LAUNCH_STOP_GRACE_S 30.0  /* the agents' --stop-grace */
 /* After "stop", an agent has its grace period to checkpoint and exit; then we cut the
  * connection, and the agent (end of its stdin) stops on its own. */
-#define CUT_AFTER_S (LAUNCH_STOP_GRACE_S + 15.0)
+#define CUT_AFTER_S TD__SSH_CUT_AFTER_S
+_Static_assert(TD__SSH_CUT_AFTER_S >= LAUNCH_STOP_GRACE_S + 15.0, "the agents' grace first");
 
 /* ---- options ---- */
 static char **copy_strv(char *const *v, size_t n) {
@@ -152,6 +153,8 @@ td_status td_ssh_hosts(const td_ssh_options *o, const char *project_dir, char **
 }
 
 /* ---- the supervisor ---- */
+typedef struct ssh_sup ssh_sup;
+
 typedef struct {
     char *entry;  /* as written: user@host:port */
     char *dest;   /* what ssh connects to: user@host */
@@ -163,6 +166,7 @@ typedef struct {
 } host;
 
 typedef struct {
+    ssh_sup *c;
     int node;
     pid_t pid; /* the local ssh; 0 once reaped */
     int in_fd, out_fd, err_fd;
@@ -173,7 +177,7 @@ typedef struct {
     int stop_sent;
 } agent;
 
-typedef struct {
+struct ssh_sup {
     const td_exec_job *job;
     host *hosts;
     size_t nhosts;
@@ -181,7 +185,9 @@ typedef struct {
     char token[33]; /* the run's RUN/token */
     int store_port; /* node 0's, from its link; 0 before */
     td__echo echo;
-} ssh_sup;
+    td__ssh_note_fn note_hook; /* the other notes of the agents (td__ssh_on_note) */
+    void *note_user;
+};
 
 /* A progress line ("tandem: ...") and how a run fails before its job ran: exec.c's. */
 #define say(c, ...)          td__exec_say((c)->job->out, __VA_ARGS__)
@@ -254,7 +260,7 @@ static const char *tandem_on_hosts(const ssh_sup *c) {
 /* Logs in to each host in turn: makes the run's directory there (or finds that the host
  * sees ours: a shared file system), and checks that tandem runs. The first failure names the
  * host and what ssh or the host said. */
-static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
+static td_status preflight(ssh_sup *c, size_t first, size_t end, char *why, size_t nbytes) {
     const td_run *run = c->job->run;
     char marker_name[40], marker_hex[17];
     TD_CHECK(td_random_hex(marker_hex, 8));
@@ -287,7 +293,7 @@ static td_status preflight(ssh_sup *c, char *why, size_t nbytes) {
     /* One host after another: a few hundred ms each. (Dozens of hosts would want these in
      * parallel, and the code copies too; docs/executors.md lists it.) */
     td_status st = TD_OK;
-    for (size_t i = 0; i < c->nhosts && st == TD_OK; i++) {
+    for (size_t i = first; i < end && st == TD_OK; i++) {
         host *h = &c->hosts[i];
         char **argv = ssh_argv(c, h, cmd);
         char *out = NULL, *err = NULL;
@@ -363,12 +369,12 @@ static td_status ssh_pipe(const ssh_sup *c, const host *h, const char *local, co
  * the files git sees (tracked, and untracked but not ignored: what the recorded code version
  * and the user's uncommitted work are made of), else every file but .git and .tandem. The
  * outputs the workflow declares are empty in RUN/work, so they are not copied. */
-static td_status copy_code(ssh_sup *c, char *why, size_t nbytes) {
+static td_status copy_code(ssh_sup *c, size_t first, size_t end, char *why, size_t nbytes) {
     const td_exec_job *job = c->job;
     /* the file list and the tar stream, the same for every host */
     td__buf l = {.s = td__exec_code_tar_script(job)};
     td_status st = TD_OK;
-    for (size_t i = 0; i < c->nhosts && st == TD_OK; i++) {
+    for (size_t i = first; i < end && st == TD_OK; i++) {
         host *h = &c->hosts[i];
         if (h->shared) continue;
         td__buf rs = {0};
@@ -418,8 +424,9 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
         size_t klen = (size_t)(eq - *e);
         char *key = td_xasprintf("%.*s", (int)klen, *e);
         const char *old = getenv(key), *val = eq + 1;
+        /* a secret goes in the opening, never on ssh's command line (exec.h) */
         int skip = !strcmp(key, "PATH") || !strcmp(key, tok) || !strcmp(key, resume_name) ||
-                   (old && !strcmp(old, val));
+                   (old && !strcmp(old, val)) || td_exec_secret_value(c->job->secrets, key);
         for (const char *p = key; *p && !skip; p++)
             if (!isalnum((unsigned char)*p) && *p != '_') skip = 1;
         if (!skip) {
@@ -454,22 +461,27 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
 
 /* ---- what comes back ---- */
 static void on_note(void *user, const char *key, const char *value) {
-    ssh_sup *c = user;
-    if (!strcmp(key, "store_port")) c->store_port = atoi(value);
+    agent *a = user;
+    ssh_sup *c = a->c;
+    if (!strcmp(key, "store_port"))
+        c->store_port = atoi(value);
+    else if (c->note_hook)
+        c->note_hook(c->note_user, a->node, key, value);
 }
 
 /* Rank log bytes, to our stdout as the local launcher prints them ("[rank R] line"). */
 static void on_data(void *user, const char *name, const char *bytes, size_t n) {
-    ssh_sup *c = user;
+    ssh_sup *c = ((agent *)user)->c;
     if (!c->job->quiet_output) td__exec_echo_rank_log(&c->echo, name, bytes, n);
 }
 
 /* Starts node `node`'s agent: ssh ... 'cd R/work && exec tandem launch --forward-stdio ...',
- * then the opening lines on its stdin (token, what our copies hold, go). */
+ * then the opening lines on its stdin (token, secrets, what our copies hold, go). */
 static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     const td_exec_job *job = c->job;
     const host *h = &c->hosts[node];
     memset(a, 0, sizeof *a);
+    a->c = c;
     a->node = node;
     a->in_fd = a->out_fd = a->err_fd = -1;
     td__buf s = {0};
@@ -536,13 +548,15 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     const char *const prefixes[] = {td_run_path_name(TD_RUN_PATH_LOGS),
                                     td_run_path_name(TD_RUN_PATH_METRICS),
                                     td_run_path_name(TD_RUN_PATH_END)};
-    td_mirror_callbacks cb = {.note = on_note, .data = on_data, .user = c};
+    td_mirror_callbacks cb = {.note = on_note, .data = on_data, .user = a};
     a->mirror = td_mirror_in_new(job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     char *manifest = td_mirror_in_manifest(a->mirror);
-    char *opening = td_xasprintf("token %s\n%sgo\n", c->token, manifest);
+    char *secrets = td__exec_secret_lines(job->secrets);
+    char *opening = td_xasprintf("token %s\n%s%sgo\n", c->token, secrets, manifest);
     write_all(a->in_fd, opening, strlen(opening));
     free(manifest);
-    free(opening);
+    td__exec_wipe_free(secrets);
+    td__exec_wipe_free(opening);
     fcntl(a->out_fd, F_SETFL, O_NONBLOCK);
     fcntl(a->err_fd, F_SETFL, O_NONBLOCK);
     return TD_OK;
@@ -908,7 +922,7 @@ static void fetch_artifacts(ssh_sup *c) {
     td__buf_quote(&after, job->work_dir);
     for (size_t k = c->nhosts; k-- > 0;) {
         host *h = &c->hosts[k];
-        if (h->shared) continue;
+        if (h->shared || !h->entry) continue; /* no host (an aws node never created) */
         td__buf rs = {0};
         td__buf_addf(&rs, "cd ");
         td__buf_quote(&rs, h->work);
@@ -1002,12 +1016,12 @@ static int ssh_run(const td_exec_job *job) {
     say(&c, "run %s: %zu ssh host%s (%s%s), %d worker%s each", run->id, c.nhosts,
         c.nhosts > 1 ? "s" : "", c.hosts[0].entry, c.nhosts > 1 ? ", ..." : "", run->nproc_per_node,
         run->nproc_per_node > 1 ? "s" : "");
-    if (preflight(&c, why, sizeof why) != TD_OK) {
+    if (preflight(&c, 0, c.nhosts, why, sizeof why) != TD_OK) {
         cli = fail_run(&c, t0, "executor ssh: %s", why);
         goto out;
     }
     write_hosts_file(&c);
-    if (copy_code(&c, why, sizeof why) != TD_OK) {
+    if (copy_code(&c, 0, c.nhosts, why, sizeof why) != TD_OK) {
         cli = fail_run(&c, t0, "executor ssh: %s", why);
         goto out;
     }
@@ -1040,6 +1054,90 @@ out:
     td_ssh_hosts_free(list, nlist);
     free(c.ssh);
     return cli;
+}
+
+/* ---- the carrier for hosts found one by one (the aws executor's instances) ---- */
+struct td__ssh {
+    ssh_sup c;
+    ssh_carrier sc;
+    td_exec_job job; /* the caller's, its ssh options ours */
+    td_ssh_options opts;
+};
+
+td_status td__ssh_new(const td_exec_job *job, const td_ssh_options *opts, int nodes,
+                      td__ssh **out) {
+    *out = NULL;
+    char *ssh = td__exec_which("ssh");
+    if (!ssh)
+        return td_error(TD_ERR_NOTFOUND, "ssh is not on PATH; install OpenSSH's client (Debian: "
+                                         "openssh-client)");
+    td__ssh *s = td_xcalloc(1, sizeof *s);
+    s->job = *job;
+    td_ssh_options_copy(&s->opts, opts);
+    s->job.ssh = &s->opts;
+    s->c.job = &s->job;
+    s->c.ssh = ssh;
+    s->c.nhosts = (size_t)nodes;
+    s->c.hosts = td_xcalloc((size_t)nodes, sizeof *s->c.hosts);
+    s->sc = (ssh_carrier){.base = {&ssh_ops}, .c = &s->c, .n = nodes, .failed = -1};
+    s->sc.agents = td_xcalloc((size_t)nodes, sizeof *s->sc.agents);
+    for (int i = 0; i < nodes; i++)
+        s->sc.agents[i].in_fd = s->sc.agents[i].out_fd = s->sc.agents[i].err_fd = -1;
+    td_status st = td__exec_read_token(job->run, s->c.token);
+    if (st != TD_OK) {
+        td__ssh_free(s);
+        return st;
+    }
+    *out = s;
+    return TD_OK;
+}
+
+static void host_clear(host *h) {
+    free(h->entry);
+    free(h->dest);
+    free(h->port);
+    free(h->addr);
+    free(h->remote);
+    free(h->work);
+    memset(h, 0, sizeof *h);
+}
+
+td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, char *why, size_t nbytes) {
+    td_status st = td_ssh_host_check("host", entry);
+    if (st != TD_OK) {
+        snprintf(why, nbytes, "%s", td_error_msg());
+        td_error_clear();
+        return st;
+    }
+    host *h = &s->c.hosts[node];
+    host_clear(h);
+    split_host(entry, h);
+    st = preflight(&s->c, (size_t)node, (size_t)node + 1, why, nbytes);
+    if (st == TD_OK) st = copy_code(&s->c, (size_t)node, (size_t)node + 1, why, nbytes);
+    return st;
+}
+
+const char *td__ssh_host(const td__ssh *s, int node) {
+    return s->c.hosts[node].entry;
+}
+
+void td__ssh_on_note(td__ssh *s, td__ssh_note_fn fn, void *user) {
+    s->c.note_hook = fn;
+    s->c.note_user = user;
+}
+
+td__carrier *td__ssh_carrier(td__ssh *s) {
+    return &s->sc.base;
+}
+
+void td__ssh_free(td__ssh *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->c.nhosts; i++) host_clear(&s->c.hosts[i]);
+    free(s->c.hosts);
+    free(s->c.ssh);
+    free(s->sc.agents);
+    td_ssh_options_clear(&s->opts);
+    free(s);
 }
 
 /* ---- after the supervisor ---- */

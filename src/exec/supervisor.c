@@ -145,6 +145,10 @@ void td__sup_node_lost(td__sup *s, int node, const char *why) {
     act(s, td__sup_node_down(&s->m, node, why, td_now_s()));
 }
 
+void td__sup_node_interrupted(td__sup *s, int node, const char *why) {
+    act(s, td__sup_node_preempted(&s->m, node, why, td_now_s()));
+}
+
 void td__sup_restarts_seen(td__sup *s, int node_restarts) {
     act(s, td__sup_node_restarts(&s->m, node_restarts));
 }

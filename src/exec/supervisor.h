@@ -91,6 +91,9 @@ typedef struct {
     bool failing;       /* a node was lost or failed: the others are being stopped */
     char failure[1024]; /* that failure, in words */
     bool disk_full_said;
+    bool replacing;        /* a node's machine is being taken away: resume on a replacement */
+    int replacements;      /* attempts restarted on replaced machines (not max_restarts') */
+    char replace_why[512]; /* the last interruption, in words */
 
     td__exec_outcome outcome; /* once TD__SUP_ENDED */
 } td__sup_machine;
@@ -106,6 +109,11 @@ td__sup_acts td__sup_signal(td__sup_machine *m, int sig, bool asked, double now)
 td__sup_acts td__sup_running(td__sup_machine *m, double now);
 td__sup_acts td__sup_node_restarts(td__sup_machine *m, int node_restarts);
 td__sup_acts td__sup_node_down(td__sup_machine *m, int node, const char *why, double now);
+/* A node's machine is about to be taken away (a spot interruption notice): every worker
+ * checkpoints, and the run resumes once the carrier has a replacement. Not a failure: it does
+ * not use max_restarts (at most TD__SUP_MAX_REPLACEMENTS times). */
+#define TD__SUP_MAX_REPLACEMENTS 50
+td__sup_acts td__sup_node_preempted(td__sup_machine *m, int node, const char *why, double now);
 td__sup_acts td__sup_exited(td__sup_machine *m, const td__sup_exit *e, double now);
 td__sup_acts td__sup_limit(td__sup_machine *m, double now);
 td__sup_acts td__sup_grace_over(td__sup_machine *m, double now);
@@ -152,6 +160,8 @@ td_loop *td__sup_loop(td__sup *s);
 /* The carrier's news. */
 void td__sup_running_now(td__sup *s);
 void td__sup_node_lost(td__sup *s, int node, const char *why);
+/* A node's machine is being taken away (td__sup_node_preempted). */
+void td__sup_node_interrupted(td__sup *s, int node, const char *why);
 void td__sup_restarts_seen(td__sup *s, int node_restarts);
 void td__sup_attempt_over(td__sup *s, const td__sup_exit *e);
 /* A progress line ("tandem: ..."). */

@@ -1,6 +1,7 @@
 /* The node agent's link to an executor's supervisor: over its stdin and stdout (ssh, tandem
  * launch --forward-stdio) or over a TCP connection it opens back to the supervisor (Slurm
  * without a shared file system, --link). include/tandem/launch.h describes both. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
@@ -193,10 +194,48 @@ static td_status receive_checkpoint(td_agent_link *l, const char *args, double d
     return st;
 }
 
+/* "secret NAME HEX": a secret of the job (exec.h), into our environment, which the workers
+ * inherit (and an S3 client here reads). The refusal names the variable, never the value. */
+static td_status set_secret(const char *args) {
+    size_t nlen = strcspn(args, " ");
+    const char *hex = args + nlen + (args[nlen] == ' ');
+    size_t hlen = strlen(hex);
+    bool ok = nlen > 0 && nlen <= 128 && args[nlen] == ' ' && !isdigit((unsigned char)args[0]) &&
+              hlen % 2 == 0 && strspn(hex, "0123456789abcdefABCDEF") == hlen;
+    for (size_t i = 0; i < nlen && ok; i++) ok = isalnum((unsigned char)args[i]) || args[i] == '_';
+    char *value = ok ? td_xcalloc(hlen / 2 + 1, 1) : NULL;
+    for (size_t i = 0; ok && i < hlen / 2; i++) {
+        unsigned byte = 0;
+        sscanf(hex + 2 * i, "%2x", &byte);
+        value[i] = (char)byte;
+        ok = byte != 0; /* a NUL cannot be in an environment variable */
+    }
+    if (!ok) {
+        free(value);
+        return td_error(TD_ERR_FORMAT,
+                        "link: a 'secret' line from the supervisor must be 'secret NAME HEX' (NAME "
+                        "an environment variable name, HEX the value's bytes, none zero, in hex); "
+                        "got one for '%.*s' that is not (is this agent's tandem the supervisor's "
+                        "version?)",
+                        (int)TD_MIN(nlen, 128), args);
+    }
+    char *name = td_xasprintf("%.*s", (int)nlen, args);
+    int rc = setenv(name, value, 1);
+    memset(value, 0, hlen / 2);
+    free(value);
+    td_status st =
+        rc == 0 ? TD_OK : td_error_errno(TD_ERR_SYS, "link: setting the job's secret %s", name);
+    free(name);
+    return st;
+}
+
+/* The longest opening line: a secret of exec.h's TD_EXEC_SECRET_MAX_BYTES (8192) as hex. */
+#define OPENING_LINE_MAX (sizeof "secret " + 128 + 2 * 8192 + 1)
+
 /* The opening lines, up to "go", one byte at a time: nothing after "go" may be consumed here,
  * and the lines are few. */
 static td_status read_opening(td_agent_link *l, double deadline) {
-    char line[600];
+    char line[OPENING_LINE_MAX];
     for (;;) {
         /* over stdin (ssh), no deadline: the agent waits for its executor as long as ssh lives */
         TD_CHECK(td_mirror_read_line(l->in_fd, line, sizeof line,
@@ -206,6 +245,10 @@ static td_status read_opening(td_agent_link *l, double deadline) {
         if (!strncmp(line, "token ", 6)) {
             setenv(td_var_name(TD_VAR_TANDEM_TOKEN), line + 6, 1);
             memset(line, 0, sizeof line);
+        } else if (!strncmp(line, "secret ", 7)) {
+            td_status st = set_secret(line + 7);
+            memset(line, 0, sizeof line);
+            TD_CHECK(st);
         } else if (!strncmp(line, "have ", 5)) {
             TD_CHECK(td_mirror_out_have(l->mirror, line));
         } else if (!strncmp(line, "code ", 5) && l->host) {
@@ -218,7 +261,7 @@ static td_status read_opening(td_agent_link *l, double deadline) {
         } else {
             return td_error(TD_ERR_FORMAT,
                             "link: '%.60s' from the supervisor is not an opening line (token, "
-                            "have, code, ckpt, artifact, go)",
+                            "secret, have, code, ckpt, artifact, go)",
                             line);
         }
     }
@@ -391,16 +434,8 @@ static void try_dial(td_agent_link *l) {
  * Checkpoints appear whole (written aside and renamed), and only the newest matters. */
 static void send_checkpoint(td_agent_link *l) {
     if (!l->ckpt_name || l->down) return;
-    DIR *d = opendir(l->ckpt_dir);
-    if (!d) return;
-    long long newest = -1, step;
-    int used;
-    for (struct dirent *e; (e = readdir(d));)
-        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) == 1 &&
-            used == (int)strlen(e->d_name) && step > newest)
-            newest = step;
-    closedir(d);
-    if (newest <= l->ckpt_sent) return;
+    long long newest = (long long)td__ckpt_newest_step(l->ckpt_dir);
+    if (newest < 0 || newest <= l->ckpt_sent) return;
     char *path = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_dir, newest);
     char *name = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_name, newest);
     struct stat sb;
@@ -639,6 +674,21 @@ void td_agent_link_store_port(void *link, int port) {
     pthread_mutex_lock(&l->lock);
     if (!l->broken && !l->down && td_mirror_out_note(l->mirror, "store_port", value) != TD_OK) {
         TD_LOG_WARN("cannot tell the supervisor the store's port: %s", td_error_msg());
+        td_error_clear();
+        if (!l->host) l->broken = true;
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+void td_agent_link_note(void *link, const char *key, const char *value) {
+    td_agent_link *l = link;
+    pthread_mutex_lock(&l->lock);
+    /* The agent stops itself on a spot interruption notice (spot_watch.c): a "stop" that the
+     * supervisor answers the note with is that same stop, not a second one, which would SIGKILL
+     * the workers while they write their checkpoint. */
+    if (!strcmp(key, "interrupted")) l->stopped = true;
+    if (!l->broken && !l->down && td_mirror_out_note(l->mirror, key, value) != TD_OK) {
+        TD_LOG_WARN("cannot tell the supervisor '%s %s': %s", key, value, td_error_msg());
         td_error_clear();
         if (!l->host) l->broken = true;
     }

@@ -64,7 +64,9 @@ typedef struct {
     td_store_t *own_store; /* single node with a stall timeout: our client of our own store */
     char *path;            /* the worker command, resolved */
     int ncores;
-    td_loop *loop; /* the one event loop of this agent: every wait of its own runs on it */
+    td_loop *loop;        /* the one event loop of this agent: every wait of its own runs on it */
+    td__spot_watch *spot; /* TANDEM_SPOT_WATCH=1: IMDS's spot notices, on the loop; or NULL */
+    td__ckpt_s3 *s3;      /* node 0 with TANDEM_CHECKPOINT_URL: its checkpoints in S3 (ckpt_s3.c) */
 } agent;
 
 typedef struct {
@@ -904,10 +906,13 @@ static td_status open_agent(agent *a, td_sigwatch *sigs) {
         TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token, 10000, &a->own_store));
     TD_CHECK(td_loop_new(&a->loop));
     if (o->on_tick) td_loop_timer(a->loop, 0, o->tick_period_s, on_caller_tick, a);
+    TD_CHECK(td__spot_watch_start(a->loop, o, &a->spot));
     return TD_OK;
 }
 
 static void close_agent(agent *a, td_sigwatch *sigs) {
+    td__spot_watch_free(a->spot);
+    td__ckpt_s3_free(a->s3);
     td_loop_free(a->loop);
     if (a->store) td_store_close(a->store);
     if (a->own_store) td_store_close(a->own_store);
@@ -1026,6 +1031,15 @@ static bool attempt_over(agent *a, attempt *t, int *exit_code) {
     return false;
 }
 
+/* The node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c): the bucket is checked,
+ * and a resume's newest checkpoint fetched, before its workers start. */
+static td_status s3_before_workers(agent *a, const attempt *t) {
+    if (t->rz.rank_offset != 0) return TD_OK;
+    if (a->s3) return td__ckpt_s3_resume(a->s3);
+    const char *resume = td_var_get(TD_VAR_TANDEM_RESUME);
+    return td__ckpt_s3_open(a->loop, (resume && !strcmp(resume, "1")) || t->restart > 0, &a->s3);
+}
+
 /* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.
  * t holds the last one, for the end record. */
 static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
@@ -1039,6 +1053,7 @@ static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
         TD_CHECK(join_group(a, t, exit_code, &stopped));
         if (stopped) return TD_OK;
         describe_group(a, t);
+        TD_CHECK(s3_before_workers(a, t));
         TD_CHECK(spawn_workers(a, t));
         monitor(a, t);
         if (!attempt_over(a, t, exit_code)) return TD_OK;
@@ -1073,10 +1088,13 @@ td_status td_launch_run(const td_launch_options *o, int *exit_code) {
     }
     if (st == TD_OK && !stopped) st = td__node_setup(o, &sigs, exit_code, &stopped);
     if (st == TD_OK && !stopped) st = run_attempts(&a, &t, exit_code);
+    if (st == TD_OK) td__ckpt_s3_end(a.s3); /* the last checkpoint (a stop's), before we exit */
     if (st != TD_OK) *exit_code = st == TD_ERR_USAGE ? 2 : 1;
     if (o->end_record && td_file_kind(o->end_record) == NULL) {
         char error[TD_END_TEXT];
         snprintf(error, sizeof error, "%s", st != TD_OK ? td_error_msg() : "");
+        const char *spot = td__spot_watch_cause(a.spot); /* why the stop came, when it did */
+        if (spot && !t.cause[0]) snprintf(t.cause, sizeof t.cause, "%s", spot);
         write_end_record(o, &t, st, *exit_code, error);
     }
     td__workers_free(&t.ws);

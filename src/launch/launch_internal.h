@@ -5,10 +5,12 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "tandem/comm.h"
 #include "tandem/launch.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 
 /* Writes all of buf to fd, retrying short writes and waiting out a full non-blocking stream.
@@ -80,6 +82,42 @@ bool td__status_ok(int status);
 /* Waits up to `seconds` for fd to take bytes (or fail: the write then says how), on
  * an event loop of its own (wait.c); true if it did. A transport's bounded wait. */
 bool td__wait_writable(int fd, double seconds);
+
+/* ---- node 0's checkpoints in S3 (ckpt_s3.c; TANDEM_CHECKPOINT_URL) ---- */
+typedef struct td__ckpt_s3 td__ckpt_s3;
+/* The newest complete checkpoint in dir (the highest STEP of a file named exactly
+ * ckpt-STEP.tdck), -1 when none: the one rule for "the newest checkpoint" of the agent. */
+int64_t td__ckpt_newest_step(const char *dir);
+/* With TANDEM_CHECKPOINT_URL set: checks the bucket and credentials (an error names the bucket
+ * and the fix), on a resume downloads the newest committed checkpoint when it is newer than the
+ * local newest, and from then on uploads each new checkpoint from a thread, its result read on
+ * loop. *out NULL when the variable is unset. */
+td_status td__ckpt_s3_open(td_loop *loop, bool resume, td__ckpt_s3 **out);
+/* Before a restart's workers start: fetch_newer again (warns, never fails). */
+td_status td__ckpt_s3_resume(td__ckpt_s3 *s);
+/* The agent ends: waits for the upload in flight, then uploads and commits the newest local
+ * checkpoint when S3 does not hold it yet (the one a stop or preemption made). */
+void td__ckpt_s3_end(td__ckpt_s3 *s);
+void td__ckpt_s3_free(td__ckpt_s3 *s);
+
+/* ---- the spot watch (spot_watch.c) ----
+ * With TANDEM_SPOT_WATCH=1, a thread asks IMDSv2 every TANDEM_SPOT_WATCH_PERIOD seconds (2) for
+ * a spot interruption notice and a rebalance recommendation; its findings come back on the
+ * agent's loop, which logs them and notes them to the supervisor (on_note: "interrupted ACTION
+ * TIME", "rebalance TIME"); on an interruption notice it stops the workers as a SIGTERM does (a
+ * SIGTERM raised in the agent's thread, read from its signalfd). */
+typedef struct td__spot_watch td__spot_watch;
+struct td_loop;
+/* *out NULL (and TD_OK) when TANDEM_SPOT_WATCH is unset or 0. TD_ERR_USAGE for a bad value of
+ * either variable or of AWS_EC2_METADATA_SERVICE_ENDPOINT. Call it from the agent's thread after
+ * its signalfd blocked the signals (the thread inherits the mask). */
+td_status td__spot_watch_start(struct td_loop *loop, const td_launch_options *o,
+                               td__spot_watch **out);
+/* Once an interruption notice stopped the agent: "spot interruption notice: ..." for its end
+ * record; else NULL. */
+const char *td__spot_watch_cause(const td__spot_watch *w);
+/* Stops the thread (a call in flight is cancelled) and unwatches; before the loop is freed. */
+void td__spot_watch_free(td__spot_watch *w);
 
 /* ---- rendezvous ---- */
 typedef struct {

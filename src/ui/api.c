@@ -294,6 +294,48 @@ static void get_runs(td_rundb *db, const td__ui_request *req, td__ui_reply *rep)
 
 /* ---- GET /api/runs/{id} ---- */
 
+/* The run's cloud instances (RUN/instances.json, executor aws) as tandem show prints them, with
+ * each one's lifetime and instance-hours to now while it lives; null for a run without any. */
+static json_t *instances_json(const td_run *run) {
+    td_run_instances rec;
+    td_status st = run->run_dir ? td_run_instances_read(run->run_dir, &rec) : TD_ERR_NOTFOUND;
+    if (st != TD_OK) {
+        if (st != TD_ERR_NOTFOUND)
+            TD_LOG_DEBUG("tandem ui: instances of run %s: %s", run->id, td_error_msg());
+        td_error_clear();
+        return json_null();
+    }
+    double now = td_wall_s();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < rec.count; i++) {
+        const td_run_instance *in = &rec.items[i];
+        double life = td_run_instance_lifetime_s(in, now);
+        json_t *e = json_object();
+        json_object_set_new(e, "id", opt_text(in->id));
+        json_object_set_new(e, "node", in->node >= 0 ? json_integer(in->node) : json_null());
+        json_object_set_new(e, "type", opt_text(in->type));
+        json_object_set_new(e, "market", opt_text(in->market));
+        json_object_set_new(e, "subnet", in->subnet[0] ? opt_text(in->subnet) : json_null());
+        json_object_set_new(e, "zone", opt_text(in->zone));
+        json_object_set_new(e, "launched", time_or_null(in->launched_s));
+        json_object_set_new(e, "ended", time_or_null(in->ended_s));
+        json_object_set_new(e, "end", opt_text(in->end));
+        json_object_set_new(e, "replaces", in->replaces[0] ? opt_text(in->replaces) : json_null());
+        json_object_set_new(e, "state", opt_text(in->state));
+        json_object_set_new(e, "live", json_boolean(td_run_instance_live(in)));
+        json_object_set_new(e, "lifetime", json_real(life));
+        json_object_set_new(e, "instance_hours", json_real(life / 3600));
+        json_array_append_new(arr, e);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "provider", opt_text(rec.provider));
+    json_object_set_new(o, "region", opt_text(rec.region));
+    json_object_set_new(o, "instance_hours", json_real(td_run_instances_hours(&rec, now)));
+    json_object_set_new(o, "instances", arr);
+    td_run_instances_clear(&rec);
+    return o;
+}
+
 static void get_run(td_rundb *db, const td_run *run, td__ui_reply *rep) {
     json_t *o = td__ui_run_json(db, run, td__ui_default_keys, td__ui_ndefault_keys);
     json_object_set_new(o, "command", opt_text(run->command));
@@ -362,6 +404,7 @@ static void get_run(td_rundb *db, const td_run *run, td__ui_reply *rep) {
     }
     td__ui_logs_free(logs, nlogs);
     json_object_set_new(o, "logs", lj);
+    json_object_set_new(o, "instances", instances_json(run));
     free(id_seg);
     td__ui_reply_json(rep, 200, o);
 }

@@ -1,6 +1,7 @@
 /* Workflow files: YAML (libyaml's document loader) into td_workflow structs, with every error
  * pointing at file:line:column and naming the field. */
 #include "tandem/workflow.h"
+#include "tandem/cloud.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -83,6 +84,45 @@ static td_status get_string_list(const parse_ctx *c, const yaml_node_t *n, const
                               describe(item));
         *out = td_xrealloc(*out, (*count + 1) * sizeof **out);
         (*out)[(*count)++] = td_xstrdup(scalar(item));
+    }
+    return TD_OK;
+}
+
+/* An s3:// URL tandem can use (bucket name rules: cloud.h's td_s3_url_parse). */
+static td_status check_s3_url(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                              const char *url) {
+    td_s3_url u = {0};
+    if (td_s3_url_parse(url, &u) == TD_OK) {
+        td_s3_url_free(&u);
+        return TD_OK;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "%s", td_error_msg());
+    td_error_clear();
+    return node_error(c, n, field, "%s", why);
+}
+
+/* artifacts: a string or a list of paths/globs, or a mapping {paths: [...], to: s3://B/P}
+ * (the collected artifacts then also go to s3://B/P/RUN_ID/NAME). */
+static td_status get_artifacts(const parse_ctx *c, const yaml_node_t *n, td_workflow *w) {
+    if (n->type != YAML_MAPPING_NODE)
+        return get_string_list(c, n, "artifacts", &w->artifacts, &w->nartifacts);
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (f && !strcmp(f, "paths")) {
+            TD_CHECK(get_string_list(c, v, "artifacts.paths", &w->artifacts, &w->nartifacts));
+        } else if (f && !strcmp(f, "to")) {
+            TD_CHECK(get_string(c, v, "artifacts.to", &w->artifacts_to));
+            if (strncmp(w->artifacts_to, "s3://", 5))
+                return node_error(c, v, "artifacts.to",
+                                  "expected an s3://BUCKET/PREFIX URL, got '%s'", w->artifacts_to);
+            TD_CHECK(check_s3_url(c, v, "artifacts.to", w->artifacts_to));
+        } else {
+            return node_error(c, k, "artifacts", "unknown field '%s'; expected paths or to",
+                              f ? f : describe(k));
+        }
     }
     return TD_OK;
 }
@@ -181,6 +221,9 @@ static void workflow_clear(td_workflow *w) {
         free(w->env[i].value);
     }
     free(w->env);
+    for (size_t i = 0; i < w->nsecrets; i++) free(w->secrets[i]);
+    free(w->secrets);
+    free(w->file);
     for (size_t i = 0; i < w->nparams; i++) {
         free(w->params[i].key);
         free(w->params[i].value);
@@ -188,11 +231,13 @@ static void workflow_clear(td_workflow *w) {
     free(w->params);
     for (size_t i = 0; i < w->nartifacts; i++) free(w->artifacts[i]);
     free(w->artifacts);
+    free(w->artifacts_to);
     free(w->checkpoint_dir);
     free(w->workdir);
     free(w->executor);
     td_slurm_options_clear(&w->slurm);
     td_ssh_options_clear(&w->ssh);
+    td_aws_options_clear(&w->aws);
     memset(w, 0, sizeof *w);
 }
 
@@ -211,12 +256,197 @@ void td_workflow_file_free(td_workflow_file *wf) {
 }
 
 static const char *const known_fields =
-    "name, description, command, commands, setup, node_setup, nodes, nproc_per_node, env, params, "
-    "artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh";
+    "name, description, command, commands, setup, node_setup, nodes, nproc_per_node, env, secrets, "
+    "params, artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh, "
+    "aws";
 
 static const char *const slurm_fields =
     "partition, time, account, sbatch_args, signal_lead, work_dir, link_host";
 static const char *const ssh_fields = "hosts, hostfile, work_dir, ssh_args, tandem, rdzv_host";
+static const char *const aws_fields =
+    "region, profile, instance_type, instance_types, image, key_name, ssh_key, user, subnet, "
+    "subnets, security_groups, spot, max_price, fallback, volume_gb, root_device, "
+    "iam_instance_profile, tags, work_dir, tandem, address";
+
+static td_status get_bool(const parse_ctx *c, const yaml_node_t *n, const char *field, int *out) {
+    const char *s = scalar(n);
+    if (s && (!strcmp(s, "true") || !strcmp(s, "yes") || !strcmp(s, "on"))) {
+        *out = 1;
+        return TD_OK;
+    }
+    if (s && (!strcmp(s, "false") || !strcmp(s, "no") || !strcmp(s, "off"))) {
+        *out = 0;
+        return TD_OK;
+    }
+    return node_error(c, n, field, "expected true or false, got %s", s ? s : describe(n));
+}
+
+/* A string made of the characters AWS names are made of (ids, types, names): nothing a shell or
+ * an XML body could misread, so no quoting question arises later. */
+static int aws_name_ok(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._-:/+=@", *s)) return 0;
+    return 1;
+}
+
+static td_status get_aws_name(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                              const char *example, char **out) {
+    TD_CHECK(get_string(c, n, field, out));
+    if (!aws_name_ok(*out))
+        return node_error(c, n, field, "'%s' is not a name AWS gives (such as %s)", *out, example);
+    return TD_OK;
+}
+
+static td_status get_aws_names(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                               const char *example, char ***out, size_t *count) {
+    TD_CHECK(get_string_list(c, n, field, out, count));
+    for (size_t i = 0; i < *count; i++)
+        if (!aws_name_ok((*out)[i]))
+            return node_error(c, n, field, "'%s' is not a name AWS gives (such as %s)", (*out)[i],
+                              example);
+    return TD_OK;
+}
+
+static td_status parse_aws_tags(const parse_ctx *c, const yaml_node_t *n, td_aws_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "aws.tags", "expected a mapping of tag keys to values, got %s",
+                          describe(n));
+    for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        const yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *ks = scalar(k), *vs = scalar(v);
+        if (!ks || !*ks || !vs) return node_error(c, k, "aws.tags", "expected key: value");
+        if (!strncmp(ks, "aws:", 4) || !strncmp(ks, "tandem:", 7) || !strcmp(ks, "Name"))
+            return node_error(c, k, "aws.tags",
+                              "'%s' is set by AWS or tandem (aws:*, tandem:*, Name); choose "
+                              "another key",
+                              ks);
+        if (strlen(ks) > 128 || strlen(vs) > 256)
+            return node_error(c, k, "aws.tags",
+                              "'%s': AWS allows keys of 128 and values of 256 characters", ks);
+        o->tags = td_xrealloc(o->tags, (o->ntags + 1) * sizeof *o->tags);
+        o->tags[o->ntags].key = td_xstrdup(ks);
+        o->tags[o->ntags].value = td_xstrdup(vs);
+        o->ntags++;
+    }
+    return TD_OK;
+}
+
+static td_status parse_aws_field(const parse_ctx *c, const char *f, const yaml_node_t *k,
+                                 const yaml_node_t *v, td_aws_options *o) {
+    if (!strcmp(f, "region")) return get_aws_name(c, v, "aws.region", "us-east-1", &o->region);
+    if (!strcmp(f, "profile")) return get_string(c, v, "aws.profile", &o->profile);
+    if (!strcmp(f, "instance_type") || !strcmp(f, "instance_types")) {
+        char **v2 = NULL;
+        size_t n2 = 0;
+        td_status st = get_aws_names(c, v, f, "g5.xlarge", &v2, &n2);
+        for (size_t i = 0; i < n2; i++) { /* instance_type first, then the alternatives */
+            o->instance_types = td_xrealloc(o->instance_types,
+                                            (o->ninstance_types + 1) * sizeof *o->instance_types);
+            if (!strcmp(f, "instance_type")) {
+                memmove(o->instance_types + 1, o->instance_types,
+                        o->ninstance_types * sizeof *o->instance_types);
+                o->instance_types[0] = v2[i];
+            } else {
+                o->instance_types[o->ninstance_types] = v2[i];
+            }
+            o->ninstance_types++;
+        }
+        free(v2);
+        return st;
+    }
+    if (!strcmp(f, "image")) return get_aws_name(c, v, "aws.image", "ami-0abc123", &o->image);
+    if (!strcmp(f, "key_name")) return get_string(c, v, "aws.key_name", &o->key_name);
+    if (!strcmp(f, "ssh_key")) return get_string(c, v, "aws.ssh_key", &o->ssh_key);
+    if (!strcmp(f, "user")) return get_aws_name(c, v, "aws.user", "ubuntu", &o->user);
+    if (!strcmp(f, "subnet") || !strcmp(f, "subnets"))
+        return get_aws_names(c, v, f, "subnet-0abc", &o->subnets, &o->nsubnets);
+    if (!strcmp(f, "security_groups"))
+        return get_aws_names(c, v, "aws.security_groups", "sg-0abc", &o->security_groups,
+                             &o->nsecurity_groups);
+    if (!strcmp(f, "spot")) return get_bool(c, v, "aws.spot", &o->spot);
+    if (!strcmp(f, "max_price")) {
+        TD_CHECK(get_string(c, v, "aws.max_price", &o->max_price));
+        char *end = NULL;
+        double price = strtod(o->max_price, &end);
+        if (end == o->max_price || *end || !(price > 0))
+            return node_error(c, v, "aws.max_price",
+                              "expected a price in USD per hour such as 0.35, got '%s'",
+                              o->max_price);
+        return TD_OK;
+    }
+    if (!strcmp(f, "fallback")) {
+        const char *s = scalar(v);
+        if (s && !strcmp(s, "on-demand"))
+            o->fallback_on_demand = 1;
+        else if (s && !strcmp(s, "none"))
+            o->fallback_on_demand = 0;
+        else
+            return node_error(c, v, "aws.fallback",
+                              "expected on-demand (spot refused everywhere: on-demand "
+                              "instances) or none, got %s",
+                              s ? s : describe(v));
+        return TD_OK;
+    }
+    if (!strcmp(f, "volume_gb")) return get_int(c, v, "aws.volume_gb", 1, &o->volume_gb);
+    if (!strcmp(f, "root_device")) return get_string(c, v, "aws.root_device", &o->root_device);
+    if (!strcmp(f, "iam_instance_profile"))
+        return get_aws_name(c, v, "aws.iam_instance_profile", "tandem-node",
+                            &o->iam_instance_profile);
+    if (!strcmp(f, "tags")) return parse_aws_tags(c, v, o);
+    if (!strcmp(f, "work_dir")) return get_string(c, v, "aws.work_dir", &o->work_dir);
+    if (!strcmp(f, "tandem")) return get_string(c, v, "aws.tandem", &o->tandem);
+    if (!strcmp(f, "address")) {
+        const char *s = scalar(v);
+        if (s && !strcmp(s, "public"))
+            o->public_address = 1;
+        else if (s && !strcmp(s, "private"))
+            o->public_address = -1;
+        else if (s && !strcmp(s, "auto"))
+            o->public_address = 0;
+        else
+            return node_error(c, v, "aws.address",
+                              "expected public, private or auto (public when the instance has "
+                              "one), got %s",
+                              s ? s : describe(v));
+        return TD_OK;
+    }
+    return node_error(c, k, "aws", "unknown field '%s'; the fields are: %s", f, aws_fields);
+}
+
+static td_status parse_aws(const parse_ctx *c, const yaml_node_t *n, td_aws_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "aws", "expected a mapping with %s, got %s", aws_fields,
+                          describe(n));
+    for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        const yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (!f) return node_error(c, k, "aws", "field names must be strings");
+        TD_CHECK(parse_aws_field(c, f, k, v, o));
+    }
+    /* what no default can stand for */
+    if (!o->ninstance_types)
+        return node_error(c, n, "aws.instance_type",
+                          "aws: needs instance_type (such as g5.xlarge or c7i.large)");
+    if (!o->image)
+        return node_error(c, n, "aws.image",
+                          "aws: needs image, the AMI id of the instances (docs/cloud.md: which "
+                          "image)");
+    if (!o->key_name)
+        return node_error(c, n, "aws.key_name",
+                          "aws: needs key_name, the EC2 key pair tandem logs in with (and "
+                          "ssh_key, its private key on this machine)");
+    if (o->max_price && !o->spot)
+        return node_error(c, n, "aws.max_price", "max_price is for spot instances; add spot: true");
+    if (o->fallback_on_demand && !o->spot)
+        return node_error(c, n, "aws.fallback",
+                          "fallback: on-demand is for spot instances; add spot: true");
+    return TD_OK;
+}
 
 static td_status parse_ssh(const parse_ctx *c, const yaml_node_t *n, td_ssh_options *o) {
     if (n->type != YAML_MAPPING_NODE)
@@ -351,8 +581,28 @@ static td_status parse_slurm(const parse_ctx *c, const yaml_node_t *n, td_slurm_
 
 /* The fields of a workflow that later checks look at, where the file has them. */
 typedef struct {
-    const yaml_node_t *command, *commands, *slurm, *ssh, *nodes;
+    const yaml_node_t *command, *commands, *slurm, *ssh, *aws, *nodes, *secrets;
 } workflow_fields;
+
+/* secrets: environment variable names (exec.h's rule), each once. The values are not in the
+ * file: tandem run takes them from its own environment. */
+static td_status parse_secrets(const parse_ctx *c, const yaml_node_t *v, td_workflow *w) {
+    size_t first = w->nsecrets;
+    TD_CHECK(get_string_list(c, v, "secrets", &w->secrets, &w->nsecrets));
+    for (size_t i = first; i < w->nsecrets; i++) {
+        const char *name = w->secrets[i];
+        if (!td_exec_secret_name_ok(name))
+            return node_error(c, v, "secrets",
+                              "'%s' cannot be a secret: expected the name of an environment "
+                              "variable (letters, digits and '_', not starting with a digit), "
+                              "and not one tandem sets itself (TANDEM_*, PATH)",
+                              name);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(w->secrets[j], name))
+                return node_error(c, v, "secrets", "'%s' appears twice", name);
+    }
+    return TD_OK;
+}
 
 /* One field of a workflow entry (f: its name, k its key's node, v its value's). */
 static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yaml_node_t *v,
@@ -386,12 +636,17 @@ static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yam
         TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
     } else if (!strcmp(f, "env")) {
         TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
+    } else if (!strcmp(f, "secrets")) {
+        TD_CHECK(parse_secrets(c, v, w));
+        seen->secrets = v;
     } else if (!strcmp(f, "params")) {
         TD_CHECK(get_map(c, v, f, 1, &w->params, &w->nparams));
     } else if (!strcmp(f, "artifacts")) {
-        TD_CHECK(get_string_list(c, v, f, &w->artifacts, &w->nartifacts));
+        TD_CHECK(get_artifacts(c, v, w));
     } else if (!strcmp(f, "checkpoint_dir")) {
         TD_CHECK(get_string(c, v, f, &w->checkpoint_dir));
+        if (!strncmp(w->checkpoint_dir, "s3://", 5))
+            TD_CHECK(check_s3_url(c, v, f, w->checkpoint_dir));
     } else if (!strcmp(f, "workdir")) {
         TD_CHECK(get_string(c, v, f, &w->workdir));
     } else if (!strcmp(f, "max_duration")) {
@@ -419,6 +674,9 @@ static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yam
     } else if (!strcmp(f, "ssh")) {
         TD_CHECK(parse_ssh(c, v, &w->ssh));
         seen->ssh = v;
+    } else if (!strcmp(f, "aws")) {
+        TD_CHECK(parse_aws(c, v, &w->aws));
+        seen->aws = v;
     } else {
         return node_error(c, k, f, "unknown field; the fields are: %s", known_fields);
     }
@@ -435,6 +693,18 @@ static td_status check_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                           "workflow '%s' sets slurm: but runs on the %s executor; add "
                           "'executor: slurm' or remove slurm:",
                           w->name, w->executor ? w->executor : "local");
+    int on_aws = w->executor && !strcmp(w->executor, "aws");
+    if (seen->aws && !on_aws)
+        return node_error(c, seen->aws, "aws",
+                          "workflow '%s' sets aws: but runs on the %s executor; add "
+                          "'executor: aws' or remove aws:",
+                          w->name, w->executor ? w->executor : "local");
+    if (on_aws && !seen->aws)
+        return node_error(c, n, "aws",
+                          "workflow '%s' runs on the aws executor but says nothing of its "
+                          "instances; add aws: {instance_type: ..., image: ami-..., key_name: "
+                          "..., ssh_key: ...} (docs/cloud.md)",
+                          w->name);
     int on_ssh = w->executor && !strcmp(w->executor, "ssh");
     if (seen->ssh && !on_ssh)
         return node_error(c, seen->ssh, "ssh",
@@ -456,6 +726,16 @@ static td_status check_workflow(const parse_ctx *c, const yaml_node_t *n, td_wor
                               w->name, w->nodes, w->ssh.nhosts, w->ssh.nhosts > 1 ? "s" : "");
         w->nodes = (int)w->ssh.nhosts;
     }
+    /* A value in the file and a secret from the environment under one name: which one the
+     * workers get would be a guess, and a secret's value does not belong in the file. */
+    for (size_t i = 0; i < w->nsecrets; i++)
+        for (size_t j = 0; j < w->nenv; j++)
+            if (!strcmp(w->secrets[i], w->env[j].key))
+                return node_error(c, seen->secrets, "secrets",
+                                  "workflow '%s' sets %s under env: and names it under secrets:; "
+                                  "keep one (a secret's value comes from tandem run's "
+                                  "environment, never from the file)",
+                                  w->name, w->secrets[i]);
     if (seen->command && seen->commands)
         return node_error(c, seen->commands, "commands",
                           "workflow '%s' has both 'command' and 'commands'; keep one", w->name);
@@ -527,6 +807,7 @@ static td_status parse_doc(const parse_ctx *c, td_workflow_file *wf) {
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = yaml_document_get_node(c->doc, list->data.sequence.items.start[i]);
         wf->count = i + 1;
+        wf->items[i].file = td_xstrdup(c->file);
         TD_CHECK(parse_workflow(c, item, &wf->items[i]));
         for (size_t j = 0; j < i; j++)
             if (!strcmp(wf->items[j].name, wf->items[i].name))
@@ -671,13 +952,17 @@ td_workflow *td_workflow_copy(const td_workflow *w) {
     c->setup = copy_strs(w->setup, w->nsetup);
     c->node_setup = copy_strs(w->node_setup, w->nnode_setup);
     c->env = copy_kvs(w->env, w->nenv);
+    c->secrets = copy_strs(w->secrets, w->nsecrets);
+    c->file = w->file ? td_xstrdup(w->file) : NULL;
     c->params = copy_kvs(w->params, w->nparams);
     c->artifacts = copy_strs(w->artifacts, w->nartifacts);
+    c->artifacts_to = w->artifacts_to ? td_xstrdup(w->artifacts_to) : NULL;
     c->checkpoint_dir = w->checkpoint_dir ? td_xstrdup(w->checkpoint_dir) : NULL;
     c->workdir = w->workdir ? td_xstrdup(w->workdir) : NULL;
     c->executor = w->executor ? td_xstrdup(w->executor) : NULL;
     td_slurm_options_copy(&c->slurm, &w->slurm);
     td_ssh_options_copy(&c->ssh, &w->ssh);
+    td_aws_options_copy(&c->aws, &w->aws);
     return c;
 }
 

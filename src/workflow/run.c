@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tandem/cloud.h"
 #include "tandem/loop.h"
 #include "tandem/os.h"
 
@@ -95,7 +96,7 @@ static int is_output_name(const td_workflow *w, const char *name) {
     char first[NAME_MAX + 1];
     for (size_t i = 0; i <= w->nartifacts; i++) {
         const char *pat = i < w->nartifacts ? w->artifacts[i] : w->checkpoint_dir;
-        if (!pat || pat[0] == '/') continue;
+        if (!pat || pat[0] == '/' || !strncmp(pat, "s3://", 5)) continue;
         while (pat[0] == '.' && pat[1] == '/') pat += 2;
         size_t len = strcspn(pat, "/");
         if (len == 0 || len > NAME_MAX) continue;
@@ -147,9 +148,10 @@ typedef struct {
     td_sigwatch *sigs; /* stop signals and SIGCHLD, read in the loop */
     int nsignals;      /* stop signals received so far */
     int last_signal;
-    FILE *out;        /* progress lines */
-    int quiet_output; /* detached: nothing to a terminal */
-    int tty;          /* our stderr is a terminal: the workers may draw progress bars */
+    FILE *out;               /* progress lines */
+    int quiet_output;        /* detached: nothing to a terminal */
+    int tty;                 /* our stderr is a terminal: the workers may draw progress bars */
+    td_exec_secrets secrets; /* values for the workers' environment only (exec.h) */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -220,7 +222,19 @@ static td_status build_env(supervisor *s, strvec *env) {
     set_var(env, TD_VAR_TANDEM_WORK_DIR, s->work_dir);
     set_var(env, TD_VAR_TANDEM_PROJECT_DIR, s->project_dir);
     char *ckpt;
-    if (!w->checkpoint_dir)
+    /* checkpoint_dir: s3://B/P: the workers write RUN/checkpoints as usual, and node 0's agent
+     * mirrors it to s3://B/P/RUN_ID (src/launch/ckpt_s3.c), which a resume reads back. */
+    int s3 = w->checkpoint_dir && !strncmp(w->checkpoint_dir, "s3://", 5);
+    if (s3) {
+        size_t n = strlen(w->checkpoint_dir);
+        while (n > 5 && w->checkpoint_dir[n - 1] == '/') n--;
+        char *url = td_xasprintf("%.*s/%s", (int)n, w->checkpoint_dir, s->run.id);
+        set_var(env, TD_VAR_TANDEM_CHECKPOINT_URL, url);
+        free(url);
+    } else {
+        env_unset(env, td_var_name(TD_VAR_TANDEM_CHECKPOINT_URL));
+    }
+    if (!w->checkpoint_dir || s3)
         ckpt = td_run_path(s->run.run_dir, TD_RUN_PATH_CHECKPOINTS);
     else if (w->checkpoint_dir[0] == '/')
         ckpt = td_xstrdup(w->checkpoint_dir);
@@ -350,18 +364,21 @@ static td_exec_job job_of(const supervisor *s, char *const *env) {
         .max_duration_s = s->w->max_duration_s,
         .artifacts = (const char *const *)s->w->artifacts,
         .nartifacts = s->w->nartifacts,
+        .artifacts_to = s->w->artifacts_to,
         .node_setup = (const char *const *)s->w->node_setup,
         .nnode_setup = s->w->nnode_setup,
         .resuming = s->resuming,
         .base_restarts = s->base_restarts,
         .slurm = &s->w->slurm,
         .ssh = &s->w->ssh,
+        .aws = &s->w->aws,
         .project_dir = s->project_dir,
         .sigs = s->sigs,
         .stop_signal = s->nsignals ? s->last_signal : 0,
         .out = s->out,
         .quiet_output = s->quiet_output,
         .term_tty = s->tty,
+        .secrets = s->secrets.v,
     };
 }
 
@@ -577,6 +594,47 @@ static td_status run_detached(supervisor *s, const td_run_options *opts, td_rund
     return st;
 }
 
+td_status td_workflow_secrets(const td_workflow *w, td_exec_secrets *out) {
+    memset(out, 0, sizeof *out);
+    td_status st = TD_OK;
+    for (size_t i = 0; w && i < w->nsecrets && st == TD_OK; i++) {
+        const char *v = getenv(w->secrets[i]);
+        if (!v)
+            st = td_error(TD_ERR_INVALID,
+                          "%s%sworkflow '%s': secret %s is not set in tandem run's environment: "
+                          "export it, or remove it from secrets:",
+                          w->file ? w->file : "", w->file ? ": " : "", w->name, w->secrets[i]);
+        else
+            st = td_exec_secrets_set(out, w->secrets[i], v);
+    }
+    /* Implicit secrets: what node 0's agent needs to keep the checkpoints in S3 as we would
+     * (ckpt_s3.c), the credentials as we found them (a profile's too, resolved here). An aws
+     * node with an instance profile has a role of its own: the user's keys then stay here. */
+    int s3 = w && w->checkpoint_dir && !strncmp(w->checkpoint_dir, "s3://", 5);
+    int own_role = w && w->executor && !strcmp(w->executor, "aws") && w->aws.iam_instance_profile;
+    if (st == TD_OK && s3 && own_role) {
+        for (const char *const *k = td_exec_aws_secret_names; *k && st == TD_OK; k++)
+            if (strncmp(*k, "AWS_ACCESS_KEY_ID", 17) && strncmp(*k, "AWS_SECRET", 10) &&
+                strncmp(*k, "AWS_SESSION", 11) && getenv(*k) && *getenv(*k))
+                st = td_exec_secrets_set(out, *k, getenv(*k));
+    } else if (st == TD_OK && s3) {
+        td_exec_secrets_add_aws(out);
+        td_aws_creds creds = {0};
+        if (td_aws_creds_load(w->aws.profile, &creds) == TD_OK) {
+            st = td_exec_secrets_set(out, "AWS_ACCESS_KEY_ID", creds.access_key_id);
+            if (st == TD_OK)
+                st = td_exec_secrets_set(out, "AWS_SECRET_ACCESS_KEY", creds.secret_access_key);
+            if (st == TD_OK && creds.session_token)
+                st = td_exec_secrets_set(out, "AWS_SESSION_TOKEN", creds.session_token);
+        } else {
+            td_error_clear(); /* none here: the node's own (files, role), or its clear error */
+        }
+        td_aws_creds_free(&creds);
+    }
+    if (st != TD_OK) td_exec_secrets_free(out);
+    return st;
+}
+
 td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char **run_id_out,
                           int *exit_code) {
     td_status st = TD_OK;
@@ -587,7 +645,10 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     int lock_fd = -1;
     *exit_code = 1;
     if (run_id_out) *run_id_out = NULL;
-    TD_CHECK(td_rundb_open(opts->project_dir, &store));
+    /* Before anything starts: a secret that is not set stops the run before it exists. */
+    TD_CHECK(td_workflow_secrets(w, &s.secrets));
+    st = td_rundb_open(opts->project_dir, &store);
+    if (st != TD_OK) goto out;
     if (opts->resume_run)
         st = resume_run(store, opts->resume_run, &s, &w, &synth, &lock_fd);
     else
@@ -628,6 +689,7 @@ out:
     td_rundb_close(store);
     td_run_clear(&s.run);
     td_workflow_free(synth);
+    td_exec_secrets_free(&s.secrets);
     free((char *)s.tandem_bin);
     free(s.work_dir);
     free(s.project_dir);

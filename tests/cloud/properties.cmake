@@ -15,3 +15,9 @@ if(TARGET td_cloud)
   # moto_server and boto3 from the venv (skips with 77 without it): 11-17 s on 2 cores
   set_tests_properties(cloud/test_moto PROPERTIES TIMEOUT 180)
 endif()
+# tandem gc and the orphan check of tandem ps against moto_server (venv; skips with 77 without
+# it), three local runs and five instances: about 22 s on the shared 2-core machine.
+set_tests_properties(cloud/test_gc PROPERTIES TIMEOUT 180)
+# executor aws end to end on the EC2 fixture (root, namespaces, the venv; skips with 77
+# without them): five legs, ten runs, the two references: about 150 s on 2 idle cores.
+set_tests_properties(cloud/test_aws_run PROPERTIES TIMEOUT 900)

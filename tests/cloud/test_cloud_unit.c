@@ -360,7 +360,60 @@ static void test_encodings(void) {
     ASSERT_STREQ(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+/* The spot notices' documents, and the IMDS client's endpoint check (no request is made). */
+static void test_imds(void) {
+    td_spot_notice n;
+    ASSERT_OK(td_spot_action_parse("{\"action\": \"terminate\", \"time\": "
+                                   "\"2026-11-26T15:32:00Z\"}",
+                                   &n));
+    ASSERT_STREQ(n.action, "terminate");
+    ASSERT_STREQ(n.time, "2026-11-26T15:32:00Z");
+    ASSERT_EQ((long long)n.time_wall_s, 1795707120LL);
+    ASSERT_OK(td_spot_rebalance_parse("{\"noticeTime\": \"2026-11-26T15:30:00Z\"}", &n));
+    ASSERT_STREQ(n.action, "rebalance");
+    ASSERT_STREQ(n.time, "2026-11-26T15:30:00Z");
+    ASSERT_STATUS(td_spot_action_parse("{\"time\": \"2026-11-26T15:32:00Z\"}", &n), TD_ERR_FORMAT);
+    ASSERT_CONTAINS(td_error_msg(), "\"action\"");
+    ASSERT_STATUS(td_spot_rebalance_parse("not json", &n), TD_ERR_FORMAT);
+
+    td_imds_t *c = NULL;
+    unsetenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    ASSERT_OK(td_imds_new(NULL, &c));
+    ASSERT_STREQ(td_imds_endpoint(c), "http://169.254.169.254");
+    td_imds_free(c);
+    setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1/", 1);
+    ASSERT_OK(td_imds_new(NULL, &c));
+    ASSERT_STREQ(td_imds_endpoint(c), "http://127.0.0.1:1");
+    /* nothing listens there: an error naming the URL, quickly, not a 404 */
+    char *body = NULL;
+    int status = -1;
+    ASSERT(td_imds_get(c, "latest/meta-data/instance-id", &body, &status) != TD_OK);
+    ASSERT_EQ(status, 0);
+    ASSERT(body == NULL);
+    ASSERT_CONTAINS(td_error_msg(), "http://127.0.0.1:1/latest/api/token");
+    td_imds_free(c);
+    setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "169.254.169.254/latest", 1);
+    ASSERT_STATUS(td_imds_new(NULL, &c), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    unsetenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+}
+
+/* The known regions: whole names only (no prefix, no suffix of another). */
+static void test_regions(void) {
+    ASSERT(td_aws_region_known("us-east-1"));
+    ASSERT(td_aws_region_known("cn-northwest-1"));
+    ASSERT(td_aws_region_known("eu-west-3"));
+    ASSERT(!td_aws_region_known("us-east"));
+    ASSERT(!td_aws_region_known("east-1"));
+    ASSERT(!td_aws_region_known("us-east-12"));
+    ASSERT(!td_aws_region_known("xx-nowhere-9"));
+    ASSERT(!td_aws_region_known(""));
+    ASSERT(!td_aws_region_known(NULL));
+}
+
 int main(void) {
+    test_regions();
+    test_imds();
     test_ec2_parse();
     test_errors();
     test_s3_parse();

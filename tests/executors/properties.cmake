@@ -39,4 +39,10 @@ set_tests_properties(executors/test_ssh_fixture PROPERTIES TIMEOUT 60 SKIP_RETUR
 # local references, then stops one run and resumes it, and fails two with bad hosts: about 110 s
 # on 2 idle cores, 250-370 s under AddressSanitizer.
 target_include_directories(executors_test_ssh_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
+# A job's secrets (src/exec/secrets.c) and the workflow's side of them: no process.
+target_include_directories(executors_test_secrets_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
 set_tests_properties(executors/test_ssh_run PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+# Executor aws's instance record (RUN/instances.json) and the no-AWS gates of its orphan handling
+# (src/exec/aws_record.c, aws_gc.c): no server; one gate tries a closed port (about 3 s of
+# retries).
+target_include_directories(executors_test_aws_record PRIVATE ${CMAKE_SOURCE_DIR}/src)

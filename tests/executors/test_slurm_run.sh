@@ -4,8 +4,9 @@
 # through scontrol, ends succeeded with weights bitwise equal to 2 local workers (`tandem launch
 # --standalone --nproc-per-node 2`), the artifact stored, both nodes' rank logs and every step's
 # metrics in the run store. 2. The workers' environment under Slurm is the local executor's
-# (the same TANDEM_* variables and values, the workflow's env and params, PATH), and the token
-# file is private.
+# (the same TANDEM_* variables and values, the workflow's env and params, PATH), the token
+# file is private, and a workflow's secret reaches node 2's worker without being in the batch
+# script.
 set -uo pipefail
 . "$(dirname "$0")/exec_test.sh" run
 t0=$SECONDS
@@ -29,6 +30,7 @@ workflows:
     executor: slurm
     slurm: {time: '10:00', signal_lead: 30s}
     env: {TD_WF_VAR: "a b'c"}
+    secrets: [TD_SLURM_SECRET]
     params: {tag: blue}
     command: echo \${{ params.tag }} >/dev/null; env | sort >"\$TANDEM_RUN_DIR/env-\$RANK"
   # a worker on the second node fails on a bad argument
@@ -88,6 +90,8 @@ echo "run store: status succeeded, rank logs of both nodes, train/loss steps 1..
      "both nodes' system metrics"
 
 # --- 2. the workers' environment: as the local executor's
+secret="slurm-secret-$$-$RANDOM$RANDOM" # secrets: travel in sbatch's environment, not the script
+export TD_SLURM_SECRET=$secret
 slurm_exec timeout -k 5 60 "$B" run env-slurm >"$P/env-slurm.log" 2>&1 || fail "env-slurm: exit $?"
 "$B" run env-local >"$P/env-local.log" 2>&1 || fail "env-local: exit $?"
 # What may differ: the run's id and directory, the store's token, address and (local nodes)
@@ -112,6 +116,9 @@ grep -qx "TANDEM_TOKEN=$(cat "$P/.tandem/runs/env-slurm-1/token")" "$e1" || fail
 grep -q "^PATH=$(dirname "$B"):" "$e1" || fail "PATH does not start with tandem's directory"
 ! grep -q '^TANDEM_RESUME=' "$e1" || fail "TANDEM_RESUME set in a fresh run"
 grep -q "^SLURM_JOB_ID=" "$e1" || fail "not run by Slurm?"
+grep -qx "TD_SLURM_SECRET=$secret" "$e1" || fail "the secret did not reach node 2's worker"
+grep -qF "$secret" "$P/.tandem/runs/env-slurm-1/job.sbatch" "$P/env-slurm.log" &&
+    fail "the secret's value is in the batch script or tandem run's output"
 grep -q "#SBATCH --time=0-00:10:00" "$P/.tandem/runs/env-slurm-1/job.sbatch" || fail "no --time"
 grep -q "#SBATCH --signal=B:USR1@30" "$P/.tandem/runs/env-slurm-1/job.sbatch" || fail "no --signal"
 hosts=$(grep -h '^SLURMD_NODENAME=' "$P"/.tandem/runs/env-slurm-1/env-* | sort | tr '\n' ' ')

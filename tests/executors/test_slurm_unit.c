@@ -78,7 +78,8 @@ static void test_parse(void) {
         snprintf(buf, sizeof buf, "%s%s", head, extra);                                            \
         expect_error(buf, n1, n2);                                                                 \
     } while (0)
-    BAD("    executor: rsh\n", "wf.yaml:4:15: executor: expected local or slurm or ssh", "'rsh'");
+    BAD("    executor: rsh\n", "wf.yaml:4:15: executor: expected local or slurm, ssh or aws",
+        "'rsh'");
     BAD("    executor: slurm\n    slurm: {queue: x}\n", "unknown field 'queue'",
         "partition, time, account, sbatch_args, signal_lead, work_dir, link_host");
     BAD("    executor: slurm\n    slurm: {work_dir: scratch}\n",
@@ -369,12 +370,46 @@ static void test_script(void) {
     td_slurm_options extra = {.sbatch_args = (char *[]){"--exclusive", "--qos=high"},
                               .nsbatch_args = 2};
     char **argv = td__slurm_sbatch_argv("/usr/bin/sbatch", &extra, "/r/job.sbatch");
-    const char *want[] = {"/usr/bin/sbatch", "--parsable", "--exclusive", "--qos=high",
-                          "/r/job.sbatch"};
+    /* --export=ALL: the token and the secrets travel in sbatch's environment */
+    const char *want[] = {"/usr/bin/sbatch", "--parsable", "--export=ALL",
+                          "--exclusive",     "--qos=high", "/r/job.sbatch"};
     for (size_t i = 0; i < TD_ARRAY_LEN(want); i++) ASSERT_STREQ(argv[i], want[i]);
-    ASSERT(argv[5] == NULL);
+    ASSERT(argv[6] == NULL);
     for (size_t i = 0; argv[i]; i++) free(argv[i]);
     free(argv);
+}
+
+/* A job's secrets (exec.h) are never in the batch script, nor unset by it: the script would
+ * otherwise export a secret the job's environment holds and ours does not (A), and unset one
+ * ours holds and the job's environment does not (B, an implicit secret such as credentials
+ * resolved from a profile), both of which sbatch's environment carries. It only checks each
+ * name arrived. */
+static void test_script_secrets(void) {
+    unsetenv("TD_TEST_SECRET_A");
+    setenv("TD_TEST_SECRET_B", "stale", 1);
+    char *env[] = {"TD_TEST_SECRET_A=va1ue-of-a", "TANDEM_RUN_ID=bn-1", NULL};
+    char *secrets[] = {"TD_TEST_SECRET_A=va1ue-of-a", "TD_TEST_SECRET_B=va1ue-of-b", NULL};
+    td_run run = {.id = "bn-1", .run_dir = "/p/.tandem/runs/bn-1", .nodes = 2, .nproc_per_node = 1};
+    td_slurm_options so = {0};
+    td_exec_job job = {.run = &run,
+                       .work_dir = "/p/.tandem/runs/bn-1/work",
+                       .script = "true",
+                       .tandem_bin = "/opt/tandem/bin/tandem",
+                       .env = env,
+                       .secrets = secrets,
+                       .slurm = &so};
+    for (int linked = 0; linked < 2; linked++) {
+        so.work_dir = linked ? "/scratch/td" : NULL;
+        char *s = td__slurm_batch_script(&job, linked ? NULL : "/t", linked ? "login1:1" : NULL);
+        ASSERT(!strstr(s, "va1ue-of"));
+        ASSERT(!strstr(s, "unset TD_TEST_SECRET"));
+        ASSERT(!strstr(s, "export TD_TEST_SECRET"));
+        ASSERT_CONTAINS(s, "[ -n \"${TD_TEST_SECRET_A+x}\" ] || { echo \"tandem: error: secret "
+                           "TD_TEST_SECRET_A is not in the job's environment");
+        ASSERT_CONTAINS(s, "[ -n \"${TD_TEST_SECRET_B+x}\" ] ||");
+        free(s);
+    }
+    unsetenv("TD_TEST_SECRET_B");
 }
 
 static void test_capture(void) {
@@ -406,6 +441,7 @@ int main(void) {
     test_scontrol();
     test_outcome();
     test_script();
+    test_script_secrets();
     test_capture();
     ASSERT(td_executor_find("slurm") == &td__executor_slurm);
     ASSERT(td_executor_find("local") == NULL);

@@ -72,7 +72,7 @@ static void test_parse(void) {
     snprintf(buf, sizeof buf, "%s    executor: ssh\n    ssh: {hosts: ['a;reboot']}\n", head);
     expect_error(buf, "'a;reboot' is not a host", "';' is not allowed");
     snprintf(buf, sizeof buf, "%s    executor: rsh\n", head);
-    expect_error(buf, "expected local or slurm or ssh", NULL);
+    expect_error(buf, "expected local or slurm, ssh or aws", NULL);
 }
 
 static void test_hosts(void) {

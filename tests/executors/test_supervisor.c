@@ -380,7 +380,67 @@ static void test_stall_and_node_restarts(void) {
     ASSERT_EQ(td__sup_restarts(&m), 4);
 }
 
+/* A spot interruption notice: the workers checkpoint, and the run resumes on a replacement
+ * without spending max_restarts (0 here); a second node's notice in the same stop is the same
+ * round; the connection of the interrupted node dropping meanwhile is no failure; a user's stop
+ * during the checkpoint wins; too many replacements end the run. */
+static void test_interruption(void) {
+    td__sup_machine m;
+    fake f = {0};
+    machine(&m, 0, 0);
+    act(&f, td__sup_begin(&m, 0));
+    act(&f, td__sup_running(&m, 1));
+    act(&f, td__sup_node_preempted(&m, 1, "spot interruption notice (terminate at 12:00:00Z)", 5));
+    ASSERT_EQ(f.soft, 1);
+    ASSERT_EQ(m.phase, TD__SUP_STOPPING);
+    ASSERT_CONTAINS(f.said[0], "node 1: spot interruption notice");
+    ASSERT_CONTAINS(f.said[0], "resumes on a replacement");
+    act(&f, td__sup_node_preempted(&m, 0, "spot interruption notice", 5.2));
+    act(&f, td__sup_node_down(&m, 1, "node 1: its ssh connection ended", 5.5));
+    ASSERT_EQ(f.soft, 1);
+    td__sup_exit e = ex(143, -1, NULL);
+    act(&f, td__sup_exited(&m, &e, 6));
+    ASSERT_EQ(m.phase, TD__SUP_BACKOFF);
+    ASSERT_EQ(f.ends, 0);
+    ASSERT_EQ(m.replacements, 1);
+    ASSERT_EQ(td__sup_restarts(&m), 1); /* recorded as a restart of the run */
+    act(&f, td__sup_backoff_over(&m, 7));
+    ASSERT_EQ(f.starts, 2);
+    ASSERT_EQ(f.resumes, 1);
+    act(&f, td__sup_running(&m, 8));
+    e = ex(0, -1, NULL);
+    act(&f, td__sup_exited(&m, &e, 20));
+    ASSERT_EQ(m.outcome.status, TD_RUN_SUCCEEDED);
+
+    /* a stop during the interruption's checkpoint: the run ends stopped, nothing replaced */
+    machine(&m, 0, 0);
+    fake g = {0};
+    act(&g, td__sup_begin(&m, 0));
+    act(&g, td__sup_running(&m, 1));
+    act(&g, td__sup_node_preempted(&m, 0, "spot interruption notice", 2));
+    act(&g, td__sup_signal(&m, SIGINT, false, 3));
+    e = ex(143, -1, NULL);
+    act(&g, td__sup_exited(&m, &e, 4));
+    ASSERT_EQ(m.outcome.status, TD_RUN_STOPPED);
+    ASSERT_EQ(g.starts, 1);
+
+    /* interrupted every time: the bound ends it, with the interruption's words */
+    machine(&m, 0, 0);
+    fake h = {0};
+    act(&h, td__sup_begin(&m, 0));
+    for (int i = 0; i <= TD__SUP_MAX_REPLACEMENTS; i++) {
+        act(&h, td__sup_running(&m, 10.0 * i + 1));
+        act(&h, td__sup_node_preempted(&m, 1, "spot interruption notice", 10.0 * i + 2));
+        act(&h, td__sup_exited(&m, &e, 10.0 * i + 3));
+        if (m.phase == TD__SUP_BACKOFF) act(&h, td__sup_backoff_over(&m, 10.0 * i + 4));
+    }
+    ASSERT_EQ(m.phase, TD__SUP_ENDED);
+    ASSERT_EQ(m.outcome.status, TD_RUN_FAILED);
+    ASSERT_CONTAINS(m.outcome.note, "taken away 50 times");
+}
+
 int main(void) {
+    test_interruption();
     test_success();
     test_restarts_backoff();
     test_failure_without_cause();

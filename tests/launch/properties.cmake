@@ -29,3 +29,5 @@ set_tests_properties(launch/test_launch_stall launch/test_launch_stall_nodes lau
                      PROPERTIES RUN_SERIAL TRUE TIMEOUT 180)
 # Two namespaces and six short trainings; the launchers' timing is not measured.
 set_tests_properties(launch/test_numerics PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)
+# Four short jobs against a fake IMDS; the agent's stop after the notice is timed (< 10 s).
+set_tests_properties(launch/test_spot_watch PROPERTIES RUN_SERIAL TRUE TIMEOUT 180)

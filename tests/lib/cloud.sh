@@ -5,8 +5,9 @@
 # data script run there as root. docs/cloud.md ("The test fixture") says what it simulates and
 # what not. Source this file, set an EXIT trap that calls
 # cloud_down, then call
-#   cloud_up
-# which makes the login namespace and bridge of sshd.sh with no host (sshd_up 0), gives the
+#   cloud_up [HIDE_DIR...]
+# which makes the login namespace and bridge of sshd.sh with no host (sshd_up 0 HIDE_DIR...: every
+# instance's host sees an empty tmpfs there, as a machine of its own would), gives the
 # bridge 172.31.0.1/16 (moto's default VPC is 172.31.0.0/16; its default subnets are /20s in it),
 # and starts there: moto_server on 172.31.0.1:5000, the proxy (cloud_proxy.py) on
 # 172.31.0.1:4566 and the watcher (cloud_watch.py). It exports
@@ -71,7 +72,7 @@ cloud_up() {
         { echo "SKIP: no moto_server in the venv $venv (scripts/venv.sh makes it)"; exit 77; }
     "$venv/bin/python" -c 'import boto3, moto' 2>/dev/null ||
         { echo "SKIP: the venv $venv lacks boto3 or moto (scripts/venv.sh)"; exit 77; }
-    sshd_up 0 || return 1
+    sshd_up 0 "$@" || return 1
     st=$TSH_STATE login=tsh-$$-login
     mkdir "$st/cloud" && : >"$st/cloud/refuse" || _cloud_fail "cannot write $st/cloud" || return 1
     ip -n "$login" addr add "$CLOUD_GATEWAY/16" dev br0 ||
@@ -86,7 +87,9 @@ cloud_up() {
 
     # moto and the proxy in the login namespace (killed with it); the watcher in its network
     # namespace only, so that it sees the hosts' namespaces that sshd_add_host makes later.
+    # as EC2 does: an unknown key pair or instance type is refused
     _tsh_bg "$st/log/moto.log" nsenter -t "$(cat "$st/login.pid")" -n -u -m -- \
+        env MOTO_ENABLE_KEYPAIR_VALIDATION=true MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true \
         "$venv/bin/moto_server" -H "$CLOUD_GATEWAY" -p "$CLOUD_MOTO_PORT" >"$st/cloud/moto.pid"
     _tsh_bg "$st/log/cloud-proxy.log" nsenter -t "$(cat "$st/login.pid")" -n -u -m -- \
         /usr/bin/python3 "$_cloud_lib/cloud_proxy.py" "$CLOUD_GATEWAY" "$CLOUD_PROXY_PORT" \

@@ -129,6 +129,28 @@ int main(void) {
     expect_error("runs:\n  - name: a\n", "workflows.yaml:1:1: runs: unknown top-level field", NULL);
     expect_error("", "workflows.yaml:1:1: workflows:", "empty");
 
+    /* s3:// checkpoints and artifacts (docs/cloud.md): the mapping form of artifacts, and the
+     * URLs checked as they are read */
+    static const char *s3 = "workflows:\n  - name: s\n    command: x\n"
+                            "    checkpoint_dir: s3://ckpts/runs/\n"
+                            "    artifacts: {paths: [a.bin, 'out/*.png'], to: s3://arts/p}\n";
+    ASSERT_OK(td_workflow_file_parse(s3, strlen(s3), "workflows.yaml", &wf));
+    ASSERT_STREQ(wf->items[0].checkpoint_dir, "s3://ckpts/runs/");
+    ASSERT_EQ(wf->items[0].nartifacts, 2);
+    ASSERT_STREQ(wf->items[0].artifacts[1], "out/*.png");
+    ASSERT_STREQ(wf->items[0].artifacts_to, "s3://arts/p");
+    td_workflow *copy = td_workflow_copy(&wf->items[0]);
+    ASSERT_STREQ(copy->artifacts_to, "s3://arts/p");
+    td_workflow_free(copy);
+    td_workflow_file_free(wf);
+    expect_error("workflows:\n  - name: a\n    command: x\n    checkpoint_dir: s3://Bad_Bucket/x\n",
+                 "workflows.yaml:4:21: checkpoint_dir:", "Bad_Bucket");
+    expect_error(
+        "workflows:\n  - name: a\n    command: x\n    artifacts: {paths: [a], to: /tmp/x}\n",
+        "artifacts.to: expected an s3://BUCKET/PREFIX URL", "/tmp/x");
+    expect_error("workflows:\n  - name: a\n    command: x\n    artifacts: {path: [a]}\n",
+                 "artifacts: unknown field 'path'", "paths or to");
+
     ASSERT_STATUS(td_workflow_file_load("/nonexistent/workflows.yaml", &wf), TD_ERR_NOTFOUND);
     ASSERT_CONTAINS(td_error_msg(), "/nonexistent/workflows.yaml");
 

@@ -6,36 +6,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
+#include "tandem/exec.h"
 #include "tandem/os.h"
 #include "run_cli.h"
 
-enum { OPT_DOWNLOAD = 1 };
+enum { OPT_DOWNLOAD = 1, OPT_FROM_S3 };
 
 static const cli_opt opts[] = {
     {OPT_DOWNLOAD, "download", 0, "DIR", "copy them into DIR/<name>, each checked", 0},
+    {OPT_FROM_S3, "from-s3", 0, NULL,
+     "with --download: take them from their S3 copy (artifacts: {to: s3://...})\n"
+     "even where the run's own copy is there",
+     0},
     {0},
 };
 
 static const cli_command verb = {
     .name = "tandem artifacts",
-    .usage = "RUN [--download DIR]",
+    .usage = "RUN [--download DIR [--from-s3]]",
     .about = "Lists the run's artifacts (name, size, sha256); --download copies them into\n"
              "DIR/<name> and checks each copy's sha256 against the record. RUN is a run id or\n"
-             "a unique prefix of one.\n",
+             "a unique prefix of one. An artifact whose copy in the run directory is gone comes\n"
+             "from its S3 copy when the workflow uploaded them (artifacts: {to: s3://...}).\n",
     .opts = opts,
 };
 
 int cmd_artifacts(int argc, char **argv) {
     const char *id = NULL, *dest = NULL;
-    int rc;
+    int rc, from_s3 = 0;
     cli_parser p;
     cli_init(&p, &verb, argc, argv);
     for (int c; (c = cli_next(&p)) != CLI_END;) {
         if (c == CLI_EXIT) return p.exit_code;
         if (c == OPT_DOWNLOAD)
             dest = p.value;
+        else if (c == OPT_FROM_S3)
+            from_s3 = 1;
         else if ((rc = run_cli_id(&verb, p.value, &id)) >= 0)
             return rc;
     }
@@ -59,8 +68,11 @@ int cmd_artifacts(int argc, char **argv) {
             char *to = td_xasprintf("%s/%s", dest, arts[i].name);
             char *dir = td_xstrdup(to);
             char sha[65];
+            /* the S3 copy (artifacts-s3.json) when asked, or when the run's own is gone */
+            int s3 = from_s3 || access(arts[i].path, F_OK) != 0;
             if ((st = td_mkdirs(dirname(dir))) != TD_OK ||
-                (st = td_copy_file(arts[i].path, to, "artifact")) != TD_OK) {
+                (st = s3 ? td_artifacts_s3_download(&r, arts[i].name, to)
+                         : td_copy_file(arts[i].path, to, "artifact")) != TD_OK) {
                 run_cli_error(st);
                 rc = 1;
             } else if ((st = td_sha256_file(to, sha)) != TD_OK) {
@@ -74,7 +86,7 @@ int cmd_artifacts(int argc, char **argv) {
                         run_cli_text(arts[i].path));
                 rc = 1;
             } else {
-                printf("%s  %s (sha256 ok)\n", sha, run_cli_text(to));
+                printf("%s  %s (sha256 ok%s)\n", sha, run_cli_text(to), s3 ? ", from S3" : "");
             }
             free(to);
             free(dir);

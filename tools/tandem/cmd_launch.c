@@ -181,6 +181,7 @@ static int open_link(td_launch_options *o, td_agent_link **link) {
         return 1;
     }
     o->on_store = td_agent_link_store_port;
+    o->on_note = td_agent_link_note;
     o->lost_nodes = td_agent_link_lost_nodes;
     o->executor_link = *link;
     return 0;
@@ -222,6 +223,7 @@ static int connect_link(td_launch_options *o, const char *endpoint, td_agent_lin
     if (null_fd >= 0) close(null_fd);
     free(path);
     o->out_fd = o->err_fd = STDOUT_FILENO; /* /dev/null: the rank logs have every line */
+    o->on_note = td_agent_link_note;
     o->lost_nodes = td_agent_link_lost_nodes;
     o->executor_link = *link;
     return 0;

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "run_cli.h"
+#include "tandem/exec.h"
 
 static void fmt_time(double t, char *out, size_t n) {
     if (t <= 0) {
@@ -92,6 +93,9 @@ int cmd_ps(int argc, char **argv) {
     }
     td_rundb *store;
     if (run_cli_open_store(&store)) return 1;
+    /* A dead supervisor's cloud instances, terminated (one line each on stderr); no AWS call
+     * unless a run's RUN/instances.json lists one alive and nobody holds its lock. */
+    td_gc_orphans(store, stderr, NULL);
     td_run *runs = NULL;
     size_t n = 0;
     td_status st = td_run_list(store, all, &runs, &n);

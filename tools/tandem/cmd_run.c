@@ -140,6 +140,12 @@ int cmd_run(int argc, char **argv) {
         }
     }
     if (st == TD_OK) {
+        /* Instances a dead supervisor of this project left running are terminated first (no
+         * AWS call unless a run's RUN/instances.json lists one alive and its lock is free). */
+        td_rundb *gc_store = NULL;
+        if (td_rundb_open(NULL, &gc_store) == TD_OK) td_gc_orphans(gc_store, stderr, NULL);
+        td_error_clear();
+        td_rundb_close(gc_store);
         td_run_options opts = {.detach = detach, .resume_run = resume};
         st = td_workflow_run(w, &opts, &run_id, &exit_code);
     }

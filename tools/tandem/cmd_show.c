@@ -22,6 +22,46 @@ static void print_time(const char *label, double t) {
     printf("%-15s %s\n", label, buf);
 }
 
+/* The cloud instances the run used (RUN/instances.json, executor aws): each one's lifetime and
+ * instance-hours (to now while it lives), and the run's total: what it cost. */
+static void print_instances(const td_run *r) {
+    td_run_instances rec;
+    td_status st = td_run_instances_read(r->run_dir, &rec);
+    if (st != TD_OK) {
+        if (st != TD_ERR_NOTFOUND) printf("\ninstances: %s\n", run_cli_text(td_error_msg()));
+        td_error_clear();
+        return;
+    }
+    double now = td_wall_s();
+    printf("\ninstances (%s %s): %zu, %.2f instance-hours\n", run_cli_text(rec.provider),
+           run_cli_text(rec.region), rec.count, td_run_instances_hours(&rec, now));
+    printf("  %-20s %4s %-12s %-9s %-11s %-19s %9s %7s  %s\n", "ID", "NODE", "TYPE", "MARKET",
+           "ZONE", "LAUNCHED", "LIFETIME", "HOURS", "END");
+    for (size_t i = 0; i < rec.count; i++) {
+        const td_run_instance *in = &rec.items[i];
+        char launched[32] = "-", node[16] = "-", life[32];
+        if (in->launched_s > 0) {
+            time_t tt = (time_t)in->launched_s;
+            struct tm tm;
+            localtime_r(&tt, &tm);
+            strftime(launched, sizeof launched, "%Y-%m-%d %H:%M:%S", &tm);
+        }
+        if (in->node >= 0) snprintf(node, sizeof node, "%d", in->node);
+        double s = td_run_instance_lifetime_s(in, now);
+        long t = (long)s;
+        if (t < 3600)
+            snprintf(life, sizeof life, "%ldm%02lds", t / 60, t % 60);
+        else
+            snprintf(life, sizeof life, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+        const char *end = in->end ? in->end : td_run_instance_live(in) ? "(alive)" : in->state;
+        printf("  %-20s %4s %-12s %-9s %-11s %-19s %9s %7.2f  %s%s%s\n", run_cli_text(in->id), node,
+               run_cli_text(in->type), run_cli_text(in->market), run_cli_text(in->zone), launched,
+               life, s / 3600, run_cli_text(end), in->replaces[0] ? "; replaced " : "",
+               in->replaces[0] ? run_cli_text(in->replaces) : "");
+    }
+    td_run_instances_clear(&rec);
+}
+
 static const cli_opt opts[] = {{0}};
 
 static const cli_command verb = {
@@ -109,6 +149,7 @@ int cmd_show(int argc, char **argv) {
     } else {
         td_error_clear();
     }
+    print_instances(&r);
     run_cli_close(store, &r);
     return 0;
 }

@@ -17,6 +17,7 @@
     X("metrics", cmd_metrics, "a run's metrics (--csv, --json)")                                   \
     X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
     X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                                \
+    X("gc", cmd_gc, "terminate cloud instances whose run's supervisor is gone (--dry-run)")        \
     X("reindex", cmd_reindex, "rebuild the run index (.tandem/runs.db) from the run directories")  \
     X("ui", cmd_ui, "serve the runs dashboard (http://127.0.0.1:8080)")                            \
     X("bench", cmd_bench, "benchmarks: 'tandem bench comm ...' (collectives)")
@@ -31,6 +32,7 @@ int cmd_logs(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_artifacts(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 int cmd_reindex(int argc, char **argv);
 int cmd_ui(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -1151,6 +1151,7 @@
     const chartsRoot = h('div', { class: 'charts', id: 'charts' });
     const logsRoot = h('section', { id: 'logs', class: 'panel', 'aria-labelledby': 'logs-title' });
     const artsRoot = h('section', { id: 'artifacts', class: 'panel', 'aria-labelledby': 'artifacts-title' });
+    const instRoot = h('section', { id: 'instances', class: 'panel', 'aria-labelledby': 'instances-title' });
     const toolbar = chartToolbar((what) => {
       if (what === 'x') set.reloadAll();
       else set.renderAll();
@@ -1163,6 +1164,7 @@
       chartsRoot,
       logsRoot,
       artsRoot,
+      instRoot,
     );
 
     /* One line per rank; ranks whose points are all equal (rank 0 logs what every rank has, or a
@@ -1389,6 +1391,70 @@
       );
     }
 
+    /* The cloud instances of an aws run (RUN/instances.json): what it ran on and what it cost.
+     * Hidden for a run without any. */
+    function renderInstances(rec) {
+      instRoot.hidden = !rec;
+      if (!rec) return put(instRoot);
+      const hours = (x) => x.toFixed(2);
+      const th = (t, cls) => h('th', { scope: 'col', class: cls || null }, t);
+      put(
+        instRoot,
+        h('h2', { id: 'instances-title' }, 'Instances'),
+        h(
+          'p',
+          { class: 'muted' },
+          `${rec.instances.length} on ${rec.provider} ${rec.region || ''}: ` +
+            `${hours(rec.instance_hours)} instance-hours`,
+        ),
+        h(
+          'table',
+          { class: 'arts instances' },
+          h(
+            'thead',
+            null,
+            h(
+              'tr',
+              null,
+              th('Instance'),
+              th('Node', 'num'),
+              th('Type'),
+              th('Market'),
+              th('Zone'),
+              th('Launched'),
+              th('Lifetime', 'num'),
+              th('Instance-hours', 'num'),
+              th('End'),
+            ),
+          ),
+          h(
+            'tbody',
+            null,
+            rec.instances.map((i) =>
+              h(
+                'tr',
+                null,
+                h('td', { class: 'mono' }, i.id),
+                h('td', { class: 'num' }, i.node == null ? '-' : String(i.node)),
+                h('td', { class: 'mono' }, i.type || '-'),
+                h('td', null, i.market || '-'),
+                h('td', null, i.zone || '-'),
+                h('td', null, fmtTime(i.launched)),
+                h('td', { class: 'num' }, fmtDur(i.lifetime)),
+                h('td', { class: 'num' }, hours(i.instance_hours)),
+                h(
+                  'td',
+                  null,
+                  (i.end || (i.live ? 'alive' : i.state || '-')) +
+                    (i.replaces ? ` (replaced ${i.replaces})` : ''),
+                ),
+              ),
+            ),
+          ),
+        ),
+      );
+    }
+
     function onPoints(points) {
       const xi = settings.x === 'time' ? 3 : 2;
       for (const p of points) {
@@ -1430,6 +1496,7 @@
         );
       logs = logsPanel(logsRoot, run, view);
       renderArtifacts(run.artifacts);
+      renderInstances(run.instances);
       if (run.live) {
         events = runEvents(view, run.id, {
           points: (pts) => {
@@ -1460,6 +1527,7 @@
                 .then((d) => {
                   if (!view.dead) {
                     renderArtifacts(d.artifacts);
+                    renderInstances(d.instances);
                     logs.update(d.logs);
                   }
                 })

@@ -283,6 +283,44 @@ await step('artifacts: size, SHA-256 and a download link', async () => {
   check(got === sha, `the download link serves the file: ${got}`);
 });
 
+await step("instances: an aws run's record, lifetimes and instance-hours", async () => {
+  const now = Date.now() / 1000;
+  const inst = (id, zone, market, launched, ended, end, replaces) => ({
+    id, node: 0, type: 't3.micro', market, subnet: null, zone, launched_s: launched,
+    ended_s: ended, end, replaces, state: 'terminated',
+  });
+  writeFileSync(
+    join(runDir('tiny-1'), 'instances.json'),
+    JSON.stringify({
+      provider: 'aws',
+      region: 'us-east-1',
+      instances: [
+        inst('i-0aaa', 'us-east-1a', 'spot', now - 7200, now - 3600, 'interrupted (spot)', null),
+        inst('i-0bbb', 'us-east-1b', 'on-demand', now - 3600, now - 1800,
+             'terminated by tandem at the end of the run', 'i-0aaa'),
+      ],
+    }),
+  );
+  await go('#/run/tiny-2'); // no record: no section
+  await waitFor(() => document.querySelector('#artifacts h2'));
+  check(await page.$eval('#instances', (el) => el.hidden), 'tiny-2 (no record) shows no instances');
+  await go('#/run/tiny-1');
+  await waitFor(() => document.querySelectorAll('#instances tbody tr').length === 2);
+  const rows = await page.$$eval('#instances tbody tr', (trs) =>
+    trs.map((tr) => [...tr.cells].map((c) => c.textContent)),
+  );
+  check(
+    rows[0][0] === 'i-0aaa' && rows[0][3] === 'spot' && rows[0][6] === '1h 00m' && rows[0][7] === '1.00',
+    `instances row 1: ${JSON.stringify(rows[0])}`,
+  );
+  check(
+    rows[1][7] === '0.50' && rows[1][8].includes('replaced i-0aaa'),
+    `instances row 2: ${JSON.stringify(rows[1])}`,
+  );
+  const sum = await page.$eval('#instances p', (el) => el.textContent);
+  check(sum.includes('1.50 instance-hours'), `the total: ${sum}`);
+});
+
 await step('a point appended to a running run appears without a reload', async () => {
   await go('#/run/tiny-3');
   await waitFor(

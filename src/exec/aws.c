@@ -1,0 +1,729 @@
+/* The aws executor (executor: aws): the run's nodes on EC2 instances that it creates, one per
+ * node, and terminates at the end, whatever the end. docs/cloud.md describes what it does; the
+ * comments here say why.
+ *
+ * It is one more carrier of the one supervisor (supervisor.h), wrapped around the ssh carrier:
+ * the instances are the ssh executor's hosts, found one by one (td__ssh_set_host), and the
+ * agents, their links and stops are ssh's. What it adds:
+ * - start: before each attempt, every node has a running instance that answers ssh, with the
+ *   run's code on it. The first attempt creates them all; a later one replaces those that were
+ *   interrupted or are gone (spot), keeping the others. Placement tries each instance type and
+ *   subnet of the workflow in turn on a capacity refusal, spot first and on-demand after where
+ *   `fallback: on-demand` says so, and repeats after a pause; any other refusal (credentials,
+ *   key pair, image, instance type) ends it at once with AWS's words. The calls block (AWS, ssh),
+ *   so they run on a thread of their own, which wakes the supervisor's loop through a pipe when
+ *   it is done; a stop meanwhile cancels it between two calls.
+ * - an agent's `interrupted` note (its spot watch read IMDSv2's instance-action): the node is
+ *   marked for replacement and the supervisor told (td__sup_node_interrupted): the workers
+ *   checkpoint, and the next attempt resumes on a replacement.
+ * - finish: the artifacts (ssh's), then every instance of the run terminated (by its tandem:run
+ *   tag as well as by the record, so that an instance created by a request whose answer was lost
+ *   goes too), and checked.
+ * Every instance is in RUN/instances.json (aws_record.c) from the moment RunInstances answers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec/aws_internal.h"
+#include "exec/supervisor.h"
+#include "tandem/cloud.h"
+#include "tandem/loop.h"
+
+#define RUNNING_WAIT_S  600.0 /* RunInstances to "running" (GPU types can take minutes) */
+#define SSH_WAIT_S      300.0 /* "running" to sshd answering and the code copied */
+#define POLL_S          1.0
+#define PLACE_ROUNDS    3   /* every type x subnet x market, then a pause, this many times */
+#define PLACE_PAUSE_S   5.0 /* the first pause between rounds, doubled */
+#define DEFAULT_USER    "ubuntu"
+#define DEFAULT_ROOTDEV "/dev/sda1"
+
+/* ---- options ---- */
+static char **strv_copy(char *const *v, size_t n) {
+    if (!n) return NULL;
+    char **c = td_xcalloc(n, sizeof *c);
+    for (size_t i = 0; i < n; i++) c[i] = td_xstrdup(v[i]);
+    return c;
+}
+
+static void strv_free(char **v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+static char *dup_or_null(const char *s) {
+    return s ? td_xstrdup(s) : NULL;
+}
+
+void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src) {
+    *dst = *src;
+    dst->region = dup_or_null(src->region);
+    dst->profile = dup_or_null(src->profile);
+    dst->instance_types = strv_copy(src->instance_types, src->ninstance_types);
+    dst->image = dup_or_null(src->image);
+    dst->key_name = dup_or_null(src->key_name);
+    dst->ssh_key = dup_or_null(src->ssh_key);
+    dst->user = dup_or_null(src->user);
+    dst->subnets = strv_copy(src->subnets, src->nsubnets);
+    dst->security_groups = strv_copy(src->security_groups, src->nsecurity_groups);
+    dst->max_price = dup_or_null(src->max_price);
+    dst->root_device = dup_or_null(src->root_device);
+    dst->iam_instance_profile = dup_or_null(src->iam_instance_profile);
+    dst->tags = src->ntags ? td_xcalloc(src->ntags, sizeof *dst->tags) : NULL;
+    for (size_t i = 0; i < src->ntags; i++) {
+        dst->tags[i].key = td_xstrdup(src->tags[i].key);
+        dst->tags[i].value = td_xstrdup(src->tags[i].value);
+    }
+    dst->work_dir = dup_or_null(src->work_dir);
+    dst->tandem = dup_or_null(src->tandem);
+}
+
+void td_aws_options_clear(td_aws_options *o) {
+    free(o->region);
+    free(o->profile);
+    strv_free(o->instance_types, o->ninstance_types);
+    free(o->image);
+    free(o->key_name);
+    free(o->ssh_key);
+    free(o->user);
+    strv_free(o->subnets, o->nsubnets);
+    strv_free(o->security_groups, o->nsecurity_groups);
+    free(o->max_price);
+    free(o->root_device);
+    free(o->iam_instance_profile);
+    for (size_t i = 0; i < o->ntags; i++) {
+        free(o->tags[i].key);
+        free(o->tags[i].value);
+    }
+    free(o->tags);
+    free(o->work_dir);
+    free(o->tandem);
+    memset(o, 0, sizeof *o);
+}
+
+/* ---- the carrier ---- */
+typedef struct {
+    char id[32];       /* the node's instance, "" none yet */
+    char replaces[32]; /* the instance it replaced, "" none */
+    char type[48], market[16], subnet[48], zone[48];
+    double launched_s;
+    bool ready;       /* running, answering ssh, the code on it (td__ssh_set_host done) */
+    bool interrupted; /* a notice came, or it is gone: replaced at the next start */
+    char notice[200]; /* how it ended, for the record */
+    int launches;     /* requests made for this node (the client token) */
+} node_slot;
+
+typedef struct {
+    td__carrier base;
+    const td_exec_job *job;
+    const td_aws_options *o;
+    td__ssh *ssh;
+    td__carrier *inner; /* ssh's carrier */
+    td__sup *sup;
+    char region[48];
+    node_slot *nodes;
+    int n;
+
+    /* the provisioning thread of an attempt's start; the slots are its own while it runs (the
+     * loop reads them only once it has said it is done) */
+    pthread_t thread;
+    bool thread_live, resume, stopping;
+    atomic_int cancel;
+    int wake[2];
+    td_status prov_st;
+    char prov_why[1536];
+} aws_carrier;
+
+/* A progress line, from the thread too: stdio's lock keeps lines whole. */
+static void say_line(aws_carrier *ac, const char *fmt, ...) TD_PRINTF(2, 3);
+static void say_line(aws_carrier *ac, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    td__exec_say(ac->job->out, "%s", line);
+}
+
+static bool cancelled(aws_carrier *ac) {
+    return atomic_load(&ac->cancel) != 0;
+}
+
+/* Sleeps up to s seconds, in short steps, so that a stop is not kept waiting. */
+static bool nap(aws_carrier *ac, double s) {
+    for (double t = 0; t < s && !cancelled(ac); t += 0.1) usleep(100000);
+    return !cancelled(ac);
+}
+
+static void slot_record(aws_carrier *ac, const node_slot *sl, int node, double ended_s,
+                        const char *end, const char *state) {
+    td_run_instance in = {0};
+    snprintf(in.id, sizeof in.id, "%s", sl->id);
+    in.node = node;
+    snprintf(in.type, sizeof in.type, "%s", sl->type);
+    snprintf(in.market, sizeof in.market, "%s", sl->market);
+    snprintf(in.subnet, sizeof in.subnet, "%s", sl->subnet);
+    snprintf(in.zone, sizeof in.zone, "%s", sl->zone);
+    in.launched_s = sl->launched_s;
+    in.ended_s = ended_s;
+    in.end = (char *)end;
+    snprintf(in.replaces, sizeof in.replaces, "%s", sl->replaces);
+    snprintf(in.state, sizeof in.state, "%s", state);
+    if (td__aws_record_update(ac->job->run->run_dir, ac->region, &in, 1) != TD_OK) {
+        TD_LOG_WARN("the run's instance record: %s", td_error_msg());
+        td_error_clear();
+    }
+}
+
+/* One RunInstances for node i: the instance type, subnet and market given. */
+static td_status launch_one(aws_carrier *ac, td_aws_t *aws, int i, const char *type,
+                            const char *subnet, bool spot, td_ec2_instance *out) {
+    const td_aws_options *o = ac->o;
+    node_slot *sl = &ac->nodes[i];
+    char node_s[16], name[160];
+    snprintf(node_s, sizeof node_s, "%d", i);
+    snprintf(name, sizeof name, "tandem-%s-n%d", ac->job->run->id, i);
+    size_t ntags = 3 + o->ntags;
+    td_ec2_tag *tags = td_xcalloc(ntags, sizeof *tags);
+    tags[0] = (td_ec2_tag){TD_EC2_TAG_PROJECT, ac->job->project_dir ? ac->job->project_dir : ""};
+    tags[1] = (td_ec2_tag){TD_EC2_TAG_NODE, node_s};
+    tags[2] = (td_ec2_tag){"Name", name};
+    for (size_t k = 0; k < o->ntags; k++)
+        tags[3 + k] = (td_ec2_tag){o->tags[k].key, o->tags[k].value};
+    /* The client token makes a request that the client sends again (a lost answer) create one
+     * instance, not two; each new request (another type, subnet or market, a replacement) has
+     * its own. */
+    char token_src[512], token[65];
+    snprintf(token_src, sizeof token_src, "%s/%d/%d/%s/%s/%d", ac->job->run->id, i, sl->launches,
+             type, subnet ? subnet : "-", spot);
+    td_aws_sha256_hex(token_src, strlen(token_src), token);
+    token[40] = '\0';
+    td_ec2_run_spec spec = {
+        .image_id = o->image,
+        .instance_type = type,
+        .min_count = 1,
+        .max_count = 1,
+        .key_name = o->key_name,
+        .subnet_id = subnet,
+        .security_group_ids = (const char *const *)o->security_groups,
+        .nsecurity_groups = (int)o->nsecurity_groups,
+        .spot = spot,
+        .spot_max_price = o->max_price,
+        .iam_instance_profile = o->iam_instance_profile,
+        .root_volume_gib = o->volume_gb,
+        .root_device_name = o->root_device ? o->root_device : DEFAULT_ROOTDEV,
+        .run_id = ac->job->run->id,
+        .tags = tags,
+        .ntags = (int)ntags,
+        .client_token = token,
+    };
+    td_ec2_instances got = {0};
+    td_status st = td_ec2_run_instances(aws, &spec, &got);
+    free(tags);
+    if (st != TD_OK) return st;
+    if (got.count < 1) {
+        td_ec2_instances_free(&got);
+        return td_error(TD_ERR_PEER, "EC2 RunInstances answered without an instance");
+    }
+    *out = got.items[0];
+    td_ec2_instances_free(&got);
+    return TD_OK;
+}
+
+/* Places node i: each instance type and subnet in turn on a capacity refusal, spot first (and
+ * on-demand after, with fallback), for PLACE_ROUNDS rounds with a pause between them. */
+static td_status place(aws_carrier *ac, td_aws_t *aws, int i, td_ec2_instance *out) {
+    const td_aws_options *o = ac->o;
+    node_slot *sl = &ac->nodes[i];
+    td__buf tried = {0};
+    td__buf_add(&tried, "", 0);
+    int markets = o->spot ? (o->fallback_on_demand ? 2 : 1) : 1;
+    size_t nsub = o->nsubnets ? o->nsubnets : 1;
+    double pause = PLACE_PAUSE_S;
+    for (int round = 0; round < PLACE_ROUNDS; round++) {
+        for (int m = 0; m < markets; m++) {
+            bool spot = o->spot && m == 0;
+            for (size_t t = 0; t < o->ninstance_types; t++)
+                for (size_t k = 0; k < nsub; k++) {
+                    if (cancelled(ac)) {
+                        free(tried.s);
+                        return td_error(TD_ERR_INTERRUPTED, "stopped while creating instances");
+                    }
+                    const char *subnet = o->nsubnets ? o->subnets[k] : NULL;
+                    const char *type = o->instance_types[t];
+                    td_status st = launch_one(ac, aws, i, type, subnet, spot, out);
+                    sl->launches++;
+                    if (st == TD_OK) {
+                        snprintf(sl->type, sizeof sl->type, "%s", type);
+                        snprintf(sl->market, sizeof sl->market, "%s", spot ? "spot" : "on-demand");
+                        snprintf(sl->subnet, sizeof sl->subnet, "%s",
+                                 out->subnet_id[0] ? out->subnet_id
+                                 : subnet          ? subnet
+                                                   : "");
+                        snprintf(sl->zone, sizeof sl->zone, "%s", out->zone);
+                        free(tried.s);
+                        return TD_OK;
+                    }
+                    const td_aws_error *e = td_aws_last_error(aws);
+                    if (!e->capacity) {
+                        free(tried.s);
+                        return st; /* the client's words: what is wrong and the fix */
+                    }
+                    td__buf_addf(&tried, "%s%s %s in %s: %s", tried.len ? "; " : "", type,
+                                 spot ? "spot" : "on-demand",
+                                 subnet ? subnet : "the default subnet",
+                                 e->code[0] ? e->code : "no capacity");
+                    say_line(ac, "run %s: node %d: no %s %s capacity in %s (%s); trying the next",
+                             ac->job->run->id, i, type, spot ? "spot" : "on-demand",
+                             subnet ? subnet : "the default subnet", e->code);
+                    td_error_clear();
+                }
+        }
+        if (round + 1 < PLACE_ROUNDS) {
+            say_line(ac,
+                     "run %s: node %d: every placement refused for lack of capacity; trying "
+                     "again in %.0f s",
+                     ac->job->run->id, i, pause);
+            if (!nap(ac, pause)) break;
+            pause *= 2;
+        }
+    }
+    td_status st =
+        td_error(cancelled(ac) ? TD_ERR_INTERRUPTED : TD_ERR_PEER,
+                 "no capacity for node %d after %d rounds: %.1200s; add instance types "
+                 "(aws.instance_types) or subnets in other zones (aws.subnets)%s, or try later",
+                 i, PLACE_ROUNDS, tried.s,
+                 o->spot && !o->fallback_on_demand ? ", allow fallback: on-demand" : "");
+    free(tried.s);
+    return st;
+}
+
+static const char *instance_addr(const aws_carrier *ac, const td_ec2_instance *e) {
+    if (ac->o->public_address > 0 || (ac->o->public_address == 0 && e->public_ip[0]))
+        return e->public_ip;
+    return e->private_ip;
+}
+
+/* Waits until the instance runs; *e is its description then. */
+static td_status wait_running(aws_carrier *ac, td_aws_t *aws, td_ec2_instance *e) {
+    double deadline = td_now_s() + RUNNING_WAIT_S;
+    for (;;) {
+        if (cancelled(ac)) return td_error(TD_ERR_INTERRUPTED, "stopped while starting %s", e->id);
+        const char *ids[] = {e->id};
+        td_ec2_instances got = {0};
+        td_status st = td_ec2_describe_instances(aws, ids, 1, NULL, NULL, &got);
+        if (st == TD_OK && got.count == 1) {
+            *e = got.items[0];
+            td_ec2_instances_free(&got);
+            if (!strcmp(e->state, "running") && instance_addr(ac, e)[0]) return TD_OK;
+            if (strcmp(e->state, "pending") && strcmp(e->state, "running"))
+                return td_error(TD_ERR_PEER, "instance %s is %s%s%s before it ran", e->id, e->state,
+                                e->state_reason[0] ? ": " : "", e->state_reason);
+        } else if (st == TD_OK) {
+            td_ec2_instances_free(&got);
+        } else {
+            td_error_clear(); /* just created: EC2 may not know it yet (eventual consistency) */
+        }
+        if (td_now_s() > deadline)
+            return td_error(TD_ERR_TIMEOUT, "instance %s did not run within %.0f s", e->id,
+                            RUNNING_WAIT_S);
+        nap(ac, POLL_S);
+    }
+}
+
+/* Until the instance answers ssh and has the code (sshd starts some seconds after "running"). */
+static td_status wait_ssh(aws_carrier *ac, int i, const char *addr, char *why, size_t nbytes) {
+    const char *user = ac->o->user ? ac->o->user : DEFAULT_USER;
+    char entry[160];
+    snprintf(entry, sizeof entry, "%s@%s", user, addr);
+    double deadline = td_now_s() + SSH_WAIT_S;
+    for (;;) {
+        if (cancelled(ac)) return TD_ERR_INTERRUPTED;
+        if (td__ssh_set_host(ac->ssh, i, entry, why, nbytes) == TD_OK) return TD_OK;
+        td_error_clear();
+        if (td_now_s() > deadline) return TD_ERR_TIMEOUT;
+        nap(ac, 2.0);
+    }
+}
+
+/* Marks the nodes whose instance is no longer running (gone without a notice: taken, or
+ * terminated from outside) for replacement. */
+static td_status check_alive(aws_carrier *ac, td_aws_t *aws) {
+    for (int i = 0; i < ac->n; i++) {
+        node_slot *sl = &ac->nodes[i];
+        if (!sl->id[0] || sl->interrupted) continue;
+        const char *ids[] = {sl->id};
+        td_ec2_instances got = {0};
+        TD_CHECK(td_ec2_describe_instances(aws, ids, 1, NULL, NULL, &got));
+        if (got.count != 1 || strcmp(got.items[0].state, "running")) {
+            snprintf(sl->notice, sizeof sl->notice, "lost (%s%s%.120s)",
+                     got.count ? got.items[0].state : "no longer known to EC2",
+                     got.count && got.items[0].state_reason[0] ? ": " : "",
+                     got.count ? got.items[0].state_reason : "");
+            sl->interrupted = true;
+        }
+        td_ec2_instances_free(&got);
+    }
+    return TD_OK;
+}
+
+/* The instances of nodes that have none, lost theirs or had it interrupted: the old one
+ * terminated (it is going anyway: billing stops now), a new one created, running, answering ssh,
+ * with the code. */
+static td_status provision(aws_carrier *ac, td_aws_t *aws) {
+    TD_CHECK(check_alive(ac, aws));
+    for (int i = 0; i < ac->n; i++) {
+        node_slot *sl = &ac->nodes[i];
+        if (sl->id[0] && !sl->interrupted) continue;
+        if (sl->id[0]) {
+            const char *ids[] = {sl->id};
+            if (td_ec2_terminate_instances(aws, ids, 1, NULL) != TD_OK) {
+                TD_LOG_WARN("terminating the interrupted instance %s: %s", sl->id, td_error_msg());
+                td_error_clear();
+            }
+            slot_record(ac, sl, i, td_now_s(),
+                        sl->notice[0] ? sl->notice : "interrupted (spot instance-action)",
+                        "shutting-down");
+            snprintf(sl->replaces, sizeof sl->replaces, "%s", sl->id);
+            sl->id[0] = '\0';
+        }
+        sl->interrupted = false;
+        sl->notice[0] = '\0';
+        sl->ready = false;
+        td_ec2_instance e;
+        TD_CHECK(place(ac, aws, i, &e));
+        snprintf(sl->id, sizeof sl->id, "%s", e.id);
+        sl->launched_s = td__aws_parse_time(e.launch_time);
+        if (sl->launched_s <= 0) sl->launched_s = td_now_s();
+        slot_record(ac, sl, i, 0, NULL, e.state);
+        say_line(ac, "run %s: node %d: instance %s (%s %s in %s)%s%s", ac->job->run->id, i, e.id,
+                 sl->type, sl->market, sl->zone[0] ? sl->zone : "?",
+                 sl->replaces[0] ? ", replacing " : "", sl->replaces);
+    }
+    /* each new one running and reachable */
+    for (int i = 0; i < ac->n; i++) {
+        node_slot *sl = &ac->nodes[i];
+        if (sl->ready) continue;
+        td_ec2_instance e = {0};
+        snprintf(e.id, sizeof e.id, "%s", sl->id);
+        TD_CHECK(wait_running(ac, aws, &e));
+        slot_record(ac, sl, i, 0, NULL, "running");
+        say_line(ac, "run %s: node %d: instance %s runs at %s; waiting for its ssh",
+                 ac->job->run->id, i, sl->id, instance_addr(ac, &e));
+        char why[1024] = "";
+        td_status st = wait_ssh(ac, i, instance_addr(ac, &e), why, sizeof why);
+        if (st == TD_ERR_INTERRUPTED) return td_error(st, "stopped");
+        if (st != TD_OK)
+            return td_error(TD_ERR_TIMEOUT,
+                            "instance %s (node %d) runs but did not answer ssh within %.0f s: %s "
+                            "(check aws.security_groups: ssh from this machine; aws.user, "
+                            "aws.ssh_key)",
+                            sl->id, i, SSH_WAIT_S, why);
+        sl->ready = true;
+    }
+    return TD_OK;
+}
+
+static void *provision_main(void *arg) {
+    aws_carrier *ac = arg;
+    td_aws_opts ao = {.profile = ac->o->profile, .region = ac->region};
+    td_aws_t *aws = NULL;
+    td_status st = td_aws_new(&ao, &aws);
+    if (st == TD_OK) st = provision(ac, aws);
+    ac->prov_st = st;
+    if (st != TD_OK) snprintf(ac->prov_why, sizeof ac->prov_why, "%s", td_error_msg());
+    td_error_clear();
+    td_aws_free(aws);
+    char b = 1;
+    ssize_t w = write(ac->wake[1], &b, 1); /* the loop takes it from here */
+    (void)w;
+    return NULL;
+}
+
+/* The thread is done: the attempt's agents, or how it ended. */
+static void on_provisioned(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events;
+    aws_carrier *ac = user;
+    char b;
+    if (read(fd, &b, 1) != 1) return;
+    pthread_join(ac->thread, NULL);
+    ac->thread_live = false;
+    td_loop_unwatch(l, fd);
+    td__sup_exit e = {.code = 1, .worker_code = -1};
+    if (ac->stopping || ac->prov_st == TD_ERR_INTERRUPTED) {
+        e.code = -1; /* stopped before anything ran */
+        td__sup_attempt_over(ac->sup, &e);
+        return;
+    }
+    if (ac->prov_st != TD_OK) {
+        snprintf(e.cause, sizeof e.cause, "executor aws: %.1000s", ac->prov_why);
+        td__sup_attempt_over(ac->sup, &e);
+        return;
+    }
+    if (ac->inner->ops->start(ac->inner, ac->sup, ac->resume) != TD_OK) {
+        snprintf(e.cause, sizeof e.cause, "cannot start the nodes' agents: %.900s", td_error_msg());
+        td_error_clear();
+        td__sup_attempt_over(ac->sup, &e);
+    }
+}
+
+static td_status aws_start(td__carrier *base, td__sup *sup, bool resume) {
+    aws_carrier *ac = (aws_carrier *)base;
+    ac->sup = sup;
+    ac->resume = resume;
+    ac->stopping = false;
+    atomic_store(&ac->cancel, 0);
+    ac->prov_st = TD_OK;
+    ac->prov_why[0] = '\0';
+    td_loop *l = td__sup_loop(sup);
+    TD_CHECK(td_loop_watch(l, ac->wake[0], TD_LOOP_READ, on_provisioned, ac));
+    if (pthread_create(&ac->thread, NULL, provision_main, ac) != 0) {
+        td_loop_unwatch(l, ac->wake[0]);
+        return td_error(TD_ERR_SYS, "cannot start the thread that creates the instances");
+    }
+    ac->thread_live = true;
+    return TD_OK;
+}
+
+static void aws_stop(td__carrier *base, bool hard) {
+    aws_carrier *ac = (aws_carrier *)base;
+    if (ac->thread_live) { /* nothing runs yet: the thread ends at its next step */
+        ac->stopping = true;
+        atomic_store(&ac->cancel, 1);
+        return;
+    }
+    ac->inner->ops->stop(ac->inner, hard);
+}
+
+/* What an agent's spot watch says (src/launch/spot_watch.c). */
+static void on_agent_note(void *user, int node, const char *key, const char *value) {
+    aws_carrier *ac = user;
+    if (node < 0 || node >= ac->n || ac->thread_live) return;
+    node_slot *sl = &ac->nodes[node];
+    if (!strcmp(key, "interrupted")) {
+        if (sl->interrupted) return;
+        sl->interrupted = true;
+        snprintf(sl->notice, sizeof sl->notice, "interrupted (spot instance-action %.120s)", value);
+        char why[320];
+        snprintf(why, sizeof why, "spot interruption notice for instance %s (%.120s)", sl->id,
+                 value);
+        TD_LOG_INFO("node %d: %s", node, why);
+        td__sup_node_interrupted(ac->sup, node, why);
+    } else if (!strcmp(key, "rebalance")) {
+        td__sup_say(ac->sup,
+                    "run %s: node %d: EC2 recommends rebalancing instance %s (noticed %.60s): it "
+                    "is at higher risk of an interruption",
+                    ac->job->run->id, node, sl->id, value);
+    }
+}
+
+/* Every instance of the run terminated, on every outcome, then checked: none may keep billing. */
+static void terminate_all(aws_carrier *ac) {
+    td_aws_opts ao = {.profile = ac->o->profile, .region = ac->region};
+    td_aws_t *aws = NULL;
+    int n = 0;
+    char ids[1024] = "";
+    td_status st = td_aws_new(&ao, &aws);
+    if (st == TD_OK)
+        st =
+            td__aws_terminate_run(aws, ac->job->project_dir, ac->job->run->run_dir,
+                                  ac->job->run->id, TD__AWS_END_RUN_END, NULL, &n, ids, sizeof ids);
+    if (st == TD_OK) { /* checked, not trusted: EC2 is asked what is still alive */
+        const char *live[] = {"pending", "running", "stopping", "stopped"};
+        td_ec2_instances got = {0};
+        int left = 0;
+        st = td_ec2_describe_instances(aws, NULL, 0, ac->job->run->id, NULL, &got);
+        for (int i = 0; st == TD_OK && i < got.count; i++)
+            for (size_t k = 0; k < TD_ARRAY_LEN(live); k++)
+                if (!strcmp(got.items[i].state, live[k])) left++;
+        if (st == TD_OK && left)
+            st = td_error(TD_ERR_PEER, "%d instance%s of the run still not shutting down", left,
+                          left > 1 ? "s" : "");
+        td_ec2_instances_free(&got);
+    }
+    if (st == TD_OK) {
+        if (n)
+            say_line(ac, "run %s: terminated %d instance%s (%s)", ac->job->run->id, n,
+                     n > 1 ? "s" : "", ids);
+    } else {
+        say_line(ac,
+                 "run %s: WARNING: could not terminate every instance of the run: %s; they may "
+                 "keep billing: run tandem gc (or terminate the instances tagged tandem:run=%s)",
+                 ac->job->run->id, td_error_msg(), ac->job->run->id);
+        td_error_clear();
+    }
+    td_aws_free(aws);
+}
+
+static void aws_finish(td__carrier *base) {
+    aws_carrier *ac = (aws_carrier *)base;
+    if (ac->thread_live) { /* the loop ended with the thread at work: let it end first */
+        atomic_store(&ac->cancel, 1);
+        pthread_join(ac->thread, NULL);
+        ac->thread_live = false;
+    }
+    bool all_ready = true;
+    for (int i = 0; i < ac->n; i++) all_ready &= ac->nodes[i].ready;
+    if (all_ready && ac->inner->ops->finish) ac->inner->ops->finish(ac->inner);
+    terminate_all(ac);
+}
+
+static void aws_before_say(td__carrier *base) {
+    aws_carrier *ac = (aws_carrier *)base;
+    if (ac->inner->ops->before_say) ac->inner->ops->before_say(ac->inner);
+}
+
+static const td__carrier_ops aws_ops = {
+    .name = "aws",
+    .start = aws_start,
+    .stop = aws_stop,
+    .finish = aws_finish,
+    .before_say = aws_before_say,
+};
+
+/* ---- the run ---- */
+/* How the nodes are reached: ssh with the key pair's private key; a new instance's host key is
+ * not known beforehand (it was made seconds ago, for us), so it is accepted and not kept: the
+ * next instance at the same address has another one (SkyPilot does the same). */
+static void ssh_options_for(const td_aws_options *o, td_ssh_options *so) {
+    memset(so, 0, sizeof *so);
+    const char *args[] = {"-o", "StrictHostKeyChecking=no",
+                          "-o", "UserKnownHostsFile=/dev/null",
+                          "-o", "LogLevel=ERROR"};
+    size_t n = TD_ARRAY_LEN(args) + (o->ssh_key ? 2 : 0);
+    so->ssh_args = td_xcalloc(n, sizeof *so->ssh_args);
+    for (size_t i = 0; i < TD_ARRAY_LEN(args); i++)
+        so->ssh_args[so->nssh_args++] = td_xstrdup(args[i]);
+    if (o->ssh_key) {
+        so->ssh_args[so->nssh_args++] = td_xstrdup("-i");
+        so->ssh_args[so->nssh_args++] = td_xstrdup(o->ssh_key);
+    }
+    so->work_dir = dup_or_null(o->work_dir);
+    so->tandem = dup_or_null(o->tandem);
+}
+
+/* The workers' environment, plus the agents' spot watch (src/launch/spot_watch.c) and the
+ * run's region, which an S3 client on the node needs and its image need not be configured with
+ * (it is no secret). */
+static char **env_for_nodes(char *const *env, const char *region, char **region_var) {
+    size_t n = 0;
+    while (env && env[n]) n++;
+    char **v = td_xcalloc(n + 3, sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = env[i];
+    v[n++] = (char *)"TANDEM_SPOT_WATCH=1";
+    *region_var = td_xasprintf("AWS_REGION=%s", region);
+    v[n++] = *region_var;
+    return v;
+}
+
+/* Credentials and region, and an account that answers: a clear error, and nothing created, when
+ * they are wrong. */
+static td_status check_account(const td_exec_job *job, char *region, size_t nbytes) {
+    const td_aws_options *o = job->aws;
+    td_aws_opts ao = {.profile = o->profile, .region = o->region};
+    td_aws_t *aws = NULL;
+    TD_CHECK(td_aws_new(&ao, &aws));
+    snprintf(region, nbytes, "%s", td_aws_region(aws));
+    td_ec2_instances none = {0}; /* DescribeInstances of the run's tag: cheap, read-only */
+    td_status st = td_ec2_describe_instances(aws, NULL, 0, job->run->id, NULL, &none);
+    td_ec2_instances_free(&none);
+    td_aws_free(aws);
+    if (st != TD_OK && !td_aws_region_known(region)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", td_error_msg());
+        st = td_error(st,
+                      "region '%s' is not an AWS region (set aws.region, AWS_REGION or "
+                      "AWS_DEFAULT_REGION to one of: %s): %s",
+                      region, td_aws_regions_list(), msg);
+    }
+    return st;
+}
+
+static int aws_run(const td_exec_job *job) {
+    const td_run *run = job->run;
+    const td_aws_options *o = job->aws;
+    double t0 = td_now_s();
+    if (o->ssh_key && access(o->ssh_key, R_OK) != 0)
+        return td__exec_fail(job, t0,
+                             "executor aws: aws.ssh_key %s cannot be read (%s); give the private "
+                             "key of the key pair '%s'",
+                             o->ssh_key, strerror(errno), o->key_name);
+    aws_carrier ac = {.base = {&aws_ops}, .job = job, .o = o, .n = run->nodes, .wake = {-1, -1}};
+    if (check_account(job, ac.region, sizeof ac.region) != TD_OK) {
+        int cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
+        td_error_clear();
+        return cli;
+    }
+    char *region_var = NULL;
+    char **env = env_for_nodes(job->env, ac.region, &region_var);
+    td_exec_job j = *job;
+    j.env = env;
+    td_ssh_options so;
+    ssh_options_for(o, &so);
+    int cli = 1;
+    td_status st = td__ssh_new(&j, &so, run->nodes, &ac.ssh);
+    td_ssh_options_clear(&so);
+    if (st != TD_OK) {
+        cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
+        td_error_clear();
+        free(env);
+        free(region_var);
+        return cli;
+    }
+    td__ssh_on_note(ac.ssh, on_agent_note, &ac);
+    ac.inner = td__ssh_carrier(ac.ssh);
+    ac.nodes = td_xcalloc((size_t)run->nodes, sizeof *ac.nodes);
+    char note[512];
+    snprintf(note, sizeof note, "on %d aws instance%s (%s%s, %s)", run->nodes,
+             run->nodes > 1 ? "s" : "", o->instance_types[0], o->spot ? " spot" : "", ac.region);
+    if (pipe2(ac.wake, O_CLOEXEC) != 0) {
+        cli = td__exec_fail(job, t0, "supervisor error: pipe: %s", strerror(errno));
+        goto out;
+    }
+    td__exec_say(job->out, "run %s: %d %s%s instance%s in %s, %d worker%s each", run->id,
+                 run->nodes, o->instance_types[0], o->spot ? " spot" : "",
+                 run->nodes > 1 ? "s" : "", ac.region, run->nproc_per_node,
+                 run->nproc_per_node > 1 ? "s" : "");
+    st = td_run_set_status(job->store, run->id, TD_RUN_RUNNING, -1, note);
+    if (st != TD_OK) {
+        cli = td__exec_fail(job, t0, "supervisor error: %s", td_error_msg());
+        td_error_clear();
+        goto out;
+    }
+    /* The agents run their workers with --max-restarts 0: the supervisor restarts the group
+     * (after a failure, max_restarts; after an interruption, on a replacement). */
+    cli = td__supervise(job, &ac.base, job->max_restarts, TD__SSH_CUT_AFTER_S, note, t0);
+out:
+    if (ac.wake[0] >= 0) close(ac.wake[0]);
+    if (ac.wake[1] >= 0) close(ac.wake[1]);
+    free(ac.nodes);
+    td__ssh_free(ac.ssh);
+    free(env);
+    free(region_var);
+    return cli;
+}
+
+static char *aws_describe(const td_run *run) {
+    td_run_instances r = {0};
+    if (td_run_instances_read(run->run_dir, &r) != TD_OK) {
+        td_error_clear();
+        return NULL;
+    }
+    td__buf b = {0};
+    td__buf_addf(&b, "aws: %zu instance%s in %s, %.2f instance-hours", r.count,
+                 r.count == 1 ? "" : "s", r.region, td_run_instances_hours(&r, td_now_s()));
+    td_run_instances_clear(&r);
+    return b.s;
+}
+
+const td_executor td__executor_aws = {
+    .name = "aws",
+    .run = aws_run,
+    .cancel_orphan = td__aws_cancel_orphan,
+    .describe = aws_describe,
+};

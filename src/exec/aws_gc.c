@@ -1,0 +1,438 @@
+/* Nothing keeps billing: the instances of a run whose supervisor is gone (killed -9, its machine
+ * rebooted) are found and terminated, by three ways in:
+ *   - tandem stop RUN (td__aws_cancel_orphan, the executor's cancel_orphan), as Slurm's cancels
+ *     a job its dead supervisor left queued;
+ *   - tandem run and tandem ps (td_gc_orphans): only when a run's RUN/instances.json lists an
+ *     instance still alive and nobody holds its RUN/lock; otherwise no AWS call at all, so ps
+ *     stays fast and works offline;
+ *   - tandem gc (td_gc_instances): every instance of the region tagged tandem:run, whatever the
+ *     records say (a supervisor killed between RunInstances and writing its record).
+ *
+ * "The supervisor is gone" is "nobody holds RUN/lock": tandem run takes that flock before it
+ * touches the run and its supervisor holds it to its end (src/workflow/run.c, lock_run), so a
+ * free lock means no supervisor, and taking it keeps a resume from starting while instances are
+ * being terminated under it. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/aws_internal.h"
+
+#define END_ORPHAN TD__AWS_END_GC " (its supervisor was gone)"
+
+/* ---- the run's lock ---- */
+/* Takes run_dir/lock if nobody holds it: 1 with *fd (close it to release), 0 when it is held (a
+ * live supervisor, or another gc at work), -1 when it cannot be opened (no run directory). */
+static int lock_take(const char *run_dir, int *fd) {
+    char *path = td_run_path(run_dir, TD_RUN_PATH_LOCK);
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    free(path);
+    if (*fd < 0) return -1;
+    if (flock(*fd, LOCK_EX | LOCK_NB) == 0) return 1;
+    close(*fd);
+    *fd = -1;
+    return 0;
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* <project>/.tandem/runs/<id> of a run directory, back to <project> (caller frees). */
+static char *project_of_run_dir(const char *run_dir) {
+    char *p = td_xstrdup(run_dir);
+    for (int i = 0; i < 3; i++) {
+        char *slash = strrchr(p, '/');
+        if (!slash) break;
+        *slash = '\0';
+    }
+    return p;
+}
+
+/* The run directory of run_id in project (caller frees), or NULL when this machine has none. An
+ * id that could climb out of runs/ is no run of anyone's. */
+static char *run_dir_of(const char *project, const char *run_id) {
+    if (!*project || !*run_id || strchr(run_id, '/') || !strcmp(run_id, ".") ||
+        !strcmp(run_id, ".."))
+        return NULL;
+    char *dir = td_xasprintf("%s/.tandem/runs/%s", project, run_id);
+    if (is_dir(dir)) return dir;
+    free(dir);
+    return NULL;
+}
+
+static int state_live(const char *state) {
+    return strcmp(state, "terminated") && strcmp(state, "shutting-down");
+}
+
+/* Tags are anyone's text (the console edits them): what reaches a terminal loses its control
+ * bytes. In place. */
+static char *printable(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+    return s;
+}
+
+/* "t3.micro spot, node 1 of run X, up 0.40 h" */
+static void describe(const td_ec2_instance *e, double now, char *out, size_t nbytes) {
+    char up[32] = "", node[24] = "node ?";
+    double launched = td__aws_parse_time(e->launch_time);
+    if (launched > 0) td__aws_fmt_lifetime(now > launched ? now - launched : 0, up, sizeof up);
+    if (e->node >= 0) snprintf(node, sizeof node, "node %d", e->node);
+    snprintf(out, nbytes, "%s %s, %s of run %s%s%s", e->type[0] ? e->type : "?",
+             !strcmp(e->lifecycle, "spot") ? "spot" : "on-demand", node,
+             e->run_id[0] ? e->run_id : "?", *up ? ", " : "", up);
+    printable(out);
+}
+
+static td_status new_client(const char *region, td_aws_t **aws) {
+    td_aws_opts o = {.region = region && *region ? region : NULL};
+    return td_aws_new(&o, aws);
+}
+
+/* ---- terminating a list and recording it ---- */
+/* Terminates the n instances (one call), says so per instance on out ("terminated ...") and
+ * records each end in run_dir's record when run_dir is not NULL. The caller holds the run's
+ * lock. *nterminated, and the ids joined in ids (may be NULL). */
+static td_status terminate_list(td_aws_t *aws, const td_ec2_instance *list, int n,
+                                const char *run_dir, const char *end, FILE *out, int *nterminated,
+                                char *ids, size_t ids_nbytes) {
+    if (n <= 0) return TD_OK;
+    const char **idv = td_xcalloc((size_t)n, sizeof *idv);
+    for (int i = 0; i < n; i++) idv[i] = list[i].id;
+    td_ec2_instances res = {0};
+    td_status st = td_ec2_terminate_instances(aws, idv, n, &res);
+    free(idv);
+    if (st != TD_OK) return st;
+    double now = td_wall_s();
+    td_run_instances rec = {0};
+    int have_rec = 0;
+    if (run_dir) {
+        td_status rs = td_run_instances_read(run_dir, &rec);
+        if (rs == TD_OK || rs == TD_ERR_NOTFOUND) {
+            have_rec = 1;
+            td_error_clear();
+            if (!rec.provider[0]) snprintf(rec.provider, sizeof rec.provider, "aws");
+            if (!rec.region[0]) snprintf(rec.region, sizeof rec.region, "%s", td_aws_region(aws));
+        } else {
+            /* A record nobody can read is not written over: the terminations still stand. */
+            TD_LOG_WARN("%s; the ends of the instances terminated now are not recorded there",
+                        td_error_msg());
+            td_error_clear();
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const td_ec2_instance *e = &list[i];
+        const char *state = "shutting-down";
+        for (int j = 0; j < res.count; j++)
+            if (!strcmp(res.items[j].id, e->id) && res.items[j].state[0])
+                state = res.items[j].state;
+        char what[256];
+        describe(e, now, what, sizeof what);
+        if (out)
+            fprintf(out, "%sterminated %s (%s)\n", out == stderr ? "tandem: " : "", e->id, what);
+        if (nterminated) (*nterminated)++;
+        if (ids && ids_nbytes) {
+            size_t len = strlen(ids);
+            snprintf(ids + len, ids_nbytes - len, "%s%s", len ? ", " : "", e->id);
+        }
+        if (have_rec) {
+            if (!td__aws_record_find(&rec, e->id)) {
+                /* Its supervisor died before it recorded the instance: it is recorded now. */
+                td_run_instance in;
+                td__aws_instance_from_ec2(e, &in);
+                td__aws_record_put(&rec, &in);
+            }
+            td__aws_record_end(&rec, e->id, now, end, state);
+        }
+    }
+    if (out) fflush(out);
+    td_ec2_instances_free(&res);
+    if (have_rec) {
+        st = td__aws_record_write(run_dir, &rec);
+        td_run_instances_clear(&rec);
+    }
+    return st;
+}
+
+/* The record's live entries that EC2 did not list as the run's live instances: each looked up by
+ * id. A live one joins *targets; one EC2 reports ended, or no longer knows, is recorded
+ * "lost (...)" (ended now: when it really ended is unknown), so the record stops claiming it. */
+static td_status reconcile(td_aws_t *aws, td_run_instances *rec, const char *run_dir,
+                           td_ec2_instances *targets) {
+    int changed = 0;
+    double now = td_wall_s();
+    for (size_t i = 0; i < rec->count; i++) {
+        td_run_instance *in = &rec->items[i];
+        if (!td_run_instance_live(in)) continue;
+        int listed = 0;
+        for (int j = 0; j < targets->count; j++) listed |= !strcmp(targets->items[j].id, in->id);
+        if (listed) continue;
+        const char *id = in->id;
+        td_ec2_instances one = {0};
+        td_status st = td_ec2_describe_instances(aws, &id, 1, NULL, NULL, &one);
+        if (st == TD_ERR_NOTFOUND || (st == TD_OK && one.count == 0)) {
+            td_error_clear();
+            td__aws_record_end(rec, id, now, "lost (EC2 no longer knows it)", "terminated");
+            changed = 1;
+        } else if (st != TD_OK) {
+            return st;
+        } else if (state_live(one.items[0].state)) {
+            targets->items =
+                td_xrealloc(targets->items, (size_t)(targets->count + 1) * sizeof *targets->items);
+            targets->items[targets->count++] = one.items[0];
+        } else {
+            char why[400];
+            snprintf(why, sizeof why, "lost (EC2 reports it %s%s%s)", one.items[0].state,
+                     one.items[0].state_reason[0] ? ": " : "", one.items[0].state_reason);
+            td__aws_record_end(rec, id, now, why, one.items[0].state);
+            changed = 1;
+        }
+        td_ec2_instances_free(&one);
+    }
+    return changed ? td__aws_record_write(run_dir, rec) : TD_OK;
+}
+
+td_status td__aws_terminate_run(td_aws_t *aws, const char *project_dir, const char *run_dir,
+                                const char *run_id, const char *end, FILE *out, int *nterminated,
+                                char *ids, size_t ids_nbytes) {
+    if (nterminated) *nterminated = 0;
+    if (ids && ids_nbytes) ids[0] = '\0';
+    td_run_instances rec = {0};
+    td_status st = run_dir ? td_run_instances_read(run_dir, &rec) : TD_ERR_NOTFOUND;
+    if (st != TD_OK && st != TD_ERR_NOTFOUND) return st;
+    td_error_clear();
+    td_ec2_instances found = {0}, targets = {0};
+    st = td_ec2_describe_instances(aws, NULL, 0, run_id, NULL, &found);
+    if (st != TD_OK) goto out;
+    /* The run's id names runs of other projects too ("train-3"): only this project's. */
+    for (int i = 0; i < found.count; i++) {
+        const td_ec2_instance *e = &found.items[i];
+        int ours = e->project[0] ? !strcmp(e->project, project_dir)
+                                 : td__aws_record_find(&rec, e->id) != NULL;
+        if (!ours || !state_live(e->state)) continue;
+        targets.items =
+            td_xrealloc(targets.items, (size_t)(targets.count + 1) * sizeof *targets.items);
+        targets.items[targets.count++] = *e;
+    }
+    if (run_dir && rec.count) st = reconcile(aws, &rec, run_dir, &targets);
+    if (st == TD_OK)
+        st = terminate_list(aws, targets.items, targets.count, run_dir, end, out, nterminated, ids,
+                            ids_nbytes);
+out:
+    td_ec2_instances_free(&found);
+    td_ec2_instances_free(&targets);
+    td_run_instances_clear(&rec);
+    return st;
+}
+
+/* ---- tandem stop: cancel_orphan ---- */
+/* Whether run_dir's record lists an instance still alive (no AWS call); the record's region in
+ * region. */
+static int record_has_live(const char *run_dir, char *region, size_t region_nbytes) {
+    td_run_instances rec;
+    if (td_run_instances_read(run_dir, &rec) != TD_OK) {
+        td_error_clear();
+        return 0;
+    }
+    int live = 0;
+    for (size_t i = 0; i < rec.count; i++) live |= td_run_instance_live(&rec.items[i]);
+    snprintf(region, region_nbytes, "%s", rec.region);
+    td_run_instances_clear(&rec);
+    return live;
+}
+
+/* With the run's lock taken: its instances terminated (lines to out), ids in ids. */
+static td_status orphan_terminate(const char *run_dir, const char *run_id, const char *region,
+                                  FILE *out, int *n, char *ids, size_t ids_nbytes) {
+    td_aws_t *aws = NULL;
+    TD_CHECK(new_client(region, &aws));
+    char *project = project_of_run_dir(run_dir);
+    td_status st =
+        td__aws_terminate_run(aws, project, run_dir, run_id, END_ORPHAN, out, n, ids, ids_nbytes);
+    free(project);
+    td_aws_free(aws);
+    return st;
+}
+
+td_status td__aws_cancel_orphan(const td_run *run, int *cancelled, char *buf, size_t nbytes) {
+    *cancelled = 0;
+    if (nbytes) buf[0] = '\0';
+    char region[48] = "";
+    if (!run || !run->run_dir || !record_has_live(run->run_dir, region, sizeof region))
+        return TD_OK;
+    int fd;
+    if (lock_take(run->run_dir, &fd) != 1) return TD_OK; /* its supervisor lives: its job */
+    char ids[1024] = "";
+    int n = 0;
+    td_status st = orphan_terminate(run->run_dir, run->id, region, NULL, &n, ids, sizeof ids);
+    close(fd);
+    if (st != TD_OK) {
+        td_error(st,
+                 "run %s's supervisor is gone and its instances may still be running (see "
+                 "%s/%s): %s; run 'tandem gc', or terminate them in the EC2 console",
+                 run->id, run->run_dir, td_run_path_name(TD_RUN_PATH_INSTANCES), td_error_msg());
+        return st;
+    }
+    if (n > 0) {
+        *cancelled = 1;
+        snprintf(buf, nbytes, "terminated %d instance%s of run %s, whose supervisor was gone: %s",
+                 n, n == 1 ? "" : "s", run->id, ids);
+    }
+    return TD_OK;
+}
+
+/* ---- tandem run / tandem ps: the cheap check ---- */
+void td_gc_orphans(td_rundb *store, FILE *out, int *nterminated) {
+    if (nterminated) *nterminated = 0;
+    char *runs = td_xasprintf("%s/runs", td_rundb_dir(store));
+    DIR *d = opendir(runs);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char *run_dir = td_xasprintf("%s/%s", runs, de->d_name);
+        char region[48] = "";
+        int fd;
+        /* One open and parse per aws run, none otherwise; AWS only for an orphan. */
+        if (record_has_live(run_dir, region, sizeof region) && lock_take(run_dir, &fd) == 1) {
+            int n = 0;
+            char ids[1024] = "";
+            td_status st = orphan_terminate(run_dir, de->d_name, region, out, &n, ids, sizeof ids);
+            close(fd);
+            if (st != TD_OK) {
+                fprintf(stderr,
+                        "tandem: warning: run %s's supervisor is gone and %s/%s lists instances "
+                        "still running, which could not be terminated: %s; run 'tandem gc', or "
+                        "terminate them in the EC2 console\n",
+                        de->d_name, run_dir, td_run_path_name(TD_RUN_PATH_INSTANCES),
+                        td_error_msg());
+                td_error_clear();
+            }
+            if (nterminated) *nterminated += n;
+        }
+        free(run_dir);
+    }
+    if (d) closedir(d);
+    free(runs);
+}
+
+/* ---- tandem gc ---- */
+typedef enum { GC_OURS, GC_LIVE, GC_UNKNOWN, GC_OTHER } gc_kind;
+
+td_status td_gc_instances(td_rundb *store, const td_gc_opts *o, td_gc_counts *counts) {
+    td_gc_counts c = {0};
+    FILE *out = o->out ? o->out : stdout;
+    char *region = NULL;
+    if (o->region && *o->region)
+        region = td_xstrdup(o->region);
+    else
+        TD_CHECK(td_aws_region_load(NULL, &region));
+    td_aws_t *aws = NULL;
+    td_ec2_instances all = {0};
+    td_status st = new_client(region, &aws);
+    static const char *const states[] = {"pending", "running", "stopping", "stopped"};
+    if (st == TD_OK) st = td_ec2_describe_tandem(aws, states, 4, &all);
+    if (st != TD_OK) goto out;
+    const char *project = td_rundb_project_dir(store);
+    if (all.count == 0)
+        fprintf(out,
+                "no instance tagged tandem:run is pending, running, stopping or stopped in %s\n",
+                region);
+    int *done = td_xcalloc((size_t)all.count + 1, sizeof *done);
+    double now = td_wall_s();
+    /* One run at a time: its lock taken once, its instances terminated in one call. */
+    for (int i = 0; i < all.count; i++) {
+        if (done[i]) continue;
+        const td_ec2_instance *first = &all.items[i];
+        td_ec2_instances group = {0};
+        for (int j = i; j < all.count; j++) {
+            if (done[j] || strcmp(all.items[j].run_id, first->run_id) ||
+                strcmp(all.items[j].project, first->project))
+                continue;
+            done[j] = 1;
+            group.items = td_xrealloc(group.items, (size_t)(group.count + 1) * sizeof *group.items);
+            group.items[group.count++] = all.items[j];
+        }
+        c.seen += group.count;
+        /* Whose run: the tag's project, else (untagged) this project's when its store has it. */
+        td_run known = {0};
+        int in_store =
+            td_run_find(store, first->run_id, &known) == TD_OK && !strcmp(known.id, first->run_id);
+        td_error_clear();
+        int ours = first->project[0] ? !strcmp(first->project, project) : in_store;
+        char *run_dir = ours && in_store ? td_xstrdup(known.run_dir)
+                                         : run_dir_of(first->project, first->run_id);
+        td_run_clear(&known);
+        gc_kind kind = ours ? (in_store ? GC_OURS : GC_UNKNOWN) : GC_OTHER;
+        int fd = -1, locked = run_dir ? lock_take(run_dir, &fd) : -1;
+        if (locked == 0) kind = GC_LIVE; /* a supervisor holds it (or another gc does) */
+        char why[1400] = "";
+        if (kind == GC_LIVE)
+            snprintf(why, sizeof why, "run %s is live (its supervisor holds %s/lock)",
+                     first->run_id, run_dir);
+        else if (kind == GC_UNKNOWN)
+            snprintf(why, sizeof why,
+                     "run %s is not in this project's store (%s); 'tandem gc --all' terminates it",
+                     first->run_id, td_rundb_dir(store));
+        else if (kind == GC_OTHER)
+            snprintf(why, sizeof why, "run %s of %s; 'tandem gc --all' terminates it",
+                     first->run_id,
+                     first->project[0] ? first->project
+                                       : "an unknown project (no tandem:project tag, and not "
+                                         "in this store)");
+        printable(why);
+        int terminate = kind == GC_OURS || (o->all && kind != GC_LIVE);
+        if (!terminate || o->dry_run) {
+            for (int j = 0; j < group.count; j++) {
+                char what[256];
+                describe(&group.items[j], now, what, sizeof what);
+                if (terminate)
+                    fprintf(out, "would terminate %s (%s)%s\n", group.items[j].id, what,
+                            kind == GC_OURS ? ": its supervisor is gone" : "");
+                else
+                    fprintf(out, "left %s (%s): %s\n", group.items[j].id, what, why);
+            }
+            if (terminate)
+                c.terminated += group.count; /* would be */
+            else
+                c.left += group.count;
+        } else {
+            int n = 0;
+            td_status ts =
+                terminate_list(aws, group.items, group.count, locked == 1 ? run_dir : NULL,
+                               TD__AWS_END_GC, out, &n, NULL, 0);
+            c.terminated += n;
+            if (ts != TD_OK) {
+                char rid[sizeof first->run_id];
+                snprintf(rid, sizeof rid, "%s", first->run_id);
+                fprintf(out, "failed to terminate %d instance%s of run %s: %s\n", group.count - n,
+                        group.count - n == 1 ? "" : "s", printable(rid), td_error_msg());
+                td_error_clear();
+                c.failed += group.count - n;
+            }
+        }
+        if (fd >= 0) close(fd);
+        free(run_dir);
+        td_ec2_instances_free(&group);
+    }
+    free(done);
+    if (all.count)
+        fprintf(out, "%d instance%s tagged tandem:run in %s: %d %s, %d left%s\n", c.seen,
+                c.seen == 1 ? "" : "s", region, c.terminated,
+                o->dry_run ? "would be terminated" : "terminated", c.left,
+                c.failed ? ", some failed (above)" : "");
+    if (c.failed)
+        st = td_error(TD_ERR_PEER, "tandem gc: %d instance%s could not be terminated (above)",
+                      c.failed, c.failed == 1 ? "" : "s");
+out:
+    td_ec2_instances_free(&all);
+    td_aws_free(aws);
+    free(region);
+    if (counts) *counts = c;
+    return st;
+}

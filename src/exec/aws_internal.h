@@ -1,0 +1,71 @@
+/* Internals of executor aws shared by its files: the record of a run's instances
+ * (RUN/instances.json, aws_record.c) and the orphan handling (aws_gc.c: tandem stop's
+ * cancel_orphan, tandem gc, the check of tandem run/ps). The public reading side (the struct,
+ * td_run_instances_read, the hours) is in tandem/exec.h; tests/executors/test_aws_record.c
+ * checks these. */
+#ifndef TANDEM_EXEC_AWS_INTERNAL_H
+#define TANDEM_EXEC_AWS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "tandem/cloud.h"
+#include "tandem/exec.h"
+
+/* The `end` texts tandem writes (free text may follow them in parentheses). */
+#define TD__AWS_END_RUN_END "terminated by tandem at the end of the run"
+#define TD__AWS_END_GC      "terminated by tandem gc"
+
+/* ---- the record: RUN/instances.json ---- */
+/* Writes r as run_dir/instances.json atomically (td_write_atomic): a reader sees the old record
+ * or the new one. Times with 0.1 s precision, ended_s 0 as null, end "" or NULL as null. */
+td_status td__aws_record_write(const char *run_dir, const td_run_instances *r);
+/* The record as JSON text (caller frees), as td__aws_record_write writes it. */
+char *td__aws_record_dump(const td_run_instances *r);
+/* Parses the record's text; `path` names it in errors. */
+td_status td__aws_record_parse(const char *text, const char *path, td_run_instances *out);
+/* The entry of instance id, or NULL. */
+td_run_instance *td__aws_record_find(td_run_instances *r, const char *id);
+/* Adds in (a copy; its end is duplicated) or, when r has an entry with its id, replaces that
+ * entry's fields with in's. Returns the entry. */
+td_run_instance *td__aws_record_put(td_run_instances *r, const td_run_instance *in);
+/* Marks the entry of id ended at ended_s with `end` and EC2's state (NULL: "terminated"):
+ * 0, or -1 when r has no such entry. An entry that has ended already keeps its first end. */
+int td__aws_record_end(td_run_instances *r, const char *id, double ended_s, const char *end,
+                       const char *state);
+/* Read-modify-write of run_dir's record (a missing one starts empty with provider "aws" and
+ * region): each of the n instances put (td__aws_record_put), then written. For the supervisor
+ * only, or with RUN/lock held: the record has one writer at a time. */
+td_status td__aws_record_update(const char *run_dir, const char *region, const td_run_instance *in,
+                                size_t n);
+
+/* An instance as EC2 describes it, for the record: market from its lifecycle, node from its
+ * tandem:node tag, launched_s from its launch time, no end. */
+void td__aws_instance_from_ec2(const td_ec2_instance *e, td_run_instance *out);
+/* EC2's launchTime ("2026-11-26T15:00:00.000Z") as epoch seconds; 0 when unreadable. */
+double td__aws_parse_time(const char *iso8601);
+/* "up 0.40 h" / "up 12.5 h" for a lifetime in seconds. */
+void td__aws_fmt_lifetime(double s, char *out, size_t nbytes);
+
+/* ---- orphans ---- */
+/* Executor aws's cancel_orphan (td_executor.cancel_orphan): when nobody holds the run's lock
+ * (its supervisor is gone) and its record lists an instance still alive, terminates every
+ * instance tagged with the run (this project's) and those the record lists alive, records their
+ * ends ("terminated by tandem gc (its supervisor was gone)"), and says so in buf
+ * (*cancelled = 1). Does nothing (*cancelled = 0, no AWS call) when the lock is held or the
+ * record lists nothing alive. Errors are the cloud layer's (credentials, region, a failed call),
+ * wrapped with the run and the fix. */
+td_status td__aws_cancel_orphan(const td_run *run, int *cancelled, char *buf, size_t nbytes);
+
+/* The work of cancel_orphan once the caller decided (the supervisor's own end may call it too,
+ * with end TD__AWS_END_RUN_END): terminates run_id's instances in aws that are this project's
+ * (tandem:project tag equal to project_dir, or untagged and listed by the record) plus the
+ * record's live ones, and records each end in run_dir's record (created if missing; run_dir
+ * NULL: nothing recorded). One line per instance terminated to out (may be NULL); *nterminated
+ * and the ids joined with ", " in ids (may be NULL). The caller holds the run's lock or is its
+ * supervisor. */
+td_status td__aws_terminate_run(td_aws_t *aws, const char *project_dir, const char *run_dir,
+                                const char *run_id, const char *end, FILE *out, int *nterminated,
+                                char *ids, size_t ids_nbytes);
+
+#endif
