@@ -105,6 +105,9 @@ typedef struct td_aws_options {
     char *iam_instance_profile;
     td_aws_tag_kv *tags; /* more tags on the instances */
     size_t ntags;
+    char **setup; /* run over ssh on each new instance, in the code's copy, before tandem is
+                     looked for there (an image without tandem installs it) */
+    size_t nsetup;
     char *work_dir;     /* on the instances; NULL: ~/.tandem-runs */
     char *tandem;       /* tandem on the instances; NULL: this tandem's path */
     int public_address; /* reach the instances at their public address (default: public when

@@ -76,7 +76,43 @@ typedef struct {
      * (exit 1, its cause in the end record); a stop signal ends it with no workers started. */
     char *const *node_setup;
     int nnode_setup;
+    /* torchrun's --role: the workers' ROLE_NAME (NULL or "": "default"). A job has one role, so
+     * ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE; give every node the same. */
+    const char *role;
+    /* torchrun's --redirects and --tee (td_launch_std_parse: "0".."3" for every local rank, or
+     * "LOCAL_RANK:VALUE,..."; NULL = "0"): a redirected stream of a worker goes to a file only,
+     * a teed one to the file and, prefixed, to out_fd/err_fd as usual. The files are torchrun's:
+     * BASE/<run id>_XXXXXX/attempt_<restart>/<local rank>/stdout.log and stderr.log, BASE being
+     * log_dir, or a new directory under $TMPDIR without it. The raw bytes the worker wrote. */
+    const char *redirects;
+    const char *tee;
 } td_launch_options;
+
+/* ---- torchrun's flags that need more than a field (src/launch/torchrun.c) ---- */
+enum { TD_LAUNCH_STD_OUT = 1, TD_LAUNCH_STD_ERR = 2 };
+/* What a --redirects / --tee value means for one local rank: *out gets TD_LAUNCH_STD_* bits.
+ * The value is torchrun's: "0" none, "1" stdout, "2" stderr, "3" both, for every local rank; or
+ * "LOCAL_RANK:VALUE,..." ("0:3,1:2"), ranks not listed get 0, a rank given twice its later value
+ * (torchrun's dict; it takes one-digit ranks only, any number works here). TD_ERR_INVALID with
+ * a message saying what is wrong and what is accepted. */
+td_status td_launch_std_parse(const char *spec, int local_rank, int *out);
+/* The GPUs a CUDA program started here sees: ndevices (the driver's) as CUDA_VISIBLE_DEVICES
+ * (cvd; NULL = unset: all of them) narrows them. CUDA's reading: comma-separated indices or
+ * UUIDs (GPU-..., MIG-...), up to the first entry that names no device (an index out of range,
+ * -1, a repeat, anything else): "0,2,-1,1" sees 2; "" sees none. */
+int td_launch_visible_gpus(const char *cvd, int ndevices);
+/* NVIDIA GPUs the driver shows this machine (its /proc/driver/nvidia/gpus entries: no library
+ * to load, nothing initialised); 0 without the driver. */
+int td_launch_driver_gpus(void);
+/* The Python that runs a worker script (SCRIPT.py, or -m MODULE), torchrun's sys.executable for a
+ * launcher that is not Python itself: the first of $TANDEM_PYTHON (a Python entry point sets it
+ * to its own interpreter), $PYTHON_EXEC (torchrun's override), $PYTHON, the active virtual
+ * environment's $VIRTUAL_ENV/bin/python3, and python3 on PATH. A name without '/' is looked up
+ * on PATH. *path (malloc'ed) is the path the workers exec and get as argv[0], never a resolved
+ * symlink (a virtual environment's python3 is one, and Python finds its environment from that
+ * path); *source (may be NULL) names the rule ("PYTHON", "VIRTUAL_ENV", "PATH"). TD_ERR_NOTFOUND
+ * naming the variable and the fix when the chosen one is no executable file, or none is found. */
+td_status td_launch_find_python(char **path, const char **source);
 
 /* Fills the defaults above; the caller then sets argc/argv and whatever else it needs. */
 void td_launch_options_init(td_launch_options *opts);

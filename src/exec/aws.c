@@ -79,6 +79,7 @@ void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src) {
         dst->tags[i].key = td_xstrdup(src->tags[i].key);
         dst->tags[i].value = td_xstrdup(src->tags[i].value);
     }
+    dst->setup = strv_copy(src->setup, src->nsetup);
     dst->work_dir = dup_or_null(src->work_dir);
     dst->tandem = dup_or_null(src->tandem);
 }
@@ -101,6 +102,7 @@ void td_aws_options_clear(td_aws_options *o) {
         free(o->tags[i].value);
     }
     free(o->tags);
+    strv_free(o->setup, o->nsetup);
     free(o->work_dir);
     free(o->tandem);
     memset(o, 0, sizeof *o);
@@ -344,8 +346,11 @@ static td_status wait_ssh(aws_carrier *ac, int i, const char *addr, char *why, s
     double deadline = td_now_s() + SSH_WAIT_S;
     for (;;) {
         if (cancelled(ac)) return TD_ERR_INTERRUPTED;
-        if (td__ssh_set_host(ac->ssh, i, entry, why, nbytes) == TD_OK) return TD_OK;
+        td_status st = td__ssh_set_host(ac->ssh, i, entry, (const char *const *)ac->o->setup,
+                                        ac->o->nsetup, why, nbytes);
         td_error_clear();
+        if (st == TD_OK) return TD_OK;
+        if (st != TD_ERR_PEER) return st; /* it answered: the copy or the setup failed */
         if (td_now_s() > deadline) return TD_ERR_TIMEOUT;
         nap(ac, 2.0);
     }
@@ -418,6 +423,8 @@ static td_status provision(aws_carrier *ac, td_aws_t *aws) {
         char why[1024] = "";
         td_status st = wait_ssh(ac, i, instance_addr(ac, &e), why, sizeof why);
         if (st == TD_ERR_INTERRUPTED) return td_error(st, "stopped");
+        if (st != TD_OK && st != TD_ERR_TIMEOUT)
+            return td_error(st, "instance %s (node %d): %s", sl->id, i, why);
         if (st != TD_OK)
             return td_error(TD_ERR_TIMEOUT,
                             "instance %s (node %d) runs but did not answer ssh within %.0f s: %s "
@@ -567,9 +574,8 @@ static void aws_finish(td__carrier *base) {
         pthread_join(ac->thread, NULL);
         ac->thread_live = false;
     }
-    bool all_ready = true;
-    for (int i = 0; i < ac->n; i++) all_ready &= ac->nodes[i].ready;
-    if (all_ready && ac->inner->ops->finish) ac->inner->ops->finish(ac->inner);
+    /* node 0 writes what a run saves; a node never set up has no host to ask */
+    if (ac->n && ac->nodes[0].ready && ac->inner->ops->finish) ac->inner->ops->finish(ac->inner);
     terminate_all(ac);
 }
 

@@ -124,9 +124,13 @@ typedef struct td__ssh td__ssh;
 typedef void (*td__ssh_note_fn)(void *user, int node, const char *key, const char *value);
 td_status td__ssh_new(const td_exec_job *job, const td_ssh_options *opts, int nodes, td__ssh **out);
 /* Sets node's host ([user@]host[:port]) and prepares it as the ssh executor does before a run:
- * logs in, makes the run's directory, copies the code. Blocks for seconds (ssh): call it while
- * no attempt runs (a worker thread may). why (nbytes) says what failed. */
-td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, char *why, size_t nbytes);
+ * logs in, makes the run's directory, copies the code, runs the setup commands there (in the
+ * code's copy; their output in RUN/logs/setup-node-N.log), checks that tandem runs. Blocks for
+ * seconds (ssh; minutes with a setup that builds): call it while no attempt runs (a worker
+ * thread may). why (nbytes) says what failed: TD_ERR_PEER when the host did not answer (ssh
+ * could not log in: worth trying again while it boots), another error when it answered. */
+td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, const char *const *setup,
+                           size_t nsetup, char *why, size_t nbytes);
 const char *td__ssh_host(const td__ssh *s, int node);
 void td__ssh_on_note(td__ssh *s, td__ssh_note_fn fn, void *user);
 struct td__carrier *td__ssh_carrier(td__ssh *s);

@@ -26,15 +26,17 @@
 #include "tandem/loop.h"
 #include "tandem/mirror.h"
 
-#define CONNECT_TIMEOUT_S   10    /* ssh -o ConnectTimeout */
-#define PREFLIGHT_TIMEOUT_S 60.0  /* log in, make the directories, check tandem */
-#define COPY_TIMEOUT_S      900.0 /* the code, to each host */
-#define PORT_WAIT_S         60.0  /* node 0's agent binding its store */
-#define LAUNCH_STOP_GRACE_S 30.0  /* the agents' --stop-grace */
+#define CONNECT_TIMEOUT_S   10     /* ssh -o ConnectTimeout */
+#define PREFLIGHT_TIMEOUT_S 60.0   /* log in, make the directories, check tandem */
+#define COPY_TIMEOUT_S      900.0  /* the code, to each host */
+#define SETUP_TIMEOUT_S     3600.0 /* a new instance's setup (it may build tandem) */
+#define PORT_WAIT_S         60.0   /* node 0's agent binding its store */
+#define LAUNCH_STOP_GRACE_S 30.0   /* the agents' --stop-grace */
 /* After "stop", an agent has its grace period to checkpoint and exit; then we cut the
  * connection, and the agent (end of its stdin) stops on its own. */
 #define CUT_AFTER_S TD__SSH_CUT_AFTER_S
-_Static_assert(TD__SSH_CUT_AFTER_S >= LAUNCH_STOP_GRACE_S + 15.0, "the agents' grace first");
+_Static_assert((int)TD__SSH_CUT_AFTER_S >= (int)LAUNCH_STOP_GRACE_S + 15,
+               "the agents' grace first");
 
 /* ---- options ---- */
 static char **copy_strv(char *const *v, size_t n) {
@@ -260,7 +262,20 @@ static const char *tandem_on_hosts(const ssh_sup *c) {
 /* Logs in to each host in turn: makes the run's directory there (or finds that the host
  * sees ours: a shared file system), and checks that tandem runs. The first failure names the
  * host and what ssh or the host said. */
-static td_status preflight(ssh_sup *c, size_t first, size_t end, char *why, size_t nbytes) {
+/* The end of a remote script: tandem must run there (after a setup, which may have put it). */
+static void add_tandem_check(const ssh_sup *c, td__buf *s) {
+    td__buf_addf(s, "command -v ");
+    td__buf_quote(s, tandem_on_hosts(c));
+    td__buf_addf(s, " >/dev/null || { echo \"tandem: no ");
+    td__buf_add(s, tandem_on_hosts(c), strlen(tandem_on_hosts(c)));
+    td__buf_addf(s, " on $(hostname)\" >&2; exit 4; }\n");
+}
+
+/* check_tandem: also that tandem runs there (not yet where a setup will install it). A host that
+ * did not answer (ssh's own failure, 255, or no answer in time) is TD_ERR_PEER; one that answered
+ * and failed, TD_ERR_IO. */
+static td_status preflight(ssh_sup *c, size_t first, size_t end, bool check_tandem, char *why,
+                           size_t nbytes) {
     const td_run *run = c->job->run;
     char marker_name[40], marker_hex[17];
     TD_CHECK(td_random_hex(marker_hex, 8));
@@ -281,12 +296,8 @@ static td_status preflight(ssh_sup *c, size_t first, size_t end, char *why, size
     td__buf_quote(&s, run->id);
     td__buf_addf(&s, "; echo separate; fi\n"
                      "mkdir -p \"$R/work\" \"$R/agent/logs\" \"$R/agent/metrics\" "
-                     "\"$R/checkpoints\" && cd \"$R\" && pwd || exit 3\n"
-                     "command -v ");
-    td__buf_quote(&s, tandem_on_hosts(c));
-    td__buf_addf(&s, " >/dev/null || { echo \"tandem: no ");
-    td__buf_add(&s, tandem_on_hosts(c), strlen(tandem_on_hosts(c)));
-    td__buf_addf(&s, " on $(hostname)\" >&2; exit 4; }\n");
+                     "\"$R/checkpoints\" && cd \"$R\" && pwd || exit 3\n");
+    if (check_tandem) add_tandem_check(c, &s);
     char *cmd = remote_sh(s.s);
     free(s.s);
 
@@ -309,7 +320,7 @@ static td_status preflight(ssh_sup *c, size_t first, size_t end, char *why, size
                                      "here: key-based login (ssh-copy-id), known_hosts, the address"
                      : code == 124 ? "; it did not answer within 60 s"
                                    : "");
-            st = TD_ERR_IO;
+            st = code == 255 || code == 124 ? TD_ERR_PEER : TD_ERR_IO;
         } else if (st == TD_OK) {
             char *nl = strchr(out, '\n');
             char *path = nl ? nl + 1 : NULL;
@@ -1016,7 +1027,7 @@ static int ssh_run(const td_exec_job *job) {
     say(&c, "run %s: %zu ssh host%s (%s%s), %d worker%s each", run->id, c.nhosts,
         c.nhosts > 1 ? "s" : "", c.hosts[0].entry, c.nhosts > 1 ? ", ..." : "", run->nproc_per_node,
         run->nproc_per_node > 1 ? "s" : "");
-    if (preflight(&c, 0, c.nhosts, why, sizeof why) != TD_OK) {
+    if (preflight(&c, 0, c.nhosts, true, why, sizeof why) != TD_OK) {
         cli = fail_run(&c, t0, "executor ssh: %s", why);
         goto out;
     }
@@ -1102,7 +1113,56 @@ static void host_clear(host *h) {
     memset(h, 0, sizeof *h);
 }
 
-td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, char *why, size_t nbytes) {
+/* The setup commands on host `node`, in its copy of the code, then the tandem check; their output
+ * to RUN/logs/setup-node-N.log here. */
+static td_status run_setup(ssh_sup *c, int node, const char *const *setup, size_t nsetup, char *why,
+                           size_t nbytes) {
+    host *h = &c->hosts[node];
+    td__buf s = {0};
+    td__buf_addf(&s, "set -e\ncd ");
+    td__buf_quote(&s, h->work);
+    td__buf_add(&s, "\n", 1);
+    for (size_t i = 0; i < nsetup; i++) td__buf_addf(&s, "%s\n", setup[i]);
+    add_tandem_check(c, &s);
+    char *cmd = remote_sh(s.s);
+    free(s.s);
+    char **argv = ssh_argv(c, h, cmd);
+    free(cmd);
+    char *out = NULL, *err = NULL;
+    int code = 0;
+    double t0 = td_now_s();
+    td_status st = td__exec_capture(argv, NULL, SETUP_TIMEOUT_S, &out, &err, &code);
+    argv_free(argv);
+    char *logs = td_run_path(c->job->run->run_dir, TD_RUN_PATH_LOGS);
+    char *path = td_xasprintf("%s/setup-node-%d.log", logs, node);
+    td_chunk chunks[2] = {{out ? out : "", out ? strlen(out) : 0},
+                          {err ? err : "", err ? strlen(err) : 0}};
+    if (td_write_atomic(path, "setup log", chunks, 2) != TD_OK) {
+        TD_LOG_WARN("%s", td_error_msg());
+        td_error_clear();
+    }
+    if (st != TD_OK) {
+        snprintf(why, nbytes, "aws.setup on %s: %s", h->entry, td_error_msg());
+        td_error_clear();
+        st = TD_ERR_IO;
+    } else if (code != 0) {
+        char msg[600];
+        td__exec_joined_lines(err && *err ? err : out, msg, sizeof msg);
+        snprintf(why, nbytes,
+                 "the setup on %s (node %d) failed after %.0f s (exit code %d): %s; "
+                 "its output is in %s",
+                 h->entry, node, td_now_s() - t0, code, msg[0] ? msg : "no message", path);
+        st = code == 255 ? TD_ERR_PEER : TD_ERR_IO;
+    }
+    free(logs);
+    free(path);
+    free(out);
+    free(err);
+    return st;
+}
+
+td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, const char *const *setup,
+                           size_t nsetup, char *why, size_t nbytes) {
     td_status st = td_ssh_host_check("host", entry);
     if (st != TD_OK) {
         snprintf(why, nbytes, "%s", td_error_msg());
@@ -1112,8 +1172,9 @@ td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, char *why, s
     host *h = &s->c.hosts[node];
     host_clear(h);
     split_host(entry, h);
-    st = preflight(&s->c, (size_t)node, (size_t)node + 1, why, nbytes);
+    st = preflight(&s->c, (size_t)node, (size_t)node + 1, nsetup == 0, why, nbytes);
     if (st == TD_OK) st = copy_code(&s->c, (size_t)node, (size_t)node + 1, why, nbytes);
+    if (st == TD_OK && nsetup) st = run_setup(&s->c, node, setup, nsetup, why, nbytes);
     return st;
 }
 

@@ -67,6 +67,8 @@ typedef struct {
     td_loop *loop;        /* the one event loop of this agent: every wait of its own runs on it */
     td__spot_watch *spot; /* TANDEM_SPOT_WATCH=1: IMDS's spot notices, on the loop; or NULL */
     td__ckpt_s3 *s3;      /* node 0 with TANDEM_CHECKPOINT_URL: its checkpoints in S3 (ckpt_s3.c) */
+    int *redirects, *tee; /* --redirects/--tee per local rank (TD_LAUNCH_STD_* bits), or NULL */
+    char *std_root;       /* their files' run directory, BASE/<run id>_XXXXXX, or NULL */
 } agent;
 
 typedef struct {
@@ -108,21 +110,8 @@ static td_status resolve_command(const char *cmd, char **path) {
         *path = td_xstrdup(cmd);
         return TD_OK;
     }
-    const char *env_path = getenv("PATH");
-    char *dirs = td_xstrdup(env_path && *env_path ? env_path : "/usr/local/bin:/usr/bin:/bin");
-    char *save = NULL;
-    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        char *cand = td_xasprintf("%s/%s", *d ? d : ".", cmd);
-        struct stat stt;
-        if (stat(cand, &stt) == 0 && S_ISREG(stt.st_mode) && access(cand, X_OK) == 0) {
-            free(dirs);
-            *path = cand;
-            return TD_OK;
-        }
-        free(cand);
-    }
-    free(dirs);
-    return td_error(TD_ERR_USAGE, "worker command '%s' not found in PATH", cmd);
+    *path = td__which(cmd);
+    return *path ? TD_OK : td_error(TD_ERR_USAGE, "worker command '%s' not found in PATH", cmd);
 }
 
 static td_status mkdir_p(const char *dir, const char *what) {
@@ -178,7 +167,7 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
     v[n++] = var(TD_VAR_GROUP_WORLD_SIZE, "%d", t->rz.nnodes);
     v[n++] = var(TD_VAR_ROLE_RANK, "%d", rank);
     v[n++] = var(TD_VAR_ROLE_WORLD_SIZE, "%d", t->rz.world_size);
-    v[n++] = var(TD_VAR_ROLE_NAME, "default");
+    v[n++] = var(TD_VAR_ROLE_NAME, "%s", o->role && *o->role ? o->role : "default");
     v[n++] = var(TD_VAR_MASTER_ADDR, "%s", t->rz.master_addr);
     v[n++] = var(TD_VAR_MASTER_PORT, "%d", t->rz.master_port);
     v[n++] = var(TD_VAR_TORCHELASTIC_RESTART_COUNT, "%d", t->restart);
@@ -811,6 +800,15 @@ static td_status validate(const td_launch_options *o) {
                         o->max_nodes);
     if (o->end_record && td_check_output_file(o->end_record, "--end-record") != TD_OK)
         return TD_ERR_USAGE;
+    const char *std_flags[] = {"--redirects", "--tee"}, *std_specs[] = {o->redirects, o->tee};
+    for (int k = 0; k < 2; k++) {
+        int bits;
+        if (td_launch_std_parse(std_specs[k], 0, &bits) != TD_OK)
+            return td_error(TD_ERR_USAGE,
+                            "%s '%s': %s; expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both) "
+                            "for every local rank, or LOCAL_RANK:VALUE,... such as 0:3,1:2",
+                            std_flags[k], std_specs[k], td_error_msg());
+    }
     return TD_OK;
 }
 
@@ -887,6 +885,49 @@ static td_status pick_identity(agent *a) {
     return TD_OK;
 }
 
+/* torchrun's --redirects/--tee: which streams of which local rank go to files, and the run's
+ * directory for them, made as torchrun makes it (DefaultLogsSpecs): BASE/<run id>_XXXXXX, a
+ * fresh one per launcher, so that runs that share an id (multi-node "none") and the nodes of
+ * one job on a shared LOG_DIR never write into each other's files. BASE is --log-dir, or a new
+ * directory under $TMPDIR (torchrun: torchelastic_XXXXXX). Nothing is made when no stream of
+ * this node goes to a file. */
+static td_status plan_std_files(agent *a) {
+    const td_launch_options *o = a->o;
+    int n = o->nproc_per_node, any = 0;
+    a->redirects = td_xcalloc((size_t)n, sizeof *a->redirects);
+    a->tee = td_xcalloc((size_t)n, sizeof *a->tee);
+    for (int i = 0; i < n; i++) {
+        TD_CHECK(td_launch_std_parse(o->redirects, i, &a->redirects[i]));
+        TD_CHECK(td_launch_std_parse(o->tee, i, &a->tee[i]));
+        any |= a->redirects[i] | a->tee[i];
+    }
+    if (!any) return TD_OK;
+    char *base = NULL;
+    if (o->log_dir) {
+        base = td_xstrdup(o->log_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        base = td_xasprintf("%s/tandem-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(base)) {
+            td_status st = td_error_errno(TD_ERR_IO, "--redirects/--tee: cannot make %s", base);
+            free(base);
+            return st;
+        }
+    }
+    char id[sizeof a->run_id];
+    snprintf(id, sizeof id, "%s", a->run_id);
+    for (char *c = id; *c; c++)
+        if (*c == '/') *c = '_'; /* one directory level, whatever the id */
+    a->std_root = td_xasprintf("%s/%s_XXXXXX", base, id);
+    free(base);
+    if (!mkdtemp(a->std_root))
+        return td_error_errno(TD_ERR_IO, "--redirects/--tee: cannot make %s", a->std_root);
+    TD_LOG_INFO("worker output files (--redirects/--tee): %s/attempt_N/LOCAL_RANK/stdout.log, "
+                "stderr.log",
+                a->std_root);
+    return TD_OK;
+}
+
 /* Everything an agent holds across its attempts: the signalfd, the identity, the directories,
  * the store, and the event loop with the caller's periodic work on it. */
 static td_status open_agent(agent *a, td_sigwatch *sigs) {
@@ -901,6 +942,7 @@ static td_status open_agent(agent *a, td_sigwatch *sigs) {
     TD_CHECK(pick_identity(a));
     if (o->log_dir) TD_CHECK(mkdir_p(o->log_dir, "--log-dir"));
     if (o->metrics_dir) TD_CHECK(mkdir_p(o->metrics_dir, "--metrics-dir"));
+    TD_CHECK(plan_std_files(a));
     TD_CHECK(setup_store(a));
     if (!a->multi && o->stall_timeout_s > 0)
         TD_CHECK(td_store_connect(a->store_host, a->store_port, a->token, 10000, &a->own_store));
@@ -919,6 +961,9 @@ static void close_agent(agent *a, td_sigwatch *sigs) {
     if (a->server) td_store_server_stop(a->server);
     td_sigwatch_close(sigs);
     free(a->path);
+    free(a->redirects);
+    free(a->tee);
+    free(a->std_root);
 }
 
 /* The group of this attempt: the rendezvous of the node agents, or this node alone. *stopped: a
@@ -982,8 +1027,22 @@ static td_status spawn_workers(agent *a, attempt *t) {
     const td_launch_options *o = a->o;
     char ***wenv = td_xcalloc((size_t)o->nproc_per_node, sizeof *wenv);
     for (int i = 0; i < o->nproc_per_node; i++) wenv[i] = worker_env(a, t, i);
-    td_status st = td__workers_spawn(&t->ws, o->nproc_per_node, t->rz.rank_offset, a->path, o->argv,
-                                     wenv, o->out_fd, o->err_fd, o->log_dir, t->restart);
+    /* torchrun's attempt_<restart> under the run's directory: each attempt's files apart */
+    char *std_dir = a->std_root ? td_xasprintf("%s/attempt_%d", a->std_root, t->restart) : NULL;
+    td__spawn_args args = {.n = o->nproc_per_node,
+                           .rank_offset = t->rz.rank_offset,
+                           .path = a->path,
+                           .argv = o->argv,
+                           .envs = wenv,
+                           .out_fd = o->out_fd,
+                           .err_fd = o->err_fd,
+                           .log_dir = o->log_dir,
+                           .restart_count = t->restart,
+                           .redirects = a->redirects,
+                           .tee = a->tee,
+                           .std_dir = std_dir};
+    td_status st = td__workers_spawn(&t->ws, &args);
+    free(std_dir);
     for (int i = 0; i < o->nproc_per_node; i++) free_env(wenv[i]);
     free(wenv);
     if (st != TD_OK) {

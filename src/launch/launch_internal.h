@@ -17,6 +17,10 @@
  * 0, or the errno of the failed write (the caller decides what a failure means). */
 int td__write_all(int fd, const char *buf, size_t nbytes);
 
+/* cmd as execve will find it: itself when it holds a '/', else the first executable file of
+ * that name on PATH; NULL when there is none. malloc'ed. */
+char *td__which(const char *cmd);
+
 /* The node's setup commands (td_launch_options.node_setup, node_setup.c), before it joins the
  * group. *stopped: a stop signal ended them (*exit_code 143, or 130 for SIGINT). An error: a
  * command failed (the message names it, its exit code and its log) or could not run. */
@@ -30,8 +34,11 @@ td_status td__node_setup(const td_launch_options *o, td_sigwatch *sigs, int *exi
 typedef struct {
     char *buf; /* TD__LINE_MAX bytes */
     size_t len;
-    int fd;     /* read end of the worker's pipe; -1 once closed */
-    int out_fd; /* the agent's stream this one is copied to */
+    int fd;       /* read end of the worker's pipe; -1 once closed */
+    int out_fd;   /* the agent's stream this one is copied to */
+    bool console; /* copied to out_fd at all (false: --redirects sends it to file_fd only) */
+    int file_fd;  /* --redirects/--tee: the raw bytes also go here (stdout.log), or -1 */
+    char *file_path;
 } td__stream;
 
 typedef struct {
@@ -54,11 +61,24 @@ typedef struct {
     int n;
 } td__workers;
 
-/* Spawns n workers running argv (path already resolved) with envs[i] ("K=V" arrays) in their
- * own process groups, stdout/stderr on pipes. log_dir may be NULL. */
-td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char *path,
-                            char *const *argv, char **const *envs, int out_fd, int err_fd,
-                            const char *log_dir, int restart_count);
+typedef struct {
+    int n;            /* workers on this node */
+    int rank_offset;  /* the global rank of local rank 0 */
+    const char *path; /* the command, resolved */
+    char *const *argv;
+    char **const *envs;  /* per worker, "K=V" arrays */
+    int out_fd, err_fd;  /* where the prefixed lines go */
+    const char *log_dir; /* NULL or DIR: DIR/rank-R.log */
+    int restart_count;
+    /* torchrun's --redirects/--tee: per local rank TD_LAUNCH_STD_* bits (NULL: none), and the
+     * attempt's directory for the files, std_dir/<local rank>/stdout.log and stderr.log */
+    const int *redirects, *tee;
+    const char *std_dir;
+} td__spawn_args;
+
+/* Spawns the workers running argv with their environments in their own process groups,
+ * stdout/stderr on pipes. */
+td_status td__workers_spawn(td__workers *ws, const td__spawn_args *args);
 /* Reads what is available on fd (one of the workers' pipes), emits complete lines. */
 void td__workers_pump_fd(td__workers *ws, int fd);
 /* The workers' pipes still open: the agent's loop watches them until they end (EOF), or until

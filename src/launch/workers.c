@@ -58,13 +58,14 @@ static void log_failed(td__worker *w, int err) {
 /* Writes the rank prefix, text and end in one write, so that lines from different workers never
  * interleave; with log, also text and end to the worker's log file. */
 static void emit(td__worker *w, td__stream *s, const char *text, size_t len, char end, bool log) {
+    if (!s->console && !(log && w->log_fd >= 0)) return; /* redirected, and no rank log */
     size_t plen = strlen(w->prefix);
     char stackbuf[4096];
     char *out = plen + len + 1 <= sizeof stackbuf ? stackbuf : td_xmalloc(plen + len + 1);
     memcpy(out, w->prefix, plen);
     memcpy(out + plen, text, len);
     out[plen + len] = end;
-    td__write_all(s->out_fd, out, plen + len + 1);
+    if (s->console) td__write_all(s->out_fd, out, plen + len + 1);
     if (log && w->log_fd >= 0) {
         int err = td__write_all(w->log_fd, out + plen, len + 1);
         if (err) log_failed(w, err);
@@ -109,6 +110,19 @@ static void emit_redraw(td__worker *w, td__stream *s, const char *seg, size_t le
     if (len > 0) emit(w, s, seg, len, '\r', false);
 }
 
+/* --redirects/--tee: what the worker wrote, byte for byte, as torchrun's stdout.log holds it
+ * (the worker writes that file itself there). A failed write is said once, as for the rank
+ * log, and the file is not written any more. */
+static void stream_to_file(td__worker *w, td__stream *s, const char *buf, size_t len) {
+    if (s->file_fd < 0) return;
+    int err = td__write_all(s->file_fd, buf, len);
+    if (!err) return;
+    TD_LOG_ERROR("rank %d's %s is incomplete from here on: %s%s", w->rank, s->file_path,
+                 strerror(err), err == ENOSPC ? " (the disk is full: free space there)" : "");
+    close(s->file_fd);
+    s->file_fd = -1;
+}
+
 static void stream_consume(td__worker *w, td__stream *s) {
     size_t start = 0;
     for (size_t i = 0; i < s->len; i++) {
@@ -145,6 +159,7 @@ static bool stream_read(td__worker *w, td__stream *s) {
     for (;;) {
         ssize_t k = read(s->fd, s->buf + s->len, TD__LINE_MAX - s->len);
         if (k > 0) {
+            stream_to_file(w, s, s->buf + s->len, (size_t)k);
             s->len += (size_t)k;
             stream_consume(w, s);
             continue;
@@ -230,7 +245,11 @@ void td__workers_free(td__workers *ws) {
         if (w->out.fd >= 0) close(w->out.fd);
         if (w->err.fd >= 0) close(w->err.fd);
         if (w->log_fd >= 0) close(w->log_fd);
+        if (w->out.file_fd >= 0) close(w->out.file_fd);
+        if (w->err.file_fd >= 0) close(w->err.file_fd);
         free(w->log_path);
+        free(w->out.file_path);
+        free(w->err.file_path);
         free(w->out.buf);
         free(w->err.buf);
     }
@@ -261,28 +280,60 @@ static td_status open_log(const char *log_dir, int rank, int restart_count, int 
     return TD_OK;
 }
 
-td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char *path,
-                            char *const *argv, char **const *envs, int out_fd, int err_fd,
-                            const char *log_dir, int restart_count) {
+/* torchrun's layout: DIR/<local rank>/stdout.log and stderr.log, for the streams redirected or
+ * teed (a fresh attempt directory: the files start empty). */
+static td_status open_std_files(const td__spawn_args *a, td__worker *w) {
+    int bits =
+        (a->redirects ? a->redirects[w->local_rank] : 0) | (a->tee ? a->tee[w->local_rank] : 0);
+    if (!bits) return TD_OK;
+    char *dir = td_xasprintf("%s/%d", a->std_dir, w->local_rank);
+    td_status st = td_mkdirs(dir);
+    if (st != TD_OK) {
+        st = td_error(st, "--redirects/--tee: %s", td_error_msg());
+        free(dir);
+        return st;
+    }
+    static const char *const names[] = {"stdout.log", "stderr.log"};
+    td__stream *streams[] = {&w->out, &w->err};
+    for (int k = 0; k < 2 && st == TD_OK; k++) {
+        if (!(bits & (k ? TD_LAUNCH_STD_ERR : TD_LAUNCH_STD_OUT))) continue;
+        td__stream *s = streams[k];
+        s->file_path = td_xasprintf("%s/%s", dir, names[k]);
+        s->file_fd = open(s->file_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (s->file_fd < 0)
+            st = td_error_errno(TD_ERR_IO, "cannot open %s (--redirects/--tee)", s->file_path);
+    }
+    free(dir);
+    return st;
+}
+
+td_status td__workers_spawn(td__workers *ws, const td__spawn_args *a) {
     td_status st = TD_OK;
+    int n = a->n;
     ws->w = td_xcalloc((size_t)n, sizeof *ws->w);
     ws->n = n;
     for (int i = 0; i < n; i++) {
         td__worker *w = &ws->w[i];
-        w->rank = rank_offset + i;
+        w->rank = a->rank_offset + i;
         w->local_rank = i;
         w->out.fd = w->err.fd = w->log_fd = -1;
+        w->out.file_fd = w->err.file_fd = -1;
         w->out.buf = td_xmalloc(TD__LINE_MAX);
         w->err.buf = td_xmalloc(TD__LINE_MAX);
-        w->out.out_fd = out_fd;
-        w->err.out_fd = err_fd;
+        w->out.out_fd = a->out_fd;
+        w->err.out_fd = a->err_fd;
+        /* redirected: the file only; teed or neither: the console as ever */
+        int redir = a->redirects ? a->redirects[i] : 0;
+        w->out.console = !(redir & TD_LAUNCH_STD_OUT);
+        w->err.console = !(redir & TD_LAUNCH_STD_ERR);
         snprintf(w->prefix, sizeof w->prefix, "[rank %d] ", w->rank);
     }
     for (int i = 0; i < n; i++) {
         td__worker *w = &ws->w[i];
-        if (log_dir)
-            TD_CHECK_GOTO(open_log(log_dir, w->rank, restart_count, &w->log_fd, &w->log_path), st,
-                          out);
+        if (a->log_dir)
+            TD_CHECK_GOTO(open_log(a->log_dir, w->rank, a->restart_count, &w->log_fd, &w->log_path),
+                          st, out);
+        if (a->std_dir) TD_CHECK_GOTO(open_std_files(a, w), st, out);
         int po[2], pe[2];
         if (pipe2(po, O_CLOEXEC) < 0) {
             st = td_error_errno(TD_ERR_SYS, "pipe for worker rank %d", w->rank);
@@ -299,9 +350,9 @@ td_status td__workers_spawn(td__workers *ws, int n, int rank_offset, const char 
          * the signalfd and the other workers' pipes stay with the agent. */
         td_spawn_opts so;
         td_spawn_opts_init(&so);
-        so.path = path;
-        so.argv = argv;
-        so.envp = envs[i];
+        so.path = a->path;
+        so.argv = a->argv;
+        so.envp = a->envs[i];
         so.out_fd = po[1];
         so.err_fd = pe[1];
         so.death_signal = SIGKILL;

@@ -617,6 +617,73 @@ static char *disposition(const char *name) {
     return d;
 }
 
+static const char why_link[] = "is a symbolic link, which could lead anywhere",
+                  why_outside[] = "is outside the run's artifacts directory";
+
+/* Opens the stored copy path of an artifact of the run in run_dir, which must be
+ * run_dir/artifacts/<rel> as the store wrote it: run_dir is opened, then "artifacts" and each
+ * component of rel, one openat(O_NOFOLLOW) at a time from the one before, so a symbolic link
+ * anywhere below the run directory (artifacts/ itself, a folder, the file) is refused, not
+ * followed, and "..", "." or an empty component is refused before any lookup. Comparing
+ * realpath()s cannot do this: the realpath of a symlinked artifacts/ is wherever the link
+ * points, and everything there would pass as inside it. The fd (O_RDONLY), or -1 with *why (a
+ * static text: why_link, why_outside or another) and *where (the component at fault, owned). */
+static int open_stored(const char *run_dir, const char *path, const char **why, char **where) {
+    *why = "is gone (no run directory)";
+    *where = NULL;
+    if (!run_dir) return -1;
+    const char *art = td_run_path_name(TD_RUN_PATH_ARTIFACTS);
+    size_t nd = strlen(run_dir), na = strlen(art);
+    if (strncmp(path, run_dir, nd) || path[nd] != '/' || strncmp(path + nd + 1, art, na) ||
+        path[nd + 1 + na] != '/') {
+        *why = why_outside;
+        *where = td_xstrdup(path);
+        return -1;
+    }
+    /* The run directory's own last component too: the store made a directory there. */
+    int dir = open(run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dir < 0) {
+        *why = errno == ELOOP || errno == ENOTDIR ? why_link : "is gone (its run directory is)";
+        *where = td_xstrdup(run_dir);
+        return -1;
+    }
+    const char *p = path + nd + 1; /* "artifacts/<rel>" */
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        char *comp = td_xasprintf("%.*s", (int)len, p);
+        size_t upto = (size_t)(p - path) + len;
+        if (!len || !strcmp(comp, ".") || !strcmp(comp, "..")) {
+            *why = why_outside;
+            *where = td_xasprintf("%.*s", (int)upto, path);
+            free(comp);
+            close(dir);
+            return -1;
+        }
+        /* O_NONBLOCK: opening a FIFO put there must not hang this thread; the caller checks
+         * that the end is a regular file. */
+        int fd = openat(dir, comp,
+                        O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (slash ? O_DIRECTORY : O_NONBLOCK));
+        int err = errno;
+        struct stat lsb;
+        int is_link =
+            fd < 0 && fstatat(dir, comp, &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
+        free(comp);
+        close(dir);
+        if (fd < 0) {
+            *why = is_link || err == ELOOP ? why_link
+                   : err == ENOENT         ? "is gone"
+                   : err == ENOTDIR        ? "is not a directory"
+                                           : "cannot be opened";
+            *where = td_xasprintf("%.*s", (int)upto, path);
+            return -1;
+        }
+        if (!slash) return fd;
+        dir = fd;
+        p = slash + 1;
+    }
+}
+
 static void get_artifact(td_rundb *db, const td_run *run, const char *name, td__ui_reply *rep) {
     td_artifact *arts = NULL;
     size_t n = 0;
@@ -635,32 +702,36 @@ static void get_artifact(td_rundb *db, const td_run *run, const char *name, td__
         td_artifacts_free(arts, n);
         return;
     }
-    /* The stored copy lives under <run_dir>/artifacts/ (the store put it there); check that it
-     * still does and is a regular file before handing it out. */
-    char *root = run->run_dir ? td_run_path(run->run_dir, TD_RUN_PATH_ARTIFACTS) : NULL;
-    char *real_root = root ? realpath(root, NULL) : NULL;
-    char *real = realpath(a->path, NULL);
-    size_t nr = real_root ? strlen(real_root) : 0;
-    int inside = real && real_root && !strncmp(real, real_root, nr) && real[nr] == '/';
-    int fd = inside ? open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    /* The stored copy lives under <run_dir>/artifacts/ (the store put it there); open it only
+     * through that directory, following no link (open_stored). */
+    char *where = NULL;
+    const char *why = NULL;
+    int fd = open_stored(run->run_dir, a->path, &why, &where);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        td__ui_reply_error(rep, 404,
-                           "artifact '%s' of run %s is registered but its stored copy %s is %s",
-                           name, run->id, a->path,
-                           !real     ? "gone"
-                           : !inside ? "outside the run's artifacts directory"
-                                     : "not a readable regular file");
-        if (fd >= 0) close(fd);
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        close(fd);
+        fd = -1;
+        why = "is not a regular file";
+        where = td_xstrdup(a->path);
+    }
+    if (fd < 0) {
+        /* A link or a way out is refused (403), not missing: say what would be served. */
+        const char *fix =
+            why == why_link      ? ": tandem ui follows no symbolic link under a run's directory; "
+                                   "put the file itself in place of the link"
+            : why == why_outside ? ": tandem ui serves only files stored under the run's "
+                                   "artifacts directory (RUN/artifacts/NAME, without '..')"
+                                 : "";
+        td__ui_reply_error(rep, *fix ? 403 : 404,
+                           "artifact '%s' of run %s is registered but %s %s%s", name, run->id,
+                           where ? where : a->path, why, fix);
     } else {
         rep->status = 200;
         rep->fd = fd;
         rep->fd_nbytes = (int64_t)sb.st_size;
         rep->disposition = disposition(a->name);
     }
-    free(root);
-    free(real_root);
-    free(real);
+    free(where);
     td_artifacts_free(arts, n);
 }
 

@@ -1,6 +1,7 @@
 /* The HTTP side of `tandem ui`: libmicrohttpd with a thread per connection (an event stream's
  * reader may then block until the poller has something for it), the access rules, the page's
- * embedded files, and the request plumbing the JSON API (api.c) is written against.
+ * embedded files, and the request plumbing the JSON API (api.c) is written against. Slow and
+ * idle clients are bounded by guard.c.
  *
  * Paths are decoded here, segment by segment, and never joined onto a directory: an asset is
  * found by exact name in the compiled-in table, a log by its rank, an artifact by its registered
@@ -16,6 +17,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,9 +25,13 @@
 
 /* A POST body is never read (the one POST takes no body): more than this is refused. */
 #define MAX_BODY_BYTES (64 * 1024)
-/* Connections at once; each is a thread. */
-#define MAX_CONNECTIONS 256
-#define COOKIE_NAME     "tandem_token"
+/* Connections at once; each is a thread and two descriptors (its socket and guard.c's dup), so
+ * fewer when the descriptor limit is low (see connection_limit). */
+#define MAX_CONNECTIONS 1024
+/* Seconds without a byte either way before libmicrohttpd closes a connection: a client that
+ * stops reading its answer. Event streams send a ping every 15 s, so a live one never idles
+ * this long. */
+#define IDLE_TIMEOUT_S 60
 
 const char *const td__ui_default_keys[] = {"train/loss", "test/acc"};
 const size_t td__ui_ndefault_keys = TD_ARRAY_LEN(td__ui_default_keys);
@@ -249,12 +255,17 @@ static int host_is_loopback(const char *host) {
     return 0;
 }
 
-/* The token a request carries: header, then cookie, then ?token=; *from_query says which. */
-static const char *request_token(struct MHD_Connection *c, int allow_query, int *from_query) {
+/* The token a request carries: header, then cookie, then ?token=; *from_query says which. The
+ * cookie is named for the port (tandem_token_8080, as Jupyter names its cookies): a browser
+ * keeps one cookie per name and host whatever the port, so two servers on 127.0.0.1 (two
+ * projects) would otherwise overwrite each other's, and the first page's event streams and
+ * downloads would lose their access. */
+static const char *request_token(const td_ui *ui, struct MHD_Connection *c, int allow_query,
+                                 int *from_query) {
     *from_query = 0;
     const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Tandem-Token");
     if (t) return t;
-    t = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE_NAME);
+    t = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, ui->cookie_name);
     if (t) return t;
     if (!allow_query) return NULL;
     t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
@@ -393,27 +404,26 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         goto send;
     }
 
-    /* Access. GET: free on a loopback listener for a loopback Host, else the token. POST: the
-     * token (header or cookie, never only the URL) and, when the browser says where the request
-     * comes from, our own origin: another site's page cannot stop a run. */
+    /* Access. GET: the token, whatever the address: on a shared machine every local user can
+     * reach a loopback port, and the runs' logs and artifacts are no less private than the
+     * project directory's mode says. Only a server started with no_token (--no-token) serves
+     * GETs without it, on a loopback listener, for a loopback Host. POST: the token (header or
+     * cookie, never only the URL) and, when the browser says where the request comes from, our
+     * own origin: another site's page cannot stop a run. */
     int from_query = 0;
-    const char *token = request_token(c, is_get, &from_query);
+    const char *token = request_token(ui, c, is_get, &from_query);
     int token_ok = token_equal(token, ui->token);
     if (from_query && !token_ok && is_get) {
         /* A stale ?token= (a previous start's): the header or cookie may still be right. */
-        token = request_token(c, 0, &from_query);
-        token_ok = token_equal(token, ui->token);
+        const char *other = request_token(ui, c, 0, &from_query);
+        if (other) {
+            token = other;
+            token_ok = token_equal(token, ui->token);
+        }
     }
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (is_get) {
-        if (!token_ok && !ui->loopback) {
-            td__ui_reply_error(&rep, 401,
-                               "this server listens on %s and needs its access token: open the "
-                               "URL 'tandem ui' printed (it ends in ?token=...)",
-                               ui->host);
-            goto send;
-        }
-        if (!token_ok && !host_is_loopback(host)) {
+        if (!token_ok && ui->no_token && !host_is_loopback(host)) {
             td__ui_reply_error(&rep, 401,
                                "a request for host '%s' needs the access token (without it this "
                                "server answers only to localhost and 127.0.0.1): open the URL "
@@ -421,15 +431,30 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                host);
             goto send;
         }
+        if (!token_ok && !ui->no_token) {
+            if (token)
+                td__ui_reply_error(&rep, 401,
+                                   "the access token of this request is not this server's (a new "
+                                   "one is made at every start): open the URL 'tandem ui' printed "
+                                   "last (it ends in ?token=...)");
+            else
+                td__ui_reply_error(&rep, 401,
+                                   "%s needs the access token: open the URL 'tandem ui' printed "
+                                   "(it ends in ?token=...), or send the header X-Tandem-Token "
+                                   "(docs/ui-api.md, \"Access\")",
+                                   url);
+            goto send;
+        }
         if (token_ok && from_query)
-            cookie = td_xasprintf(COOKIE_NAME "=%s; HttpOnly; SameSite=Strict; Path=/", ui->token);
+            cookie = td_xasprintf("%s=%s; HttpOnly; SameSite=Strict; Path=/", ui->cookie_name,
+                                  ui->token);
     } else {
         const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
         if (!token_ok) {
             td__ui_reply_error(&rep, 401,
-                               "%s needs the access token (header X-Tandem-Token or the "
-                               "tandem_token cookie): open the URL 'tandem ui' printed",
-                               url);
+                               "%s needs the access token (header X-Tandem-Token or the %s "
+                               "cookie): open the URL 'tandem ui' printed",
+                               url, ui->cookie_name);
             goto send;
         }
         if (origin) {
@@ -481,6 +506,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 send:
     if (!rep.status) td__ui_reply_error(&rep, 500, "internal error: no reply for %s", url);
     if (rep.status != 200) TD_LOG_DEBUG("tandem ui: %s %s -> %d", method, url, rep.status);
+    td__ui_guard_answered(ui->guard, c);
     ok = send_reply(c, &rep, cookie);
     reply_clear(&rep);
     request_free(&req);
@@ -490,11 +516,21 @@ send:
 
 static void request_completed(void *cls, struct MHD_Connection *c, void **state,
                               enum MHD_RequestTerminationCode why) {
-    (void)cls;
-    (void)c;
+    td_ui *ui = cls;
     (void)why;
     free(*state);
     *state = NULL;
+    /* Kept alive for another request: the guard's clock for it starts now. */
+    td__ui_guard_waiting(ui->guard, c);
+}
+
+/* MAX_CONNECTIONS, or fewer when the descriptor limit would run out first: two descriptors a
+ * connection, and room for the store's files and the event poller. */
+static unsigned connection_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return MAX_CONNECTIONS;
+    rlim_t spare = rl.rlim_cur > 256 ? (rl.rlim_cur - 128) / 2 : 64;
+    return spare < MAX_CONNECTIONS ? (unsigned)spare : MAX_CONNECTIONS;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -574,16 +610,32 @@ td_status td_ui_start(const td_ui_options *opts, td_ui **out) {
     ui->project_dir = td_xstrdup(td_rundb_project_dir(ui->writer));
     TD_CHECK_GOTO(td_listen_tcp(host, opts->port, 64, &ui->listen_fd, &ui->port), st, fail);
     ui->loopback = bound_loopback(ui->listen_fd);
+    snprintf(ui->cookie_name, sizeof ui->cookie_name, "tandem_token_%d", ui->port);
+    if (opts->no_token && !ui->loopback) {
+        st = td_error(TD_ERR_INVALID,
+                      "serving without the access token (--no-token) is allowed only on a "
+                      "loopback address, and %s is not one: anyone who reaches it could read "
+                      "every run; listen on 127.0.0.1 and tunnel (ssh -L), or keep the token",
+                      host);
+        goto fail;
+    }
+    ui->no_token = opts->no_token;
     char *uh = url_host(host);
     ui->url = td_xasprintf("http://%s:%d/?token=%s", uh, ui->port, ui->token);
     free(uh);
     TD_CHECK_GOTO(td__ui_events_start(ui, &ui->events), st, fail);
+    TD_CHECK_GOTO(td__ui_guard_start(&ui->guard), st, fail);
+    /* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: on a loopback listener every local user, and
+     * behind a reverse proxy every user, is one address, and a cap there would refuse the
+     * token's holders along with a flood. A client without the token holds only connections
+     * that have sent no whole request, and guard.c bounds those per address and in all. */
     ui->mhd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
         NULL, handle, ui, MHD_OPTION_LISTEN_SOCKET, ui->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        connection_limit(), MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_UNESCAPE_CALLBACK, keep_raw, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-        request_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        request_completed, ui, MHD_OPTION_NOTIFY_CONNECTION, td__ui_guard_notify, ui->guard,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!ui->mhd) {
         st = td_error(TD_ERR_SYS,
                       "libmicrohttpd could not start serving on %s:%d (run with "
@@ -604,6 +656,7 @@ void td_ui_stop(td_ui *ui) {
     /* Streams first: their readers block, and MHD joins every connection thread. */
     if (ui->events) td__ui_events_stop(ui->events);
     if (ui->mhd) MHD_stop_daemon(ui->mhd);
+    td__ui_guard_stop(ui->guard);
     td__ui_events_free(ui->events);
     if (ui->listen_fd >= 0) close(ui->listen_fd);
     for (size_t i = 0; i < ui->nidle; i++) td_rundb_close(ui->readers[i]);
@@ -631,4 +684,8 @@ const char *td_ui_url(const td_ui *ui) {
 
 int td_ui_is_loopback(const td_ui *ui) {
     return ui->loopback;
+}
+
+int td_ui_needs_token(const td_ui *ui) {
+    return !ui->no_token;
 }

@@ -5,8 +5,12 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+
+#include <microhttpd.h>
 
 #include "tandem/track.h"
 #include "tandem/ui.h"
@@ -26,6 +30,7 @@ const td__ui_asset *td__ui_asset_find(const char *name);
 
 typedef struct td__ui_events td__ui_events;
 typedef struct td__ui_stream td__ui_stream;
+typedef struct td__ui_guard td__ui_guard;
 
 /* Read-only connections handed to request threads: one thread per connection, one td_rundb
  * per thread at a time. */
@@ -36,8 +41,10 @@ struct td_ui {
     char *host; /* as given */
     char *url;
     char token[129];
+    char cookie_name[32]; /* "tandem_token_<port>": see server.c's request_token */
     int port;
     int loopback;
+    int no_token; /* td_ui_options.no_token: GETs on loopback need no token */
     int listen_fd;
     struct MHD_Daemon *mhd;
     /* The read-write connection: kept open for the server's life (a read-only WAL reader needs
@@ -49,6 +56,7 @@ struct td_ui {
     td_rundb *readers[TD__UI_MAX_READERS]; /* idle ones */
     size_t nidle, nopen;
     td__ui_events *events;
+    td__ui_guard *guard;
 };
 
 /* A reader connection for this thread (waits while all are busy); NULL with the error recorded
@@ -130,6 +138,27 @@ void td__ui_logs_list(const char *run_dir, td__ui_log **out, size_t *count);
 void td__ui_logs_free(td__ui_log *logs, size_t count);
 /* The JSON label of a log: its rank as a number, or "setup"/"supervisor". */
 json_t *td__ui_log_label_json(const td__ui_log *log);
+
+/* ---- the connection guard (guard.c): slow and idle clients ---- */
+/* Seconds a connection has to send a whole request (from its start, or from the end of its
+ * previous answer), however slowly its bytes come. */
+#define TD__UI_REQUEST_S 10
+/* Connections without a whole request yet, from one client address and from all: over either,
+ * the oldest of them is closed. */
+#define TD__UI_PENDING_PER_IP 32
+#define TD__UI_PENDING_TOTAL  256
+td_status td__ui_guard_start(td__ui_guard **out);
+/* After libmicrohttpd has stopped; NULL is a no-op. */
+void td__ui_guard_stop(td__ui_guard *g);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the guard). */
+void td__ui_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                         enum MHD_ConnectionNotificationCode code);
+/* The handler answered a request on c: c is no longer pending. */
+void td__ui_guard_answered(td__ui_guard *g, struct MHD_Connection *c);
+/* c's request is done and it waits for another (keep-alive): pending again, from now. */
+void td__ui_guard_waiting(td__ui_guard *g, struct MHD_Connection *c);
+/* Connections closed by the guard so far. */
+uint64_t td__ui_guard_ncut(td__ui_guard *g);
 
 /* ---- server-sent events (events.c): one poller thread for every stream ---- */
 td_status td__ui_events_start(td_ui *ui, td__ui_events **out);

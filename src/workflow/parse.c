@@ -266,7 +266,7 @@ static const char *const ssh_fields = "hosts, hostfile, work_dir, ssh_args, tand
 static const char *const aws_fields =
     "region, profile, instance_type, instance_types, image, key_name, ssh_key, user, subnet, "
     "subnets, security_groups, spot, max_price, fallback, volume_gb, root_device, "
-    "iam_instance_profile, tags, work_dir, tandem, address";
+    "iam_instance_profile, tags, setup, work_dir, tandem, address";
 
 static td_status get_bool(const parse_ctx *c, const yaml_node_t *n, const char *field, int *out) {
     const char *s = scalar(n);
@@ -396,6 +396,7 @@ static td_status parse_aws_field(const parse_ctx *c, const char *f, const yaml_n
         return get_aws_name(c, v, "aws.iam_instance_profile", "tandem-node",
                             &o->iam_instance_profile);
     if (!strcmp(f, "tags")) return parse_aws_tags(c, v, o);
+    if (!strcmp(f, "setup")) return get_string_list(c, v, "aws.setup", &o->setup, &o->nsetup);
     if (!strcmp(f, "work_dir")) return get_string(c, v, "aws.work_dir", &o->work_dir);
     if (!strcmp(f, "tandem")) return get_string(c, v, "aws.tandem", &o->tandem);
     if (!strcmp(f, "address")) {

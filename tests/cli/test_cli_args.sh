@@ -90,6 +90,20 @@ grep -q "n1" <<<"$out" || fail "tandem launch with --: $out"
 expect_usage "tandem launch: no worker command" launch --standalone --
 
 # The help lists every option of the table once, with its value name.
-"$B" launch --help | grep -q -- "--end-record FILE" || fail "launch --help lacks --end-record FILE"
+# Read whole: `--help | grep -q` under pipefail fails once the help outgrows one pipe write
+# (grep exits at the match, the rest of the help meets a closed pipe).
+help=$("$B" launch --help) || fail "tandem launch --help: exit $?"
+for want in "--end-record FILE" "-m, --module" "--no-python" "-r, --redirects V" "-t, --tee V" \
+    "--role NAME" "--start-method M" "gpu (one" "PYTHON is the first of \$TANDEM_PYTHON"; do
+    grep -qF -- "$want" <<<"$help" || fail "launch --help lacks '$want': $help"
+done
+# torchrun's flags in every spelling: short, underscores, =value (test_launch_torchrun.sh has the
+# rest of what they do)
+out=$("$B" launch --standalone --no_python --start_method=fork -t0 -r 0 --role=r -- sh -c \
+    'echo "role $ROLE_NAME"' 2>&1) || fail "torchrun spellings: exit $?: $out"
+grep -q "role r" <<<"$out" || fail "torchrun spellings: $out"
+expect_usage "tandem launch: --start_method 'x': expected spawn, fork or forkserver" \
+    launch --start_method=x -- true
+expect_usage "tandem launch: -t '9': not a value from 0 to 3" launch -t9 -- true
 "$B" run --help | grep -q -- "--param KEY=VALUE" || fail "run --help lacks --param KEY=VALUE"
 echo "test_cli_args: ok"

@@ -3,9 +3,11 @@
 # moto's EC2 and S3, every running instance a host of its own with sshd and IMDSv2). What
 # tandem did is checked with the AWS CLI of the fixture's venv, never with tandem's own account.
 # The project is hidden from the instances (an empty tmpfs there), as on machines of their own.
-# 1. 2 spot instances train BasicNet: weights bitwise equal to 2 local workers; the artifact in
-#    the run directory and in S3; both instances spot, tagged with the run, terminated at the
-#    end; the run's record lists them with their market and instance-hours.
+# 1. 2 spot instances train BasicNet: weights bitwise equal to 2 local workers; tandem installed
+#    on each by aws.setup from the run's code (its output in the run's logs); the artifact in the
+#    run directory and in S3; both instances spot, tagged with the run, terminated at the end;
+#    the run's record lists them with their market and instance-hours. A setup that fails ends
+#    the run with its message and leaves no instance.
 # 2. Errors, nothing created (the CLI counts the instances before and after): no credentials,
 #    a profile that does not exist, a key pair that does not exist, an instance type that does
 #    not exist, a region that does not exist.
@@ -47,7 +49,10 @@ count_all() { aws ec2 describe-instances --query 'length(Reservations[].Instance
 
 aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null || fail "create-key-pair"
 aws s3 mb s3://tandem-ckpt >/dev/null || fail "s3 mb"
-mkdir -p "$P/.tandem"
+# the image has no tandem where the workflow says (/root is each instance's own): aws.setup
+# installs it there from the run's code
+mkdir -p "$P/.tandem" "$P/vendor"
+cp "$B" "$P/vendor/tandem"
 train="tandem train --model basicnet --data $TANDEM_DATA --batch 32 --threads 1 --seed 7 --no-progress"
 # address: private: the fixture's instances are reached at their private address (moto gives
 # them public ones no route leads to)
@@ -57,7 +62,9 @@ workflows:
   - name: bn
     executor: aws
     nodes: 2
-    aws: {$aws_block}
+    aws:
+      {$aws_block, tandem: /root/bin/tandem,
+       setup: ["mkdir -p /root/bin", "install -m 755 vendor/tandem /root/bin/tandem"]}
     commands:
       - mkdir -p out
       - $train --steps 40 --save out/w.safetensors
@@ -79,6 +86,10 @@ workflows:
   - name: badtype
     executor: aws
     aws: {instance_type: t3.nosuchsize, image: $CLOUD_AMI, key_name: tk, user: root, address: private}
+    command: "true"
+  - name: badsetup
+    executor: aws
+    aws: {$aws_block, setup: ["echo no such tool here >&2; exit 7"]}
     command: "true"
   - name: twosubnets
     executor: aws
@@ -109,7 +120,16 @@ for id in $all; do
 done
 grep -q '"market": *"spot"' "$R/instances.json" || fail "record: $(cat "$R/instances.json")"
 grep -q 'instance-hours' <<<"$show" || fail "tandem show has no instance-hours: $show"
-echo "executor aws: 2 spot instances == 2 local workers (bitwise), artifact in S3, both terminated:" $all
+for n in 0 1; do
+    [ -f "$R/logs/setup-node-$n.log" ] || fail "no setup log of node $n"
+done
+grep -q "aws.setup\|waiting for its ssh" "$P/bn.log" || fail "no progress line of the instances' start"
+echo "executor aws: 2 spot instances == 2 local workers (bitwise), tandem installed by aws.setup, artifact in S3, both terminated:" $all
+sshd_exec timeout -k 5 120 "$B" run badsetup >"$P/badsetup.log" 2>&1 && fail "badsetup succeeded"
+grep -q "the setup on root@.* (node 0) failed after .* (exit code 7): no such tool here" "$P/badsetup.log" ||
+    fail "badsetup's message: $(tail -3 "$P/badsetup.log")"
+[ -z "$(instances_of badsetup-1)" ] || fail "badsetup left $(instances_of badsetup-1)"
+echo "a failing aws.setup: the run failed naming it, nothing left"
 
 # --- 2. errors, nothing created
 n0=$(count_all)

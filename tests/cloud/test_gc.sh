@@ -176,9 +176,11 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ -n "$uport" ] || fail "tandem ui did not say its port: $(cat "$P/ui.out" "$P/ui.err")"
-UPORT=$uport A0=$a0 "$py" - <<'PY' || fail "the ui's run object"
+utoken=$(sed -n 's|^tandem ui: http://.*?token=\([0-9a-f]*\)$|\1|p' "$P/ui.out") # every request needs it
+UPORT=$uport UTOKEN=$utoken A0=$a0 "$py" - <<'PY' || fail "the ui's run object"
 import json, os, urllib.request
-get = lambda p: json.load(urllib.request.urlopen(f"http://127.0.0.1:{os.environ['UPORT']}{p}"))
+get = lambda p: json.load(urllib.request.urlopen(urllib.request.Request(
+    f"http://127.0.0.1:{os.environ['UPORT']}{p}", headers={"X-Tandem-Token": os.environ["UTOKEN"]})))
 rec = get("/api/runs/w-1")["instances"]
 assert rec["provider"] == "aws" and rec["region"] == "us-east-1", rec
 assert 0.45 < rec["instance_hours"] < 0.6, rec

@@ -3,12 +3,16 @@
 Every endpoint, with good input and bad: unknown runs, keys, logs and artifacts (404), malformed,
 huge, negative and crossed parameters (400), traversal attempts on artifacts, logs and assets,
 unknown routes (404), wrong methods (405), POST without or with a wrong token (401) or from
-another origin (403), a non-loopback listener that wants the token for every GET, a loopback
-one that wants it for a foreign Host header (DNS rebinding). Downsampling: 100,000 points with
+another origin (403); every GET wants the token too, on loopback as on any other listener
+(401 without it, 200 with it), unless `--no-token` (loopback only, with a warning: then GETs
+are free for a loopback Host, never for a foreign one: DNS rebinding). Slowloris: 300 sockets
+trickling a request header from one address do not keep a normal request from its answer, and
+are closed within the guard's 10 s. Downsampling: 100,000 points with
 one spike up and one down keep both, and each bucket's first, lowest, highest and last point,
 exactly as docs/ui-api.md's rule gives them, in <= 4 * width points per rank, twice the same
 bytes; zoom stays in range. A stored artifact whose real path is outside the run's artifacts
-directory (a symlinked folder, a registered path with "..") is refused, its neighbour served.
+directory (a symlinked RUN/artifacts, a symlinked folder below it, a symlinked file, a registered
+path with "..") is refused (403), its neighbour served.
 Live: a point appended to a running run's metrics file arrives as `event: points`
 (latency measured and printed; asserted < 2 s), a log line as `event: log`, a resume event as
 `event: reset`, the end as a final `status` and the end of the stream; POST stop stops a run;
@@ -183,12 +187,17 @@ class Server:
         return rc
 
 
-def request(srv, method, path, headers=None, body=None, timeout=30):
-    """(status, headers dict lower-cased, body bytes); path is sent exactly as given."""
+def request(srv, method, path, headers=None, body=None, timeout=30, auth=True):
+    """(status, headers dict lower-cased, body bytes); path is sent exactly as given. With auth
+    (the default) the server's token goes along as X-Tandem-Token, unless the request carries a
+    token of its own (a header, a cookie or ?token=)."""
     c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
     try:
         c.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         h = {"Host": f"127.0.0.1:{srv.port}"}
+        own = {k.lower() for k in (headers or {})} & {"x-tandem-token", "cookie"}
+        if auth and not own and "token=" not in path:
+            h["X-Tandem-Token"] = srv.token
         h.update(headers or {})
         for k, v in h.items():
             if v is not None:
@@ -203,8 +212,8 @@ def request(srv, method, path, headers=None, body=None, timeout=30):
         c.close()
 
 
-def get_json(srv, path, status=200, headers=None):
-    st, h, body = request(srv, "GET", path, headers)
+def get_json(srv, path, status=200, headers=None, auth=True):
+    st, h, body = request(srv, "GET", path, headers, auth=auth)
     if not check_eq(st, status, f"GET {path} status (body {body[:300]!r})"):
         return None
     if not check(h.get("content-type", "").startswith("application/json"),
@@ -217,8 +226,8 @@ def get_json(srv, path, status=200, headers=None):
         return None
 
 
-def expect_error(srv, method, path, status, needle=None, headers=None, body=None):
-    st, h, data = request(srv, method, path, headers, body)
+def expect_error(srv, method, path, status, needle=None, headers=None, body=None, auth=True):
+    st, h, data = request(srv, method, path, headers, body, auth=auth)
     check_eq(st, status, f"{method} {path} status (body {data[:300]!r})")
     try:
         msg = json.loads(data)["error"]
@@ -457,10 +466,11 @@ for path in ["/api/runs/small-1/artifacts/out/model.txt", "/api/runs/small-1/art
 st, h, body = request(srv, "GET", arts["out/sub/w.bin"]["url"])
 check_eq((st, body), (200, b"x\x00y"), "binary artifact through its url")
 
-# A stored copy whose real path leaves the run's artifacts directory is refused (404, "outside"),
-# even where its registered path reads as inside it: small-2's out/sub/ replaced by a symbolic
-# link to a directory elsewhere, and a registered path that climbs out with "..". Comparing the
-# paths as text would serve both. Everything is put back and served again afterwards.
+# A stored copy reached through a symbolic link, or whose registered path climbs out with "..",
+# is refused (403), even where its path reads as inside the artifacts directory: small-2's
+# RUN/artifacts itself replaced by a link to a directory elsewhere (comparing realpaths served
+# that: the root resolved through the same link), its out/sub/ replaced by one, its
+# out/model.txt by one. Everything is put back and served again afterwards.
 adb = sqlite3.connect(os.path.join(P, ".tandem", "runs.db"), timeout=10)
 seq2 = adb.execute("SELECT seq FROM runs WHERE id = 'small-2'").fetchone()[0]
 stored = dict(adb.execute("SELECT name, path FROM artifacts WHERE run = ?", (seq2,)))
@@ -476,13 +486,40 @@ os.symlink(elsewhere, sub)
 try:
     check(os.path.isfile(w_path) and w_path.startswith(art_root + "/"),
           "the symlinked artifact reads as inside the artifacts directory")
-    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/sub/w.bin", 404, "outside")
+    h = expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/sub/w.bin", 403,
+                     "out/sub is a symbolic link")
     st, _, body = request(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt")
     check_eq((st, body in (b"model of rank 0\n", b"model of rank 1\n")), (200, True),
              "small-2's out/model.txt (a plain stored copy) beside the symlinked one")
 finally:
     os.unlink(sub)
     os.rename(elsewhere, sub)
+# The whole RUN/artifacts a link: to a copy of it elsewhere whose out/model.txt says something
+# else (what a link to any other readable tree would give).
+elsewhere = os.path.join(P, "elsewhere-artifacts")
+shutil.copytree(art_root, elsewhere)
+with open(os.path.join(elsewhere, "out", "model.txt"), "w") as f:
+    f.write("not this run's artifact\n")
+os.rename(art_root, art_root + ".real")
+os.symlink(elsewhere, art_root)
+try:
+    check(os.path.isfile(m_path), "the artifact reads as present through the symlinked directory")
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt", 403,
+                 "artifacts is a symbolic link")
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/sub/w.bin", 403, "symbolic link")
+finally:
+    os.unlink(art_root)
+    os.rename(art_root + ".real", art_root)
+    shutil.rmtree(elsewhere)
+# The file itself a link.
+os.rename(m_path, m_path + ".real")
+os.symlink(m_path + ".real", m_path)
+try:
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt", 403,
+                 "model.txt is a symbolic link")
+finally:
+    os.unlink(m_path)
+    os.rename(m_path + ".real", m_path)
 secret = os.path.join(os.path.dirname(art_root), "secret.txt")
 with open(secret, "w") as f:
     f.write("not an artifact\n")
@@ -491,7 +528,7 @@ with adb:
     adb.execute("UPDATE artifacts SET path = ? WHERE run = ? AND name = 'out/model.txt'",
                 (climb, seq2))
 try:
-    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt", 404, "outside")
+    expect_error(srv, "GET", "/api/runs/small-2/artifacts/out/model.txt", 403, "outside")
 finally:
     with adb:
         adb.execute("UPDATE artifacts SET path = ? WHERE run = ? AND name = 'out/model.txt'",
@@ -511,31 +548,50 @@ for name in ["..%2f..%2fetc%2fpasswd", "../../etc/passwd", "%2Fetc%2Fpasswd", "/
 expect_error(srv, "GET", "/api/runs/small-1/artifacts/", 404)
 
 # ---- access ----
+# On loopback too, every request needs the token: another user of a shared machine reaches
+# 127.0.0.1 as well as its owner does.
+COOKIE = f"tandem_token_{srv.port}"
+for path in ["/", "/api/runs", "/assets/app.js", "/api/runs/small-1/logs/0",
+             "/api/runs/small-1/artifacts/out/model.txt", "/api/runs/small-1/events",
+             "/api/events"]:
+    expect_error(srv, "GET", path, 401, "needs the access token", auth=False)
+expect_error(srv, "GET", "/api/runs", 401, "not this server's",
+             headers={"X-Tandem-Token": "0" * 32})
+expect_error(srv, "GET", "/api/runs", 401, "not this server's",
+             headers={"Cookie": f"{COOKIE}={'0' * 32}"})
+expect_error(srv, "GET", "/api/runs", 401, headers={"Cookie": f"tandem_token_1={srv.token}"})
+st, _, _ = request(srv, "GET", "/api/runs", {"Cookie": f"{COOKIE}={srv.token}"})
+check_eq(st, 200, "loopback GET with the cookie")
 st, h, _ = request(srv, "GET", f"/api/runs?token={srv.token}")
 cookie = h.get("set-cookie", "")
-check(cookie.startswith(f"tandem_token={srv.token}") and "HttpOnly" in cookie and
-      "SameSite=Strict" in cookie and "Path=/" in cookie, f"?token= sets the cookie: {cookie!r}")
+check(st == 200 and cookie.startswith(f"{COOKIE}={srv.token}") and "HttpOnly" in cookie and
+      "SameSite=Strict" in cookie and "Path=/" in cookie,
+      f"?token= is served and sets the cookie {COOKIE}: {st} {cookie!r}")
 st, h, _ = request(srv, "GET", "/api/runs?token=0123456789abcdef0123456789abcdef")
-check_eq((st, h.get("set-cookie")), (200, None), "a wrong ?token= on loopback: served, no cookie")
+check_eq((st, h.get("set-cookie")), (401, None), "a wrong ?token= on loopback: 401, no cookie")
+st, h, _ = request(srv, "GET", "/api/runs?token=0123456789abcdef0123456789abcdef",
+                   {"Cookie": f"{COOKIE}={srv.token}"})
+check_eq((st, h.get("set-cookie")), (200, None), "a stale ?token= beside the right cookie: served")
 # DNS rebinding: a page of another site whose name resolves to 127.0.0.1.
-expect_error(srv, "GET", "/api/runs", 401, "token", headers={"Host": f"evil.example:{srv.port}"})
+expect_error(srv, "GET", "/api/runs", 401, "token", headers={"Host": f"evil.example:{srv.port}"},
+             auth=False)
 st, _, _ = request(srv, "GET", "/api/runs", {"Host": f"evil.example:{srv.port}", **TOK})
 check_eq(st, 200, "a foreign Host with the token")
 st, _, _ = request(srv, "GET", "/api/runs", {"Host": f"localhost:{srv.port}"})
 check_eq(st, 200, "Host localhost")
 # POST: token and origin (small-1 has ended: a request that gets through is a 409).
 stop = "/api/runs/small-1/stop"
-expect_error(srv, "POST", stop, 401, "token")
+expect_error(srv, "POST", stop, 401, "token", auth=False)
 expect_error(srv, "POST", stop, 401, "token", headers={"X-Tandem-Token": "0" * 32})
 expect_error(srv, "POST", f"{stop}?token={srv.token}", 401, "token")  # the URL alone is not enough
-expect_error(srv, "POST", stop, 401, headers={"Cookie": "tandem_token=" + "1" * 32})
+expect_error(srv, "POST", stop, 401, headers={"Cookie": f"{COOKIE}=" + "1" * 32})
 expect_error(srv, "POST", stop, 403, "origin",
              headers={**TOK, "Origin": "http://evil.example"})
 expect_error(srv, "POST", stop, 403, "origin",
              headers={**TOK, "Origin": f"http://127.0.0.1:{srv.port + 1}"})
 expect_error(srv, "POST", stop, 409, "already ended",
              headers={**TOK, "Origin": f"http://127.0.0.1:{srv.port}"})
-expect_error(srv, "POST", stop, 409, headers={"Cookie": f"tandem_token={srv.token}"})
+expect_error(srv, "POST", stop, 409, headers={"Cookie": f"{COOKIE}={srv.token}"})
 expect_error(srv, "POST", stop, 413, headers=TOK, body=b"x" * 100000)
 expect_error(srv, "POST", "/api/runs/nosuch-3/stop", 404, headers=TOK)
 
@@ -544,18 +600,38 @@ wide = Server("--host", "0.0.0.0")
 time.sleep(0.2)
 check(any("every request needs the token" in l for l in wide.lines),
       f"tandem ui --host 0.0.0.0 says the token is required: {wide.lines}")
-expect_error(wide, "GET", "/api/runs", 401, "token")
-expect_error(wide, "GET", "/", 401, "token")
-expect_error(wide, "GET", "/assets/app.js", 401)
+expect_error(wide, "GET", "/api/runs", 401, "token", auth=False)
+expect_error(wide, "GET", "/", 401, "token", auth=False)
+expect_error(wide, "GET", "/assets/app.js", 401, auth=False)
 st, _, _ = request(wide, "GET", "/api/runs", {"X-Tandem-Token": wide.token})
 check_eq(st, 200, "non-loopback GET with the token header")
 st, h, _ = request(wide, "GET", f"/?token={wide.token}")
 check_eq(st, 200, "non-loopback GET / with ?token=")
-check(h.get("set-cookie", "").startswith("tandem_token="), "non-loopback ?token= sets the cookie")
-st, _, _ = request(wide, "GET", "/api/runs", {"Cookie": f"tandem_token={wide.token}"})
+check(h.get("set-cookie", "").startswith(f"tandem_token_{wide.port}="),
+      "non-loopback ?token= sets the cookie")
+st, _, _ = request(wide, "GET", "/api/runs", {"Cookie": f"tandem_token_{wide.port}={wide.token}"})
 check_eq(st, 200, "non-loopback GET with the cookie")
 expect_error(wide, "GET", "/api/runs", 401, headers={"X-Tandem-Token": srv.token})
 check_eq(wide.stop(), 0, "the 0.0.0.0 server's exit code on SIGTERM")
+
+# --no-token: GETs on loopback without the token (the old default), with a warning; POST and
+# a foreign Host still need it; refused on any other address.
+free = Server("--no-token")
+time.sleep(0.2)
+check(any("warning: --no-token" in l and "every user of this machine" in l for l in free.lines),
+      f"tandem ui --no-token warns: {free.lines}")
+for path in ["/", "/api/runs", "/api/runs/small-1/logs/0"]:
+    st, _, _ = request(free, "GET", path, auth=False)
+    check_eq(st, 200, f"--no-token: GET {path} without the token")
+expect_error(free, "GET", "/api/runs", 401, "token", headers={"Host": f"evil.example:{free.port}"},
+             auth=False)
+expect_error(free, "POST", "/api/runs/small-1/stop", 401, "token", auth=False)
+expect_error(free, "POST", "/api/runs/small-1/stop", 409, "already ended")
+check_eq(free.stop(), 0, "the --no-token server's exit code on SIGTERM")
+p = subprocess.run([TANDEM, "ui", "--port", "0", "--host", "0.0.0.0", "--no-token"], env=ENV,
+                   cwd=P, capture_output=True, text=True, timeout=30)
+check(p.returncode == 2 and "--no-token" in p.stderr and "loopback" in p.stderr,
+      f"--no-token on 0.0.0.0 is refused: {p.returncode} {p.stderr!r}")
 
 
 # ---- live: events of a running run ----
@@ -565,7 +641,7 @@ class Events:
 
     def __init__(self, srv, path, headers=None):
         self.c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        self.c.request("GET", path, headers=headers or {})
+        self.c.request("GET", path, headers={"X-Tandem-Token": srv.token, **(headers or {})})
         self.r = self.c.getresponse()
         self.status = self.r.status
         self.headers = {k.lower(): v for k, v in self.r.getheaders()}
@@ -722,7 +798,7 @@ ev.close()
 # ---- POST stop ----
 tandem("run", "-d", "sleepy")
 wait_for(lambda: get_json(srv, "/api/runs/sleepy-1")["status"] == "running", 60, "sleepy-1 running")
-expect_error(srv, "POST", "/api/runs/sleepy-1/stop", 401)
+expect_error(srv, "POST", "/api/runs/sleepy-1/stop", 401, auth=False)
 st, h, body = request(srv, "POST", "/api/runs/sleepy-1/stop",
                       {**TOK, "Origin": f"http://127.0.0.1:{srv.port}"})
 check_eq(st, 200, f"POST stop with the token (body {body[:200]!r})")
@@ -778,6 +854,76 @@ with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sk:
 with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sk:
     sk.sendall(b"GARBAGE\r\n\r\n")
     sk.recv(100)
+
+# Slowloris: 300 sockets from this address (the same one as the real client: on loopback every
+# local user is 127.0.0.1), each sending a request header a line at a time and never its end.
+# A real request beside them is answered at once; none of them lives past the guard's 10 s
+# (TD__UI_REQUEST_S; most are closed on arrival: one address holds at most 32 such).
+import select  # noqa: E402 (only here)
+SLOW_N, GUARD_S = 300, 10.0
+slow, opened, closed_at = [], {}, {}
+for i in range(SLOW_N):
+    sk = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sk.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    sk.setblocking(False)
+    slow.append(sk)
+    opened[sk] = time.time()
+
+
+def slow_loop(until):
+    """Trickles a header line into every open slow socket every 0.5 s, notes when each closes."""
+    next_drip = 0.0
+    while time.time() < until and len(closed_at) < len(slow):
+        live = [sk for sk in slow if sk not in closed_at]
+        r, _, _ = select.select(live, [], [], 0.1)
+        for sk in r:
+            try:
+                data = sk.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                closed_at[sk] = time.time()
+        if time.time() >= next_drip:
+            next_drip = time.time() + 0.5
+            for sk in live:
+                if sk in closed_at:
+                    continue
+                try:
+                    sk.send(b"X-Slow: 1\r\n")
+                except OSError:
+                    closed_at[sk] = time.time()
+
+
+slow_t = threading.Thread(target=slow_loop, args=(time.time() + GUARD_S + 8,), daemon=True)
+slow_t.start()
+time.sleep(1.0)  # every socket trickling
+answers = []
+for i in range(5):
+    t = time.time()
+    try:
+        st, _, body = request(srv, "GET", "/api/runs?all=1", timeout=10)
+    except OSError as e:  # refused or reset: what a full server did before the guard
+        st = repr(e)
+    answers.append((st, time.time() - t))
+    time.sleep(0.5)
+MEASURED["a request beside 300 slowloris sockets"] = (
+    f"max {max(a[1] for a in answers) * 1000:.0f} ms over {len(answers)}")
+check(all(st == 200 for st, _ in answers), f"requests beside the slowloris sockets: {answers}")
+check(max(dt for _, dt in answers) < 2.0,
+      f"a request beside the slowloris sockets took {max(dt for _, dt in answers):.2f} s")
+slow_t.join()
+lives = sorted(closed_at[sk] - opened[sk] for sk in slow if sk in closed_at)
+check_eq(len(closed_at), SLOW_N, "slowloris sockets closed by the server")
+if lives:
+    MEASURED["slowloris sockets closed"] = (
+        f"{sum(1 for x in lives if x < GUARD_S - 1)} early (over the bound per address), the "
+        f"rest after {lives[SLOW_N - 32 if len(lives) == SLOW_N else 0]:.1f} to {lives[-1]:.1f} s")
+    check(lives[-1] < GUARD_S + 3, f"a slowloris socket lived {lives[-1]:.1f} s (guard: {GUARD_S} s)")
+    check(lives[-1] > GUARD_S - 1,
+          f"the last slowloris socket was closed after {lives[-1]:.1f} s, before the guard's "
+          f"{GUARD_S} s: the bound per address should leave 32 of them to time out")
+for sk in slow:
+    sk.close()
 st, _, _ = request(srv, "GET", "/api/runs")
 check_eq(st, 200, "the server still answers after everything above")
 

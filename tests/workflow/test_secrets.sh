@@ -96,9 +96,10 @@ grep -qaF -f "$PAT" show.txt && fail "tandem show/logs/ps print the secret's val
 ui=$!
 for _ in $(seq 100); do grep -q '^tandem ui: http' ui.out && break; sleep 0.1; done
 url=$(sed -n 's#^tandem ui: \(http://[^/]*\)/.*#\1#p' ui.out)
+token=$(sed -n 's#^tandem ui: http://.*?token=\([0-9a-f]*\)$#\1#p' ui.out) # every request needs it
 [ -n "$url" ] || fail "tandem ui did not start: $(cat ui.out)"
 for path in "/api/runs?all=1" /api/runs/sec-1 "/api/runs/sec-1/logs/0?tail=1000"; do
-    curl -sf "$url$path" >api.json || fail "GET $path: $(cat ui.out)"
+    curl -sf -H "X-Tandem-Token: $token" "$url$path" >api.json || fail "GET $path: $(cat ui.out)"
     grep -q 'sec-1' api.json || [ "${path#*/logs/}" != "$path" ] || fail "GET $path: $(head -c 300 api.json)"
     [ -s api.json ] || fail "GET $path: empty"
     grep -qaF -f "$PAT" api.json && fail "GET $path has the secret's value"

@@ -124,6 +124,9 @@ int cli_next(cli_parser *p) {
         p->given = p->given_buf;
         return next_long(p, a);
     }
+    /* "-t" of -t9: a message naming the option and then its value must not repeat the value */
+    snprintf(p->given_buf, sizeof p->given_buf, "%.2s", a);
+    p->given = p->given_buf;
     return next_short(p, a);
 }
 

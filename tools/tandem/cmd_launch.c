@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "tandem/gpu.h"
 #include "tandem/launch.h"
 #include "tandem/os.h"
 #include "tandem/track.h"
@@ -36,11 +37,21 @@ enum {
     OPT_FORWARD_STDIO,
     OPT_LINK,
     OPT_NODE_SETUP,
+    OPT_MODULE,
+    OPT_NO_PYTHON,
+    OPT_ROLE,
+    OPT_START_METHOD,
+    OPT_REDIRECTS,
+    OPT_TEE,
 };
 
 static const cli_opt launch_opts[] = {
     {OPT_NNODES, "nnodes", 0, "N[:M]", "nodes to wait for (N), up to M (default 1)", 0},
-    {OPT_NPROC, "nproc-per-node", 0, "K", "workers on this node; auto/cpu = cores (default 1)", 0},
+    {OPT_NPROC, "nproc-per-node", 0, "K",
+     "workers on this node (default 1): a number, gpu (one\n"
+     "per visible GPU), cpu (one per core), auto (gpu if\n"
+     "a GPU is visible, else cpu)",
+     0},
     {OPT_NODE_RANK, "node-rank", 0, "R", "this node's rank (default: order of arrival)", 0},
     {OPT_RDZV_ENDPOINT, "rdzv-endpoint", 0, "H:P", "rendezvous store; node 0 hosts it (multi-node)",
      0},
@@ -50,7 +61,27 @@ static const cli_opt launch_opts[] = {
     {OPT_STANDALONE, "standalone", 0, NULL, "single node, private store on 127.0.0.1", 0},
     {OPT_MAX_RESTARTS, "max-restarts", 0, "R", "restart the whole group up to R times (default 0)",
      0},
-    {OPT_LOG_DIR, "log-dir", 0, "DIR", "also append worker output to DIR/rank-R.log", 0},
+    {OPT_LOG_DIR, "log-dir", 0, "DIR",
+     "also append worker output to DIR/rank-R.log; the\n"
+     "base of --redirects/--tee's files",
+     0},
+    {OPT_REDIRECTS, "redirects", 'r', "V",
+     "workers' streams to files only: 0 none, 1 stdout,\n"
+     "2 stderr, 3 both, or LOCAL_RANK:V,... (0:3,1:2);\n"
+     "BASE/RUNID_X/attempt_N/LOCAL_RANK/stdout.log (BASE:\n"
+     "--log-dir, else a new dir under $TMPDIR)",
+     0},
+    {OPT_TEE, "tee", 't', "V", "the same streams to files and the console", 0},
+    {OPT_MODULE, "module", 'm', NULL,
+     "the command is a Python module: PYTHON -u -m MODULE\n"
+     "ARGS (PYTHON: see below)",
+     0},
+    {OPT_NO_PYTHON, "no-python", 0, NULL, "run the command itself, even a SCRIPT.py (its #!)", 0},
+    {OPT_ROLE, "role", 0, "NAME", "the workers' ROLE_NAME (default 'default')", 0},
+    {OPT_START_METHOD, "start-method", 0, "M",
+     "accepted for torchrun (spawn, fork, forkserver):\n"
+     "workers are always exec'd processes",
+     0},
     {OPT_METRICS_DIR, "metrics-dir", 0, "DIR", "workers get TANDEM_METRICS=DIR/rank-R.jsonl", 0},
     {OPT_END_RECORD, "end-record", 0, "FILE",
      "write how this agent ended there, as JSON\n"
@@ -98,9 +129,12 @@ static const cli_opt launch_opts[] = {
 static const cli_command launch_cmd = {
     .name = "tandem launch",
     .usage = "[options] -- CMD ARGS...\n"
-             "[options] SCRIPT.py ARGS...   (runs $PYTHON or python3)",
+             "[options] SCRIPT.py ARGS...   (runs PYTHON -u SCRIPT.py ARGS)\n"
+             "[options] -m MODULE ARGS...   (runs PYTHON -u -m MODULE ARGS)",
     .opts = launch_opts,
-    .epilog = "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
+    .epilog = "PYTHON is the first of $TANDEM_PYTHON, $PYTHON_EXEC, $PYTHON, the active\n"
+              "virtual environment's $VIRTUAL_ENV/bin/python3, and python3 on PATH.\n"
+              "Given none of --nnodes/--node-rank/--rdzv-endpoint/--master-*/--standalone, the\n"
               "topology comes from the scheduler that started one launcher per node: Slurm\n"
               "(srun --ntasks-per-node=1), Open MPI (mpirun --map-by ppr:1:node\n"
               "-x MASTER_ADDR), SkyPilot, dstack, SageMaker (docs/launch.md);\n"
@@ -128,6 +162,85 @@ static int parse_secs(const char *flag, const char *s, double *out) {
         return cli_error(&launch_cmd, "%s '%s': expected seconds >= 0", flag, s);
     }
     return 0;
+}
+
+/* The GPUs a worker started here would see, as torch.cuda.device_count() counts them: CUDA's
+ * own count in a CUDA build; else the driver's GPUs as CUDA_VISIBLE_DEVICES narrows them (a
+ * tandem built without CUDA still launches PyTorch scripts on GPUs). why says what was seen. */
+static int count_gpus(char *why, size_t cap) {
+    int n = td_gpu_device_count();
+    if (n > 0) {
+        snprintf(why, cap, "CUDA sees %d device%s", n, n == 1 ? "" : "s");
+        return n;
+    }
+    int ndev = td_launch_driver_gpus();
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    n = td_launch_visible_gpus(cvd, ndev);
+    if (ndev == 0)
+        snprintf(why, cap,
+                 "no NVIDIA driver on this machine (/proc/driver/nvidia/gpus is "
+                 "absent)");
+    else if (cvd)
+        snprintf(why, cap, "%d of this machine's %d GPU%s visible with CUDA_VISIBLE_DEVICES='%s'",
+                 n, ndev, ndev == 1 ? "" : "s", cvd);
+    else
+        snprintf(why, cap, "this machine has %d GPU%s", ndev, ndev == 1 ? "" : "s");
+    return n;
+}
+
+/* --nproc-per-node, torchrun's values (torch/distributed/run.py, determine_local_world_size):
+ * a number; gpu, one worker per visible GPU and an error without one; cpu, one per core; auto,
+ * gpu where a GPU is visible, else cpu. A core is one this process may run on (its affinity,
+ * as os.process_cpu_count()), where torchrun's os.cpu_count() counts the machine's: under
+ * Slurm, taskset or a cpuset, one worker per core it may not use would oversubscribe. */
+static int parse_nproc(const char *flag, const char *val, int *out) {
+    const char *accepted = "expected a number of workers >= 1, or gpu (one per visible GPU), cpu "
+                           "(one per core) or auto (gpu where a GPU is visible, else cpu)";
+    bool gpu = !strcmp(val, "gpu"), aut = !strcmp(val, "auto");
+    if (gpu || aut) {
+        char why[256];
+        int n = count_gpus(why, sizeof why);
+        if (n > 0) {
+            TD_LOG_INFO("%s %s: %d worker%s, one per GPU (%s)", flag, val, n, n == 1 ? "" : "s",
+                        why);
+            *out = n;
+            return 0;
+        }
+        if (gpu)
+            return cli_error(&launch_cmd,
+                             "%s gpu: no GPU is visible to this launcher: %s; give a number of "
+                             "workers, or cpu (one per core)",
+                             flag, why);
+        *out = td_num_cores();
+        TD_LOG_INFO("%s auto: %d worker%s, one per core (%s)", flag, *out, *out == 1 ? "" : "s",
+                    why);
+        return 0;
+    }
+    if (!strcmp(val, "cpu")) {
+        *out = td_num_cores();
+        return 0;
+    }
+    int64_t v;
+    if (td_parse_i64(flag, val, &v) != TD_OK || v < 1 || v > 1000000) {
+        td_error_clear();
+        return cli_error(&launch_cmd, "%s '%s': %s", flag, val, accepted);
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* --redirects / --tee: checked here so that a typo is a usage error naming the flag before
+ * anything starts; td_launch_run reads the value per local rank. */
+static int check_std(const char *flag, const char *val) {
+    int bits;
+    if (td_launch_std_parse(val, 0, &bits) == TD_OK) return 0;
+    char why[256];
+    snprintf(why, sizeof why, "%s", td_error_msg());
+    td_error_clear();
+    return cli_error(&launch_cmd,
+                     "%s '%s': %s; expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both) for every "
+                     "local rank, or LOCAL_RANK:VALUE,... such as 0:3,1:2",
+                     flag, val, why);
 }
 
 static int parse_nnodes(const char *s, td_launch_options *o) {
@@ -285,8 +398,9 @@ int cmd_launch(int argc, char **argv) {
     int ncmd = 0, rc = 0;
     bool rdzv_flags = false; /* a flag that says where this node stands: no scheduler detection */
     bool forward = false;    /* --forward-stdio */
-    const char *link_endpoint = NULL; /* --link */
-    char **setup = NULL;              /* --node-setup, in order */
+    const char *link_endpoint = NULL;       /* --link */
+    bool module = false, no_python = false; /* -m, --no-python */
+    char **setup = NULL;                    /* --node-setup, in order */
     int nsetup = 0;
     cli_parser p;
     cli_init(&p, &launch_cmd, argc, argv);
@@ -310,10 +424,32 @@ int cmd_launch(int argc, char **argv) {
             rc = parse_nnodes(val, &o);
             break;
         case OPT_NPROC:
-            if (!strcmp(val, "auto") || !strcmp(val, "cpu"))
-                o.nproc_per_node = td_num_cores();
-            else
-                rc = parse_int(flag, val, 1, &o.nproc_per_node);
+            rc = parse_nproc(flag, val, &o.nproc_per_node);
+            break;
+        case OPT_MODULE:
+            module = true;
+            break;
+        case OPT_NO_PYTHON:
+            no_python = true;
+            break;
+        case OPT_ROLE:
+            if (!*val) rc = cli_error(&launch_cmd, "%s '': expected a name (ROLE_NAME)", flag);
+            o.role = val;
+            break;
+        case OPT_START_METHOD: /* Python's multiprocessing start methods: nothing to start here */
+            if (strcmp(val, "spawn") && strcmp(val, "fork") && strcmp(val, "forkserver"))
+                rc = cli_error(&launch_cmd,
+                               "%s '%s': expected spawn, fork or forkserver (torchrun's choices; "
+                               "tandem execs every worker, so each means the same)",
+                               flag, val);
+            break;
+        case OPT_REDIRECTS:
+            rc = check_std(flag, val);
+            o.redirects = val;
+            break;
+        case OPT_TEE:
+            rc = check_std(flag, val);
+            o.tee = val;
             break;
         case OPT_NODE_RANK:
             rdzv_flags = true;
@@ -403,13 +539,37 @@ int cmd_launch(int argc, char **argv) {
     if (!o.rdzv_endpoint && master_addr && o.max_nodes > 1)
         o.rdzv_endpoint = endpoint_buf = td_xasprintf("%s:%s", master_addr, master_port);
 
-    /* torchrun runs a script with the interpreter; so do we, when the command is a .py file. */
+    /* torchrun runs PYTHON -u [-m] SCRIPT ARGS (unbuffered: the lines reach us as written), or
+     * with --no-python the command itself. It does so for any command; tandem for a module and
+     * a SCRIPT.py, executable or not (its #! could name another Python), and runs anything else
+     * itself: `tandem launch -- tandem train ...` needs no flag. */
+    if (module && no_python) {
+        cli_error(&launch_cmd, "-m/--module runs PYTHON -m MODULE, --no-python runs the command "
+                               "itself: give one (torchrun refuses both too)");
+        free(setup);
+        free(endpoint_buf);
+        return 2;
+    }
     size_t len = strlen(argv[i]);
-    bool script = len > 3 && !strcmp(argv[i] + len - 3, ".py") && access(argv[i], X_OK) != 0;
-    cmd = td_xcalloc((size_t)(argc - i + 2), sizeof *cmd);
-    if (script) {
-        const char *py = getenv("PYTHON");
-        cmd[ncmd++] = (char *)(py && *py ? py : "python3");
+    bool with_python = module || (!no_python && len > 3 && !strcmp(argv[i] + len - 3, ".py"));
+    char *python = NULL;
+    if (with_python) {
+        const char *source = NULL;
+        if (td_launch_find_python(&python, &source) != TD_OK) {
+            cli_error(&launch_cmd, "%s%s needs a Python interpreter: %s", module ? "-m " : "",
+                      argv[i], td_error_msg());
+            td_error_clear();
+            free(setup);
+            free(endpoint_buf);
+            return 2;
+        }
+        TD_LOG_DEBUG("workers run %s (from %s)", python, source);
+    }
+    cmd = td_xcalloc((size_t)(argc - i + 4), sizeof *cmd);
+    if (python) {
+        cmd[ncmd++] = python; /* as found, so that a virtual environment's python3 knows it */
+        cmd[ncmd++] = (char *)"-u";
+        if (module) cmd[ncmd++] = (char *)"-m";
     }
     for (int j = i; j < argc; j++) cmd[ncmd++] = argv[j];
     o.argc = ncmd;
@@ -430,6 +590,7 @@ int cmd_launch(int argc, char **argv) {
     }
     if (rc != 0) {
         free(cmd);
+        free(python);
         free(setup);
         free(endpoint_buf);
         return rc;
@@ -446,6 +607,7 @@ int cmd_launch(int argc, char **argv) {
                     o.end_record);
             if (link) td_agent_link_close(link);
             free(cmd);
+            free(python);
             free(endpoint_buf);
             free(setup);
             return 2;
@@ -486,6 +648,7 @@ int cmd_launch(int argc, char **argv) {
     if (link && td_agent_link_close(link) != TD_OK) td_error_print(TD_ERR_IO);
     free(end_path);
     free(cmd);
+    free(python);
     free(endpoint_buf);
     free(setup);
     return exit_code;

@@ -1,6 +1,7 @@
 /* tandem ui: serve the runs dashboard of this project until SIGINT/SIGTERM. */
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,26 +12,31 @@
 #include "tandem/os.h"
 #include "tandem/ui.h"
 
-enum { OPT_HOST = 1, OPT_PORT, OPT_PROJECT };
+enum { OPT_HOST = 1, OPT_PORT, OPT_PROJECT, OPT_NO_TOKEN };
 
 static const cli_opt ui_opts[] = {
-    {OPT_HOST, "host", 0, "ADDR",
-     "address to listen on (default 127.0.0.1); any other than a\n"
-     "loopback address makes every request need the access token",
-     0},
+    {OPT_HOST, "host", 0, "ADDR", "address to listen on (default 127.0.0.1)", 0},
     {OPT_PORT, "port", 0, "PORT", "port (default 8080; 0 picks a free one)", 0},
     {OPT_PROJECT, "project", 0, "DIR", "the project directory holding .tandem/", 0},
+    {OPT_NO_TOKEN, "no-token", 0, NULL,
+     "serve the page and the API without the access token (a\n"
+     "loopback address only): every user of this machine can then\n"
+     "read every run's logs and artifacts; stopping a run still\n"
+     "needs the token",
+     0},
     {0},
 };
 
 static const cli_command ui_cmd = {
     .name = "tandem ui",
-    .usage = "[--host ADDR] [--port PORT] [--project DIR]",
+    .usage = "[--host ADDR] [--port PORT] [--project DIR] [--no-token]",
     .about = "Serves the runs dashboard of the project (its .tandem/ run store: --project DIR,\n"
              "else TANDEM_HOME, else the current directory) and prints the address to open.\n"
              "Runs, live charts of every metric, logs and artifacts; stop a running run.\n",
     .opts = ui_opts,
-    .epilog = "The access token is random per start (TANDEM_UI_TOKEN sets it). The API is in\n"
+    .epilog = "Every request needs the access token of the printed URL (opening it once sets a\n"
+              "cookie), whatever the address: other users of this machine can reach a loopback\n"
+              "port too. The token is random per start (TANDEM_UI_TOKEN sets it). The API is in\n"
               "docs/ui-api.md. Ctrl-C stops the server.\n",
 };
 
@@ -58,6 +64,19 @@ static int wait_for_signal(td_sigwatch *sw) {
     if (st != TD_OK) td_error_print(st);
     td_loop_free(l);
     return w.sig;
+}
+
+/* Each connection is a socket and the server's dup of it: the usual soft limit of 1024
+ * descriptors would cap it near 450 connections, the hard limit allows more. Best effort: the
+ * server sizes itself to whatever limit it finds. */
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 int cmd_ui(int argc, char **argv) {
@@ -89,6 +108,9 @@ int cmd_ui(int argc, char **argv) {
             if (!*p.value) return cli_error(&ui_cmd, "--project expects a directory");
             opts.project_dir = p.value;
             break;
+        case OPT_NO_TOKEN:
+            opts.no_token = 1;
+            break;
         }
     }
     /* TANDEM_UI_TOKEN: a fixed token (a reverse proxy or a bookmark that outlives restarts). */
@@ -105,6 +127,7 @@ int cmd_ui(int argc, char **argv) {
         td_error_print(st);
         return 1;
     }
+    raise_fd_limit();
     td_ui *ui = NULL;
     st = td_ui_start(&opts, &ui);
     if (st != TD_OK) {
@@ -117,6 +140,11 @@ int cmd_ui(int argc, char **argv) {
         printf("tandem ui: listening on %s, not a loopback address: every request needs the "
                "token, so share this URL only with people who may see and stop these runs\n",
                opts.host);
+    if (!td_ui_needs_token(ui))
+        printf("tandem ui: warning: --no-token: every user of this machine can read these runs' "
+               "logs, metrics and artifacts through port %d (stopping a run still needs the "
+               "token); leave --no-token out to keep them private\n",
+               td_ui_port(ui));
     printf("tandem ui: serving %s; Ctrl-C stops it\n",
            opts.project_dir ? opts.project_dir : "this project's runs");
     fflush(stdout);

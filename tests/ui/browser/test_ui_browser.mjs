@@ -21,6 +21,10 @@ if (!url || !home) {
   process.exit(2);
 }
 const base = url.split('#')[0];
+// Every request needs the token, on loopback too: the page gets it from its URL (and the cookie
+// that URL sets); requests made here beside the page send it as a header.
+const token = new URL(url).searchParams.get('token');
+const bare = base.replace(/\?token=[^#]*/, '');
 const runDir = (id) => join(home, '.tandem', 'runs', id);
 const results = {};
 let failed = 0;
@@ -347,7 +351,7 @@ await step('a point appended to a running run appears without a reload', async (
   const probe = (async () => {
     const q = `${base.split('?')[0]}api/runs/tiny-3/series?key=train%2Floss&rank=0&from=300&to=300`;
     for (let i = 0; i < 1000 && !storedAt; i++) {
-      const d = await (await fetch(q)).json();
+      const d = await (await fetch(q, { headers: { 'X-Tandem-Token': token } })).json();
       if (d.series && d.series[0] && d.series[0].n > 0) storedAt = Date.now();
       else await sleep(20);
     }
@@ -475,9 +479,29 @@ await step('Stop with the token ends the running run; the badges follow live', a
   await table.close();
 });
 
-await step('without the token: no Stop button', async () => {
+await step('a browser without the token gets 401 and the way in; the printed URL lets it in', async () => {
+  const ctx = await browser.createBrowserContext(); // no cookie from the pages above
+  try {
+    const p = await ctx.newPage();
+    const r = await p.goto(bare + '#/', { waitUntil: 'domcontentloaded' });
+    check(r.status() === 401, `the page without the token: ${r.status()}`);
+    const text = await p.evaluate(() => document.body.innerText);
+    check(/needs the access token/.test(text) && /token=/.test(text), `the 401 says how: ${text}`);
+    const api = await fetch(`${bare}api/runs`);
+    check(api.status === 401, `/api/runs without the token: ${api.status}`);
+    await p.goto(base + '#/', { waitUntil: 'domcontentloaded' });
+    await p.waitForSelector('tr[data-run="tiny-1"]', { timeout: 15000 });
+    // The URL set the cookie: the bare address (a reload, a new tab) opens now, streams too.
+    await p.goto(bare + '#/run/tiny-1', { waitUntil: 'domcontentloaded' });
+    await p.waitForSelector('#run-status', { timeout: 15000 });
+  } finally {
+    await ctx.close();
+  }
+});
+
+await step('opened without the token in its URL (the cookie reads): no Stop button', async () => {
   const p2 = await newPage(browser);
-  await p2.goto(base.replace(/\?token=[^#]*/, '') + '#/run/tiny-1');
+  await p2.goto(bare + '#/run/tiny-1');
   await p2.waitForSelector('#run-status');
   check(!(await p2.$('#stop')), 'no Stop button');
   await p2.close();
