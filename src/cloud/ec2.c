@@ -1,5 +1,6 @@
 /* EC2's Query API (Version=2016-11-15): RunInstances, DescribeInstances, TerminateInstances.
  * A request is a form-encoded POST to the region's endpoint; the answer is XML. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,43 +205,22 @@ td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *s, td_ec2_i
     return st;
 }
 
-td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int nids,
-                                    const char *run_id, const char *state, td_ec2_instances *out) {
+/* DescribeInstances with the query `base` (ids, filters), page after page (NextToken); ids ask
+ * no MaxResults (EC2 refuses the two together). */
+static td_status describe_pages(td_aws_t *aws, const char *what, const char *base, bool by_ids,
+                                td_ec2_instances *out) {
     memset(out, 0, sizeof *out);
     char *next = NULL;
     td_status st = TD_OK;
     do {
-        char *q = NULL;
-        for (int i = 0; i < nids; i++) {
-            char k[32];
-            snprintf(k, sizeof k, "InstanceId.%d", i + 1);
-            td__query_add(&q, k, ids[i]);
-        }
-        int f = 0;
-        if (run_id && *run_id) {
-            char k[32];
-            snprintf(k, sizeof k, "Filter.%d.Name", ++f);
-            td__query_add(&q, k, "tag:" RUN_TAG);
-            snprintf(k, sizeof k, "Filter.%d.Value.1", f);
-            td__query_add(&q, k, run_id);
-        }
-        if (state && *state) {
-            char k[32];
-            snprintf(k, sizeof k, "Filter.%d.Name", ++f);
-            td__query_add(&q, k, "instance-state-name");
-            snprintf(k, sizeof k, "Filter.%d.Value.1", f);
-            td__query_add(&q, k, state);
-        }
+        char *q = base && *base ? td_xstrdup(base) : NULL;
         if (next) {
             td__query_add(&q, "NextToken", next);
             free(next);
             next = NULL;
         }
-        if (!nids) td__query_add(&q, "MaxResults", "1000");
+        if (!by_ids) td__query_add(&q, "MaxResults", "1000");
         td__http_resp resp;
-        char what[160];
-        snprintf(what, sizeof what, "(%s%s)", run_id ? "run " : "instances by id",
-                 run_id ? run_id : "");
         st = ec2_call(aws, "DescribeInstances", what, q, &resp);
         free(q);
         if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
@@ -251,35 +231,44 @@ td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int n
     return st;
 }
 
+/* Filter.N.Name=name, Filter.N.Value.K=values[K-1] */
+static void add_filter(char **q, int n, const char *name, const char *const *values, int nvalues) {
+    char k[40];
+    snprintf(k, sizeof k, "Filter.%d.Name", n);
+    td__query_add(q, k, name);
+    for (int i = 0; i < nvalues; i++) {
+        snprintf(k, sizeof k, "Filter.%d.Value.%d", n, i + 1);
+        td__query_add(q, k, values[i]);
+    }
+}
+
+td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int nids,
+                                    const char *run_id, const char *state, td_ec2_instances *out) {
+    char *q = NULL;
+    for (int i = 0; i < nids; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "InstanceId.%d", i + 1);
+        td__query_add(&q, k, ids[i]);
+    }
+    int f = 0;
+    if (run_id && *run_id) add_filter(&q, ++f, "tag:" RUN_TAG, &run_id, 1);
+    if (state && *state) add_filter(&q, ++f, "instance-state-name", &state, 1);
+    char what[160];
+    snprintf(what, sizeof what, "(%s%s)", run_id ? "run " : "instances by id",
+             run_id ? run_id : "");
+    td_status st = describe_pages(aws, what, q, nids > 0, out);
+    free(q);
+    return st;
+}
+
 td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
                                  td_ec2_instances *out) {
-    memset(out, 0, sizeof *out);
-    char *next = NULL;
-    td_status st = TD_OK;
-    do {
-        char *q = NULL;
-        td__query_add(&q, "Filter.1.Name", "tag-key");
-        td__query_add(&q, "Filter.1.Value.1", RUN_TAG);
-        if (nstates > 0) td__query_add(&q, "Filter.2.Name", "instance-state-name");
-        for (int i = 0; i < nstates; i++) {
-            char k[40];
-            snprintf(k, sizeof k, "Filter.2.Value.%d", i + 1);
-            td__query_add(&q, k, states[i]);
-        }
-        if (next) {
-            td__query_add(&q, "NextToken", next);
-            free(next);
-            next = NULL;
-        }
-        td__query_add(&q, "MaxResults", "1000");
-        td__http_resp resp;
-        st = ec2_call(aws, "DescribeInstances", "(every instance tagged " RUN_TAG ")", q, &resp);
-        free(q);
-        if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
-        td__http_resp_free(&resp);
-    } while (st == TD_OK && next);
-    free(next);
-    if (st != TD_OK) td_ec2_instances_free(out);
+    char *q = NULL;
+    const char *tag = RUN_TAG;
+    add_filter(&q, 1, "tag-key", &tag, 1);
+    if (nstates > 0) add_filter(&q, 2, "instance-state-name", states, nstates);
+    td_status st = describe_pages(aws, "(every instance tagged " RUN_TAG ")", q, false, out);
+    free(q);
     return st;
 }
 
