@@ -63,7 +63,7 @@ Try next (README.md, "The demo", says more):
   $t artifacts $run --download /tmp/weights         the weights, SHA-256 checked
   $t run -f examples/workflows.yaml -d demo         detached: prints the new run's id; once
   ls .tandem/runs/<id>/checkpoints                          shows ckpt-100.tdck, kill a worker:
-  kill -9 \$(pgrep -f '^[^ ]*tandem train' | tail -1)
+  kill -9 \$(pgrep -u "\$(id -u)" -n -f '^[^ ]*tandem train')
   $t logs <id> -f                                   the launcher restarts both workers and they
                                                             resume from the checkpoint: same weights
 EOF

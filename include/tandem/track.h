@@ -323,6 +323,9 @@ td_status td_sha256_file(const char *path, char hex_out[65]);
 td_status td_artifacts_collect(td_rundb *store, const td_run *run, const char *work_dir,
                                const char *const *patterns, size_t npatterns, size_t *ncopied);
 td_status td_artifacts_list(td_rundb *store, const char *run_id, td_artifact **out, size_t *count);
+/* Records the files a run put into <run_dir>/artifacts itself (the Python SDK's
+ * tandem.artifact) that the index does not have yet. *nfound (may be NULL): how many. */
+td_status td_artifacts_register_found(td_rundb *store, const td_run *run, size_t *nfound);
 
 /* Log files recorded for a run: rank (-1 for setup/supervisor logs) and absolute path. */
 typedef struct td_log_file {

@@ -356,6 +356,12 @@ int td__exec_record_end(const td_exec_job *job, const td__exec_outcome *o, doubl
             td_error_clear();
         }
     }
+    /* what the workers stored there themselves (tandem.artifact of the Python SDK) */
+    size_t found = 0;
+    if (td_artifacts_register_found(job->store, run, &found) != TD_OK) {
+        TD_LOG_WARN("artifacts: %s", td_error_msg());
+        td_error_clear();
+    }
     td_log_file *logs = NULL;
     size_t nlogs = 0;
     if (td_logs_scan(job->store, run, &logs, &nlogs) == TD_OK)

@@ -369,6 +369,13 @@ static td_status register_tree(td_rundb *store, int64_t seq, const char *dir, co
     return st;
 }
 
+td_status td_artifacts_register_found(td_rundb *store, const td_run *run, size_t *nfound) {
+    size_t n = 0;
+    td_status st = td__artifacts_register_dir(store, run, 1, &n);
+    if (nfound) *nfound = n;
+    return st;
+}
+
 td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int only_missing,
                                      size_t *count) {
     int64_t seq;

@@ -8,7 +8,7 @@
 #   the SDK and exits 143, the run is "stopped" with exit code 143;
 # - `tandem run --resume` continues from that checkpoint to the end: every step 1..30 of `loss`
 #   stored exactly once, all by rank 0 (rank 1 logged nothing), config and summary in
-#   RUN/sdk.json, the artifact in RUN/artifacts and registered by `tandem reindex`.
+#   RUN/sdk.json, the artifact in RUN/artifacts and registered at the end of the run (and by `tandem reindex`).
 set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:?TANDEM_SOURCE_DIR must name the source tree}
 PY=${PYTHON:-/usr/bin/python3}
@@ -97,11 +97,13 @@ first=$(echo "$csv" | awk -F, '$3==1{print $4}')
 last=$(echo "$csv" | awk -F, '$3==30{print $4}')
 "$PY" -c "import sys; sys.exit(not float('$last') < float('$first'))" || fail "loss did not go down: $first -> $last"
 
-# --- the artifact: copied by rank 0, registered by reindex
+# --- the artifact: copied by rank 0, registered by the supervisor at the run's end
 [ -s $R/artifacts/model.txt ] || fail "no artifacts/model.txt: $(ls -la $R/artifacts 2>&1)"
+arts=$("$B" artifacts sdk-1) || fail "tandem artifacts"
+expect_contains "$arts" "model.txt" "artifact registered at the end"
 "$B" reindex -q >/dev/null 2>&1 || fail "reindex"
 arts=$("$B" artifacts sdk-1) || fail "tandem artifacts"
-expect_contains "$arts" "model.txt" "artifact registered"
+expect_contains "$arts" "model.txt" "artifact registered after reindex"
 "$B" artifacts sdk-1 --download "$P/dl" >/dev/null || fail "artifact download"
 cmp -s "$P/dl/model.txt" $R/work/out/model.txt || fail "downloaded artifact differs"
 
