@@ -71,10 +71,11 @@ workflows:
 EOF
 "$B" run echo --param a=1 --param=b=2 >/dev/null 2>&1 || fail "tandem run --param twice: exit $?"
 
-# "--" ends the options: what follows is positional (here: a workflow named -d).
-expect_usage "" run -- -d
+# "--" ends the options: what follows is positional (here: tandem run's command -d, which the
+# worker's shell does not find; as an option, -d would have detached a workflow run).
 err=$("$B" run -- -d 2>&1)
-grep -q "'-d'" <<<"$err" || fail "tandem run -- -d: -d was not taken as the workflow: $err"
+[ $? = 1 ] || fail "tandem run -- -d: expected the run of command -d to fail (1): $err"
+grep -q -- "-d: not found" <<<"$err" || fail "tandem run -- -d: -d was not taken as the command: $err"
 expect_usage "one workflow at a time ('a' and 'b')" run a b
 expect_usage "tandem show: one run at a time ('a' and 'b')" show a b
 

@@ -1,4 +1,5 @@
 /* tandem run: run a workflow from the project's workflow file as a tracked run. */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,7 +9,7 @@
 #include "tandem/exec.h"
 #include "tandem/workflow.h"
 
-enum { OPT_FILE = 1, OPT_DETACH, OPT_PARAM, OPT_RESUME };
+enum { OPT_FILE = 1, OPT_DETACH, OPT_PARAM, OPT_RESUME, OPT_NAME, OPT_NPROC };
 
 static const cli_opt run_opts[] = {
     {OPT_FILE, "file", 'f', "FILE",
@@ -19,17 +20,99 @@ static const cli_opt run_opts[] = {
     {OPT_PARAM, "param", 0, "KEY=VALUE", "override or add a param (repeatable)", CLI_REPEAT},
     {OPT_RESUME, "resume", 0, "RUN",
      "continue a preempted, stopped or failed run (same id) with\nTANDEM_RESUME=1", 0},
+    {OPT_NAME, "name", 0, "NAME",
+     "with -- CMD: the run's workflow name (default: the script's\nor program's name)", 0},
+    {OPT_NPROC, "nproc-per-node", 0, "N", "with -- CMD: workers (default 1), as tandem launch's",
+     0},
     {0},
 };
 
 static const cli_command verb = {
     .name = "tandem run",
-    .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n--resume RUN [-d]",
+    .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n"
+             "[--name NAME] [--nproc-per-node N] [-d] [--param KEY=VALUE]... -- CMD [ARG]...\n"
+             "--resume RUN [-d]",
     .about = "Runs a workflow as a tracked run. WORKFLOW is a name from the workflow file\n"
-             "(optional when it has one).\n",
+             "(optional when it has one). With -- CMD, runs that command instead, on this\n"
+             "machine, tracked as a workflow of one command would be (no workflow file needed;\n"
+             "params are appended to it as --KEY VALUE, as to a workflow's command).\n",
     .opts = run_opts,
     .epilog = "Exit: 0 succeeded, 1 failed or stopped, 2 usage, 143 preempted (resumable).\n",
 };
+
+/* s as one shell word: as is when the shell would read it so (the recorded command stays
+ * readable), else in '...' with each ' written as '\''. */
+static void add_quoted(char **out, size_t *len, const char *s) {
+    size_t n = strlen(s), cap = *len + 4 * n + 4;
+    *out = td_xrealloc(*out, cap);
+    char *o = *out + *len;
+    int plain = n > 0;
+    for (const char *c = s; *c && plain; c++)
+        plain = isalnum((unsigned char)*c) || strchr("_./=:,+@%-", *c);
+    if (plain) {
+        memcpy(o, s, n + 1);
+        *len += n;
+        return;
+    }
+    *o++ = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o++ = '\'';
+    *o = '\0';
+    *len = (size_t)(o - *out);
+}
+
+/* The name of a command's run: its script's (train for python3 train.py), else its program's,
+ * in the characters a workflow's name may have. */
+static char *command_name(char *const *cmd, int n) {
+    const char *pick = cmd[0];
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(cmd[i]);
+        if (len > 3 && !strcmp(cmd[i] + len - 3, ".py")) {
+            pick = cmd[i];
+            break;
+        }
+    }
+    const char *slash = strrchr(pick, '/');
+    char *name = td_xstrdup(slash ? slash + 1 : pick);
+    char *dot = strrchr(name, '.');
+    if (dot && !strcmp(dot, ".py")) *dot = '\0';
+    for (char *c = name; *c; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("_-.", *c)) *c = '-';
+    if (!*name) {
+        free(name);
+        name = td_xstrdup("command");
+    }
+    return name;
+}
+
+/* A workflow of one command (tandem run -- CMD), as a workflow file would give it. */
+static td_workflow *command_workflow(const char *name, int nproc, char *const *cmd, int n) {
+    td_workflow *w = td_xcalloc(1, sizeof *w);
+    w->name = name ? td_xstrdup(name) : command_name(cmd, n);
+    w->nodes = 1;
+    w->nproc_per_node = nproc;
+    char *line = NULL;
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (i) {
+            line = td_xrealloc(line, len + 2);
+            line[len++] = ' ';
+            line[len] = '\0';
+        }
+        add_quoted(&line, &len, cmd[i]);
+    }
+    w->commands = td_xcalloc(1, sizeof *w->commands);
+    w->commands[0] = line;
+    w->ncommands = 1;
+    return w;
+}
 
 static char *default_file(void) {
     const char *home = td_env_str(TD_ENV_HOME);
@@ -38,8 +121,8 @@ static char *default_file(void) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *name = NULL, *file = NULL, *resume = NULL;
-    int detach = 0;
+    const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
+    int detach = 0, nproc = 0, cmd_at = -1;
     const char **params = td_xcalloc((size_t)argc, sizeof *params);
     size_t nparams = 0;
     int rc = 2;
@@ -62,13 +145,54 @@ int cmd_run(int argc, char **argv) {
         case OPT_RESUME:
             resume = p.value;
             break;
-        default: /* CLI_ARG */
+        case OPT_NAME:
+            run_name = p.value;
+            break;
+        case OPT_NPROC: {
+            char *end = NULL;
+            long v = strtol(p.value, &end, 10);
+            if (!*p.value || *end || v < 1 || v > 4096) {
+                cli_error(&verb,
+                          "--nproc-per-node: expected a number of workers (1-4096), got '%s'",
+                          p.value);
+                goto out;
+            }
+            nproc = (int)v;
+            break;
+        }
+        default:                  /* CLI_ARG */
+            if (p.options_done) { /* after "--": the command and its arguments */
+                cmd_at = p.next - 1;
+                p.next = argc;
+                break;
+            }
             if (name) {
                 cli_error(&verb, "one workflow at a time ('%s' and '%s')", name, p.value);
                 goto out;
             }
             name = p.value;
         }
+    }
+    if (cmd_at >= 0 && (name || resume || file)) {
+        cli_error(&verb,
+                  "-- CMD runs that command; it takes no %s (a workflow is either named or "
+                  "given as a command)",
+                  resume ? "--resume"
+                  : file ? "-f FILE"
+                         : "WORKFLOW");
+        goto out;
+    }
+    if (cmd_at < 0 && (run_name || nproc)) {
+        cli_error(&verb,
+                  "%s is for a command run: tandem run %s ... -- CMD [ARG]... (a workflow "
+                  "says its own name and workers)",
+                  run_name ? "--name" : "--nproc-per-node",
+                  run_name ? "--name NAME" : "--nproc-per-node N");
+        goto out;
+    }
+    if (cmd_at < 0 && p.options_done) {
+        cli_error(&verb, "'--' but no command after it: tandem run -- CMD [ARG]...");
+        goto out;
     }
     if (resume && nparams) {
         cli_error(&verb, "--resume re-runs the stored command; --param cannot change it (start "
@@ -82,7 +206,11 @@ int cmd_run(int argc, char **argv) {
     td_status st = TD_OK;
     char *run_id = NULL;
     int exit_code = 1;
-    if (resume) {
+    if (cmd_at >= 0) {
+        w = command_workflow(run_name, nproc ? nproc : 1, argv + cmd_at, argc - cmd_at);
+        for (size_t i = 0; st == TD_OK && i < nparams; i++)
+            st = td_workflow_set_param(w, params[i]);
+    } else if (resume) {
         /* The workflow file, when it still defines the run's workflow, supplies setup, env and
          * artifacts; the command itself always comes from the stored run. */
         td_rundb *store = NULL;
