@@ -2,7 +2,8 @@
 # workflow: `tandem run [--name N] [--nproc-per-node N] [--param K=V] -- CMD ARG...` tracks a
 # command with no workflow file: in a project that has none, 2 workers of `tandem train` become
 # a tracked run (its id from the program's name, 2 ranks' logs, every train/loss step once in the
-# store, the command recorded, the weights saved in its working directory); --name and --param
+# store, the command recorded, the weights saved in its working directory; tandem show gives
+# train/loss by step and the system metrics by their seconds); --name and --param
 # name the run and reach the command as --KEY VALUE (a workflow's rule), arguments with spaces
 # and quotes reach it intact; a failing command fails the run with its exit code; --resume of a
 # command run runs the stored command again; misuse is a usage error (2).
@@ -31,6 +32,9 @@ grep -q "^command .*train --model basicnet" <<<"$show" || fail "command not reco
 for r in 0 1; do [ -e .tandem/runs/tandem-1/logs/rank-$r.log ] || fail "no rank-$r.log"; done
 steps=$("$B" metrics tandem-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | sort -n | tr '\n' ' ')
 [ "$steps" = "$(seq 1 20 | tr '\n' ' ')" ] || fail "train/loss steps: $steps"
+# tandem show: training metrics by step, system metrics (sampled by time) by their seconds
+grep -qE '^  train/loss +[0-9.e-]+ +step 20 +rank 0' <<<"$show" || fail "train/loss line: $show"
+grep -qE '^  sys/cpu_percent +[0-9.e-]+ +at [0-9]+ s +rank [01]' <<<"$show" || fail "sys line: $show"
 [ -s .tandem/runs/tandem-1/work/w.safetensors ] || fail "the weights are not in the run's working directory"
 echo "tandem run --nproc-per-node 2 -- tandem train: run tandem-1, 2 ranks, steps 1..20 once"
 

@@ -129,9 +129,14 @@ int cmd_show(int argc, char **argv) {
         td_metrics_count(store, r.id, &npoints) == TD_OK) {
         printf("\nmetrics (%lld points; last value of each key):\n", (long long)npoints);
         if (!nlast) printf("  (none)\n");
-        for (size_t i = 0; i < nlast; i++)
-            printf("  %-24s %-14.6g step %-8lld rank %d\n", run_cli_text(last[i].key),
-                   last[i].value, (long long)last[i].step, last[i].rank);
+        for (size_t i = 0; i < nlast; i++) {
+            /* system metrics are sampled by time: their "step" is seconds since the run began */
+            int sys = !strncmp(last[i].key, "sys/", 4);
+            char at[48];
+            snprintf(at, sizeof at, sys ? "at %lld s" : "step %lld", (long long)last[i].step);
+            printf("  %-24s %-14.6g %-13s rank %d\n", run_cli_text(last[i].key), last[i].value, at,
+                   last[i].rank);
+        }
     } else {
         td_error_clear();
     }
