@@ -43,7 +43,11 @@ static double run_case(const char *project, int npoints, int keys_per_line) {
     td_status st = td_rundb_open(project, &db);
     if (st != TD_OK) die(st);
     td_run run;
-    td_run_spec spec = {"bench", "bench", NULL, 1, NWRITERS};
+    td_run_spec spec = {.workflow = "bench",
+                        .command = "bench",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = NWRITERS};
     if ((st = td_run_create(db, &spec, &run)) != TD_OK) die(st);
     char *dir = td_xasprintf("%s/metrics", run.run_dir);
     td_ingester *ing;

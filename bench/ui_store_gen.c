@@ -100,7 +100,11 @@ int main(int argc, char **argv) {
         double lr = 0.001 * (1 + r % 10);
         char *params =
             td_xasprintf("{\"lr\": %g, \"batch\": %d, \"seed\": %d}", lr, 32 << (r % 3), r);
-        td_run_spec spec = {"sweep", "python3 train.py", params, 1, 2};
+        td_run_spec spec = {.workflow = "sweep",
+                            .command = "python3 train.py",
+                            .params_json = params,
+                            .nodes = 1,
+                            .nproc_per_node = 2};
         td_run run;
         check(td_run_create(db, &spec, &run));
         size_t n = 0;
@@ -119,8 +123,11 @@ int main(int argc, char **argv) {
     }
 
     /* The big run. */
-    td_run_spec spec = {"big", "tandem train --model basicnet", "{\"lr\": 0.1, \"batch\": 64}", 1,
-                        2};
+    td_run_spec spec = {.workflow = "big",
+                        .command = "tandem train --model basicnet",
+                        .params_json = "{\"lr\": 0.1, \"batch\": 64}",
+                        .nodes = 1,
+                        .nproc_per_node = 2};
     td_run run;
     check(td_run_create(db, &spec, &run));
     int64_t steps = big_points / (NKEYS * 2);

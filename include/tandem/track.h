@@ -69,6 +69,12 @@ typedef struct td_run {
     char *run_dir;      /* absolute: <project>/.tandem/runs/<id> */
     char *note;         /* why it ended the way it did ("max_duration 30m exceeded"), or NULL */
     int stop_requested; /* `tandem stop` asked for it: a SIGTERM means stop, not preemption */
+    /* The user's labels (tandem run --tag/--group/--notes, tandem tag/group/note): tags is a
+     * sorted, comma-separated set ("" or NULL: none; a tag never holds a comma, see
+     * td_label_check), group a label, notes free text (NULL: none; `note` above is the
+     * supervisor's). archived: hidden from the default listings (tandem archive). */
+    char *tags, *group, *notes;
+    int archived;
 } td_run;
 
 /* ---- the run directory's layout: one table ----
@@ -132,6 +138,9 @@ typedef struct td_run_spec {
     const char *command;
     const char *params_json; /* NULL = "{}" */
     int nodes, nproc_per_node;
+    /* the labels it starts with (tandem run --tag/--group/--notes): tags as td_run_set_labels
+     * takes them (comma-separated, checked by the caller), group, notes; NULL or "": none */
+    const char *tags, *group, *notes;
 } td_run_spec;
 
 /* Inserts a pending run with a fresh id, records the project's code version and makes its
@@ -146,8 +155,37 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out);
 /* Looks a run up by exact id or unique id prefix. TD_ERR_NOTFOUND / TD_ERR_INVALID (ambiguous)
  * with a message listing the candidates. */
 td_status td_run_find(td_rundb *store, const char *id_or_prefix, td_run *out);
-/* Runs in creation order. all = 0: active runs plus the 10 newest finished ones. */
+/* Runs in creation order. all = 0: active runs plus the 10 newest finished ones; TD_RUN_LIST_ALL:
+ * every run. Archived runs (tandem archive) only with TD_RUN_LIST_ARCHIVED added. */
+#define TD_RUN_LIST_ALL      1
+#define TD_RUN_LIST_ARCHIVED 2
 td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count);
+
+/* ---- the user's labels (run management) ---- */
+/* The longest tag or group, and the most tags a run has. */
+#define TD_LABEL_MAX 64
+#define TD_TAGS_MAX  32
+#define TD_NOTES_MAX 65536
+/* A tag or group name: 1-64 characters of [A-Za-z0-9_.:/=-], the first a letter, digit or '_'
+ * (so `tandem tag RUN -old` can remove one). TD_ERR_INVALID naming what ("tag", "group"),
+ * the value and the rule. */
+td_status td_label_check(const char *what, const char *label);
+/* tags (comma-separated) with the changes applied: each of add[nadd] added, each of del[ndel]
+ * removed; sorted, no duplicates. Checks every added tag and the count (TD_TAGS_MAX). */
+td_status td_tags_edit(const char *tags, const char *const *add, size_t nadd,
+                       const char *const *del, size_t ndel, char **out);
+/* Sets the run's tags (the whole comma-separated set), group and notes; NULL leaves that field
+ * as it is, "" clears it. Row and run.json together, as every setter. TD_ERR_NOTFOUND. */
+td_status td_run_set_labels(td_rundb *store, const char *id, const char *tags, const char *group,
+                            const char *notes);
+/* Archives (1) or restores (0) a finished run: TD_ERR_INVALID for a run still going. */
+td_status td_run_set_archived(td_rundb *store, const char *id, int archived);
+/* 1 while the run's supervisor (or a worker of its group) holds RUN/lock, or its recorded
+ * supervisor process lives; 0 otherwise. */
+int td_run_is_live(const td_run *run);
+/* Deletes the run: its rows (metrics, artifacts, logs, ingest offsets, the run) and then its
+ * directory. TD_ERR_EXISTS for a live run (td_run_is_live), naming the fix (tandem stop). */
+td_status td_run_delete(td_rundb *store, const td_run *run);
 
 /* Status transitions. Stamps started_s on the first move to running and ended_s on a final
  * status; exit_code < -1 leaves the stored exit code unchanged; note may be NULL.
@@ -192,6 +230,7 @@ typedef struct td_rebuild_stats {
                             * lines, artifacts and logs their files hold and the index lacks */
     size_t reaped;         /* restored as running, supervisor gone: now failed */
     size_t skipped;        /* entries of .tandem/runs that are not <workflow>-<n> directories */
+    size_t dropped;        /* index rows whose run directory is gone (deleted by hand): removed */
     size_t left_out;       /* run directories the index lacks whose run.json is not a regular
                             * file (a FIFO, a link...): not read, not indexed, one warning each */
     int64_t metric_points; /* ingested again from metrics/rank-R.jsonl */
@@ -208,7 +247,9 @@ typedef void (*td_rebuild_fn)(void *arg, const td_run *run, const char *what);
  * artifacts and log files; never changes the row of a run the index has, except to take a
  * final status from run.json (see td_run_reap_stale), but adds the metric lines past its stored
  * offsets and the artifacts it lacks (what a full disk kept out, say). Idempotent; safe beside
- * live runs and other rebuilds.
+ * live runs and other rebuilds. A row whose directory is gone (deleted by hand) is dropped with
+ * its metrics, artifacts and logs, unless its supervisor still lives (stats->dropped, on_run's
+ * "dropped").
  * A directory that fails is reported and the rest still indexed: the first failure is returned.
  * on_run and stats may be NULL. */
 td_status td_rundb_rebuild(td_rundb *store, td_rebuild_fn on_run, void *arg,

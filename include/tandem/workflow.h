@@ -116,6 +116,8 @@ typedef struct td_run_options {
     const char *resume_run;  /* --resume RUN: re-run that run's command with TANDEM_RESUME=1 */
     const char *tandem_bin;  /* the binary to run `launch` with; NULL = /proc/self/exe */
     FILE *out;               /* progress lines (attached); NULL = stdout */
+    /* a new run's labels (tandem run --tag/--group/--notes; td_run_spec's); NULL: none */
+    const char *tags, *group, *notes;
 } td_run_options;
 
 /* Runs a workflow (w may be NULL with resume_run set: the command is taken from the stored run

@@ -334,6 +334,28 @@ td_status td_rundb_rebuild(td_rundb *store, td_rebuild_fn on_run, void *arg,
         /* Out of space, nothing after this one would fit either. */
         if (rst == TD_ERR_NOSPACE) break;
     }
+    /* Rows whose directory is gone (deleted by hand) are ghosts: charts of metrics nobody can
+     * check and downloads that fail. The directory is the record; without it the row goes, with
+     * its metrics, artifacts and logs. A run whose supervisor still lives keeps its row. */
+    td_run *rows = NULL;
+    size_t nrows = 0;
+    if (st == TD_OK) st = td_run_list(store, TD_RUN_LIST_ALL | TD_RUN_LIST_ARCHIVED, &rows, &nrows);
+    for (size_t i = 0; st == TD_OK && i < nrows; i++) {
+        char *dir = td_xasprintf("%s/runs/%s", store->dir, rows[i].id);
+        struct stat sb;
+        int gone = lstat(dir, &sb) != 0 && errno == ENOENT;
+        free(dir);
+        if (!gone || td_run_is_live(&rows[i])) continue;
+        td_status dst = td_run_delete(store, &rows[i]);
+        if (dst != TD_OK) {
+            st = dst;
+            snprintf(first, sizeof first, "%s", td_error_msg());
+            break;
+        }
+        stats->dropped++;
+        if (on_run) on_run(arg, &rows[i], "dropped");
+    }
+    td_runs_free(rows, nrows);
     if (st != TD_OK) td_error(st, "%s", first);
     store->rebuilding = was;
     entries_free(es, n);

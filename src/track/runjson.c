@@ -50,6 +50,19 @@ td_status td__run_json_write(const td_run *run) {
     json_object_set_new(o, "stop_requested", json_boolean(run->stop_requested));
     json_object_set_new(o, "note", str_or_null(run->note));
     json_object_set_new(o, "run_dir", str_or_null(run->run_dir));
+    /* The user's labels (issue 19); a reader without them takes none. */
+    json_t *tags = json_array();
+    if (run->tags && *run->tags) {
+        char *copy = td_xstrdup(run->tags);
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            json_array_append_new(tags, json_string(t));
+        free(copy);
+    }
+    json_object_set_new(o, "tags", tags);
+    json_object_set_new(o, "group",
+                        run->group && *run->group ? json_string(run->group) : json_null());
+    json_object_set_new(o, "notes", str_or_null(run->notes));
+    json_object_set_new(o, "archived", json_boolean(run->archived));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return td_error(TD_ERR_NOMEM, "cannot encode run.json of run %s", run->id);
@@ -198,6 +211,27 @@ td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
         json_is_integer(start) && json_integer_value(start) > 0 ? json_integer_value(start) : 0;
     out->stop_requested = json_is_true(json_object_get(o, "stop_requested"));
     out->note = get_str(o, "note");
+    /* Tags that break the rules (a hand edit) are left out, not trusted: they would break
+     * tandem tag's comma-separated set. */
+    json_t *tags = json_object_get(o, "tags");
+    const char *valid[TD_TAGS_MAX];
+    size_t nvalid = 0, i;
+    json_t *t;
+    json_array_foreach(tags, i, t) {
+        if (json_is_string(t) && nvalid < TD_TAGS_MAX &&
+            td_label_check("tag", json_string_value(t)) == TD_OK)
+            valid[nvalid++] = json_string_value(t);
+        td_error_clear();
+    }
+    if (td_tags_edit("", valid, nvalid, NULL, 0, &out->tags) != TD_OK) td_error_clear();
+    out->group = get_str(o, "group");
+    if (out->group && td_label_check("group", out->group) != TD_OK) {
+        td_error_clear();
+        free(out->group);
+        out->group = NULL;
+    }
+    out->notes = get_str(o, "notes");
+    out->archived = json_is_true(json_object_get(o, "archived"));
     /* The directory is where the run is now (the project may have moved since). */
     out->run_dir = td_xstrdup(run_dir);
     *found = 1;

@@ -5,6 +5,7 @@
  * ever waiting, an immediate one waits its turn. */
 #include "store_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -63,6 +64,9 @@ void td_run_clear(td_run *run) {
     free(run->params_json);
     free(run->run_dir);
     free(run->note);
+    free(run->tags);
+    free(run->group);
+    free(run->notes);
     memset(run, 0, sizeof *run);
 }
 
@@ -195,6 +199,11 @@ static const struct {
     const char *name, *decl;
 } added_run_columns[] = {
     {"supervisor_start", "INTEGER NOT NULL DEFAULT 0"},
+    /* The user's labels (issue 19). "group" is an SQL keyword: the column is run_group. */
+    {"tags", "TEXT NOT NULL DEFAULT ''"},
+    {"run_group", "TEXT NOT NULL DEFAULT ''"},
+    {"notes", "TEXT"},
+    {"archived", "INTEGER NOT NULL DEFAULT 0"},
 };
 
 static td_status migrate_schema(td_rundb *s) {
@@ -489,7 +498,7 @@ static char *col_text(sqlite3_stmt *q, int i) {
 #define RUN_COLUMNS                                                                                \
     "id, workflow, status, exit_code, created, started, ended, command, code_version, params, "    \
     "nodes, nproc_per_node, restarts, supervisor_pid, run_dir, note, stop_requested, "             \
-    "supervisor_start"
+    "supervisor_start, tags, run_group, notes, archived"
 
 static void read_run(sqlite3_stmt *q, td_run *r) {
     memset(r, 0, sizeof *r);
@@ -515,6 +524,10 @@ static void read_run(sqlite3_stmt *q, td_run *r) {
     r->note = col_text(q, 15);
     r->stop_requested = sqlite3_column_int(q, 16);
     r->supervisor_start = sqlite3_column_int64(q, 17);
+    r->tags = col_text(q, 18);
+    r->group = col_text(q, 19);
+    r->notes = col_text(q, 20);
+    r->archived = sqlite3_column_int(q, 21);
 }
 
 td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found) {
@@ -551,8 +564,9 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
                                "INSERT INTO runs(id, workflow, n, status, exit_code, created,"
                                " started, ended, command, code_version, params, nodes,"
                                " nproc_per_node, restarts, supervisor_pid, run_dir, note,"
-                               " stop_requested, supervisor_start)"
-                               " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               " stop_requested, supervisor_start, tags, run_group, notes,"
+                               " archived)"
+                               " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                &q));
     sqlite3_bind_text(q, 1, r->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, r->workflow ? r->workflow : "run", -1, SQLITE_STATIC);
@@ -576,6 +590,13 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
         sqlite3_bind_null(q, 17);
     sqlite3_bind_int(q, 18, r->stop_requested);
     sqlite3_bind_int64(q, 19, r->supervisor_start);
+    sqlite3_bind_text(q, 20, r->tags ? r->tags : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 21, r->group ? r->group : "", -1, SQLITE_STATIC);
+    if (r->notes)
+        sqlite3_bind_text(q, 22, r->notes, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 22);
+    sqlite3_bind_int(q, 23, r->archived);
     td_status st = td__rundb_step(store, q, "restore a run");
     sqlite3_finalize(q);
     return st;
@@ -633,8 +654,9 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     }
     TD_CHECK_GOTO(td__rundb_prepare(store,
                                     "INSERT INTO runs(id, workflow, n, status, created, command,"
-                                    " code_version, params, nodes, nproc_per_node, run_dir)"
-                                    " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                                    " code_version, params, nodes, nproc_per_node, run_dir,"
+                                    " tags, run_group, notes)"
+                                    " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                     &q),
                   st, out);
     sqlite3_bind_text(q, 1, id, -1, SQLITE_STATIC);
@@ -648,6 +670,12 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
     sqlite3_bind_int(q, 9, spec->nodes > 0 ? spec->nodes : 1);
     sqlite3_bind_int(q, 10, spec->nproc_per_node > 0 ? spec->nproc_per_node : 1);
     sqlite3_bind_text(q, 11, run_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 12, spec->tags ? spec->tags : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 13, spec->group ? spec->group : "", -1, SQLITE_STATIC);
+    if (spec->notes && *spec->notes)
+        sqlite3_bind_text(q, 14, spec->notes, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 14);
     TD_CHECK_GOTO(td__rundb_step(store, q, "insert run"), st, out);
     int found = 0;
     TD_CHECK_GOTO(td__run_get(store, id, out, &found), st, out);
@@ -750,11 +778,19 @@ td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count) {
     *count = 0;
     TD_CHECK(td__rundb_ensure(store));
     sqlite3_stmt *q = NULL;
-    const char *sql =
-        all ? "SELECT " RUN_COLUMNS " FROM runs ORDER BY seq"
-            : "SELECT " RUN_COLUMNS " FROM runs WHERE status IN ('pending','running','resumed')"
-              " OR seq IN (SELECT seq FROM runs WHERE status NOT IN"
-              " ('pending','running','resumed') ORDER BY seq DESC LIMIT 10) ORDER BY seq";
+    /* Archived runs are left out before the 10 newest finished ones are counted: archiving
+     * makes room for the next ones. */
+    static const char *const sqls[4] = {
+        "SELECT " RUN_COLUMNS " FROM runs WHERE archived = 0 AND (status IN"
+        " ('pending','running','resumed') OR seq IN (SELECT seq FROM runs WHERE archived = 0 AND"
+        " status NOT IN ('pending','running','resumed') ORDER BY seq DESC LIMIT 10)) ORDER BY seq",
+        "SELECT " RUN_COLUMNS " FROM runs WHERE archived = 0 ORDER BY seq",
+        "SELECT " RUN_COLUMNS " FROM runs WHERE status IN ('pending','running','resumed')"
+        " OR seq IN (SELECT seq FROM runs WHERE status NOT IN"
+        " ('pending','running','resumed') ORDER BY seq DESC LIMIT 10) ORDER BY seq",
+        "SELECT " RUN_COLUMNS " FROM runs ORDER BY seq",
+    };
+    const char *sql = sqls[all & 3];
     TD_CHECK(td__rundb_prepare(store, sql, &q));
     size_t cap = 0;
     int rc;
@@ -1188,5 +1224,203 @@ td_status td_run_reap_stale(td_rundb *store, td_run *run) {
         td_run_clear(&row);
     }
     free(note);
+    return st;
+}
+
+/* ---- the user's labels, archive and delete (issue 19) ---- */
+
+td_status td_label_check(const char *what, const char *label) {
+    size_t len = label ? strlen(label) : 0;
+    int ok = len >= 1 && len <= TD_LABEL_MAX;
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = label[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        ok = alnum || c == '_' ||
+             (i > 0 && (c == '.' || c == '-' || c == ':' || c == '/' || c == '='));
+    }
+    if (ok) return TD_OK;
+    /* Control bytes in the value are not echoed as they are: the message reaches a terminal. */
+    char shown[3 * TD_LABEL_MAX];
+    size_t o = 0;
+    for (size_t i = 0; label && label[i] && o + 4 < sizeof shown; i++)
+        shown[o++] = (unsigned char)label[i] < 0x20 || label[i] == 0x7f ? '?' : label[i];
+    shown[o] = '\0';
+    return td_error(TD_ERR_INVALID,
+                    "%s '%s'%s: a %s is 1-%d characters of letters, digits and _ . - : / =, "
+                    "beginning with a letter, digit or _ (e.g. baseline, lr:3e-4, exp/ablation-2)",
+                    what, shown, label && len > TD_LABEL_MAX ? " is too long" : " is not allowed",
+                    what, TD_LABEL_MAX);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+td_status td_tags_edit(const char *tags, const char *const *add, size_t nadd,
+                       const char *const *del, size_t ndel, char **out) {
+    *out = NULL;
+    for (size_t i = 0; i < nadd; i++) TD_CHECK(td_label_check("tag", add[i]));
+    /* A removal that names no possible tag is a mistake (`tandem tag RUN --help`), not a no-op. */
+    for (size_t i = 0; i < ndel; i++) TD_CHECK(td_label_check("tag", del[i]));
+    char *copy = td_xstrdup(tags ? tags : "");
+    size_t cap = nadd + 1, n = 0;
+    for (const char *p = copy; *p; p++) cap += *p == ',';
+    const char **set = td_xcalloc(cap, sizeof *set);
+    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        set[n++] = t;
+    for (size_t i = 0; i < nadd; i++) set[n++] = add[i];
+    qsort(set, n, sizeof *set, cmp_str);
+    size_t kept = 0, len = 1;
+    for (size_t i = 0; i < n; i++) {
+        int gone = kept && !strcmp(set[kept - 1], set[i]);
+        for (size_t j = 0; !gone && j < ndel; j++) gone = !strcmp(del[j], set[i]);
+        if (gone) continue;
+        set[kept++] = set[i];
+        len += strlen(set[i]) + 1;
+    }
+    td_status st = TD_OK;
+    if (kept > TD_TAGS_MAX) {
+        st = td_error(TD_ERR_INVALID,
+                      "a run has at most %d tags (this would give it %zu); remove some with "
+                      "tandem tag RUN -TAG",
+                      TD_TAGS_MAX, kept);
+    } else {
+        char *s = td_xcalloc(len, 1);
+        for (size_t i = 0; i < kept; i++) {
+            if (i) strcat(s, ",");
+            strcat(s, set[i]);
+        }
+        *out = s;
+    }
+    free(set);
+    free(copy);
+    return st;
+}
+
+struct labels_args {
+    const char *id, *tags, *group, *notes;
+};
+
+static void bind_labels(sqlite3_stmt *q, const void *p) {
+    const struct labels_args *a = p;
+    sqlite3_bind_text(q, 1, a->tags, -1, SQLITE_STATIC); /* NULL binds NULL: unchanged */
+    sqlite3_bind_text(q, 2, a->group, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, a->notes, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, a->id, -1, SQLITE_STATIC);
+}
+
+td_status td_run_set_labels(td_rundb *store, const char *id, const char *tags, const char *group,
+                            const char *notes) {
+    if (group && *group) TD_CHECK(td_label_check("group", group));
+    if (notes && strlen(notes) > TD_NOTES_MAX)
+        return td_error(TD_ERR_INVALID, "notes of %zu bytes: at most %d are kept; shorten them",
+                        strlen(notes), TD_NOTES_MAX);
+    struct labels_args a = {id, tags, group, notes};
+    int changed = 0;
+    td_status st = update_row(store, id,
+                              "UPDATE runs SET tags = coalesce(?1, tags),"
+                              " run_group = coalesce(?2, run_group),"
+                              " notes = CASE WHEN ?3 IS NULL THEN notes WHEN ?3 = '' THEN NULL"
+                              " ELSE ?3 END WHERE id = ?4",
+                              bind_labels, &a, "label a run", &changed, NULL);
+    if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
+    return st;
+}
+
+int td_run_is_live(const td_run *run) {
+    if (!td_run_status_is_final(run->status) &&
+        supervisor_state(run->supervisor_pid, run->supervisor_start) == SUPERVISOR_ALIVE)
+        return 1;
+    /* RUN/lock is held (flock) by the supervisor and inherited by its launcher and workers:
+     * while any of them lives, something may still write into the directory. */
+    if (!run->run_dir) return 0;
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_LOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    free(path);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
+td_status td_run_set_archived(td_rundb *store, const char *id, int archived) {
+    td_run r;
+    TD_CHECK(td_run_find(store, id, &r));
+    td_status st = TD_OK;
+    if (archived && (!td_run_status_is_final(r.status) || td_run_is_live(&r)))
+        st = td_error(TD_ERR_INVALID,
+                      "run %s is %s: only a finished run is archived (tandem stop %s first)", r.id,
+                      td_run_status_str(r.status), r.id);
+    else
+        st = set_int_column(store, "UPDATE runs SET archived = ? WHERE id = ?", r.id, archived, 0);
+    td_run_clear(&r);
+    return st;
+}
+
+/* rm -r of path without following links (a link in the tree is removed, not what it names). */
+static int remove_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *sub = td_xasprintf("%s/%s", path, e->d_name);
+        if (remove_tree(sub) != 0) rc = -1;
+        free(sub);
+    }
+    closedir(d);
+    if (rmdir(path) != 0 && errno != ENOENT) rc = -1;
+    return rc;
+}
+
+td_status td_run_delete(td_rundb *store, const td_run *run) {
+    if (td_run_is_live(run))
+        return td_error(TD_ERR_EXISTS,
+                        "run %s is live (its supervisor or workers hold %s/lock): it is not "
+                        "removed; stop it first (tandem stop %s), then tandem rm %s",
+                        run->id, run->run_dir ? run->run_dir : "RUN", run->id, run->id);
+    if (!run->id || !*run->id || strchr(run->id, '/') || !strcmp(run->id, ".") ||
+        !strcmp(run->id, ".."))
+        return td_error(TD_ERR_INVALID, "run id '%s' names no run directory; not removed",
+                        run->id ? run->id : "");
+    int64_t seq = 0;
+    TD_CHECK(td__rundb_ensure(store));
+    TD_CHECK(td__run_seq(store, run->id, &seq));
+    /* The rows first, in one transaction: a failure after it leaves a directory without a row,
+     * which the next reindex would bring back, rather than a row without a directory. So the
+     * directory goes right after, and a failure there names what is left to delete. */
+    static const char *const sqls[] = {
+        "DELETE FROM metrics WHERE run = ?", "DELETE FROM artifacts WHERE run = ?",
+        "DELETE FROM logs WHERE run = ?",    "DELETE FROM ingest_offsets WHERE run = ?",
+        "DELETE FROM runs WHERE seq = ?",
+    };
+    td_status st = TD_OK;
+    TD_CHECK(td__rundb_begin(store));
+    for (size_t i = 0; st == TD_OK && i < TD_ARRAY_LEN(sqls); i++) {
+        sqlite3_stmt *q = NULL;
+        st = td__rundb_prepare(store, sqls[i], &q);
+        if (st == TD_OK) {
+            sqlite3_bind_int64(q, 1, seq);
+            st = td__rundb_step(store, q, "delete a run's rows");
+        }
+        sqlite3_finalize(q);
+    }
+    if (st == TD_OK) st = td__rundb_commit(store);
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        return st;
+    }
+    /* The directory where the store keeps it (the recorded run_dir may predate a move of the
+     * project), and the recorded one when that is elsewhere and still there. */
+    char *dir = td_xasprintf("%s/runs/%s", store->dir, run->id);
+    if (remove_tree(dir) != 0)
+        st = td_error_errno(TD_ERR_IO,
+                            "run %s: its rows are deleted but its directory %s could not be "
+                            "removed entirely; remove it by hand (rm -r '%s')",
+                            run->id, dir, dir);
+    free(dir);
     return st;
 }

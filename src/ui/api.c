@@ -64,6 +64,18 @@ json_t *td__ui_run_json(td_rundb *db, const td_run *r, const char *const *keys, 
     json_object_set_new(o, "nodes", json_integer(r->nodes));
     json_object_set_new(o, "nproc_per_node", json_integer(r->nproc_per_node));
     json_object_set_new(o, "note", opt_text(r->note));
+    /* The user's labels (tandem tag/group/note, issue 19). */
+    json_t *tags = json_array();
+    if (r->tags && *r->tags) {
+        char *copy = td_xstrdup(r->tags);
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            json_array_append_new(tags, opt_text(t));
+        free(copy);
+    }
+    json_object_set_new(o, "tags", tags);
+    json_object_set_new(o, "group", r->group && *r->group ? opt_text(r->group) : json_null());
+    json_object_set_new(o, "notes", opt_text(r->notes));
+    json_object_set_new(o, "archived", json_boolean(r->archived));
     json_object_set_new(o, "live", json_boolean(!final));
     json_t *m = json_object();
     if (nkeys) {
@@ -265,16 +277,19 @@ static void store_error(td__ui_reply *rep) {
 /* ---- GET /api/runs ---- */
 
 static void get_runs(td_rundb *db, const td__ui_request *req, td__ui_reply *rep) {
-    int all;
+    int all, archived;
     const char *keys[MAX_KEYS];
     size_t nkeys;
     char *buf = NULL;
-    if (param_bool(req, rep, "all", &all) || param_keys(req, rep, &buf, keys, &nkeys)) return;
+    if (param_bool(req, rep, "all", &all) || param_bool(req, rep, "archived", &archived) ||
+        param_keys(req, rep, &buf, keys, &nkeys))
+        return;
     td_run *runs = NULL;
     size_t n = 0;
     char **names = NULL;
     size_t nnames = 0;
-    if (td_run_list(db, all, &runs, &n) != TD_OK ||
+    if (td_run_list(db, (all ? TD_RUN_LIST_ALL : 0) | (archived ? TD_RUN_LIST_ARCHIVED : 0), &runs,
+                    &n) != TD_OK ||
         td_metrics_all_keys(db, &names, &nnames) != TD_OK) {
         store_error(rep);
         td_runs_free(runs, n);

@@ -492,13 +492,21 @@ static td_status resume_run(td_rundb *store, const char *id, supervisor *s, cons
 }
 
 /* A new run of the workflow: created and locked. */
-static td_status create_run(td_rundb *store, const td_workflow *w, supervisor *s, int *lock_fd) {
+static td_status create_run(td_rundb *store, const td_workflow *w, const td_run_options *opts,
+                            supervisor *s, int *lock_fd) {
     if (!w) return td_error(TD_ERR_USAGE, "no workflow given");
     char *script = NULL;
     TD_CHECK(td_workflow_script(w, &script));
     s->script = script;
     s->params_json = td_workflow_params_json(w);
-    td_run_spec spec = {w->name, s->script, s->params_json, w->nodes, w->nproc_per_node};
+    td_run_spec spec = {.workflow = w->name,
+                        .command = s->script,
+                        .params_json = s->params_json,
+                        .nodes = w->nodes,
+                        .nproc_per_node = w->nproc_per_node,
+                        .tags = opts->tags,
+                        .group = opts->group,
+                        .notes = opts->notes};
     TD_CHECK(td_run_create(store, &spec, &s->run));
     return lock_run(&s->run, lock_fd);
 }
@@ -652,7 +660,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     if (opts->resume_run)
         st = resume_run(store, opts->resume_run, &s, &w, &synth, &lock_fd);
     else
-        st = create_run(store, w, &s, &lock_fd);
+        st = create_run(store, w, opts, &s, &lock_fd);
     if (st != TD_OK) goto out;
     s.w = w;
     s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();

@@ -65,7 +65,11 @@ int main(void) {
     umask(022);
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));
-    td_run_spec spec = {"arts", "train", NULL, 1, 1};
+    td_run_spec spec = {.workflow = "arts",
+                        .command = "train",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 1};
     td_run run;
     ASSERT_OK(td_run_create(store, &spec, &run));
 

@@ -64,7 +64,11 @@ int main(void) {
     ASSERT_OK(td_rundb_open(tmpdir, &store));
 
     /* tiny-1: finished, with two metric points */
-    td_run_spec spec = {"tiny", "train", NULL, 1, 1};
+    td_run_spec spec = {.workflow = "tiny",
+                        .command = "train",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 1};
     td_run a, b;
     ASSERT_OK(td_run_create(store, &spec, &a));
     ASSERT_OK(td_run_set_status(store, a.id, TD_RUN_RUNNING, -1, NULL));

@@ -243,7 +243,8 @@ int main(void) {
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));
     td_run run;
-    td_run_spec spec = {"ing", "true", NULL, 1, 2};
+    td_run_spec spec = {
+        .workflow = "ing", .command = "true", .params_json = NULL, .nodes = 1, .nproc_per_node = 2};
     ASSERT_OK(td_run_create(store, &spec, &run));
     test_lines(store, &run);
     test_sysmon(store, &run);

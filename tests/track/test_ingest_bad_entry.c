@@ -32,7 +32,11 @@ int main(void) {
     capture_path = td_xasprintf("%s/stderr.txt", tmpdir);
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));
-    td_run_spec spec = {"bad", "train", NULL, 1, 8};
+    td_run_spec spec = {.workflow = "bad",
+                        .command = "train",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 8};
     td_run run;
     ASSERT_OK(td_run_create(store, &spec, &run));
     char *dir = td_xasprintf("%s/metrics", run.run_dir);

@@ -187,7 +187,11 @@ int main(void) {
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));
     td_run run;
-    td_run_spec spec = {"jsonl", "true", NULL, 1, 2};
+    td_run_spec spec = {.workflow = "jsonl",
+                        .command = "true",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 2};
     ASSERT_OK(td_run_create(store, &spec, &run));
     char *dir = td_xasprintf("%s/metrics", run.run_dir);
     ASSERT_OK(td_mkdirs(dir));

@@ -131,7 +131,8 @@ static void test_sysmon(void) {
     td_rundb *store;
     ASSERT_OK(td_rundb_open(tmpdir, &store));
     td_run run;
-    td_run_spec spec = {"gpu", "true", NULL, 1, 1};
+    td_run_spec spec = {
+        .workflow = "gpu", .command = "true", .params_json = NULL, .nodes = 1, .nproc_per_node = 1};
     ASSERT_OK(td_run_create(store, &spec, &run));
     pid_t child = fork();
     ASSERT(child >= 0);

@@ -68,7 +68,11 @@ int main(void) {
 
     /* ---- a finished run with metrics, an artifact and a log ---- */
     td_run a, b;
-    td_run_spec spec = {"tiny", "train --lr 0.5", "{\"lr\":0.5,\"name\":\"x\"}", 1, 2};
+    td_run_spec spec = {.workflow = "tiny",
+                        .command = "train --lr 0.5",
+                        .params_json = "{\"lr\":0.5,\"name\":\"x\"}",
+                        .nodes = 1,
+                        .nproc_per_node = 2};
     ASSERT_OK(td_run_create(store, &spec, &a));
     ASSERT_STREQ(a.id, "tiny-1");
     json_t *o = load_run_json(&a);
@@ -132,7 +136,11 @@ int main(void) {
     td_artifacts_free(arts, narts);
 
     /* ---- a run that was running when the index was lost; its supervisor is gone ---- */
-    td_run_spec spec2 = {"tiny", "sleep", NULL, 1, 1};
+    td_run_spec spec2 = {.workflow = "tiny",
+                         .command = "sleep",
+                         .params_json = NULL,
+                         .nodes = 1,
+                         .nproc_per_node = 1};
     ASSERT_OK(td_run_create(store, &spec2, &b));
     ASSERT_OK(td_run_set_supervisor(store, b.id, dead_pid()));
     ASSERT_OK(td_run_set_status(store, b.id, TD_RUN_RUNNING, -1, NULL));
@@ -240,7 +248,11 @@ int main(void) {
     td_run c;
     ASSERT_OK(td_run_create(store, &spec2, &c));
     ASSERT_STREQ(c.id, "tiny-3");
-    td_run_spec spec3 = {"other-wf", "x", NULL, 1, 1};
+    td_run_spec spec3 = {.workflow = "other-wf",
+                         .command = "x",
+                         .params_json = NULL,
+                         .nodes = 1,
+                         .nproc_per_node = 1};
     td_run d;
     ASSERT_OK(td_run_create(store, &spec3, &d));
     ASSERT_STREQ(d.id, "other-wf-4");

@@ -44,7 +44,11 @@ static void assert_exactly_once(td_rundb *store, const char *run, const char *ke
 
 static void test_runs(td_rundb *store) {
     td_run a, b, c, r;
-    td_run_spec spec = {"demo", "echo hi", "{\"lr\": 0.1}", 1, 2};
+    td_run_spec spec = {.workflow = "demo",
+                        .command = "echo hi",
+                        .params_json = "{\"lr\": 0.1}",
+                        .nodes = 1,
+                        .nproc_per_node = 2};
     ASSERT_OK(td_run_create(store, &spec, &a));
     ASSERT_STREQ(a.id, "demo-1");
     ASSERT_EQ(a.status, TD_RUN_PENDING);
@@ -54,10 +58,18 @@ static void test_runs(td_rundb *store) {
     char *logs = td_xasprintf("%s/logs", a.run_dir);
     ASSERT_EQ(access(logs, F_OK), 0);
     free(logs);
-    td_run_spec spec2 = {"demo", "echo 2", NULL, 1, 1};
+    td_run_spec spec2 = {.workflow = "demo",
+                         .command = "echo 2",
+                         .params_json = NULL,
+                         .nodes = 1,
+                         .nproc_per_node = 1};
     ASSERT_OK(td_run_create(store, &spec2, &b));
     ASSERT_STREQ(b.id, "demo-2");
-    td_run_spec spec3 = {"my flow", "echo 3", NULL, 1, 1};
+    td_run_spec spec3 = {.workflow = "my flow",
+                         .command = "echo 3",
+                         .params_json = NULL,
+                         .nodes = 1,
+                         .nproc_per_node = 1};
     ASSERT_OK(td_run_create(store, &spec3, &c));
     ASSERT_STREQ(c.id, "my_flow-1");
 
@@ -212,7 +224,11 @@ static void test_index_lost(void) {
     ASSERT(mkdtemp(dir) != NULL);
     td_rundb *s;
     td_run a, b;
-    td_run_spec spec = {"tiny", "true", NULL, 1, 1};
+    td_run_spec spec = {.workflow = "tiny",
+                        .command = "true",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 1};
     ASSERT_OK(td_rundb_open(dir, &s));
     ASSERT_OK(td_run_create(s, &spec, &a));
     ASSERT_STREQ(a.id, "tiny-1");
@@ -250,7 +266,11 @@ int main(void) {
     test_runs(store);
 
     td_run run;
-    td_run_spec spec = {"conc", "true", NULL, 1, NPROC};
+    td_run_spec spec = {.workflow = "conc",
+                        .command = "true",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = NPROC};
     ASSERT_OK(td_run_create(store, &spec, &run));
     test_concurrent_inserts(store, run.id);
     char *metrics_dir = td_xasprintf("%s/metrics", run.run_dir);

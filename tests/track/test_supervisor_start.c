@@ -135,7 +135,11 @@ static int64_t json_start(const char *run_dir) {
 }
 
 static td_run make_running(td_rundb *store, const char *workflow, pid_t sup) {
-    td_run_spec spec = {workflow, "sleep 1", NULL, 1, 1};
+    td_run_spec spec = {.workflow = workflow,
+                        .command = "sleep 1",
+                        .params_json = NULL,
+                        .nodes = 1,
+                        .nproc_per_node = 1};
     td_run r;
     ASSERT_OK(td_run_create(store, &spec, &r));
     ASSERT_OK(td_run_set_supervisor(store, r.id, sup));

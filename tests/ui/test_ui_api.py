@@ -315,6 +315,23 @@ check_eq(big["metrics"].get("loss", {}).get("last_step"), BIG_N - 1, "big-1 loss
 check("nokey" not in big["metrics"], "a key the run lacks is left out of its metrics")
 check_eq(get_json(srv, "/api/runs?all=1&metrics=")["runs"][0]["metrics"], {}, "metrics= (none)")
 check_eq(len(get_json(srv, "/api/runs")["runs"]), 3, "/api/runs without all=1 (few runs: all)")
+# The user's labels (issue 19): set by the CLI, carried by the run objects; an archived run
+# leaves the list unless archived=1.
+tandem("tag", "small-2", "base", "lr:3e-4")
+tandem("group", "small-2", "sweep")
+tandem("note", "small-2", "second try")
+s2 = get_json(srv, "/api/runs/small-2")
+check_eq((s2.get("tags"), s2.get("group"), s2.get("notes"), s2.get("archived")),
+         (["base", "lr:3e-4"], "sweep", "second try", False), "small-2 tags, group, notes")
+check_eq((small.get("tags"), small.get("group"), small.get("notes")), ([], None, None),
+         "small-1 without labels")
+tandem("archive", "small-2")
+check_eq([r["id"] for r in get_json(srv, "/api/runs?all=1")["runs"]], ["big-1", "small-1"],
+         "/api/runs?all=1 leaves the archived small-2 out")
+check_eq([r["id"] for r in get_json(srv, "/api/runs?all=1&archived=1")["runs"]],
+         ["big-1", "small-2", "small-1"], "/api/runs?all=1&archived=1 ids")
+tandem("archive", "--undo", "small-2")
+check_eq(len(get_json(srv, "/api/runs?all=1")["runs"]), 3, "small-2 back after archive --undo")
 expect_error(srv, "GET", "/api/runs?all=2", 400, "all")
 expect_error(srv, "GET", "/api/runs?metrics=" + ",".join(f"k{i}" for i in range(65)), 400, "metrics")
 expect_error(srv, "GET", "/api/runs?all=%00", 400)

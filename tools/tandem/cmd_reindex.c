@@ -67,6 +67,9 @@ int cmd_reindex(int argc, char **argv) {
            "(supervisor gone); %lld metric points, %zu artifacts, %zu log files\n",
            td_rundb_dir(store), s.dirs, s.dirs == 1 ? "y" : "ies", s.restored, s.recovered,
            s.updated, s.present, s.reaped, (long long)s.metric_points, s.artifacts, s.log_files);
+    if (s.dropped)
+        printf("dropped %zu run%s whose directory is gone (rows, metrics, artifacts and logs)\n",
+               s.dropped, s.dropped == 1 ? "" : "s");
     if (s.left_out)
         printf("left out %zu run director%s whose run.json is not a regular file (see the "
                "warnings on stderr)\n",

@@ -9,7 +9,17 @@
 #include "tandem/exec.h"
 #include "tandem/workflow.h"
 
-enum { OPT_FILE = 1, OPT_DETACH, OPT_PARAM, OPT_RESUME, OPT_NAME, OPT_NPROC };
+enum {
+    OPT_FILE = 1,
+    OPT_DETACH,
+    OPT_PARAM,
+    OPT_RESUME,
+    OPT_NAME,
+    OPT_NPROC,
+    OPT_TAG,
+    OPT_GROUP,
+    OPT_NOTES
+};
 
 static const cli_opt run_opts[] = {
     {OPT_FILE, "file", 'f', "FILE",
@@ -24,14 +34,18 @@ static const cli_opt run_opts[] = {
      "with -- CMD: the run's workflow name (default: the script's\nor program's name)", 0},
     {OPT_NPROC, "nproc-per-node", 0, "N", "with -- CMD: workers (default 1), as tandem launch's",
      0},
+    {OPT_TAG, "tag", 0, "TAG", "label the run (repeatable; see tandem tag)", CLI_REPEAT},
+    {OPT_GROUP, "group", 0, "GROUP", "put the run in a group (see tandem group)", 0},
+    {OPT_NOTES, "notes", 0, "TEXT", "the run's notes (see tandem note)", 0},
     {0},
 };
 
 static const cli_command verb = {
     .name = "tandem run",
-    .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]...\n"
-             "[--name NAME] [--nproc-per-node N] [-d] [--param KEY=VALUE]... -- CMD [ARG]...\n"
-             "--resume RUN [-d]",
+    .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]... [--tag TAG]... [--group G]\n"
+             "[--name NAME] [--nproc-per-node N] [-d] [--param KEY=VALUE]... [--tag TAG]... -- CMD "
+             "[ARG]...\n"
+             "--resume RUN [-d] [--tag TAG]...",
     .about = "Runs a workflow as a tracked run. WORKFLOW is a name from the workflow file\n"
              "(optional when it has one). With -- CMD, runs that command instead, on this\n"
              "machine, tracked as a workflow of one command would be (no workflow file needed;\n"
@@ -124,7 +138,10 @@ int cmd_run(int argc, char **argv) {
     const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
     int detach = 0, nproc = 0, cmd_at = -1;
     const char **params = td_xcalloc((size_t)argc, sizeof *params);
-    size_t nparams = 0;
+    const char **tags = td_xcalloc((size_t)argc, sizeof *tags);
+    const char *group = NULL, *notes = NULL;
+    char *tag_set = NULL;
+    size_t nparams = 0, ntags = 0;
     int rc = 2;
     cli_parser p;
     cli_init(&p, &verb, argc, argv);
@@ -147,6 +164,15 @@ int cmd_run(int argc, char **argv) {
             break;
         case OPT_NAME:
             run_name = p.value;
+            break;
+        case OPT_TAG:
+            tags[ntags++] = p.value;
+            break;
+        case OPT_GROUP:
+            group = p.value;
+            break;
+        case OPT_NOTES:
+            notes = p.value;
             break;
         case OPT_NPROC: {
             char *end = NULL;
@@ -194,6 +220,18 @@ int cmd_run(int argc, char **argv) {
         cli_error(&verb, "'--' but no command after it: tandem run -- CMD [ARG]...");
         goto out;
     }
+    /* The labels are checked before anything starts: a typo in a tag must not cost a run. */
+    {
+        td_status lst = td_tags_edit("", tags, ntags, NULL, 0, &tag_set);
+        if (lst == TD_OK && group) lst = td_label_check("group", group);
+        if (lst == TD_OK && notes && strlen(notes) > TD_NOTES_MAX)
+            lst = td_error(TD_ERR_INVALID, "--notes: at most %d bytes", TD_NOTES_MAX);
+        if (lst != TD_OK) {
+            cli_error(&verb, "%s", td_error_msg());
+            td_error_clear();
+            goto out;
+        }
+    }
     if (resume && nparams) {
         cli_error(&verb, "--resume re-runs the stored command; --param cannot change it (start "
                          "a new run instead)");
@@ -217,6 +255,13 @@ int cmd_run(int argc, char **argv) {
         td_run r = {0};
         st = td_rundb_open(NULL, &store);
         if (st == TD_OK) st = td_run_find(store, resume, &r);
+        /* Labels given with --resume are added to the run's own (its tags stay). */
+        if (st == TD_OK && (ntags || group || notes)) {
+            char *merged = NULL;
+            st = td_tags_edit(r.tags, tags, ntags, NULL, 0, &merged);
+            if (st == TD_OK) st = td_run_set_labels(store, r.id, merged, group, notes);
+            free(merged);
+        }
         if (st == TD_OK && access(path, F_OK) == 0) {
             const td_workflow *found = NULL;
             st = td_workflow_file_load(path, &wf);
@@ -274,7 +319,11 @@ int cmd_run(int argc, char **argv) {
         if (td_rundb_open(NULL, &gc_store) == TD_OK) td_gc_orphans(gc_store, stderr, NULL);
         td_error_clear();
         td_rundb_close(gc_store);
-        td_run_options opts = {.detach = detach, .resume_run = resume};
+        td_run_options opts = {.detach = detach,
+                               .resume_run = resume,
+                               .tags = tag_set,
+                               .group = group,
+                               .notes = notes};
         st = td_workflow_run(w, &opts, &run_id, &exit_code);
     }
     if (st != TD_OK) {
@@ -292,5 +341,7 @@ done:
     free(path);
 out:
     free(params);
+    free(tags);
+    free(tag_set);
     return rc;
 }

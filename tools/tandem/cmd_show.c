@@ -1,8 +1,10 @@
 /* tandem show: everything recorded about one run. What the run and its programs wrote (ids,
  * notes, commands, metric keys, paths) reaches the terminal escaped (run_cli_text). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "commands.h"
@@ -92,6 +94,11 @@ int cmd_show(int argc, char **argv) {
     else
         printf("%-15s -\n", "exit code");
     if (r.note) printf("%-15s %s\n", "note", run_cli_text(r.note));
+    if (r.group && *r.group) printf("%-15s %s\n", "group", run_cli_text(r.group));
+    if (r.tags && *r.tags) printf("%-15s %s\n", "tags", run_cli_text(r.tags));
+    if (r.notes) printf("%-15s %s\n", "notes", run_cli_text(r.notes));
+    if (r.archived)
+        printf("%-15s yes (tandem archive --undo %s)\n", "archived", run_cli_text(r.id));
     print_time("created", r.created_s);
     print_time("started", r.started_s);
     print_time("ended", r.ended_s);
@@ -155,6 +162,20 @@ int cmd_show(int argc, char **argv) {
         td_error_clear();
     }
     print_instances(&r);
+    /* A directory deleted by hand leaves the index with a run nothing stands behind: say so, and
+     * how to be rid of it, instead of listing it as if it were whole. */
+    char *dir = td_xasprintf("%s/runs/%s", td_rundb_dir(store), r.id);
+    struct stat sb;
+    rc = 0;
+    if (lstat(dir, &sb) != 0 && errno == ENOENT) {
+        fprintf(stderr,
+                "tandem show: the directory of run %s (%s) is gone: its logs, metrics files "
+                "and artifacts with it; 'tandem reindex' drops such runs from the index, "
+                "'tandem rm %s' this one\n",
+                run_cli_text(r.id), run_cli_text(dir), run_cli_text(r.id));
+        rc = 1;
+    }
+    free(dir);
     run_cli_close(store, &r);
-    return 0;
+    return rc;
 }

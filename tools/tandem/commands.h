@@ -17,6 +17,11 @@
     X("metrics", cmd_metrics, "a run's metrics (--csv, --json)")                                   \
     X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
     X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                                \
+    X("tag", cmd_tag, "add or remove a run's tags (tandem tag RUN +T -U)")                         \
+    X("note", cmd_note, "set a run's notes")                                                       \
+    X("group", cmd_group, "put a run in a group")                                                  \
+    X("archive", cmd_archive, "hide finished runs from the listings (--undo)")                     \
+    X("rm", cmd_rm, "delete runs: directory and index rows (a live run is refused)")               \
     X("gc", cmd_gc, "terminate cloud instances whose run's supervisor is gone (--dry-run)")        \
     X("reindex", cmd_reindex, "rebuild the run index (.tandem/runs.db) from the run directories")  \
     X("ui", cmd_ui, "serve the runs dashboard (http://127.0.0.1:8080)")                            \
@@ -32,6 +37,11 @@ int cmd_logs(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_artifacts(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_tag(int argc, char **argv);
+int cmd_note(int argc, char **argv);
+int cmd_group(int argc, char **argv);
+int cmd_archive(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_reindex(int argc, char **argv);
 int cmd_ui(int argc, char **argv);

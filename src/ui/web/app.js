@@ -480,11 +480,14 @@
         },
       ];
       for (const l of lines) {
+        /* A line of one point draws nothing: a metric logged once (a one-epoch run's test
+         * accuracy) is drawn as its point. */
+        const lone = l.x.length < 2;
         series.push({
           label: smooth ? `${l.label} (raw)` : l.label,
           stroke: smooth ? l.color + '40' : l.color,
           width: 1,
-          points: { show: false },
+          points: lone ? { show: true, size: 7, fill: l.color } : { show: false },
           value: legendValue(fmtNum),
         });
         if (smooth) {
@@ -980,6 +983,9 @@
           JSON.stringify(r.params || {}),
           r.code_version || '',
           r.note || '',
+          r.group || '',
+          (r.tags || []).map((t) => '#' + t).join(' '),
+          r.notes || '',
         ]
           .join(' ')
           .toLowerCase();
@@ -1021,7 +1027,14 @@
           const v = c.val(r);
           let td;
           if (c.id === 'id')
-            td = h('td', { class: 'id nowrap' }, h('a', { href: `#/run/${encodeURIComponent(r.id)}` }, r.id));
+            td = h(
+              'td',
+              { class: 'id nowrap' },
+              h('a', { href: `#/run/${encodeURIComponent(r.id)}` }, r.id),
+              /* The user's labels (tandem tag/group): the filter box finds them as #tag. */
+              r.group ? h('span', { class: 'note', title: 'group' }, `[${r.group}]`) : null,
+              ...(r.tags || []).map((t) => h('span', { class: 'note', title: 'tag' }, '#' + t)),
+            );
           else if (c.id === 'status')
             td = h(
               'td',
@@ -1275,6 +1288,9 @@
               r.code_version ? h('code', { title: r.code_version }, shortVersion(r.code_version)) : '',
             ],
             ['Note', r.note || '', true],
+            ['Group', r.group || ''],
+            ['Tags', (r.tags || []).join(', ')],
+            ['Notes', r.notes || '', true],
           ]),
           h(
             'div',

@@ -7,7 +7,8 @@
 //                                      TANDEM_UI_DEBUG=1 prints the page's event streams)
 //
 // Runs: tiny-1 (lr 0.1) and tiny-2 (lr 0.3) finished; tiny-3 running (it waits for the test),
-// 2 ranks each writing train/loss, train/acc, test/acc and lr, printing log lines.
+// 2 ranks each writing train/loss, train/acc, test/acc and lr, printing log lines; rank 0 writes
+// final/acc once, at the end (a chart of one point).
 import { createHash } from 'node:crypto';
 import { appendFileSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -187,6 +188,14 @@ await step('run page draws train/loss with a line per rank', async () => {
   const status = await page.$eval('#run-status', (el) => el.textContent);
   check(status === 'succeeded', `status badge: ${status}`);
   check(!(await page.$('#stop')), 'no Stop button on a finished run');
+});
+
+await step('a metric with one point is drawn (as its point)', async () => {
+  await go('#/run/tiny-1');
+  await chartReady('final/acc');
+  check((await points('final/acc')) === 1, `final/acc has ${await points('final/acc')} points`);
+  const px = await pixelsOf('final/acc', RANK0);
+  check(px > 10, `the single point drawn: ${px} pixels of rank 0's colour`);
 });
 
 await step('smoothing, log scale and wall-time x axis', async () => {

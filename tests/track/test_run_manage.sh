@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# track: issue 19, "No tags, notes, names or groups (rejected with a clear error); no delete or
+# archive: removing a run folder leaves a ghost run with charts and a dead download link."
+# Through the CLI, with runs made by real `tandem run -- CMD`:
+#   - tags, group and notes set at the start (--tag/--group/--notes) and later (tandem tag +T -U,
+#     tandem group, tandem note, note from stdin), shown by tandem show and tandem ps, kept in
+#     run.json; tandem ps --tag (all must match) and --group filter;
+#   - bad tags and groups are refused, naming the rule, before any run starts;
+#   - the labels survive runs.db deleted (the rebuild takes them from run.json);
+#   - tandem archive hides a finished run from ps (ps -a and --archived show it), --undo brings
+#     it back; a live run is not archived;
+#   - tandem rm deletes the directory and every row (metrics too), refuses a live run and an
+#     unknown one; an index made before the columns existed gains them;
+#   - a directory deleted by hand: tandem show says it is gone and how to clean up, tandem
+#     reindex drops the run (and its metrics).
+set -uo pipefail
+B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
+P=$(mktemp -d /tmp/tandem-manage-XXXXXX)
+LIVE=
+cleanup() {
+  [ -n "$LIVE" ] && "$B" stop "$LIVE" --wait 10 >/dev/null 2>&1
+  rm -rf "$P"
+}
+trap cleanup EXIT
+export TANDEM_HOME=$P
+cd "$P"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_contains() { # haystack needle what
+  case "$1" in *"$2"*) ;; *) fail "$3: expected to contain '$2', got: $1" ;; esac
+}
+expect_lacks() { # haystack needle what
+  case "$1" in *"$2"*) fail "$3: expected no '$2', got: $1" ;; esac
+}
+field() { # run key: the value of one line of `tandem show`
+  "$B" show "$1" 2>/dev/null | sed -n "s/^$2  *//p" | head -1
+}
+rows() { # table run-id: rows of the run in runs.db's table
+  python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(
+    'SELECT count(*) FROM %s WHERE run IN (SELECT seq FROM runs WHERE id=?)' % sys.argv[2],
+    (sys.argv[3],)).fetchone()[0])" .tandem/runs.db "$1" "$2"
+}
+ps_ids() { "$B" ps "$@" | tail -n +2 | awk '{print $1}' | tr '\n' ' '; }
+
+# A metric line too, so that the rows rm and reindex must delete exist.
+CMD='echo "{\"step\": 1, \"loss\": 0.5}" >> "$TANDEM_METRICS"'
+
+# ---- labels at the start ----
+out=$("$B" run --name a --tag base --tag lr:3e-4 --group sweep1 --notes "first try" -- \
+  sh -c "$CMD" 2>&1) || fail "tandem run with labels: $out"
+"$B" run --name b -- sh -c "$CMD" >/dev/null 2>&1 || fail "tandem run b-1"
+"$B" run --name c --tag base -- true >/dev/null 2>&1 || fail "tandem run c-1"
+[ "$(field a-1 tags)" = "base,lr:3e-4" ] || fail "a-1 tags: $("$B" show a-1)"
+[ "$(field a-1 group)" = "sweep1" ] || fail "a-1 group: $("$B" show a-1)"
+[ "$(field a-1 notes)" = "first try" ] || fail "a-1 notes: $("$B" show a-1)"
+[ "$(rows metrics a-1)" -ge 1 ] || fail "a-1 has no metric rows to delete later"
+json=$(cat .tandem/runs/a-1/run.json)
+expect_contains "$json" '"group": "sweep1"' "a-1 run.json"
+expect_contains "$json" '"notes": "first try"' "a-1 run.json"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tags']; assert t==['base','lr:3e-4'], t" \
+  .tandem/runs/a-1/run.json || fail "a-1 run.json tags"
+
+# ---- bad labels: refused before anything runs ----
+err=$("$B" run --name bad --tag 'bad tag' -- true 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "--tag 'bad tag': exit $rc ($err)"
+expect_contains "$err" "tag 'bad tag' is not allowed" "--tag 'bad tag'"
+expect_contains "$err" "1-64 characters" "--tag 'bad tag' names the rule"
+[ ! -e .tandem/runs/bad-1 ] || fail "a run started despite a bad tag"
+err=$("$B" tag a-1 "$(printf 'x%.0s' $(seq 65))" 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "a 65-character tag: exit $rc ($err)"
+expect_contains "$err" "too long" "a 65-character tag"
+err=$("$B" group a-1 'a,b' 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "group 'a,b': exit $rc ($err)"
+expect_contains "$err" "group 'a,b' is not allowed" "group 'a,b'"
+err=$("$B" tag nope-9 x 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "tag of an unknown run: exit $rc ($err)"
+expect_contains "$err" "no run matches 'nope-9'" "tag of an unknown run"
+
+# ---- labels later ----
+out=$("$B" tag b-1 +x y) || fail "tandem tag b-1 +x y: $out"
+expect_contains "$out" "b-1 tags: x,y" "tandem tag output"
+"$B" tag a-1 -base new >/dev/null || fail "tandem tag a-1 -base new"
+[ "$(field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after -base new: $(field a-1 tags)"
+"$B" group b-1 sweep1 || fail "tandem group"
+"$B" note b-1 "hello world" || fail "tandem note"
+printf 'from stdin\n' | "$B" note c-1 - || fail "tandem note c-1 -"
+[ "$(field c-1 notes)" = "from stdin" ] || fail "c-1 notes from stdin: $(field c-1 notes)"
+[ "$(field b-1 notes)" = "hello world" ] || fail "b-1 notes: $(field b-1 notes)"
+"$B" note c-1 '' && "$B" group c-1 '' || fail "clearing c-1's notes and group"
+[ -z "$(field c-1 notes)$(field c-1 group)" ] || fail "c-1 notes/group not cleared: $("$B" show c-1)"
+err=$("$B" tag c-1 --help 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "tandem tag c-1 --help (a removal naming no tag): exit $rc ($err)"
+
+# ---- shown and filtered by ps ----
+ps=$("$B" ps)
+expect_contains "$ps" "[sweep1] #lr:3e-4 #new" "ps shows a-1's labels"
+[ "$(ps_ids --group sweep1)" = "a-1 b-1 " ] || fail "ps --group sweep1: $(ps_ids --group sweep1)"
+[ "$(ps_ids --tag x --tag y)" = "b-1 " ] || fail "ps --tag x --tag y: $(ps_ids --tag x --tag y)"
+[ "$(ps_ids --tag x --tag new)" = "" ] || fail "ps --tag x --tag new (none has both)"
+[ "$(ps_ids --tag base)" = "c-1 " ] || fail "ps --tag base: $(ps_ids --tag base)"
+
+# ---- kept across a lost index ----
+rm -f .tandem/runs.db .tandem/runs.db-wal .tandem/runs.db-shm
+"$B" reindex >/dev/null || fail "tandem reindex after runs.db deleted"
+[ "$(field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after reindex: $("$B" show a-1)"
+[ "$(field b-1 group)" = "sweep1" ] || fail "b-1 group after reindex"
+[ "$(field b-1 notes)" = "hello world" ] || fail "b-1 notes after reindex"
+
+# ---- an index made before the columns: gains them ----
+python3 - .tandem/runs.db <<'EOF' || fail "could not make an old-style index"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+for col in ("tags", "run_group", "notes", "archived"):
+    c.execute("ALTER TABLE runs DROP COLUMN " + col)
+c.commit()
+EOF
+[ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps on an old index: $("$B" ps 2>&1)"
+"$B" tag c-1 again >/dev/null || fail "tag on an index that had no tags column"
+# (An index that old never held labels: the columns start empty, and the new tag is kept.)
+expect_contains "$(field c-1 tags)" "again" "c-1 tags on a migrated index"
+
+# ---- archive ----
+out=$("$B" archive a-1) || fail "tandem archive a-1: $out"
+[ "$(ps_ids)" = "b-1 c-1 " ] || fail "ps after archive: $(ps_ids)"
+[ "$(ps_ids -a)" = "a-1 b-1 c-1 " ] || fail "ps -a after archive: $(ps_ids -a)"
+[ "$(ps_ids --archived)" = "a-1 " ] || fail "ps --archived: $(ps_ids --archived)"
+[ "$(field a-1 status)" = "succeeded" ] || fail "show of an archived run"
+"$B" archive --undo a-1 >/dev/null || fail "tandem archive --undo"
+[ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps after archive --undo: $(ps_ids)"
+
+# ---- rm ----
+[ "$(rows metrics b-1)" -ge 1 ] || fail "b-1 has no metric rows"
+seq_b=$(python3 -c "import sqlite3; print(sqlite3.connect('.tandem/runs.db').execute(
+  \"SELECT seq FROM runs WHERE id='b-1'\").fetchone()[0])")
+out=$("$B" rm b-1) || fail "tandem rm b-1: $out"
+[ ! -e .tandem/runs/b-1 ] || fail "rm left .tandem/runs/b-1"
+[ "$(ps_ids -a)" = "a-1 c-1 " ] || fail "ps -a after rm: $(ps_ids -a)"
+left=$(python3 -c "import sqlite3,sys; c=sqlite3.connect('.tandem/runs.db'); print(sum(
+  c.execute('SELECT count(*) FROM %s WHERE run=?' % t, (int(sys.argv[1]),)).fetchone()[0]
+  for t in ('metrics','artifacts','logs','ingest_offsets')))" "$seq_b")
+[ "$left" = 0 ] || fail "rm left $left rows of b-1 in the index"
+err=$("$B" show b-1 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "show after rm: exit $rc ($err)"
+err=$("$B" rm nope-9 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "rm of an unknown run: exit $rc ($err)"
+expect_contains "$err" "no run matches 'nope-9'" "rm of an unknown run"
+err=$("$B" rm a 2>&1); rc=$?
+[ "$rc" = 2 ] && [ -d .tandem/runs/a-1 ] || fail "rm of a prefix: exit $rc ($err)"
+
+# ---- a live run: neither removed nor archived ----
+LIVE=$("$B" run -d --name live -- sh -c 'sleep 60') || fail "tandem run -d: $LIVE"
+for _ in $(seq 1 100); do [ "$(field "$LIVE" status)" = running ] && break; sleep 0.1; done
+err=$("$B" rm "$LIVE" 2>&1); rc=$?
+[ "$rc" != 0 ] || fail "rm of a live run succeeded"
+expect_contains "$err" "run $LIVE is live" "rm of a live run"
+expect_contains "$err" "tandem stop $LIVE" "rm of a live run names the fix"
+[ -f ".tandem/runs/$LIVE/run.json" ] || fail "rm of a live run removed its files"
+err=$("$B" archive "$LIVE" 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "archive of a live run: exit $rc ($err)"
+"$B" stop "$LIVE" --wait 30 >/dev/null 2>&1
+"$B" rm "$LIVE" >/dev/null || fail "rm after stop"
+[ ! -e ".tandem/runs/$LIVE" ] || fail "rm after stop left the directory"
+LIVE=
+
+# ---- a ghost: the directory deleted by hand ----
+"$B" run --name g -- sh -c "$CMD" >/dev/null 2>&1 || fail "tandem run g-1"
+rm -rf .tandem/runs/g-1
+err=$("$B" show g-1 2>&1); rc=$?
+[ "$rc" = 1 ] || fail "show of a ghost: exit $rc ($err)"
+expect_contains "$err" "the directory of run g-1" "show of a ghost"
+expect_contains "$err" "tandem reindex" "show of a ghost names the cleanup"
+out=$("$B" reindex) || fail "reindex with a ghost: $out"
+expect_contains "$out" "dropped 1 run whose directory is gone" "reindex drops the ghost"
+[ "$(ps_ids -a)" = "a-1 c-1 " ] || fail "ps -a after the ghost was dropped: $(ps_ids -a)"
+n=$(python3 -c "import sqlite3; print(sqlite3.connect('.tandem/runs.db').execute(
+  \"SELECT count(*) FROM runs WHERE id='g-1'\").fetchone()[0])")
+[ "$n" = 0 ] || fail "g-1 still in runs.db after reindex"
+expect_lacks "$("$B" ps -a)" "g-1" "ps -a after reindex"
+echo "PASS"
