@@ -50,6 +50,9 @@ typedef struct td_workflow {
      * and passes to the workers without writing them anywhere (exec.h, td_exec_secrets) */
     char **secrets;
     size_t nsecrets;
+    char **tags; /* `tags: [...]`: labels every run of it starts with (td_label_check) */
+    size_t ntags;
+    char *group;   /* `group: G`: the runs' group */
     td_kv *params; /* in file order; values as written */
     size_t nparams;
     char **artifacts; /* paths or globs relative to the working directory */

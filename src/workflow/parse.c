@@ -233,6 +233,9 @@ static void workflow_clear(td_workflow *w) {
     free(w->artifacts);
     free(w->artifacts_to);
     free(w->checkpoint_dir);
+    for (size_t i = 0; i < w->ntags; i++) free(w->tags[i]);
+    free(w->tags);
+    free(w->group);
     free(w->workdir);
     free(w->executor);
     td_slurm_options_clear(&w->slurm);
@@ -258,7 +261,7 @@ void td_workflow_file_free(td_workflow_file *wf) {
 static const char *const known_fields =
     "name, description, command, commands, setup, node_setup, nodes, nproc_per_node, env, secrets, "
     "params, artifacts, checkpoint_dir, workdir, max_restarts, max_duration, executor, slurm, ssh, "
-    "aws";
+    "aws, tags, group";
 
 static const char *const slurm_fields =
     "partition, time, account, sbatch_args, signal_lead, work_dir, link_host";
@@ -585,6 +588,33 @@ typedef struct {
     const yaml_node_t *command, *commands, *slurm, *ssh, *aws, *nodes, *secrets;
 } workflow_fields;
 
+/* tags: [...] and group: G, the labels every run of the workflow starts with (tandem run --tag
+ * and --group add to them), checked as tandem tag checks them. */
+static td_status parse_labels(const parse_ctx *c, const char *f, const yaml_node_t *v,
+                              td_workflow *w) {
+    if (!strcmp(f, "group")) {
+        TD_CHECK(get_string(c, v, f, &w->group));
+        if (td_label_check("group", w->group) != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", td_error_msg());
+            td_error_clear();
+            return node_error(c, v, f, "%s", why);
+        }
+        return TD_OK;
+    }
+    TD_CHECK(get_string_list(c, v, f, &w->tags, &w->ntags));
+    for (size_t i = 0; i < w->ntags; i++)
+        if (td_label_check("tag", w->tags[i]) != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", td_error_msg());
+            td_error_clear();
+            return node_error(c, v, f, "%s", why);
+        }
+    if (w->ntags > TD_TAGS_MAX)
+        return node_error(c, v, f, "%zu tags; a run has at most %d", w->ntags, TD_TAGS_MAX);
+    return TD_OK;
+}
+
 /* secrets: environment variable names (exec.h's rule), each once. The values are not in the
  * file: tandem run takes them from its own environment. */
 static td_status parse_secrets(const parse_ctx *c, const yaml_node_t *v, td_workflow *w) {
@@ -635,6 +665,8 @@ static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yam
         TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
     } else if (!strcmp(f, "max_restarts")) {
         TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
+    } else if (!strcmp(f, "tags") || !strcmp(f, "group")) {
+        TD_CHECK(parse_labels(c, f, v, w));
     } else if (!strcmp(f, "env")) {
         TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
     } else if (!strcmp(f, "secrets")) {
@@ -959,6 +991,8 @@ td_workflow *td_workflow_copy(const td_workflow *w) {
     c->artifacts = copy_strs(w->artifacts, w->nartifacts);
     c->artifacts_to = w->artifacts_to ? td_xstrdup(w->artifacts_to) : NULL;
     c->checkpoint_dir = w->checkpoint_dir ? td_xstrdup(w->checkpoint_dir) : NULL;
+    c->tags = copy_strs(w->tags, w->ntags);
+    c->group = w->group ? td_xstrdup(w->group) : NULL;
     c->workdir = w->workdir ? td_xstrdup(w->workdir) : NULL;
     c->executor = w->executor ? td_xstrdup(w->executor) : NULL;
     td_slurm_options_copy(&c->slurm, &w->slurm);

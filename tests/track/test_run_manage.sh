@@ -12,7 +12,9 @@
 #   - tandem rm deletes the directory and every row (metrics too), refuses a live run and an
 #     unknown one; an index made before the columns existed gains them;
 #   - a directory deleted by hand: tandem show says it is gone and how to clean up, tandem
-#     reindex drops the run (and its metrics).
+#     reindex drops the run (and its metrics);
+#   - a workflow file's tags: and group: label its runs (--tag adds, --group replaces); a bad
+#     tag there is a parse error naming the file.
 set -uo pipefail
 B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
 P=$(mktemp -d /tmp/tandem-manage-XXXXXX)
@@ -175,4 +177,29 @@ n=$(python3 -c "import sqlite3; print(sqlite3.connect('.tandem/runs.db').execute
   \"SELECT count(*) FROM runs WHERE id='g-1'\").fetchone()[0])")
 [ "$n" = 0 ] || fail "g-1 still in runs.db after reindex"
 expect_lacks "$("$B" ps -a)" "g-1" "ps -a after reindex"
+# --- tags: and group: in a workflow file; --tag adds to them, --group replaces the file's
+mkdir -p .tandem
+cat >.tandem/workflows.yaml <<'WF'
+workflows:
+  - name: wf
+    tags: [nightly, base]
+    group: sweep2
+    command: "true"
+WF
+cat >bad.yaml <<'WF'
+workflows:
+  - name: badtag
+    tags: ["-oops"]
+    command: "true"
+WF
+"$B" run wf --tag extra >/dev/null 2>&1 || fail "tandem run wf"
+[ "$(field wf-1 tags)" = "base,extra,nightly" ] || fail "wf-1 tags: $("$B" show wf-1)"
+[ "$(field wf-1 group)" = "sweep2" ] || fail "wf-1 group: $("$B" show wf-1)"
+"$B" run wf --group other >/dev/null 2>&1 || fail "tandem run wf --group other"
+[ "$(field wf-2 group)" = "other" ] || fail "wf-2 group: $("$B" show wf-2)"
+out=$("$B" run -f bad.yaml badtag 2>&1)
+[ $? = 2 ] || fail "a bad tag in the file did not fail with 2: $out"
+expect_contains "$out" "bad.yaml:" "the bad tag's error names the file"
+expect_contains "$out" "-oops" "the bad tag's error names the tag"
+
 echo "PASS"

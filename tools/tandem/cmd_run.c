@@ -312,6 +312,17 @@ int cmd_run(int argc, char **argv) {
                 st = td_workflow_set_param(w, params[i]);
         }
     }
+    /* the workflow's own tags: and group:, under what the command line adds */
+    if (st == TD_OK && w && !resume && (w->ntags || w->group)) {
+        char *merged = NULL;
+        st = td_tags_edit(tag_set ? tag_set : "", (const char *const *)w->tags, w->ntags, NULL, 0,
+                          &merged);
+        if (st == TD_OK) {
+            free(tag_set);
+            tag_set = merged;
+        }
+        if (!group) group = w->group;
+    }
     if (st == TD_OK) {
         /* Instances a dead supervisor of this project left running are terminated first (no
          * AWS call unless a run's RUN/instances.json lists one alive and its lock is free). */
