@@ -108,7 +108,9 @@ t_notice=$(($(ms) - t0))
 notice=$(tail -n1 "$TSH_STATE/notice")
 when=$(sed -n 's/.*"time": "\([^"]*\)".*/\1/p' <<<"$notice")
 d=$(($(date -u -d "$when" +%s) - t0 / 1000))
-[ $d -ge 0 ] && [ $d -le 2 ] || fail "notice time $when is $d s from the interruption: $notice"
+# the notice's time is in whole seconds, at or after now+1 when the fixture posts it, and t0 is
+# cut to whole seconds here: up to 3 s apart on a busy machine
+[ $d -ge 0 ] && [ $d -le 3 ] || fail "notice time $when is $d s from the interruption: $notice"
 cloud_wait_gone "$id1" 30 || fail "the host of $id1 is still there"
 t_gone=$(($(ms) - t0))
 [ $t_gone -ge 1000 ] || fail "the host of $id1 went $t_gone ms after the interruption, before its time"
