@@ -82,41 +82,43 @@ static int look(td__spot_watch *w, const char *path, char **body, char *why, siz
     return *body ? 1 : 0;
 }
 
+/* One look at a notice's document: when it is there (1), *e is the finding of that kind, sent to
+ * the loop; a document that does not parse still counts (the instance goes away, or is at risk,
+ * whatever else it says) with the fallback action and the parser's complaint in e->text. 0 not
+ * (yet), -1 no answer (e->text says why). */
+static int look_notice(td__spot_watch *w, const char *path, int kind,
+                       td_status (*parse)(const char *, td_spot_notice *), const char *fallback,
+                       event *e) {
+    char *body = NULL;
+    int r = look(w, path, &body, e->text, sizeof e->text);
+    if (r == 1) {
+        e->kind = kind;
+        if (parse(body, &e->notice) != TD_OK) {
+            snprintf(e->text, sizeof e->text, "%s", td_error_msg());
+            td_error_clear();
+            snprintf(e->notice.action, sizeof e->notice.action, "%s", fallback);
+            snprintf(e->notice.time, sizeof e->notice.time, "unknown");
+        }
+        send_event(w, e);
+    }
+    free(body);
+    return r;
+}
+
 static void *watch(void *arg) {
     td__spot_watch *w = arg;
     bool action_seen = false, rebalance_seen = false, down = false;
     while (!atomic_load(&w->quit) && !action_seen) {
         event e = {0};
-        char *body = NULL;
-        int r = look(w, TD_IMDS_SPOT_ACTION, &body, e.text, sizeof e.text);
+        int r =
+            look_notice(w, TD_IMDS_SPOT_ACTION, EV_ACTION, td_spot_action_parse, "terminate", &e);
         if (r == 1) {
             action_seen = true;
-            e.kind = EV_ACTION;
-            if (td_spot_action_parse(body, &e.notice) != TD_OK) {
-                /* The document exists: the instance goes away, whatever else it says. */
-                snprintf(e.text, sizeof e.text, "%s", td_error_msg());
-                td_error_clear();
-                snprintf(e.notice.action, sizeof e.notice.action, "terminate");
-                snprintf(e.notice.time, sizeof e.notice.time, "unknown");
-            }
-            send_event(w, &e);
         } else if (r == 0 && !rebalance_seen) {
-            free(body);
-            body = NULL;
-            r = look(w, TD_IMDS_REBALANCE, &body, e.text, sizeof e.text);
-            if (r == 1) {
-                rebalance_seen = true;
-                e.kind = EV_REBALANCE;
-                if (td_spot_rebalance_parse(body, &e.notice) != TD_OK) {
-                    snprintf(e.text, sizeof e.text, "%s", td_error_msg());
-                    td_error_clear();
-                    snprintf(e.notice.action, sizeof e.notice.action, "rebalance");
-                    snprintf(e.notice.time, sizeof e.notice.time, "unknown");
-                }
-                send_event(w, &e);
-            }
+            r = look_notice(w, TD_IMDS_REBALANCE, EV_REBALANCE, td_spot_rebalance_parse,
+                            "rebalance", &e);
+            rebalance_seen = r == 1;
         }
-        free(body);
         if (r < 0 && atomic_load(&w->quit)) break; /* cancelled, not down */
         if ((r < 0) != down) {
             down = r < 0;
