@@ -75,6 +75,10 @@ typedef struct td_run {
      * supervisor's). archived: hidden from the default listings (tandem archive). */
     char *tags, *group, *notes;
     int archived;
+    /* What the script recorded through the Python SDK (RUN/sdk.json, read by td_run_sdk_sync):
+     * its config and its summary, each a JSON object's text; NULL when it recorded none. */
+    char *config_json;
+    char *summary_json;
 } td_run;
 
 /* ---- the run directory's layout: one table ----
@@ -99,7 +103,9 @@ typedef struct td_run {
     X(SLURM_SCRIPT, "job.sbatch", "the Slurm executor's batch script")                             \
     X(SLURM_JOB, "slurm-job", "the Slurm job's id, and `ended STATE` once seen to end")            \
     X(SSH_HOSTS, "ssh-hosts", "the ssh executor's hosts, one per node")                            \
-    X(INSTANCES, "instances.json", "the aws executor's instances: type, market, lifetime, end")
+    X(INSTANCES, "instances.json", "the aws executor's instances: type, market, lifetime, end")    \
+    X(SDK, "sdk.json", "the Python SDK's config, summary, name and tags; read into the record")    \
+    X(IMPORTED, "imported.json", "tandem import: the offline run this run was made from")
 
 #define TD__RUN_PATH_ID(id, name, doc) TD_RUN_PATH_##id,
 typedef enum { TD_RUN_LAYOUT(TD__RUN_PATH_ID) TD_RUN_PATH_COUNT } td_run_path_id;
@@ -258,6 +264,45 @@ td_status td_rundb_rebuild(td_rundb *store, td_rebuild_fn on_run, void *arg,
 /* The project's code version as stored in runs: see td_run.code_version. Never fails: "none"
  * outside git. Caller frees. */
 char *td_code_version(const char *project_dir);
+
+/* ---- what a script recorded through the Python SDK (RUN/sdk.json, docs/python.md) ----
+ * {"format": 1, "config": {...}, "summary": {...}, "tags": [...], "name": ..., "project": ...},
+ * rewritten atomically by the script's rank 0. Read into the run's row (and so its run.json):
+ * config and summary replace config_json and summary_json, tags are added to the run's tags
+ * (each checked with td_label_check; a bad one is skipped with a warning). The name does not
+ * rename a tracked run (its id was made from `tandem run --name` or the script's name when it
+ * was created); tandem import names the run it makes after it. */
+/* The largest sdk.json read, and the largest config or summary kept (as compact JSON). */
+#define TD_SDK_JSON_MAX   (1 << 20)
+#define TD_SDK_OBJECT_MAX (256 << 10)
+
+/* What td_run_sdk_sync saw last, so a poller rereads the file only when it changed. Zero it
+ * before the first call. */
+typedef struct td_sdk_watch {
+    int seen; /* a file was seen: the fields below are its */
+    int64_t dev, ino, size, mtime_ns;
+    unsigned warned; /* kinds of warning given already (later ones are debug lines) */
+} td_sdk_watch;
+
+/* Reads RUN/sdk.json into the run's row when it is there (watch non-NULL: only when its size,
+ * mtime or inode changed since the last call). A missing file is nothing to do; one that is not
+ * a regular file, is over TD_SDK_JSON_MAX, is not JSON or holds fields of the wrong type is a
+ * warning naming the file, never an error: the row keeps what it had. *changed (may be NULL):
+ * 1 when the row changed. Errors are the store's (TD_ERR_NOSPACE...). */
+td_status td_run_sdk_sync(td_rundb *store, const td_run *run, td_sdk_watch *watch, int *changed);
+
+/* ---- tandem import: an offline run of the Python SDK into the store ----
+ * DIR is what tandem.init() writes outside a tracked run (./tandem-offline/<id>/): offline.json,
+ * sdk.json, metrics/rank-R.jsonl, artifacts/. A new run is made for it (workflow: the SDK's
+ * name, else its project, else "offline"; group: the project when it is a valid label), its
+ * metrics files and sdk.json are copied into the run directory and ingested, its artifacts
+ * copied (regular files only; links are never followed) and registered, and its status, exit
+ * code and times are taken from offline.json. The source is recorded in RUN/imported.json:
+ * importing the same offline run again returns the run made the first time (*existed = 1).
+ * A run whose offline.json still says "running" is refused (TD_ERR_INVALID: it is still being
+ * written, or its script was killed), unless force, which imports it as failed. TD_ERR_NOTFOUND /
+ * TD_ERR_FORMAT name DIR and what is missing or wrong. */
+td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out, int *existed);
 
 /* ---- metrics ---- */
 typedef struct td_metric_point {

@@ -1,7 +1,8 @@
 /* The supervisor (supervisor.h): the run's state machine on one event loop, driving a carrier.
  *
  * The loop watches the stop signals (a signalfd) and whatever the carrier watches (its nodes'
- * pipes, children, sockets, its own timers); its timers are the metrics ingest and the
+ * pipes, children, sockets, its own timers); its timers are the metrics ingest (with the Python
+ * SDK's sdk.json, read when it changed) and the
  * system-metrics sample (periodic), and the machine's deadlines (a stop's grace, the pause before
  * a restart, max_duration: one-shot). Every event becomes one call of the machine; what it
  * returns is done here, in one place (act). The loop ends when the machine does. */
@@ -23,6 +24,7 @@ struct td__sup {
     td__sup_machine m;
     td_loop *loop;
     td_ingester *ing;
+    td_sdk_watch sdk; /* RUN/sdk.json as last read (the Python SDK's config and summary) */
     uint64_t grace_timer, backoff_timer, limit_timer;
     int recorded_restarts;
 };
@@ -129,6 +131,12 @@ static void on_ingest(td_loop *l, void *user) {
     else if (st != TD_OK)
         TD_LOG_WARN("metrics ingest: %s (will retry)", td_error_msg());
     td_error_clear();
+    /* On the same timer: a running script's config and summary reach the record while it runs
+     * (read only when the file changed; a bad file is a warning, once). */
+    if (td_run_sdk_sync(s->job->store, s->job->run, &s->sdk, NULL) != TD_OK) {
+        TD_LOG_DEBUG("reading sdk.json: %s (will retry)", td_error_msg());
+        td_error_clear();
+    }
 }
 
 static void on_sample(td_loop *l, void *user) {
@@ -207,6 +215,11 @@ int td__supervise(const td_exec_job *job, td__carrier *c, int max_restarts, doub
     if (c->ops->before_say) c->ops->before_say(c);
     td__exec_final_ingest(job->out, s.ing);
     td_ingester_free(s.ing);
+    /* The script's last sdk.json (tandem.finish() writes it as the script ends). */
+    if (td_run_sdk_sync(job->store, job->run, &s.sdk, NULL) != TD_OK) {
+        TD_LOG_WARN("reading %s/sdk.json at the run's end: %s", job->run->run_dir, td_error_msg());
+        td_error_clear();
+    }
     if (td__sup_restarts(&s.m) != s.recorded_restarts &&
         td_run_set_restarts(job->store, job->run->id, td__sup_restarts(&s.m)) != TD_OK)
         td_error_clear();

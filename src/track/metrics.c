@@ -5,12 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+static uint64_t key_hash(const char *s) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of name in key_slots: where it is, or the empty one where it would go. */
+static size_t key_slot(const td_rundb *store, const char *name) {
+    size_t mask = store->nslots - 1, i = (size_t)key_hash(name) & mask;
+    while (store->key_slots[i] && strcmp(store->keys[store->key_slots[i] - 1].name, name))
+        i = (i + 1) & mask;
+    return i;
+}
+
+static void key_index_grow(td_rundb *store) {
+    free(store->key_slots);
+    store->nslots = store->nslots ? 2 * store->nslots : 64;
+    store->key_slots = td_xcalloc(store->nslots, sizeof *store->key_slots);
+    for (size_t k = 0; k < store->nkeys; k++)
+        store->key_slots[key_slot(store, store->keys[k].name)] = (uint32_t)(k + 1);
+}
+
+void td__metric_keys_forget(td_rundb *store) {
+    for (size_t i = 0; i < store->nkeys; i++) free(store->keys[i].name);
+    store->nkeys = 0;
+    if (store->key_slots) memset(store->key_slots, 0, store->nslots * sizeof *store->key_slots);
+}
+
 td_status td__metric_key_id(td_rundb *store, const char *name, int64_t *out) {
-    for (size_t i = 0; i < store->nkeys; i++)
-        if (!strcmp(store->keys[i].name, name)) {
-            *out = store->keys[i].id;
+    if (store->nslots) {
+        uint32_t at = store->key_slots[key_slot(store, name)];
+        if (at) {
+            *out = store->keys[at - 1].id;
             return TD_OK;
         }
+    }
     sqlite3_stmt *q = NULL;
     td_status st = TD_OK;
     TD_CHECK(td__rundb_prepare(store, "INSERT OR IGNORE INTO metric_keys(name) VALUES(?)", &q));
@@ -33,6 +63,10 @@ td_status td__metric_key_id(td_rundb *store, const char *name, int64_t *out) {
     store->keys[store->nkeys].name = td_xstrdup(name);
     store->keys[store->nkeys].id = *out;
     store->nkeys++;
+    if (2 * store->nkeys > store->nslots)
+        key_index_grow(store); /* indexes every key, the new one too */
+    else
+        store->key_slots[key_slot(store, name)] = (uint32_t)store->nkeys;
     return TD_OK;
 }
 

@@ -105,15 +105,19 @@ static void read_end(td_rundb *store) {
     if (!sqlite3_get_autocommit(store->db)) sqlite3_exec(store->db, "COMMIT", NULL, NULL, NULL);
 }
 
-/* The ranks that have a key in a run, ascending: one index probe per rank. */
-static td_status key_ranks(td_rundb *store, int64_t seq, int64_t key, int **ranks, size_t *n) {
-    sqlite3_stmt *q = NULL;
+/* The ranks that have a key in a run, ascending: one index probe per rank. *cache: the statement,
+ * prepared at the first call and kept by the caller (who finalizes it): preparing it for each of
+ * 100,000 keys costs more than the probes. */
+static td_status key_ranks(td_rundb *store, sqlite3_stmt **cache, int64_t seq, int64_t key,
+                           int **ranks, size_t *n) {
     *ranks = NULL;
     *n = 0;
-    TD_CHECK(td__rundb_prepare(store,
-                               "SELECT rank FROM metrics WHERE run = ?1 AND key = ?2 AND rank > ?3"
-                               " ORDER BY rank LIMIT 1",
-                               &q));
+    if (!*cache)
+        TD_CHECK(td__rundb_prepare(store,
+                                   "SELECT rank FROM metrics WHERE run = ?1 AND key = ?2 AND rank > ?3"
+                                   " ORDER BY rank LIMIT 1",
+                                   cache));
+    sqlite3_stmt *q = *cache;
     td_status st = TD_OK;
     size_t cap = 0;
     int64_t after = INT64_MIN;
@@ -136,7 +140,7 @@ static td_status key_ranks(td_rundb *store, int64_t seq, int64_t key, int **rank
         (*ranks)[(*n)++] = r;
         after = r;
     }
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     if (st != TD_OK) {
         free(*ranks);
         *ranks = NULL;
@@ -147,17 +151,18 @@ static td_status key_ranks(td_rundb *store, int64_t seq, int64_t key, int **rank
 
 /* min or max of a column over one (run, key, rank): SQLite reads it off the end of the index
  * whose last column it is. */
-static td_status rank_extreme(td_rundb *store, const char *sql, int64_t seq, int64_t key, int rank,
-                              double *out, int64_t *iout) {
-    sqlite3_stmt *q = NULL;
-    TD_CHECK(td__rundb_prepare(store, sql, &q));
+static td_status rank_extreme(td_rundb *store, sqlite3_stmt **cache, const char *sql, int64_t seq,
+                              int64_t key, int rank, double *out, int64_t *iout) {
+    if (!*cache) TD_CHECK(td__rundb_prepare(store, sql, cache));
+    sqlite3_stmt *q = *cache;
+    sqlite3_reset(q);
     sqlite3_bind_int64(q, 1, seq);
     sqlite3_bind_int64(q, 2, key);
     sqlite3_bind_int(q, 3, rank);
     td_status st = td__rundb_step(store, q, "read a metric's range");
     if (st == TD_OK && out) *out = sqlite3_column_double(q, 0);
     if (st == TD_OK && iout) *iout = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return st;
 }
 
@@ -181,7 +186,7 @@ td_status td_metrics_keys_summary(td_rundb *store, const char *run_id, td_metric
     TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__run_seq(store, run_id, &seq));
     td_status st = TD_OK;
-    sqlite3_stmt *next = NULL, *agg = NULL, *name = NULL;
+    sqlite3_stmt *next = NULL, *agg = NULL, *name = NULL, *ranks_q = NULL, *ext[4] = {0};
     size_t cap = 0, nranks = 0, ri = 0;
     int64_t k = INT64_MIN;
     int *ranks = NULL;
@@ -215,7 +220,7 @@ td_status td_metrics_keys_summary(td_rundb *store, const char *run_id, td_metric
             free(ranks);
             ranks = NULL;
             ri = 0;
-            TD_CHECK_GOTO(key_ranks(store, seq, k, &ranks, &nranks), st, out);
+            TD_CHECK_GOTO(key_ranks(store, &ranks_q, seq, k, &ranks, &nranks), st, out);
             if (!nranks) continue;
         }
         int64_t r = ranks[ri++];
@@ -245,22 +250,22 @@ td_status td_metrics_keys_summary(td_rundb *store, const char *run_id, td_metric
         s->count = sqlite3_column_int64(agg, 0);
         /* Each extreme alone, read off the index; together with count() they would be
          * computed row by row. */
-        TD_CHECK_GOTO(rank_extreme(store,
+        TD_CHECK_GOTO(rank_extreme(store, &ext[0],
                                    "SELECT min(step) FROM metrics"
                                    " WHERE run = ?1 AND key = ?2 AND rank = ?3",
                                    seq, k, (int)r, NULL, &s->first_step),
                       st, out);
-        TD_CHECK_GOTO(rank_extreme(store,
+        TD_CHECK_GOTO(rank_extreme(store, &ext[1],
                                    "SELECT max(step) FROM metrics"
                                    " WHERE run = ?1 AND key = ?2 AND rank = ?3",
                                    seq, k, (int)r, NULL, &s->last_step),
                       st, out);
-        TD_CHECK_GOTO(rank_extreme(store,
+        TD_CHECK_GOTO(rank_extreme(store, &ext[2],
                                    "SELECT min(time) FROM metrics"
                                    " WHERE run = ?1 AND key = ?2 AND rank = ?3",
                                    seq, k, (int)r, &s->first_time, NULL),
                       st, out);
-        TD_CHECK_GOTO(rank_extreme(store,
+        TD_CHECK_GOTO(rank_extreme(store, &ext[3],
                                    "SELECT max(time) FROM metrics"
                                    " WHERE run = ?1 AND key = ?2 AND rank = ?3",
                                    seq, k, (int)r, &s->last_time, NULL),
@@ -271,6 +276,8 @@ out:
     sqlite3_finalize(next);
     sqlite3_finalize(agg);
     sqlite3_finalize(name);
+    sqlite3_finalize(ranks_q);
+    for (int e = 0; e < 4; e++) sqlite3_finalize(ext[e]);
     read_end(store);
     if (st != TD_OK) {
         td_metric_key_summaries_free(*out, *count);
@@ -473,9 +480,10 @@ td_status td_metrics_series(td_rundb *store, const char *run_id, const td_series
     td_status st = TD_OK;
     int *ranks = NULL;
     size_t nranks = 0;
+    sqlite3_stmt *ranks_q = NULL, *lo_q = NULL, *hi_q = NULL;
     TD_CHECK(read_begin(store));
     TD_CHECK_GOTO(key_id(store, q->key, &key, &found), st, out);
-    if (found) TD_CHECK_GOTO(key_ranks(store, seq, key, &ranks, &nranks), st, out);
+    if (found) TD_CHECK_GOTO(key_ranks(store, &ranks_q, seq, key, &ranks, &nranks), st, out);
     if (!nranks) {
         st = td_error(TD_ERR_NOTFOUND, "run %s has no metric '%s'", run_id, q->key);
         goto out;
@@ -509,8 +517,8 @@ td_status td_metrics_series(td_rundb *store, const char *run_id, const td_series
         double min_x = INFINITY, max_x = -INFINITY;
         for (size_t i = 0; i < nranks; i++) {
             double a, b;
-            TD_CHECK_GOTO(rank_extreme(store, lo, seq, key, ranks[i], &a, NULL), st, out);
-            TD_CHECK_GOTO(rank_extreme(store, hi, seq, key, ranks[i], &b, NULL), st, out);
+            TD_CHECK_GOTO(rank_extreme(store, &lo_q, lo, seq, key, ranks[i], &a, NULL), st, out);
+            TD_CHECK_GOTO(rank_extreme(store, &hi_q, hi, seq, key, ranks[i], &b, NULL), st, out);
             min_x = fmin(min_x, a);
             max_x = fmax(max_x, b);
         }
@@ -541,6 +549,9 @@ td_status td_metrics_series(td_rundb *store, const char *run_id, const td_series
         out->total += out->series[i].count;
     }
 out:
+    sqlite3_finalize(ranks_q);
+    sqlite3_finalize(lo_q);
+    sqlite3_finalize(hi_q);
     read_end(store);
     free(ranks);
     if (st != TD_OK) td_series_result_clear(out);

@@ -6,7 +6,8 @@
  * A rebuild adds what the index lacks and never rewrites what it has: a run missing from it is
  * inserted from run.json (or, without one, recovered from the directory's name and files, with
  * a note saying so), its metrics are ingested again from metrics/rank-R.jsonl, its artifacts
- * registered with their size and SHA-256 and its log files recorded. A run the index shows as
+ * registered with their size and SHA-256, its log files recorded and its sdk.json (what the
+ * script recorded through the Python SDK: config, summary, tags) read. A run the index shows as
  * not finished while run.json has its end takes the end from run.json. A run that was running
  * when the index was lost and whose supervisor is gone ends up failed, as td_run_reap_stale
  * does. Safe to run at any time and as often as wanted, also beside live runs. */
@@ -210,6 +211,8 @@ td_status td__run_sync_files(td_rundb *store, const td_run *run, int only_missin
     size_t n = 0;
     if (st == TD_OK) st = td_logs_scan(store, run, &logs, &n);
     td_log_files_free(logs, n);
+    /* What the script recorded through the SDK: a malformed file is a warning, not a failure. */
+    if (st == TD_OK) st = td_run_sdk_sync(store, run, NULL, NULL);
     if (npoints) *npoints += (int64_t)points;
     if (nartifacts) *nartifacts += arts;
     if (nlogs) *nlogs += n;

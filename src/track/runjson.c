@@ -20,6 +20,20 @@ static json_t *str_or_null(const char *s) {
     return s ? json_string(s) : json_null();
 }
 
+/* A stored JSON object's text as the object, null for none (or for text that is not one). */
+static json_t *object_or_null(const char *text) {
+    json_t *v = text ? json_loads(text, 0, NULL) : NULL;
+    if (json_is_object(v)) return v;
+    json_decref(v);
+    return json_null();
+}
+
+/* An object member as compact text (NULL when it is not an object). */
+static char *object_text(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_object(v) ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+}
+
 td_status td__run_json_write(const td_run *run) {
     json_t *o = json_object();
     json_object_set_new(o, "format", json_integer(RUN_JSON_FORMAT));
@@ -63,6 +77,10 @@ td_status td__run_json_write(const td_run *run) {
                         run->group && *run->group ? json_string(run->group) : json_null());
     json_object_set_new(o, "notes", str_or_null(run->notes));
     json_object_set_new(o, "archived", json_boolean(run->archived));
+    /* What the script recorded through the SDK (RUN/sdk.json): objects, or null for none. A
+     * reader without them takes none; the rebuild also reads sdk.json itself. */
+    json_object_set_new(o, "config", object_or_null(run->config_json));
+    json_object_set_new(o, "summary", object_or_null(run->summary_json));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text) return td_error(TD_ERR_NOMEM, "cannot encode run.json of run %s", run->id);
@@ -232,6 +250,8 @@ td_status td__run_json_read(const char *run_dir, td_run *out, int *found) {
     }
     out->notes = get_str(o, "notes");
     out->archived = json_is_true(json_object_get(o, "archived"));
+    out->config_json = object_text(o, "config");
+    out->summary_json = object_text(o, "summary");
     /* The directory is where the run is now (the project may have moved since). */
     out->run_dir = td_xstrdup(run_dir);
     *found = 1;

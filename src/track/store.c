@@ -67,6 +67,8 @@ void td_run_clear(td_run *run) {
     free(run->tags);
     free(run->group);
     free(run->notes);
+    free(run->config_json);
+    free(run->summary_json);
     memset(run, 0, sizeof *run);
 }
 
@@ -144,8 +146,7 @@ td_status td__rundb_commit(td_rundb *store) {
 void td__rundb_rollback(td_rundb *store) {
     if (sqlite3_get_autocommit(store->db)) return;
     sqlite3_exec(store->db, "ROLLBACK", NULL, NULL, NULL);
-    for (size_t i = 0; i < store->nkeys; i++) free(store->keys[i].name);
-    store->nkeys = 0;
+    td__metric_keys_forget(store);
 }
 
 td_status td__rundb_prepare(td_rundb *store, const char *sql, sqlite3_stmt **out) {
@@ -204,6 +205,9 @@ static const struct {
     {"run_group", "TEXT NOT NULL DEFAULT ''"},
     {"notes", "TEXT"},
     {"archived", "INTEGER NOT NULL DEFAULT 0"},
+    /* What the script recorded through the Python SDK (RUN/sdk.json, issue 19). */
+    {"config", "TEXT"},
+    {"summary", "TEXT"},
 };
 
 static td_status migrate_schema(td_rundb *s) {
@@ -249,8 +253,7 @@ static void close_db(td_rundb *s) {
     sqlite3_close(s->db);
     s->db = NULL;
     s->db_ino = 0;
-    for (size_t i = 0; i < s->nkeys; i++) free(s->keys[i].name);
-    s->nkeys = 0;
+    td__metric_keys_forget(s);
 }
 
 /* Whether the database open in s->db holds the store's tables: 1 it has the runs table, 0 it
@@ -460,6 +463,7 @@ void td_rundb_close(td_rundb *store) {
     if (!store) return;
     close_db(store);
     free(store->keys);
+    free(store->key_slots);
     free(store->project_dir);
     free(store->dir);
     free(store->db_path);
@@ -498,7 +502,7 @@ static char *col_text(sqlite3_stmt *q, int i) {
 #define RUN_COLUMNS                                                                                \
     "id, workflow, status, exit_code, created, started, ended, command, code_version, params, "    \
     "nodes, nproc_per_node, restarts, supervisor_pid, run_dir, note, stop_requested, "             \
-    "supervisor_start, tags, run_group, notes, archived"
+    "supervisor_start, tags, run_group, notes, archived, config, summary"
 
 static void read_run(sqlite3_stmt *q, td_run *r) {
     memset(r, 0, sizeof *r);
@@ -528,6 +532,8 @@ static void read_run(sqlite3_stmt *q, td_run *r) {
     r->group = col_text(q, 19);
     r->notes = col_text(q, 20);
     r->archived = sqlite3_column_int(q, 21);
+    r->config_json = col_text(q, 22);
+    r->summary_json = col_text(q, 23);
 }
 
 td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found) {
@@ -565,8 +571,8 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
                                " started, ended, command, code_version, params, nodes,"
                                " nproc_per_node, restarts, supervisor_pid, run_dir, note,"
                                " stop_requested, supervisor_start, tags, run_group, notes,"
-                               " archived)"
-                               " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               " archived, config, summary)"
+                               " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                &q));
     sqlite3_bind_text(q, 1, r->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, r->workflow ? r->workflow : "run", -1, SQLITE_STATIC);
@@ -597,6 +603,8 @@ td_status td__run_insert(td_rundb *store, const td_run *r, int64_t n) {
     else
         sqlite3_bind_null(q, 22);
     sqlite3_bind_int(q, 23, r->archived);
+    sqlite3_bind_text(q, 24, r->config_json, -1, SQLITE_STATIC); /* NULL binds NULL */
+    sqlite3_bind_text(q, 25, r->summary_json, -1, SQLITE_STATIC);
     td_status st = td__rundb_step(store, q, "restore a run");
     sqlite3_finalize(q);
     return st;
@@ -1323,6 +1331,105 @@ td_status td_run_set_labels(td_rundb *store, const char *id, const char *tags, c
                               " notes = CASE WHEN ?3 IS NULL THEN notes WHEN ?3 = '' THEN NULL"
                               " ELSE ?3 END WHERE id = ?4",
                               bind_labels, &a, "label a run", &changed, NULL);
+    if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
+    return st;
+}
+
+static int same_text(const char *a, const char *b) {
+    return a && b ? !strcmp(a, b) : a == b;
+}
+
+td_status td__run_apply_sdk(td_rundb *store, const char *id, const char *config,
+                            const char *summary, const char *const *tags, size_t ntags,
+                            const char *source, int *changed) {
+    td_status st = TD_OK;
+    sqlite3_stmt *q = NULL;
+    td_run row;
+    memset(&row, 0, sizeof row);
+    char *merged = NULL;
+    int found = 0;
+    *changed = 0;
+    TD_CHECK(td__rundb_ensure(store));
+    /* The row is read and written under one write lock: a `tandem tag` at the same moment is
+     * neither lost nor undone. */
+    TD_CHECK(td__rundb_begin(store));
+    TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
+    if (!found) {
+        st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
+        goto out;
+    }
+    const char *had = row.tags ? row.tags : "";
+    if (ntags && td_tags_edit(had, tags, ntags, NULL, 0, &merged) != TD_OK) {
+        TD_LOG_WARN("%s: its tags are not added to run %s: %s", source, id, td_error_msg());
+        td_error_clear();
+        merged = NULL;
+    }
+    int differs = (config && !same_text(config, row.config_json)) ||
+                  (summary && !same_text(summary, row.summary_json)) ||
+                  (merged && strcmp(merged, had));
+    if (!differs) {
+        st = td__rundb_commit(store);
+        goto out;
+    }
+    TD_CHECK_GOTO(td__rundb_prepare(store,
+                                    "UPDATE runs SET config = coalesce(?1, config),"
+                                    " summary = coalesce(?2, summary), tags = coalesce(?3, tags)"
+                                    " WHERE id = ?4",
+                                    &q),
+                  st, out);
+    sqlite3_bind_text(q, 1, config, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, summary, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, merged, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, id, -1, SQLITE_STATIC);
+    TD_CHECK_GOTO(td__rundb_step(store, q, "record what the script's SDK recorded"), st, out);
+    td_run_clear(&row);
+    TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
+    struct stat sb;
+    if (found && row.run_dir && stat(row.run_dir, &sb) == 0)
+        TD_CHECK_GOTO(td__run_json_write(&row), st, out);
+    TD_CHECK_GOTO(td__rundb_commit(store), st, out);
+    *changed = 1;
+out:
+    sqlite3_finalize(q);
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        td__nospace_explain(st, store->dir);
+    }
+    td_run_clear(&row);
+    free(merged);
+    return st;
+}
+
+struct imported_args {
+    const char *id;
+    td_run_status status;
+    int exit_code;
+    double created, started, ended;
+    const char *note, *code_version;
+};
+
+static void bind_imported(sqlite3_stmt *q, const void *p) {
+    const struct imported_args *a = p;
+    sqlite3_bind_text(q, 1, td_run_status_str(a->status), -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, a->exit_code);
+    sqlite3_bind_double(q, 3, a->created);
+    sqlite3_bind_double(q, 4, a->started);
+    sqlite3_bind_double(q, 5, a->ended);
+    sqlite3_bind_text(q, 6, a->note, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 7, a->code_version, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 8, a->id, -1, SQLITE_STATIC);
+}
+
+td_status td__run_set_imported(td_rundb *store, const char *id, td_run_status status, int exit_code,
+                               double created, double started, double ended, const char *note,
+                               const char *code_version) {
+    struct imported_args a = {id, status, exit_code, created, started, ended, note, code_version};
+    int changed = 0;
+    td_status st = update_row(store, id,
+                              "UPDATE runs SET status = ?1, exit_code = ?2, created = ?3,"
+                              " started = ?4, ended = ?5, note = ?6, code_version = ?7"
+                              " WHERE id = ?8",
+                              bind_imported, &a, "record an imported run", &changed, NULL);
     if (st == TD_OK && !changed) st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
     return st;
 }

@@ -23,12 +23,16 @@ struct td_rundb {
     int no_auto_rebuild; /* TD_RUNDB_NO_AUTO_REBUILD */
     int nospace_noted;   /* the reserve was released by this process (status writes say so) */
     /* metric key name -> id, valid across transactions because keys are never deleted; cleared
-     * on rollback since a rolled-back insert may have handed out an id that no longer exists. */
+     * on rollback since a rolled-back insert may have handed out an id that no longer exists.
+     * key_slots indexes it (open addressing on the name's hash; a slot holds index + 1, 0 is
+     * empty): a run may log 100,000 keys, and each point looks its key up. */
     struct {
         char *name;
         int64_t id;
     } * keys;
     size_t nkeys, cap_keys;
+    uint32_t *key_slots;
+    size_t nslots; /* a power of two, at least twice nkeys; 0 before the first key */
     sqlite3_stmt *insert_metric;
 };
 
@@ -52,6 +56,8 @@ td_status td__rundb_ensure(td_rundb *store);
 td_status td__run_seq(td_rundb *store, const char *run_id, int64_t *out);
 /* The id of a metric key, inserting it when new; call inside a transaction. */
 td_status td__metric_key_id(td_rundb *store, const char *name, int64_t *out);
+/* Forgets the key cache (after a rollback, or with the connection). */
+void td__metric_keys_forget(td_rundb *store);
 /* Binds and steps the cached insert statement for one point; inside a transaction. */
 td_status td__metric_insert_one(td_rundb *store, int64_t run_seq, int rank, int64_t key_id,
                                 int64_t step, double value, double time_s);
@@ -70,6 +76,17 @@ td_status td__run_insert(td_rundb *store, const td_run *run, int64_t n);
 /* Takes a run's end (status, exit code, times, note, restarts) from its run.json (disk) while
  * the index still shows the status *run has; *changed = 1 and *run refreshed when it did. */
 td_status td__run_adopt(td_rundb *store, td_run *run, const td_run *disk, int *changed);
+/* What RUN/sdk.json holds (sdk.c) into the row, row and run.json in one write transaction:
+ * config and summary (compact JSON objects; NULL: unchanged) replace the stored ones, tags
+ * (checked already) are added to the run's (over TD_TAGS_MAX: a warning naming source, none
+ * added). *changed = 1 when the row changed (nothing is written when nothing would). */
+td_status td__run_apply_sdk(td_rundb *store, const char *id, const char *config,
+                            const char *summary, const char *const *tags, size_t ntags,
+                            const char *source, int *changed);
+/* An imported run's status, exit code, times, note and code version (import.c). */
+td_status td__run_set_imported(td_rundb *store, const char *id, td_run_status status, int exit_code,
+                               double created, double started, double ended, const char *note,
+                               const char *code_version);
 /* The per-workflow number of an id "<workflow>-<n>": n, or -1 when the id has no such tail. */
 int64_t td__run_number(const char *id);
 
@@ -113,7 +130,8 @@ td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int onl
 /* Whether <dir>/runs holds at least one run directory. */
 int td__runs_dir_has_runs(const char *store_dir);
 /* Brings one run's metrics (from the stored offsets on), artifacts (only_missing: those the
- * index lacks) and log files from its directory into the index; counts are added to. */
+ * index lacks), log files and sdk.json (td_run_sdk_sync) from its directory into the index;
+ * counts are added to. */
 td_status td__run_sync_files(td_rundb *store, const td_run *run, int only_missing, int64_t *npoints,
                              size_t *nartifacts, size_t *nlogs);
 

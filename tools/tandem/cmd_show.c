@@ -1,6 +1,7 @@
 /* tandem show: everything recorded about one run. What the run and its programs wrote (ids,
  * notes, commands, metric keys, paths) reaches the terminal escaped (run_cli_text). */
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,41 @@ static void print_instances(const td_run *r) {
     td_run_instances_clear(&rec);
 }
 
+/* What the script recorded through the Python SDK (config, summary: RUN/sdk.json), one key a
+ * line in sorted order, each value as JSON. */
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void print_sdk_object(const char *title, const char *text) {
+    printf("\n%s:\n", title);
+    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    if (!json_is_object(o) || !json_object_size(o)) {
+        printf("  (none)\n");
+        json_decref(o);
+        return;
+    }
+    size_t n = 0, width = 0;
+    const char **keys = td_xcalloc(json_object_size(o), sizeof *keys);
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        keys[n++] = k;
+        if (strlen(k) > width) width = strlen(k);
+    }
+    qsort(keys, n, sizeof *keys, cmp_key);
+    if (width > 24) width = 24;
+    for (size_t i = 0; i < n; i++) {
+        char *val =
+            json_dumps(json_object_get(o, keys[i]),
+                       JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+        printf("  %-*s %s\n", (int)width, run_cli_text(keys[i]), run_cli_text(val ? val : "?"));
+        free(val);
+    }
+    free(keys);
+    json_decref(o);
+}
+
 static const cli_opt opts[] = {{0}};
 
 static const cli_command verb = {
@@ -117,6 +153,8 @@ int cmd_show(int argc, char **argv) {
     if (r.supervisor_pid) printf("%-15s %lld\n", "supervisor pid", (long long)r.supervisor_pid);
     printf("%-15s %s\n", "run dir", run_cli_text(r.run_dir));
     printf("%-15s %s/checkpoints\n", "checkpoints", run_cli_text(r.run_dir));
+    print_sdk_object("config", r.config_json);
+    print_sdk_object("summary", r.summary_json);
 
     td_log_file *logs = NULL;
     size_t nlogs = 0;

@@ -23,6 +23,7 @@
     X("archive", cmd_archive, "hide finished runs from the listings (--undo)")                     \
     X("rm", cmd_rm, "delete runs: directory and index rows (a live run is refused)")               \
     X("gc", cmd_gc, "terminate cloud instances whose run's supervisor is gone (--dry-run)")        \
+    X("import", cmd_import, "bring offline runs of the Python SDK (tandem-offline/ID) in")         \
     X("reindex", cmd_reindex, "rebuild the run index (.tandem/runs.db) from the run directories")  \
     X("ui", cmd_ui, "serve the runs dashboard (http://127.0.0.1:8080)")                            \
     X("bench", cmd_bench, "benchmarks: 'tandem bench comm ...' (collectives)")
@@ -43,6 +44,7 @@ int cmd_group(int argc, char **argv);
 int cmd_archive(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 int cmd_reindex(int argc, char **argv);
 int cmd_ui(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
