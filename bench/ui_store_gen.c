@@ -1,14 +1,18 @@
 /* The run store of the `tandem ui` benchmark (bench/bench_ui.sh), written through the real track
  * API (td_run_create, td_metrics_insert, td_run_set_status), so its schema is the store's own.
  *
- *   ui_store_gen PROJECT_DIR [SMALL_RUNS] [BIG_POINTS]
+ *   ui_store_gen PROJECT_DIR [SMALL_RUNS] [BIG_POINTS] [WIDE_KEYS]
  *
  * Makes PROJECT_DIR/.tandem with SMALL_RUNS (default 99) finished runs of workflow "sweep"
  * (2 ranks x 5 keys x 1,000 steps each, params lr/batch/seed) and then one run of workflow
  * "big" with BIG_POINTS (default 1,000,000) points over 10 keys and 2 ranks (train/loss with
  * rare spikes, train/acc, test/loss, test/acc, lr, grad_norm, samples_per_s, sys/cpu_percent,
  * sys/rss_mb, sys/gpu_util_percent), 0.05 s of wall time per step, and a log per rank.
- * Prints the big run's id last. */
+ * BIG_POINTS 0 makes no big run. With WIDE_KEYS > 0, first one run of workflow "wide" with that
+ * many metric keys (train/loss, test/acc, train/to_zero: 1 then 0, and grad/layer000000 ... on
+ * rank 0, 10 steps each;
+ * what a per-layer logger makes) whose id is printed as "wide ID". Prints the big run's id last
+ * (when there is one). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,6 +89,7 @@ int main(int argc, char **argv) {
     const char *project = argv[1];
     int small_runs = argc > 2 ? atoi(argv[2]) : 99;
     int64_t big_points = argc > 3 ? atoll(argv[3]) : 1000000;
+    int64_t wide_keys = argc > 4 ? atoll(argv[4]) : 0;
     td_rundb *db;
     check(td_rundb_open(project, &db));
 
@@ -120,6 +125,64 @@ int main(int argc, char **argv) {
         finish(db, run.id);
         td_run_clear(&run);
         free(params);
+    }
+
+    /* The wide run: many keys, few points each. */
+    if (wide_keys > 0) {
+        enum { WIDE_STEPS = 10 };
+        td_run_spec wspec = {.workflow = "wide",
+                             .command = "python3 train.py --log-every-layer",
+                             .params_json = "{\"lr\": 0.01}",
+                             .nodes = 1,
+                             .nproc_per_node = 1};
+        td_run run;
+        check(td_run_create(db, &wspec, &run));
+        char name[64];
+        char **names = malloc(sizeof(char *) * (size_t)wide_keys);
+        if (!names) return 1;
+        for (int64_t k = 0; k < wide_keys; k++) {
+            if (k == 0)
+                snprintf(name, sizeof name, "train/loss");
+            else if (k == 1)
+                snprintf(name, sizeof name, "test/acc");
+            else if (k == 2)
+                snprintf(name, sizeof name, "train/to_zero");
+            else
+                snprintf(name, sizeof name, "grad/layer%06lld", (long long)(k - 3));
+            names[k] = td_xstrdup(name);
+        }
+        /* 250 keys per connection: a connection's key cache is a list searched in order
+         * (src/track/metrics.c), so 100,000 keys through one connection take minutes. */
+        enum { KEYS_PER_CONN = 250 };
+        size_t n = 0;
+        td_rundb *wdb = NULL;
+        for (int64_t k = 0; k < wide_keys; k++) {
+            if (k % KEYS_PER_CONN == 0) {
+                if (n) check(td_metrics_insert(wdb, run.id, pts, n));
+                n = 0;
+                if (wdb) td_rundb_close(wdb);
+                check(td_rundb_open(project, &wdb));
+            }
+            for (int64_t s = 0; s < WIDE_STEPS; s++) {
+                double v = k == 1   ? 0.5 + 0.04 * (double)s
+                           : k == 2 ? (s == 0 ? 1.0 : 0.0) /* smoothed, a residual of ~1e-100 */
+                                    : exp(-0.2 * (double)s) * (1 + 0.01 * (double)(k % 97));
+                pts[n++] = (td_metric_point){0, names[k], s, v, t_start + 3600 + (double)s};
+            }
+        }
+        if (n) check(td_metrics_insert(wdb, run.id, pts, n));
+        if (wdb) td_rundb_close(wdb);
+        finish(db, run.id);
+        for (int64_t k = 0; k < wide_keys; k++) free(names[k]);
+        free(names);
+        fprintf(stderr, "ui_store_gen: %s with %lld keys\n", run.id, (long long)wide_keys);
+        printf("wide %s\n", run.id);
+        td_run_clear(&run);
+    }
+    if (big_points <= 0) {
+        free(pts);
+        td_rundb_close(db);
+        return 0;
     }
 
     /* The big run. */

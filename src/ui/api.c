@@ -351,10 +351,50 @@ static json_t *instances_json(const td_run *run) {
     return o;
 }
 
-static void get_run(td_rundb *db, const td_run *run, td__ui_reply *rep) {
+/* stats=1: each entry of keys also gets "last", "last_step", "min" and "max" (td_metrics_stats
+ * over every key of the run: a few index probes per key). */
+static void keys_add_stats(td_rundb *db, const td_run *run, json_t *keys) {
+    size_t n = json_array_size(keys);
+    if (!n) return;
+    const char **names = td_xcalloc(n, sizeof *names);
+    td_metric_stats *stats = td_xcalloc(n, sizeof *stats);
+    for (size_t i = 0; i < n; i++)
+        names[i] = json_string_value(json_object_get(json_array_get(keys, i), "key"));
+    if (td_metrics_stats(db, run->id, names, n, stats) == TD_OK) {
+        for (size_t i = 0; i < n; i++) {
+            if (!stats[i].found) continue;
+            json_t *k = json_array_get(keys, i);
+            json_object_set_new(k, "last", json_real(stats[i].last));
+            json_object_set_new(k, "last_step", json_integer(stats[i].last_step));
+            json_object_set_new(k, "min", json_real(stats[i].min));
+            json_object_set_new(k, "max", json_real(stats[i].max));
+        }
+    } else {
+        TD_LOG_DEBUG("tandem ui: metric stats of run %s: %s", run->id, td_error_msg());
+        td_error_clear();
+    }
+    free(stats);
+    free(names);
+}
+
+static void get_run(td_rundb *db, const td_run *run, const td__ui_request *req, td__ui_reply *rep) {
+    int want_stats = 0;
+    if (param_bool(req, rep, "stats", &want_stats)) return;
     json_t *o = td__ui_run_json(db, run, td__ui_default_keys, td__ui_ndefault_keys);
     json_object_set_new(o, "command", opt_text(run->command));
     json_object_set_new(o, "run_dir", opt_text(run->run_dir));
+    /* What the script recorded through the Python SDK (RUN/sdk.json): {} when none. Only here,
+     * not in the runs list and its events: an HF Trainer's config alone is 150 keys a run. */
+    const char *const sdk_text[2] = {run->config_json, run->summary_json};
+    static const char *const sdk_name[2] = {"config", "summary"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = sdk_text[i] ? json_loads(sdk_text[i], 0, NULL) : NULL;
+        if (!json_is_object(v)) {
+            json_decref(v);
+            v = json_object();
+        }
+        json_object_set_new(o, sdk_name[i], v);
+    }
     char *id_seg = td__ui_url_segment(run->id);
     /* keys: the per-rank summaries folded per key */
     td_metric_key_summary *sum = NULL;
@@ -387,7 +427,9 @@ static void get_run(td_rundb *db, const td_run *run, td__ui_reply *rep) {
         i = j;
     }
     td_metric_key_summaries_free(sum, nsum);
+    if (want_stats) keys_add_stats(db, run, keys);
     json_object_set_new(o, "keys", keys);
+    json_object_set_new(o, "marks", td__ui_marks_json(run));
     td_artifact *arts = NULL;
     size_t narts = 0;
     json_t *aj = json_array();
@@ -862,7 +904,7 @@ void td__ui_api(td_ui *ui, const td__ui_request *req, td__ui_reply *rep) {
         have_run = 1;
         const char *what = n >= 4 ? s[3] : NULL;
         if (n == 3) {
-            if (method_is(req, "GET", rep, "/api/runs/{id}")) get_run(db, &run, rep);
+            if (method_is(req, "GET", rep, "/api/runs/{id}")) get_run(db, &run, req, rep);
         } else if (n == 4 && !strcmp(what, "series")) {
             if (method_is(req, "GET", rep, "/api/runs/{id}/series")) get_series(db, &run, req, rep);
         } else if (n == 5 && !strcmp(what, "logs")) {

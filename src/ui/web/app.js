@@ -67,6 +67,28 @@
     if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3);
     return String(+v.toPrecision(5));
   }
+  /* A value of a chart line (legend, tooltip): `sig` significant digits, trailing zeros cut,
+   * exponent form below 1e-4 and from 1e9; a value below 1e-10 of the line's largest magnitude
+   * `mag` is 0 (the smoothing's residual of a line that is really 0 can be any tiny number, such
+   * as 1.001e-109; float32 metrics carry 7 digits anyway). */
+  function fmtValue(v, mag, sig = 5) {
+    if (v == null || typeof v !== 'number') return v == null ? '' : String(v);
+    if (!isFinite(v)) return String(v);
+    const a = Math.abs(v);
+    if (a === 0 || (mag > 0 && a < mag * 1e-10)) return '0';
+    if (Number.isInteger(v) && a < 1e9) return String(v);
+    if (a < 1e-4 || a >= 1e9) {
+      const [m, e] = v.toExponential(sig - 1).split('e');
+      return `${m.includes('.') ? m.replace(/\.?0+$/, '') : m}e${e.replace('+', '')}`;
+    }
+    return String(+v.toPrecision(sig));
+  }
+  /* The largest finite magnitude of a line's values (0 when none). */
+  function magnitude(ys) {
+    let m = 0;
+    for (const y of ys) if (y != null && isFinite(y) && Math.abs(y) > m) m = Math.abs(y);
+    return m;
+  }
   function fmtBytes(n) {
     if (n == null) return '';
     const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -90,6 +112,15 @@
     return m ? m[1].slice(0, 10) + (m[2] ? '+dirty' : '') : v;
   }
   const isLoss = (key) => /loss/i.test(key);
+  /* Which way is better for a key (the compare view's summary table): 'min' for losses and
+   * errors, 'max' for accuracies and scores, null when the name does not say (lr, grad_norm). */
+  function bestOf(key) {
+    const word = (names) => new RegExp(`(^|[^a-z])(${names})([^a-z]|$)`, 'i').test(key);
+    if (/loss|error/i.test(key) || word('err|nll|ppl|perplexity|mse|mae|rmse|wer|cer')) return 'min';
+    const scores = 'acc|accuracy|top\\d+|f1|auc|roc_auc|precision|recall|iou|miou|bleu|rouge\\w*|map|dice|r2|score';
+    if (word(scores)) return 'max';
+    return null;
+  }
   const FINAL = new Set(['succeeded', 'failed', 'stopped', 'preempted']);
 
   /* A series palette readable on white and dark backgrounds (Tableau 10). */
@@ -254,6 +285,21 @@
     return names[key] || null;
   }
 
+  /* Restart and resume marks (the run object's "marks", docs/ui-api.md): one per kind and step,
+   * whichever ranks wrote it; a restart in magenta, a resume in violet (colours no rank has). */
+  const MARK_COLORS = { restart: '#e6007e', resume: '#8a2be2' };
+  function dedupeMarks(marks) {
+    const seen = new Map();
+    for (const m of marks || []) {
+      const k = `${m.kind}|${m.step}`;
+      const had = seen.get(k);
+      if (!had) seen.set(k, Object.assign({}, m));
+      else if (had.time == null && m.time != null) had.time = m.time;
+    }
+    return [...seen.values()];
+  }
+  const markLabel = (m) => (m.kind === 'restart' ? 'restarted' : 'resumed') + ` from step ${m.step}`;
+
   class Chart {
     constructor(view, key, loader) {
       this.view = view;
@@ -270,6 +316,7 @@
       this.appended = 0;
       const nice = niceKey(key);
       this.info = h('span', { class: 'info' });
+      this.marksInfo = h('span', { class: 'marks' });
       this.plot = h('div', { class: 'plot', role: 'img', 'aria-label': `Chart of ${key}: loading` });
       this.el = h(
         'figure',
@@ -278,6 +325,7 @@
           'figcaption',
           null,
           h('span', { class: 'key' }, nice ? [nice, ' ', h('code', null, key)] : key),
+          this.marksInfo,
           this.info,
         ),
         this.plot,
@@ -298,8 +346,10 @@
       this.el.classList.add('loading');
       const range = this.range;
       try {
-        const res = await this.view.fetchQueue(() => this.loader(range, this.width(), this.view.signal));
-        if (this.view.dead) return;
+        const res = await this.view.fetchQueue(async () =>
+          this.dead ? { lines: [], total: 0 } : this.loader(range, this.width(), this.view.signal),
+        );
+        if (this.view.dead || this.dead) return;
         this.lines = res.lines;
         this.alias = res.alias || new Map();
         this.total = res.total;
@@ -310,13 +360,13 @@
         for (const p of pend) this.append(p[0], p[1], p[2], true);
         this.render();
       } catch (e) {
-        if (isAbort(e) || this.view.dead) return;
+        if (isAbort(e) || this.view.dead || this.dead) return;
         this.state = 'error';
         put(this.plot, errorBox(`${this.key}: ${e.message}`));
         this.destroyPlot();
       } finally {
         this.el.classList.remove('loading');
-        if (this.reloadAfter && !this.view.dead) {
+        if (this.reloadAfter && !this.view.dead && !this.dead) {
           this.reloadAfter = false;
           this.state = 'ready';
           this.load();
@@ -355,7 +405,7 @@
       if (this.reloadTimer) return;
       this.reloadTimer = setTimeout(() => {
         this.reloadTimer = null;
-        if (!this.view.dead) this.load();
+        if (!this.view.dead && !this.dead) this.load();
       }, 1000);
     }
 
@@ -380,17 +430,19 @@
       if (this.u) {
         this.u.destroy();
         this.u = null;
+        this.el.__u = null;
       }
       this.shape = '';
     }
 
     destroy() {
+      this.dead = true;
       clearTimeout(this.reloadTimer);
       this.destroyPlot();
     }
 
     render() {
-      if (this.state !== 'ready') return;
+      if (this.state !== 'ready' || this.dead) return;
       const lines = this.lines.filter((l) => l.x.length);
       let points = 0,
         maxX = -Infinity,
@@ -433,6 +485,7 @@
         put(this.plot);
         this.shape = shape;
         this.u = new uPlot(this.options(lines, s > 0, log), data, this.plot);
+        this.el.__u = this.u; // for tests (tests/ui/browser): the plot's scales
         this.hideRawLegend(lines, s > 0);
         if (this.range) this.u.setScale('x', { min: this.range[0], max: this.range[1] });
       } else if (this.range) {
@@ -447,7 +500,8 @@
       if (!lines.length) return `Chart of ${this.key}: no points yet`;
       const parts = lines.map(
         (l) =>
-          `${l.label} last ${fmtNum(l.y[l.y.length - 1])} at ${settings.x} ${fmtNum(l.x[l.x.length - 1])}`,
+          `${l.label} last ${fmtValue(l.y[l.y.length - 1], magnitude(l.y))} at ${settings.x} ` +
+          fmtNum(l.x[l.x.length - 1]),
       );
       return `Chart of ${this.key}: ${parts.join('; ')}`;
     }
@@ -466,6 +520,7 @@
       const grid = cssVar('--grid') || '#e5e5e5';
       /* The legend shows the values under the cursor, and the last ones when it is elsewhere. */
       const legendValue = (fmt) => (u, v, sidx, idx) => {
+        if (this.dead) return '';
         if (idx == null) {
           const d = u.data[sidx];
           for (let i = d.length - 1; i >= 0; i--) if (d[i] != null) return fmt(d[i]);
@@ -483,12 +538,14 @@
         /* A line of one point draws nothing: a metric logged once (a one-epoch run's test
          * accuracy) is drawn as its point. */
         const lone = l.x.length < 2;
+        const mag = magnitude(l.y);
+        const fmtLine = (v) => fmtValue(v, mag);
         series.push({
           label: smooth ? `${l.label} (raw)` : l.label,
           stroke: smooth ? l.color + '40' : l.color,
           width: 1,
           points: lone ? { show: true, size: 7, fill: l.color } : { show: false },
-          value: legendValue(fmtNum),
+          value: legendValue(fmtLine),
         });
         if (smooth) {
           series.push({
@@ -496,7 +553,7 @@
             stroke: l.color,
             width: 1.75,
             points: { show: false },
-            value: legendValue(fmtNum),
+            value: legendValue(fmtLine),
           });
         }
       }
@@ -515,7 +572,7 @@
             size: 56,
             grid: { stroke: grid, width: 1 },
             ticks: { stroke: grid },
-            values: (u, vals) => vals.map((v) => fmtNum(v)),
+            values: (u, vals) => vals.map((v) => fmtValue(v, 0, 4)),
           },
         ],
         cursor: {
@@ -540,7 +597,12 @@
               this.zoom(from, to);
             },
           ],
-          draw: [() => markOnce('tandem:first-chart')],
+          draw: [
+            (u) => {
+              this.drawMarks(u);
+              markOnce('tandem:first-chart');
+            },
+          ],
           ready: [
             (u) => {
               u.over.addEventListener('dblclick', () => this.resetZoom());
@@ -549,6 +611,34 @@
           ],
         },
       };
+    }
+
+    /* Where the run restarted or resumed (view.marks: {kind, step, time, color, label}), a dashed
+     * vertical line over the plot at that step (or wall time); data-marks counts those drawn. */
+    drawMarks(u) {
+      const marks = this.view.marks || [];
+      const { left, top, width, height } = u.bbox;
+      const ctx = u.ctx;
+      const seen = [];
+      ctx.save();
+      ctx.lineWidth = Math.max(1, Math.round(2 * (window.devicePixelRatio || 1)));
+      ctx.setLineDash([8, 4]);
+      for (const m of marks) {
+        const x = settings.x === 'time' ? m.time : m.step;
+        if (x == null || !isFinite(x)) continue;
+        const px = Math.round(u.valToPos(x, 'x', true));
+        if (!isFinite(px) || px < left - 1 || px > left + width + 1) continue;
+        ctx.strokeStyle = m.color;
+        ctx.beginPath();
+        ctx.moveTo(px, top);
+        ctx.lineTo(px, top + height);
+        ctx.stroke();
+        seen.push(`${m.label} at ${settings.x} ${settings.x === 'time' ? fmtTime(x) : x}`);
+      }
+      ctx.restore();
+      this.el.dataset.marks = String(seen.length);
+      this.marksInfo.textContent = seen.length === 1 ? seen[0] : seen.length ? `${seen.length} marks` : '';
+      this.marksInfo.title = seen.join('\n');
     }
 
     resize() {
@@ -587,6 +677,13 @@
       this.byEl.set(chart.el, chart);
       this.io.observe(chart.el);
     }
+    remove(chart) {
+      this.io.unobserve(chart.el);
+      this.charts.delete(chart.key);
+      this.byEl.delete(chart.el);
+      this.dirty.delete(chart);
+      chart.destroy();
+    }
     /* Live points are drawn at the next frame, or after 100 ms where frames are not coming (a
      * hidden tab, a busy compositor), whichever is first. */
     redraw(chart) {
@@ -624,28 +721,66 @@
   /* Charts in two sections: the metrics (train/... first, then validation and test, then the
    * rest; in each group the loss first, then by name) and the system metrics (sys/...). */
   const GROUP_ORDER = ['train', 'val', 'valid', 'validation', 'eval', 'test'];
-  function keyRank(key) {
+  /* A key's place as an array that sorts like compareKeys: group order, group, loss first, key. */
+  function keyOrder(key) {
     const i = key.indexOf('/');
     const g = i > 0 ? key.slice(0, i) : '';
     const o = GROUP_ORDER.indexOf(g);
-    return [o >= 0 ? o : g ? GROUP_ORDER.length : GROUP_ORDER.length + 1, g];
+    const rank = o >= 0 ? o : g ? GROUP_ORDER.length : GROUP_ORDER.length + 1;
+    return [rank, g, isLoss(key) ? 0 : 1, key];
+  }
+  function cmpOrder(a, b) {
+    for (let i = 0; i < 4; i++) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+    return 0;
   }
   function compareKeys(a, b) {
-    const ra = keyRank(a),
-      rb = keyRank(b);
-    if (ra[0] !== rb[0]) return ra[0] - rb[0];
-    if (ra[1] !== rb[1]) return ra[1] < rb[1] ? -1 : 1;
-    if (isLoss(a) !== isLoss(b)) return isLoss(a) ? -1 : 1; // the loss first in its group
-    return a < b ? -1 : a > b ? 1 : 0;
+    return cmpOrder(keyOrder(a), keyOrder(b));
+  }
+  /* Sorted by compareKeys, each key's order computed once (n log n comparisons of arrays). */
+  function sortKeys(keys) {
+    return keys
+      .map((k) => keyOrder(k))
+      .sort(cmpOrder)
+      .map((o) => o[3]);
   }
   const isSys = (key) => key.startsWith('sys/');
 
+  /* The charts of a view. A run may have 100,000 keys: the keys are kept sorted in an array
+   * (a new key goes in by binary search), and only the first `limit` keys that match the filter
+   * box have a chart cell, drawn in one pass; "Show more" raises the limit. Charts load when
+   * they come into sight (ChartSet). A chart whose key leaves the shown set is destroyed. */
+  const PAGE_CHARTS = 60;
   class ChartGrid {
     constructor(root, set, makeChart) {
       this.set = set;
       this.makeChart = makeChart;
-      this.main = h('div', { class: 'grid' });
-      this.sys = h('div', { class: 'grid' });
+      this.known = new Set();
+      this.terms = [];
+      const section = (id) => {
+        const grid = h('div', { class: 'grid' });
+        const more = h('button', { type: 'button', class: 'more', hidden: true });
+        const sec = { id, keys: [], limit: PAGE_CHARTS, grid, more, shown: 0, matched: 0 };
+        more.addEventListener('click', () => {
+          sec.limit += PAGE_CHARTS * 4;
+          this.render();
+        });
+        return sec;
+      };
+      this.main = section('metrics');
+      this.sys = section('sys');
+      this.filter = h('input', {
+        type: 'search',
+        id: 'key-filter',
+        placeholder: 'filter charts: train/ loss …',
+        'aria-label': 'Filter the charts by key',
+      });
+      let timer = 0;
+      this.filter.addEventListener('input', () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => this.setFilter(this.filter.value), 120);
+      });
+      this.count = h('span', { id: 'key-count', class: 'muted', 'aria-live': 'polite' });
+      this.bar = h('div', { class: 'keybar', hidden: true }, this.filter, this.count);
       this.sysSec = h(
         'section',
         { class: 'group', hidden: true, 'aria-labelledby': 'sys-title' },
@@ -655,20 +790,113 @@
           'System',
           h('span', { class: 'muted sub' }, ' CPU, memory and GPU of each rank'),
         ),
-        this.sys,
+        this.sys.grid,
+        this.sys.more,
       );
-      root.append(h('section', { class: 'group', 'aria-label': 'Metrics' }, this.main), this.sysSec);
+      root.append(
+        this.bar,
+        h('section', { class: 'group', 'aria-label': 'Metrics' }, this.main.grid, this.main.more),
+        this.sysSec,
+      );
     }
+    /* Every key at once (the view's first load). */
+    setKeys(keys) {
+      const fresh = keys.filter((k) => !this.known.has(k));
+      for (const k of fresh) this.known.add(k);
+      const main = fresh.filter((k) => !isSys(k)),
+        sys = fresh.filter(isSys);
+      this.main.keys = sortKeys(this.main.keys.concat(main));
+      this.sys.keys = sortKeys(this.sys.keys.concat(sys));
+      this.render();
+    }
+    /* One key (a live point's): its chart, or null when it is not among the shown ones. */
     ensure(key) {
-      let c = this.set.charts.get(key);
+      const c = this.set.charts.get(key);
       if (c) return c;
-      c = this.makeChart(key);
-      const grid = isSys(key) ? this.sys : this.main;
-      if (isSys(key)) this.sysSec.hidden = false;
-      const next = [...grid.children].find((el) => compareKeys(el.dataset.key, key) > 0);
-      grid.insertBefore(c.el, next || null);
-      this.set.add(c);
-      return c;
+      if (this.known.has(key)) return null;
+      this.known.add(key);
+      const sec = isSys(key) ? this.sys : this.main;
+      const o = keyOrder(key);
+      let lo = 0,
+        hi = sec.keys.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (cmpOrder(keyOrder(sec.keys[mid]), o) < 0) lo = mid + 1;
+        else hi = mid;
+      }
+      sec.keys.splice(lo, 0, key);
+      this.scheduleRender();
+      return null;
+    }
+    matches(key) {
+      const k = key.toLowerCase();
+      return this.terms.every((t) => k.includes(t));
+    }
+    setFilter(text) {
+      this.terms = text.toLowerCase().split(/\s+/).filter(Boolean);
+      this.main.limit = this.sys.limit = PAGE_CHARTS;
+      this.render();
+    }
+    scheduleRender() {
+      if (this.pending) return;
+      this.pending = requestAnimationFrame(() => this.render());
+      this.pendingTimer = setTimeout(() => this.render(), 100);
+    }
+    render() {
+      cancelAnimationFrame(this.pending);
+      clearTimeout(this.pendingTimer);
+      this.pending = 0;
+      const want = new Set();
+      for (const sec of [this.main, this.sys]) {
+        const shown = [];
+        let matched = 0;
+        for (const k of sec.keys) {
+          if (this.terms.length && !this.matches(k)) continue;
+          matched++;
+          if (shown.length < sec.limit) shown.push(k);
+          else if (!this.terms.length) {
+            matched = sec.keys.length;
+            break;
+          }
+        }
+        sec.matched = matched;
+        sec.shown = shown.length;
+        const els = shown.map((k) => {
+          want.add(k);
+          let c = this.set.charts.get(k);
+          if (!c) {
+            c = this.makeChart(k);
+            this.set.add(c);
+          }
+          return c.el;
+        });
+        sec.cells = els;
+        const left = matched - shown.length;
+        sec.more.hidden = left <= 0;
+        const next = Math.min(left, PAGE_CHARTS * 4);
+        sec.more.textContent = `Show ${next.toLocaleString()} more (${left.toLocaleString()} not shown)`;
+      }
+      for (const c of [...this.set.charts.values()]) if (!want.has(c.key)) this.set.remove(c);
+      for (const sec of [this.main, this.sys]) {
+        const g = sec.grid;
+        /* One pass: only when the order changed (a live key in the middle, a filter). */
+        const same =
+          g.children.length === sec.cells.length && sec.cells.every((el, i) => g.children[i] === el);
+        if (!same) g.replaceChildren(...sec.cells);
+      }
+      this.sysSec.hidden = this.sys.matched === 0;
+      const total = this.main.keys.length + this.sys.keys.length;
+      const matched = this.main.matched + this.sys.matched,
+        shown = this.main.shown + this.sys.shown;
+      /* The filter box for runs with more keys than one page. */
+      if (total > PAGE_CHARTS || this.terms.length) this.bar.hidden = false;
+      this.count.textContent = this.terms.length
+        ? `${matched.toLocaleString()} of ${total.toLocaleString()} keys match; ` +
+          `${shown.toLocaleString()} charts shown`
+        : shown < total
+          ? `${shown.toLocaleString()} of ${total.toLocaleString()} charts shown: filter to find a key`
+          : `${total.toLocaleString()} charts`;
+      if (this.onRender) this.onRender();
     }
   }
 
@@ -846,7 +1074,7 @@
         h('span', { class: 'hint muted' }, 'Select two or more runs to compare them.'),
       ),
       status,
-      h('div', { class: 'tablewrap' }, table),
+      h('div', { class: 'tablewrap runswrap' }, table),
     );
 
     const columns = () => {
@@ -880,37 +1108,64 @@
     };
     const duration = (r) => (r.live && r.started ? Date.now() / 1000 - r.started : r.duration);
 
-    function renderPicker() {
-      const boxes = keys
-        .filter((k) => !k.startsWith('sys/'))
-        .map((k) =>
-          h(
-            'label',
-            { class: 'check' },
-            h('input', {
-              type: 'checkbox',
-              value: k,
-              checked: settings.metrics.includes(k),
-              onchange: (e) => {
-                const on = e.target.checked;
-                settings.metrics = on ? [...settings.metrics, k] : settings.metrics.filter((m) => m !== k);
-                saveSettings();
-                load();
-                listen();
-              },
-            }),
-            k,
-          ),
-        );
-      put(
-        picker,
-        h('summary', null, `Metric columns (${settings.metrics.length})`),
+    /* The metric column picker: a checkbox per key, drawn only while it is open, for the chosen
+     * keys and the first 200 others that match its search box (a store may hold 100,000 keys). */
+    const pickerSearch = h('input', {
+      type: 'search',
+      id: 'picker-filter',
+      placeholder: 'find a key',
+      'aria-label': 'Find a metric key',
+      oninput: () => renderBoxes(),
+    });
+    const pickerBoxes = h('div', { class: 'pickerboxes' });
+    picker.addEventListener('toggle', () => {
+      if (picker.open) renderBoxes();
+      else put(pickerBoxes);
+    });
+    function renderBoxes() {
+      if (!picker.open) return;
+      const terms = pickerSearch.value.toLowerCase().split(/\s+/).filter(Boolean);
+      const chosen = new Set(settings.metrics);
+      const list = settings.metrics.slice();
+      let more = 0;
+      for (const k of keys) {
+        if (k.startsWith('sys/') || chosen.has(k)) continue;
+        if (terms.length && !terms.every((t) => k.toLowerCase().includes(t))) continue;
+        if (list.length < settings.metrics.length + 200) list.push(k);
+        else more++;
+      }
+      const boxes = list.map((k) =>
         h(
-          'div',
-          { class: 'pickerbody' },
-          boxes.length ? boxes : h('span', { class: 'muted' }, 'No metrics yet.'),
+          'label',
+          { class: 'check' },
+          h('input', {
+            type: 'checkbox',
+            value: k,
+            checked: chosen.has(k),
+            onchange: (e) => {
+              const on = e.target.checked;
+              settings.metrics = on ? [...settings.metrics, k] : settings.metrics.filter((m) => m !== k);
+              saveSettings();
+              load();
+              listen();
+            },
+          }),
+          k,
         ),
       );
+      put(
+        pickerBoxes,
+        boxes.length
+          ? boxes
+          : h('span', { class: 'muted' }, keys.length ? 'No key matches.' : 'No metrics yet.'),
+        more ? h('span', { class: 'muted' }, `${more.toLocaleString()} more: type to narrow`) : null,
+      );
+    }
+    function renderPicker() {
+      if (!picker.firstChild)
+        put(picker, h('summary'), h('div', { class: 'pickerbody' }, pickerSearch, pickerBoxes));
+      picker.firstChild.textContent = `Metric columns (${settings.metrics.length})`;
+      renderBoxes();
     }
 
     function renderHead() {
@@ -937,7 +1192,7 @@
                 'th',
                 {
                   scope: 'col',
-                  class: c.num ? 'num' : null,
+                  class: (c.num ? 'num ' : '') + (c.sub ? 'metric' : `col-${c.id}`),
                   'aria-sort': sortCol === c.id ? (sortDir > 0 ? 'ascending' : 'descending') : 'none',
                 },
                 h(
@@ -1042,11 +1297,19 @@
               badge(r.status),
               r.note ? h('span', { class: 'note', title: r.note }, 'note') : null,
             );
-          else if (c.id === 'created') td = h('td', { class: 'nowrap' }, fmtTime(v));
+          else if (c.id === 'created')
+            /* The short form (month-day hour:minute) where the window is narrow (style.css). */
+            td = h(
+              'td',
+              { class: 'nowrap col-created', title: fmtTime(v) },
+              h('span', { class: 'long' }, fmtTime(v)),
+              h('span', { class: 'short' }, fmtTime(v).slice(5, 16)),
+            );
           else if (c.id === 'duration')
             td = h('td', { class: 'num nowrap', dataset: r.live ? { live: '1' } : null }, fmtDur(v));
-          else if (c.id === 'code') td = h('td', { class: 'mono', title: v }, shortVersion(v));
+          else if (c.id === 'code') td = h('td', { class: 'mono col-code', title: v }, shortVersion(v));
           else if (c.id === 'params') td = h('td', { class: 'params', title: v }, v);
+          else if (c.id === 'restarts') td = h('td', { class: 'num col-restarts' }, fmtNum(v));
           else td = h('td', { class: c.num ? 'num' : null }, c.num ? fmtNum(v) : v);
           cells.push(td);
         }
@@ -1221,6 +1484,41 @@
     };
     const grid = new ChartGrid(chartsRoot, set, (key) => new Chart(view, key, loader(key)));
 
+    /* The run's restart/resume marks, drawn on every chart (Chart.drawMarks). */
+    function setMarks(marks) {
+      view.marks = dedupeMarks(marks).map((m) =>
+        Object.assign(m, { color: MARK_COLORS[m.kind] || MARK_COLORS.resume, label: markLabel(m) }),
+      );
+    }
+    /* A key/value table of an object (the run's config or summary); null when it is empty. */
+    function kvTable(title, id, obj) {
+      const names = obj && typeof obj === 'object' && !Array.isArray(obj) ? Object.keys(obj) : [];
+      if (!names.length) return null;
+      const show = (v) =>
+        typeof v === 'number' ? fmtValue(v, 0, 6) : typeof v === 'string' ? v : JSON.stringify(v);
+      return h(
+        'div',
+        { class: 'params', id },
+        h('h2', null, title),
+        h(
+          'table',
+          { class: 'kv' },
+          h(
+            'tbody',
+            null,
+            names.map((k) =>
+              h(
+                'tr',
+                { dataset: { name: k } },
+                h('th', { scope: 'row' }, k),
+                h('td', { class: 'mono' }, show(obj[k])),
+              ),
+            ),
+          ),
+        ),
+      );
+    }
+
     function renderHead() {
       const r = run;
       const stop =
@@ -1291,8 +1589,24 @@
             ['Group', r.group || ''],
             ['Tags', (r.tags || []).join(', ')],
             ['Notes', r.notes || '', true],
+            [
+              'Restarts and resumes',
+              (view.marks || []).length
+                ? h(
+                    'span',
+                    { id: 'run-marks' },
+                    view.marks
+                      .map((m) => `${m.label}${m.time ? ` (${fmtTime(m.time)})` : ''}`)
+                      .join('; '),
+                  )
+                : '',
+              true,
+            ],
           ]),
           h(
+            'div',
+            { class: 'side' },
+            h(
             'div',
             { class: 'params' },
             h('h2', null, 'Params'),
@@ -1318,6 +1632,9 @@
                   ),
                 )
               : h('p', { class: 'muted' }, 'none'),
+          ),
+            kvTable('Config', 'run-config', r.config),
+            kvTable('Summary', 'run-summary', r.summary),
           ),
         ),
         r.command
@@ -1477,9 +1794,9 @@
         const [key, rank] = p;
         let c = set.charts.get(key);
         if (!c) {
-          c = grid.ensure(key);
+          grid.ensure(key);
           continue;
-        } // new key: it loads when in sight
+        } // a new key: its chart loads when in sight; a key not shown: nothing to draw
         c.append(rank, p[xi], p[4]);
       }
     }
@@ -1499,9 +1816,10 @@
         return;
       }
       if (view.dead) return;
+      setMarks(run.marks);
       renderHead();
-      const keys = (run.keys || []).map((k) => k.key).sort(compareKeys);
-      for (const k of keys) grid.ensure(k);
+      const keys = (run.keys || []).map((k) => k.key);
+      grid.setKeys(keys);
       if (!keys.length)
         chartsRoot.append(
           h(
@@ -1551,7 +1869,18 @@
             }
           },
           log: (l) => logs.onLog(l),
-          reset: () => set.reloadAll(),
+          /* A resume cut the metrics back: refetch the charts and the marks. */
+          reset: () => {
+            set.reloadAll();
+            api(runUrl(run.id), { signal: view.signal })
+              .then((d) => {
+                if (view.dead) return;
+                setMarks(d.marks);
+                renderHead();
+                set.renderAll();
+              })
+              .catch(() => {});
+          },
           isFinal: () => !run.live,
           conn: (on) => setConn(on ? '● live' : run.live ? '○ reconnecting' : '', on ? 'on' : 'off'),
         });
@@ -1712,7 +2041,8 @@
     const set = new ChartSet(view);
     view.redraw = (c) => set.redraw(c);
     const streams = [];
-    let runs = [];
+    let runs = [],
+      lastTerms = '';
     const head = h('div');
     const paramsRoot = h('section', {
       class: 'panel',
@@ -1720,6 +2050,11 @@
       'aria-labelledby': 'params-title',
     });
     const chartsRoot = h('div', { class: 'charts', id: 'charts' });
+    const summaryRoot = h('section', {
+      class: 'panel',
+      id: 'compare-metrics',
+      'aria-labelledby': 'metrics-title',
+    });
     const toolbar = chartToolbar((what) => {
       if (what === 'x') set.reloadAll();
       else set.renderAll();
@@ -1729,6 +2064,7 @@
       h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Runs'), ' / compare'),
       head,
       paramsRoot,
+      summaryRoot,
       h('div', { class: 'sticky' }, toolbar),
       chartsRoot,
     );
@@ -1736,9 +2072,14 @@
 
     /* Each run's line is its lowest rank (rank 0: what a DDP trainer logs, already reduced).
      * A live run is asked even for a key it did not have when the page loaded. */
+    const lowest = new Map(); // run -> Map(key -> its lowest rank)
     const rankOf = (r, key) => {
-      const k = (r.keys || []).find((x) => x.key === key);
-      return k ? Math.min(...k.ranks) : null;
+      let m = lowest.get(r);
+      if (!m) {
+        m = new Map((r.keys || []).map((k) => [k.key, Math.min(...k.ranks)]));
+        lowest.set(r, m);
+      }
+      return m.has(key) ? m.get(key) : null;
     };
     const loader = (key) => async (range, width, signal) => {
       const have = runs
@@ -1869,9 +2210,106 @@
       );
     }
 
+    /* One row per metric key (those the chart filter matches, 100 at a time), per run its last
+     * value (lowest rank, highest step), min and max over ranks and steps; the better of min and
+     * max (bestOf) is marked. */
+    let summaryLimit = 100;
+    function renderSummary() {
+      const stats = runs.map((r) => new Map((r.keys || []).map((k) => [k.key, k])));
+      const all = grid.main.keys.concat(grid.sys.keys).filter((k) => !grid.terms.length || grid.matches(k));
+      const keys = all.slice(0, summaryLimit);
+      const cell = (v, cls) =>
+        h('td', { class: cls ? `num ${cls}` : 'num' }, v == null ? '—' : fmtValue(v, 0, 5));
+      const body = h(
+        'tbody',
+        null,
+        keys.map((key) => {
+          const best = bestOf(key);
+          return h(
+            'tr',
+            { dataset: { metric: key, best: best || '' } },
+            h('th', { scope: 'row', class: 'mono' }, key),
+            stats.map((m) => {
+              const k = m.get(key);
+              if (!k || k.last == null) return [cell(null), cell(null), cell(null)];
+              return [
+                cell(k.last, 'last'),
+                cell(k.min, best === 'min' ? 'min best' : 'min'),
+                cell(k.max, best === 'max' ? 'max best' : 'max'),
+              ];
+            }),
+          );
+        }),
+      );
+      const more =
+        all.length > keys.length
+          ? h(
+              'button',
+              {
+                type: 'button',
+                class: 'more',
+                onclick: () => {
+                  summaryLimit += 400;
+                  renderSummary();
+                },
+              },
+              `Show more (${(all.length - keys.length).toLocaleString()} keys not shown)`,
+            )
+          : null;
+      put(
+        summaryRoot,
+        h(
+          'div',
+          { class: 'panelhead' },
+          h('h2', { id: 'metrics-title' }, 'Metrics'),
+          h(
+            'span',
+            { class: 'muted' },
+            'last value, min and max of each key; the better one in bold ' +
+              '(min for losses and errors, max for accuracies and scores)',
+          ),
+        ),
+        h(
+          'div',
+          { class: 'tablewrap' },
+          h(
+            'table',
+            { class: 'kv compare metrics' },
+            h(
+              'thead',
+              null,
+              h(
+                'tr',
+                null,
+                h('th', { scope: 'col', rowspan: '2' }, 'Key'),
+                runs.map((r, i) =>
+                  h(
+                    'th',
+                    { scope: 'colgroup', colspan: '3', class: 'run' },
+                    h('span', { class: 'swatch', style: `background:${color(i)}`, 'aria-hidden': 'true' }),
+                    r.id,
+                  ),
+                ),
+              ),
+              h(
+                'tr',
+                null,
+                runs.map(() =>
+                  ['last', 'min', 'max'].map((c) => h('th', { scope: 'col', class: 'num sub' }, c)),
+                ),
+              ),
+            ),
+            body,
+          ),
+        ),
+        more,
+        all.length ? null : h('p', { class: 'muted' }, 'No metrics.'),
+      );
+    }
+
     async function load() {
       try {
-        runs = await Promise.all(ids.map((id) => api(runUrl(id), { signal: view.signal })));
+        runs = await Promise.all(ids.map((id) => api(`${runUrl(id)}?stats=1`, { signal: view.signal })));
       } catch (e) {
         if (!isAbort(e)) put(head, errorBox(`Could not load the runs: ${e.message}`));
         return;
@@ -1879,9 +2317,21 @@
       if (view.dead) return;
       renderHead();
       renderParams();
-      const keys = [];
-      for (const r of runs) for (const k of r.keys || []) if (!keys.includes(k.key)) keys.push(k.key);
-      keys.sort(compareKeys).forEach((k) => grid.ensure(k));
+      const keys = new Set();
+      for (const r of runs) for (const k of r.keys || []) keys.add(k.key);
+      view.marks = [];
+      runs.forEach((r, i) => {
+        for (const m of dedupeMarks(r.marks))
+          view.marks.push(Object.assign({}, m, { color: color(i), label: `${r.id} ${markLabel(m)}` }));
+      });
+      grid.onRender = () => {
+        if (grid.terms.join(' ') !== lastTerms) {
+          lastTerms = grid.terms.join(' ');
+          summaryLimit = 100;
+        }
+        renderSummary();
+      };
+      grid.setKeys([...keys]);
       runs.forEach((r, i) => {
         if (!r.live) return;
         streams.push(
@@ -1924,7 +2374,7 @@
   }
 
   /* For tests (tests/ui/browser): the smoothing function itself. */
-  window.tandemUi = Object.freeze({ twema });
+  window.tandemUi = Object.freeze({ twema, fmtValue, bestOf, compareKeys, sortKeys });
 
   /* ---------- routing ---------- */
   let current = null;

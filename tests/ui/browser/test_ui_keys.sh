@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# ui: the page of `tandem ui` with many metric keys, the compare view's metrics table, restart and
+# resume marks, the run's config and summary, the runs table at 1024 px and the legend's number
+# format, in headless chromium (test_ui_keys.mjs). The store comes from bench/ui_store_gen (the
+# real track API): 24 small 2-rank runs of workflow "sweep" and one run "wide" with
+# TANDEM_UI_WIDE_KEYS (20,000) keys; sweep-1's rank 0 metrics file gets a resume event (what a
+# trainer writes when it restarts from a checkpoint). Skips (77) without node, chromium,
+# node_modules or the ui_store_gen binary of the build.
+set -uo pipefail
+B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
+B=$(cd "$(dirname "$B")" && pwd)/$(basename "$B")
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRC=$(cd "$HERE/../../.." && pwd)
+GEN=${TANDEM_BUILD_DIR:-$(dirname "$B")}/bench/ui_store_gen
+CHROMIUM=${TANDEM_CHROMIUM:-/usr/bin/chromium}
+NODE=$(command -v node) || { echo "SKIP: node is missing (apt-get install nodejs)"; exit 77; }
+[ -x "$CHROMIUM" ] || { echo "SKIP: $CHROMIUM is missing (apt-get install chromium)"; exit 77; }
+[ -d "$SRC/src/ui/web/node_modules/puppeteer-core" ] ||
+  { echo "SKIP: src/ui/web/node_modules/puppeteer-core is missing (run scripts/deps.sh, or npm ci --prefix src/ui/web)"; exit 77; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is missing (build the ui_store_gen target)"; exit 77; }
+WIDE=${TANDEM_UI_WIDE_KEYS:-20000}
+
+P=$(mktemp -d /tmp/tandem-ui-keys-XXXXXX)
+export TANDEM_HOME=$P TANDEM_UI_FAILSHOTS=$P
+UI_PID=
+cleanup() {
+  [ -n "$UI_PID" ] && kill "$UI_PID" 2>/dev/null && wait "$UI_PID" 2>/dev/null
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $P"; else rm -rf "$P"; fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cd "$P"
+
+WIDE_ID=$("$GEN" "$P" 24 0 "$WIDE" 2>"$P/gen.log" | sed -n 's/^wide //p') || fail "ui_store_gen: $(cat "$P/gen.log")"
+[ -n "$WIDE_ID" ] || fail "ui_store_gen printed no wide run: $(cat "$P/gen.log")"
+for r in sweep-1 sweep-2 sweep-3; do [ -d "$P/.tandem/runs/$r" ] || fail "no run $r in the store"; done
+# sweep-1 resumed from its checkpoint at step 400: the trainer's event line, then the next point
+# with its wall time (what tandem.checkpoint and tandem train write).
+mkdir -p "$P/.tandem/runs/sweep-1/metrics"
+printf '{"event": "resume", "step": 400}\n{"step": 401, "time": 1700000000.5, "note/x": 1}\n' \
+  >>"$P/.tandem/runs/sweep-1/metrics/rank-0.jsonl"
+
+"$B" ui --port 0 >"$P/ui.log" 2>&1 &
+UI_PID=$!
+URL=
+for _ in $(seq 100); do
+  URL=$(grep -o 'http://[^ ]*' "$P/ui.log" 2>/dev/null | head -1)
+  [ -n "$URL" ] && break
+  kill -0 "$UI_PID" 2>/dev/null || fail "tandem ui exited: $(cat "$P/ui.log")"
+  sleep 0.1
+done
+[ -n "$URL" ] || fail "tandem ui printed no URL in 10 s: $(cat "$P/ui.log")"
+echo "tandem ui at $URL; wide run $WIDE_ID with $WIDE keys"
+
+"$NODE" "$HERE/test_ui_keys.mjs" "$URL" "$WIDE_ID" "$WIDE"
+rc=$?
+[ $rc = 0 ] || { echo "--- tandem ui output:"; tail -n 30 "$P/ui.log"; }
+exit $rc
