@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/venv.sh # the tests' Python clients and servers from PyPI (moto, boto3, the AWS CLI)
+scripts/venv.sh # from PyPI: the tests' clients and servers (moto, boto3, the AWS CLI); the frameworks
 export TANDEM_VENV=${TANDEM_VENV:-$PWD/.venv}
+TANDEM_FRAMEWORKS_VENV=$(scripts/venv.sh --print-frameworks)
+export TANDEM_FRAMEWORKS_VENV # PyTorch 2.x, Lightning, transformers, accelerate, wandb, MLflow
 if [ "${TANDEM_SANITIZE:-0}" = 1 ]; then
   export TANDEM_BUILD_DIR=${TANDEM_BUILD_DIR:-build-asan}
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}

@@ -38,7 +38,8 @@ def init(config=None, name=None, tags=None, project=None, all_ranks=False, dir=N
     """Join the tandem run this process was launched in, or start an offline one.
 
     config     dict of hyperparameters, recorded with the run (tandem.config)
-    name, tags, project   recorded with the run (sdk.json; the store does not show them yet)
+    name, tags, project   recorded with the run (sdk.json: tags join the run's tags; name and
+                          project name an offline run that `tandem import` takes in)
     all_ranks  log metrics from every rank (each to its own file); default: rank 0 only
     dir        where offline runs go (default $TANDEM_OFFLINE_DIR, else ./tandem-offline)
 

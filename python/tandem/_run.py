@@ -2,8 +2,9 @@
 
 Everything here follows contracts the C side already reads (docs/runs.md, docs/launch.md):
 metric lines go to TANDEM_METRICS exactly as `td_metrics_sink_log` writes them, checkpoints to
-TANDEM_CHECKPOINT_DIR, artifacts into RUN/artifacts. What the C side does not read yet (config,
-summary, name, tags) goes to RUN/sdk.json, documented in docs/python.md.
+TANDEM_CHECKPOINT_DIR, artifacts into RUN/artifacts. Config, summary, name and tags go to
+RUN/sdk.json (docs/python.md), which the store reads into the run's record (src/track/sdk.c,
+docs/runs.md "What a script recorded").
 """
 import errno
 import json
@@ -156,9 +157,16 @@ class Run:
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)
+        # A restart of the same run: tandem's launcher or torchrun after a worker died, or a
+        # Slurm job requeued (Lightning's auto-requeue, `scontrol requeue`) keeping its job id.
         self.restart_count = max(_env_int("TANDEM_RESTART_COUNT", 0),
-                                 _env_int("TORCHELASTIC_RESTART_COUNT", 0))
+                                 _env_int("TORCHELASTIC_RESTART_COUNT", 0),
+                                 _env_int("SLURM_RESTART_COUNT", 0))
         self.resuming = os.environ.get("TANDEM_RESUME") == "1" or self.restart_count > 0
+        # A framework's integration (tandem.lightning, tandem.hf) that restores the framework's
+        # own checkpoints sets this: the first step a resuming attempt logs then says where the
+        # earlier attempts' points stop counting (see log()).
+        self.resume_at_first_log = False
         self.logs = bool(all_ranks) or self.rank == 0
         self.name = name
         self.tags = [str(t) for t in (tags or [])]
@@ -187,6 +195,11 @@ class Run:
             self.mode = "launched" if (self.run_id or metrics) else "offline"
             base = dir or os.environ.get("TANDEM_OFFLINE_DIR") or "tandem-offline"
             rid = self.run_id or os.environ.get("TORCHELASTIC_RUN_ID")
+            if (not rid or rid == "none") and os.environ.get("SLURM_JOB_ID"):
+                # a requeued Slurm job keeps its id: its next attempt continues this directory
+                rid = "slurm-" + os.environ["SLURM_JOB_ID"]
+                if os.environ.get("SLURM_ARRAY_TASK_ID"):
+                    rid += "_" + os.environ["SLURM_ARRAY_TASK_ID"]
             if not rid or rid == "none":
                 stem = name or os.path.splitext(os.path.basename(sys.argv[0] or "python"))[0]
                 stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "run"
@@ -219,7 +232,7 @@ class Run:
         if self.mode != "tracked" and self.logs and self.rank == 0:
             self._write_offline_json("running")
 
-    # ---- sdk.json: config, summary, name, tags (no C reader yet: docs/python.md)
+    # ---- sdk.json: config, summary, name, tags (read by the store: src/track/sdk.c)
     def _read_sdk_json(self):
         try:
             with open(self.sdk_json) as f:
@@ -351,6 +364,11 @@ class Run:
         if not isinstance(data, dict):
             raise TypeError(f"tandem.log: expected a dict of numbers, got {type(data).__name__}")
         s = self._next_step() if step is None else self._step(step)
+        if self.resume_at_first_log and self.resuming and self._last_step is None:
+            # The framework restored its checkpoint and goes on from there: its first step is
+            # the one after the checkpoint's (or 0 with none), so the earlier attempts' points
+            # from this step on are dropped, as a checkpoint.load_latest() would have said.
+            self.resumed_at(s - 1)
         values = {}
         for k, v in data.items():
             if not isinstance(k, str) or not k:

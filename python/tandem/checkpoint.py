@@ -38,6 +38,13 @@ def _torch():
         return None
 
 
+def dir():
+    """The run's checkpoint directory (TANDEM_CHECKPOINT_DIR, else RUN/checkpoints): where a
+    framework's own checkpoints go too (Lightning's ModelCheckpoint through tandem.lightning's
+    logger, the Trainer's output_dir, Accelerate's save_state)."""
+    return _current("dir").checkpoint_dir
+
+
 def path_for(step):
     """The file a checkpoint of `step` is saved to."""
     return os.path.join(_current("path_for").checkpoint_dir, f"step-{int(step):012d}.pt")

@@ -410,6 +410,77 @@ def test_artifact_copies_into_the_run():
     assert not os.path.exists(os.path.join(arts, "r1.bin")), "rank 1 copied an artifact"
 
 
+def test_first_log_of_a_resuming_framework_drops_the_earlier_points():
+    # tandem.lightning/tandem.hf restore the framework's own checkpoint: the first step the
+    # restarted attempt logs is where the earlier attempt's points stop counting.
+    run_dir = tracked(TANDEM_RESTART_COUNT="1")
+    r = tandem.init()
+    r.resume_at_first_log = True
+    tandem.log({"loss": 0.5}, step=41)
+    tandem.log({"loss": 0.4}, step=42)
+    got = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
+    eq(got[0], {"event": "resume", "step": 40}, "the resume line before the first point")
+    eq([l["step"] for l in got[1:]], [41, 42], "the points")
+    # a fresh start (not resuming) writes no resume line
+    run_dir = tracked()
+    r = tandem.init()
+    r.resume_at_first_log = True
+    tandem.log({"loss": 0.5}, step=0)
+    eq([l.get("event") for l in lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))],
+       [None], "no resume line without a restart")
+
+
+def test_a_requeued_slurm_job_continues_its_offline_run():
+    fresh(SLURM_JOB_ID="4242")
+    r1 = tandem.init()
+    tandem.log({"loss": 1.0}, step=1)
+    eq(os.path.basename(r1.dir), "slurm-4242", "the offline run is named by the job")
+    eq(r1.resuming, False, "the first attempt")
+    tandem._reset()
+    os.environ["SLURM_RESTART_COUNT"] = "1"
+    r2 = tandem.init()
+    eq(r2.dir, r1.dir, "the requeued attempt's directory")
+    eq(r2.resuming, True, "SLURM_RESTART_COUNT=1 is a restart")
+    del os.environ["SLURM_RESTART_COUNT"], os.environ["SLURM_JOB_ID"]
+
+
+def test_checkpoint_dir_follows_the_environment():
+    run_dir = tracked()
+    raises(tandem.TandemError, checkpoint.dir, match="before tandem.init()")
+    tandem.init()
+    eq(checkpoint.dir(), os.path.join(run_dir, "checkpoints"), "TANDEM_CHECKPOINT_DIR")
+
+
+def test_wandb_shim_step_rules_and_bad_input():
+    import warnings
+    import tandem.wandb as wandb
+    run_dir = tracked()
+    raises(tandem.TandemError, wandb.log, {"a": 1}, match="before wandb.init()")
+    run = wandb.init(project="p", config={"lr": 0.1}, name="n", tags=["x"])
+    wandb.log({"a": 1})                       # step 0
+    wandb.log({"b": 2}, commit=False)         # step 1, open
+    wandb.log({"b": 3}, step=1)               # same step: last value wins
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        wandb.log({"a": 9}, step=0)           # below the current step: ignored, with a warning
+        wandb.log({"img": wandb.Image(None), "c": 4}, step=2, commit=True)  # media: skipped
+    assert any("less than the current step" in str(x.message) for x in w), [str(x.message) for x in w]
+    assert any("'img'" in str(x.message) for x in w), [str(x.message) for x in w]
+    raises(TypeError, wandb.log, [1, 2], match="expected a dict")
+    raises(TypeError, wandb.log, {"a": 1}, step="3", match="step must be an integer")
+    wandb.config.batch = 8
+    run.summary["best"] = 1.5
+    wandb.finish()
+    raises(tandem.TandemError, run.log, {"a": 1}, match="after wandb.finish()")
+    pts = [(l["step"], k, v) for l in lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
+           for k, v in l.items() if k not in ("step", "time")]
+    eq(pts, [(0, "a", 1), (1, "b", 3), (2, "c", 4)], "the points")
+    with open(os.path.join(run_dir, "sdk.json")) as f:
+        sdk = json.load(f)
+    eq((sdk["config"], sdk["summary"], sdk["name"], sdk["tags"]),
+       ({"lr": 0.1, "batch": 8}, {"best": 1.5}, "n", ["x"]), "sdk.json")
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
     failed = 0

@@ -59,9 +59,32 @@ echo "--name hello --param lr=0.1: run hello-1, arguments intact, --lr 0.1 appen
 "$B" show again-1 | grep -q '^status  *succeeded' || fail "again-1: $("$B" show again-1)"
 
 # 5. misuse: usage errors
-for args in "hello -- true" "--resume hello-1 -- true" "--" "--name x" "--nproc-per-node 0 -- true"; do
+for args in "hello -- true" "--resume hello-1 -- true" "--" "--name x" "--nproc-per-node 0 -- true" \
+    "--max-restarts 1" "--max-restarts -1 -- true" "--max-restarts x -- true"; do
     # shellcheck disable=SC2086
     out=$("$B" run $args 2>&1)
     [ $? = 2 ] || fail "tandem run $args: not a usage error: $out"
 done
 echo "a failing command fails its run (exit code 3); --resume re-runs the stored command; misuse exits 2"
+
+# 6. an ordinary PyTorch DDP script (no tandem in it) tracked with no workflow file; a worker
+# killed by -9 with --max-restarts 1 restarts the group and the run succeeds
+PY=${PYTHON:-/usr/bin/python3}
+if "$PY" -c 'import torch' 2>/dev/null; then
+    "$B" run --nproc-per-node 2 -- "$PY" "$TANDEM_SOURCE_DIR/examples/torch_ddp/train_ddp.py" --steps 20 --out out >ddp.log 2>&1 ||
+        fail "tandem run -- train_ddp.py: exit $? $(tail -5 ddp.log)"
+    show=$("$B" show train_ddp-1) || fail "no run train_ddp-1: $("$B" ps 2>&1)"
+    grep -q '^status  *succeeded' <<<"$show" || fail "train_ddp-1: $show"
+    for r in 0 1; do
+        [ -s .tandem/runs/train_ddp-1/work/out/params-rank$r.pt ] || fail "train_ddp-1: rank $r wrote no params"
+        grep -q "step  19 loss" .tandem/runs/train_ddp-1/logs/rank-0.log || fail "train_ddp-1: rank 0's log: $(tail -3 .tandem/runs/train_ddp-1/logs/rank-0.log)"
+    done
+    "$B" run --name ddpkill --nproc-per-node 2 --max-restarts 1 -- sh -c \
+        '[ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && kill -9 $$; exec "$@"' sh \
+        "$PY" "$TANDEM_SOURCE_DIR/examples/torch_ddp/train_ddp.py" --steps 5 >kill.log 2>&1 ||
+        fail "--max-restarts 1 after a kill -9: exit $? $(tail -5 kill.log)"
+    "$B" show ddpkill-1 | grep -q '^restarts  *1$' || fail "ddpkill-1: $("$B" show ddpkill-1)"
+    echo "tandem run -- python3 examples/torch_ddp/train_ddp.py: tracked, 2 ranks, no workflow file; --max-restarts 1 restarted a killed worker once"
+else
+    echo "(step 6 skipped: $PY has no torch)"
+fi

@@ -18,7 +18,8 @@ enum {
     OPT_NPROC,
     OPT_TAG,
     OPT_GROUP,
-    OPT_NOTES
+    OPT_NOTES,
+    OPT_MAX_RESTARTS
 };
 
 static const cli_opt run_opts[] = {
@@ -34,6 +35,10 @@ static const cli_opt run_opts[] = {
      "with -- CMD: the run's workflow name (default: the script's\nor program's name)", 0},
     {OPT_NPROC, "nproc-per-node", 0, "N", "with -- CMD: workers (default 1), as tandem launch's",
      0},
+    {OPT_MAX_RESTARTS, "max-restarts", 0, "N",
+     "with -- CMD: restart the workers up to N times after one\nfails (a workflow's max_restarts; "
+     "default 0)",
+     0},
     {OPT_TAG, "tag", 0, "TAG", "label the run (repeatable; see tandem tag)", CLI_REPEAT},
     {OPT_GROUP, "group", 0, "GROUP", "put the run in a group (see tandem group)", 0},
     {OPT_NOTES, "notes", 0, "TEXT", "the run's notes (see tandem note)", 0},
@@ -43,7 +48,8 @@ static const cli_opt run_opts[] = {
 static const cli_command verb = {
     .name = "tandem run",
     .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]... [--tag TAG]... [--group G]\n"
-             "[--name NAME] [--nproc-per-node N] [-d] [--param KEY=VALUE]... [--tag TAG]... -- CMD "
+             "[--name NAME] [--nproc-per-node N] [--max-restarts N] [-d] [--param K=V]... [--tag T]... -- "
+             "CMD "
              "[ARG]...\n"
              "--resume RUN [-d] [--tag TAG]...",
     .about = "Runs a workflow as a tracked run. WORKFLOW is a name from the workflow file\n"
@@ -136,7 +142,7 @@ static char *default_file(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
-    int detach = 0, nproc = 0, cmd_at = -1;
+    int detach = 0, nproc = 0, cmd_at = -1, max_restarts = -1;
     const char **params = td_xcalloc((size_t)argc, sizeof *params);
     const char **tags = td_xcalloc((size_t)argc, sizeof *tags);
     const char *group = NULL, *notes = NULL;
@@ -186,6 +192,17 @@ int cmd_run(int argc, char **argv) {
             nproc = (int)v;
             break;
         }
+        case OPT_MAX_RESTARTS: {
+            char *end = NULL;
+            long v = strtol(p.value, &end, 10);
+            if (!*p.value || *end || v < 0 || v > 1000) {
+                cli_error(&verb, "--max-restarts: expected a number of restarts (0-1000), got '%s'",
+                          p.value);
+                goto out;
+            }
+            max_restarts = (int)v;
+            break;
+        }
         default:                  /* CLI_ARG */
             if (p.options_done) { /* after "--": the command and its arguments */
                 cmd_at = p.next - 1;
@@ -208,12 +225,12 @@ int cmd_run(int argc, char **argv) {
                          : "WORKFLOW");
         goto out;
     }
-    if (cmd_at < 0 && (run_name || nproc)) {
+    if (cmd_at < 0 && (run_name || nproc || max_restarts >= 0)) {
+        const char *flag = run_name ? "--name" : nproc ? "--nproc-per-node" : "--max-restarts";
         cli_error(&verb,
                   "%s is for a command run: tandem run %s ... -- CMD [ARG]... (a workflow "
-                  "says its own name and workers)",
-                  run_name ? "--name" : "--nproc-per-node",
-                  run_name ? "--name NAME" : "--nproc-per-node N");
+                  "says its own name, workers and max_restarts)",
+                  flag, flag);
         goto out;
     }
     if (cmd_at < 0 && p.options_done) {
@@ -246,6 +263,7 @@ int cmd_run(int argc, char **argv) {
     int exit_code = 1;
     if (cmd_at >= 0) {
         w = command_workflow(run_name, nproc ? nproc : 1, argv + cmd_at, argc - cmd_at);
+        if (max_restarts > 0) w->max_restarts = max_restarts;
         for (size_t i = 0; st == TD_OK && i < nparams; i++)
             st = td_workflow_set_param(w, params[i]);
     } else if (resume) {

@@ -1,0 +1,145 @@
+"""tandem.lightning: a Lightning logger that records a run in tandem.
+
+    from tandem.lightning import TandemLogger
+    trainer = L.Trainer(logger=TandemLogger(), max_steps=...,
+                        callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=50)])
+    trainer.fit(model, datamodule, ckpt_path="last")    # "last": resume after a restart
+
+- Metrics (self.log in the LightningModule) go to the run's metrics at Lightning's step;
+  hyperparameters (save_hyperparameters, and config= here) to tandem.config; the last value of
+  each metric to tandem.summary at the end, and ModelCheckpoint's best score and path.
+- ModelCheckpoint without a dirpath writes into the run's checkpoint directory (the logger's
+  save_dir is chosen so that Lightning's "<save_dir>/<name>/<version>/checkpoints" is it), so
+  ckpt_path="last" finds the newest one after `tandem run` restarts a worker or `--resume`.
+- After such a restart (or a Slurm requeue: Lightning's auto-requeue restores hpc_ckpt_N.ckpt),
+  the first step the restored trainer logs tells the store where the earlier attempt's points
+  stop counting: no step is stored twice.
+- Rank 0 logs (Lightning's rank_zero_only), the other ranks do nothing.
+
+Works with `lightning` (import lightning.pytorch) and the older `pytorch_lightning` package.
+"""
+import os
+
+import tandem
+
+try:
+    from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
+    from lightning.pytorch.utilities import rank_zero_only
+except ImportError:  # the standalone package
+    from pytorch_lightning.loggers.logger import Logger, rank_zero_experiment
+    from pytorch_lightning.utilities import rank_zero_only
+
+__all__ = ["TandemLogger"]
+
+
+def _flatten(d, prefix=""):
+    """{"opt": {"lr": 1}} -> {"opt/lr": 1}, as the other Lightning loggers record params."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+class TandemLogger(Logger):
+    """Lightning's Logger for tandem. name/tags/config/all_ranks go to tandem.init()."""
+
+    def __init__(self, name=None, tags=None, config=None, all_ranks=False):
+        super().__init__()
+        self._init_args = dict(name=name, tags=tags, config=config, all_ranks=all_ranks)
+        self._last = {}  # key -> last value: the summary at the end
+        self._save_dir = None
+
+    # ---- where things go
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        """The tandem.Run (rank 0; a dummy elsewhere, as Lightning's other loggers)."""
+        return self._run()
+
+    def _run(self):
+        run = tandem.run
+        if run is None or run.closed:
+            run = tandem.init(**self._init_args)
+            run.resume_at_first_log = True
+        return run
+
+    @property
+    def name(self):
+        return ""
+
+    @property
+    def version(self):
+        return ""
+
+    @property
+    def save_dir(self):
+        """The parent of the run's checkpoint directory: ModelCheckpoint appends
+        "<name>/<version>/checkpoints" and name and version are empty, so its files land in
+        the run's checkpoint directory when that is called "checkpoints" (the default; any
+        other TANDEM_CHECKPOINT_DIR: pass ModelCheckpoint(dirpath=tandem.checkpoint.dir()))."""
+        if self._save_dir is None:
+            # every rank needs the same answer (not only rank 0): read the environment, not a run
+            ck = os.environ.get("TANDEM_CHECKPOINT_DIR")
+            if ck:
+                ck = os.path.abspath(ck)
+                if os.path.basename(ck) != "checkpoints":
+                    rank_zero_only(_warn_dirpath)(ck)
+                self._save_dir = os.path.dirname(ck)
+            else:
+                self._save_dir = self._run().dir if rank_zero_only.rank == 0 else None
+        return self._save_dir
+
+    @property
+    def log_dir(self):
+        return self.save_dir
+
+    # ---- what is recorded
+    @rank_zero_only
+    def log_hyperparams(self, params, *args, **kwargs):
+        if params is None:
+            return
+        if not isinstance(params, dict):
+            params = vars(params) if hasattr(params, "__dict__") else dict(params)
+        self._run().config.update(_flatten(dict(params)))
+
+    @rank_zero_only
+    def log_metrics(self, metrics, step=None):
+        run = self._run()
+        # Lightning adds "epoch" to every call, and logs training and validation values at the
+        # same step in separate calls: a key already stored at this step is not written twice.
+        if run._last_step is not None and step == run._last_step and run._step_keys:
+            metrics = {k: v for k, v in metrics.items() if k not in run._step_keys}
+            if not metrics:
+                return
+        run.log(metrics, step=step)
+        for k, v in metrics.items():
+            self._last[k] = v
+
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback):
+        best = getattr(checkpoint_callback, "best_model_score", None)
+        if best is not None:
+            s = self._run().summary
+            s["best_model_score"] = best
+            s["best_model_path"] = getattr(checkpoint_callback, "best_model_path", None)
+
+    @rank_zero_only
+    def finalize(self, status):
+        run = tandem.run
+        if run is None or run.closed:
+            return
+        if self._last:
+            run.summary.update(self._last)
+        run.summary["lightning_status"] = status
+        # the run stays open: trainer.test() after fit() logs to it too; it closes at exit
+
+
+def _warn_dirpath(ck):
+    import warnings
+    warnings.warn(f"tandem.lightning: TANDEM_CHECKPOINT_DIR={ck} does not end in "
+                  f"'checkpoints': ModelCheckpoint would write beside it; pass "
+                  f"ModelCheckpoint(dirpath=tandem.checkpoint.dir())", stacklevel=3)

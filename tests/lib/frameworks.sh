@@ -1,0 +1,86 @@
+# The frameworks' tests (tests/python/test_fw_*.sh): a user's Lightning, HF Trainer or
+# Accelerate script (examples/) as 2 workers under `tandem run --max-restarts 1`, one worker
+# killed by -9 after the first checkpoint. Source after tests/lib/project.sh, then:
+#   fw_python                  sets FW_PY to the frameworks' venv python (scripts/venv.sh), or
+#                              exits 77 naming what is missing
+#   fw_run_killed NAME GLOB ARGS...   starts `tandem run --name NAME` of ARGS, waits for a file
+#                              matching GLOB in the run's checkpoint directory, kills rank 1 with
+#                              -9, waits for the end; the run must succeed with 1 restart
+#   fw_check_once RUN KEY MIN_LAST   every step of KEY is stored once, the last is >= MIN_LAST,
+#                              and rank 0's metrics file shows the dropped attempt (a resume line)
+#   fw_show_has RUN SECTION KEY      `tandem show RUN` lists KEY under "SECTION:"
+#   fw_resumed_after RUN STEP  the restarted attempt resumed past STEP (its resume line's step
+#                              is >= STEP: it restored a checkpoint, it did not start over)
+fw_python() {
+    local fw=${TANDEM_FRAMEWORKS_VENV:-$(bash "$SRC/scripts/venv.sh" --print-frameworks)}
+    if [ ! -f "$fw/.tandem-requirements" ]; then
+        echo "SKIP: the frameworks' venv $fw is not made (scripts/venv.sh makes it; scripts/test.sh runs that)"
+        exit 77
+    fi
+    FW_PY=$fw/bin/python
+    export PYTHONPATH=$SRC/python OMP_NUM_THREADS=1
+}
+
+fw_worker_pid() { # run rank -> pid of that rank's python (not the /bin/sh in front of it)
+    local f p
+    for f in $(grep -lz "^TANDEM_RUN_ID=$1\$" /proc/[0-9]*/environ 2>/dev/null |
+        xargs -r grep -lz "^RANK=$2\$" 2>/dev/null); do
+        p=${f%/environ}
+        [[ "$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | head -1)" == *python* ]] || continue
+        echo "${p#/proc/}"
+        return 0
+    done
+    return 1
+}
+
+fw_run_killed() {
+    local name=$1 glob=$2 i pid rc
+    shift 2
+    FW_RUN=$name-1
+    "$B" run --name "$name" --nproc-per-node 2 --max-restarts 1 -- "$@" >"$name.log" 2>&1 &
+    local runner=$!
+    local ck=$P/.tandem/runs/$FW_RUN/checkpoints
+    for ((i = 0; i < 3000; i++)); do
+        compgen -G "$ck/$glob" >/dev/null && break
+        kill -0 "$runner" 2>/dev/null || { tail -30 "$name.log" >&2; fail "$name: the run ended before its first checkpoint"; }
+        sleep 0.1
+    done
+    compgen -G "$ck/$glob" >/dev/null || fail "$name: no $glob in $ck after 300 s"
+    pid=$(fw_worker_pid "$FW_RUN" 1) || fail "$name: no rank 1 worker of $FW_RUN"
+    FW_KILLED_AT=$(ls "$ck" | tr '\n' ' ')
+    kill -9 "$pid"
+    wait "$runner"
+    rc=$?
+    [ "$rc" = 0 ] || { tail -40 "$name.log" >&2; fail "$name: tandem run exited $rc"; }
+    local show
+    show=$("$B" show "$FW_RUN")
+    grep -q '^restarts  *1$' <<<"$show" || fail "$name: restarts: $(grep restarts <<<"$show")"
+    echo "$name: rank 1 (pid $pid) killed by -9 with $FW_KILLED_AT in the checkpoint directory; run $FW_RUN restarted once and succeeded"
+}
+
+fw_check_once() {
+    local run=$1 key=$2 min=$3 steps dup last
+    steps=$("$B" metrics "$run" --key "$key" --rank 0 --csv | tail -n +2 | cut -d, -f3)
+    [ -n "$steps" ] || fail "$run: no $key in the store"
+    dup=$(sort -n <<<"$steps" | uniq -d | head -3 | tr '\n' ' ')
+    [ -z "$dup" ] || fail "$run: $key stored twice at steps $dup"
+    last=$(sort -n <<<"$steps" | tail -1)
+    [ "$last" -ge "$min" ] || fail "$run: the last step of $key is $last, expected >= $min"
+    grep -q '"event": "resume"' "$P/.tandem/runs/$run/metrics/rank-0.jsonl" ||
+        fail "$run: rank 0 wrote no resume line: the restarted attempt did not resume"
+    echo "$run: $key at $(wc -l <<<"$steps") steps up to $last, each once; the restart's resume line is in rank 0's metrics"
+}
+
+fw_show_has() {
+    local section
+    section=$("$B" show "$1" | sed -n "/^$2:/,/^\$/p")
+    grep -qE "^  $3 " <<<"$section" || fail "$1: tandem show has no $3 under $2: $(head -20 <<<"$section")"
+}
+
+fw_resumed_after() {
+    local at
+    at=$(grep -o '"event": "resume", "step": -\?[0-9]*' "$P/.tandem/runs/$1/metrics/rank-0.jsonl" |
+        tail -1 | grep -o -- '-\?[0-9]*$')
+    [ -n "$at" ] && [ "$at" -ge "$2" ] || fail "$1: the restarted attempt resumed at step '${at}', expected >= $2 (a checkpoint's step)"
+    echo "$1: the restarted attempt resumed at step $at"
+}

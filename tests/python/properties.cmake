@@ -1,0 +1,8 @@
+# The frameworks' tests: PyTorch 2.x, Lightning, transformers, accelerate from the frameworks'
+# venv (skip with 77 without it); 2 workers, a kill and a restart each: 1-3 min on 2 idle cores,
+# an import of torch 2.x alone takes ~10 s on a loaded one.
+set_tests_properties(python/test_fw_lightning python/test_fw_hf_trainer python/test_fw_accelerate
+                     PROPERTIES TIMEOUT 900)
+# Lightning's Slurm auto-requeue on the namespace cluster (root; skips with 77 without it or
+# without the frameworks' venv): the cluster, 2 attempts of a small Lightning job: 1-2 min.
+set_tests_properties(python/test_fw_lightning_slurm PROPERTIES TIMEOUT 900)
