@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Allreduce, 2 ranks on this host, float32 sum, 4 KiB .. 64 MiB: tandem shm vs Open MPI and
 # tandem tcp vs PyTorch gloo, all in one invocation (numbers drift between runs and machines;
-# the ratios are what to read). Prints one table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
+# the ratios are what to read). gloo is measured from two interpreters: Debian's PyTorch 1.13
+# and PyPI's 2.x from the frameworks venv (bench/peers/torch_pythons.sh; a missing one is
+# skipped with a line), both with OMP_NUM_THREADS=1 and torch.set_num_threads(1). Prints one
+# table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
 # Usage: bench/bench_comm.sh [path/to/tandem]   (default: $TANDEM_BIN, then build*/tandem)
-# Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3).
+# Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3), PYTHON2
+#      (default the frameworks venv's python; none: skip).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -15,7 +19,9 @@ fi
 min=${MIN_BYTES:-4096}
 max=${MAX_BYTES:-67108864}
 n=${NRANKS:-2}
-py=${PYTHON:-/usr/bin/python3}
+# shellcheck source=peers/torch_pythons.sh
+. "$here/peers/torch_pythons.sh"
+torch_pythons "$root" bench_comm.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -44,36 +50,49 @@ else
   echo "bench_comm.sh: mpicc/mpirun not found; skipping Open MPI (apt-get install libopenmpi-dev openmpi-bin)" >&2
 fi
 
-: > "$tmp/gloo.col"
-if "$py" -c 'import torch.distributed' 2> /dev/null; then
-  echo "== PyTorch gloo" >&2
+# gloo from each interpreter: $tmp/gloo<i>.col, its torch version in the header
+gloo_cols=() gloo_names=()
+for i in "${!PEER_PY[@]}"; do
+  py=${PEER_PY[$i]}
+  echo "== PyTorch ${PEER_TORCH[$i]} gloo ($py)" >&2
   port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   pids=()
   for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-      "$py" "$here/peers/gloo_allreduce.py" "$min" "$max" > "$tmp/gloo.$r.txt" 2> "$tmp/gloo.$r.err" &
+    RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+      "$py" "$here/peers/gloo_allreduce.py" "$min" "$max" > "$tmp/gloo$i.$r.txt" 2> "$tmp/gloo$i.$r.err" &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || echo "bench_comm.sh: a gloo rank failed: $(cat "$tmp"/gloo.*.err)" >&2; done
-  col "$tmp/gloo.0.txt" 4 > "$tmp/gloo.col"
-else
-  echo "bench_comm.sh: $py has no torch; skipping gloo" >&2
-fi
+  for p in "${pids[@]}"; do wait "$p" || echo "bench_comm.sh: a gloo rank failed: $(cat "$tmp"/gloo$i.*.err)" >&2; done
+  awk '!/^#/ && NF >= 5 && $5 != 0 {bad=1} END {exit bad}' "$tmp/gloo$i.0.txt" ||
+    echo "bench_comm.sh: gloo (torch ${PEER_TORCH[$i]}) reported wrong elements" >&2
+  col "$tmp/gloo$i.0.txt" 4 > "$tmp/gloo$i.col"
+  gloo_cols+=("$tmp/gloo$i.col") gloo_names+=("gloo${PEER_TORCH[$i]%.*}")
+done
 
-echo "# allreduce float32 sum, $n ranks on $(hostname), busbw GB/s (nccl-tests factor)"
-printf "%12s %12s %12s %8s %12s %12s %8s\n" bytes tandem_shm open_mpi ratio tandem_tcp gloo ratio
-awk '
-  FNR == 1 { file++ }
-  file == 1 { shm[$1] = $2; order[++n] = $1 }
-  file == 2 { mpi[$1] = $2 }
-  file == 3 { tcp[$1] = $2 }
-  file == 4 { gloo[$1] = $2 }
+echo "# allreduce float32 sum, $n ranks on $(hostname), busbw GB/s (nccl-tests factor); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# one awk over: shm, mpi, tcp, then each gloo column (files separated by an end marker line)
+awk -v names="${gloo_names[*]}" '
+  BEGIN { ng = split(names, gname, " ") }
+  /^__end$/ { file++; next }
+  file == 0 { shm[$1] = $2; order[++n] = $1 }
+  file == 1 { mpi[$1] = $2 }
+  file == 2 { tcp[$1] = $2 }
+  file >= 3 { g[file - 2, $1] = $2 }
   END {
+    h = sprintf("%12s %12s %12s %8s %12s", "bytes", "tandem_shm", "open_mpi", "ratio", "tandem_tcp")
+    for (j = 1; j <= ng; j++) h = h sprintf(" %12s %8s", gname[j], "ratio")
+    print h
     for (i = 1; i <= n; i++) {
       b = order[i]
       r1 = (b in mpi && mpi[b] > 0) ? sprintf("%.2fx", shm[b] / mpi[b]) : "-"
-      r2 = (b in gloo && gloo[b] > 0) ? sprintf("%.2fx", tcp[b] / gloo[b]) : "-"
-      printf "%12s %12.3f %12s %8s %12.3f %12s %8s\n", b, shm[b], (b in mpi) ? mpi[b] : "-", r1,
-             tcp[b], (b in gloo) ? gloo[b] : "-", r2
+      line = sprintf("%12s %12.3f %12s %8s %12.3f", b, shm[b], (b in mpi) ? mpi[b] : "-", r1, tcp[b])
+      for (j = 1; j <= ng; j++) {
+        v = ((j, b) in g) ? g[j, b] : ""
+        r2 = (v != "" && v > 0) ? sprintf("%.2fx", tcp[b] / v) : "-"
+        line = line sprintf(" %12s %8s", v != "" ? v : "-", r2)
+      }
+      print line
     }
-  }' "$tmp/shm.col" <(cat "$tmp/mpi.col"; echo "__end_mpi 0") "$tmp/tcp.col" <(cat "$tmp/gloo.col"; echo "__end_gloo 0")
+  }' <(cat "$tmp/shm.col"; echo "__end") <(cat "$tmp/mpi.col"; echo "__end") \
+     <(cat "$tmp/tcp.col"; echo "__end") \
+     <(for c in "${gloo_cols[@]}"; do cat "$c"; echo "__end"; done)
