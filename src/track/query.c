@@ -113,10 +113,11 @@ static td_status key_ranks(td_rundb *store, sqlite3_stmt **cache, int64_t seq, i
     *ranks = NULL;
     *n = 0;
     if (!*cache)
-        TD_CHECK(td__rundb_prepare(store,
-                                   "SELECT rank FROM metrics WHERE run = ?1 AND key = ?2 AND rank > ?3"
-                                   " ORDER BY rank LIMIT 1",
-                                   cache));
+        TD_CHECK(
+            td__rundb_prepare(store,
+                              "SELECT rank FROM metrics WHERE run = ?1 AND key = ?2 AND rank > ?3"
+                              " ORDER BY rank LIMIT 1",
+                              cache));
     sqlite3_stmt *q = *cache;
     td_status st = TD_OK;
     size_t cap = 0;

@@ -48,7 +48,8 @@ static const cli_opt run_opts[] = {
 static const cli_command verb = {
     .name = "tandem run",
     .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]... [--tag TAG]... [--group G]\n"
-             "[--name NAME] [--nproc-per-node N] [--max-restarts N] [-d] [--param K=V]... [--tag T]... -- "
+             "[--name NAME] [--nproc-per-node N] [--max-restarts N] [-d] [--param K=V]... [--tag "
+             "T]... -- "
              "CMD "
              "[ARG]...\n"
              "--resume RUN [-d] [--tag TAG]...",
