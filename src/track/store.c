@@ -816,34 +816,40 @@ td_status td_run_list(td_rundb *store, int all, td_run **out, size_t *count) {
 
 typedef void (*bind_fn)(sqlite3_stmt *q, const void *arg);
 
-/* One UPDATE of a run's row and its run.json rewritten from the updated row, in one write
- * transaction: run.json changes in the same order as the row, and a failure takes back the row
- * (a run.json already renamed into place then describes a state the index missed, which is
- * what reap_stale and the rebuild trust it for). *changed: rows updated, 0 or 1. */
+/* One UPDATE of a run's row and its run.json rewritten from the updated row (into *row), inside
+ * the caller's write transaction. *changed: rows updated, 0 or 1. */
+static td_status update_in_tx(td_rundb *store, const char *id, const char *sql, bind_fn bind,
+                              const void *arg, const char *what, int *changed, td_run *row) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(store, sql, &q));
+    bind(q, arg);
+    td_status st = td__rundb_step(store, q, what);
+    if (st == TD_OK) *changed = sqlite3_changes(store->db);
+    sqlite3_finalize(q);
+    if (st != TD_OK || !*changed) return st;
+    int found = 0;
+    td_run_clear(row);
+    TD_CHECK(td__run_get(store, id, row, &found));
+    /* A run directory deleted by hand has nothing left to describe. */
+    struct stat sb;
+    if (found && row->run_dir && stat(row->run_dir, &sb) == 0) TD_CHECK(td__run_json_write(row));
+    return TD_OK;
+}
+
+/* update_in_tx in a write transaction of its own: run.json changes in the same order as the
+ * row, and a failure takes back the row (a run.json already renamed into place then describes a
+ * state the index missed, which is what reap_stale and the rebuild trust it for). */
 static td_status update_row_once(td_rundb *store, const char *id, const char *sql, bind_fn bind,
                                  const void *arg, const char *what, int *changed, td_run *row_out) {
     td_status st = TD_OK;
-    sqlite3_stmt *q = NULL;
     td_run row;
     memset(&row, 0, sizeof row);
     *changed = 0;
     TD_CHECK(td__rundb_ensure(store));
     TD_CHECK(td__rundb_begin(store));
-    TD_CHECK_GOTO(td__rundb_prepare(store, sql, &q), st, out);
-    bind(q, arg);
-    TD_CHECK_GOTO(td__rundb_step(store, q, what), st, out);
-    *changed = sqlite3_changes(store->db);
-    if (*changed) {
-        int found = 0;
-        TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
-        /* A run directory deleted by hand has nothing left to describe. */
-        struct stat sb;
-        if (found && row.run_dir && stat(row.run_dir, &sb) == 0)
-            TD_CHECK_GOTO(td__run_json_write(&row), st, out);
-    }
+    TD_CHECK_GOTO(update_in_tx(store, id, sql, bind, arg, what, changed, &row), st, out);
     TD_CHECK_GOTO(td__rundb_commit(store), st, out);
 out:
-    sqlite3_finalize(q);
     if (st != TD_OK) {
         td__rundb_rollback(store);
         *changed = 0;
@@ -1339,11 +1345,22 @@ static int same_text(const char *a, const char *b) {
     return a && b ? !strcmp(a, b) : a == b;
 }
 
+struct sdk_args {
+    const char *config, *summary, *tags, *id;
+};
+
+static void bind_sdk(sqlite3_stmt *q, const void *arg) {
+    const struct sdk_args *a = arg;
+    sqlite3_bind_text(q, 1, a->config, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, a->summary, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, a->tags, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, a->id, -1, SQLITE_STATIC);
+}
+
 td_status td__run_apply_sdk(td_rundb *store, const char *id, const char *config,
                             const char *summary, const char *const *tags, size_t ntags,
                             const char *source, int *changed) {
     td_status st = TD_OK;
-    sqlite3_stmt *q = NULL;
     td_run row;
     memset(&row, 0, sizeof row);
     char *merged = NULL;
@@ -1367,32 +1384,21 @@ td_status td__run_apply_sdk(td_rundb *store, const char *id, const char *config,
     int differs = (config && !same_text(config, row.config_json)) ||
                   (summary && !same_text(summary, row.summary_json)) ||
                   (merged && strcmp(merged, had));
-    if (!differs) {
-        st = td__rundb_commit(store);
-        goto out;
+    if (differs) {
+        struct sdk_args a = {config, summary, merged, id};
+        TD_CHECK_GOTO(update_in_tx(store, id,
+                                   "UPDATE runs SET config = coalesce(?1, config),"
+                                   " summary = coalesce(?2, summary), tags = coalesce(?3, tags)"
+                                   " WHERE id = ?4",
+                                   bind_sdk, &a, "record what the script's SDK recorded", changed,
+                                   &row),
+                      st, out);
     }
-    TD_CHECK_GOTO(td__rundb_prepare(store,
-                                    "UPDATE runs SET config = coalesce(?1, config),"
-                                    " summary = coalesce(?2, summary), tags = coalesce(?3, tags)"
-                                    " WHERE id = ?4",
-                                    &q),
-                  st, out);
-    sqlite3_bind_text(q, 1, config, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, summary, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 3, merged, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 4, id, -1, SQLITE_STATIC);
-    TD_CHECK_GOTO(td__rundb_step(store, q, "record what the script's SDK recorded"), st, out);
-    td_run_clear(&row);
-    TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
-    struct stat sb;
-    if (found && row.run_dir && stat(row.run_dir, &sb) == 0)
-        TD_CHECK_GOTO(td__run_json_write(&row), st, out);
     TD_CHECK_GOTO(td__rundb_commit(store), st, out);
-    *changed = 1;
 out:
-    sqlite3_finalize(q);
     if (st != TD_OK) {
         td__rundb_rollback(store);
+        *changed = 0;
         td__nospace_explain(st, store->dir);
     }
     td_run_clear(&row);
