@@ -33,20 +33,10 @@ static const cli_command verb = {
 
 int cmd_import(int argc, char **argv) {
     int force = 0;
-    const char **dirs = td_xcalloc((size_t)argc + 1, sizeof *dirs);
+    const char **dirs = NULL;
     size_t ndirs = 0;
-    cli_parser p;
-    cli_init(&p, &verb, argc, argv);
-    for (int o; (o = cli_next(&p)) != CLI_END;) {
-        if (o == CLI_EXIT) {
-            free(dirs);
-            return p.exit_code;
-        }
-        if (o == OPT_FORCE)
-            force = 1;
-        else
-            dirs[ndirs++] = p.value;
-    }
+    int rc = run_cli_operands(&verb, argc, argv, OPT_FORCE, &force, &dirs, &ndirs);
+    if (rc >= 0) return rc;
     if (!ndirs) {
         free(dirs);
         fprintf(stderr, "tandem import: no DIR given: name an offline run's directory "
@@ -58,7 +48,7 @@ int cmd_import(int argc, char **argv) {
         free(dirs);
         return 1;
     }
-    int rc = 0;
+    rc = 0;
     for (size_t i = 0; i < ndirs; i++) {
         td_run r;
         int existed = 0;

@@ -21,23 +21,16 @@ static const cli_command rm_verb = {
 };
 
 int cmd_rm(int argc, char **argv) {
-    cli_parser p;
-    cli_init(&p, &rm_verb, argc, argv);
-    const char **ids = td_xcalloc((size_t)argc, sizeof *ids);
+    const char **ids = NULL;
     size_t n = 0;
-    for (int c; (c = cli_next(&p)) != CLI_END;) {
-        if (c == CLI_EXIT) {
-            free(ids);
-            return p.exit_code;
-        }
-        ids[n++] = p.value;
-    }
+    int rc = run_cli_operands(&rm_verb, argc, argv, 0, NULL, &ids, &n);
+    if (rc >= 0) return rc;
     if (!n) {
         free(ids);
         return run_cli_usage_error(&rm_verb);
     }
     td_rundb *store = NULL;
-    int rc = run_cli_open_store(&store);
+    rc = run_cli_open_store(&store);
     /* Cloud instances a dead supervisor left are found through RUN/instances.json: terminate
      * them before any directory that lists them is gone (no AWS call unless one is listed
      * alive and its lock is free). */
@@ -96,26 +89,16 @@ static const cli_command archive_verb = {
 
 int cmd_archive(int argc, char **argv) {
     int undo = 0;
-    cli_parser p;
-    cli_init(&p, &archive_verb, argc, argv);
-    const char **ids = td_xcalloc((size_t)argc, sizeof *ids);
+    const char **ids = NULL;
     size_t n = 0;
-    for (int c; (c = cli_next(&p)) != CLI_END;) {
-        if (c == CLI_EXIT) {
-            free(ids);
-            return p.exit_code;
-        }
-        if (c == OPT_UNDO)
-            undo = 1;
-        else
-            ids[n++] = p.value;
-    }
+    int rc = run_cli_operands(&archive_verb, argc, argv, OPT_UNDO, &undo, &ids, &n);
+    if (rc >= 0) return rc;
     if (!n) {
         free(ids);
         return run_cli_usage_error(&archive_verb);
     }
     td_rundb *store = NULL;
-    int rc = run_cli_open_store(&store);
+    rc = run_cli_open_store(&store);
     for (size_t i = 0; !rc && i < n; i++) {
         td_run r = {0};
         td_status st = td_run_find(store, ids[i], &r);

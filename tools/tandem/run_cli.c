@@ -12,6 +12,27 @@ int run_cli_id(const cli_command *verb, const char *arg, const char **id) {
     return -1;
 }
 
+int run_cli_operands(const cli_command *verb, int argc, char **argv, int flag_opt, int *flag,
+                     const char ***ops, size_t *nops) {
+    cli_parser p;
+    cli_init(&p, verb, argc, argv);
+    *ops = td_xcalloc((size_t)argc + 1, sizeof **ops);
+    *nops = 0;
+    if (flag) *flag = 0;
+    for (int c; (c = cli_next(&p)) != CLI_END;) {
+        if (c == CLI_EXIT) {
+            free(*ops);
+            *ops = NULL;
+            return p.exit_code;
+        }
+        if (flag_opt && c == flag_opt)
+            *flag = 1;
+        else
+            (*ops)[(*nops)++] = p.value;
+    }
+    return -1;
+}
+
 int run_cli_usage_error(const cli_command *verb) {
     cli_usage(verb, stderr);
     return 2;

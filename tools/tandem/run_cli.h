@@ -14,6 +14,14 @@
  * a second is a usage error (2). */
 int run_cli_id(const cli_command *verb, const char *arg, const char **id);
 
+/* The arguments of a verb that takes one optional flag (its option id flag_opt, 0: none) and
+ * any number of operands (tandem rm RUN..., tandem archive [--undo] RUN..., tandem import
+ * [--force] DIR...): *ops (the caller frees it) gets the operands in order, *nops their count,
+ * *flag 1 when the flag was given. Returns -1 to go on, else the exit code (--help, a bad
+ * option). No operand is not checked here: the verb says what is missing. */
+int run_cli_operands(const cli_command *verb, int argc, char **argv, int flag_opt, int *flag,
+                     const char ***ops, size_t *nops);
+
 /* Prints the usage line to stderr; returns 2. */
 int run_cli_usage_error(const cli_command *verb);
 
