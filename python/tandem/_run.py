@@ -98,6 +98,19 @@ def _fsync_dir(d):
         os.close(fd)
 
 
+def flatten(d, prefix=""):
+    """{"opt": {"lr": 1}} -> {"opt/lr": 1}: nested dicts as "/"-joined keys, as W&B and the
+    Lightning loggers record them (an empty dict adds nothing)."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
 class _Record(dict):
     """tandem.config / tandem.summary: a dict whose every change is written to sdk.json (by the
     ranks that log). Attribute access works too: config.lr."""
@@ -409,6 +422,16 @@ class Run:
             lines.insert(0, plain)
         self._append("".join(json.dumps(l, allow_nan=False) + "\n" for l in lines).encode())
         self._advance(s, values)
+
+    def log_new(self, data, step):
+        """log() of the keys of data not logged at `step` yet (all of them at a later step): for
+        the frameworks, which log some keys again at the same step (Lightning adds "epoch" to
+        every call; the Trainer's last evaluation repeats its eval_* values)."""
+        if step == self._last_step and self._step_keys:
+            data = {k: v for k, v in data.items() if k not in self._step_keys}
+            if not data:
+                return
+        self.log(data, step=step)
 
     def _advance(self, s, values):
         if s != self._last_step:

@@ -100,14 +100,8 @@ class TandemCallback(TrainerCallback):
         values = _numbers(logs)
         if not values:
             return
-        run = self._run()
-        step = state.global_step
-        if run._last_step is not None and step == run._last_step and run._step_keys:
-            # the end-of-training line repeats keys at the last step (e.g. epoch)
-            values = {k: v for k, v in values.items() if k not in run._step_keys}
-            if not values:
-                return
-        run.log(values, step=step)
+        # the end-of-training line repeats keys at the last step (e.g. epoch)
+        self._run().log_new(values, state.global_step)
         self._last.update({k: v for k, v in values.items()
                            if not (isinstance(v, float) and not math.isfinite(v))})
 

@@ -21,6 +21,7 @@ Works with `lightning` (import lightning.pytorch) and the older `pytorch_lightni
 import os
 
 import tandem
+from tandem._run import flatten
 
 try:
     from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
@@ -30,18 +31,6 @@ except ImportError:  # the standalone package
     from pytorch_lightning.utilities import rank_zero_only
 
 __all__ = ["TandemLogger"]
-
-
-def _flatten(d, prefix=""):
-    """{"opt": {"lr": 1}} -> {"opt/lr": 1}, as the other Lightning loggers record params."""
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
 
 
 class TandemLogger(Logger):
@@ -104,20 +93,14 @@ class TandemLogger(Logger):
             return
         if not isinstance(params, dict):
             params = vars(params) if hasattr(params, "__dict__") else dict(params)
-        self._run().config.update(_flatten(dict(params)))
+        self._run().config.update(flatten(dict(params)))
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None):
-        run = self._run()
         # Lightning adds "epoch" to every call, and logs training and validation values at the
         # same step in separate calls: a key already stored at this step is not written twice.
-        if run._last_step is not None and step == run._last_step and run._step_keys:
-            metrics = {k: v for k, v in metrics.items() if k not in run._step_keys}
-            if not metrics:
-                return
-        run.log(metrics, step=step)
-        for k, v in metrics.items():
-            self._last[k] = v
+        self._run().log_new(metrics, step)
+        self._last.update(metrics)
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback):

@@ -25,6 +25,7 @@ import os
 import warnings
 
 import tandem
+from tandem._run import flatten
 
 __all__ = ["init", "log", "finish", "config", "summary", "run", "define_metric", "watch",
            "save", "log_artifact", "Artifact", "login", "Settings", "Image", "Table",
@@ -99,7 +100,7 @@ class Run:
                 commit = False
         elif commit is None:
             commit = True
-        self._pending.update(_flatten(data))
+        self._pending.update(flatten(data))
         if commit:
             self._flush()
             self._step += 1
@@ -151,17 +152,6 @@ class Run:
     def __exit__(self, exc_type, exc, tb):
         self.finish(exit_code=1 if exc_type else 0)
         return False
-
-
-def _flatten(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
 
 
 def _number(v):

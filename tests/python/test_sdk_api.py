@@ -430,6 +430,21 @@ def test_first_log_of_a_resuming_framework_drops_the_earlier_points():
        [None], "no resume line without a restart")
 
 
+def test_log_new_skips_keys_already_logged_at_the_step():
+    run_dir = tracked()
+    r = tandem.init()
+    r.log_new({"loss": 0.5, "epoch": 0}, 3)
+    r.log_new({"val/acc": 0.9, "epoch": 0}, 3)   # epoch again at step 3: not written twice
+    r.log_new({"epoch": 0}, 3)                    # nothing new: no line
+    r.log_new({"loss": 0.4, "epoch": 0}, 4)
+    got = [{k: v for k, v in l.items() if k != "time"}
+           for l in lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))]
+    eq(got, [{"step": 3, "loss": 0.5, "epoch": 0}, {"step": 3, "val/acc": 0.9},
+             {"step": 4, "loss": 0.4, "epoch": 0}], "the lines")
+    eq(tandem._run.flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3, "f": {}}),
+       {"a/b": 1, "a/c/d": 2, "e": 3}, "flatten")
+
+
 def test_a_requeued_slurm_job_continues_its_offline_run():
     fresh(SLURM_JOB_ID="4242")
     r1 = tandem.init()
