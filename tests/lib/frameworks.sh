@@ -73,7 +73,7 @@ fw_check_once() {
 
 fw_show_has() {
     local section
-    section=$("$B" show "$1" | sed -n "/^$2:/,/^\$/p")
+    section=$(show_section "$1" "$2")
     grep -qE "^  $3 " <<<"$section" || fail "$1: tandem show has no $3 under $2: $(head -20 <<<"$section")"
 }
 

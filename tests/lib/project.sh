@@ -6,6 +6,10 @@
 #                        assertion mid-run) and removes $P.
 #   project_init TAG     the same without the data set, for runs that do not train.
 # Both set B to $TANDEM_BIN (which must be set) and define fail MESSAGE (prints FAIL, exits 1).
+# A test with more to clean up sets its own EXIT trap after them and calls project_cleanup.
+# Shared checks: expect_contains / expect_lacks HAYSTACK NEEDLE WHAT; show_field RUN KEY (the
+# value of one line of `tandem show RUN`); show_section RUN TITLE (the lines of its section
+# "TITLE:", e.g. config or summary).
 # It reads TANDEM_DATA (default Debian's dataset-fashion-mnist) into $DATA.
 project_setup() {
     DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
@@ -34,4 +38,17 @@ project_cleanup() {
         kill -9 "${f#/proc/}" 2>/dev/null
     done
     rm -rf "$P"
+}
+
+expect_contains() { # haystack needle what
+    case "$1" in *"$2"*) ;; *) fail "$3: expected to contain '$2', got: $1" ;; esac
+}
+expect_lacks() { # haystack needle what
+    case "$1" in *"$2"*) fail "$3: expected no '$2', got: $1" ;; esac
+}
+show_field() { # run key
+    "$B" show "$1" 2>/dev/null | sed -n "s/^$2  *//p" | head -1
+}
+show_section() { # run title
+    "$B" show "$1" 2>/dev/null | awk -v t="$2:" '$0 == t {on = 1; next} on && /^$/ {exit} on'
 }

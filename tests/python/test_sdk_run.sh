@@ -15,10 +15,6 @@ PY=${PYTHON:-/usr/bin/python3}
 "$PY" -c 'import torch' 2>/dev/null || { echo "SKIP: $PY has no torch"; exit 77; }
 . "$SRC/tests/lib/project.sh"
 project_init sdk
-expect_contains() { # haystack needle what
-  case "$1" in *"$2"*) ;; *) fail "$3: expected to contain '$2', got: $1" ;; esac
-}
-show_field() { "$B" show "$1" | sed -n "s/^$2  *//p"; }
 
 mkdir -p .tandem
 cat > .tandem/workflows.yaml <<EOF

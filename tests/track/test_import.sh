@@ -10,21 +10,12 @@
 #     imports it as failed;
 #   - a missing directory, a file, a directory without offline.json: errors naming them.
 set -uo pipefail
-B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null 2>&1 || { echo "SKIP: no $PY"; exit 77; }
-P=$(mktemp -d /tmp/tandem-import-XXXXXX)
-trap 'rm -rf "$P"' EXIT
-export TANDEM_HOME=$P PYTHONPATH=$SRC/python
-cd "$P"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_contains() { # haystack needle what
-  case "$1" in *"$2"*) ;; *) fail "$3: expected to contain '$2', got: $1" ;; esac
-}
-field() { # run key: the value of one line of `tandem show`
-  "$B" show "$1" 2>/dev/null | sed -n "s/^$2  *//p" | head -1
-}
+. "$SRC/tests/lib/project.sh"
+project_init import
+export PYTHONPATH=$SRC/python
 nruns() { "$B" ps -a --archived 2>/dev/null | tail -n +2 | grep -c . ; }
 
 # ---- offline runs, written by the SDK ----
@@ -62,9 +53,9 @@ expect_contains "$out" "imported as run exp1-1 (succeeded, 10 metric points)" "t
 expect_contains "$out" "passwd-link is a symbolic link, not a regular file: not imported" \
   "a link in artifacts/"
 [ "$(nruns)" = 1 ] || fail "one run after the import: $("$B" ps -a)"
-[ "$(field exp1-1 status)" = succeeded ] || fail "exp1-1: $("$B" show exp1-1)"
-[ "$(field exp1-1 group)" = proj ] || fail "exp1-1 group from the SDK's project"
-[ "$(field exp1-1 tags)" = off ] || fail "exp1-1 tags from the SDK: $("$B" show exp1-1)"
+[ "$(show_field exp1-1 status)" = succeeded ] || fail "exp1-1: $("$B" show exp1-1)"
+[ "$(show_field exp1-1 group)" = proj ] || fail "exp1-1 group from the SDK's project"
+[ "$(show_field exp1-1 tags)" = off ] || fail "exp1-1 tags from the SDK: $("$B" show exp1-1)"
 show=$("$B" show exp1-1 2>&1)
 expect_contains "$show" "metrics (10 points" "show: the metrics"
 expect_contains "$show" "imported by tandem import from $E" "show: the note names the source"
@@ -96,7 +87,7 @@ expect_contains "$("$B" show exp1-1)" "best_loss 0.2" "the summary after the reb
 # ---- 3. an exit code, several at once ----
 out=$("$B" import "$C" "$E" 2>&1) || fail "tandem import C E: $out"
 expect_contains "$out" "imported as run crash-1 (failed, 1 metric points)" "the failed run"
-[ "$(field crash-1 "exit code")" = 3 ] || fail "crash-1 exit code: $("$B" show crash-1)"
+[ "$(show_field crash-1 "exit code")" = 3 ] || fail "crash-1 exit code: $("$B" show crash-1)"
 [ "$(nruns)" = 2 ] || fail "two runs: $("$B" ps -a)"
 
 # ---- 4. a run still running: refused; --force imports it as failed ----
@@ -108,7 +99,7 @@ expect_contains "$out" "--force" "the refusal names the way out"
 [ "$(nruns)" = 2 ] || fail "a refused import left a run: $("$B" ps -a)"
 out=$("$B" import --force "$A" 2>&1) || fail "tandem import --force: $out"
 expect_contains "$out" "imported as run alive-1 (failed" "--force"
-expect_contains "$(field alive-1 note)" "still said running" "--force's note"
+expect_contains "$(show_field alive-1 note)" "still said running" "--force's note"
 
 # ---- 5. what is not an offline run ----
 out=$("$B" import "$P/nothing-here" 2>&1)

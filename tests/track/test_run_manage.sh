@@ -16,26 +16,14 @@
 #   - a workflow file's tags: and group: label its runs (--tag adds, --group replaces); a bad
 #     tag there is a parse error naming the file.
 set -uo pipefail
-B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
-P=$(mktemp -d /tmp/tandem-manage-XXXXXX)
+. "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
+project_init manage
 LIVE=
 cleanup() {
   [ -n "$LIVE" ] && "$B" stop "$LIVE" --wait 10 >/dev/null 2>&1
-  rm -rf "$P"
+  project_cleanup
 }
 trap cleanup EXIT
-export TANDEM_HOME=$P
-cd "$P"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_contains() { # haystack needle what
-  case "$1" in *"$2"*) ;; *) fail "$3: expected to contain '$2', got: $1" ;; esac
-}
-expect_lacks() { # haystack needle what
-  case "$1" in *"$2"*) fail "$3: expected no '$2', got: $1" ;; esac
-}
-field() { # run key: the value of one line of `tandem show`
-  "$B" show "$1" 2>/dev/null | sed -n "s/^$2  *//p" | head -1
-}
 rows() { # table run-id: rows of the run in runs.db's table
   python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(
     'SELECT count(*) FROM %s WHERE run IN (SELECT seq FROM runs WHERE id=?)' % sys.argv[2],
@@ -51,9 +39,9 @@ out=$("$B" run --name a --tag base --tag lr:3e-4 --group sweep1 --notes "first t
   sh -c "$CMD" 2>&1) || fail "tandem run with labels: $out"
 "$B" run --name b -- sh -c "$CMD" >/dev/null 2>&1 || fail "tandem run b-1"
 "$B" run --name c --tag base -- true >/dev/null 2>&1 || fail "tandem run c-1"
-[ "$(field a-1 tags)" = "base,lr:3e-4" ] || fail "a-1 tags: $("$B" show a-1)"
-[ "$(field a-1 group)" = "sweep1" ] || fail "a-1 group: $("$B" show a-1)"
-[ "$(field a-1 notes)" = "first try" ] || fail "a-1 notes: $("$B" show a-1)"
+[ "$(show_field a-1 tags)" = "base,lr:3e-4" ] || fail "a-1 tags: $("$B" show a-1)"
+[ "$(show_field a-1 group)" = "sweep1" ] || fail "a-1 group: $("$B" show a-1)"
+[ "$(show_field a-1 notes)" = "first try" ] || fail "a-1 notes: $("$B" show a-1)"
 [ "$(rows metrics a-1)" -ge 1 ] || fail "a-1 has no metric rows to delete later"
 json=$(cat .tandem/runs/a-1/run.json)
 expect_contains "$json" '"group": "sweep1"' "a-1 run.json"
@@ -81,14 +69,14 @@ expect_contains "$err" "no run matches 'nope-9'" "tag of an unknown run"
 out=$("$B" tag b-1 +x y) || fail "tandem tag b-1 +x y: $out"
 expect_contains "$out" "b-1 tags: x,y" "tandem tag output"
 "$B" tag a-1 -base new >/dev/null || fail "tandem tag a-1 -base new"
-[ "$(field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after -base new: $(field a-1 tags)"
+[ "$(show_field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after -base new: $(show_field a-1 tags)"
 "$B" group b-1 sweep1 || fail "tandem group"
 "$B" note b-1 "hello world" || fail "tandem note"
 printf 'from stdin\n' | "$B" note c-1 - || fail "tandem note c-1 -"
-[ "$(field c-1 notes)" = "from stdin" ] || fail "c-1 notes from stdin: $(field c-1 notes)"
-[ "$(field b-1 notes)" = "hello world" ] || fail "b-1 notes: $(field b-1 notes)"
+[ "$(show_field c-1 notes)" = "from stdin" ] || fail "c-1 notes from stdin: $(show_field c-1 notes)"
+[ "$(show_field b-1 notes)" = "hello world" ] || fail "b-1 notes: $(show_field b-1 notes)"
 "$B" note c-1 '' && "$B" group c-1 '' || fail "clearing c-1's notes and group"
-[ -z "$(field c-1 notes)$(field c-1 group)" ] || fail "c-1 notes/group not cleared: $("$B" show c-1)"
+[ -z "$(show_field c-1 notes)$(show_field c-1 group)" ] || fail "c-1 notes/group not cleared: $("$B" show c-1)"
 err=$("$B" tag c-1 --help 2>&1); rc=$?
 [ "$rc" = 2 ] || fail "tandem tag c-1 --help (a removal naming no tag): exit $rc ($err)"
 
@@ -103,9 +91,9 @@ expect_contains "$ps" "[sweep1] #lr:3e-4 #new" "ps shows a-1's labels"
 # ---- kept across a lost index ----
 rm -f .tandem/runs.db .tandem/runs.db-wal .tandem/runs.db-shm
 "$B" reindex >/dev/null || fail "tandem reindex after runs.db deleted"
-[ "$(field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after reindex: $("$B" show a-1)"
-[ "$(field b-1 group)" = "sweep1" ] || fail "b-1 group after reindex"
-[ "$(field b-1 notes)" = "hello world" ] || fail "b-1 notes after reindex"
+[ "$(show_field a-1 tags)" = "lr:3e-4,new" ] || fail "a-1 tags after reindex: $("$B" show a-1)"
+[ "$(show_field b-1 group)" = "sweep1" ] || fail "b-1 group after reindex"
+[ "$(show_field b-1 notes)" = "hello world" ] || fail "b-1 notes after reindex"
 
 # ---- an index made before the columns: gains them ----
 python3 - .tandem/runs.db <<'EOF' || fail "could not make an old-style index"
@@ -118,14 +106,14 @@ EOF
 [ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps on an old index: $("$B" ps 2>&1)"
 "$B" tag c-1 again >/dev/null || fail "tag on an index that had no tags column"
 # (An index that old never held labels: the columns start empty, and the new tag is kept.)
-expect_contains "$(field c-1 tags)" "again" "c-1 tags on a migrated index"
+expect_contains "$(show_field c-1 tags)" "again" "c-1 tags on a migrated index"
 
 # ---- archive ----
 out=$("$B" archive a-1) || fail "tandem archive a-1: $out"
 [ "$(ps_ids)" = "b-1 c-1 " ] || fail "ps after archive: $(ps_ids)"
 [ "$(ps_ids -a)" = "a-1 b-1 c-1 " ] || fail "ps -a after archive: $(ps_ids -a)"
 [ "$(ps_ids --archived)" = "a-1 " ] || fail "ps --archived: $(ps_ids --archived)"
-[ "$(field a-1 status)" = "succeeded" ] || fail "show of an archived run"
+[ "$(show_field a-1 status)" = "succeeded" ] || fail "show of an archived run"
 "$B" archive --undo a-1 >/dev/null || fail "tandem archive --undo"
 [ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps after archive --undo: $(ps_ids)"
 
@@ -150,7 +138,7 @@ err=$("$B" rm a 2>&1); rc=$?
 
 # ---- a live run: neither removed nor archived ----
 LIVE=$("$B" run -d --name live -- sh -c 'sleep 60') || fail "tandem run -d: $LIVE"
-for _ in $(seq 1 100); do [ "$(field "$LIVE" status)" = running ] && break; sleep 0.1; done
+for _ in $(seq 1 100); do [ "$(show_field "$LIVE" status)" = running ] && break; sleep 0.1; done
 err=$("$B" rm "$LIVE" 2>&1); rc=$?
 [ "$rc" != 0 ] || fail "rm of a live run succeeded"
 expect_contains "$err" "run $LIVE is live" "rm of a live run"
@@ -193,10 +181,10 @@ workflows:
     command: "true"
 WF
 "$B" run wf --tag extra >/dev/null 2>&1 || fail "tandem run wf"
-[ "$(field wf-1 tags)" = "base,extra,nightly" ] || fail "wf-1 tags: $("$B" show wf-1)"
-[ "$(field wf-1 group)" = "sweep2" ] || fail "wf-1 group: $("$B" show wf-1)"
+[ "$(show_field wf-1 tags)" = "base,extra,nightly" ] || fail "wf-1 tags: $("$B" show wf-1)"
+[ "$(show_field wf-1 group)" = "sweep2" ] || fail "wf-1 group: $("$B" show wf-1)"
 "$B" run wf --group other >/dev/null 2>&1 || fail "tandem run wf --group other"
-[ "$(field wf-2 group)" = "other" ] || fail "wf-2 group: $("$B" show wf-2)"
+[ "$(show_field wf-2 group)" = "other" ] || fail "wf-2 group: $("$B" show wf-2)"
 out=$("$B" run -f bad.yaml badtag 2>&1)
 [ $? = 2 ] || fail "a bad tag in the file did not fail with 2: $out"
 expect_contains "$out" "bad.yaml:" "the bad tag's error names the file"
