@@ -1,5 +1,6 @@
 /* tandem nn: layers as forward/backward pairs over one contiguous parameter buffer and one
- * gradient buffer, sequential models, presets, a YAML model spec, losses.
+ * gradient buffer, sequential models with residual blocks, presets built for the data's shape,
+ * a YAML model spec, losses (classification, regression, multi-label).
  *
  * Memory layout (the contract ddp and optim rely on):
  *   params[0 .. num_params) and grads[0 .. num_params) are single 64-byte-aligned buffers.
@@ -38,7 +39,18 @@ typedef enum {
     TD_LAYER_DROPOUT,
     TD_LAYER_FLATTEN,
     TD_LAYER_LOG_SOFTMAX,
+    TD_LAYER_GELU, /* exact erf form, nn.GELU() */
+    TD_LAYER_TANH,
+    TD_LAYER_SIGMOID,
+    TD_LAYER_LAYERNORM, /* over each sample's whole C*H*W vector, weight and bias that size */
+    TD_LAYER_BATCHNORM, /* per channel over the batch (and H, W): BatchNorm1d / BatchNorm2d */
+    TD_LAYER_AVGPOOL2D,
+    TD_LAYER_GLOBAL_AVGPOOL, /* mean over H, W: [C, H, W] -> [C, 1, 1] */
+    TD_LAYER_RESIDUAL,       /* end of a residual block: body(x) + shortcut(x) */
 } td_layer_kind;
+
+/* "linear", "conv2d", ..., "residual": the spec's name of a kind. */
+const char *td_layer_kind_name(td_layer_kind kind);
 
 typedef struct {
     td_layer_kind kind;
@@ -51,6 +63,15 @@ typedef struct {
     int kernel, stride, pad; /* conv2d, maxpool2d */
     float p;                 /* dropout probability */
     double flops_fwd;        /* forward multiply-adds x2 per sample, for GFLOP/s reports */
+    const char *kind_name;   /* td_layer_kind_name(kind) */
+    float eps, momentum;     /* layernorm (eps), batchnorm (eps, momentum) */
+    size_t buffer_offset;    /* batchnorm: first float of its running mean in td_model_buffers */
+    size_t buffer_count;     /* batchnorm: 2 * channels (mean[C] then var[C]); 0 otherwise */
+    /* Data flow. Layer i reads the output of layer input_from - 1 (the model's input when
+     * input_from == 0); that is i, the previous layer, except for a residual shortcut's first
+     * layer, which reads the block's input. A residual layer adds the outputs of layers i - 1
+     * and input2_from - 1 (input2_from = -1 for other kinds). */
+    int input_from, input2_from;
 } td_layer_info;
 
 /* ---- building a model in C ----
@@ -64,12 +85,41 @@ td_status td_model_add_relu(td_model_t *m);
 td_status td_model_add_dropout(td_model_t *m, float p);
 td_status td_model_add_flatten(td_model_t *m);
 td_status td_model_add_log_softmax(td_model_t *m);
+td_status td_model_add_gelu(td_model_t *m);
+td_status td_model_add_tanh(td_model_t *m);
+td_status td_model_add_sigmoid(td_model_t *m);
+/* nn.LayerNorm(normalized_shape = the per-sample shape, eps): weight = 1, bias = 0. */
+td_status td_model_add_layernorm(td_model_t *m, float eps);
+/* BatchNorm over the channels (features for a flat input): weight = 1, bias = 0, running mean 0
+ * and variance 1. Training forwards normalise with the micro-batch's mean and biased variance;
+ * eval forwards with the running statistics, which only td_model_update_running_stats changes. */
+td_status td_model_add_batchnorm(td_model_t *m, float eps, float momentum);
+td_status td_model_add_avgpool2d(td_model_t *m, int kernel, int stride); /* padding 0 */
+td_status td_model_add_global_avgpool(td_model_t *m);
+/* Residual blocks: begin_residual, the body's layers, optionally begin_shortcut and the
+ * shortcut's layers, then add_residual, which adds a TD_LAYER_RESIDUAL layer whose output is
+ * body(x) + shortcut(x) (x itself without a shortcut; the shapes must match). Blocks nest. */
+td_status td_model_begin_residual(td_model_t *m);
+td_status td_model_begin_shortcut(td_model_t *m);
+td_status td_model_add_residual(td_model_t *m);
 /* Allocates params, grads and activations for batches of up to max_batch samples. */
 td_status td_model_finalize(td_model_t *m, int max_batch);
 void td_model_free(td_model_t *m);
 
-/* "basicnet", "mlp7", or a path to a YAML spec (see docs/model-spec.md); not finalized. */
+/* A model for data of per-sample shape [in_c, in_h, in_w] (a flat vector of F features is
+ * [F, 1, 1]) with `outputs` values per sample: a preset, built for that shape ("basicnet", "mlp7",
+ * "mlp", "resnet-small"; an error names the preset, the shape and a preset that fits when it does
+ * not), or a path to a YAML spec (docs/model-spec.md), whose `input:` may then be left out and
+ * whose `out: outputs` means `outputs`. Not finalized. */
+td_status td_model_load_for(const char *name_or_path, int in_c, int in_h, int in_w, int outputs,
+                            td_model_t **out);
+/* td_model_load_for a preset with the shape of (Fashion-)MNIST: [1, 28, 28], 10 outputs. A
+ * spec must then give its input: and cannot use `out: outputs`. */
 td_status td_model_load(const char *name_or_path, td_model_t **out);
+
+/* Whether the CUDA engine (src/gpu) runs every layer of m; false with why naming the first
+ * layer it lacks, so --device cuda fails before training instead of in it. */
+bool td_model_gpu_supported(const td_model_t *m, char *why, size_t n);
 
 /* ---- inspection ---- */
 size_t td_model_num_params(const td_model_t *m);
@@ -81,9 +131,32 @@ double td_model_flops_per_sample(const td_model_t *m); /* forward + backward */
 float *td_model_params(td_model_t *m);
 float *td_model_grads(td_model_t *m);
 
+/* ---- batchnorm state ----
+ * Buffers: every batchnorm layer's running mean[C] then running variance[C], in layer order
+ * (td_layer_info.buffer_offset); contiguous, part of a checkpoint. Running statistics are never
+ * updated inside a forward, so that N workers stay bitwise equal to one: after a training
+ * forward, td_model_batch_stats holds each batchnorm layer's micro-batch mean[C] and unbiased
+ * variance[C] (n/(n-1) x biased; biased when n == 1; n = batch x H x W) in the buffers' layout,
+ * and the trainer applies every micro-batch's statistics of a global batch in one fixed order
+ * with td_model_update_running_stats. All are 0 / NULL for a model without batchnorm. */
+size_t td_model_num_buffers(const td_model_t *m);
+float *td_model_buffers(td_model_t *m);
+size_t td_model_batch_stats_size(const td_model_t *m); /* == td_model_num_buffers */
+const float *td_model_batch_stats(const td_model_t *m);
+/* running = (1 - momentum) * running + momentum * stat per batchnorm layer (PyTorch's update),
+ * and one more batch tracked. */
+void td_model_update_running_stats(td_model_t *m, const float *batch_stats);
+/* PyTorch's num_batches_tracked (the same for every batchnorm layer here): the number of
+ * td_model_update_running_stats calls since finalize or the last set; written to safetensors.
+ * A checkpoint keeps it with the buffers. */
+int64_t td_model_batches_tracked(const td_model_t *m);
+void td_model_set_batches_tracked(td_model_t *m, int64_t n);
+
 /* PyTorch's default initialisation: kaiming_uniform(a=sqrt(5)) for weights, i.e.
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for biases,
- * drawn from Philox with key seed and stream = layer index, element = index in the layer. */
+ * drawn from Philox with key seed and stream = layer index, element = index in the layer.
+ * Layernorm and batchnorm: weight 1, bias 0; batchnorm buffers: running mean 0, variance 1, and
+ * batches tracked 0. */
 void td_model_init_params(td_model_t *m, uint64_t seed);
 
 /* ---- running ---- */
@@ -120,10 +193,11 @@ void td_model_zero_grads(td_model_t *m);
 uint64_t td_dropout_key(uint64_t seed, uint64_t step, int layer);
 
 /* ---- losses ----
- * Both return the *sum* of per-sample losses over the batch (as double) and write
+ * All return the *sum* of per-sample losses over the batch (as double) and write
  * dinput = grad_scale * d(sum of losses)/d(input). The trainer passes grad_scale = 1/global_batch
  * so every micro-batch's gradient is already scaled for the mean over the global batch and
- * micro-batches sum without a later division (that keeps N workers bitwise equal to one). */
+ * micro-batches sum without a later division (that keeps N workers bitwise equal to one).
+ * The gradient pointer may be NULL (evaluation). */
 double td_nll_loss(const float *logp, const int32_t *labels, int batch, int classes,
                    float grad_scale, float *dlogp);
 /* Fused log_softmax + NLL over raw logits. */
@@ -131,6 +205,16 @@ double td_cross_entropy(const float *logits, const int32_t *labels, int batch, i
                         float grad_scale, float *dlogits);
 /* Number of rows whose argmax equals the label. */
 int td_count_correct(const float *out, const int32_t *labels, int batch, int classes);
+/* Regression: per-sample loss = mean over dim of (out - target)^2, so the sum / batch equals
+ * torch.nn.MSELoss(). */
+double td_mse_loss(const float *out, const float *target, int batch, int dim, float grad_scale,
+                   float *dout);
+/* Multi-label: per-sample loss = mean over dim of max(x, 0) - x t + log1p(exp(-|x|)) (the stable
+ * form of torch.nn.BCEWithLogitsLoss), so the sum / batch equals BCEWithLogitsLoss(). */
+double td_bce_with_logits(const float *logits, const float *target, int batch, int dim,
+                          float grad_scale, float *dlogits);
+/* Sum over samples of the fraction of labels where (logit > 0) == (target > 0.5). */
+double td_count_correct_multilabel(const float *logits, const float *target, int batch, int dim);
 
 #ifdef __cplusplus
 }

@@ -431,6 +431,9 @@ extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
         return td_error(TD_ERR_INVALID, "CUDA engine: batch %d and accum %d must be >= 1",
                         cfg->batch, cfg->accum);
     TD_CHECK(td_optim_validate(optim));
+    char why[256];
+    if (!td_model_gpu_supported(model, why, sizeof why))
+        return td_error(TD_ERR_UNSUPPORTED, "CUDA engine: %s", why);
     int dev = 0;
     TD_CHECK(pick_device(cfg, &dev));
     CU_CHECK(cudaSetDevice(dev));
@@ -619,6 +622,8 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
         case TD_LAYER_LOG_SOFTMAX:
             td_gpu_log_softmax(s, in, batch, (int)l->out_size, l->out);
             break;
+        default: /* td_model_gpu_supported keeps the other kinds off the device */
+            break;
         }
         LAUNCHED(f->name);
         if (f->kind != TD_LAYER_FLATTEN) in = l->out;
@@ -716,6 +721,8 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
             break;
         case TD_LAYER_LOG_SOFTMAX:
             td_gpu_log_softmax_backward(s, l->out, dy, batch, (int)l->out_size, dx);
+            break;
+        default: /* td_model_gpu_supported keeps the other kinds off the device */
             break;
         }
         LAUNCHED(f->name);

@@ -17,7 +17,7 @@ static bool conv_is_pointwise(const td_layer *l) {
 static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
     const float *w = m->params + l->param_offset, *bias = w + l->weight_count;
     int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
-    const float *x0 = m->acts[l - m->layers];
+    const float *x0 = m->acts[l->src];
     if (l->wino) { /* the whole chunk at once: its tiles batched into each gemm */
         td__wino_conv(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h, l->in_w,
                       l->pad, l->wino_u, l->out_c, l->out_h, l->out_w, bias,
@@ -49,7 +49,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
     const float *w = m->params + l->param_offset;
     float *pw = l->partial + (size_t)chunk * l->param_count, *pb = pw + l->weight_count;
     int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
-    const float *x0 = m->acts[l - m->layers];
+    const float *x0 = m->acts[l->src];
     bool pointwise = conv_is_pointwise(l);
     if (l->wino) { /* weight gradient of the whole chunk as 16 gemms over its tiles */
         for (int s = s0; s < s1; s++)
@@ -142,7 +142,7 @@ static inline __attribute__((always_inline)) void maxpool2_back_row(float *d0, f
  * With relu_in the preceding ReLU is folded in: max(relu(x)) = relu(max(x)), and the gradient
  * reaches the argmax only where that max is positive, as ReLU's backward would decide. */
 static void maxpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
-    const float *x0 = m->acts[l - m->layers];
+    const float *x0 = m->acts[l->src];
     int k = l->kernel, st = l->stride;
     for (int s = s0; s < s1; s++) {
         for (int c = 0; c < l->out_c; c++) {
@@ -252,7 +252,7 @@ static void philox_uniforms(uint64_t key, uint64_t stream, float *u, size_t n) {
 }
 
 static void dropout_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
-    const float *x0 = m->acts[l - m->layers];
+    const float *x0 = m->acts[l->src];
     size_t n = l->out_size;
     if (!m->training || l->p == 0.0f) {
         memcpy(l->out + (size_t)s0 * n, x0 + (size_t)s0 * n, sizeof(float) * n * (size_t)(s1 - s0));
@@ -294,7 +294,7 @@ static void dropout_backward(td_model_t *m, td_layer *l, int s0, int s1, const f
 
 /* y = x - logsumexp(x) per row. */
 static void log_softmax_forward(td_model_t *m, td_layer *l, int s0, int s1) {
-    const float *x0 = m->acts[l - m->layers];
+    const float *x0 = m->acts[l->src];
     size_t n = l->out_size;
     for (int s = s0; s < s1; s++) {
         const float *x = x0 + (size_t)s * n;
@@ -320,9 +320,139 @@ static void log_softmax_backward(td_layer *l, int s0, int s1, const float *dout,
     }
 }
 
+/* Element-wise activations over n values. */
+static void gelu_forward(float *y, const float *x, size_t n) {
+    for (size_t e = 0; e < n; e++) y[e] = 0.5f * x[e] * (1.0f + erff(x[e] * 0.70710678118654752f));
+}
+static void tanh_forward(float *y, const float *x, size_t n) {
+    for (size_t e = 0; e < n; e++) y[e] = tanhf(x[e]);
+}
+static void sigmoid_forward(float *y, const float *x, size_t n) {
+    for (size_t e = 0; e < n; e++) y[e] = 1.0f / (1.0f + expf(-x[e]));
+}
+
+/* dx = dy * f'(.), from the input (gelu) or the output (tanh: 1 - y^2, sigmoid: y (1 - y));
+ * dx may be dy (in place). */
+static void activation_backward(td_model_t *m, td_layer *l, int s0, int s1, const float *dout,
+                                size_t ldo, float *din, size_t ldi) {
+    size_t n = l->out_size;
+    for (int s = s0; s < s1; s++) {
+        const float *dy = dout + (size_t)s * ldo, *y = l->out + (size_t)s * n;
+        const float *x = m->acts[l->src] + (size_t)s * n;
+        float *dx = din + (size_t)s * ldi;
+        if (l->kind == TD_LAYER_GELU) {
+            /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+            const float inv_sqrt_2pi = 0.3989422804014327f;
+            for (size_t e = 0; e < n; e++) {
+                float cdf = 0.5f * (1.0f + erff(x[e] * 0.70710678118654752f));
+                float pdf = inv_sqrt_2pi * expf(-0.5f * x[e] * x[e]);
+                dx[e] = dy[e] * (cdf + x[e] * pdf);
+            }
+        } else if (l->kind == TD_LAYER_TANH) {
+            for (size_t e = 0; e < n; e++) dx[e] = dy[e] * (1.0f - y[e] * y[e]);
+        } else {
+            for (size_t e = 0; e < n; e++) dx[e] = dy[e] * y[e] * (1.0f - y[e]);
+        }
+    }
+}
+
+/* Average over k x k windows, stride st, no padding: x [c, h, w] -> y [c, out_h, out_w]. */
+static void avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
+    int k = l->kernel, st = l->stride;
+    float inv = 1.0f / (float)(k * k);
+    for (int s = s0; s < s1; s++)
+        for (int c = 0; c < l->out_c; c++) {
+            const float *x =
+                m->acts[l->src] + (size_t)s * l->in_size + (size_t)c * l->in_h * l->in_w;
+            float *y = l->out + (size_t)s * l->out_size + (size_t)c * l->out_h * l->out_w;
+            for (int oy = 0; oy < l->out_h; oy++)
+                for (int ox = 0; ox < l->out_w; ox++) {
+                    const float *win = x + (size_t)oy * st * l->in_w + (size_t)ox * st;
+                    float sum = 0.0f;
+                    for (int ki = 0; ki < k; ki++)
+                        for (int kj = 0; kj < k; kj++) sum += win[(size_t)ki * l->in_w + kj];
+                    y[oy * l->out_w + ox] = sum * inv;
+                }
+        }
+}
+
+static void avgpool_backward(td_layer *l, int s0, int s1, const float *dout, size_t ldo, float *din,
+                             size_t ldi) {
+    int k = l->kernel, st = l->stride;
+    float inv = 1.0f / (float)(k * k);
+    for (int s = s0; s < s1; s++) {
+        float *dx = din + (size_t)s * ldi;
+        memset(dx, 0, sizeof(float) * l->in_size);
+        for (int c = 0; c < l->out_c; c++) {
+            const float *dy = dout + (size_t)s * ldo + (size_t)c * l->out_h * l->out_w;
+            float *dxc = dx + (size_t)c * l->in_h * l->in_w;
+            for (int oy = 0; oy < l->out_h; oy++)
+                for (int ox = 0; ox < l->out_w; ox++) {
+                    float g = dy[oy * l->out_w + ox] * inv;
+                    float *win = dxc + (size_t)oy * st * l->in_w + (size_t)ox * st;
+                    for (int ki = 0; ki < k; ki++)
+                        for (int kj = 0; kj < k; kj++) win[(size_t)ki * l->in_w + kj] += g;
+                }
+        }
+    }
+}
+
+/* Mean over each channel's plane: x [c, h, w] -> y [c]; summed in double. */
+static void global_avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
+    size_t hw = (size_t)l->in_h * l->in_w;
+    for (int s = s0; s < s1; s++)
+        for (int c = 0; c < l->in_c; c++) {
+            const float *x = m->acts[l->src] + (size_t)s * l->in_size + (size_t)c * hw;
+            double sum = 0;
+            for (size_t e = 0; e < hw; e++) sum += x[e];
+            l->out[(size_t)s * l->out_size + (size_t)c] = (float)(sum / (double)hw);
+        }
+}
+
+static void global_avgpool_backward(td_layer *l, int s0, int s1, const float *dout, size_t ldo,
+                                    float *din, size_t ldi) {
+    size_t hw = (size_t)l->in_h * l->in_w;
+    float inv = 1.0f / (float)hw;
+    for (int s = s0; s < s1; s++)
+        for (int c = 0; c < l->in_c; c++) {
+            float g = dout[(size_t)s * ldo + (size_t)c] * inv;
+            float *dx = din + (size_t)s * ldi + (size_t)c * hw;
+            for (size_t e = 0; e < hw; e++) dx[e] = g;
+        }
+}
+
+/* y = a + b, a the previous layer's output, b the other branch (the body's output or x). */
+static void residual_forward(td_model_t *m, td_layer *l, int s0, int s1) {
+    size_t n = l->out_size;
+    const float *a = m->acts[l->src] + (size_t)s0 * n, *b = m->acts[l->src2] + (size_t)s0 * n;
+    float *y = l->out + (size_t)s0 * n;
+    size_t cnt = n * (size_t)(s1 - s0);
+#pragma omp simd
+    for (size_t e = 0; e < cnt; e++) y[e] = a[e] + b[e];
+}
+
+/* The first input's gradient is dy itself (the same buffer: nothing to do); the second gets a
+ * copy of dy, plus what its other consumer already put there (gadd2). */
+static void residual_backward(td_model_t *m, td_layer *l, int s0, int s1, const float *dout,
+                              size_t ldo) {
+    if (!l->need_din2) return;
+    size_t n = l->out_size;
+    for (int s = s0; s < s1; s++) {
+        const float *dy = dout + (size_t)s * ldo;
+        float *d2 = m->gbuf[l->gin2] + (size_t)s * m->gstride;
+        if (l->gadd2 < 0) {
+            memcpy(d2, dy, sizeof(float) * n);
+            continue;
+        }
+        const float *a = m->gbuf[l->gadd2] + (size_t)s * m->gstride;
+#pragma omp simd
+        for (size_t e = 0; e < n; e++) d2[e] = dy[e] + a[e];
+    }
+}
+
 void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
     td_layer *l = &m->layers[li];
-    const float *x = m->acts[li];
+    const float *x = m->acts[l->src];
     size_t n = l->out_size;
     switch (l->kind) {
     case TD_LAYER_CONV2D:
@@ -343,8 +473,30 @@ void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
     case TD_LAYER_LOG_SOFTMAX:
         log_softmax_forward(m, l, s0, s1);
         break;
+    case TD_LAYER_GELU:
+        gelu_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        break;
+    case TD_LAYER_TANH:
+        tanh_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        break;
+    case TD_LAYER_SIGMOID:
+        sigmoid_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        break;
+    case TD_LAYER_LAYERNORM:
+        td__ln_forward_rows(m, l, s0, s1);
+        break;
+    case TD_LAYER_AVGPOOL2D:
+        avgpool_forward(m, l, s0, s1);
+        break;
+    case TD_LAYER_GLOBAL_AVGPOOL:
+        global_avgpool_forward(m, l, s0, s1);
+        break;
+    case TD_LAYER_RESIDUAL:
+        residual_forward(m, l, s0, s1);
+        break;
     case TD_LAYER_LINEAR:
-        break; /* batch-level, model.c */
+    case TD_LAYER_BATCHNORM:
+        break; /* batch-level, model.c and norm.c */
     }
 }
 
@@ -352,6 +504,7 @@ void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, i
                              const float *dout, size_t ldo, float *din, size_t ldi) {
     td_layer *l = &m->layers[li];
     size_t n = l->out_size;
+    if (!l->param_count && !l->need_din && !l->need_din2) return; /* nothing upstream learns */
     switch (l->kind) {
     case TD_LAYER_CONV2D:
         conv_backward(m, l, s0, s1, chunk, tid, dout, ldo, din, ldi);
@@ -374,7 +527,26 @@ void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, i
     case TD_LAYER_LOG_SOFTMAX:
         log_softmax_backward(l, s0, s1, dout, ldo, din, ldi);
         break;
-    case TD_LAYER_LINEAR:
+    case TD_LAYER_GELU:
+    case TD_LAYER_TANH:
+    case TD_LAYER_SIGMOID:
+        activation_backward(m, l, s0, s1, dout, ldo, din, ldi);
         break;
+    case TD_LAYER_LAYERNORM:
+        td__ln_backward_rows(m, l, s0, s1, chunk, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_AVGPOOL2D:
+        avgpool_backward(l, s0, s1, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_GLOBAL_AVGPOOL:
+        global_avgpool_backward(l, s0, s1, dout, ldo, din, ldi);
+        break;
+    case TD_LAYER_RESIDUAL:
+        residual_backward(m, l, s0, s1, dout, ldo);
+        return; /* its first input's gradient is dout itself */
+    case TD_LAYER_LINEAR:
+    case TD_LAYER_BATCHNORM:
+        return;
     }
+    td__grad_add_rows(m, l, s0, s1, din, ldi);
 }

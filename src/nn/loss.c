@@ -59,3 +59,53 @@ int td_count_correct(const float *out, const int32_t *labels, int batch, int cla
     }
     return correct;
 }
+
+double td_mse_loss(const float *out, const float *target, int batch, int dim, float grad_scale,
+                   float *dout) {
+    double loss = 0;
+    /* d/d out of mean((out - t)^2) = 2 (out - t) / dim */
+    float k = 2.0f * grad_scale / (float)dim;
+    for (int i = 0; i < batch; i++) {
+        const float *o = out + (size_t)i * dim, *t = target + (size_t)i * dim;
+        double s = 0;
+        for (int j = 0; j < dim; j++) {
+            double d = (double)o[j] - t[j];
+            s += d * d;
+            if (dout) dout[(size_t)i * dim + j] = k * (o[j] - t[j]);
+        }
+        loss += s / dim;
+    }
+    return loss;
+}
+
+double td_bce_with_logits(const float *logits, const float *target, int batch, int dim,
+                          float grad_scale, float *dlogits) {
+    double loss = 0;
+    /* d/dx = (sigmoid(x) - t) / dim */
+    float k = grad_scale / (float)dim;
+    for (int i = 0; i < batch; i++) {
+        const float *x = logits + (size_t)i * dim, *t = target + (size_t)i * dim;
+        double s = 0;
+        for (int j = 0; j < dim; j++) {
+            double xj = x[j];
+            s += (xj > 0 ? xj : 0) - xj * t[j] + log1p(exp(-fabs(xj)));
+            if (dlogits) {
+                double sig = xj >= 0 ? 1.0 / (1.0 + exp(-xj)) : exp(xj) / (1.0 + exp(xj));
+                dlogits[(size_t)i * dim + j] = k * (float)(sig - t[j]);
+            }
+        }
+        loss += s / dim;
+    }
+    return loss;
+}
+
+double td_count_correct_multilabel(const float *logits, const float *target, int batch, int dim) {
+    double correct = 0;
+    for (int i = 0; i < batch; i++) {
+        int hits = 0;
+        for (int j = 0; j < dim; j++)
+            hits += (logits[(size_t)i * dim + j] > 0.0f) == (target[(size_t)i * dim + j] > 0.5f);
+        correct += (double)hits / dim;
+    }
+    return correct;
+}

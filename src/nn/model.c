@@ -1,11 +1,19 @@
-/* Sequential models: building with shape checks, the flat parameter/gradient buffers, and the
- * forward/backward executor.
+/* Sequential models with residual blocks: building with shape checks, the flat
+ * parameter/gradient buffers, and the forward/backward executor.
  *
- * Execution: consecutive per-sample layers (conv, pool, relu, dropout, flatten, log_softmax) form
- * a segment that runs chunk by chunk (TD_NN_CHUNK samples) through all its layers while the
- * chunk is in cache; Linear layers run as batch-level gemms split over fixed column blocks.
- * Neither split depends on the thread count, and conv weight gradients are summed per chunk and
- * then added in chunk order, so every thread count gives the same bits. Chunks and blocks are
+ * A residual block is flat in the layer list: the body's layers, the shortcut's (whose first
+ * layer reads the block's input: td_layer.src), then a TD_LAYER_RESIDUAL layer that adds the two
+ * branches. Backward walks the list last to first like any other model; the gradient buffers
+ * are picked at finalize so a branch never overwrites a gradient the other still needs, and the
+ * block input's two parts are added in one fixed order (assign_grad_buffers).
+ *
+ * Execution: consecutive per-sample layers (conv, pool, activations, dropout, flatten,
+ * layernorm, residual sums, log_softmax) form a segment that runs chunk by chunk (TD_NN_CHUNK
+ * samples) through all its layers while the chunk is in cache; Linear layers run as batch-level
+ * gemms split over fixed column blocks, batchnorm as batch-level passes over the same chunks.
+ * Neither split depends on the thread count, and conv / layernorm weight gradients and
+ * batchnorm's sums are summed per chunk and then added in chunk order, so every thread count
+ * gives the same bits. Chunks and blocks are
  * handed out dynamically: which thread runs one never matters, and on a shared machine a
  * descheduled thread then delays only its current chunk, not a fixed half of the batch. */
 #include <math.h>
@@ -24,6 +32,23 @@ static const char *kind_prefix(td_layer_kind kind) {
         return "conv";
     case TD_LAYER_MAXPOOL2D:
         return "pool";
+    case TD_LAYER_LAYERNORM:
+        return "ln";
+    case TD_LAYER_BATCHNORM:
+        return "bn";
+    default:
+        return td_layer_kind_name(kind);
+    }
+}
+
+const char *td_layer_kind_name(td_layer_kind kind) {
+    switch (kind) {
+    case TD_LAYER_LINEAR:
+        return "linear";
+    case TD_LAYER_CONV2D:
+        return "conv2d";
+    case TD_LAYER_MAXPOOL2D:
+        return "maxpool2d";
     case TD_LAYER_RELU:
         return "relu";
     case TD_LAYER_DROPOUT:
@@ -32,6 +57,22 @@ static const char *kind_prefix(td_layer_kind kind) {
         return "flatten";
     case TD_LAYER_LOG_SOFTMAX:
         return "log_softmax";
+    case TD_LAYER_GELU:
+        return "gelu";
+    case TD_LAYER_TANH:
+        return "tanh";
+    case TD_LAYER_SIGMOID:
+        return "sigmoid";
+    case TD_LAYER_LAYERNORM:
+        return "layernorm";
+    case TD_LAYER_BATCHNORM:
+        return "batchnorm";
+    case TD_LAYER_AVGPOOL2D:
+        return "avgpool2d";
+    case TD_LAYER_GLOBAL_AVGPOOL:
+        return "global_avgpool";
+    case TD_LAYER_RESIDUAL:
+        return "residual";
     }
     return "layer";
 }
@@ -43,9 +84,9 @@ td_model_t *td_model_new(int in_c, int in_h, int in_w) {
         return NULL;
     }
     td_model_t *m = td_xcalloc(1, sizeof(*m));
-    m->in_c = in_c;
-    m->in_h = in_h;
-    m->in_w = in_w;
+    m->in_c = m->cur_c = in_c;
+    m->in_h = m->cur_h = in_h;
+    m->in_w = m->cur_w = in_w;
     return m;
 }
 
@@ -56,6 +97,8 @@ void td_model_free(td_model_t *m) {
         if (!l->out_alias) free(l->out);
         free(l->aux);
         free(l->partial);
+        free(l->stats);
+        free(l->dpart);
         free(l->wino_u);
         free(l->wino_ub);
     }
@@ -64,8 +107,10 @@ void td_model_free(td_model_t *m) {
     free(m->layers);
     free(m->params);
     free(m->grads);
-    free(m->gbuf[0]);
-    free(m->gbuf[1]);
+    for (int b = 0; b < m->nbuf; b++) free(m->gbuf[b]);
+    free(m->gbuf);
+    free(m->buffers);
+    free(m->batch_stats);
     free(m->acts);
     free(m);
 }
@@ -90,12 +135,10 @@ static td_status push(td_model_t *m, td_layer_kind kind, td_layer **out) {
     td_layer *l = &m->layers[m->num_layers];
     memset(l, 0, sizeof(*l));
     l->kind = kind;
-    if (m->num_layers == 0) {
-        l->in_c = m->in_c, l->in_h = m->in_h, l->in_w = m->in_w;
-    } else {
-        td_layer *p = &m->layers[m->num_layers - 1];
-        l->in_c = p->out_c, l->in_h = p->out_h, l->in_w = p->out_w;
-    }
+    /* the current shape: the previous layer's output, or a block's input for a shortcut */
+    l->in_c = m->cur_c, l->in_h = m->cur_h, l->in_w = m->cur_w;
+    l->src = m->cur_src;
+    l->src2 = -1;
     l->out_c = l->in_c, l->out_h = l->in_h, l->out_w = l->in_w;
     int same = 0;
     for (int i = 0; i < m->num_layers; i++) same += m->layers[i].kind == kind;
@@ -110,6 +153,8 @@ static void commit(td_model_t *m, td_layer *l) {
     l->out_size = (size_t)l->out_c * l->out_h * l->out_w;
     m->num_params += l->param_count;
     m->num_layers++;
+    m->cur_c = l->out_c, m->cur_h = l->out_h, m->cur_w = l->out_w;
+    m->cur_src = m->num_layers;
 }
 
 td_status td_model_add_linear(td_model_t *m, int out_features) {
@@ -212,6 +257,157 @@ td_status td_model_add_log_softmax(td_model_t *m) {
     return TD_OK;
 }
 
+static td_status add_simple(td_model_t *m, td_layer_kind kind) {
+    td_layer *l;
+    TD_CHECK(push(m, kind, &l));
+    commit(m, l);
+    return TD_OK;
+}
+
+td_status td_model_add_gelu(td_model_t *m) {
+    return add_simple(m, TD_LAYER_GELU);
+}
+td_status td_model_add_tanh(td_model_t *m) {
+    return add_simple(m, TD_LAYER_TANH);
+}
+td_status td_model_add_sigmoid(td_model_t *m) {
+    return add_simple(m, TD_LAYER_SIGMOID);
+}
+
+td_status td_model_add_layernorm(td_model_t *m, float eps) {
+    td_layer *l;
+    TD_CHECK(push(m, TD_LAYER_LAYERNORM, &l));
+    if (!(eps > 0.0f && eps < 1.0f))
+        return td_error(TD_ERR_INVALID, "layer %d (%s, layernorm): eps=%g must be in (0, 1)",
+                        m->num_layers, l->name, (double)eps);
+    size_t d = (size_t)l->in_c * l->in_h * l->in_w;
+    l->eps = eps;
+    l->weight_count = d;
+    l->param_count = 2 * d;
+    l->flops_fwd = 8.0 * (double)d;
+    commit(m, l);
+    return TD_OK;
+}
+
+td_status td_model_add_batchnorm(td_model_t *m, float eps, float momentum) {
+    td_layer *l;
+    TD_CHECK(push(m, TD_LAYER_BATCHNORM, &l));
+    if (!(eps > 0.0f && eps < 1.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return td_error(TD_ERR_INVALID,
+                        "layer %d (%s, batchnorm): eps=%g must be in (0, 1) and momentum=%g in "
+                        "[0, 1]",
+                        m->num_layers, l->name, (double)eps, (double)momentum);
+    l->eps = eps, l->momentum = momentum;
+    l->weight_count = (size_t)l->in_c;
+    l->param_count = 2 * (size_t)l->in_c;
+    l->buf_offset = m->num_buffers;
+    m->num_buffers += 2 * (size_t)l->in_c;
+    l->flops_fwd = 8.0 * (double)l->in_c * l->in_h * l->in_w;
+    commit(m, l);
+    return TD_OK;
+}
+
+td_status td_model_add_avgpool2d(td_model_t *m, int kernel, int stride) {
+    td_layer *l;
+    TD_CHECK(push(m, TD_LAYER_AVGPOOL2D, &l));
+    char in[64];
+    shape_str(in, sizeof in, l->in_c, l->in_h, l->in_w);
+    if (stride <= 0) stride = kernel;
+    if (kernel <= 0)
+        return td_error(TD_ERR_INVALID, "layer %d (%s, avgpool2d): kernel=%d must be positive",
+                        m->num_layers, l->name, kernel);
+    int oh = td_conv_out_size(l->in_h, kernel, stride, 0);
+    int ow = td_conv_out_size(l->in_w, kernel, stride, 0);
+    if (oh <= 0 || ow <= 0)
+        return td_error(TD_ERR_INVALID, "layer %d (%s, avgpool2d): kernel %d does not fit input %s",
+                        m->num_layers, l->name, kernel, in);
+    l->kernel = kernel, l->stride = stride;
+    l->out_h = oh, l->out_w = ow;
+    commit(m, l);
+    return TD_OK;
+}
+
+td_status td_model_add_global_avgpool(td_model_t *m) {
+    td_layer *l;
+    TD_CHECK(push(m, TD_LAYER_GLOBAL_AVGPOOL, &l));
+    l->out_h = l->out_w = 1;
+    commit(m, l);
+    return TD_OK;
+}
+
+td_status td_model_begin_residual(td_model_t *m) {
+    if (!m) return td_error(TD_ERR_INVALID, "model is NULL (td_model_new failed?)");
+    if (m->finalized)
+        return td_error(TD_ERR_INVALID, "cannot begin a residual block: the model is finalized");
+    if (m->depth == TD_NN_MAX_DEPTH)
+        return td_error(TD_ERR_INVALID, "residual blocks nest more than %d deep", TD_NN_MAX_DEPTH);
+    td_block *b = &m->blocks[m->depth++];
+    b->start = m->cur_src;
+    b->c = m->cur_c, b->h = m->cur_h, b->w = m->cur_w;
+    b->body_end = -1;
+    return TD_OK;
+}
+
+td_status td_model_begin_shortcut(td_model_t *m) {
+    if (!m || !m->depth)
+        return td_error(TD_ERR_INVALID, "begin_shortcut without an open residual block; call "
+                                        "td_model_begin_residual first");
+    td_block *b = &m->blocks[m->depth - 1];
+    if (b->body_end >= 0)
+        return td_error(TD_ERR_INVALID,
+                        "the residual block opened at layer %d already has a "
+                        "shortcut",
+                        b->start);
+    if (m->cur_src == b->start)
+        return td_error(TD_ERR_INVALID,
+                        "the residual block opened at layer %d has an empty body; "
+                        "add the body's layers before the shortcut",
+                        b->start);
+    b->body_end = m->cur_src;
+    b->bc = m->cur_c, b->bh = m->cur_h, b->bw = m->cur_w;
+    /* the shortcut reads the block's input */
+    m->cur_src = b->start;
+    m->cur_c = b->c, m->cur_h = b->h, m->cur_w = b->w;
+    return TD_OK;
+}
+
+td_status td_model_add_residual(td_model_t *m) {
+    if (!m || !m->depth)
+        return td_error(TD_ERR_INVALID, "add_residual without an open residual block; call "
+                                        "td_model_begin_residual first");
+    td_block b = m->blocks[m->depth - 1];
+    bool shortcut = b.body_end >= 0;
+    if (shortcut && m->cur_src == b.start)
+        return td_error(TD_ERR_INVALID,
+                        "the residual block opened at layer %d has an empty "
+                        "shortcut; leave the shortcut out for the identity",
+                        b.start);
+    if (!shortcut && m->cur_src == b.start)
+        return td_error(TD_ERR_INVALID, "the residual block opened at layer %d has an empty body",
+                        b.start);
+    /* the other branch: the body's output when there is a shortcut, else x itself */
+    int oc = shortcut ? b.bc : b.c, oh = shortcut ? b.bh : b.h, ow = shortcut ? b.bw : b.w;
+    if (oc != m->cur_c || oh != m->cur_h || ow != m->cur_w) {
+        char s1[64], s2[64];
+        shape_str(s1, sizeof s1, oc, oh, ow);
+        shape_str(s2, sizeof s2, m->cur_c, m->cur_h, m->cur_w);
+        return td_error(TD_ERR_INVALID,
+                        shortcut ? "residual block opened at layer %d: the body's output %s and "
+                                   "the shortcut's output %s differ; make them the same shape"
+                                 : "residual block opened at layer %d: the input %s and the "
+                                   "body's output %s differ; add a shortcut (e.g. a 1x1 conv2d "
+                                   "with the body's stride) that maps one to the other",
+                        b.start, s1, s2);
+    }
+    td_layer *l;
+    TD_CHECK(push(m, TD_LAYER_RESIDUAL, &l));
+    l->src2 = shortcut ? b.body_end : b.start;
+    l->flops_fwd = (double)oc * oh * ow;
+    m->depth--;
+    commit(m, l);
+    return TD_OK;
+}
+
 td_status td__model_name_last(td_model_t *m, const char *name) {
     if (!m->num_layers) return td_error(TD_ERR_INVALID, "no layer to name '%s'", name);
     if (!name[0] || strlen(name) >= sizeof(m->layers[0].name))
@@ -230,24 +426,91 @@ static float *alloc_floats(size_t n) {
     return p;
 }
 
-/* What finalize is about to allocate for batches of max_batch (outputs, masks, the two gradient
+/* What finalize is about to allocate for batches of max_batch (outputs, masks, the gradient
  * buffers, conv partial sums): checked against the machine's memory first, because the
  * allocators abort (core.h's policy) and a user's --batch must get an error instead. */
 static double finalize_bytes(const td_model_t *m, int max_batch) {
     double b = (double)max_batch, total = 0, gmax = (double)m->in_c * m->in_h * m->in_w;
+    int residuals = 0;
     for (int i = 0; i < m->num_layers; i++) {
         const td_layer *l = &m->layers[i];
         total += b * (double)l->out_size * 5; /* float output, byte mask (an upper bound) */
-        total += (b / TD_NN_CHUNK + 1) * (double)l->param_count * 4 * (l->kind == TD_LAYER_CONV2D);
+        bool partial = l->kind == TD_LAYER_CONV2D || l->kind == TD_LAYER_LAYERNORM;
+        total += (b / TD_NN_CHUNK + 1) * (double)l->param_count * 4 * partial;
         gmax = TD_MAX(gmax, (double)TD_MAX(l->in_size, l->out_size));
+        residuals += l->kind == TD_LAYER_RESIDUAL;
     }
-    return total + 2 * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
+    return total + (2 + 2 * residuals) * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
+}
+
+/* Picks the backward gradient buffers. gid[k] is the buffer that holds the gradient of acts[k]
+ * (the model's input for k = 0, else layer k-1's output); walking layers last to first, a layer
+ * reads gid of its output and writes gid of its input. A buffer is live while some acts[k] it
+ * holds has not been read by its producer yet. A layer works in place where it can and its
+ * output gradient is not live elsewhere, else takes the lowest free buffer; an input that
+ * already has a gradient (a residual block's input, reached through both branches) gets a
+ * fresh buffer and the older part added in (gadd). For a plain chain this alternates 0 and 1,
+ * skipping in-place layers, exactly as before residual blocks existed. */
+static bool is_live(const int *gid, int b, int upto) {
+    for (int k = 0; k <= upto; k++)
+        if (gid[k] == b) return true;
+    return false;
+}
+
+static int fresh_buffer(const int *gid, int avoid, int upto, int *nbuf) {
+    int b = 0;
+    while (b == avoid || is_live(gid, b, upto)) b++;
+    *nbuf = TD_MAX(*nbuf, b + 1);
+    return b;
+}
+
+static void assign_grad_buffers(td_model_t *m) {
+    int L = m->num_layers, nbuf = 0;
+    int *gid = td_xmalloc(sizeof(int) * (size_t)(L + 1));
+    for (int k = 0; k <= L; k++) gid[k] = -2;
+    gid[L] = -1;
+    for (int i = L - 1; i >= 0; i--) {
+        td_layer *l = &m->layers[i];
+        int g = gid[i + 1];
+        l->gout = g;
+        l->gadd = l->gadd2 = -1;
+        l->gin2 = -1;
+        if (l->kind == TD_LAYER_RESIDUAL) {
+            /* both inputs get the output's gradient: the first as it is (nothing to do), the
+             * second as a copy (its branch runs later and may work in place) */
+            l->gin = g;
+            gid[l->src] = g;
+            if (l->need_din2) {
+                l->gin2 = fresh_buffer(gid, g, i, &nbuf);
+                if (gid[l->src2] != -2) l->gadd2 = gid[l->src2];
+                gid[l->src2] = l->gin2;
+            }
+            continue;
+        }
+        bool inplace = l->kind == TD_LAYER_RELU || l->kind == TD_LAYER_DROPOUT ||
+                       l->kind == TD_LAYER_FLATTEN || l->kind == TD_LAYER_GELU ||
+                       l->kind == TD_LAYER_TANH || l->kind == TD_LAYER_SIGMOID;
+        bool taken = gid[l->src] != -2;
+        if (inplace && g >= 0 && !taken && !is_live(gid, g, i))
+            l->gin = g;
+        else
+            l->gin = fresh_buffer(gid, g, i, &nbuf);
+        if (taken) l->gadd = gid[l->src];
+        gid[l->src] = l->gin;
+    }
+    free(gid);
+    m->nbuf = TD_MAX(nbuf, 1);
 }
 
 td_status td_model_finalize(td_model_t *m, int max_batch) {
     if (!m) return td_error(TD_ERR_INVALID, "model is NULL");
     if (m->finalized) return td_error(TD_ERR_INVALID, "model is already finalized");
     if (m->num_layers == 0) return td_error(TD_ERR_INVALID, "model has no layers; add some first");
+    if (m->depth)
+        return td_error(TD_ERR_INVALID,
+                        "the residual block opened at layer %d is not closed; end it with "
+                        "td_model_add_residual",
+                        m->blocks[m->depth - 1].start);
     if (max_batch <= 0) return td_error(TD_ERR_INVALID, "max_batch=%d must be positive", max_batch);
     double need = finalize_bytes(m, max_batch);
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -260,22 +523,49 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
     m->max_batch = max_batch;
     m->params = alloc_floats(m->num_params);
     m->grads = alloc_floats(m->num_params);
+    m->buffers = alloc_floats(m->num_buffers);
+    m->batch_stats = alloc_floats(m->num_buffers);
     size_t nchunks = (size_t)(max_batch + TD_NN_CHUNK - 1) / TD_NN_CHUNK;
     size_t gmax = (size_t)m->in_c * m->in_h * m->in_w;
-    bool params_before = false;
-    for (int i = 0; i < m->num_layers; i++) {
+    int L = m->num_layers;
+    /* consumers of every activation, and whether parameters lie upstream of it (then its
+     * gradient is needed) */
+    int *ncons = td_xcalloc((size_t)L + 1, sizeof(int));
+    bool *up = td_xcalloc((size_t)L + 1, sizeof(bool));
+    for (int i = 0; i < L; i++) {
         td_layer *l = &m->layers[i];
-        l->need_din = params_before;
-        params_before |= l->param_count > 0;
+        ncons[l->src]++;
+        l->need_din = up[l->src];
+        up[i + 1] = up[l->src] || l->param_count > 0;
+        if (l->kind == TD_LAYER_RESIDUAL) {
+            ncons[l->src2]++;
+            l->need_din2 = up[l->src2];
+            up[i + 1] |= up[l->src2];
+        }
+    }
+    for (int i = 0; i < L; i++) {
+        td_layer *l = &m->layers[i];
         /* relu overwrites its input only when that is the own output of a layer whose
-         * backward does not read its output (so never the caller's x or log_softmax's y) */
+         * backward does not read its output (so never the caller's x or log_softmax's y), and
+         * nothing else reads it (a residual block's input) */
         td_layer_kind prev = i > 0 ? m->layers[i - 1].kind : TD_LAYER_FLATTEN;
         bool prev_ok = prev == TD_LAYER_CONV2D || prev == TD_LAYER_LINEAR ||
-                       prev == TD_LAYER_MAXPOOL2D || prev == TD_LAYER_DROPOUT;
+                       prev == TD_LAYER_MAXPOOL2D || prev == TD_LAYER_DROPOUT ||
+                       prev == TD_LAYER_BATCHNORM || prev == TD_LAYER_RESIDUAL ||
+                       prev == TD_LAYER_AVGPOOL2D || prev == TD_LAYER_GLOBAL_AVGPOOL;
+        prev_ok = prev_ok && l->src == i && ncons[i] == 1;
         l->out_alias = l->kind == TD_LAYER_FLATTEN || (l->kind == TD_LAYER_RELU && prev_ok);
         if (!l->out_alias) l->out = alloc_floats((size_t)max_batch * l->out_size);
         if (l->kind == TD_LAYER_MAXPOOL2D || l->kind == TD_LAYER_DROPOUT)
             l->aux = td_xcalloc((size_t)max_batch * l->out_size, 1);
+        if (l->kind == TD_LAYER_LAYERNORM) {
+            l->partial = alloc_floats(nchunks * l->param_count);
+            l->stats = alloc_floats(2 * (size_t)max_batch);
+        }
+        if (l->kind == TD_LAYER_BATCHNORM) {
+            l->stats = alloc_floats(2 * (size_t)l->in_c);
+            l->dpart = td_xcalloc(nchunks * 2 * (size_t)l->in_c, sizeof(double));
+        }
         if (l->kind == TD_LAYER_CONV2D) {
             l->partial = alloc_floats(nchunks * l->param_count);
             size_t col = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
@@ -295,44 +585,39 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
         gmax = TD_MAX(gmax, TD_MAX(l->in_size, l->out_size));
     }
     m->gstride = (gmax + 15) & ~(size_t)15; /* keep rows 64-byte aligned */
-    m->gbuf[0] = alloc_floats((size_t)max_batch * m->gstride);
-    m->gbuf[1] = alloc_floats((size_t)max_batch * m->gstride);
     /* Backward buffers: layers that can work in place keep the gradient where it is, except
      * that the caller's dout is never written. */
-    int g = -1;
-    for (int i = m->num_layers - 1; i >= 0; i--) {
-        td_layer *l = &m->layers[i];
-        bool inplace =
-            l->kind == TD_LAYER_RELU || l->kind == TD_LAYER_DROPOUT || l->kind == TD_LAYER_FLATTEN;
-        l->gout = g;
-        l->gin = (inplace && g >= 0) ? g : (g == 0 ? 1 : 0);
-        g = l->gin;
-    }
+    assign_grad_buffers(m);
+    m->gbuf = td_xcalloc((size_t)m->nbuf, sizeof(float *));
+    for (int b = 0; b < m->nbuf; b++) m->gbuf[b] = alloc_floats((size_t)max_batch * m->gstride);
     /* An in-place relu is folded into the maxpool after it (4x fewer elements touched) or the
-     * linear before it (no separate pass, no parallel region). */
-    for (int i = 0; i < m->num_layers; i++) {
+     * linear before it (no separate pass, no parallel region), when that neighbour is its only
+     * reader or writer. */
+    for (int i = 0; i < L; i++) {
         td_layer *l = &m->layers[i];
         if (l->kind != TD_LAYER_RELU || !l->out_alias || l->gin != l->gout || l->gout < 0) continue;
-        if (i + 1 < m->num_layers && m->layers[i + 1].kind == TD_LAYER_MAXPOOL2D)
+        if (i + 1 < L && m->layers[i + 1].kind == TD_LAYER_MAXPOOL2D &&
+            m->layers[i + 1].src == i + 1 && ncons[i + 1] == 1)
             l->relu_fused = m->layers[i + 1].relu_in = true;
         else if (i > 0 && m->layers[i - 1].kind == TD_LAYER_LINEAR)
             l->relu_fused = m->layers[i - 1].relu_out = true;
     }
-    for (int i = 0; i < m->num_layers; i++) {
+    free(ncons);
+    free(up);
+    for (int i = 0; i < L; i++) {
         td_layer *l = &m->layers[i];
         l->noop = l->relu_fused || (l->kind == TD_LAYER_FLATTEN && l->gin == l->gout);
     }
-    /* Segments of per-sample layers: each layer records its segment's end; seg_end of a linear
-     * layer is itself + 1. */
-    for (int i = m->num_layers - 1; i >= 0; i--) {
+    /* Segments of per-sample layers: each layer records its segment's end; seg_end of a
+     * batch-level layer is itself + 1. */
+    for (int i = L - 1; i >= 0; i--) {
         td_layer *l = &m->layers[i];
-        if (l->kind == TD_LAYER_LINEAR || i == m->num_layers - 1 ||
-            m->layers[i + 1].kind == TD_LAYER_LINEAR)
+        if (td__batch_level(l->kind) || i == L - 1 || td__batch_level(m->layers[i + 1].kind))
             l->seg_end = i + 1;
         else
             l->seg_end = m->layers[i + 1].seg_end;
     }
-    m->acts = td_xcalloc((size_t)m->num_layers + 1, sizeof(float *));
+    m->acts = td_xcalloc((size_t)L + 1, sizeof(float *));
     m->finalized = true;
     td_model_init_params(m, 0);
     return TD_OK;
@@ -359,6 +644,12 @@ td_layer_info td_model_layer(const td_model_t *m, int i) {
     info.kernel = l->kernel, info.stride = l->stride, info.pad = l->pad;
     info.p = l->p;
     info.flops_fwd = l->flops_fwd;
+    info.kind_name = td_layer_kind_name(l->kind);
+    info.eps = l->eps, info.momentum = l->momentum;
+    info.buffer_offset = l->buf_offset;
+    info.buffer_count = l->kind == TD_LAYER_BATCHNORM ? 2 * (size_t)l->in_c : 0;
+    info.input_from = l->src;
+    info.input2_from = l->kind == TD_LAYER_RESIDUAL ? l->src2 : -1;
     return info;
 }
 int td_model_output_size(const td_model_t *m) {
@@ -393,11 +684,67 @@ void td_model_init_params(td_model_t *m, uint64_t seed) {
     for (int i = 0; i < m->num_layers; i++) {
         td_layer *l = &m->layers[i];
         if (!l->param_count) continue;
+        if (l->kind == TD_LAYER_LAYERNORM || l->kind == TD_LAYER_BATCHNORM) {
+            float *w = m->params + l->param_offset;
+            for (size_t j = 0; j < l->weight_count; j++) w[j] = 1.0f;
+            memset(w + l->weight_count, 0, sizeof(float) * (l->param_count - l->weight_count));
+            if (l->kind == TD_LAYER_BATCHNORM) {
+                float *rm = m->buffers + l->buf_offset, *rv = rm + l->in_c;
+                for (int c = 0; c < l->in_c; c++) rm[c] = 0.0f, rv[c] = 1.0f;
+            }
+            continue;
+        }
         size_t fan_in = l->weight_count / (size_t)l->out_c;
         float bound = (float)(1.0 / sqrt((double)fan_in));
         td_rng_fill_uniform(seed, (uint64_t)i, -bound, bound, m->params + l->param_offset,
                             l->param_count);
     }
+    m->batches_tracked = 0;
+}
+
+size_t td_model_num_buffers(const td_model_t *m) {
+    return m->num_buffers;
+}
+float *td_model_buffers(td_model_t *m) {
+    return m->num_buffers ? m->buffers : NULL;
+}
+size_t td_model_batch_stats_size(const td_model_t *m) {
+    return m->num_buffers;
+}
+const float *td_model_batch_stats(const td_model_t *m) {
+    return m->num_buffers ? m->batch_stats : NULL;
+}
+void td_model_update_running_stats(td_model_t *m, const float *batch_stats) {
+    if (!m->buffers || !m->num_buffers) return;
+    for (int i = 0; i < m->num_layers; i++) {
+        const td_layer *l = &m->layers[i];
+        if (l->kind != TD_LAYER_BATCHNORM) continue;
+        float *r = m->buffers + l->buf_offset, mo = l->momentum;
+        const float *b = batch_stats + l->buf_offset;
+        for (int j = 0; j < 2 * l->in_c; j++) r[j] = (1.0f - mo) * r[j] + mo * b[j];
+    }
+    m->batches_tracked++;
+}
+int64_t td_model_batches_tracked(const td_model_t *m) {
+    return m->batches_tracked;
+}
+void td_model_set_batches_tracked(td_model_t *m, int64_t n) {
+    m->batches_tracked = n;
+}
+
+bool td_model_gpu_supported(const td_model_t *m, char *why, size_t n) {
+    for (int i = 0; i < m->num_layers; i++) {
+        const td_layer *l = &m->layers[i];
+        if (l->kind <= TD_LAYER_LOG_SOFTMAX && l->src == i) continue;
+        if (why && n)
+            snprintf(why, n,
+                     "the CUDA engine has no %s layer (layer %d, %s); train this model with "
+                     "--device cpu",
+                     td_layer_kind_name(l->kind), i, l->name);
+        return false;
+    }
+    if (why && n) why[0] = '\0';
+    return true;
 }
 
 void td_model_set_grad_ready_hook(td_model_t *m, td_grad_ready_fn fn, void *user) {
@@ -424,7 +771,7 @@ static int ntasks(int n, int per) {
 /* y [B, out] = x [B, in] W^T + b, split over blocks of output features. */
 static void linear_forward(td_model_t *m, int li, int batch, int nt) {
     td_layer *l = &m->layers[li];
-    const float *x = m->acts[li], *w = m->params + l->param_offset, *b = w + l->weight_count;
+    const float *x = m->acts[l->src], *w = m->params + l->param_offset, *b = w + l->weight_count;
     int in = l->in_c, out = l->out_c, nb = ntasks(out, TD_NN_LINEAR_COLS);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
     for (int t = 0; t < nb; t++) {
@@ -449,7 +796,7 @@ static void grad_ready(td_model_t *m, int li) {
 static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy, size_t ldo,
                             float *dx, size_t ldi) {
     td_layer *l = &m->layers[li];
-    const float *x = m->acts[li], *w = m->params + l->param_offset;
+    const float *x = m->acts[l->src], *w = m->params + l->param_offset;
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
     int in = l->in_c, out = l->out_c, nb = ntasks(out, TD_NN_LINEAR_COLS);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
@@ -475,6 +822,18 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
         int c0 = t * cols, n = TD_MIN(cols, in - c0);
         td_sgemm(false, false, batch, n, out, 1.0f, dy, (int)ldo, w + c0, in, 0.0f, dx + c0,
                  (int)ldi);
+    }
+    td__grad_add_rows(m, l, 0, batch, dx, ldi);
+}
+
+void td__grad_add_rows(td_model_t *m, const td_layer *l, int s0, int s1, float *din, size_t ldi) {
+    if (l->gadd < 0 || !l->need_din) return;
+    const float *g = m->gbuf[l->gadd];
+    for (int s = s0; s < s1; s++) {
+        float *d = din + (size_t)s * ldi;
+        const float *a = g + (size_t)s * m->gstride;
+#pragma omp simd
+        for (size_t e = 0; e < l->in_size; e++) d[e] += a[e];
     }
 }
 
@@ -510,11 +869,11 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
     m->sample_ids = ctx ? ctx->sample_ids : NULL;
     m->acts[0] = x;
     for (int i = 0; i < m->num_layers; i++)
-        m->acts[i + 1] = m->layers[i].out_alias ? m->acts[i] : m->layers[i].out;
+        m->acts[i + 1] = m->layers[i].out_alias ? m->acts[m->layers[i].src] : m->layers[i].out;
     /* in-place relu writes its input buffer, which is the previous layer's own output */
     for (int i = 0; i < m->num_layers; i++)
         if (m->layers[i].out_alias && m->layers[i].kind == TD_LAYER_RELU)
-            m->layers[i].out = (float *)m->acts[i];
+            m->layers[i].out = (float *)m->acts[m->layers[i].src];
     int nchunks = ntasks(batch, TD_NN_CHUNK);
     /* Winograd filters follow the parameters, which the optimizer changed since last time */
     for (int i = 0; i < m->num_layers; i++)
@@ -523,8 +882,11 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
                             m->layers[i].in_c, false, m->layers[i].wino_u);
     for (int i = 0; i < m->num_layers;) {
         td_layer *l = &m->layers[i];
-        if (l->kind == TD_LAYER_LINEAR) {
-            linear_forward(m, i, batch, nt);
+        if (l->kind == TD_LAYER_LINEAR || l->kind == TD_LAYER_BATCHNORM) {
+            if (l->kind == TD_LAYER_LINEAR)
+                linear_forward(m, i, batch, nt);
+            else
+                td__bn_forward(m, i, batch, nt);
             i++;
             continue;
         }
@@ -558,7 +920,7 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
         if (m->layers[i].wino && m->layers[i].need_din)
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
                             m->layers[i].in_c, true, m->layers[i].wino_ub);
-#define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id])
+#define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id]) /* -2 (never used) reads as dout */
 #define GLD(id)  ((id) < 0 ? (size_t)td_model_output_size(m) : m->gstride)
     for (int i = m->num_layers - 1; i >= first;) {
         td_layer *l = &m->layers[i];
@@ -568,8 +930,16 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
             i--;
             continue;
         }
+        if (l->kind == TD_LAYER_BATCHNORM) {
+            td__bn_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
+                            GLD(l->gin));
+            td__grad_add_rows(m, l, 0, batch, GBUF(l->gin), GLD(l->gin));
+            grad_ready(m, i);
+            i--;
+            continue;
+        }
         int begin = i;
-        while (begin > first && m->layers[begin - 1].kind != TD_LAYER_LINEAR) begin--;
+        while (begin > first && !td__batch_level(m->layers[begin - 1].kind)) begin--;
         bool work = false;
         for (int j = begin; j <= i; j++) work |= !m->layers[j].noop;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
@@ -583,7 +953,7 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
             }
         }
         for (int j = i; j >= begin; j--) {
-            if (m->layers[j].kind != TD_LAYER_CONV2D) continue;
+            if (!m->layers[j].partial) continue;
             reduce_partials(m, &m->layers[j], nchunks, nt);
             grad_ready(m, j);
         }

@@ -18,35 +18,64 @@ typedef struct {
     int in_c, in_h, in_w;
     int out_c, out_h, out_w;
     size_t in_size, out_size; /* floats per sample */
-    int kernel, stride, pad;  /* conv2d, maxpool2d */
+    int kernel, stride, pad;  /* conv2d, maxpool2d, avgpool2d */
     float p;                  /* dropout */
+    float eps, momentum;      /* layernorm, batchnorm */
+    /* Data flow: the input is acts[src] (src = own index except a shortcut's first layer);
+     * a residual layer also reads acts[src2]. */
+    int src, src2;
+    size_t buf_offset; /* batchnorm: running mean[C], var[C] in the model's buffers */
     size_t param_offset, param_count, weight_count;
     double flops_fwd;
-    bool need_din;   /* some earlier layer has parameters, so the input gradient is needed */
+    bool need_din;   /* a layer upstream has parameters, so the input gradient is needed */
+    bool need_din2;  /* residual: the same for the second input */
     bool out_alias;  /* output is the input buffer (flatten; relu in place) */
     bool relu_fused; /* relu: done by a neighbour (maxpool relu_in / linear relu_out) */
     bool relu_out;   /* linear: applies the following relu itself */
     bool noop;       /* nothing to do forward or backward (fused relu, in-place flatten) */
     bool relu_in;    /* maxpool: applies the preceding relu itself */
-    int gout, gin;   /* backward: gradient buffers (-1 = caller's dout, 0/1 = model's) */
+    int gout, gin;   /* backward: gradient buffers (-1 = caller's dout, >= 0 = model's gbuf) */
+    int gin2;        /* residual: gradient buffer of the second input */
+    int gadd, gadd2; /* >= 0: the input's gradient already holds another consumer's part (a
+                      * residual's two branches): din += gbuf[gadd] after this layer's din */
     int seg_end;     /* first layer after this one's segment (set on segment heads) */
     float *out;      /* own output buffer [max_batch * out_size] unless out_alias */
     uint8_t *aux;    /* maxpool argmax / dropout keep mask, [max_batch * out_size] */
-    float *partial;  /* conv2d: per-chunk parameter-gradient partial sums */
+    float *partial;  /* conv2d, layernorm: per-chunk parameter-gradient partial sums */
+    float *stats;    /* layernorm: per-sample mean, 1/std [max_batch][2]; batchnorm: the last
+                      * forward's mean[C], 1/std[C] */
+    double *dpart;   /* batchnorm: per-chunk partial sums [nchunks][2C] */
     bool wino;       /* conv2d: Winograd F(2x2,3x3) forward and input gradient (conv_winograd.c) */
     float *wino_u;   /* transformed filter [16, out_c, in_c], refreshed by every forward */
     float *wino_ub;  /* input-gradient filter [16, in_c, out_c], refreshed by every backward */
 } td_layer;
 
+/* A residual block being built (td_model_begin_residual .. td_model_add_residual). */
+typedef struct {
+    int start;      /* acts index of the block's input x */
+    int c, h, w;    /* x's shape */
+    int body_end;   /* acts index of the body's output once the shortcut began, else -1 */
+    int bc, bh, bw; /* the body's output shape */
+} td_block;
+
+#define TD_NN_MAX_DEPTH 16
+
 struct td_model {
     int in_c, in_h, in_w;
+    int cur_c, cur_h, cur_w, cur_src; /* building: shape and acts index of the next input */
+    td_block blocks[TD_NN_MAX_DEPTH];
+    int depth;
     td_layer *layers;
     int num_layers, cap_layers;
     size_t num_params;
     int max_batch;
     bool finalized;
     float *params, *grads;
-    float *gbuf[2];
+    float **gbuf; /* backward gradient buffers, nbuf of [max_batch, gstride] */
+    int nbuf;
+    float *buffers, *batch_stats; /* batchnorm running and last micro-batch statistics */
+    size_t num_buffers;
+    int64_t batches_tracked;
     size_t gstride;    /* floats between samples in gbuf */
     size_t col_floats; /* per-thread im2col scratch */
     float **scratch;
@@ -70,8 +99,23 @@ struct td_model {
 void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid);
 void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, int tid,
                              const float *dout, size_t ldo, float *din, size_t ldi);
+/* Layers that run over the whole batch at once (model.c, norm.c), not chunk by chunk. */
+static inline bool td__batch_level(td_layer_kind k) {
+    return k == TD_LAYER_LINEAR || k == TD_LAYER_BATCHNORM;
+}
+/* Batchnorm over the whole batch (norm.c); nt threads over fixed chunks of TD_NN_CHUNK. */
+void td__bn_forward(td_model_t *m, int li, int batch, int nt);
+void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
+                     float *din, size_t ldi);
+/* Layernorm over rows [s0, s1) (norm.c). */
+void td__ln_forward_rows(td_model_t *m, td_layer *l, int s0, int s1);
+void td__ln_backward_rows(td_model_t *m, td_layer *l, int s0, int s1, int chunk, const float *dout,
+                          size_t ldo, float *din, size_t ldi);
+/* din[s] += gbuf[l->gadd][s] for rows [s0, s1) when the layer has a gadd. */
+void td__grad_add_rows(td_model_t *m, const td_layer *l, int s0, int s1, float *din, size_t ldi);
 /* Gives the most recently added layer a name (YAML `name:`); TD_ERR_INVALID when taken. */
 td_status td__model_name_last(td_model_t *m, const char *name);
-/* Builds a model from a YAML spec file (spec.c). */
-td_status td__model_load_spec(const char *path, td_model_t **out);
+/* Builds a model from a YAML spec file (spec.c). shape: the data's [c, h, w], or NULL when
+ * unknown (input: is then required); outputs: the data's output count, or 0 when unknown. */
+td_status td__model_load_spec(const char *path, const int *shape, int outputs, td_model_t **out);
 #endif

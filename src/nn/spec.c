@@ -11,6 +11,7 @@
 typedef struct {
     const char *path;
     yaml_document_t *doc;
+    int outputs; /* the data's output count for `out: outputs`; 0 when unknown */
 } spec_ctx;
 
 /* An error at node n: "path:line:col: field: message". */
@@ -46,6 +47,37 @@ static td_status get_int(const spec_ctx *c, const yaml_node_t *n, const char *fi
     return TD_OK;
 }
 
+/* `out:` of linear and conv2d: an integer, or the word outputs (the data's output count). */
+static td_status get_out(const spec_ctx *c, const yaml_node_t *n, const char *field, int *out) {
+    const char *s = scalar(n);
+    if (s && !strcmp(s, "outputs")) {
+        if (c->outputs <= 0)
+            return at(c, n, field,
+                      "'outputs' means the data's output count, which is not known here; load "
+                      "the spec with its data (tandem train --data ...) or write a number");
+        *out = c->outputs;
+        return TD_OK;
+    }
+    return get_int(c, n, field, 1, out);
+}
+
+/* A number in (lo, hi) / [lo, hi], open or closed at either end as said. */
+static td_status get_range(const spec_ctx *c, const yaml_node_t *n, const char *field, double lo,
+                           bool lo_open, double hi, bool hi_open, float *out) {
+    const char *s = scalar(n);
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    bool ok = s && *s && !*end && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (!ok) {
+        char d[200];
+        snprintf(d, sizeof d, "%s (expected a number in %c%g, %g%c)", s ? s : "not a scalar",
+                 lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
+        return at(c, n, field, "bad value %s", d);
+    }
+    *out = (float)v;
+    return TD_OK;
+}
+
 static td_status get_float(const spec_ctx *c, const yaml_node_t *n, const char *field, float *out) {
     const char *s = scalar(n);
     char *end;
@@ -74,11 +106,29 @@ static const layer_def defs[] = {
     {"dropout", TD_LAYER_DROPOUT, {"p", "name"}},
     {"flatten", TD_LAYER_FLATTEN, {"name"}},
     {"log_softmax", TD_LAYER_LOG_SOFTMAX, {"name"}},
+    {"gelu", TD_LAYER_GELU, {"name"}},
+    {"tanh", TD_LAYER_TANH, {"name"}},
+    {"sigmoid", TD_LAYER_SIGMOID, {"name"}},
+    {"layernorm", TD_LAYER_LAYERNORM, {"eps", "name"}},
+    {"batchnorm", TD_LAYER_BATCHNORM, {"eps", "momentum", "name"}},
+    {"avgpool2d", TD_LAYER_AVGPOOL2D, {"kernel", "stride", "name"}},
+    {"global_avgpool", TD_LAYER_GLOBAL_AVGPOOL, {"name"}},
+    {"residual", TD_LAYER_RESIDUAL, {"layers", "shortcut", "name"}},
 };
 
-static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml_node_t *item) {
-    char field[96];
-    snprintf(field, sizeof field, "layers[%d]", idx);
+/* Values per sample in the input and in every layer's output: the builder counts a shape in
+ * int (a flatten of [1000000, 1000000, 1000000] overflowed, found by tests/fuzz/fuzz_spec.c), and
+ * 2^28 floats (1 GiB) per sample is far beyond any model that trains. Kept at every layer, the
+ * bound also keeps the next layer's own arithmetic (a conv's padded size) in range. */
+#define SPEC_MAX_VALUES (1 << 28)
+
+static td_status add_layers(const spec_ctx *c, td_model_t *m, const char *prefix,
+                            const yaml_node_t *list);
+
+static td_status add_layer(const spec_ctx *c, td_model_t *m, const char *prefix, int idx,
+                           const yaml_node_t *item) {
+    char field[160];
+    snprintf(field, sizeof field, "%s[%d]", prefix, idx);
     const char *kind = NULL;
     const yaml_node_t *args = NULL;
     if (item->type == YAML_SCALAR_NODE) {
@@ -98,14 +148,15 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
     for (size_t i = 0; kind && i < TD_ARRAY_LEN(defs); i++)
         if (!strcmp(kind, defs[i].kind)) def = &defs[i];
     if (!def) {
-        char d[200];
+        char d[300];
         snprintf(d, sizeof d,
-                 "'%s' (expected linear, conv2d, maxpool2d, relu, dropout, flatten "
-                 "or log_softmax)",
+                 "'%.60s' (expected linear, conv2d, maxpool2d, avgpool2d, global_avgpool, relu, "
+                 "gelu, tanh, sigmoid, dropout, flatten, layernorm, batchnorm, residual or "
+                 "log_softmax)",
                  kind ? kind : "?");
         return at(c, item, field, "unknown layer kind %s", d);
     }
-    snprintf(field, sizeof field, "layers[%d].%s", idx, def->kind);
+    snprintf(field, sizeof field, "%s[%d].%s", prefix, idx, def->kind);
     const yaml_node_t *vals[5] = {0};
     if (args) {
         if (args->type != YAML_MAPPING_NODE)
@@ -132,7 +183,7 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
             vals[found] = yaml_document_get_node(c->doc, p->value);
         }
     }
-    char sub[128];
+    char sub[200];
 #define FIELD(i) (snprintf(sub, sizeof sub, "%s.%s", field, def->fields[i]), sub)
 #define REQUIRE(i)                                                                                 \
     do {                                                                                           \
@@ -151,7 +202,7 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
     case TD_LAYER_LINEAR: {
         int out;
         REQUIRE(0);
-        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &out));
+        TD_CHECK(get_out(c, vals[0], FIELD(0), &out));
         st = td_model_add_linear(m, out);
         break;
     }
@@ -159,7 +210,7 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
         int out, k, s = 1, p = 0;
         REQUIRE(0);
         REQUIRE(1);
-        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &out));
+        TD_CHECK(get_out(c, vals[0], FIELD(0), &out));
         TD_CHECK(get_int(c, vals[1], FIELD(1), 1, &k));
         if (vals[2]) TD_CHECK(get_int(c, vals[2], FIELD(2), 1, &s));
         if (vals[3]) TD_CHECK(get_int(c, vals[3], FIELD(3), 0, &p));
@@ -189,6 +240,53 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
     case TD_LAYER_LOG_SOFTMAX:
         st = td_model_add_log_softmax(m);
         break;
+    case TD_LAYER_GELU:
+        st = td_model_add_gelu(m);
+        break;
+    case TD_LAYER_TANH:
+        st = td_model_add_tanh(m);
+        break;
+    case TD_LAYER_SIGMOID:
+        st = td_model_add_sigmoid(m);
+        break;
+    case TD_LAYER_LAYERNORM: {
+        float eps = 1e-5f;
+        if (vals[0]) TD_CHECK(get_range(c, vals[0], FIELD(0), 0, true, 1, true, &eps));
+        st = td_model_add_layernorm(m, eps);
+        break;
+    }
+    case TD_LAYER_BATCHNORM: {
+        float eps = 1e-5f, mo = 0.1f;
+        if (vals[0]) TD_CHECK(get_range(c, vals[0], FIELD(0), 0, true, 1, true, &eps));
+        if (vals[1]) TD_CHECK(get_range(c, vals[1], FIELD(1), 0, false, 1, false, &mo));
+        st = td_model_add_batchnorm(m, eps, mo);
+        break;
+    }
+    case TD_LAYER_AVGPOOL2D: {
+        int k, s = 0;
+        REQUIRE(0);
+        TD_CHECK(get_int(c, vals[0], FIELD(0), 1, &k));
+        if (vals[1]) TD_CHECK(get_int(c, vals[1], FIELD(1), 1, &s));
+        st = td_model_add_avgpool2d(m, k, s ? s : k);
+        break;
+    }
+    case TD_LAYER_GLOBAL_AVGPOOL:
+        st = td_model_add_global_avgpool(m);
+        break;
+    case TD_LAYER_RESIDUAL: {
+        /* errors inside the block name themselves; the block's own are reported below */
+        REQUIRE(0);
+        st = td_model_begin_residual(m);
+        if (st != TD_OK) break;
+        TD_CHECK(add_layers(c, m, FIELD(0), vals[0]));
+        if (vals[1]) {
+            st = td_model_begin_shortcut(m);
+            if (st != TD_OK) break;
+            TD_CHECK(add_layers(c, m, FIELD(1), vals[1]));
+        }
+        st = td_model_add_residual(m);
+        break;
+    }
     }
 #undef REQUIRE
 #undef FIELD
@@ -201,13 +299,40 @@ static td_status add_layer(const spec_ctx *c, td_model_t *m, int idx, const yaml
     return TD_OK;
 }
 
-/* Values per sample in the input and in every layer's output: the builder counts a shape in
- * int (a flatten of [1000000, 1000000, 1000000] overflowed, found by tests/fuzz/fuzz_spec.c), and
- * 2^28 floats (1 GiB) per sample is far beyond any model that trains. Kept at every layer, the
- * bound also keeps the next layer's own arithmetic (a conv's padded size) in range. */
-#define SPEC_MAX_VALUES (1 << 28)
+static void shape_text(char *buf, size_t n, const int *s) {
+    if (s[1] == 1 && s[2] == 1)
+        snprintf(buf, n, "[%d]", s[0]);
+    else
+        snprintf(buf, n, "[%d, %d, %d]", s[0], s[1], s[2]);
+}
 
-static td_status build(const spec_ctx *c, td_model_t **out) {
+/* The layers of a list (the spec's layers:, a residual's layers: or shortcut:), in order; every
+ * layer added is checked against SPEC_MAX_VALUES. */
+static td_status add_layers(const spec_ctx *c, td_model_t *m, const char *prefix,
+                            const yaml_node_t *list) {
+    if (list->type != YAML_SEQUENCE_NODE ||
+        list->data.sequence.items.top == list->data.sequence.items.start)
+        return at(c, list, prefix, "expected a non-empty list of layers");
+    int idx = 0;
+    for (yaml_node_item_t *it = list->data.sequence.items.start; it < list->data.sequence.items.top;
+         it++, idx++) {
+        const yaml_node_t *item = yaml_document_get_node(c->doc, *it);
+        int before = td_model_num_layers(m);
+        TD_CHECK(add_layer(c, m, prefix, idx, item));
+        for (int li = before; li < td_model_num_layers(m); li++) {
+            td_layer_info info = td_model_layer(m, li);
+            size_t values = (size_t)info.out_c * (size_t)info.out_h * (size_t)info.out_w;
+            if (values > SPEC_MAX_VALUES)
+                return at(c, item, prefix,
+                          "layer %d's output [%d, %d, %d] holds %zu values per sample, more than "
+                          "the %d a spec allows; use a smaller out, kernel, stride or padding",
+                          li, info.out_c, info.out_h, info.out_w, values, SPEC_MAX_VALUES);
+        }
+    }
+    return TD_OK;
+}
+
+static td_status build(const spec_ctx *c, const int *shape, td_model_t **out) {
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (!root)
         return td_error(TD_ERR_FORMAT, "%s: empty model spec; see docs/model-spec.md", c->path);
@@ -229,46 +354,49 @@ static td_status build(const spec_ctx *c, td_model_t **out) {
             return at(c, kn, "spec", "unknown field %s", d);
         }
     }
-    if (!input) return at(c, root, "input", "missing required field (e.g. input: [1, 28, 28])");
+    if (!input && !shape)
+        return at(c, root, "input",
+                  "missing required field (e.g. input: [1, 28, 28]); it may be left out only "
+                  "when the model is loaded with its data");
     if (!layers) return at(c, root, "layers", "missing required field");
-    int shape[3] = {1, 1, 1}, dims = 0;
-    if (input->type != YAML_SEQUENCE_NODE)
-        return at(c, input, "input", "expected [channels, height, width] or [features]");
-    dims = (int)(input->data.sequence.items.top - input->data.sequence.items.start);
-    if (dims != 1 && dims != 3)
-        return at(c, input, "input", "expected [channels, height, width] or [features]");
-    for (int i = 0; i < dims; i++) {
-        const yaml_node_t *n = yaml_document_get_node(c->doc, input->data.sequence.items.start[i]);
-        char f[32];
-        snprintf(f, sizeof f, "input[%d]", i);
-        TD_CHECK(get_int(c, n, f, 1, &shape[i]));
+    int dims_in[3] = {1, 1, 1};
+    if (input) {
+        if (input->type != YAML_SEQUENCE_NODE)
+            return at(c, input, "input", "expected [channels, height, width] or [features]");
+        int dims = (int)(input->data.sequence.items.top - input->data.sequence.items.start);
+        if (dims != 1 && dims != 3)
+            return at(c, input, "input", "expected [channels, height, width] or [features]");
+        for (int i = 0; i < dims; i++) {
+            const yaml_node_t *n =
+                yaml_document_get_node(c->doc, input->data.sequence.items.start[i]);
+            char f[32];
+            snprintf(f, sizeof f, "input[%d]", i);
+            TD_CHECK(get_int(c, n, f, 1, &dims_in[i]));
+        }
+        if (shape && (shape[0] != dims_in[0] || shape[1] != dims_in[1] || shape[2] != dims_in[2])) {
+            char a[64], b[64];
+            shape_text(a, sizeof a, dims_in);
+            shape_text(b, sizeof b, shape);
+            return at(c, input, "input",
+                      "the spec says %s but the data has %s per sample; leave input: out to "
+                      "take the data's shape",
+                      a, b);
+        }
+    } else {
+        memcpy(dims_in, shape, sizeof dims_in);
     }
     if (layers->type != YAML_SEQUENCE_NODE ||
         layers->data.sequence.items.top == layers->data.sequence.items.start)
         return at(c, layers, "layers", "expected a non-empty list of layers");
-    size_t values = (size_t)shape[0] * (size_t)shape[1] * (size_t)shape[2];
+    size_t values = (size_t)dims_in[0] * (size_t)dims_in[1] * (size_t)dims_in[2];
     if (values > SPEC_MAX_VALUES)
-        return at(c, input, "input", "%zu values per sample, more than the %d a spec allows",
-                  values, SPEC_MAX_VALUES);
-    td_model_t *m = td_model_new(shape[0], shape[1], shape[2]);
-    int idx = 0;
-    for (yaml_node_item_t *it = layers->data.sequence.items.start;
-         it < layers->data.sequence.items.top; it++, idx++) {
-        const yaml_node_t *item = yaml_document_get_node(c->doc, *it);
-        td_status st = add_layer(c, m, idx, item);
-        if (st == TD_OK) {
-            td_layer_info li = td_model_layer(m, idx);
-            values = (size_t)li.out_c * (size_t)li.out_h * (size_t)li.out_w;
-            if (values > SPEC_MAX_VALUES)
-                st = at(c, item, "layers",
-                        "layer %d's output [%d, %d, %d] holds %zu values per sample, more than "
-                        "the %d a spec allows; use a smaller out, kernel, stride or padding",
-                        idx, li.out_c, li.out_h, li.out_w, values, SPEC_MAX_VALUES);
-        }
-        if (st != TD_OK) {
-            td_model_free(m);
-            return st;
-        }
+        return at(c, input ? input : root, "input",
+                  "%zu values per sample, more than the %d a spec allows", values, SPEC_MAX_VALUES);
+    td_model_t *m = td_model_new(dims_in[0], dims_in[1], dims_in[2]);
+    td_status st = add_layers(c, m, "layers", layers);
+    if (st != TD_OK) {
+        td_model_free(m);
+        return st;
     }
     *out = m;
     return TD_OK;
@@ -293,7 +421,7 @@ static td_status check_depth(const char *path, FILE *f) {
             if (++depth > SPEC_MAX_DEPTH) {
                 st = td_error(TD_ERR_FORMAT,
                               "%s:%zu:%zu: nested more than %d levels deep; a model spec needs "
-                              "3 (layers: a list of mappings)",
+                              "3 (layers: a list of mappings), 4 more per residual block",
                               path, ev.start_mark.line + 1, ev.start_mark.column + 1,
                               SPEC_MAX_DEPTH);
                 yaml_event_delete(&ev);
@@ -310,7 +438,7 @@ static td_status check_depth(const char *path, FILE *f) {
     return st;
 }
 
-td_status td__model_load_spec(const char *path, td_model_t **out) {
+td_status td__model_load_spec(const char *path, const int *shape, int outputs, td_model_t **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return td_error_errno(TD_ERR_NOTFOUND, "cannot open model spec %s", path);
@@ -334,8 +462,8 @@ td_status td__model_load_spec(const char *path, td_model_t **out) {
                       parser.problem ? parser.problem : "unknown", ctx);
         goto out;
     }
-    spec_ctx c = {path, &doc};
-    st = build(&c, out);
+    spec_ctx c = {path, &doc, outputs};
+    st = build(&c, shape, out);
     yaml_document_delete(&doc);
 out:
     yaml_parser_delete(&parser);

@@ -1,4 +1,5 @@
-/* nn: forward+backward give the same bits with 1 and 2 threads; dropout masks depend on
+/* nn: forward+backward give the same bits with 1 and 2 threads (and 3 for batchnorm, layernorm
+ * and residual models, with their batch statistics); dropout masks depend on
  * (seed, step, global sample id, element, layer) only, never on batch position; the grad-ready
  * hook fires last layer first with final gradients. */
 #include "nn_internal.h"
@@ -49,6 +50,87 @@ static void check_thread_invariance(const char *name, int batch, size_t np) {
     free(a.out), free(a.grads), free(b.out), free(b.grads);
 }
 
+/* Models built for a shape: forward (training) + backward with a fixed dout; outputs, gradients
+ * and batchnorm batch statistics must not depend on the thread count. */
+typedef struct {
+    float *out, *grads, *stats;
+} run2_result;
+
+static td_model_t *build_ln_gelu(void) {
+    td_model_t *m = td_model_new(2, 6, 6);
+    ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
+    ASSERT_OK(td_model_add_layernorm(m, 1e-5f));
+    ASSERT_OK(td_model_add_gelu(m));
+    ASSERT_OK(td_model_add_avgpool2d(m, 2, 2));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 16));
+    ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.1f));
+    ASSERT_OK(td_model_add_sigmoid(m));
+    ASSERT_OK(td_model_add_linear(m, 10));
+    return m;
+}
+
+static run2_result run2(const char *name, int threads, int batch) {
+    td_set_num_threads(threads);
+    td_model_t *m;
+    if (name)
+        ASSERT_OK(td_model_load_for(name, 3, 12, 12, 10, &m));
+    else
+        m = build_ln_gelu();
+    ASSERT_OK(td_model_finalize(m, batch));
+    td_model_init_params(m, 11);
+    size_t in = (size_t)td_model_input_size(m), nout = (size_t)td_model_output_size(m) * batch;
+    size_t np = td_model_num_params(m), nb = td_model_num_buffers(m);
+    float *x = malloc(sizeof(float) * batch * in), *dout = malloc(sizeof(float) * nout);
+    td_rng_fill_uniform(5, 0, -1.0f, 1.0f, x, batch * in);
+    td_rng_fill_uniform(6, 0, -1.0f, 1.0f, dout, nout);
+    td_forward_ctx ctx = {.training = true, .seed = 3, .step = 17};
+    td_model_zero_grads(m);
+    const float *out = td_model_forward(m, x, batch, &ctx);
+    ASSERT(out);
+    td_model_backward(m, dout, batch);
+    run2_result r = {malloc(sizeof(float) * nout), malloc(sizeof(float) * np),
+                     malloc(sizeof(float) * (nb ? nb : 1))};
+    memcpy(r.out, out, sizeof(float) * nout);
+    memcpy(r.grads, td_model_grads(m), sizeof(float) * np);
+    if (nb) memcpy(r.stats, td_model_batch_stats(m), sizeof(float) * nb);
+    free(x), free(dout);
+    td_model_free(m);
+    return r;
+}
+
+static void check_thread_invariance2(const char *name, int batch) {
+    td_model_t *m;
+    if (name)
+        ASSERT_OK(td_model_load_for(name, 3, 12, 12, 10, &m));
+    else
+        m = build_ln_gelu();
+    size_t np = td_model_num_params(m), nb = td_model_num_buffers(m), nout = (size_t)batch * 10;
+    ASSERT_GT(nb, 0);
+    td_model_free(m);
+    run2_result a = run2(name, 1, batch);
+    for (int t = 2; t <= 3; t++) {
+        run2_result b = run2(name, t, batch);
+        size_t d_out = 0, d_g = 0, d_s = 0;
+        for (size_t i = 0; i < nout; i++) d_out += memcmp(&a.out[i], &b.out[i], 4) != 0;
+        for (size_t i = 0; i < np; i++) d_g += memcmp(&a.grads[i], &b.grads[i], 4) != 0;
+        for (size_t i = 0; i < nb; i++) d_s += memcmp(&a.stats[i], &b.stats[i], 4) != 0;
+        printf("  %s batch %d: 1 vs %d threads: outputs differing %zu, gradients %zu, batch "
+               "statistics %zu\n",
+               name ? name : "conv-layernorm-gelu-avgpool-linear-batchnorm-sigmoid", batch, t,
+               d_out, d_g, d_s);
+        ASSERT_EQ(d_out, 0);
+        ASSERT_EQ(d_g, 0);
+        ASSERT_EQ(d_s, 0);
+        free(b.out), free(b.grads), free(b.stats);
+    }
+    double norm = 0, snorm = 0;
+    for (size_t i = 0; i < np; i++) norm += fabs(a.grads[i]);
+    for (size_t i = 0; i < nb; i++) snorm += fabs(a.stats[i]);
+    ASSERT(norm > 0 && snorm > 0); /* not vacuously equal */
+    free(a.out), free(a.grads), free(a.stats);
+}
+
 enum { N = 300 };
 
 /* A model of just dropout layers over ones: the output row is the product of the scaled masks. */
@@ -80,6 +162,8 @@ static void on_ready(void *user, int layer, size_t off, size_t count) {
 int main(void) {
     check_thread_invariance("basicnet", 22, 1199882);
     check_thread_invariance("mlp7", 22, 3824394);
+    check_thread_invariance2("resnet-small", 22); /* batchnorm, residual blocks */
+    check_thread_invariance2(NULL, 22);           /* layernorm, gelu, avgpool, batchnorm1d */
 
     /* dropout masks */
     td_model_t *m = td_model_new(N, 1, 1);

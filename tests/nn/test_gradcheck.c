@@ -1,5 +1,6 @@
-/* nn: every layer's backward (input and parameter gradients) and both losses against central
- * finite differences.
+/* nn: every layer's backward (input and parameter gradients) and the losses against central
+ * finite differences; residual blocks (identity and projection shortcuts, nested); batchnorm in
+ * training (batch statistics, whose gradient flows through the mean and variance) and eval.
  *
  * The loss is L = sum(out * r) for a fixed random r, so dout = r. Each model puts a parametered
  * layer in front of the layer under test: the gradient w.r.t. that layer's parameters flows
@@ -77,6 +78,15 @@ static void set_identity(td_model_t *m, int li, int n) {
     float *w = td_model_params(m) + in.param_offset;
     memset(w, 0, sizeof(float) * in.param_count);
     for (int i = 0; i < n; i++) w[(size_t)i * n + i] = 1.0f;
+}
+
+/* Gives layer li's parameters random values in [0.5, 1.5) (weights) and [-0.5, 0.5) (biases):
+ * norm layers start at weight 1, bias 0, which would hide a swapped weight and bias. */
+static void randomize_layer(td_model_t *m, int li, uint64_t stream) {
+    td_layer_info in = td_model_layer(m, li);
+    float *w = td_model_params(m) + in.param_offset;
+    for (size_t i = 0; i < in.param_count; i++)
+        w[i] = rnd(stream, i) * 0.5f + (i < in.weight_count ? 1.0f : 0.0f);
 }
 
 static void finish(td_model_t *m, check_cfg *c, uint64_t seed) {
@@ -203,6 +213,219 @@ int main(void) {
         finish(m, &c, 6);
         check(m, &c);
         free(c.x), td_model_free(m);
+    }
+    { /* gelu, tanh, sigmoid: smooth, so central differences are O(eps^2) accurate */
+        td_status (*add[3])(td_model_t *) = {td_model_add_gelu, td_model_add_tanh,
+                                             td_model_add_sigmoid};
+        const char *what[3] = {"linear -> gelu -> linear", "linear -> tanh -> linear",
+                               "linear -> sigmoid -> linear"};
+        for (int a = 0; a < 3; a++) {
+            td_model_t *m = td_model_new(6, 1, 1);
+            ASSERT_OK(td_model_add_linear(m, 7));
+            ASSERT_OK(add[a](m));
+            ASSERT_OK(td_model_add_linear(m, 3));
+            check_cfg c = {what[a], 6, 0.01f, atol, rtol, false, rand_input(36, 20 + a)};
+            for (int i = 0; i < 36; i++) c.x[i] *= 2.5f; /* reach the curved parts */
+            finish(m, &c, 20 + a);
+            check(m, &c);
+            free(c.x), td_model_free(m);
+        }
+    }
+    { /* layernorm over a [3, 2, 2] map with non-trivial weight and bias */
+        td_model_t *m = td_model_new(2, 2, 2);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 1, 1, 0));
+        ASSERT_OK(td_model_add_layernorm(m, 1e-5f));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 4));
+        check_cfg c = {
+            "conv -> layernorm -> linear", 6, 0.01f, atol, 5e-3, false, rand_input(48, 30)};
+        finish(m, &c, 30);
+        randomize_layer(m, 1, 31);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    for (int train = 1; train >= 0; train--) { /* batchnorm2d, batch statistics and running */
+        td_model_t *m = td_model_new(2, 3, 3);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 2, 1, 0));
+        ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.1f));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 4));
+        check_cfg c = {train ? "conv -> batchnorm2d (training) -> linear"
+                             : "conv -> batchnorm2d (eval) -> linear",
+                       6,
+                       0.01f,
+                       atol,
+                       5e-3,
+                       train,
+                       rand_input(6 * 18, 32)};
+        finish(m, &c, 32);
+        randomize_layer(m, 1, 33);
+        float *buf = td_model_buffers(m); /* running mean, var */
+        for (int i = 0; i < 3; i++) buf[i] = 0.1f * (float)i, buf[3 + i] = 0.5f + 0.3f * (float)i;
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* batchnorm1d between linears, 9 samples: chunks of 4, 4, 1 */
+        td_model_t *m = td_model_new(5, 1, 1);
+        ASSERT_OK(td_model_add_linear(m, 4));
+        ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.1f));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {"linear -> batchnorm1d (training) -> linear",
+                       9,
+                       0.01f,
+                       atol,
+                       5e-3,
+                       true,
+                       rand_input(45, 34)};
+        finish(m, &c, 34);
+        randomize_layer(m, 1, 35);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    for (int variant = 0; variant < 2; variant++) { /* avgpool 2/2 and overlapping 3/2 */
+        td_model_t *m = td_model_new(2, 7, 7);
+        ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
+        ASSERT_OK(td_model_add_avgpool2d(m, variant ? 3 : 2, 2));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {variant ? "conv -> avgpool3/2 -> linear" : "conv -> avgpool2/2 -> linear",
+                       5,
+                       0.05f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(5 * 98, 36)};
+        finish(m, &c, 36);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* global average pool straight into linear (no flatten needed: [C, 1, 1]) */
+        td_model_t *m = td_model_new(2, 5, 4);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 1));
+        ASSERT_OK(td_model_add_global_avgpool(m));
+        ASSERT_OK(td_model_add_linear(m, 2));
+        check_cfg c = {"conv -> global_avgpool -> linear",
+                       5,
+                       0.05f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(5 * 40, 37)};
+        finish(m, &c, 37);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* residual, identity shortcut, after a parametered layer (so both branches' input
+       * gradients are summed) and with a relu as the body's first layer (which must not
+       * overwrite the block's input in place) */
+        td_model_t *m = td_model_new(6, 1, 1);
+        ASSERT_OK(td_model_add_linear(m, 6));
+        ASSERT_OK(td_model_begin_residual(m));
+        ASSERT_OK(td_model_add_relu(m));
+        ASSERT_OK(td_model_add_linear(m, 6));
+        ASSERT_OK(td_model_add_tanh(m));
+        ASSERT_OK(td_model_add_residual(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {"linear(I) -> residual[relu, linear, tanh] -> linear",
+                       6,
+                       0.01f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(36, 38)};
+        for (int i = 0; i < 36; i++) c.x[i] = (c.x[i] < 0 ? -0.3f : 0.3f) + 0.7f * c.x[i];
+        finish(m, &c, 38);
+        set_identity(m, 0, 6); /* keeps relu inputs away from 0 */
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* a residual block on the model's input (no input gradient needed anywhere), with
+       * parameters in both branches */
+        td_model_t *m = td_model_new(2, 4, 4);
+        ASSERT_OK(td_model_begin_residual(m));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 1));
+        ASSERT_OK(td_model_add_sigmoid(m));
+        ASSERT_OK(td_model_begin_shortcut(m));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 1, 1, 0));
+        ASSERT_OK(td_model_add_residual(m));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {"residual[conv, sigmoid] + [conv1x1] on the input -> linear",
+                       5,
+                       0.01f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(5 * 32, 42)};
+        finish(m, &c, 42);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* resnet-style: projection shortcut (1x1 conv stride 2 + batchnorm), body with a stride-2
+       * conv, batchnorm, tanh; a nested identity block inside the body; training mode */
+        td_model_t *m = td_model_new(2, 6, 6);
+        ASSERT_OK(td_model_add_conv2d(m, 3, 3, 1, 1));
+        ASSERT_OK(td_model_begin_residual(m));
+        ASSERT_OK(td_model_add_conv2d(m, 4, 3, 2, 1));
+        ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.1f));
+        ASSERT_OK(td_model_add_tanh(m));
+        ASSERT_OK(td_model_begin_residual(m));
+        ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
+        ASSERT_OK(td_model_add_residual(m));
+        ASSERT_OK(td_model_begin_shortcut(m));
+        ASSERT_OK(td_model_add_conv2d(m, 4, 1, 2, 0));
+        ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.1f));
+        ASSERT_OK(td_model_add_residual(m));
+        ASSERT_OK(td_model_add_global_avgpool(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {"conv -> residual[conv s2, bn, tanh, residual[conv]] + [conv1x1 s2, bn]",
+                       6,
+                       0.01f,
+                       atol,
+                       5e-3,
+                       true,
+                       rand_input(6 * 72, 39)};
+        finish(m, &c, 39);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
+    { /* mse and bce-with-logits: gradients, hand-computed values, NULL dout */
+        enum { B = 3, D = 4 };
+        float x[B * D], t[B * D], d[B * D];
+        for (int i = 0; i < B * D; i++)
+            x[i] = 3.0f * rnd(40, (uint64_t)i), t[i] = (rnd(41, i) + 1) / 2;
+        for (int which = 0; which < 2; which++) {
+            double (*f)(const float *, const float *, int, int, float, float *) =
+                which ? td_bce_with_logits : td_mse_loss;
+            f(x, t, B, D, 0.25f, d);
+            for (int i = 0; i < B * D; i++) {
+                float keep = x[i], eps = 1e-2f;
+                x[i] = keep + eps;
+                double fp = f(x, t, B, D, 0.25f, NULL);
+                x[i] = keep - eps;
+                double fm = f(x, t, B, D, 0.25f, NULL);
+                x[i] = keep;
+                ASSERT_NEAR(d[i], 0.25 * (fp - fm) / (2 * eps), 1e-4);
+            }
+        }
+        /* by hand: mse of ([1, 2] - [0, 4]) = (1 + 4) / 2 = 2.5 per sample; dout = 2 (o - t)/2 */
+        float o2[4] = {1, 2, 0, 0}, t2[4] = {0, 4, 0, 1}, d2[4];
+        ASSERT_NEAR(td_mse_loss(o2, t2, 2, 2, 1.0f, d2), 2.5 + 0.5, 1e-12);
+        ASSERT_NEAR(d2[0], 1.0, 1e-7);
+        ASSERT_NEAR(d2[1], -2.0, 1e-7);
+        ASSERT_NEAR(d2[3], -1.0, 1e-7);
+        /* bce: x = 0 gives log 2 whatever t; x = 30, t = 1 ~ 0; x = -30, t = 1 = 30 (stable) */
+        float lg[3] = {0.0f, 30.0f, -30.0f}, tg[3] = {0.3f, 1.0f, 1.0f};
+        ASSERT_NEAR(td_bce_with_logits(lg, tg, 1, 1, 1.0f, NULL), log(2.0), 1e-12);
+        ASSERT_NEAR(td_bce_with_logits(lg + 1, tg + 1, 1, 1, 1.0f, NULL), 0.0, 1e-12);
+        ASSERT_NEAR(td_bce_with_logits(lg + 2, tg + 2, 1, 1, 1.0f, d2), 30.0, 1e-9);
+        ASSERT_NEAR(d2[0], -1.0, 1e-7); /* sigmoid(-30) - 1 */
+        ASSERT_NEAR(td_bce_with_logits(lg, tg, 1, 3, 1.0f, NULL), (log(2.0) + 30.0) / 3, 1e-9);
+        /* multilabel accuracy: row 0 2 of 3 right, row 1 all right */
+        float ml[6] = {1.0f, -1.0f, 0.5f, -2.0f, 3.0f, -0.1f};
+        float mt[6] = {1.0f, 1.0f, 1.0f, 0.0f, 1.0f, 0.0f};
+        ASSERT_NEAR(td_count_correct_multilabel(ml, mt, 2, 3), 2.0 / 3 + 1.0, 1e-12);
+        printf("  losses: mse and bce_with_logits gradients and values ok\n");
     }
     { /* losses: d(sum loss)/d input * grad_scale */
         enum { B = 3, C = 5 };

@@ -1,6 +1,7 @@
-/* nn: PyTorch-default initialisation (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases)
- * drawn from Philox (seed, stream = layer index, element index); same seed => same bits;
- * preset sizes, names and layout. */
+/* nn: PyTorch-default initialisation (and weight 1, bias 0 for layernorm and batchnorm, with
+ * batchnorm's running statistics and their update) (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
+ * and biases) drawn from Philox (seed, stream = layer index, element index); same seed => same
+ * bits; preset sizes, names and layout. */
 #include "tandem/nn.h"
 #include "test.h"
 
@@ -69,6 +70,46 @@ int main(void) {
         ASSERT_STREQ(li.name, want);
     }
     ASSERT_EQ(fc, 7);
+    td_model_free(m);
+
+    /* norm layers: weight 1, bias 0 (not the uniform draw); batchnorm buffers: mean 0, var 1;
+     * td_model_update_running_stats is PyTorch's momentum update, one batch tracked per call */
+    m = td_model_new(3, 4, 4);
+    ASSERT_OK(td_model_add_conv2d(m, 2, 3, 1, 1));
+    ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.25f));
+    ASSERT_OK(td_model_add_layernorm(m, 1e-5f));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 3));
+    ASSERT_OK(td_model_add_batchnorm(m, 1e-5f, 0.5f));
+    ASSERT_EQ(td_model_num_buffers(m), 2 * 2 + 2 * 3);
+    ASSERT_EQ(td_model_batch_stats_size(m), td_model_num_buffers(m));
+    ASSERT_OK(td_model_finalize(m, 4));
+    td_model_init_params(m, 5);
+    p = td_model_params(m);
+    td_layer_info bn1 = td_model_layer(m, 1), ln1 = td_model_layer(m, 2),
+                  bn2 = td_model_layer(m, 5);
+    ASSERT_EQ(bn1.param_count, 4);
+    ASSERT_EQ(ln1.param_count, 2 * 32);
+    ASSERT_EQ(bn2.buffer_offset, 4);
+    ASSERT_EQ(bn2.buffer_count, 6);
+    for (size_t j = 0; j < ln1.param_count; j++)
+        ASSERT(p[ln1.param_offset + j] == (j < ln1.weight_count ? 1.0f : 0.0f));
+    for (size_t j = 0; j < bn2.param_count; j++)
+        ASSERT(p[bn2.param_offset + j] == (j < bn2.weight_count ? 1.0f : 0.0f));
+    float *buf = td_model_buffers(m);
+    ASSERT(buf[0] == 0.0f && buf[1] == 0.0f && buf[2] == 1.0f && buf[3] == 1.0f);
+    ASSERT(buf[4] == 0.0f && buf[6] == 0.0f && buf[7] == 1.0f && buf[9] == 1.0f);
+    float stats[10] = {2, 4, 3, 5, 1, 1, 1, 9, 9, 9};
+    td_model_update_running_stats(m, stats);
+    ASSERT_NEAR(buf[0], 0.25 * 2, 1e-7); /* bn1: momentum 0.25 */
+    ASSERT_NEAR(buf[2], 0.75 * 1 + 0.25 * 3, 1e-7);
+    ASSERT_NEAR(buf[7], 0.5 * 1 + 0.5 * 9, 1e-7); /* bn2: momentum 0.5 */
+    ASSERT_EQ(td_model_batches_tracked(m), 1);
+    td_model_update_running_stats(m, stats);
+    ASSERT_EQ(td_model_batches_tracked(m), 2);
+    td_model_init_params(m, 5); /* a fresh start resets buffers too */
+    ASSERT(buf[0] == 0.0f && buf[2] == 1.0f);
+    ASSERT_EQ(td_model_batches_tracked(m), 0);
     td_model_free(m);
     TEST_PASS();
 }
