@@ -72,7 +72,7 @@ run() {
   printf '  %-14s %6.1f s\n' "$tag" "$(echo "$t1 - $t0" | bc)"
 }
 
-td_common=(--model basicnet --data "$data" --threads 1 --batch 64 --lr 1e-3 --no-progress --json)
+td_common=(--model basicnet --data "$data" --mean 0.2860 --std 0.3530 --threads 1 --batch 64 --lr 1e-3 --no-progress --json)
 py_common=("$peer" --data "$data" --threads 1 --batch 64 --loader "${TORCH_LOADER:-slice}")
 for ((i = 0; i < repeat; i++)); do
   run tandem-2 "$tandem" train --nproc-per-node 2 "${td_common[@]}" --steps "$steps" \

@@ -192,7 +192,7 @@ csv() { # words -> a,b,c
 measure_tandem() { # model batch precision
   local model=$1 batch=$2 precision=$3
   run "tandem-$model-$batch-$precision" "$tandem" train --device cuda --precision "$precision" \
-    --model "$model" --data "$data" --batch "$batch" --steps "$(steps_for td steps "$batch")" \
+    --model "$model" --data "$data" --mean 0.2860 --std 0.3530 --batch "$batch" --steps "$(steps_for td steps "$batch")" \
     --no-eval-every-epoch --no-progress --json
 }
 
@@ -238,13 +238,13 @@ measure_throughput() {
 measure_time_to_acc() { # fp32 (both sides' default), BasicNet batch 64 to 90% test accuracy
   rm -f "$tmp/metrics.jsonl"
   run tandem-tta env TANDEM_METRICS="$tmp/metrics.jsonl" "$tandem" train --device cuda \
-    --model basicnet --data "$data" --epochs 2 --batch 64 --no-progress --json
+    --model basicnet --data "$data" --mean 0.2860 --std 0.3530 --epochs 2 --batch 64 --no-progress --json
   run torch-tta "$py" "$peer" --model basicnet --batch 64 --time-to-acc 90 --epochs 3 \
     --data "$data" "${pt_extra[@]}"
 }
 
 measure_two_workers() { # the same global batch 128: 2 workers x 64 vs 1 worker x 64 x accum 2
-  local common=(--device cuda --model basicnet --data "$data" --batch 64 --steps "$ddp_steps"
+  local common=(--device cuda --model basicnet --data "$data" --mean 0.2860 --std 0.3530 --batch 64 --steps "$ddp_steps"
     --no-eval-every-epoch --no-progress --json)
   rm -f "$tmp/w2.safetensors" "$tmp/w1.safetensors"
   run tandem-2workers "$tandem" train --nproc-per-node 2 "${common[@]}" --accum 1 \

@@ -51,7 +51,7 @@ for model in basicnet mlp7; do
   for t in 1 2; do
     n=$(steps_for "$model")
     if [ "$mode" = "tandem train" ]; then
-      if ! "$tandem" train --model "$model" --data "$data" --steps "$n" --batch 64 --threads "$t" \
+      if ! "$tandem" train --model "$model" --data "$data" --mean 0.2860 --std 0.3530 --steps "$n" --batch 64 --threads "$t" \
            --no-eval-every-epoch --no-progress --json 2> "$out/err.txt" | tail -n 1 \
            | sed "s/^/{\"side\": \"tandem\", \"model\": \"$model\", \"threads\": $t, \"r\": /; s/\$/}/" \
            >> "$out/runs.jsonl"; then

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tandem needs, only those missing. Safe to run again.
-# Build: compiler, CMake, OpenBLAS (CBLAS), OpenMP (gcc), zlib, libyaml, SQLite, jansson.
+# Build: compiler, CMake, OpenBLAS (CBLAS), OpenMP (gcc), zlib, libyaml, SQLite, jansson, libpng
+# and libjpeg-turbo (the data layer's image decoders). PIL (python3-pil) writes the images
+# tests/data/test_formats.c compares against; scikit-learn (python3-sklearn) holds the real
+# data sets of the data tests and bench/bench_data.sh.
 # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer's runtime and clang's OpenMP.
 # Run: the Fashion-MNIST dataset. Peers for tests and benchmarks: PyTorch (python3-torch),
 # Open MPI, iproute2 (network namespaces for multi-host tests), Slurm and munge (the test
@@ -17,7 +20,8 @@ packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libyaml-de
           libopenmpi-dev openmpi-bin iproute2 procps nettle-dev
           clang libclang-rt-14-dev libomp-14-dev
           slurmctld slurmd slurm-client munge openssh-server openssh-client
-          libmicrohttpd-dev chromium libcurl4-openssl-dev libexpat1-dev python3-venv)
+          libmicrohttpd-dev chromium libcurl4-openssl-dev libexpat1-dev python3-venv
+          libpng-dev libjpeg62-turbo-dev python3-pil python3-sklearn)
 command -v npm > /dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do

@@ -21,7 +21,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TANDEM_FUZZ_BUILD_DIR:-$root/build-fuzz}
-targets=(idx checkpoint safetensors spec workflow metrics store mirror)
+targets=(idx npy csv image checkpoint safetensors spec workflow metrics store mirror)
 
 usage() {
   echo "usage: scripts/fuzz.sh NAME [SECONDS] | --build | --list   (NAME: ${targets[*]})" >&2

@@ -122,6 +122,7 @@ void *td_xcalloc(size_t count, size_t size);
 void *td_xrealloc(void *ptr, size_t nbytes);
 void *td_xmalloc_aligned(size_t nbytes);
 char *td_xstrdup(const char *s);
+char *td_xstrndup(const char *s, size_t n); /* at most n bytes of s, NUL-terminated */
 char *td_xasprintf(const char *fmt, ...) TD_PRINTF(1, 2);
 
 /* A bump arena for scratch: one block reserved up front, allocations 64-byte aligned, overflow
@@ -184,7 +185,9 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
       "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")   \
     X(UI_TOKEN, "", "tandem ui: a fixed access token (empty: a new random one each start)")        \
     X(SPOT_WATCH_PERIOD, "2",                                                                      \
-      "launch with TANDEM_SPOT_WATCH=1: seconds between two looks at the instance metadata")
+      "launch with TANDEM_SPOT_WATCH=1: seconds between two looks at the instance metadata")       \
+    X(DATA_IN_MEMORY, "auto",                                                                      \
+      "--data arrays: auto (files of 256 MiB or more are read as needed), 1 (all read), 0 (none)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "tandem/core.h"
+#include "tandem/data.h"
 #include "tandem/gpu.h"
 #include "tandem/nn.h"
 #include "tandem/optim.h"
@@ -70,15 +71,39 @@ typedef struct {
     void (*resumed)(void *user, int64_t step);
     /* Set-up is done (data loaded, model built, device ready) and the first step begins. */
     void (*started)(void *user);
+    /* What the data decided, once set-up is done (and again after a resume that restores another
+     * normalisation): `data` is td_dataset_describe's line, outputs the model's output count,
+     * mean/std the per-channel normalisation (n values). */
+    void (*configured)(void *user, const char *data, int outputs, int n, const float *mean,
+                       const float *std);
 } td_train_callbacks;
 
+/* What the model's output is trained against: class indices (cross-entropy; NLL when the
+ * model ends in log_softmax), real values (mean squared error) or 0/1 labels (binary
+ * cross-entropy on logits). The data's targets must fit: see td_dataset_open's class_targets. */
+typedef enum { TD_LOSS_CROSS_ENTROPY, TD_LOSS_MSE, TD_LOSS_BCE } td_loss_kind;
+const char *td_loss_name(td_loss_kind k); /* "cross-entropy", "mse", "bce" */
+td_status td_loss_parse(const char *s, td_loss_kind *out);
+
 typedef struct {
-    const char *model;    /* "basicnet", "mlp7", or a YAML spec path */
-    const char *data_dir; /* Fashion-MNIST IDX files (train + t10k) */
-    int64_t epochs;       /* used when steps == 0; 0 means 1 */
-    int64_t steps;        /* > 0: exactly this many optimizer steps (across epochs) */
-    int batch;            /* per rank, per micro-batch */
-    int accum;            /* micro-batches per step */
+    const char *model; /* a preset (basicnet, mlp7, mlp, resnet-small) or a YAML spec path */
+    /* The data (data.h, td_dataset_open): a directory of IDX files, an image folder, .csv, .npz,
+     * .safetensors or "X.npy,Y.npy"; the held-out set is val_data, or the last val_fraction of
+     * a fixed shuffle of the data, or the source's own test split; none of these: no eval. */
+    const char *data_dir;
+    const char *val_data;
+    double val_fraction;
+    td_data_options data_options; /* format, CSV target, image size; class_targets is set from
+                                   * the loss */
+    td_loss_kind loss;            /* cross-entropy (NLL after log_softmax), mse or bce */
+    /* Per-channel normalisation (x * scale - mean) / std: norm_count values (1 or one per
+     * channel), or 0 to compute it over the training set (a resume keeps the checkpoint's). */
+    int norm_count;
+    const float *norm_mean, *norm_std;
+    int64_t epochs; /* used when steps == 0; 0 means 1 */
+    int64_t steps;  /* > 0: exactly this many optimizer steps (across epochs) */
+    int batch;      /* per rank, per micro-batch */
+    int accum;      /* micro-batches per step */
     td_optim_config optim;
     uint64_t seed;
     int threads;                /* 0: TANDEM_NUM_THREADS, else all cores */
@@ -121,6 +146,10 @@ typedef struct {
     double wall_s;               /* this process, from start to return */
     int stop_signal;             /* the signal that stopped training, or 0 */
     double flops_per_sample;     /* forward + backward multiply-adds x2 (nn.h) */
+    /* The normalisation trained with (stated, computed or from the checkpoint) and the data */
+    int norm_count;
+    float norm_mean[TD_DATA_MAX_CHANNELS], norm_std[TD_DATA_MAX_CHANNELS];
+    int outputs; /* classes, or target values per sample */
 } td_train_result;
 
 /* Defaults: adamw lr 1e-3, batch 64, accum 1, seed 0, 1 epoch, eval every epoch, W=1. */
@@ -168,6 +197,12 @@ typedef struct {
     float *params;      /* [num_params] */
     float *optim_state; /* [optim_state_count] */
     uint64_t optim_state_count;
+    float *buffers; /* [buffer_count]: BatchNorm's running statistics (nn.h) */
+    uint64_t buffer_count;
+    int64_t batches_tracked; /* BatchNorm's num_batches_tracked */
+    /* the input normalisation trained with: norm_count per-channel values (0: none recorded) */
+    int norm_count;
+    float *norm_mean, *norm_std;
 } td_checkpoint;
 
 /* Writes dir/ckpt-<step>.tdck atomically (temporary file in dir, fsync, rename, fsync dir),

@@ -42,6 +42,14 @@ char *td_xstrdup(const char *s) {
     return p;
 }
 
+char *td_xstrndup(const char *s, size_t n) {
+    size_t len = strnlen(s, n);
+    char *p = td_xmalloc(len + 1);
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
+
 char *td_xasprintf(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

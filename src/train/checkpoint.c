@@ -76,6 +76,21 @@ static char *meta_json(const td_checkpoint *ck) {
     json_object_set_new(o, "epoch", json_integer(ck->epoch));
     json_object_set_new(o, "step_in_epoch", json_integer(ck->step_in_epoch));
     json_object_set_new(o, "optimizer", opt);
+    /* BatchNorm's running statistics follow the optimizer state; older files have none */
+    if (ck->buffer_count) {
+        json_object_set_new(o, "buffers", json_integer((json_int_t)ck->buffer_count));
+        json_object_set_new(o, "batches_tracked", json_integer(ck->batches_tracked));
+    }
+    if (ck->norm_count > 0) {
+        json_t *mean = json_array(), *std = json_array(), *norm = json_object();
+        for (int i = 0; i < ck->norm_count; i++) {
+            json_array_append_new(mean, json_real(ck->norm_mean[i]));
+            json_array_append_new(std, json_real(ck->norm_std[i]));
+        }
+        json_object_set_new(norm, "mean", mean);
+        json_object_set_new(norm, "std", std);
+        json_object_set_new(o, "normalization", norm);
+    }
     /* %.17g reals round-trip exactly, so hyperparameters compare equal after a load */
     char *s = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(o);
@@ -140,6 +155,7 @@ td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep)
     free(meta);
     size_t params_bytes = ck->num_params * sizeof(float);
     size_t state_bytes = ck->optim_state_count * sizeof(float);
+    size_t buffer_bytes = ck->buffer_count * sizeof(float);
     uint8_t head[CKPT_HEADER_BYTES] = {0};
     memcpy(head, CKPT_MAGIC, 8);
     put32(head + OFF_VERSION, CKPT_VERSION);
@@ -147,18 +163,20 @@ td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep)
     put32(head + OFF_META_BYTES, (uint32_t)meta_bytes);
     put64(head + OFF_NUM_PARAMS, ck->num_params);
     put64(head + OFF_STATE_COUNT, ck->optim_state_count);
-    put64(head + OFF_PAYLOAD_BYTES, meta_bytes + params_bytes + state_bytes);
+    put64(head + OFF_PAYLOAD_BYTES, meta_bytes + params_bytes + state_bytes + buffer_bytes);
     uint32_t crc = td_crc32(0, head, CKPT_HEADER_BYTES); /* CRC field still 0 */
     crc = td_crc32(crc, meta_padded, meta_bytes);
     crc = td_crc32(crc, ck->params, params_bytes);
     if (state_bytes) crc = td_crc32(crc, ck->optim_state, state_bytes);
+    if (buffer_bytes) crc = td_crc32(crc, ck->buffers, buffer_bytes);
     put32(head + OFF_CRC, crc);
-    td_chunk chunks[4] = {{head, sizeof head},
-                          {meta_padded, meta_bytes},
-                          {ck->params, params_bytes},
-                          {ck->optim_state, state_bytes}};
+    td_chunk chunks[5] = {
+        {head, sizeof head}, {meta_padded, meta_bytes}, {ck->params, params_bytes}};
+    int nchunks = 3;
+    if (state_bytes) chunks[nchunks++] = (td_chunk){ck->optim_state, state_bytes};
+    if (buffer_bytes) chunks[nchunks++] = (td_chunk){ck->buffers, buffer_bytes};
     char *path = td_xasprintf("%s/ckpt-%lld.tdck", dir, (long long)ck->step);
-    td_status rc = td_write_atomic(path, "checkpoint", chunks, state_bytes ? 4 : 3);
+    td_status rc = td_write_atomic(path, "checkpoint", chunks, nchunks);
     free(meta_padded);
     if (rc == TD_OK && keep > 0) {
         size_t n;
@@ -233,6 +251,39 @@ static td_status parse_meta(const char *path, const char *text, size_t len, td_c
     ck->optim.nesterov = json_is_true(json_object_get(opt, "nesterov"));
     TD_CHECK_GOTO(meta_int(opt, "steps", path, &v), rc, out);
     ck->optim_steps = (uint64_t)v;
+    json_t *nb = json_object_get(o, "buffers");
+    if (nb && (!json_is_integer(nb) || json_integer_value(nb) < 0)) {
+        rc = td_error(TD_ERR_FORMAT, "checkpoint %s: \"buffers\" is not a count", path);
+        goto out;
+    }
+    ck->buffer_count = nb ? (uint64_t)json_integer_value(nb) : 0;
+    json_t *bt = json_object_get(o, "batches_tracked");
+    ck->batches_tracked = json_is_integer(bt) ? (int64_t)json_integer_value(bt) : 0;
+    json_t *norm = json_object_get(o, "normalization");
+    if (norm) {
+        json_t *mean = json_object_get(norm, "mean"), *std = json_object_get(norm, "std");
+        size_t n = json_array_size(mean);
+        if (!json_is_array(mean) || !json_is_array(std) || n != json_array_size(std) || n == 0 ||
+            n > TD_DATA_MAX_CHANNELS) {
+            rc = td_error(TD_ERR_FORMAT,
+                          "checkpoint %s: \"normalization\" lacks equal mean and std arrays", path);
+            goto out;
+        }
+        ck->norm_mean = td_xmalloc(n * sizeof(float));
+        ck->norm_std = td_xmalloc(n * sizeof(float));
+        ck->norm_count = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            json_t *m = json_array_get(mean, i), *sd = json_array_get(std, i);
+            if (!json_is_number(m) || !json_is_number(sd) || !(json_number_value(sd) > 0)) {
+                rc = td_error(TD_ERR_FORMAT,
+                              "checkpoint %s: normalization value %zu is not a number (std > 0)",
+                              path, i);
+                goto out;
+            }
+            ck->norm_mean[i] = (float)json_number_value(m);
+            ck->norm_std[i] = (float)json_number_value(sd);
+        }
+    }
 out:
     json_decref(o);
     return rc;
@@ -304,12 +355,17 @@ td_status td_checkpoint_load(const char *path, td_checkpoint *out) {
         goto out;
     }
     if (meta_bytes > CKPT_MAX_META_BYTES || nparams > payload / 4 || nstate > payload / 4 ||
-        meta_bytes + 4 * (nparams + nstate) != payload) {
+        meta_bytes + 4 * (nparams + nstate) > payload) {
         rc = td_error(TD_ERR_FORMAT, "checkpoint %s is corrupt: section sizes do not add up", name);
         goto out;
     }
     TD_CHECK_GOTO(parse_meta(name, (const char *)buf + CKPT_HEADER_BYTES, meta_bytes, out), rc,
                   out);
+    if (meta_bytes + 4 * (nparams + nstate + out->buffer_count) != payload ||
+        out->buffer_count > payload / 4) {
+        rc = td_error(TD_ERR_FORMAT, "checkpoint %s is corrupt: section sizes do not add up", name);
+        goto out;
+    }
     out->num_params = nparams;
     out->optim_state_count = nstate;
     out->params = td_xmalloc_aligned((nparams ? nparams : 1) * sizeof(float));
@@ -317,6 +373,10 @@ td_status td_checkpoint_load(const char *path, td_checkpoint *out) {
     out->optim_state = td_xmalloc_aligned((nstate ? nstate : 1) * sizeof(float));
     memcpy(out->optim_state, buf + CKPT_HEADER_BYTES + meta_bytes + nparams * sizeof(float),
            nstate * sizeof(float));
+    uint64_t nbuf = out->buffer_count;
+    out->buffers = td_xmalloc((nbuf ? nbuf : 1) * sizeof(float));
+    memcpy(out->buffers, buf + CKPT_HEADER_BYTES + meta_bytes + (nparams + nstate) * sizeof(float),
+           nbuf * sizeof(float));
 out:
     fclose(f);
     free(buf);
@@ -328,8 +388,13 @@ void td_checkpoint_free(td_checkpoint *ck) {
     if (!ck) return;
     free(ck->params);
     free(ck->optim_state);
+    free(ck->buffers);
+    free(ck->norm_mean);
+    free(ck->norm_std);
     ck->params = NULL;
     ck->optim_state = NULL;
+    ck->buffers = ck->norm_mean = ck->norm_std = NULL;
+    ck->norm_count = 0;
 }
 
 td_status td_checkpoint_find_latest(const char *dir, char **path_out, td_checkpoint *out) {

@@ -11,6 +11,7 @@
 #include "tandem/tensor.h"
 #include "tandem/train.h"
 #include "tandem/os.h"
+#include "train/prefetch.h"
 
 #define CKPT_KEEP         2
 #define EVAL_BATCH        128
@@ -53,6 +54,7 @@ void td_train_config_defaults(td_train_config *c) {
     memset(c, 0, sizeof *c);
     c->model = "basicnet";
     c->data_dir = "/usr/share/datasets/fashion-mnist";
+    c->loss = TD_LOSS_CROSS_ENTROPY;
     c->epochs = 1;
     c->batch = 64;
     c->accum = 1;
@@ -69,12 +71,19 @@ typedef struct {
     const td_train_reducer *reducer;
     td_model_t *model;
     td_optim_t *opt;
-    td_dataset_t *train, *test;
+    td_dataset_t *train, *test; /* test: the held-out set, or NULL (no evaluation) */
     td_sampler_t *sampler;
     size_t num_params;
-    int in_size, classes;
-    bool log_softmax_out; /* the model ends in log_softmax: NLL loss; else cross-entropy */
-    int64_t G;            /* global batch */
+    int in_size, outputs;        /* outputs: classes, or target values per sample */
+    bool log_softmax_out;        /* the model ends in log_softmax: NLL loss; else cross-entropy */
+    bool has_acc;                /* classification or multi-label: an accuracy to report */
+    float *norm_mean, *norm_std; /* [channels]: the normalisation trained with */
+    /* BatchNorm: each micro-batch slot's statistics, {count, stats[S]} per slot; a step's slots
+     * of every rank are gathered and applied in slot order, so the running statistics are the
+     * same for any number of ranks (nn.h, td_model_update_running_stats) */
+    size_t bn_size;
+    float *bn_local, *bn_all;
+    int64_t G; /* global batch */
     int64_t steps_per_epoch, total_steps, epochs;
     /* accumulation: level k holds the sum of one complete block of 2^k micro-batches */
     int nlevels;
@@ -82,7 +91,9 @@ typedef struct {
     bool *occupied;
     bool *layer_done;
     /* batch buffers */
-    float *x, *dout;
+    float *x, *dout, *tgt; /* tgt: real targets [max_batch, outputs] (mse, bce) */
+    prefetcher *pf;        /* a file-backed training set: the next micro-batch is read ahead */
+    uint64_t *pf_ids;
     int32_t *y;
     uint64_t *ids;
     /* progress */
@@ -147,9 +158,55 @@ static void finish_layers(trainer *t) {
     }
 }
 
+const char *td_loss_name(td_loss_kind k) {
+    switch (k) {
+    case TD_LOSS_CROSS_ENTROPY:
+        return "cross-entropy";
+    case TD_LOSS_MSE:
+        return "mse";
+    case TD_LOSS_BCE:
+        return "bce";
+    }
+    return "?";
+}
+
+td_status td_loss_parse(const char *s, td_loss_kind *out) {
+    for (int k = TD_LOSS_CROSS_ENTROPY; k <= TD_LOSS_BCE; k++)
+        if (!strcmp(s, td_loss_name((td_loss_kind)k))) {
+            *out = (td_loss_kind)k;
+            return TD_OK;
+        }
+    return td_error(TD_ERR_INVALID,
+                    "--loss '%s': use cross-entropy (class indices), mse (real values) or bce "
+                    "(0/1 labels)",
+                    s);
+}
+
 static double loss_and_grad(trainer *t, const float *out, int n, float scale) {
-    if (t->log_softmax_out) return td_nll_loss(out, t->y, n, t->classes, scale, t->dout);
-    return td_cross_entropy(out, t->y, n, t->classes, scale, t->dout);
+    switch (t->cfg->loss) {
+    case TD_LOSS_MSE:
+        return td_mse_loss(out, t->tgt, n, t->outputs, scale, t->dout);
+    case TD_LOSS_BCE:
+        return td_bce_with_logits(out, t->tgt, n, t->outputs, scale, t->dout);
+    case TD_LOSS_CROSS_ENTROPY:
+        break;
+    }
+    if (t->log_softmax_out) return td_nll_loss(out, t->y, n, t->outputs, scale, t->dout);
+    return td_cross_entropy(out, t->y, n, t->outputs, scale, t->dout);
+}
+
+/* Correct predictions: rows whose argmax is the class, or the fraction of right labels summed
+ * over rows (bce); regression has none. */
+static double count_correct(trainer *t, const float *out, int n) {
+    switch (t->cfg->loss) {
+    case TD_LOSS_MSE:
+        return 0;
+    case TD_LOSS_BCE:
+        return td_count_correct_multilabel(out, t->tgt, n, t->outputs);
+    case TD_LOSS_CROSS_ENTROPY:
+        break;
+    }
+    return td_count_correct(out, t->y, n, t->outputs);
 }
 
 static void emit(trainer *t, const char *key, int64_t step, double value) {
@@ -160,6 +217,8 @@ static void emit(trainer *t, const char *key, int64_t step, double value) {
 static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *loss) {
     const td_train_config *cfg = t->cfg;
     const td_train_reducer *r = t->reducer;
+    *acc_pct = *loss = NAN;
+    if (!t->test) return TD_OK; /* no held-out set: nothing to evaluate on */
     uint64_t n = td_dataset_count(t->test);
     uint64_t lo = 0, hi = n;
     bool shard = r && r->allreduce_sum && cfg->world_size > 1;
@@ -174,17 +233,18 @@ static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *los
     for (uint64_t b = lo; b < hi && !t->gpu; b += (uint64_t)max_batch) {
         int cnt = (int)TD_MIN((uint64_t)max_batch, hi - b);
         for (int i = 0; i < cnt; i++) t->ids[i] = b + (uint64_t)i;
-        td_dataset_gather(t->test, t->ids, cnt, t->x, t->y);
+        TD_CHECK(td_dataset_gather(t->test, t->ids, cnt, t->x, t->y, t->tgt));
         ctx.sample_ids = t->ids;
         const float *out = td_model_forward(t->model, t->x, cnt, &ctx);
-        sums[0] += td_count_correct(out, t->y, cnt, t->classes);
+        if (!out) return TD_ERR_INVALID;
+        sums[0] += count_correct(t, out, cnt);
         sums[1] += loss_and_grad(t, out, cnt, 0.0f);
         sums[2] += cnt;
     }
     if (shard) TD_CHECK(r->allreduce_sum(r->user, sums, 3));
-    *acc_pct = sums[2] > 0 ? 100.0 * sums[0] / sums[2] : NAN;
+    *acc_pct = sums[2] > 0 && t->has_acc ? 100.0 * sums[0] / sums[2] : NAN;
     *loss = sums[2] > 0 ? sums[1] / sums[2] : NAN;
-    emit(t, "test/acc", step, *acc_pct);
+    if (t->has_acc) emit(t, "test/acc", step, *acc_pct);
     emit(t, "test/loss", step, *loss);
     return TD_OK;
 }
@@ -210,6 +270,12 @@ static td_status save_checkpoint(trainer *t, int64_t step) {
     ck.params = td_model_params(t->model);
     ck.optim_state = td_optim_state(t->opt);
     ck.optim_state_count = td_optim_state_count(t->opt);
+    ck.buffers = td_model_buffers(t->model);
+    ck.buffer_count = td_model_num_buffers(t->model);
+    ck.batches_tracked = td_model_batches_tracked(t->model);
+    ck.norm_count = td_dataset_channels(t->train);
+    ck.norm_mean = t->norm_mean;
+    ck.norm_std = t->norm_std;
     TD_CHECK(td_checkpoint_save(cfg->checkpoint_dir, &ck, CKPT_KEEP));
     t->ckpt_steps[1] = t->ckpt_steps[0];
     t->ckpt_steps[0] = step;
@@ -258,6 +324,12 @@ static td_status check_resume(trainer *t, const char *path, const td_checkpoint 
                         "run has lr %g, weight decay %g, momentum %g",
                         ck->optim.lr, ck->optim.weight_decay, ck->optim.momentum, o->lr,
                         o->weight_decay, o->momentum);
+    if (ck->buffer_count != td_model_num_buffers(t->model))
+        return MISMATCH("%llu BatchNorm statistics but this model has %zu",
+                        (unsigned long long)ck->buffer_count, td_model_num_buffers(t->model));
+    if (ck->norm_count && ck->norm_count != td_dataset_channels(t->train))
+        return MISMATCH("a normalisation of %d channels but this data has %d", ck->norm_count,
+                        td_dataset_channels(t->train));
     if (ck->optim_state_count != td_optim_state_count(t->opt))
         return MISMATCH("%llu optimizer state floats but this optimizer has %zu",
                         (unsigned long long)ck->optim_state_count, td_optim_state_count(t->opt));
@@ -290,6 +362,9 @@ static void report_progress(trainer *t, int64_t step, double loss, double acc, b
     char eta_s[32];
     fmt_duration(eta_s, sizeof eta_s, eta);
     int64_t epoch = (step - 1) / t->steps_per_epoch + 1;
+    char accs[32] = "", bar_accs[32] = ""; /* regression has no accuracy */
+    if (t->has_acc) snprintf(accs, sizeof accs, " acc %.1f%%", 100.0 * acc);
+    if (t->has_acc) snprintf(bar_accs, sizeof bar_accs, " | acc %5.1f%%", 100.0 * acc);
     if (t->bar) {
         if (!force && now - t->t_last_draw < PROGRESS_REDRAW_S) return;
         t->t_last_draw = now;
@@ -299,15 +374,15 @@ static void report_progress(trainer *t, int64_t step, double loss, double acc, b
         for (int i = 0; i < width; i++) barbuf[i] = i < filled ? '#' : '.';
         barbuf[width] = '\0';
         fprintf(stderr,
-                "\r[%s] step %lld/%lld | epoch %lld/%lld | loss %.4f | acc %5.1f%% | %.0f "
-                "samples/s | ETA %s\033[K",
+                "\r[%s] step %lld/%lld | epoch %lld/%lld | loss %.4f%s | %.0f samples/s | "
+                "ETA %s\033[K",
                 barbuf, (long long)step, (long long)t->total_steps, (long long)epoch,
-                (long long)t->epochs, loss, 100.0 * acc, rate, eta_s);
+                (long long)t->epochs, loss, bar_accs, rate, eta_s);
         fflush(stderr);
     } else if (force || step % t->log_every == 0) {
-        TD_LOG_INFO("step %lld/%lld epoch %lld/%lld loss %.4f acc %.1f%% %.0f samples/s ETA %s",
+        TD_LOG_INFO("step %lld/%lld epoch %lld/%lld loss %.4f%s %.0f samples/s ETA %s",
                     (long long)step, (long long)t->total_steps, (long long)epoch,
-                    (long long)t->epochs, loss, 100.0 * acc, rate, eta_s);
+                    (long long)t->epochs, loss, accs, rate, eta_s);
     }
 }
 
@@ -424,9 +499,23 @@ static td_status gpu_setup(trainer *t, int max_batch) {
         .graph = !cfg->gpu_no_graph && td_env_int(TD_ENV_CUDA_GRAPH) != 0,
         .precision = cfg->precision,
     };
+    char why[256];
+    if (!td_model_gpu_supported(t->model, why, sizeof why))
+        return td_error(TD_ERR_UNSUPPORTED, "--device cuda: %s; train it with --device cpu", why);
+    if (cfg->loss != TD_LOSS_CROSS_ENTROPY)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "--device cuda trains with cross-entropy only so far, not --loss %s; "
+                        "train it with --device cpu",
+                        td_loss_name(cfg->loss));
+    td_dataset_t *sets[2] = {t->train, t->test};
+    for (int i = 0; i < 2; i++)
+        if (!sets[i] || !td_dataset_pixels(sets[i]))
+            return td_error(TD_ERR_UNSUPPORTED,
+                            "--device cuda gathers single-channel uint8 images held in memory "
+                            "with a test split, so far; %s is not: train it with --device cpu",
+                            sets[i] ? td_dataset_describe(sets[i]) : "a run without a test set");
     TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
     float lut[256];
-    td_dataset_t *sets[2] = {t->train, t->test};
     for (int i = 0; i < 2; i++) {
         td_dataset_lut(sets[i], lut);
         TD_CHECK(td_gpu_set_dataset(t->gpu, i, td_dataset_pixels(sets[i]),
@@ -574,24 +663,122 @@ static td_status numerics_agree(trainer *t) {
                     ref, odd > 1 ? "s" : "", ranks, odd > 1 ? "" : "s", other, what, fix);
 }
 
+/* The training set, the held-out set (--val-data, --val-fraction, or the source's own split)
+ * and the output count they imply. */
+static td_status setup_data(trainer *t) {
+    const td_train_config *cfg = t->cfg;
+    td_data_options o = cfg->data_options;
+    o.class_targets = cfg->loss == TD_LOSS_CROSS_ENTROPY;
+    td_dataset_t *train = NULL, *test = NULL;
+    TD_CHECK(td_dataset_open(cfg->data_dir, &o, &train, &test));
+    t->train = train;
+    if (cfg->val_data) {
+        td_dataset_free(test);
+        test = NULL;
+        td_dataset_t *own_test = NULL;
+        o.channels = td_dataset_channels(train); /* images become the training set's size */
+        o.height = td_dataset_rows(train), o.width = td_dataset_cols(train);
+        o.flag = "--val-data";
+        TD_CHECK(td_dataset_open(cfg->val_data, &o, &test, &own_test));
+        td_dataset_free(own_test);
+        t->test = test;
+        TD_CHECK(td_dataset_check_pair(train, test, "--val-data"));
+    } else if (cfg->val_fraction > 0) {
+        td_dataset_free(test);
+        t->train = NULL;
+        TD_CHECK(td_dataset_split(train, cfg->val_fraction, &t->train, &t->test));
+    } else {
+        t->test = test;
+    }
+    if (cfg->loss == TD_LOSS_CROSS_ENTROPY) {
+        t->outputs = td_dataset_num_classes(t->train);
+        if (t->test) t->outputs = TD_MAX(t->outputs, td_dataset_num_classes(t->test));
+        if (t->outputs < 2)
+            return td_error(TD_ERR_FORMAT,
+                            "%s: every target is class 0; classification needs at least 2 "
+                            "classes (for regression pass --loss mse)",
+                            td_dataset_describe(t->train));
+    } else {
+        t->outputs = td_dataset_target_dim(t->train);
+    }
+    t->has_acc = cfg->loss != TD_LOSS_MSE;
+    if (cfg->rank == 0) {
+        TD_LOG_INFO("data: %s", td_dataset_describe(t->train));
+        if (t->test)
+            TD_LOG_INFO("held out: %s", td_dataset_describe(t->test));
+        else
+            TD_LOG_INFO("no held-out set (--val-data or --val-fraction): test metrics are not "
+                        "computed");
+    }
+    return TD_OK;
+}
+
+/* The input normalisation: stated, or computed over the training set by rank 0 and sent to the
+ * others (every rank would compute the same bits, but a file-backed set is read once, not once
+ * per rank). Applied to the held-out set too. */
+static td_status setup_norm(trainer *t) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    int C = td_dataset_channels(t->train);
+    t->norm_mean = td_xmalloc((size_t)C * sizeof(float));
+    t->norm_std = td_xmalloc((size_t)C * sizeof(float));
+    bool from_root = r && r->broadcast && cfg->world_size > 1;
+    if (cfg->norm_count) {
+        TD_CHECK(td_dataset_set_norm(t->train, cfg->norm_mean, cfg->norm_std, cfg->norm_count));
+        memcpy(t->norm_mean, td_dataset_mean(t->train), (size_t)C * sizeof(float));
+        memcpy(t->norm_std, td_dataset_std(t->train), (size_t)C * sizeof(float));
+    } else {
+        if (!from_root || cfg->rank == 0)
+            td_dataset_compute_norm(t->train, t->norm_mean, t->norm_std);
+        if (from_root) {
+            TD_CHECK(r->broadcast(r->user, t->norm_mean, (size_t)C * sizeof(float), 0));
+            TD_CHECK(r->broadcast(r->user, t->norm_std, (size_t)C * sizeof(float), 0));
+        }
+    }
+    return TD_OK;
+}
+
+static td_status apply_norm(trainer *t) {
+    int C = td_dataset_channels(t->train);
+    TD_CHECK(td_dataset_set_norm(t->train, t->norm_mean, t->norm_std, C));
+    if (t->test) TD_CHECK(td_dataset_set_norm(t->test, t->norm_mean, t->norm_std, C));
+    if (t->cfg->rank == 0 && C <= 4) {
+        char m[96] = "", sd[96] = "";
+        for (int i = 0; i < C; i++) {
+            size_t a = strlen(m), b = strlen(sd);
+            snprintf(m + a, sizeof m - a, "%s%.5g", i ? "," : "", (double)t->norm_mean[i]);
+            snprintf(sd + b, sizeof sd - b, "%s%.5g", i ? "," : "", (double)t->norm_std[i]);
+        }
+        TD_LOG_INFO("normalisation: --mean %s --std %s", m, sd);
+    }
+    return TD_OK;
+}
+
 static td_status setup(trainer *t, const td_train_config *cfg) {
     td_status rc = TD_OK;
-    TD_CHECK(td_dataset_load_fashion_mnist(cfg->data_dir, "train", &t->train));
-    TD_CHECK(td_dataset_load_fashion_mnist(cfg->data_dir, "t10k", &t->test));
-    TD_CHECK(td_model_load(cfg->model, &t->model));
+    TD_CHECK(setup_data(t));
+    TD_CHECK(td_model_load_for(cfg->model, td_dataset_channels(t->train), td_dataset_rows(t->train),
+                               td_dataset_cols(t->train), t->outputs, &t->model));
     t->in_size = td_model_input_size(t->model);
-    t->classes = td_model_output_size(t->model);
     if (t->in_size != td_dataset_sample_size(t->train))
         return td_error(TD_ERR_INVALID,
-                        "model %s takes %d inputs per sample but the dataset's "
-                        "samples have %d values (%dx%d images)",
+                        "model %s takes %d inputs per sample but the data's samples have %d "
+                        "values (%s)",
                         cfg->model, t->in_size, td_dataset_sample_size(t->train),
-                        td_dataset_rows(t->train), td_dataset_cols(t->train));
-    if (t->classes != td_dataset_num_classes(t->train))
-        return td_error(TD_ERR_INVALID, "model %s has %d outputs but the dataset has %d classes",
-                        cfg->model, t->classes, td_dataset_num_classes(t->train));
+                        td_dataset_describe(t->train));
+    if (td_model_output_size(t->model) != t->outputs)
+        return td_error(TD_ERR_INVALID,
+                        "model %s has %d outputs but the data has %d %s; write `out: outputs` "
+                        "in the spec's last layer to follow the data",
+                        cfg->model, td_model_output_size(t->model), t->outputs,
+                        cfg->loss == TD_LOSS_CROSS_ENTROPY ? "classes" : "target values");
     int nl = td_model_num_layers(t->model);
     t->log_softmax_out = nl > 0 && td_model_layer(t->model, nl - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    if (t->log_softmax_out && cfg->loss != TD_LOSS_CROSS_ENTROPY)
+        return td_error(TD_ERR_INVALID,
+                        "model %s ends in log_softmax, which only cross-entropy takes; remove it "
+                        "for --loss %s",
+                        cfg->model, td_loss_name(cfg->loss));
     int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
     TD_CHECK(td_model_finalize(t->model, max_batch));
     t->num_params = td_model_num_params(t->model);
@@ -604,11 +791,17 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
         return td_error(TD_ERR_INVALID, "the gradient reducer lacks layer_ready or wait");
     if (t->reducer && t->reducer->allgather && cfg->world_size > 1 && cfg->device == TD_DEVICE_CPU)
         TD_CHECK(numerics_agree(t));
+    TD_CHECK(setup_norm(t));
+    TD_CHECK(apply_norm(t));
     if (cfg->device == TD_DEVICE_CUDA) TD_CHECK(gpu_setup(t, max_batch));
 
     t->G = (int64_t)cfg->batch * cfg->accum * cfg->world_size;
     int64_t n = (int64_t)td_dataset_count(t->train);
     if (n == 0) return td_error(TD_ERR_INVALID, "the training set in %s is empty", cfg->data_dir);
+    if (t->test && td_dataset_count(t->test) == 0) {
+        td_dataset_free(t->test);
+        t->test = NULL;
+    }
     t->steps_per_epoch = (n + t->G - 1) / t->G;
     int64_t epochs = cfg->epochs > 0 ? cfg->epochs : 1;
     t->total_steps = cfg->steps > 0 ? cfg->steps : epochs * t->steps_per_epoch;
@@ -624,13 +817,43 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
     t->occupied = td_xcalloc((size_t)t->nlevels + 1, sizeof *t->occupied);
     t->layer_done = td_xcalloc((size_t)nl + 1, sizeof *t->layer_done);
     t->x = td_xmalloc_aligned((size_t)max_batch * (size_t)t->in_size * sizeof(float));
-    t->dout = td_xmalloc_aligned((size_t)max_batch * (size_t)t->classes * sizeof(float));
+    t->dout = td_xmalloc_aligned((size_t)max_batch * (size_t)t->outputs * sizeof(float));
+    t->tgt = td_xmalloc((size_t)max_batch * (size_t)t->outputs * sizeof(float));
     t->y = td_xmalloc((size_t)max_batch * sizeof(int32_t));
+    t->bn_size = td_model_batch_stats_size(t->model);
+    if (t->bn_size) {
+        size_t slot = t->bn_size + 1;
+        t->bn_local = td_xmalloc((size_t)cfg->accum * slot * sizeof(float));
+        t->bn_all = td_xmalloc((size_t)cfg->accum * (size_t)cfg->world_size * slot * sizeof(float));
+    }
     t->ids = td_xmalloc((size_t)max_batch * sizeof(uint64_t));
+    if (td_dataset_file_backed(t->train) && cfg->device == TD_DEVICE_CPU) {
+        t->pf = prefetch_new(t->train, max_batch, t->in_size, t->outputs);
+        t->pf_ids = td_xmalloc(2 * (size_t)cfg->batch * sizeof(uint64_t));
+    }
     return rc;
 }
 
+/* A resume trains on with the normalisation its checkpoint was trained with: the data may have
+ * grown or a --mean/--std been dropped since, and the weights only fit the old one. */
+static void restore_norm(trainer *t, const td_checkpoint *ck) {
+    int C = td_dataset_channels(t->train);
+    if (ck->norm_count != C) return; /* an older checkpoint: none recorded */
+    size_t nb = (size_t)C * sizeof(float);
+    if (!memcmp(ck->norm_mean, t->norm_mean, nb) && !memcmp(ck->norm_std, t->norm_std, nb)) return;
+    TD_LOG_INFO("the checkpoint was trained with another input normalisation than this run's "
+                "data gives (channel 0: mean %g std %g, now %g %g): resuming with the "
+                "checkpoint's",
+                (double)ck->norm_mean[0], (double)ck->norm_std[0], (double)t->norm_mean[0],
+                (double)t->norm_std[0]);
+    memcpy(t->norm_mean, ck->norm_mean, nb);
+    memcpy(t->norm_std, ck->norm_std, nb);
+    (void)apply_norm(t); /* the values came from a checkpoint that passed validation */
+}
+
 static void teardown(trainer *t) {
+    prefetch_free(t->pf); /* first: its thread reads the data set into its own buffers */
+    free(t->pf_ids);
     td_gpu_free(t->gpu); /* before the model: it unpins the model's host buffers */
     td_model_free(t->model);
     td_optim_free(t->opt);
@@ -643,27 +866,96 @@ static void teardown(trainer *t) {
     free(t->layer_done);
     free(t->x);
     free(t->dout);
+    free(t->tgt);
     free(t->y);
+    free(t->norm_mean);
+    free(t->norm_std);
+    free(t->bn_local);
+    free(t->bn_all);
     free(t->ids);
+}
+
+/* BatchNorm's running statistics follow every micro-batch of the global batch in slot order
+ * (slot k = rank * M + j), on every rank alike: the same update as one process taking the
+ * micro-batches one after another, whatever the number of ranks. */
+static td_status update_running_stats(trainer *t) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    size_t slot = t->bn_size + 1, mine = (size_t)cfg->accum * slot;
+    const float *all = t->bn_local;
+    int slots = cfg->accum;
+    if (r && cfg->world_size > 1) {
+        if (!r->allgather)
+            return td_error(TD_ERR_UNSUPPORTED,
+                            "BatchNorm across ranks needs the reducer's allgather, which this "
+                            "one lacks");
+        TD_CHECK(r->allgather(r->user, t->bn_local, t->bn_all, mine * sizeof(float)));
+        all = t->bn_all;
+        slots *= cfg->world_size;
+    }
+    for (int k = 0; k < slots; k++)
+        if (all[(size_t)k * slot] > 0)
+            td_model_update_running_stats(t->model, all + (size_t)k * slot + 1);
+    return TD_OK;
 }
 
 /* One optimizer step: M micro-batches, the fold, the reducer, the update. sums gets this
  * rank's {loss sum, correct, samples, stop flag}, summed over ranks when a reducer can. */
-static td_status train_step(trainer *t, int64_t step, double sums[4]) {
+/* The samples of this rank's micro-batch j of step `step` (train.h: slot k = rank * M + j takes
+ * positions k*B... of the step's global batch); returns how many (0 for an empty tail slot).
+ * *n_out: the step's global batch size. */
+static int micro_batch_ids(trainer *t, int64_t step, int j, uint64_t *ids, int64_t *n_out) {
     const td_train_config *cfg = t->cfg;
-    const td_train_reducer *r = t->reducer;
     const int B = cfg->batch, M = cfg->accum;
     int64_t epoch = step / t->steps_per_epoch, s = step % t->steps_per_epoch;
     const uint64_t *perm = td_sampler_epoch(t->sampler, (uint64_t)epoch);
     int64_t N = (int64_t)td_sampler_count(t->sampler);
     int64_t base = s * t->G;
     int64_t n = TD_MIN(t->G, N - base); /* < G only for an epoch's tail */
+    int64_t k = (int64_t)cfg->rank * M + j;
+    int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, n - k * B));
+    for (int i = 0; i < cnt; i++) ids[i] = perm[base + k * B + i];
+    if (n_out) *n_out = n;
+    return cnt;
+}
+
+/* Micro-batch j of `step` into t->x/y/tgt/ids: taken from the prefetcher when it read it ahead,
+ * else gathered now; then the prefetcher starts on the one after it. */
+static td_status gather_micro_batch(trainer *t, int64_t step, int j, int cnt) {
+    const int M = t->cfg->accum;
+    td_status rc = TD_OK;
+    if (!t->pf || !prefetch_take(t->pf, step * M + j, &t->x, &t->y, &t->tgt, &t->ids, &rc)) {
+        micro_batch_ids(t, step, j, t->ids, NULL);
+        rc = td_dataset_gather(t->train, t->ids, cnt, t->x, t->y, t->tgt);
+    }
+    TD_CHECK(rc);
+    if (!t->pf) return TD_OK;
+    int64_t ns = j + 1 < M ? step : step + 1;
+    int nj = j + 1 < M ? j + 1 : 0;
+    if (ns >= t->total_steps) return TD_OK;
+    /* the ids of the micro-batch after it, a hint for the disk (prefetch.h); both lists are
+     * copied by prefetch_start, so these buffers are scratch */
+    uint64_t *next = t->pf_ids, *hint = t->pf_ids + t->cfg->batch;
+    int ncnt = micro_batch_ids(t, ns, nj, next, NULL), nhint = 0;
+    int64_t ns2 = nj + 1 < M ? ns : ns + 1;
+    int nj2 = nj + 1 < M ? nj + 1 : 0;
+    if (ns2 < t->total_steps) nhint = micro_batch_ids(t, ns2, nj2, hint, NULL);
+    if (ncnt > 0) prefetch_start(t->pf, ns * M + nj, next, ncnt, hint, nhint);
+    return TD_OK;
+}
+
+static td_status train_step(trainer *t, int64_t step, double sums[4]) {
+    const td_train_config *cfg = t->cfg;
+    const td_train_reducer *r = t->reducer;
+    const int M = cfg->accum;
+    int64_t n;
+    micro_batch_ids(t, step, 0, t->ids, &n);
     float scale = 1.0f / (float)n;
     bool hook = M > 1 || r;
     memset(sums, 0, 4 * sizeof(double));
     for (int j = 0; j < M; j++) {
         int64_t k = (int64_t)cfg->rank * M + j;
-        int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, n - k * B));
+        int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)cfg->batch, n - k * cfg->batch));
         bool last = j == M - 1;
         td_model_zero_grads(t->model);
         if (last && hook) {
@@ -672,15 +964,23 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
             td_model_set_grad_ready_hook(t->model, on_grad_ready, t);
         }
         if (cnt > 0) {
-            for (int i = 0; i < cnt; i++) t->ids[i] = perm[base + k * B + i];
-            td_dataset_gather(t->train, t->ids, cnt, t->x, t->y);
+            TD_CHECK(gather_micro_batch(t, step, j, cnt));
             td_forward_ctx ctx = {
                 .training = true, .seed = cfg->seed, .step = (uint64_t)step, .sample_ids = t->ids};
             const float *out = td_model_forward(t->model, t->x, cnt, &ctx);
+            if (!out) return TD_ERR_INVALID;
             sums[0] += loss_and_grad(t, out, cnt, scale);
-            sums[1] += td_count_correct(out, t->y, cnt, t->classes);
+            sums[1] += count_correct(t, out, cnt);
             sums[2] += cnt;
             td_model_backward(t->model, t->dout, cnt);
+        }
+        if (t->bn_size) { /* this slot's BatchNorm statistics: {count, stats} */
+            float *slot = t->bn_local + (size_t)j * (t->bn_size + 1);
+            slot[0] = (float)cnt;
+            if (cnt > 0)
+                memcpy(slot + 1, td_model_batch_stats(t->model), t->bn_size * sizeof(float));
+            else
+                memset(slot + 1, 0, t->bn_size * sizeof(float));
         }
         if (!last) push(t);
     }
@@ -694,6 +994,7 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
         TD_CHECK(r->wait(r->user));
         if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
     }
+    if (t->bn_size) TD_CHECK(update_running_stats(t));
     td_optim_step(t->opt, td_model_params(t->model), td_model_grads(t->model));
     if (r && r->check_params) TD_CHECK(r->check_params(r->user, step + 1));
     return TD_OK;
@@ -743,21 +1044,35 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                     memcpy(td_optim_state(t->opt), ck.optim_state,
                            ck.optim_state_count * sizeof(float));
                 td_optim_set_step_count(t->opt, ck.optim_steps);
+                if (ck.buffer_count)
+                    memcpy(td_model_buffers(t->model), ck.buffers, ck.buffer_count * sizeof(float));
+                td_model_set_batches_tracked(t->model, ck.batches_tracked);
                 t->start_step = ck.step;
                 found = 1;
+                restore_norm(t, &ck);
             }
         }
         if (from_root) {
-            int64_t head[3] = {found, t->start_step, td_optim_step_count(t->opt)};
+            int64_t head[4] = {found, t->start_step, td_optim_step_count(t->opt),
+                               td_model_batches_tracked(t->model)};
             TD_CHECK_GOTO(r->broadcast(r->user, head, sizeof head, 0), rc, out);
             found = head[0];
             if (found) {
                 t->start_step = head[1];
                 td_optim_set_step_count(t->opt, head[2]);
+                td_model_set_batches_tracked(t->model, head[3]);
                 if (td_optim_state_count(t->opt))
                     TD_CHECK_GOTO(r->broadcast(r->user, td_optim_state(t->opt),
                                                td_optim_state_count(t->opt) * sizeof(float), 0),
                                   rc, out);
+                if (td_model_num_buffers(t->model))
+                    TD_CHECK_GOTO(r->broadcast(r->user, td_model_buffers(t->model),
+                                               td_model_num_buffers(t->model) * sizeof(float), 0),
+                                  rc, out);
+                size_t nb = (size_t)td_dataset_channels(t->train) * sizeof(float);
+                TD_CHECK_GOTO(r->broadcast(r->user, t->norm_mean, nb, 0), rc, out);
+                TD_CHECK_GOTO(r->broadcast(r->user, t->norm_std, nb, 0), rc, out);
+                TD_CHECK_GOTO(apply_norm(t), rc, out);
             }
         }
         /* Found or not, what the metrics hold past the step training goes on from is stale: a
@@ -797,6 +1112,9 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                     cfg->world_size, td_optim_kind_name(cfg->optim.kind), cfg->optim.lr, where);
     }
 
+    if (cfg->callbacks.configured)
+        cfg->callbacks.configured(cfg->callbacks.user, td_dataset_describe(t->train), t->outputs,
+                                  td_dataset_channels(t->train), t->norm_mean, t->norm_std);
     if (cfg->callbacks.started) cfg->callbacks.started(cfg->callbacks.user);
     t->t_start = td_now_s();
     int64_t step = t->start_step;
@@ -812,14 +1130,14 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         if (step - t->start_step == WARM_STEPS)
             t->warm_s = t->train_s, t->warm_samples = t->samples_done;
         out->final_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
-        out->final_acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+        out->final_acc = sums[2] > 0 && t->has_acc ? sums[1] / sums[2] : NAN;
         if (sums[2] > 0 && !isfinite(out->final_loss)) { /* every rank sees the same sums */
             rc = diverged(t, step, out->final_loss);
             goto out;
         }
         double elapsed = t->train_s;
         emit(t, "train/loss", step, out->final_loss);
-        emit(t, "train/acc", step, 100.0 * out->final_acc); /* percent, like test/acc */
+        if (t->has_acc) emit(t, "train/acc", step, 100.0 * out->final_acc); /* percent */
         emit(t, "train/samples_per_s", step, elapsed > 0 ? (double)t->samples_done / elapsed : 0);
         bool epoch_end = step % t->steps_per_epoch == 0;
         bool stopping = sums[3] > 0;
@@ -849,10 +1167,13 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         if ((epoch_end && cfg->eval_every_epoch) || last) {
             bar_newline(t);
             TD_CHECK_GOTO(evaluate(t, step, &out->test_acc, &out->test_loss), rc, out);
-            if (cfg->rank == 0)
-                TD_LOG_INFO("epoch %lld step %lld: test accuracy %.2f%% (loss %.4f)",
-                            (long long)((step - 1) / t->steps_per_epoch + 1), (long long)step,
-                            out->test_acc, out->test_loss);
+            long long ep = (long long)((step - 1) / t->steps_per_epoch + 1);
+            if (cfg->rank == 0 && t->test && t->has_acc)
+                TD_LOG_INFO("epoch %lld step %lld: test accuracy %.2f%% (loss %.4f)", ep,
+                            (long long)step, out->test_acc, out->test_loss);
+            else if (cfg->rank == 0 && t->test)
+                TD_LOG_INFO("epoch %lld step %lld: test loss %.6g", ep, (long long)step,
+                            out->test_loss);
             evaluated_at_end = last;
         } else if (epoch_end) {
             bar_newline(t);
@@ -879,6 +1200,12 @@ out:
     out->world_size = cfg->world_size;
     out->num_params = t->num_params;
     out->flops_per_sample = t->model ? td_model_flops_per_sample(t->model) : 0;
+    out->outputs = t->outputs;
+    if (t->norm_mean && t->train) {
+        out->norm_count = td_dataset_channels(t->train);
+        memcpy(out->norm_mean, t->norm_mean, (size_t)out->norm_count * sizeof(float));
+        memcpy(out->norm_std, t->norm_std, (size_t)out->norm_count * sizeof(float));
+    }
     out->wall_s = td_now_s() - t0;
     free(resumed_path);
     td_checkpoint_free(&ck);

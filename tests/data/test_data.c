@@ -62,7 +62,7 @@ static void check_idx_errors(int gz) {
     uint64_t ids[2] = {3, 1};
     float x[2 * R * C];
     int32_t y[2];
-    td_dataset_gather(ds, ids, 2, x, y);
+    ASSERT_OK(td_dataset_gather(ds, ids, 2, x, y, NULL));
     ASSERT_EQ(y[0], 3);
     ASSERT_EQ(y[1], 1);
     for (int k = 0; k < R * C; k++) {

@@ -45,13 +45,48 @@ enum {
     OPT_JSON,
     OPT_NPROC,
     OPT_NONDET_OK,
+    OPT_VAL_DATA,
+    OPT_VAL_FRACTION,
+    OPT_DATA_FORMAT,
+    OPT_TARGET,
+    OPT_LOSS,
+    OPT_MEAN,
+    OPT_STD,
+    OPT_IMAGE_SIZE,
+    OPT_CHANNELS,
 };
 
 static const cli_opt train_opts[] = {
-    {OPT_MODEL, "model", 0, "NAME|PATH", "basicnet, mlp7, or a YAML model spec (default basicnet)",
+    {OPT_MODEL, "model", 0, "NAME|PATH",
+     "basicnet, mlp7, mlp, resnet-small, or a YAML model spec;\n"
+     "built for the data's shape and outputs (default basicnet)",
      0},
-    {OPT_DATA, "data", 0, "DIR",
-     "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)", 0},
+    {OPT_DATA, "data", 0, "PATH",
+     "a directory of IDX files, an image folder (class subfolders,\n"
+     "or train/ and test/ of them), FILE.csv, FILE.npz,\n"
+     "FILE.safetensors or X.npy,Y.npy (docs/data.md; default\n"
+     "/usr/share/datasets/fashion-mnist)",
+     0},
+    {OPT_DATA_FORMAT, "data-format", 0, "F",
+     "idx, images, csv, npy, npz or safetensors (default: from\nthe path)", 0},
+    {OPT_VAL_DATA, "val-data", 0, "PATH", "the held-out set, in any --data form", 0},
+    {OPT_VAL_FRACTION, "val-fraction", 0, "F",
+     "hold out this fraction of --data instead (a fixed shuffle,\nthe same for every seed)", 0},
+    {OPT_TARGET, "target", 0, "COL|KEY",
+     "CSV: the target column, by header name or 0-based index\n"
+     "(default the last); npz/safetensors: the targets' array",
+     0},
+    {OPT_LOSS, "loss", 0, "L",
+     "cross-entropy (class targets; default), mse (real values)\nor bce (0/1 labels)", 0},
+    {OPT_MEAN, "mean", 0, "M[,M...]",
+     "input normalisation per channel (per feature for tables),\n"
+     "on x/255 for uint8 data; default: computed over the\ntraining set",
+     0},
+    {OPT_STD, "std", 0, "S[,S...]", "the matching standard deviations", 0},
+    {OPT_IMAGE_SIZE, "image-size", 0, "H[xW]",
+     "image folders: resize every image to this (default: the\nfirst image's size)", 0},
+    {OPT_CHANNELS, "channels", 0, "1|3", "image folders: grey or RGB (default: the first image's)",
+     0},
     {OPT_EPOCHS, "epochs", 0, "N", "how long to train (default 1 epoch)...", 0},
     {OPT_STEPS, "steps", 0, "N", "...or how many optimizer steps; give one of the two", 0},
     {OPT_BATCH, "batch", 0, "B", "samples per micro-batch per rank (default 64)", 0},
@@ -100,7 +135,7 @@ static const cli_opt train_opts[] = {
 
 static const cli_command train_cmd = {
     .name = "tandem train",
-    .usage = "--model basicnet|mlp7|SPEC.yaml --data DIR [options]",
+    .usage = "--model NAME|SPEC.yaml --data PATH [options]",
     .opts = train_opts,
     .epilog =
         "Under 'tandem launch' (WORLD_SIZE > 1) each worker trains its shard of every global\n"
@@ -133,6 +168,35 @@ static int int_flag(const char *flag, const char *s, int64_t lo, int64_t hi, int
 static int real_flag(const char *flag, const char *s, double *out) {
     if (td_parse_f64(flag, s, out) != TD_OK || *out < 0)
         return usage_error("%s '%s': must be a finite number >= 0", flag, s);
+    return 0;
+}
+
+/* --mean / --std: one value, or one per channel. */
+static int floats_flag(const char *flag, const char *s, float *out, int *n) {
+    *n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || (*end && *end != ',') || *n >= TD_DATA_MAX_CHANNELS)
+            return usage_error("%s '%s': expected numbers separated by commas, one per channel",
+                               flag, s);
+        out[(*n)++] = (float)v;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
+
+/* --image-size H or HxW */
+static int size_flag(const char *s, int *h, int *w) {
+    int a = 0, b = 0, used = 0;
+    if (sscanf(s, "%d%n", &a, &used) == 1 && !s[used])
+        b = a;
+    else if (sscanf(s, "%dx%d%n", &a, &b, &used) != 2 || s[used])
+        a = 0;
+    if (a < 1 || b < 1 || a > 4096 || b > 4096)
+        return usage_error("--image-size '%s': use H or HxW, each 1 to 4096", s);
+    *h = a, *w = b;
     return 0;
 }
 
@@ -184,6 +248,7 @@ typedef struct {
     json_t *evals;  /* [{step, wall_s, train_s, test_acc}] */
     double t0;      /* the command's start: wall_s counts loading and set-up too */
     double t_train; /* the first step's start: train_s counts training and evaluations */
+    const td_train_config *cfg;
 } metrics_ctx;
 
 static void on_metric(void *user, const char *key, int64_t step, double value) {
@@ -209,6 +274,50 @@ static void on_metric(void *user, const char *key, int64_t step, double value) {
 static void on_started(void *user) {
     metrics_ctx *m = user;
     m->t_train = td_now_s();
+}
+
+/* A tracked run (TANDEM_RUN_DIR) records what the data decided as its config, through the file
+ * the store reads for it (RUN/sdk.json, docs/runs.md): tandem show and the run page list it. */
+static void on_configured(void *user, const char *data, int outputs, int n, const float *mean,
+                          const float *std) {
+    metrics_ctx *m = user;
+    const char *run_dir = td_var_get(TD_VAR_TANDEM_RUN_DIR);
+    if (!m->cfg || m->cfg->rank != 0 || !run_dir || !*run_dir) return;
+    const td_train_config *cfg = m->cfg;
+    json_t *config = json_object(), *jm = json_array(), *js = json_array();
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(jm, json_real(mean[i]));
+        json_array_append_new(js, json_real(std[i]));
+    }
+    json_object_set_new(config, "data", json_string(data));
+    json_object_set_new(config, "data_path", json_string(cfg->data_dir));
+    if (cfg->val_data) json_object_set_new(config, "val_data", json_string(cfg->val_data));
+    if (cfg->val_fraction > 0)
+        json_object_set_new(config, "val_fraction", json_real(cfg->val_fraction));
+    json_object_set_new(config, "model", json_string(cfg->model));
+    json_object_set_new(config, "loss", json_string(td_loss_name(cfg->loss)));
+    json_object_set_new(config, "outputs", json_integer(outputs));
+    json_object_set_new(config, "norm_mean", jm);
+    json_object_set_new(config, "norm_std", js);
+    json_object_set_new(config, "batch", json_integer(cfg->batch));
+    json_object_set_new(config, "accum", json_integer(cfg->accum));
+    json_object_set_new(config, "world_size", json_integer(cfg->world_size));
+    json_object_set_new(config, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
+    json_object_set_new(config, "lr", json_real(cfg->optim.lr));
+    json_object_set_new(config, "seed", json_integer((json_int_t)cfg->seed));
+    json_t *doc = json_object();
+    json_object_set_new(doc, "format", json_integer(1));
+    json_object_set_new(doc, "config", config);
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    json_decref(doc);
+    char *path = td_run_path(run_dir, TD_RUN_PATH_SDK);
+    td_chunk chunk = {text, strlen(text)};
+    if (td_write_atomic(path, "the run's config", &chunk, 1) != TD_OK) {
+        TD_LOG_WARN("%s; the run's page lacks the data's config", td_error_msg());
+        td_error_clear();
+    }
+    free(path);
+    free(text);
 }
 
 static void on_resumed(void *user, int64_t step) {
@@ -286,6 +395,17 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
     if (r->flops_per_sample > 0)
         json_object_set_new(o, "flops_per_sample", json_real(r->flops_per_sample));
     json_object_set_new(o, "optimizer", json_string(td_optim_kind_name(cfg->optim.kind)));
+    json_object_set_new(o, "loss", json_string(td_loss_name(cfg->loss)));
+    json_object_set_new(o, "outputs", json_integer(r->outputs));
+    if (r->norm_count > 0) {
+        json_t *m = json_array(), *sd = json_array();
+        for (int i = 0; i < r->norm_count; i++) {
+            json_array_append_new(m, json_real(r->norm_mean[i]));
+            json_array_append_new(sd, json_real(r->norm_std[i]));
+        }
+        json_object_set_new(o, "norm_mean", m);
+        json_object_set_new(o, "norm_std", sd);
+    }
     json_object_set_new(o, "status",
                         json_string(st == TD_OK                ? "ok"
                                     : st == TD_ERR_INTERRUPTED ? "stopped"
@@ -312,6 +432,8 @@ int cmd_train(int argc, char **argv) {
     bool nesterov = false, json = false, have_epochs = false, have_steps = false;
     const char *nproc = NULL;
     int64_t v;
+    static float mean[TD_DATA_MAX_CHANNELS], std[TD_DATA_MAX_CHANNELS];
+    int nmean = 0, nstd = 0;
     cli_parser p;
     cli_init(&p, &train_cmd, argc, argv);
     for (int c; (c = cli_next(&p)) != CLI_END;) {
@@ -330,6 +452,38 @@ int cmd_train(int argc, char **argv) {
             break;
         case OPT_DATA:
             cfg.data_dir = val;
+            break;
+        case OPT_DATA_FORMAT:
+            cfg.data_options.format = val;
+            break;
+        case OPT_VAL_DATA:
+            cfg.val_data = val;
+            break;
+        case OPT_VAL_FRACTION:
+            if (td_parse_f64("--val-fraction", val, &cfg.val_fraction) != TD_OK ||
+                !(cfg.val_fraction > 0 && cfg.val_fraction < 1))
+                bad = usage_error("--val-fraction '%s': a fraction between 0 and 1", val);
+            break;
+        case OPT_TARGET:
+            cfg.data_options.target = val;
+            break;
+        case OPT_LOSS:
+            if (td_loss_parse(val, &cfg.loss) != TD_OK) bad = usage_error("%s", td_error_msg());
+            break;
+        case OPT_MEAN:
+            bad = floats_flag("--mean", val, mean, &nmean);
+            break;
+        case OPT_STD:
+            bad = floats_flag("--std", val, std, &nstd);
+            break;
+        case OPT_IMAGE_SIZE:
+            bad = size_flag(val, &cfg.data_options.height, &cfg.data_options.width);
+            break;
+        case OPT_CHANNELS:
+            if (strcmp(val, "1") && strcmp(val, "3"))
+                bad = usage_error("--channels '%s': use 1 (grey) or 3 (RGB)", val);
+            else
+                cfg.data_options.channels = atoi(val);
             break;
         case OPT_EPOCHS:
             bad = int_flag("--epochs", val, 1, INT32_MAX, &cfg.epochs);
@@ -437,6 +591,15 @@ int cmd_train(int argc, char **argv) {
         cfg.progress = env_progress[0] == '1';
     if (have_epochs && have_steps)
         return usage_error("--epochs and --steps exclude each other; give one");
+    if (nmean != nstd)
+        return usage_error("--mean has %d value%s and --std %d; give both, with one value per "
+                           "channel (or one for all)",
+                           nmean, nmean == 1 ? "" : "s", nstd);
+    for (int i = 0; i < nstd; i++)
+        if (!(std[i] > 0)) return usage_error("--std: %g is not above 0", (double)std[i]);
+    cfg.norm_count = nmean, cfg.norm_mean = mean, cfg.norm_std = std;
+    if (cfg.val_data && cfg.val_fraction > 0)
+        return usage_error("--val-data and --val-fraction exclude each other; give one");
     if (cfg.precision != TD_PRECISION_FP32 && cfg.device != TD_DEVICE_CUDA)
         return usage_error("--precision %s is for --device cuda: the CPU engine trains in fp32 "
                            "(drop --precision, or add --device cuda)",
@@ -482,15 +645,18 @@ int cmd_train(int argc, char **argv) {
         cfg.make_reducer = td_train_dist_make_reducer;
         cfg.make_reducer_user = dist;
     }
-    metrics_ctx metrics = {.evals = json_array(), .t0 = td_now_s()};
+    metrics_ctx metrics = {.evals = json_array(), .t0 = td_now_s(), .cfg = &cfg};
     if (cfg.rank == 0 && td_metrics_sink_open(NULL, &metrics.sink) != TD_OK) {
         td_error_print(TD_ERR_IO);
         td_train_dist_free(dist);
         json_decref(metrics.evals);
         return 1;
     }
-    cfg.callbacks = (td_train_callbacks){
-        .user = &metrics, .metric = on_metric, .resumed = on_resumed, .started = on_started};
+    cfg.callbacks = (td_train_callbacks){.user = &metrics,
+                                         .metric = on_metric,
+                                         .resumed = on_resumed,
+                                         .started = on_started,
+                                         .configured = on_configured};
     if (cfg.rank != 0) cfg.progress = 0; /* one bar per job: rank 0's */
 
     td_train_result res;
