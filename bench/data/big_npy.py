@@ -7,26 +7,20 @@ images, each copy shifted by a different small amount of noise so no two samples
 y.npy is int64 [n] with their labels. Also writes x_small.npy/y_small.npy: the first 60,000
 samples, small enough (188 MB) for tandem to read into memory, as the in-memory reference.
 """
-import gzip
 import os
 import sys
 
 import numpy as np
 
-
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from export_sklearn import read_idx  # this directory's Fashion-MNIST IDX reader
 
 
 def main():
     out, gb, fm = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     os.makedirs(out, exist_ok=True)
-    images = idx(os.path.join(fm, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-    labels = idx(os.path.join(fm, "train-labels-idx1-ubyte.gz")).astype(np.int64)
+    images = read_idx(os.path.join(fm, "train-images-idx3-ubyte.gz"), 16, (-1, 28, 28))
+    images = images.astype(np.float32) / 255.0
+    labels = read_idx(os.path.join(fm, "train-labels-idx1-ubyte.gz"), 8, (-1,)).astype(np.int64)
     per = 28 * 28 * 4
     n = int(gb * 1e9) // per
     base = len(images)
