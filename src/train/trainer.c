@@ -78,6 +78,7 @@ typedef struct {
     bool log_softmax_out;        /* the model ends in log_softmax: NLL loss; else cross-entropy */
     bool has_acc;                /* classification or multi-label: an accuracy to report */
     float *norm_mean, *norm_std; /* [channels]: the normalisation trained with */
+    bool norm_restored;          /* a resume took the checkpoint's: apply it everywhere */
     /* BatchNorm: each micro-batch slot's statistics, {count, stats[S]} per slot; a step's slots
      * of every rank are gathered and applied in slot order, so the running statistics are the
      * same for any number of ranks (nn.h, td_model_update_running_stats) */
@@ -486,6 +487,20 @@ static td_status gpu_ipc_setup(trainer *t) {
         TD_LOG_INFO("%d ranks reduce gradients on the device through CUDA IPC", cfg->world_size);
     return TD_OK;
 }
+/* The training and test images to the device with the normalisation's table (again after a
+ * resume restores another normalisation). */
+static td_status gpu_upload_data(trainer *t) {
+    td_dataset_t *sets[2] = {t->train, t->test};
+    float lut[256];
+    for (int i = 0; i < 2; i++) {
+        td_dataset_lut(sets[i], lut);
+        TD_CHECK(td_gpu_set_dataset(t->gpu, i, td_dataset_pixels(sets[i]),
+                                    td_dataset_labels(sets[i]), td_dataset_count(sets[i]),
+                                    td_dataset_sample_size(sets[i]), lut));
+    }
+    return TD_OK;
+}
+
 static td_status gpu_setup(trainer *t, int max_batch) {
     const td_train_config *cfg = t->cfg;
     td_gpu_config gc = {
@@ -515,13 +530,7 @@ static td_status gpu_setup(trainer *t, int max_batch) {
                             "with a test split, so far; %s is not: train it with --device cpu",
                             sets[i] ? td_dataset_describe(sets[i]) : "a run without a test set");
     TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
-    float lut[256];
-    for (int i = 0; i < 2; i++) {
-        td_dataset_lut(sets[i], lut);
-        TD_CHECK(td_gpu_set_dataset(t->gpu, i, td_dataset_pixels(sets[i]),
-                                    td_dataset_labels(sets[i]), td_dataset_count(sets[i]),
-                                    td_dataset_sample_size(sets[i]), lut));
-    }
+    TD_CHECK(gpu_upload_data(t));
     t->gpu_epoch = -1;
     return gpu_ipc_setup(t);
 }
@@ -837,6 +846,7 @@ static td_status setup(trainer *t, const td_train_config *cfg) {
 /* A resume trains on with the normalisation its checkpoint was trained with: the data may have
  * grown or a --mean/--std been dropped since, and the weights only fit the old one. */
 static void restore_norm(trainer *t, const td_checkpoint *ck) {
+    t->norm_restored = false;
     int C = td_dataset_channels(t->train);
     if (ck->norm_count != C) return; /* an older checkpoint: none recorded */
     size_t nb = (size_t)C * sizeof(float);
@@ -848,7 +858,7 @@ static void restore_norm(trainer *t, const td_checkpoint *ck) {
                 (double)t->norm_std[0]);
     memcpy(t->norm_mean, ck->norm_mean, nb);
     memcpy(t->norm_std, ck->norm_std, nb);
-    (void)apply_norm(t); /* the values came from a checkpoint that passed validation */
+    t->norm_restored = true;
 }
 
 static void teardown(trainer *t) {
@@ -1069,11 +1079,23 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
                     TD_CHECK_GOTO(r->broadcast(r->user, td_model_buffers(t->model),
                                                td_model_num_buffers(t->model) * sizeof(float), 0),
                                   rc, out);
-                size_t nb = (size_t)td_dataset_channels(t->train) * sizeof(float);
-                TD_CHECK_GOTO(r->broadcast(r->user, t->norm_mean, nb, 0), rc, out);
-                TD_CHECK_GOTO(r->broadcast(r->user, t->norm_std, nb, 0), rc, out);
-                TD_CHECK_GOTO(apply_norm(t), rc, out);
+                /* rank 0's normalisation (the checkpoint's, when restore_norm took it) */
+                int C = td_dataset_channels(t->train);
+                size_t nb = (size_t)C * sizeof(float);
+                float *was = td_xmalloc(2 * nb);
+                memcpy(was, t->norm_mean, nb);
+                memcpy(was + C, t->norm_std, nb);
+                rc = r->broadcast(r->user, t->norm_mean, nb, 0);
+                if (rc == TD_OK) rc = r->broadcast(r->user, t->norm_std, nb, 0);
+                if (memcmp(was, t->norm_mean, nb) || memcmp(was + C, t->norm_std, nb))
+                    t->norm_restored = true;
+                free(was);
+                if (rc != TD_OK) goto out;
             }
+        }
+        if (t->norm_restored) { /* the data sets, and the device's copy, use the checkpoint's */
+            TD_CHECK_GOTO(apply_norm(t), rc, out);
+            if (t->gpu) TD_CHECK_GOTO(gpu_upload_data(t), rc, out);
         }
         /* Found or not, what the metrics hold past the step training goes on from is stale: a
          * resume that finds no checkpoint (a requeued Slurm job whose first node is another
