@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/array.h"
 #include "tandem/data.h"
 
 /* The held-out split's shuffle: a constant, so a run's --seed does not move samples between
@@ -68,15 +69,17 @@ static void storage_unref(storage *st) {
     free(st);
 }
 
+static void set_norm(td_dataset_t *ds, const float *mean, const float *std, int n);
+
 static td_dataset_t *dataset_over(storage *st) {
     td_dataset_t *ds = td_xcalloc(1, sizeof *ds);
     ds->st = st;
     ds->count = st->count;
     ds->mean = td_xmalloc((size_t)st->c * sizeof(float));
     ds->std = td_xmalloc((size_t)st->c * sizeof(float));
-    for (int i = 0; i < st->c; i++) ds->mean[i] = 0.0f, ds->std[i] = 1.0f;
     if (st->dtype == TD_DTYPE_U8) ds->lut = td_xmalloc((size_t)st->c * 256 * sizeof(float));
-    td_dataset_set_norm(ds, ds->mean, ds->std, st->c);
+    static const float zero = 0.0f, one = 1.0f; /* until the trainer sets the normalisation */
+    set_norm(ds, &zero, &one, 1);
     return ds;
 }
 
@@ -152,32 +155,31 @@ static float half_to_float(uint16_t h) {
 /* Element i of a little-endian array of dtype t as a double (exact for every dtype but i64
  * beyond 2^53). */
 static double element(const uint8_t *p, td_dtype t, size_t i) {
+/* element i of type T, unaligned */
+#define LOAD(T)                                                                                    \
+    {                                                                                              \
+        T v;                                                                                       \
+        memcpy(&v, p + sizeof(T) * i, sizeof(T));                                                  \
+        return (double)v;                                                                          \
+    }
     switch (t) {
     case TD_DTYPE_U8:
     case TD_DTYPE_BOOL:
         return p[i];
     case TD_DTYPE_I8:
-        return (int8_t)p[i];
-    case TD_DTYPE_U16: {
-        uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
-        return v;
-    }
-    case TD_DTYPE_I16: {
-        int16_t v;
-        memcpy(&v, p + 2 * i, 2);
-        return v;
-    }
-    case TD_DTYPE_I32: {
-        int32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
-    }
-    case TD_DTYPE_I64: {
-        int64_t v;
-        memcpy(&v, p + 8 * i, 8);
-        return (double)v;
-    }
+        LOAD(int8_t)
+    case TD_DTYPE_U16:
+        LOAD(uint16_t)
+    case TD_DTYPE_I16:
+        LOAD(int16_t)
+    case TD_DTYPE_I32:
+        LOAD(int32_t)
+    case TD_DTYPE_I64:
+        LOAD(int64_t)
+    case TD_DTYPE_F32:
+        LOAD(float)
+    case TD_DTYPE_F64:
+        LOAD(double)
     case TD_DTYPE_F16: {
         uint16_t v;
         memcpy(&v, p + 2 * i, 2);
@@ -191,17 +193,8 @@ static double element(const uint8_t *p, td_dtype t, size_t i) {
         memcpy(&f, &bits, 4);
         return f;
     }
-    case TD_DTYPE_F32: {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
     }
-    case TD_DTYPE_F64: {
-        double v;
-        memcpy(&v, p + 8 * i, 8);
-        return v;
-    }
-    }
+#undef LOAD
     return 0;
 }
 
@@ -761,24 +754,15 @@ static uint64_t record_of(const td_dataset_t *ds, uint64_t id) {
 }
 
 static td_status read_records(const storage *st, uint64_t first, uint64_t n, uint8_t *dst) {
-    size_t len = (size_t)(n * st->rec_bytes);
     uint64_t off = st->offset + first * st->rec_bytes;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(st->fd, dst + got, len - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0)
-            return td_error_errno(TD_ERR_IO, "reading %s at byte %llu", st->path,
-                                  (unsigned long long)(off + got));
-        if (r == 0)
-            return td_error(TD_ERR_IO,
-                            "%s ended at byte %llu inside sample %llu; the file was truncated "
-                            "after it was opened",
-                            st->path, (unsigned long long)(off + got),
-                            (unsigned long long)(first + got / st->rec_bytes));
-        got += (size_t)r;
-    }
-    return TD_OK;
+    if (td__pread_full(st->fd, dst, n * st->rec_bytes, off) == 0) return TD_OK;
+    if (errno)
+        return td_error_errno(TD_ERR_IO, "reading %s at byte %llu (sample %llu)", st->path,
+                              (unsigned long long)off, (unsigned long long)first);
+    return td_error(TD_ERR_IO,
+                    "%s ended inside samples %llu..%llu; the file was truncated after it was "
+                    "opened",
+                    st->path, (unsigned long long)first, (unsigned long long)(first + n - 1));
 }
 
 static void normalise_f32(const td_dataset_t *ds, float *x);
@@ -877,17 +861,19 @@ td_status td_dataset_set_norm(td_dataset_t *ds, const float *mean, const float *
             return td_error(TD_ERR_INVALID,
                             "--mean %g / --std %g: the mean must be finite and the std > 0",
                             (double)mean[i], (double)std[i]);
-    float *m = td_xmalloc((size_t)st->c * sizeof(float)), *s = td_xmalloc((size_t)st->c * 4);
-    for (int ch = 0; ch < st->c; ch++) m[ch] = mean[n == 1 ? 0 : ch], s[ch] = std[n == 1 ? 0 : ch];
-    memcpy(ds->mean, m, (size_t)st->c * sizeof(float));
-    memcpy(ds->std, s, (size_t)st->c * sizeof(float));
-    free(m);
-    free(s);
+    set_norm(ds, mean, std, n);
+    return TD_OK;
+}
+
+/* Unchecked: one value for every channel (n == 1) or one each; the uint8 table follows. */
+static void set_norm(td_dataset_t *ds, const float *mean, const float *std, int n) {
+    const storage *st = ds->st;
+    for (int ch = 0; ch < st->c; ch++) /* element ch reads index ch or 0: safe in place */
+        ds->mean[ch] = mean[n == 1 ? 0 : ch], ds->std[ch] = std[n == 1 ? 0 : ch];
     if (ds->lut) /* the formula of the Fashion-MNIST LUT before per-channel statistics */
         for (int ch = 0; ch < st->c; ch++)
             for (int v = 0; v < 256; v++)
                 ds->lut[ch * 256 + v] = ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
-    return TD_OK;
 }
 
 /* Visits every sample's record in order, in blocks (a file-backed set is read sequentially). */

@@ -911,21 +911,28 @@ static td_status update_running_stats(trainer *t) {
 
 /* One optimizer step: M micro-batches, the fold, the reducer, the update. sums gets this
  * rank's {loss sum, correct, samples, stop flag}, summed over ranks when a reducer can. */
-/* The samples of this rank's micro-batch j of step `step` (train.h: slot k = rank * M + j takes
- * positions k*B... of the step's global batch); returns how many (0 for an empty tail slot).
- * *n_out: the step's global batch size. */
-static int micro_batch_ids(trainer *t, int64_t step, int j, uint64_t *ids, int64_t *n_out) {
-    const td_train_config *cfg = t->cfg;
-    const int B = cfg->batch, M = cfg->accum;
-    int64_t epoch = step / t->steps_per_epoch, s = step % t->steps_per_epoch;
-    const uint64_t *perm = td_sampler_epoch(t->sampler, (uint64_t)epoch);
+/* The samples in step `step`'s global batch: G, less only for an epoch's tail. */
+static int64_t step_samples(const trainer *t, int64_t step) {
     int64_t N = (int64_t)td_sampler_count(t->sampler);
-    int64_t base = s * t->G;
-    int64_t n = TD_MIN(t->G, N - base); /* < G only for an epoch's tail */
-    int64_t k = (int64_t)cfg->rank * M + j;
-    int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, n - k * B));
+    return TD_MIN(t->G, N - step % t->steps_per_epoch * t->G);
+}
+
+/* How many samples this rank's micro-batch j of `step` has (0 for an empty tail slot); train.h:
+ * slot k = rank * M + j takes positions k*B... of the step's global batch. */
+static int micro_batch_count(const trainer *t, int64_t step, int j) {
+    const int B = t->cfg->batch;
+    int64_t k = (int64_t)t->cfg->rank * t->cfg->accum + j;
+    return (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, step_samples(t, step) - k * B));
+}
+
+/* That micro-batch's sample ids; returns their count. */
+static int micro_batch_ids(trainer *t, int64_t step, int j, uint64_t *ids) {
+    const int B = t->cfg->batch;
+    int64_t epoch = step / t->steps_per_epoch, base = step % t->steps_per_epoch * t->G;
+    const uint64_t *perm = td_sampler_epoch(t->sampler, (uint64_t)epoch);
+    int64_t k = (int64_t)t->cfg->rank * t->cfg->accum + j;
+    int cnt = micro_batch_count(t, step, j);
     for (int i = 0; i < cnt; i++) ids[i] = perm[base + k * B + i];
-    if (n_out) *n_out = n;
     return cnt;
 }
 
@@ -935,7 +942,7 @@ static td_status gather_micro_batch(trainer *t, int64_t step, int j, int cnt) {
     const int M = t->cfg->accum;
     td_status rc = TD_OK;
     if (!t->pf || !prefetch_take(t->pf, step * M + j, &t->x, &t->y, &t->tgt, &t->ids, &rc)) {
-        micro_batch_ids(t, step, j, t->ids, NULL);
+        micro_batch_ids(t, step, j, t->ids);
         rc = td_dataset_gather(t->train, t->ids, cnt, t->x, t->y, t->tgt);
     }
     TD_CHECK(rc);
@@ -946,10 +953,10 @@ static td_status gather_micro_batch(trainer *t, int64_t step, int j, int cnt) {
     /* the ids of the micro-batch after it, a hint for the disk (prefetch.h); both lists are
      * copied by prefetch_start, so these buffers are scratch */
     uint64_t *next = t->pf_ids, *hint = t->pf_ids + t->cfg->batch;
-    int ncnt = micro_batch_ids(t, ns, nj, next, NULL), nhint = 0;
+    int ncnt = micro_batch_ids(t, ns, nj, next), nhint = 0;
     int64_t ns2 = nj + 1 < M ? ns : ns + 1;
     int nj2 = nj + 1 < M ? nj + 1 : 0;
-    if (ns2 < t->total_steps) nhint = micro_batch_ids(t, ns2, nj2, hint, NULL);
+    if (ns2 < t->total_steps) nhint = micro_batch_ids(t, ns2, nj2, hint);
     if (ncnt > 0) prefetch_start(t->pf, ns * M + nj, next, ncnt, hint, nhint);
     return TD_OK;
 }
@@ -958,14 +965,12 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
     const td_train_config *cfg = t->cfg;
     const td_train_reducer *r = t->reducer;
     const int M = cfg->accum;
-    int64_t n;
-    micro_batch_ids(t, step, 0, t->ids, &n);
+    int64_t n = step_samples(t, step);
     float scale = 1.0f / (float)n;
     bool hook = M > 1 || r;
     memset(sums, 0, 4 * sizeof(double));
     for (int j = 0; j < M; j++) {
-        int64_t k = (int64_t)cfg->rank * M + j;
-        int cnt = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)cfg->batch, n - k * cfg->batch));
+        int cnt = micro_batch_count(t, step, j);
         bool last = j == M - 1;
         td_model_zero_grads(t->model);
         if (last && hook) {
