@@ -570,7 +570,12 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
             l->partial = alloc_floats(nchunks * l->param_count);
             size_t col = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
             m->col_floats = TD_MAX(m->col_floats, col);
-            TD_CHECK(td__conv_use_winograd(l->in_c, l->kernel, l->stride, &l->wino));
+            td_status st = td__conv_use_winograd(l->in_c, l->kernel, l->stride, &l->wino);
+            if (st != TD_OK) { /* a bad TANDEM_CONV_ALGO: td_model_free releases the rest */
+                free(ncons);
+                free(up);
+                return st;
+            }
             if (l->wino) {
                 l->wino_u = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
                 l->wino_ub = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
