@@ -153,9 +153,12 @@ typedef struct {
  * at any point leaves the old file or the new one, never a torn one. Only a regular file is
  * ever replaced: a directory, a device or a symbolic link at `path` is refused with its kind
  * named. `what` names the file's role in messages ("checkpoint"). TD_ERR_NOSPACE on a full
- * disk, saying nothing existing was touched. The temporary file is `.<name>.tmp.<pid>` beside
- * `path`; the writer holds an exclusive flock on it until it is renamed or removed, and one killed
- * mid-write leaves it behind for td_remove_stale_tmp. */
+ * disk, saying nothing existing was touched. The bytes go to an unnamed file (O_TMPFILE) in
+ * `path`'s directory that is named `.<name>.tmp.<pid>` only once written and synced, then renamed
+ * at once: a writer killed mid-write leaves nothing. Where the file system has no O_TMPFILE (or
+ * there is no /proc to name it through) the bytes go to that named file itself; the writer holds
+ * an exclusive flock on it until it is renamed or removed, and one killed mid-write leaves it
+ * behind for td_remove_stale_tmp. */
 td_status td_write_atomic(const char *path, const char *what, const td_chunk *chunks, int nchunks);
 /* Copies src to dst the same way (atomic, regular targets only). */
 td_status td_copy_file(const char *src, const char *dst, const char *what);

@@ -410,13 +410,31 @@ static td_status write_all(int fd, const void *buf, size_t nbytes, const char *t
     return TD_OK;
 }
 
-/* The common tail of td_write_atomic and td_copy_file: fd holds tmp's bytes; make it path. */
-static td_status commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
-                            const char *what) {
+typedef struct {
+    char *dircopy, *basecopy, *tmp;
+    const char *dir;
+    int lock_fd; /* holds the writer's flock on tmp until it is renamed or removed; -1: none */
+    int unnamed; /* the bytes go to an O_TMPFILE file, named tmp only once complete */
+} tmp_name;
+
+/* The common tail of td_write_atomic and td_copy_file: fd holds the bytes; make them path. An
+ * unnamed file gets tmp's name first (rename(2) takes names, and linkat cannot replace one). */
+static td_status commit_tmp(int fd, tmp_name *t, const char *path, const char *what) {
+    const char *tmp = t->tmp;
     if (fsync(fd) != 0) {
         td_status st = td_error_errno(TD_ERR_IO, "cannot fsync %s %s", what, tmp);
         close(fd);
         return st;
+    }
+    if (t->unnamed) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        (void)unlink(tmp); /* our pid's name: a leftover of a killed process that had it before */
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) {
+            td_status st = td_error_errno(TD_ERR_IO, "cannot link %s %s", what, tmp);
+            close(fd);
+            return st;
+        }
     }
     if (close(fd) != 0) return td_error_errno(TD_ERR_IO, "cannot close %s %s", what, tmp);
     const char *kind = td_file_kind(path); /* it may have appeared since the caller checked */
@@ -424,7 +442,7 @@ static td_status commit_tmp(int fd, const char *tmp, const char *path, const cha
     if (rename(tmp, path) != 0)
         return td_error_errno(TD_ERR_IO, "cannot rename %s to %s", tmp, path);
     /* the rename is durable only once the directory entry is */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
@@ -432,18 +450,13 @@ static td_status commit_tmp(int fd, const char *tmp, const char *path, const cha
     return TD_OK;
 }
 
-typedef struct {
-    char *dircopy, *basecopy, *tmp;
-    const char *dir;
-    int lock_fd; /* holds the writer's flock on tmp until it is renamed or removed; -1: none */
-} tmp_name;
-
 static void tmp_name_init(tmp_name *t, const char *path) {
     t->dircopy = td_xstrdup(path);
     t->basecopy = td_xstrdup(path);
     t->dir = dirname(t->dircopy);
     t->tmp = td_xasprintf("%s/.%s.tmp.%ld", t->dir, basename(t->basecopy), (long)getpid());
     t->lock_fd = -1;
+    t->unnamed = 0;
 }
 
 /* Creates t->tmp for writing and takes its writer's flock, kept on a second descriptor (the
@@ -451,6 +464,20 @@ static void tmp_name_init(tmp_name *t, const char *path) {
  * td_remove_stale_tmp never removes a file that is still being written, whatever host or pid
  * namespace writes it. The lock is best effort: a filesystem without locks still gets its file. */
 static int open_tmp(tmp_name *t) {
+    /* First choice: an unnamed file (O_TMPFILE), given a name only once every byte is written
+     * and synced, so a writer killed mid-write (SIGKILL, the OOM killer, a lost node) leaves
+     * nothing; the named temporary below waits for td_remove_stale_tmp, which keeps it while its
+     * pid lives, and in a container the next run's writer often has the dead one's pid. Its
+     * flock, taken now, covers the short time it has tmp's name before the rename. Where the
+     * file system has no O_TMPFILE, or /proc cannot name it, the named temporary it is. */
+    if (access("/proc/self/fd", X_OK) == 0) {
+        int fd = open(t->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            t->unnamed = 1;
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) t->lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+            return fd;
+        }
+    }
     for (int attempt = 0;; attempt++) {
         int fd = open(t->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0) return -1;
@@ -507,7 +534,7 @@ td_status td_write_atomic(const char *path, const char *what, const td_chunk *ch
     for (int i = 0; i < nchunks && rc == TD_OK; i++)
         rc = write_all(fd, chunks[i].data, chunks[i].nbytes, t.tmp, what);
     if (rc == TD_OK)
-        rc = commit_tmp(fd, t.tmp, path, t.dir, what);
+        rc = commit_tmp(fd, &t, path, what);
     else
         close(fd);
     return tmp_name_finish(&t, rc, what, path);
@@ -541,7 +568,7 @@ td_status td_copy_file(const char *src, const char *dst, const char *what) {
     free(buf);
     close(in);
     if (rc == TD_OK)
-        rc = commit_tmp(out, t.tmp, dst, t.dir, what);
+        rc = commit_tmp(out, &t, dst, what);
     else
         close(out);
     return tmp_name_finish(&t, rc, what, dst);

@@ -362,8 +362,12 @@ static void test_atomic_replace(void) {
     if (*left) TEST_FAIL("a failed write left temporary files behind: %s", left);
     free(left);
 
-    /* (2) the writer is killed mid-write (SIGXFSZ): the old bytes, and its temporary file is a
-     * separate `.model.bin.tmp.<pid>` that td_remove_stale_tmp then sweeps */
+    /* (2) the writer is killed mid-write (SIGXFSZ): the old bytes, and nothing else where the
+     * file system has O_TMPFILE (the bytes went to an unnamed file); elsewhere its temporary
+     * file is a separate `.model.bin.tmp.<pid>` that td_remove_stale_tmp then sweeps */
+    int probe = open(sub, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    int unnamed = probe >= 0 && access("/proc/self/fd", X_OK) == 0;
+    if (probe >= 0) close(probe);
     status = write_over_limit(file, neu, NEW, 1);
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGXFSZ)
         TEST_FAIL("the writer was meant to die of SIGXFSZ mid-write; wait status 0x%x", status);
@@ -372,14 +376,31 @@ static void test_atomic_replace(void) {
                   "its %d old bytes",
                   file, OLD);
     left = tmp_names(sub);
-    ASSERT_CONTAINS(left, ".model.bin.tmp.");
+    if (unnamed && *left)
+        TEST_FAIL("a writer killed mid-write left %s on a file system with O_TMPFILE: its bytes "
+                  "should have gone to an unnamed file",
+                  left);
+    if (!unnamed) ASSERT_CONTAINS(left, ".model.bin.tmp.");
     free(left);
+    /* the sweep, for what a killed writer leaves without O_TMPFILE: a named file, pid gone */
+    pid_t dead = fork();
+    ASSERT(dead >= 0);
+    if (dead == 0) _exit(0);
+    ASSERT_EQ(td_waitpid(dead, &status, 0), dead);
+    char *stale = td_xasprintf("%s/.model.bin.tmp.%ld", sub, (long)dead);
+    if (unnamed) { /* as a killed writer on a file system without O_TMPFILE leaves it */
+        FILE *f = fopen(stale, "wb");
+        ASSERT(f);
+        ASSERT_EQ(fwrite(neu, 1, 100, f), (size_t)100);
+        ASSERT_EQ(fclose(f), 0);
+    }
     size_t removed = 0;
     ASSERT_OK(td_remove_stale_tmp(sub, "model", ".bin", &removed));
     ASSERT_EQ(removed, 1);
     left = tmp_names(sub);
     if (*left) TEST_FAIL("td_remove_stale_tmp left %s", left);
     free(left);
+    free(stale);
     ASSERT(holds(file, old, OLD));
 
     /* (3) a successful replace: a reader that opened the old file still reads the old bytes
