@@ -55,15 +55,17 @@ const char *td_aws_env_get(td_aws_env var);
 void td_aws_env_print(FILE *out);
 
 /* ---- credentials ----
- * td_aws_creds_load looks, in this order, at
- *   1. AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
+ * td_aws_creds_load looks, in this order (botocore's), at
+ *   1. AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), unless the profile
+ *      argument names a profile (as boto3's Session(profile_name=...) and the CLI's --profile);
  *   2. the profile (argument, else AWS_PROFILE, else "default") in the credentials file, then in
  *      the config file ("[profile NAME]", "[default]"): aws_access_key_id, aws_secret_access_key,
  *      aws_session_token;
  *   3. the instance role, through IMDSv2 (unless AWS_EC2_METADATA_DISABLED=true).
  * A profile named explicitly (argument or AWS_PROFILE) that neither file has is an error; a
  * profile using what tandem does not implement (credential_process, sso_*, role_arn) is an
- * error that says so. `source` says where the keys came from (never the keys). */
+ * error that says so. A value with a control character (CR, LF, ...) is refused, naming its
+ * source and field, never its value. `source` says where the keys came from (never the keys). */
 typedef struct td_aws_creds {
     char *access_key_id;
     char *secret_access_key;
@@ -223,7 +225,9 @@ typedef struct td_aws_opts {
     int max_attempts;              /* per request, 0: 5 */
     int backoff_ms;                /* first retry's base delay, doubling, jittered; 0: 200 */
     int connect_timeout_ms;        /* 0: 10000 */
-    int low_speed_timeout_s;       /* abort a transfer below 1 KiB/s this long; 0: 60 */
+    int low_speed_timeout_s;       /* a transfer below 1 KiB/s this long stalled: aborted and
+                                      not retried; 0: 30 */
+    int ec2_page_size;             /* DescribeInstances' MaxResults (5..1000); 0: 1000 */
     int64_t multipart_threshold;   /* bytes: td_s3_put_file above this is multipart; 0: 64 MiB */
     int64_t multipart_part_nbytes; /* bytes per part (>= 5 MiB); 0: 16 MiB */
 } td_aws_opts;
@@ -316,7 +320,8 @@ typedef struct td_s3_url {
     char *key; /* "" for s3://bucket or s3://bucket/ */
 } td_s3_url;
 /* "s3://bucket/prefix/key" -> bucket, key. TD_ERR_INVALID with the reason otherwise (scheme,
- * empty or invalid bucket name). */
+ * empty or invalid bucket name, a "." / ".." / empty segment or a control character in the
+ * key: it is a prefix used as written, never resolved). Trailing slashes are dropped. */
 td_status td_s3_url_parse(const char *url, td_s3_url *out) TD_NODISCARD;
 void td_s3_url_free(td_s3_url *u);
 

@@ -28,6 +28,8 @@ const char *td__xml_text(const td__xml *n, const char *path);
 void td__xml_copy(char *dst, size_t cap, const td__xml *n, const char *path);
 
 /* ---- the client ---- */
+/* A transfer slower than this for low_speed_timeout_s is a stall: aborted, not retried. */
+#define TD__AWS_LOW_SPEED_BPS 1024
 struct td_aws {
     td_aws_creds creds;
     int creds_refreshable; /* from the instance role: reloaded before they expire */
@@ -35,7 +37,7 @@ struct td_aws {
     char *region;
     char *endpoint_ec2, *endpoint_s3; /* never NULL: the override or the AWS endpoint */
     int ec2_custom, s3_custom;        /* an override was given: S3 is path-style */
-    int max_attempts, backoff_ms, connect_timeout_ms, low_speed_timeout_s;
+    int max_attempts, backoff_ms, connect_timeout_ms, low_speed_timeout_s, ec2_page_size;
     int64_t multipart_threshold, multipart_part_nbytes;
     void *curl; /* CURL * */
     td_aws_error last;
@@ -70,6 +72,11 @@ typedef struct td__http_resp {
 void td__http_resp_free(td__http_resp *r);
 /* The value of a response header (case-insensitive name) into dst[cap]; 0 when absent. */
 int td__http_resp_header(const td__http_resp *r, const char *name, char *dst, size_t cap);
+
+/* The retries' pauses: before retry attempt+1 (attempt 0 is the first failure), base_ms
+ * doubled per attempt up to max_ms; the pause slept is jittered between half and all of it. */
+#define TD__AWS_BACKOFF_MAX_MS 20000
+int64_t td__aws_backoff_ceiling_ms(int base_ms, int max_ms, int attempt);
 
 /* Sends req with the client's credentials; retries throttling, 5xx and network failures. TD_OK
  * only for a 2xx answer; otherwise aws->last holds the typed error and td_error() the message. */

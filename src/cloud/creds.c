@@ -2,6 +2,7 @@
  * credentials and config files, the instance role (IMDSv2). No secret reaches an error or log. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,32 @@ void td_aws_creds_free(td_aws_creds *c) {
     creds_clear(c);
 }
 
+/* The names each source gives the three values, for messages: [0] key id, [1] secret, [2]
+ * session token. */
+static const char *const env_fields[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                         "AWS_SESSION_TOKEN"};
+static const char *const file_fields[] = {"aws_access_key_id", "aws_secret_access_key",
+                                          "aws_session_token"};
+static const char *const imds_fields[] = {"AccessKeyId", "SecretAccessKey", "Token"};
+
+/* The key id goes into the Authorization header and the token into x-amz-security-token: a
+ * control character there (a CR/LF pasted in, a stray byte in a file) would split or corrupt
+ * the signed request's headers. Refused, naming the source and the field, never the value. */
+static td_status creds_check(const td_aws_creds *c, const char *const fields[3]) {
+    const char *v[3] = {c->access_key_id, c->secret_access_key, c->session_token};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; v[k] && v[k][i]; i++) {
+            unsigned char ch = (unsigned char)v[k][i];
+            if (ch >= 0x20 && ch != 0x7f) continue;
+            return td_error(TD_ERR_INVALID,
+                            "AWS credentials from %s: %s has a control character (byte 0x%02x "
+                            "at position %zu of %zu; the value is not shown); credentials are "
+                            "printable: set it again without it",
+                            c->source, fields[k], ch, i, strlen(v[k]));
+        }
+    return TD_OK;
+}
+
 /* Keys of a profile in one file: 1 found, 0 not there, or an error status as -1 - st. */
 static td_status profile_keys(const char *path, const char *section, const char *profile,
                               td_aws_creds *out, int *found) {
@@ -205,13 +232,16 @@ static td_status profile_keys(const char *path, const char *section, const char 
     if (token && !*token) free(token);
     snprintf(out->source, sizeof out->source, "profile '%s' in %s", profile, path);
     *found = 1;
-    return TD_OK;
+    return creds_check(out, file_fields);
 }
 
 td_status td_aws_creds_load(const char *profile_arg, td_aws_creds *out) {
     creds_clear(out);
-    const char *id = td_aws_env_get(TD_AWS_ENV_AWS_ACCESS_KEY_ID);
-    const char *secret = td_aws_env_get(TD_AWS_ENV_AWS_SECRET_ACCESS_KEY);
+    /* botocore's order: a profile named by the caller (aws.profile, the CLI's --profile) drops
+     * the environment's keys from the chain; AWS_PROFILE alone does not. */
+    bool named = profile_arg && *profile_arg;
+    const char *id = named ? NULL : td_aws_env_get(TD_AWS_ENV_AWS_ACCESS_KEY_ID);
+    const char *secret = named ? NULL : td_aws_env_get(TD_AWS_ENV_AWS_SECRET_ACCESS_KEY);
     if (id || secret) {
         if (!id || !secret)
             return td_error(TD_ERR_INVALID,
@@ -224,7 +254,9 @@ td_status td_aws_creds_load(const char *profile_arg, td_aws_creds *out) {
         const char *token = td_aws_env_get(TD_AWS_ENV_AWS_SESSION_TOKEN);
         out->session_token = token ? td_xstrdup(token) : NULL;
         snprintf(out->source, sizeof out->source, "environment (AWS_ACCESS_KEY_ID)");
-        return TD_OK;
+        td_status st = creds_check(out, env_fields);
+        if (st != TD_OK) td_aws_creds_free(out);
+        return st;
     }
     int explicit_profile;
     const char *profile = profile_name(profile_arg, &explicit_profile);
@@ -258,7 +290,7 @@ td_status td_aws_creds_load(const char *profile_arg, td_aws_creds *out) {
         goto out;
     }
     st = td__imds_creds(out);
-    if (st != TD_OK) {
+    if (st != TD_OK && st != TD_ERR_INVALID) { /* INVALID: it answered, with a bad value */
         char why[512];
         snprintf(why, sizeof why, "%s", td_error_msg());
         st = td_error(TD_ERR_NOTFOUND,
@@ -358,6 +390,8 @@ td_status td__imds_creds(td_aws_creds *out) {
     out->expires_wall_s = exp ? parse_iso8601(exp) : 0;
     snprintf(out->source, sizeof out->source, "instance role '%.100s' (IMDSv2 at %.100s)", name,
              base);
+    st = creds_check(out, imds_fields);
+    if (st != TD_OK) td_aws_creds_free(out);
 out:
     if (j) json_decref(j);
     free(role);

@@ -210,23 +210,31 @@ td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *s, td_ec2_i
 static td_status describe_pages(td_aws_t *aws, const char *what, const char *base, bool by_ids,
                                 td_ec2_instances *out) {
     memset(out, 0, sizeof *out);
-    char *next = NULL;
+    char *next = NULL, *prev = NULL;
     td_status st = TD_OK;
     do {
         char *q = base && *base ? td_xstrdup(base) : NULL;
         if (next) {
             td__query_add(&q, "NextToken", next);
-            free(next);
+            free(prev);
+            prev = next;
             next = NULL;
         }
-        if (!by_ids) td__query_add(&q, "MaxResults", "1000");
+        if (!by_ids) td__query_addf(&q, "MaxResults", "%d", aws->ec2_page_size);
         td__http_resp resp;
         st = ec2_call(aws, "DescribeInstances", what, q, &resp);
         free(q);
         if (st == TD_OK) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, &next);
         td__http_resp_free(&resp);
+        /* the same token twice would page forever (botocore's paginator refuses it too) */
+        if (st == TD_OK && next && prev && !strcmp(next, prev))
+            st = td_error(TD_ERR_PROTOCOL,
+                          "aws ec2 DescribeInstances %s: the same NextToken twice; stopped "
+                          "after %d instances",
+                          what, out->count);
     } while (st == TD_OK && next);
     free(next);
+    free(prev);
     if (st != TD_OK) td_ec2_instances_free(out);
     return st;
 }

@@ -241,7 +241,13 @@ td_status td_aws_new(const td_aws_opts *opts, td_aws_t **out) {
     a->max_attempts = opts->max_attempts > 0 ? opts->max_attempts : 5;
     a->backoff_ms = opts->backoff_ms > 0 ? opts->backoff_ms : 200;
     a->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 10000;
-    a->low_speed_timeout_s = opts->low_speed_timeout_s > 0 ? opts->low_speed_timeout_s : 60;
+    a->low_speed_timeout_s = opts->low_speed_timeout_s > 0 ? opts->low_speed_timeout_s : 30;
+    a->ec2_page_size = opts->ec2_page_size > 0 ? opts->ec2_page_size : 1000;
+    if (a->ec2_page_size < 5 || a->ec2_page_size > 1000) {
+        st = td_error(TD_ERR_INVALID, "EC2 page size %d: DescribeInstances takes 5..1000",
+                      a->ec2_page_size);
+        goto fail;
+    }
     a->multipart_part_nbytes =
         opts->multipart_part_nbytes > 0 ? opts->multipart_part_nbytes : 16 << 20;
     if (a->multipart_part_nbytes < 5 << 20) {
@@ -407,9 +413,13 @@ static void sleep_ms(int64_t ms) {
     }
 }
 
+int64_t td__aws_backoff_ceiling_ms(int base_ms, int max_ms, int attempt) {
+    int64_t ceiling = (int64_t)base_ms << TD_MIN(TD_MAX(attempt, 0), 20);
+    return ceiling > max_ms ? max_ms : ceiling;
+}
+
 static int64_t backoff_ms(const td_aws_t *a, int attempt) {
-    int64_t cap = (int64_t)a->backoff_ms << TD_MIN(attempt, 8);
-    if (cap > 20000) cap = 20000;
+    int64_t cap = td__aws_backoff_ceiling_ms(a->backoff_ms, TD__AWS_BACKOFF_MAX_MS, attempt);
     /* full jitter, from half to all of it, so a herd of nodes spreads out */
     uint64_t r = td_mix64(td_now_ns() ^ (uint64_t)(uintptr_t)a);
     return cap / 2 + (int64_t)(r % (uint64_t)(cap / 2 + 1));
@@ -441,12 +451,14 @@ static td_status status_of(td_aws_errkind k) {
     }
 }
 
-/* One attempt: fills resp or err; returns whether an HTTP answer came. */
+/* One attempt: fills resp or err; returns whether an HTTP answer came. *stalled: the server
+ * took the connection and then stopped moving bytes. */
 static int attempt(td_aws_t *a, const td__http_req *r, const char *payload_hash,
-                   td__http_resp *resp, td_aws_error *err, td_status *local_st) {
+                   td__http_resp *resp, td_aws_error *err, td_status *local_st, int *stalled) {
     CURL *c = a->curl;
     curl_easy_reset(c);
     *local_st = TD_OK;
+    *stalled = 0;
     const char *host = strstr(r->base_url, "://") + 3;
     int s3 = !strcmp(r->service, "s3");
     /* the headers to sign: host, the content hash (S3), the request's own */
@@ -504,10 +516,14 @@ static int attempt(td_aws_t *a, const td__http_req *r, const char *payload_hash,
                              r->query ? r->query : "");
     xfer x = {.req = r, .curl = c};
     curl_easy_setopt(c, CURLOPT_URL, url);
+    /* the path as signed, byte for byte: an S3 key may hold "." and ".." segments ("a/../b" is
+     * a key of its own, as botocore sends it), and libcurl would otherwise resolve them into
+     * another key, prefix or bucket (issue 29) */
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)a->connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, (long)TD__AWS_LOW_SPEED_BPS);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)a->low_speed_timeout_s);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
@@ -561,6 +577,15 @@ static int attempt(td_aws_t *a, const td__http_req *r, const char *payload_hash,
         err->http_status = 0;
         snprintf(err->code, sizeof err->code, "curl:%d", (int)cc);
         snprintf(err->message, sizeof err->message, "%s", curl_easy_strerror(cc));
+        long request_nbytes = 0; /* > 0: connected, and the request's headers went out */
+        curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &request_nbytes);
+        if (cc == CURLE_OPERATION_TIMEDOUT && request_nbytes > 0) {
+            *stalled = 1;
+            snprintf(err->message, sizeof err->message,
+                     "the transfer stalled: under %d bytes/s for %d s after %s took the "
+                     "connection (curl: %s)",
+                     TD__AWS_LOW_SPEED_BPS, a->low_speed_timeout_s, host, curl_easy_strerror(cc));
+        }
         err->kind = TD_AWS_ERRK_NETWORK;
         err->retryable = cc != CURLE_UNSUPPORTED_PROTOCOL && cc != CURLE_URL_MALFORMAT &&
                          cc != CURLE_ABORTED_BY_CALLBACK && cc != CURLE_READ_ERROR;
@@ -604,16 +629,18 @@ td_status td__aws_request(td_aws_t *a, const td__http_req *r, td__http_resp *res
     else
         td_aws_sha256_hex(r->body ? r->body : "", r->body ? r->body_nbytes : 0, hash);
     td_aws_error err = {0};
+    int stalled = 0;
     for (int i = 0; i < a->max_attempts; i++) {
         TD_CHECK(refresh_creds(a));
         td__http_resp_free(resp);
         td_status local;
-        int answered = attempt(a, r, hash, resp, &err, &local);
+        int answered = attempt(a, r, hash, resp, &err, &local, &stalled);
         if (local != TD_OK) return local;
         if (answered && resp->status >= 200 && resp->status < 300) return TD_OK;
         /* a capacity error is retryable later, by the caller's choice (another type or zone):
-         * here only throttling, 5xx and the network are */
-        int again = err.retryable && err.kind != TD_AWS_ERRK_CAPACITY;
+         * here only throttling, 5xx and the network are. A stall is not: each try would wait
+         * out the whole window again (5 of them held a run's end for minutes, issue 29). */
+        int again = err.retryable && err.kind != TD_AWS_ERRK_CAPACITY && !stalled;
         if (!again || i + 1 == a->max_attempts) break;
         int64_t ms = backoff_ms(a, i);
         TD_LOG_DEBUG("aws %s %s: %s (%s), attempt %d of %d, retrying in %lld ms", r->service,
@@ -623,7 +650,7 @@ td_status td__aws_request(td_aws_t *a, const td__http_req *r, td__http_resp *res
     a->last = err;
     const char *hint = err.code[0] ? code_hint(err.code) : "";
     char tried[64] = "";
-    if (err.retryable && err.kind != TD_AWS_ERRK_CAPACITY)
+    if (err.retryable && err.kind != TD_AWS_ERRK_CAPACITY && !stalled)
         snprintf(tried, sizeof tried, " after %d attempts", a->max_attempts);
     char auth_note[320] = "";
     if (err.kind == TD_AWS_ERRK_AUTH)

@@ -181,7 +181,19 @@ static td_status fetch_token(td_imds_t *c, int *status_out) {
                         "IMDSv2? a 403 here means a proxy header or a hop limit too low for a "
                         "container: raise HttpPutResponseHopLimit)",
                         c->base, status);
-    b.buf[strcspn(b.buf, "\r\n")] = '\0';
+    /* the token goes into every later request's headers: a control character in it (past a
+     * final newline) would split them; refused, never shown */
+    size_t n = strlen(b.buf);
+    while (n && (b.buf[n - 1] == '\n' || b.buf[n - 1] == '\r')) b.buf[--n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)b.buf[i] < 0x20 || b.buf[i] == 0x7f) {
+            wipe_free(b.buf);
+            return td_error(TD_ERR_PROTOCOL,
+                            "IMDS PUT %s/latest/api/token: the session token has a control "
+                            "character (byte %zu of %zu; the token is not shown): is something "
+                            "other than the instance metadata service answering there?",
+                            c->base, i, n);
+        }
     if (!*b.buf) {
         wipe_free(b.buf);
         return td_error(TD_ERR_PROTOCOL, "IMDS PUT %s/latest/api/token: an empty token", c->base);

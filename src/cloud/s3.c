@@ -44,8 +44,34 @@ td_status td_s3_url_parse(const char *url, td_s3_url *out) {
     if (!valid_bucket(b, n, &why))
         return td_error(TD_ERR_INVALID, "'%s': bucket '%.*s' is not a valid name: %s", url,
                         (int)TD_MIN(n, 200), b, why);
+    /* The key is tandem's own prefix (checkpoints, artifacts), made into object keys by
+     * appending: a "." or ".." segment would be resolved by some HTTP stacks (libcurl, before
+     * CURLOPT_PATH_AS_IS) into another prefix or bucket, and an empty one is a typo that S3
+     * would keep as a distinct key. Refused here, where the user's text is, not sent. */
+    const char *key = slash ? slash + 1 : "";
+    size_t kn = strlen(key);
+    while (kn && key[kn - 1] == '/') kn--; /* "s3://b/p/" is "s3://b/p" */
+    for (size_t i = 0; i < kn; i++)
+        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
+            return td_error(TD_ERR_INVALID,
+                            "'%s': the prefix has a control character (byte 0x%02x at %zu); "
+                            "write s3://BUCKET/PREFIX with printable characters",
+                            url, (unsigned char)key[i], i);
+    for (size_t i = 0; i < kn;) {
+        size_t len = strcspn(key + i, "/");
+        if (len > kn - i) len = kn - i;
+        int dots = (len == 1 && key[i] == '.') || (len == 2 && !strncmp(key + i, "..", 2));
+        if (len == 0 || dots)
+            return td_error(TD_ERR_INVALID,
+                            "'%s': the prefix has %s segment%s%.*s%s; S3 prefixes are used "
+                            "as written, never resolved: write s3://BUCKET/PREFIX without "
+                            "'.', '..' or '//' (for another bucket, name it: s3://OTHER/...)",
+                            url, len ? "a" : "an empty", len ? " '" : " ('//')", (int)len,
+                            key + i, len ? "'" : "");
+        i += len + 1;
+    }
     out->bucket = td_xasprintf("%.*s", (int)n, b);
-    out->key = td_xstrdup(slash ? slash + 1 : "");
+    out->key = td_xasprintf("%.*s", (int)kn, key);
     return TD_OK;
 }
 

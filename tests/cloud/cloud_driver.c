@@ -1,13 +1,14 @@
 /* The moto tests' driver: one call of tandem's AWS client per invocation, results on stdout,
  * one line per item; on failure the error on stderr and a line
  *   aws-error status=TD_ERR_x kind=K code=C retryable=R capacity=C
- * on stdout, exit 1. CLOUD_DRIVER_PART_MIB sets the multipart part size and threshold (MiB). */
+ * on stdout, exit 1. CLOUD_DRIVER_PART_MIB sets the multipart part size and threshold (MiB),
+ * CLOUD_DRIVER_EC2_PAGE DescribeInstances' page size, CLOUD_DRIVER_STALL_S the stall window. */
 #include "test.h"
 
 #include "tandem/cloud.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: cloud_driver creds\n"
+    fprintf(stderr, "usage: cloud_driver creds [PROFILE]\n"
                     "       cloud_driver ec2-run RUN_ID IMAGE TYPE COUNT [KEY_NAME [spot]]\n"
                     "       cloud_driver ec2-describe RUN_ID [STATE]\n"
                     "       cloud_driver ec2-terminate ID...\n"
@@ -41,16 +42,22 @@ int main(int argc, char **argv) {
     td_aws_opts o = {.max_attempts = 3, .backoff_ms = 50};
     const char *part = getenv("CLOUD_DRIVER_PART_MIB");
     if (part) o.multipart_part_nbytes = o.multipart_threshold = (int64_t)atoi(part) << 20;
+    const char *page = getenv("CLOUD_DRIVER_EC2_PAGE");
+    if (page) o.ec2_page_size = atoi(page);
+    const char *stall = getenv("CLOUD_DRIVER_STALL_S");
+    if (stall) o.low_speed_timeout_s = atoi(stall);
+    if (!strcmp(cmd, "creds") && argc == 3) o.profile = argv[2];
     td_aws_t *aws = NULL;
     td_status st = td_aws_new(&o, &aws);
     if (st != TD_OK) return fail(NULL, st);
 
-    if (!strcmp(cmd, "creds") && argc == 2) {
+    if (!strcmp(cmd, "creds") && argc <= 3) {
         td_aws_creds c;
-        st = td_aws_creds_load(NULL, &c);
+        st = td_aws_creds_load(argc == 3 ? argv[2] : NULL, &c);
         if (st != TD_OK) return fail(aws, st);
-        printf("source %s\nregion %s\ntoken %s\n", c.source, td_aws_region(aws),
-               c.session_token ? "yes" : "no");
+        /* the key id is no secret (AWS prints it in errors); the secret never */
+        printf("source %s\nregion %s\ntoken %s\nkey_id %s\n", c.source, td_aws_region(aws),
+               c.session_token ? "yes" : "no", c.access_key_id);
         td_aws_creds_free(&c);
     } else if (!strcmp(cmd, "ec2-run") && argc >= 6) {
         td_ec2_tag tags[] = {{"Name", "tandem-test"}};

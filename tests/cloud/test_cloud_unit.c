@@ -193,6 +193,22 @@ static void test_s3_parse(void) {
         if (td_s3_url_parse(bad[i], &u) != TD_ERR_INVALID) TEST_FAIL("'%s' was accepted", bad[i]);
         ASSERT_CONTAINS(td_error_msg(), "s3://");
     }
+    /* issue 29: "s3://ckpts/../other/x" wrote into bucket 'other' (libcurl resolved the dot
+     * segments); a prefix is used as written, so such segments are refused where they are
+     * typed, with the URL and the fix */
+    const char *dotted[] = {"s3://ckpts/../other/x", "s3://ckpts/a/./b", "s3://ckpts/a/..",
+                            "s3://ckpts/a//b",       "s3://ckpts//a",    "s3://ckpts/.",
+                            "s3://ckpts/a\r\nb"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(dotted); i++) {
+        if (td_s3_url_parse(dotted[i], &u) != TD_ERR_INVALID)
+            TEST_FAIL("'%s' was accepted (bucket '%s', key '%s')", dotted[i], u.bucket, u.key);
+        ASSERT_CONTAINS(td_error_msg(), dotted[i]);
+        ASSERT_CONTAINS(td_error_msg(), "write s3://BUCKET/PREFIX");
+    }
+    /* names that only look like dot segments are keys like any other */
+    ASSERT_OK(td_s3_url_parse("s3://ckpts/a..b/.c/d./runs//", &u));
+    ASSERT_STREQ(u.key, "a..b/.c/d./runs");
+    td_s3_url_free(&u);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -284,14 +300,44 @@ static void test_creds(void) {
     ASSERT_CONTAINS(td_error_msg(), "AWS_SECRET_ACCESS_KEY");
     setenv("AWS_SECRET_ACCESS_KEY", "secretenv", 1);
     setenv("AWS_SESSION_TOKEN", "tokenv", 1);
-    ASSERT_OK(td_aws_creds_load("work", &c));
+    setenv("AWS_PROFILE", "work", 1); /* AWS_PROFILE alone: the environment's keys still win */
+    ASSERT_OK(td_aws_creds_load(NULL, &c));
     ASSERT_STREQ(c.access_key_id, "AKIAENV");
     ASSERT_STREQ(c.session_token, "tokenv");
     ASSERT_STREQ(c.source, "environment (AWS_ACCESS_KEY_ID)");
     td_aws_creds_free(&c);
+    unsetenv("AWS_PROFILE");
+    /* a profile named by the caller drops the environment's keys, as botocore does
+     * (test_creds.sh checks the same against boto3) */
+    ASSERT_OK(td_aws_creds_load("work", &c));
+    ASSERT_STREQ(c.access_key_id, "AKIAWORK");
+    ASSERT_STREQ(c.session_token, "tokwork");
+    td_aws_creds_free(&c);
+
+    /* issue 29: a control character in a credential would reach the signed request's
+     * headers; refused, naming the variable, never showing the value */
+    const char *bad_env[][2] = {{"AWS_SECRET_ACCESS_KEY", "secret\r\nX-Injected: 1"},
+                                {"AWS_SESSION_TOKEN", "tok\x01en"},
+                                {"AWS_ACCESS_KEY_ID", "AKIA\nENV"}};
+    for (size_t i = 0; i < TD_ARRAY_LEN(bad_env); i++) {
+        setenv(bad_env[i][0], bad_env[i][1], 1);
+        ASSERT_STATUS(td_aws_creds_load(NULL, &c), TD_ERR_INVALID);
+        ASSERT_CONTAINS(td_error_msg(), bad_env[i][0]);
+        ASSERT_CONTAINS(td_error_msg(), "control character");
+        ASSERT(!strstr(td_error_msg(), "tok\x01"));
+        ASSERT(!strstr(td_error_msg(), "X-Injected"));
+        setenv(bad_env[i][0], i == 0 ? "secretenv" : i == 1 ? "tokenv" : "AKIAENV", 1);
+    }
     unsetenv("AWS_ACCESS_KEY_ID");
     unsetenv("AWS_SECRET_ACCESS_KEY");
     unsetenv("AWS_SESSION_TOKEN");
+    /* ... and in a file: the profile, the file and the key's name */
+    write_file(creds, "[ctl]\naws_access_key_id = AKIACTL\n"
+                      "aws_secret_access_key = sec\x1bret\naws_session_token = tok\n");
+    ASSERT_STATUS(td_aws_creds_load("ctl", &c), TD_ERR_INVALID);
+    ASSERT_CONTAINS(td_error_msg(), "profile 'ctl' in");
+    ASSERT_CONTAINS(td_error_msg(), "aws_secret_access_key has a control character");
+    ASSERT(!strstr(td_error_msg(), "sec\x1bret"));
 
     /* nothing anywhere, metadata off: the message lists each place and the fixes */
     unlink(creds);
@@ -411,7 +457,21 @@ static void test_regions(void) {
     ASSERT(!td_aws_region_known(NULL));
 }
 
+/* The retries' pauses: doubling from the base, then held at the cap (a planted removal of the
+ * cap went unseen while the moto test's few short retries never reached it). */
+static void test_backoff(void) {
+    const int64_t want[] = {1000, 2000, 4000, 5000, 5000};
+    for (int i = 0; i < (int)TD_ARRAY_LEN(want); i++)
+        ASSERT_EQ(td__aws_backoff_ceiling_ms(1000, 5000, i), want[i]);
+    /* the client's own: 200 ms doubling to the 20 s cap, held there however many attempts */
+    const int64_t real[] = {200, 400, 800, 1600, 3200, 6400, 12800, 20000, 20000, 20000};
+    for (int i = 0; i < (int)TD_ARRAY_LEN(real); i++)
+        ASSERT_EQ(td__aws_backoff_ceiling_ms(200, TD__AWS_BACKOFF_MAX_MS, i), real[i]);
+    ASSERT_EQ(td__aws_backoff_ceiling_ms(200, TD__AWS_BACKOFF_MAX_MS, 1000), 20000);
+}
+
 int main(void) {
+    test_backoff();
     test_regions();
     test_imds();
     test_ec2_parse();

@@ -12,7 +12,12 @@
 #   - errors, each named: bad secret (AuthFailure / SignatureDoesNotMatch), unknown access key,
 #     missing key pair, unknown instance type, missing object (and no file left by the get);
 #   - credentials from an instance role through a fake IMDSv2 (token required) serving moto STS
-#     temporary credentials (with a session token), used against moto with auth on.
+#     temporary credentials (with a session token), used against moto with auth on;
+#   - issue 29: a key with "." and ".." segments is stored as written (boto3 lists it so; libcurl
+#     used to resolve it into another key); an s3:// prefix with them is refused; a describe of
+#     6 reservations in pages of 5 gives what boto3's paginator gives; a capacity refusal (500
+#     InsufficientInstanceCapacity) is sent once, not retried in place; a server that takes the
+#     upload and goes silent fails it as a stall, once, named.
 # Skips (77) without the venv (scripts/venv.sh: moto[server], boto3).
 set -euo pipefail
 venv=${TANDEM_VENV:-$TANDEM_SOURCE_DIR/.venv}
@@ -23,11 +28,12 @@ fi
 py=$venv/bin/python
 driver=$TANDEM_BUILD_DIR/tests/cloud/cloud_driver
 tmp=$(mktemp -d)
-moto_pid= imds_pid= flaky_pid=
+moto_pid= imds_pid= flaky_pid= stall_pid=
 cleanup() {
   [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null && wait "$moto_pid" 2>/dev/null || true
   [ -n "$imds_pid" ] && kill "$imds_pid" 2>/dev/null && wait "$imds_pid" 2>/dev/null || true
   [ -n "$flaky_pid" ] && kill "$flaky_pid" 2>/dev/null && wait "$flaky_pid" 2>/dev/null || true
+  [ -n "$stall_pid" ] && kill "$stall_pid" 2>/dev/null && wait "$stall_pid" 2>/dev/null || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -225,6 +231,61 @@ assert not left, [o["Key"] for o in left]
 print("boto3: the bucket is empty")
 PY
 
+# ---- issue 29: keys are sent as written, never resolved ----
+dotkey="dots/$run/a/../b/./c"
+"$driver" s3-put tandem-test "$dotkey" "$tmp/small.bin" > /dev/null || fail "s3-put $dotkey"
+"$driver" s3-get tandem-test "$dotkey" "$tmp/dot.got" > /dev/null || fail "s3-get $dotkey"
+cmp "$tmp/small.bin" "$tmp/dot.got" || fail "s3-get $dotkey: the bytes differ"
+export DOTKEY=$dotkey
+"$py" - <<'PY' || fail "the key with dot segments was not stored as written"
+import os, boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"], region_name="us-east-1")
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="tandem-test").get("Contents", [])]
+assert keys == [os.environ["DOTKEY"]], keys
+body = s3.get_object(Bucket="tandem-test", Key=os.environ["DOTKEY"])["Body"].read()
+assert body == open(os.path.join(os.environ["TMP"], "small.bin"), "rb").read()
+s3.delete_object(Bucket="tandem-test", Key=os.environ["DOTKEY"])
+print("boto3: the key", keys[0], "as tandem wrote it")
+PY
+for url in "s3://tandem-test/../other/x" "s3://tandem-test/a/./b" "s3://tandem-test/a//b"; do
+  if "$driver" s3-url "$url" > "$tmp/url.out" 2> "$tmp/url.txt"; then
+    fail "s3-url $url accepted: $(cat "$tmp/url.out")"
+  fi
+  grep -qF "'$url'" "$tmp/url.txt" && grep -q "write s3://BUCKET/PREFIX" "$tmp/url.txt" ||
+    fail "s3-url $url: $(cat "$tmp/url.txt")"
+done
+echo "dot segments: a key as written; s3:// prefixes with them refused"
+
+# DescribeInstances over two pages (moto pages by reservation): tandem and boto3's paginator
+# find the same instances
+export PAGED=paged-$$-$RANDOM
+"$py" - <<'PY' > "$tmp/paged.ids" || fail "boto3 could not make 6 reservations"
+import os, boto3
+ec2 = boto3.client("ec2", endpoint_url=os.environ["ENDPOINT"], region_name="us-east-1")
+image = ec2.describe_images()["Images"][0]["ImageId"]
+tag = [{"ResourceType": "instance", "Tags": [{"Key": "tandem:run", "Value": os.environ["PAGED"]}]}]
+for _ in range(6):
+    ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1,
+                      TagSpecifications=tag)
+f = [{"Name": "tag:tandem:run", "Values": [os.environ["PAGED"]]}]
+pages = list(ec2.get_paginator("describe_instances").paginate(
+    Filters=f, PaginationConfig={"PageSize": 5}))
+assert len(pages) >= 2, f"{len(pages)} page(s): moto no longer pages by 5"
+for p in pages:
+    for r in p["Reservations"]:
+        for i in r["Instances"]:
+            print(i["InstanceId"])
+PY
+CLOUD_DRIVER_EC2_PAGE=5 "$driver" ec2-describe "$PAGED" > "$tmp/paged.out" ||
+  { cat "$tmp/paged.out"; fail "ec2-describe in pages of 5"; }
+[ "$(awk '{print $1}' "$tmp/paged.out" | sort | tr '\n' ' ')" = \
+  "$(sort "$tmp/paged.ids" | tr '\n' ' ')" ] ||
+  fail "pages of 5: tandem found $(awk '{print $1}' "$tmp/paged.out" | tr '\n' ' '), boto3's paginator $(tr '\n' ' ' < "$tmp/paged.ids")"
+[ "$(wc -l < "$tmp/paged.ids")" = 6 ] || fail "boto3's paginator found $(wc -l < "$tmp/paged.ids") instances"
+# shellcheck disable=SC2046
+"$driver" ec2-terminate $(cat "$tmp/paged.ids") > /dev/null || fail "terminating the paged ones"
+echo "describe: 6 instances over 2 pages of 5, as boto3's paginator"
+
 # ---- retries: a server that throttles twice (503 SlowDown), then answers; and one that fails
 # every time (500): retried with backoff up to the driver's 3 attempts, then a named error ----
 : > "$tmp/flaky.log" # before the reader looks, however late the job starts
@@ -243,6 +304,14 @@ class H(http.server.BaseHTTPRequestHandler):
             code, body = 200, ("<ListBucketResult><IsTruncated>false</IsTruncated><Contents>"
                                "<Key>k</Key><Size>3</Size><ETag>\"e\"</ETag></Contents></ListBucketResult>")
         self.send_response(code); self.send_header("Content-Length", str(len(body)))
+        self.end_headers(); self.wfile.write(body.encode())
+    def do_POST(self): # EC2: no capacity, as the fixture's proxy and EC2 answer it
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        print("post", self.path, flush=True)
+        body = ("<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We "
+                "currently do not have sufficient t3.micro capacity</Message></Error></Errors>"
+                "<RequestID>r-1</RequestID></Response>")
+        self.send_response(500); self.send_header("Content-Length", str(len(body)))
         self.end_headers(); self.wfile.write(body.encode())
     def log_message(self, *a): pass
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
@@ -265,11 +334,48 @@ AWS_ENDPOINT_URL_S3=http://127.0.0.1:$flaky_port expect_error InternalError serv
   s3-list broken "" 10
 grep -q "after 3 attempts" "$tmp/err.txt" || fail "the 500 error does not say how often it tried"
 [ "$(grep -c 'broken' "$tmp/flaky.log")" = 3 ] || fail "expected 3 tries of /broken"
+# a capacity refusal is the caller's to decide (another type, zone, market): one RunInstances,
+# never retried in place
+AWS_ENDPOINT_URL_EC2=http://127.0.0.1:$flaky_port expect_error InsufficientInstanceCapacity \
+  capacity -- ec2-run "$run-cap" "$IMAGE" t3.micro 1
+[ "$(grep -c '^post' "$tmp/flaky.log")" = 1 ] ||
+  fail "a capacity refusal was retried in place: $(grep -c '^post' "$tmp/flaky.log") RunInstances"
 kill "$flaky_pid"; wait "$flaky_pid" 2>/dev/null || true
 flaky_pid=
 # and nothing listening: a network error, retried, named with the endpoint
 AWS_ENDPOINT_URL_S3=http://127.0.0.1:1 expect_error curl:7 network -- s3-list x "" 10
-echo "retries: 2 x 503 then 200 in 3 requests; 3 x 500 and a closed port reported"
+echo "retries: 2 x 503 then 200 in 3 requests; 3 x 500 and a closed port reported;" \
+  "a capacity refusal sent once"
+
+# ---- a server that takes an upload and goes silent: a stall, failed once, named ----
+: > "$tmp/stall.log"
+"$py" - <<'PY' > "$tmp/stall.log" 2>&1 &
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print("port", s.getsockname()[1], flush=True)
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c) # never read, never answered, never closed
+    print("accepted", flush=True)
+PY
+stall_pid=$!
+stall_port=
+for _ in $(seq 100); do
+  stall_port=$(sed -n 's/^port \([0-9]*\)$/\1/p' "$tmp/stall.log")
+  [ -n "$stall_port" ] && break
+  sleep 0.1
+done
+[ -n "$stall_port" ] || fail "the silent server did not start"
+CLOUD_DRIVER_STALL_S=2 AWS_ENDPOINT_URL_S3=http://127.0.0.1:$stall_port expect_error curl:28 \
+  network -- s3-put stall "k" "$tmp/big.bin"
+kill "$stall_pid"; wait "$stall_pid" 2>/dev/null || true
+grep -q "the transfer stalled: under 1024 bytes/s for 2 s after 127.0.0.1:$stall_port" \
+  "$tmp/err.txt" || fail "the stall is not named: $(cat "$tmp/err.txt")"
+grep -q "after 3 attempts" "$tmp/err.txt" && fail "a stall was retried: $(cat "$tmp/err.txt")"
+[ "$(grep -c '^accepted' "$tmp/stall.log")" = 1 ] ||
+  fail "a stall was retried: $(grep -c '^accepted' "$tmp/stall.log") connections"
+echo "stall: one attempt, failed and named"
 
 # ---- the instance role: a fake IMDSv2 serving STS credentials of the role ----
 export ROLE_ARN
