@@ -184,6 +184,11 @@ td_status td_tags_edit(const char *tags, const char *const *add, size_t nadd,
  * as it is, "" clears it. Row and run.json together, as every setter. TD_ERR_NOTFOUND. */
 td_status td_run_set_labels(td_rundb *store, const char *id, const char *tags, const char *group,
                             const char *notes);
+/* Adds add[nadd] to the run's tags and removes del[ndel] (td_tags_edit's rules), reading and
+ * writing them in one write transaction, so concurrent edits of one run all take effect.
+ * *tags_out: the tags after (free it). TD_ERR_NOTFOUND, TD_ERR_INVALID (a bad tag, too many). */
+td_status td_run_edit_tags(td_rundb *store, const char *id, const char *const *add, size_t nadd,
+                           const char *const *del, size_t ndel, char **tags_out);
 /* Archives (1) or restores (0) a finished run: TD_ERR_INVALID for a run still going. */
 td_status td_run_set_archived(td_rundb *store, const char *id, int archived);
 /* 1 while the run's supervisor (or a worker of its group) holds RUN/lock, or its recorded

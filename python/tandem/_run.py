@@ -60,18 +60,26 @@ def _jsonable(v):
     return str(v)
 
 
+COPY_CHUNK = 1 << 20
+
+
 def write_atomic(path, data, mode=0o644):
-    """data (bytes) to path through a temporary file in the same directory, fsync and rename: a
-    reader sees the old file or the new one. The temporary name, .NAME.tmp.PID, is what the
-    store's artifact registration skips (src/track/artifacts.c)."""
+    """data (bytes, or a binary file object read to its end in COPY_CHUNK pieces, so a file of
+    any size costs one chunk of memory) to path through a temporary file in the same directory,
+    fsync and rename: a reader sees the old file or the new one, never a torn one. The temporary
+    name, .NAME.tmp.PID, is what the store's artifact registration skips
+    (src/track/artifacts.c)."""
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.tmp.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        pieces = [data] if isinstance(data, (bytes, bytearray, memoryview)) else iter(
+            lambda: data.read(COPY_CHUNK), b"")
+        for piece in pieces:
+            view = memoryview(piece)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -181,6 +189,11 @@ class Run:
         # earlier attempts' points stop counting (see log()).
         self.resume_at_first_log = False
         self.logs = bool(all_ranks) or self.rank == 0
+        # The process that made the run. A child forked from it (os.fork, a multiprocessing
+        # "fork" worker, a DataLoader worker) inherits this object but is not the run: it
+        # writes nothing, and its exit (atexit included) does not finish the run. A pid check
+        # rather than an at-fork hook, so a fork the hooks miss (C code) is caught too.
+        self._pid = os.getpid()
         self.name = name
         self.tags = [str(t) for t in (tags or [])]
         self.project = project
@@ -245,6 +258,10 @@ class Run:
         if self.mode != "tracked" and self.logs and self.rank == 0:
             self._write_offline_json("running")
 
+    def _forked(self):
+        """True in a process forked from the one that made the run (see _pid)."""
+        return os.getpid() != self._pid
+
     # ---- sdk.json: config, summary, name, tags (read by the store: src/track/sdk.c)
     def _read_sdk_json(self):
         try:
@@ -255,7 +272,7 @@ class Run:
             return None
 
     def _write_sdk_json(self):
-        if not self.logs or self.rank != 0:
+        if not self.logs or self.rank != 0 or self._forked():
             return  # rank 0 records the run's config and summary; the others' are the same
         doc = {
             "format": SDK_JSON_FORMAT,
@@ -272,6 +289,8 @@ class Run:
                                      "\n").encode())
 
     def _write_offline_json(self, status, exit_code=None):
+        if self._forked():
+            return
         doc = {
             "format": 1,
             "note": ("an offline run of the tandem Python SDK: not in any project's run store "
@@ -299,6 +318,8 @@ class Run:
         """One write(2) of whole lines in append mode: a reader never sees a torn line (the C
         sink's rule, src/track/sink.c). A full disk drops the points with one warning, as the C
         sink does, after cutting back a partial line."""
+        if self._forked():
+            return
         if self._fd is None:
             os.makedirs(os.path.dirname(self.metrics_path) or ".", exist_ok=True)
             self._fd = os.open(self.metrics_path,
@@ -406,7 +427,7 @@ class Run:
                 if again:
                     raise ValueError(f"tandem.log: {', '.join(map(repr, again))} already "
                                      f"logged at step {s}; the store would hold it twice")
-        if not self.logs:
+        if not self.logs or self._forked():
             self._advance(s, values)
             return
         now = time.time()
@@ -453,7 +474,7 @@ class Run:
     # ---- artifacts
     def artifact(self, path, name=None):
         self._check_live("artifact")
-        if not self.logs or self.rank != 0:
+        if not self.logs or self.rank != 0 or self._forked():
             return None
         if os.path.islink(path):
             raise ValueError(f"tandem.artifact: {path} is a symbolic link; the store never "
@@ -487,12 +508,16 @@ class Run:
     def _copy(src, dest):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(src, "rb") as f:
-            data = f.read()
-        # the store's copies keep read/write bits for owner and group only (docs/runs.md)
-        write_atomic(dest, data, mode=os.stat(src).st_mode & 0o660 or 0o600)
+            # streamed: a checkpoint larger than memory is copied too. The store's copies keep
+            # read/write bits for owner and group only (docs/runs.md)
+            write_atomic(dest, f, mode=os.fstat(f.fileno()).st_mode & 0o660 or 0o600)
 
     def finish(self, exit_code=None):
         if self.closed:
+            return
+        if self._forked():
+            # a forked child's end (its atexit, a finish() of its own) is not the run's
+            self.closed = True
             return
         try:
             self._write_sdk_json()

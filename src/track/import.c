@@ -1,8 +1,9 @@
 /* tandem import: an offline run of the Python SDK (what tandem.init() writes outside a tracked
  * run: ./tandem-offline/<id>/ with offline.json, sdk.json, metrics/rank-R.jsonl, artifacts/)
  * becomes a run of the store. A new run is created the usual way (id under the write lock,
- * run.json), the offline run's files are copied into its directory (regular files only, never
- * through a link; the offline directory is left as it was), and the store's own ingest, artifact
+ * run.json), the offline run's files are copied into its directory (regular files only; no link
+ * is followed, DIR itself included: each path component is opened with O_NOFOLLOW from the one
+ * above it; the offline directory is left as it was), and the store's own ingest, artifact
  * registration and sdk.json reading take them in, as `tandem reindex` would. RUN/imported.json
  * names the source, so importing it again finds that run instead of making a second one. */
 #include "store_internal.h"
@@ -21,18 +22,20 @@
 
 #define IMPORTED_FORMAT 1
 
-/* path's JSON, read without following a link or blocking, at most max bytes. 1: no file;
- * 0: *out holds it; -1: an error recorded naming path (not a regular file, too big, not JSON). */
-static int load_json(const char *path, size_t max, json_t **out) {
+/* The JSON of `name` in the directory dfd (shown as `path`), read without following a link or
+ * blocking, at most max bytes. 1: no file; 0: *out holds it; -1: an error recorded naming path
+ * (a link, not a regular file, too big, not JSON). */
+static int load_json_at(int dfd, const char *name, const char *path, size_t max, json_t **out) {
     *out = NULL;
-    const char *kind = td_file_kind(path);
-    if (kind) {
-        td_error(TD_ERR_INVALID, "%s is %s, not a regular file: not read", path, kind);
-        return -1;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) {
+        struct stat lsb;
         if (errno == ENOENT) return 1;
+        if (errno == ELOOP && fstatat(dfd, name, &lsb, AT_SYMLINK_NOFOLLOW) == 0) {
+            td_error(TD_ERR_INVALID, "%s is %s, not a regular file: not read", path,
+                     td_mode_kind(lsb.st_mode));
+            return -1;
+        }
         td_error_errno(TD_ERR_IO, "cannot read %s", path);
         return -1;
     }
@@ -54,6 +57,11 @@ static int load_json(const char *path, size_t max, json_t **out) {
     }
     *out = o;
     return 0;
+}
+
+/* load_json_at for a full path (a file the store wrote itself). */
+static int load_json(const char *path, size_t max, json_t **out) {
+    return load_json_at(AT_FDCWD, path, path, max, out);
 }
 
 static const char *str_member(json_t *o, const char *key) {
@@ -100,13 +108,76 @@ static int is_tmp_name(const char *name) {
     return name[0] == '.' && strstr(name, ".tmp.") != NULL;
 }
 
-/* Copies the regular files under src into dst (made as needed), recursively when recurse;
- * only names ending in suffix (NULL: any). Links and other kinds are left out, each said. */
-static td_status copy_tree(const char *src, const char *dst, int recurse, const char *suffix,
-                           size_t *copied) {
-    DIR *d = opendir(src);
-    if (!d) {
+/* Opens `name` in the directory dfd for reading without following a link at it: a directory
+ * when dir, else a regular file (fstat checked after the open, so what was checked is what is
+ * read). -1 with *kind saying what is there instead (NULL: nothing, or errno says why). */
+static int open_nofollow(int dfd, const char *name, int dir, const char **kind) {
+    *kind = NULL;
+    int fd = openat(dfd, name,
+                    O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (dir ? O_DIRECTORY : 0));
+    struct stat sb;
+    int have = 0;
+    if (fd >= 0) {
+        have = fstat(fd, &sb) == 0;
+        if (have && (dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode))) return fd;
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    else if (errno == ELOOP || errno == ENOTDIR)
+        have = fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+    if (have) {
+        const char *k = td_mode_kind(sb.st_mode);
+        *kind = S_ISDIR(sb.st_mode) ? "a directory" : k ? k : "a regular file";
+    }
+    errno = saved;
+    return -1;
+}
+
+/* Copies the regular file `name` in dfd (shown as src) to dst, never through a link: the file is
+ * opened with O_NOFOLLOW and checked, and the copy reads that open file (through its
+ * /proc/self/fd entry, which names the open file itself, not a path that could change). */
+static td_status copy_file_at(int dfd, const char *name, const char *src, const char *dst,
+                              const char *what) {
+    const char *kind;
+    int fd = open_nofollow(dfd, name, 0, &kind);
+    if (fd < 0) {
+        if (kind)
+            return td_error(TD_ERR_INVALID,
+                            "%s is %s, not a regular file: not imported (links are never "
+                            "followed)",
+                            src, kind);
+        return td_error_errno(TD_ERR_IO, "cannot open %s %s", what, src);
+    }
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    td_status st = td_copy_file(self, dst, what);
+    close(fd);
+    if (st != TD_OK && strstr(td_error_msg(), self))
+        st = td_error(st, "cannot copy %s %s to %s: %s", what, src, dst, td_error_msg());
+    return st;
+}
+
+/* Copies the regular files of the directory `name` in dfd (shown as src) into dst (made as
+ * needed), recursively when recurse; only names ending in suffix (NULL: any). Every path
+ * component is opened with O_NOFOLLOW from the one above it, so a link anywhere (the folder
+ * itself, a folder below it, a file) is never followed: it is left out, and said. */
+static td_status copy_tree(int dfd, const char *name, const char *src, const char *dst,
+                           int recurse, const char *suffix, size_t *copied) {
+    const char *kind;
+    int fd = open_nofollow(dfd, name, 1, &kind);
+    if (fd < 0) {
+        if (kind) {
+            TD_LOG_WARN("%s is %s, not a directory: not imported (links are never followed)",
+                        src, kind);
+            return TD_OK;
+        }
         if (errno == ENOENT) return TD_OK;
+        return td_error_errno(TD_ERR_IO, "cannot list %s", src);
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
         return td_error_errno(TD_ERR_IO, "cannot list %s", src);
     }
     td_status st = td_mkdirs(dst);
@@ -116,17 +187,17 @@ static td_status copy_tree(const char *src, const char *dst, int recurse, const 
         char *to = td_xasprintf("%s/%s", dst, e->d_name);
         struct stat sb;
         size_t len = strlen(e->d_name), slen = suffix ? strlen(suffix) : 0;
-        if (lstat(from, &sb) != 0) {
+        if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
             st = td_error_errno(TD_ERR_IO, "cannot examine %s", from);
         } else if (S_ISDIR(sb.st_mode)) {
-            if (recurse) st = copy_tree(from, to, recurse, suffix, copied);
+            if (recurse) st = copy_tree(fd, e->d_name, from, to, recurse, suffix, copied);
         } else if (!S_ISREG(sb.st_mode)) {
             TD_LOG_WARN("%s is %s, not a regular file: not imported (links are never followed)",
                         from, td_mode_kind(sb.st_mode));
         } else if (suffix && (len < slen || strcmp(e->d_name + len - slen, suffix))) {
             TD_LOG_DEBUG("%s: not a metrics file; not imported", from);
         } else {
-            st = td_copy_file(from, to, "imported file");
+            st = copy_file_at(fd, e->d_name, from, to, "imported file");
             if (st == TD_OK) {
                 chmod(to, (sb.st_mode & 0660) | 0600);
                 (*copied)++;
@@ -168,22 +239,22 @@ static td_status find_imported(td_rundb *store, const char *oid, double created,
     return TD_OK;
 }
 
-/* The newest modification time among the offline run's metrics files (its last sign of life). */
-static double newest_metrics_time(const char *dir) {
-    char *m = td_xasprintf("%s/metrics", dir);
+/* The newest modification time among the offline run's metrics files (its last sign of life);
+ * dfd is the offline run's directory, and no link is followed. */
+static double newest_metrics_time(int dfd) {
+    const char *kind;
     double newest = 0;
-    DIR *d = opendir(m);
+    int fd = open_nofollow(dfd, "metrics", 1, &kind);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (fd >= 0 && !d) close(fd);
     for (struct dirent *e; d && (e = readdir(d));) {
-        char *p = td_xasprintf("%s/%s", m, e->d_name);
         struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) {
             double t = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
             if (t > newest) newest = t;
         }
-        free(p);
     }
     if (d) closedir(d);
-    free(m);
     return newest;
 }
 
@@ -193,11 +264,26 @@ td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out
     td_status st = TD_OK;
     char *abs = NULL, *offline_path = NULL, *lock_path = NULL, *command = NULL, *note = NULL;
     json_t *off = NULL, *sdk = NULL;
-    int lock_fd = -1, created_run = 0;
+    int lock_fd = -1, created_run = 0, dfd = -1;
     td_run run;
     memset(&run, 0, sizeof run);
     struct stat sb;
     if (!dir || !*dir) return td_error(TD_ERR_INVALID, "no directory to import");
+    /* DIR itself is not followed either ("DIR/" would be: the slashes go first). */
+    char *bare = td_xstrdup(dir);
+    for (size_t n = strlen(bare); n > 1 && bare[n - 1] == '/'; n--) bare[n - 1] = '\0';
+    int is_link = lstat(bare, &sb) == 0 && S_ISLNK(sb.st_mode);
+    free(bare);
+    if (is_link) {
+        char *target = realpath(dir, NULL);
+        st = td_error(TD_ERR_INVALID,
+                      "%s is a symbolic link%s%s: tandem import never follows links; import the "
+                      "directory itself (tandem import %s)",
+                      dir, target ? " to " : "", target ? target : "",
+                      target ? target : "<the directory it names>");
+        free(target);
+        return st;
+    }
     if (stat(dir, &sb) != 0) {
         if (errno == ENOENT)
             return td_error(TD_ERR_NOTFOUND, "%s: cannot import it: no such directory", dir);
@@ -210,8 +296,15 @@ td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out
                         dir);
     abs = realpath(dir, NULL);
     if (!abs) return td_error_errno(TD_ERR_IO, "%s: cannot resolve its path", dir);
+    /* Everything below is read relative to this descriptor, one O_NOFOLLOW component at a
+     * time: a link inside the offline run (a folder, a file) is never followed. */
+    dfd = open(abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        st = td_error_errno(TD_ERR_IO, "%s: cannot open it to import it", abs);
+        goto out;
+    }
     offline_path = td_xasprintf("%s/offline.json", abs);
-    int rc = load_json(offline_path, 1 << 20, &off);
+    int rc = load_json_at(dfd, "offline.json", offline_path, 1 << 20, &off);
     if (rc == 1) {
         st = td_error(TD_ERR_NOTFOUND,
                       "%s has no offline.json: it is not an offline run of the tandem Python SDK "
@@ -277,7 +370,7 @@ td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out
 
     /* The SDK's name names the run (as tandem run --name does), else its project. */
     char *sdk_path = td_xasprintf("%s/sdk.json", abs);
-    if (load_json(sdk_path, TD_SDK_JSON_MAX, &sdk) < 0) {
+    if (load_json_at(dfd, "sdk.json", sdk_path, TD_SDK_JSON_MAX, &sdk) < 0) {
         TD_LOG_WARN("%s (its config and summary are not imported)", td_error_msg());
         td_error_clear();
     }
@@ -301,20 +394,20 @@ td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out
     size_t nmetrics = 0, narts = 0, nsdk = 0;
     char *from = td_xasprintf("%s/metrics", abs);
     char *to = td_run_path(run.run_dir, TD_RUN_PATH_METRICS);
-    st = copy_tree(from, to, 0, ".jsonl", &nmetrics);
+    st = copy_tree(dfd, "metrics", from, to, 0, ".jsonl", &nmetrics);
     free(from);
     free(to);
     if (st != TD_OK) goto out;
     from = td_xasprintf("%s/artifacts", abs);
     to = td_run_path(run.run_dir, TD_RUN_PATH_ARTIFACTS);
-    st = copy_tree(from, to, 1, NULL, &narts);
+    st = copy_tree(dfd, "artifacts", from, to, 1, NULL, &narts);
     free(from);
     free(to);
     if (st != TD_OK) goto out;
     if (sdk) {
         from = td_xasprintf("%s/sdk.json", abs);
         to = td_run_path(run.run_dir, TD_RUN_PATH_SDK);
-        st = td_copy_file(from, to, "sdk.json");
+        st = copy_file_at(dfd, "sdk.json", from, to, "sdk.json");
         nsdk = st == TD_OK;
         free(from);
         free(to);
@@ -340,7 +433,7 @@ td_status td_run_import(td_rundb *store, const char *dir, int force, td_run *out
               "tandem.finish(exit_code=...)): taken as succeeded";
     }
     if (created <= 0) created = run.created_s;
-    double last = newest_metrics_time(abs);
+    double last = newest_metrics_time(dfd);
     if (ended <= 0) ended = last > created ? last : created;
     note = td_xasprintf("imported by tandem import from %s (offline run %s of the tandem Python "
                         "SDK)%s",
@@ -382,6 +475,7 @@ out:
         td_error(st, "%s", msg);
     }
     if (lock_fd >= 0) close(lock_fd);
+    if (dfd >= 0) close(dfd);
     td_run_clear(&run);
     json_decref(off);
     json_decref(sdk);

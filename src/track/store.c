@@ -1341,6 +1341,54 @@ td_status td_run_set_labels(td_rundb *store, const char *id, const char *tags, c
     return st;
 }
 
+struct tags_args {
+    const char *tags, *id;
+};
+
+static void bind_tags(sqlite3_stmt *q, const void *p) {
+    const struct tags_args *a = p;
+    sqlite3_bind_text(q, 1, a->tags, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, a->id, -1, SQLITE_STATIC);
+}
+
+td_status td_run_edit_tags(td_rundb *store, const char *id, const char *const *add, size_t nadd,
+                           const char *const *del, size_t ndel, char **tags_out) {
+    td_status st = TD_OK;
+    td_run row;
+    memset(&row, 0, sizeof row);
+    char *tags = NULL;
+    int found = 0, changed = 0;
+    *tags_out = NULL;
+    TD_CHECK(td__rundb_ensure(store));
+    /* Read, edit and write under one write lock, run.json written from the same row before the
+     * commit: two `tandem tag` at once each see the other's tags (a read before the lock would
+     * let the second write drop the first's). */
+    TD_CHECK(td__rundb_begin(store));
+    TD_CHECK_GOTO(td__run_get(store, id, &row, &found), st, out);
+    if (!found) {
+        st = td_error(TD_ERR_NOTFOUND, "no run with id '%s'", id);
+        goto out;
+    }
+    TD_CHECK_GOTO(td_tags_edit(row.tags, add, nadd, del, ndel, &tags), st, out);
+    if (strcmp(tags, row.tags ? row.tags : "")) {
+        struct tags_args a = {tags, id};
+        TD_CHECK_GOTO(update_in_tx(store, id, "UPDATE runs SET tags = ?1 WHERE id = ?2",
+                                   bind_tags, &a, "tag a run", &changed, &row),
+                      st, out);
+    }
+    TD_CHECK_GOTO(td__rundb_commit(store), st, out);
+out:
+    if (st != TD_OK) {
+        td__rundb_rollback(store);
+        td__nospace_explain(st, store->dir);
+        free(tags);
+        tags = NULL;
+    }
+    td_run_clear(&row);
+    *tags_out = tags;
+    return st;
+}
+
 static int same_text(const char *a, const char *b) {
     return a && b ? !strcmp(a, b) : a == b;
 }

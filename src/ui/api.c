@@ -429,7 +429,9 @@ static void get_run(td_rundb *db, const td_run *run, const td__ui_request *req, 
     td_metric_key_summaries_free(sum, nsum);
     if (want_stats) keys_add_stats(db, run, keys);
     json_object_set_new(o, "keys", keys);
-    json_object_set_new(o, "marks", td__ui_marks_json(run));
+    int marks_partial = 0;
+    json_object_set_new(o, "marks", td__ui_marks_json(run, &marks_partial));
+    json_object_set_new(o, "marks_partial", json_boolean(marks_partial));
     td_artifact *arts = NULL;
     size_t narts = 0;
     json_t *aj = json_array();

@@ -233,6 +233,18 @@ def test_rank_1_logs_nothing_unless_all_ranks():
     tandem.init(all_ranks=True)
     tandem.log({"loss": 0.5}, step=1)
     eq(lines(os.path.join(run_dir, "metrics", "rank-1.jsonl"))[0]["loss"], 0.5, "all_ranks")
+    # The rule is the global rank (RANK), not the rank on this node: the first worker of the
+    # second node (RANK=2, LOCAL_RANK=0) writes nothing either.
+    run_dir = tracked(rank=2, world=4, LOCAL_RANK=0)
+    tandem.init(config={"lr": 1})
+    tandem.log({"loss": 0.5}, step=1)
+    tandem.summary["best"] = 1
+    open("a.bin", "wb").close()
+    eq(tandem.artifact("a.bin"), None, "artifact on RANK=2, LOCAL_RANK=0")
+    tandem.finish()
+    eq(sorted(os.listdir(run_dir)), ["artifacts", "checkpoints", "metrics"],
+       "files of RANK=2, LOCAL_RANK=0")
+    eq(os.listdir(os.path.join(run_dir, "metrics")), [], "metrics of RANK=2, LOCAL_RANK=0")
 
 
 # ---- checkpoints
@@ -381,7 +393,111 @@ def test_sigterm_ends_a_script_that_never_asks():
         assert time.time() - t0 < 5, f"{mode}: took {time.time() - t0:.1f} s"
 
 
+# ---- sdk.json
+def test_sdk_json_replaced_never_rewritten_in_place():
+    run_dir = tracked()
+    tandem.init(config={"lr": 0.1})
+    path = os.path.join(run_dir, "sdk.json")
+    before = os.stat(path).st_ino
+    held = open(path, "rb")  # keeps the old inode alive, so a new one gets a new number
+    tandem.summary["best"] = 1
+    assert os.stat(path).st_ino != before, "sdk.json was rewritten in place (same inode)"
+    eq(json.load(open(path))["summary"], {"best": 1}, "the update")
+    held.close()
+    old = open(path, "rb").read()
+    # A full disk half way through the next write: the old bytes stay, no temporary is left.
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        if len(data) > 1:
+            real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(28, "No space left on device")
+    os.write = half_then_full
+    try:
+        raises(OSError, tandem.summary.__setitem__, "worse", 2, match="No space")
+    finally:
+        os.write = real_write
+    eq(open(path, "rb").read(), old, "sdk.json after a write that failed half way")
+    eq(sorted(n for n in os.listdir(run_dir) if ".tmp." in n), [], "temporary files left")
+
+
+# ---- a process forked from the script
+def test_forked_child_neither_logs_nor_finishes_the_run():
+    import subprocess
+    d = fresh()
+    code = """if True:
+    import multiprocessing, os, sys, tandem
+    tandem.init(name="fork", dir="offline")
+    tandem.log({"loss": 0.0}, step=0)
+    tandem.log({"loss": 0.1}, step=1)
+    pid = os.fork()
+    if pid == 0:  # the child logs, records, and ends the normal way: atexit runs
+        tandem.log({"loss": 9.0}, step=2)
+        tandem.log({"loss": 9.0})
+        tandem.summary["child"] = 1
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    print(open(os.path.join(tandem.run.dir, "offline.json")).read(), flush=True)
+    print("---", flush=True)
+    def worker():
+        tandem.log({"loss": 8.0}, step=2)
+        tandem.finish(exit_code=1)
+    p = multiprocessing.get_context("fork").Process(target=worker)
+    p.start()
+    p.join()
+    assert p.exitcode == 0, p.exitcode
+    for s in range(2, 5):
+        tandem.log({"loss": s / 10}, step=s)
+    tandem.summary["parent"] = 1
+    tandem.finish(exit_code=7)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+    p = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True,
+                       text=True, timeout=120)
+    eq(p.returncode, 0, f"the forking script: {p.stderr}")
+    mid = json.loads(p.stdout.split("---")[0])
+    eq((mid["status"], mid["exit_code"]), ("running", None),
+       "offline.json after the forked child ended (the child finished the run)")
+    run_dir, = [os.path.join(d, "offline", n) for n in os.listdir(os.path.join(d, "offline"))]
+    got = [(l["step"], l["loss"]) for l in lines(os.path.join(run_dir, "metrics",
+                                                               "rank-0.jsonl"))]
+    eq(got, [(0, 0.0), (1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)], "each step once, the parent's")
+    off = json.load(open(os.path.join(run_dir, "offline.json")))
+    eq((off["status"], off["exit_code"]), ("finished", 7), "finished by the parent")
+    eq(json.load(open(os.path.join(run_dir, "sdk.json")))["summary"], {"parent": 1}, "summary")
+
+
 # ---- artifacts
+def test_artifact_streams_a_file_larger_than_it_may_hold():
+    import hashlib
+    import tracemalloc
+    run_dir = tracked()
+    tandem.init()
+    size = 96 << 20
+    with open("big.ckpt", "wb") as f:  # sparse but for a few marks: fast to make and read
+        for off in range(0, size, 7 << 20):
+            f.seek(off)
+            f.write(os.urandom(4096))
+        f.truncate(size)
+    tracemalloc.start()
+    try:
+        dest = tandem.artifact("big.ckpt")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"artifact() of a {size >> 20} MiB file held {peak >> 20} MiB"
+
+    def sha(path):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    eq(os.path.getsize(dest), size, "size of the copy")
+    eq(sha(dest), sha("big.ckpt"), "SHA-256 of the copy")
+
+
 def test_artifact_copies_into_the_run():
     run_dir = tracked()
     tandem.init()

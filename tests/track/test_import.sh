@@ -8,7 +8,10 @@
 #   - exit code from tandem.finish(exit_code=3) -> failed, exit code 3;
 #   - a run still running (offline.json says so) is refused, naming the directory; --force
 #     imports it as failed;
-#   - a missing directory, a file, a directory without offline.json: errors naming them.
+#   - a missing directory, a file, a directory without offline.json: errors naming them;
+#   - issue 29: no link followed anywhere (a linked artifacts/ or metrics/, a linked folder or
+#     file below artifacts/: left out, each named; DIR itself a link: refused);
+#   - issue 29: two offline runs reusing one id (job7) become two runs.
 set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=${PYTHON:-python3}
@@ -119,4 +122,68 @@ expect_contains "$out" "empty/offline.json:" "a malformed offline.json names the
 out=$("$B" import 2>&1)
 [ $? = 2 ] || fail "no DIR is a usage error: $out"
 [ "$(nruns)" = 3 ] || fail "failed imports left runs behind: $("$B" ps -a)"
+# ---- 6. issue 29: no link is followed, anywhere: a linked artifacts/ or metrics/ folder, a
+# linked file, a linked folder below artifacts/, DIR itself a link ----
+mkdir -p "$P/private/deep" "$P/fakemetrics"
+echo "PRIVATE KEY" >"$P/private/id_rsa"; echo "PRIVATE KEY" >"$P/private/deep/id_ed25519"
+echo '{"step": 0, "stolen": 1}' >"$P/fakemetrics/rank-0.jsonl"
+mklinked() { # name: an offline run with one real metric point
+  "$PY" - "$1" <<'EOF2' || fail "the offline run $1"
+import sys, tandem
+tandem.init(name=sys.argv[1], dir="offline")
+tandem.log({"loss": 1.0}, step=0)
+tandem.finish()
+EOF2
+  ls -d "$P"/offline/"$1"-*
+}
+LA=$(mklinked linkart); LM=$(mklinked linkmet); LD=$(mklinked linkdir)
+rm -rf "$LA/artifacts" && ln -s "$P/private" "$LA/artifacts"
+rm -rf "$LM/metrics" && ln -s "$P/fakemetrics" "$LM/metrics"
+mkdir -p "$LD/artifacts/real" && echo ok >"$LD/artifacts/real/f.txt"
+ln -s "$P/private" "$LD/artifacts/sub"; ln -s "$P/private/id_rsa" "$LD/artifacts/real/key"
+out=$("$B" import "$LA" 2>&1) || fail "import of a run with a linked artifacts/: $out"
+expect_contains "$out" "$LA/artifacts is a symbolic link, not a directory: not imported" \
+  "a linked artifacts/ is named"
+out=$("$B" import "$LM" 2>&1) || fail "import of a run with a linked metrics/: $out"
+expect_contains "$out" "$LM/metrics is a symbolic link, not a directory: not imported" \
+  "a linked metrics/ is named"
+expect_contains "$out" "imported as run linkmet-1 (succeeded, 0 metric points)" \
+  "a linked metrics/ brings no points"
+out=$("$B" import "$LD" 2>&1) || fail "import of a run with links below artifacts/: $out"
+expect_contains "$out" "$LD/artifacts/sub is a symbolic link" "a linked folder below artifacts/"
+expect_contains "$out" "$LD/artifacts/real/key is a symbolic link" "a linked file"
+[ -f .tandem/runs/linkdir-1/artifacts/real/f.txt ] || fail "the real artifact beside the links"
+if grep -rl "PRIVATE KEY\|stolen" .tandem/runs >/dev/null 2>&1; then
+  fail "a linked file was imported: $(grep -rl "PRIVATE KEY\|stolen" .tandem/runs)"
+fi
+arts=$("$B" artifacts linkart-1 2>&1; "$B" artifacts linkdir-1 2>&1)
+expect_lacks "$arts" "id_rsa" "a linked key registered as an artifact"
+expect_lacks "$arts" "id_ed25519" "a linked key registered as an artifact"
+ln -s "$E" "$P/link-to-run"
+n0=$(nruns)
+out=$("$B" import "$P/link-to-run/" 2>&1)
+[ $? = 1 ] || fail "an import through a linked DIR: $out"
+expect_contains "$out" "$P/link-to-run/ is a symbolic link to $E: tandem import never follows" \
+  "a linked DIR is refused, naming the link and its target"
+[ "$(nruns)" = "$n0" ] || fail "a refused linked DIR left a run: $("$B" ps -a)"
+
+# ---- 7. issue 29: two offline runs reusing one id (a torchrun or Slurm job id comes again)
+# are two runs: the second is imported, not taken for the first ----
+for d in reuse-a reuse-b; do
+  TORCHELASTIC_RUN_ID=job7 "$PY" - "$d" <<'EOF2' || fail "the offline run job7 in $d"
+import sys, tandem
+tandem.init(name="reuse", dir=sys.argv[1])
+tandem.log({"loss": 1.0}, step=0)
+tandem.finish()
+EOF2
+done
+n0=$(nruns)
+out=$("$B" import reuse-a/job7 2>&1) || fail "import of the first job7: $out"
+expect_contains "$out" "imported as run reuse-1" "the first job7"
+out=$("$B" import reuse-b/job7 2>&1) || fail "import of the second job7: $out"
+expect_contains "$out" "imported as run reuse-2" "the second job7 is a run of its own"
+[ "$(nruns)" = $((n0 + 2)) ] || fail "two offline runs with one id: $("$B" ps -a)"
+out=$("$B" import reuse-b/job7 2>&1) || fail "import of the second job7 again: $out"
+expect_contains "$out" "imported already, as run reuse-2" "the second job7 again"
+
 echo "tandem import: metrics, config, summary, artifacts (no links), status; once per offline run; a running one refused"

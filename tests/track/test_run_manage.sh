@@ -14,7 +14,10 @@
 #   - a directory deleted by hand: tandem show says it is gone and how to clean up, tandem
 #     reindex drops the run (and its metrics);
 #   - a workflow file's tags: and group: label its runs (--tag adds, --group replaces); a bad
-#     tag there is a parse error naming the file.
+#     tag there is a parse error naming the file;
+#   - issue 29: 20 concurrent `tandem tag` keep all 20 tags (a concurrent tag/untag mix too);
+#     tandem rm of a run whose directory, or a file or folder in it, links out of the project
+#     removes the link, never the target's files.
 set -uo pipefail
 . "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
 project_init manage
@@ -189,5 +192,41 @@ out=$("$B" run -f bad.yaml badtag 2>&1)
 [ $? = 2 ] || fail "a bad tag in the file did not fail with 2: $out"
 expect_contains "$out" "bad.yaml:" "the bad tag's error names the file"
 expect_contains "$out" "-oops" "the bad tag's error names the tag"
+
+# ---- issue 29: 20 `tandem tag` at once on one run keep all 20 (each re-reads the tags inside
+# the store's write transaction); a mix of removals and additions at once, too ----
+"$B" run --name cc -- true >/dev/null 2>&1 || fail "tandem run cc-1"
+pids=()
+for i in $(seq 1 20); do "$B" tag cc-1 "t$i" >"tag-$i.out" 2>&1 & pids+=($!); done
+for i in $(seq 1 20); do wait "${pids[$((i - 1))]}" || fail "tandem tag cc-1 t$i: $(cat "tag-$i.out")"; done
+want=$(printf 't%s\n' $(seq 1 20) | sort | paste -sd,)
+[ "$(show_field cc-1 tags)" = "$want" ] || fail "20 concurrent tags: kept $(show_field cc-1 tags)"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tags']; assert len(t)==20, t" \
+  .tandem/runs/cc-1/run.json || fail "20 concurrent tags: run.json"
+pids=()
+for i in $(seq 1 10); do "$B" tag cc-1 "-t$i" >"untag-$i.out" 2>&1 & pids+=($!)
+  "$B" tag cc-1 "u$i" >"tag-u$i.out" 2>&1 & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || fail "a concurrent tag/untag failed: $(cat ./*tag-*.out)"; done
+want=$(printf '%s\n' $(seq -f 't%g' 11 20) $(seq -f 'u%g' 1 10) | sort | paste -sd,)
+[ "$(show_field cc-1 tags)" = "$want" ] || fail "concurrent tag/untag: $(show_field cc-1 tags)"
+
+# ---- issue 29: rm removes a link, never what it names (a run directory, or a file or folder
+# in one, that is a link out of the project) ----
+"$B" run --name lk -- true >/dev/null 2>&1 || fail "tandem run lk-1"
+"$B" run --name ld -- true >/dev/null 2>&1 || fail "tandem run ld-1"
+OUTSIDE=$(mktemp -d /tmp/tandem-outside-XXXXXX)
+trap 'cleanup; rm -rf "$OUTSIDE"' EXIT
+mkdir -p "$OUTSIDE/keep/sub" "$OUTSIDE/rundir"
+echo secret >"$OUTSIDE/keep/key"; echo deep >"$OUTSIDE/keep/sub/f"
+ln -s "$OUTSIDE/keep" .tandem/runs/lk-1/artifacts/linked-dir
+ln -s "$OUTSIDE/keep/key" .tandem/runs/lk-1/linked-file
+cp -a .tandem/runs/ld-1/. "$OUTSIDE/rundir/" && rm -rf .tandem/runs/ld-1 &&
+  ln -s "$OUTSIDE/rundir" .tandem/runs/ld-1 || fail "making ld-1's directory a link"
+out=$("$B" rm lk-1 2>&1) || fail "tandem rm lk-1: $out"
+out=$("$B" rm ld-1 2>&1) || fail "tandem rm ld-1 (a linked directory): $out"
+[ ! -e .tandem/runs/lk-1 ] && [ ! -L .tandem/runs/ld-1 ] || fail "rm left the runs or the link"
+[ "$(cat "$OUTSIDE/keep/key")" = secret ] && [ "$(cat "$OUTSIDE/keep/sub/f")" = deep ] ||
+  fail "rm followed a link in a run out of the project: $(ls -lR "$OUTSIDE")"
+[ -f "$OUTSIDE/rundir/run.json" ] || fail "rm followed a linked run directory: $(ls -lR "$OUTSIDE")"
 
 echo "PASS"

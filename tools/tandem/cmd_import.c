@@ -23,7 +23,8 @@ static const cli_command verb = {
     .about =
         "Makes each DIR, an offline run of the tandem Python SDK (./tandem-offline/<id>/: what\n"
         "tandem.init() writes outside tandem run), a run of this project's store: its metrics\n"
-        "(metrics/rank-R.jsonl) are ingested, its artifacts copied (links are never followed),\n"
+        "(metrics/rank-R.jsonl) are ingested, its artifacts copied (no link is followed: a\n"
+        "linked folder or file is left out, named; DIR itself may not be a link),\n"
         "its config, summary and tags taken from sdk.json, and its status, exit code and times\n"
         "from offline.json. The run is named after the SDK's name (else its project, else\n"
         "\"offline\"). DIR is left as it is. Importing the same offline run again makes no second\n"

@@ -42,8 +42,10 @@ int cmd_tag(int argc, char **argv) {
     int rc = run_cli_open_run(&tag_verb, id, &store, &r);
     if (rc) goto out_free;
     char *tags = NULL;
-    td_status st = td_tags_edit(r.tags, add, nadd, del, ndel, &tags);
-    if (st == TD_OK && (nadd || ndel)) st = td_run_set_labels(store, r.id, tags, NULL, NULL);
+    /* The edit reads the tags inside the store's write transaction, not r.tags read above:
+     * another `tandem tag` may have changed them since. */
+    td_status st = nadd || ndel ? td_run_edit_tags(store, r.id, add, nadd, del, ndel, &tags)
+                                : td_tags_edit(r.tags, NULL, 0, NULL, 0, &tags);
     if (st != TD_OK) {
         run_cli_error(st);
         rc = st == TD_ERR_INVALID || st == TD_ERR_NOTFOUND ? 2 : 1;

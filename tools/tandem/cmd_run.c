@@ -275,12 +275,14 @@ int cmd_run(int argc, char **argv) {
         st = td_rundb_open(NULL, &store);
         if (st == TD_OK) st = td_run_find(store, resume, &r);
         /* Labels given with --resume are added to the run's own (its tags stay). */
-        if (st == TD_OK && (ntags || group || notes)) {
+        /* The tags are merged inside one write transaction, as `tandem tag` does: a tag added
+         * by a concurrent command between our read and our write would otherwise be lost. */
+        if (st == TD_OK && ntags) {
             char *merged = NULL;
-            st = td_tags_edit(r.tags, tags, ntags, NULL, 0, &merged);
-            if (st == TD_OK) st = td_run_set_labels(store, r.id, merged, group, notes);
+            st = td_run_edit_tags(store, r.id, tags, ntags, NULL, 0, &merged);
             free(merged);
         }
+        if (st == TD_OK && (group || notes)) st = td_run_set_labels(store, r.id, NULL, group, notes);
         if (st == TD_OK && access(path, F_OK) == 0) {
             const td_workflow *found = NULL;
             st = td_workflow_file_load(path, &wf);
