@@ -29,6 +29,8 @@
 /* deflate's best ratio is about 1032:1, so a member declaring more is lying about its size. */
 #define DEFLATE_MAX_RATIO 1032u
 #define ZIP_READ_CHUNK    (1u << 20)
+/* A deflated member's buffer starts at this size and doubles as output arrives. */
+#define INFLATE_FIRST_CHUNK (64u << 10)
 
 static uint16_t le16(const uint8_t *b) {
     return (uint16_t)(b[0] | b[1] << 8);
@@ -226,9 +228,11 @@ static td_status npy_preamble(const char *where, const uint8_t *b, uint64_t len,
 }
 
 /* Parses the header dict b[start..header_end) (b holds the whole preamble and header) and checks
- * that the .npy stream of len bytes holds exactly the elements it describes. */
+ * that the .npy stream of len bytes holds exactly the elements it describes. in_zip: len is the
+ * member's uncompressed size from the archive's central directory (not bytes seen yet), which the
+ * error then says, since nothing beyond the header has been read or allocated. */
 static td_status npy_header(const char *where, const uint8_t *b, uint64_t header_end, uint64_t len,
-                            npy_info *info) {
+                            bool in_zip, npy_info *info) {
     memset(info, 0, sizeof *info);
     uint64_t start = b[6] == 1 ? 10 : 12;
     lexer l = {(const char *)b + start, (const char *)b + header_end};
@@ -308,6 +312,17 @@ static td_status npy_header(const char *where, const uint8_t *b, uint64_t header
     info->header_bytes = header_end;
     if (len - header_end != info->nbytes) {
         char s[160];
+        if (in_zip)
+            return td_error(TD_ERR_FORMAT,
+                            "%s: its .npy header says %s %s (%llu bytes of elements) but the "
+                            "archive's central directory gives the member %llu bytes (%llu after "
+                            "the %llu-byte header); refused before reading or allocating them: "
+                            "the archive is damaged, write it again with np.savez",
+                            where, td_dtype_name(info->dtype),
+                            td__shape_str(info->ndim, info->shape, s, sizeof s),
+                            (unsigned long long)info->nbytes, (unsigned long long)len,
+                            (unsigned long long)(len - header_end),
+                            (unsigned long long)header_end);
         return td_error(TD_ERR_FORMAT,
                         "%s %s: its header says %s %s (%llu bytes) but %llu bytes follow the "
                         "header; write it again with np.save",
@@ -359,7 +374,7 @@ static td_status npy_from_file(const char *path, const char *where, int fd, uint
         goto out;
     }
     npy_info info;
-    TD_CHECK_GOTO(npy_header(where, head, header_end, len, &info), rc, out);
+    TD_CHECK_GOTO(npy_header(where, head, header_end, len, crc != NULL, &info), rc, out);
     fill_array(out, &info);
     if (file_backed_ok) {
         out->path = td_xstrdup(path);
@@ -406,6 +421,7 @@ td_status td_npy_read(const char *path, bool file_backed_ok, td_array *out) {
 
 typedef struct {
     char *name; /* as stored, e.g. "x.npy" */
+    uint32_t name_len; /* the stored name may hold a NUL */
     uint64_t csize, usize, local_offset;
     uint32_t crc;
     uint16_t method, flags;
@@ -456,6 +472,72 @@ static bool zip64_extra(const uint8_t *x, uint32_t xlen, zip_member *m, bool nee
         p += 4 + (uint32_t)sz;
     }
     return !need_u && !need_c && !need_off;
+}
+
+/* "x.npy" -> "x"; other names as they are (np.load's NpzFile keys). */
+static char *member_key(const char *name) {
+    size_t n = strlen(name);
+    if (n > 4 && strcmp(name + n - 4, ".npy") == 0) {
+        char *k = td_xmalloc(n - 3);
+        memcpy(k, name, n - 4);
+        k[n - 4] = '\0';
+        return k;
+    }
+    return td_xstrdup(name);
+}
+
+static bool is_dir_entry(const zip_member *m) {
+    size_t n = strlen(m->name);
+    return n == 0 || m->name[n - 1] == '/';
+}
+
+typedef struct {
+    char *key;
+    int index;
+} zip_key;
+
+static int cmp_zip_key(const void *a, const void *b) {
+    const zip_key *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Two members that are the same array ("x.npy" twice, or "x" and "x.npy") are refused. A zip may
+ * hold a name twice (appending to an archive does that), and readers disagree on which one wins:
+ * np.load goes through zipfile, whose name table keeps the LAST central-directory entry, while a
+ * first-match search finds the first. Rather than train on an array NumPy would not have loaded,
+ * the archive is refused, naming both entries. Sorted, so a hostile directory of a million
+ * entries costs n log n, not n^2. */
+static td_status zip_refuse_duplicates(const char *path, const zip_dir *dir) {
+    td_status rc = TD_OK;
+    zip_key *k = td_xcalloc(dir->count ? (size_t)dir->count : 1, sizeof *k);
+    int n = 0;
+    for (int i = 0; i < dir->count; i++) {
+        if (is_dir_entry(&dir->m[i])) continue;
+        k[n].key = member_key(dir->m[i].name);
+        k[n++].index = i;
+    }
+    qsort(k, (size_t)n, sizeof *k, cmp_zip_key);
+    for (int i = 1; i < n && rc == TD_OK; i++) {
+        if (strcmp(k[i - 1].key, k[i].key) != 0) continue;
+        const zip_member *a = &dir->m[k[i - 1].index], *b = &dir->m[k[i].index];
+        if (a->name_len == b->name_len && memcmp(a->name, b->name, a->name_len) == 0)
+            rc = td_error(TD_ERR_FORMAT,
+                          "NumPy archive %s holds member '%s' twice (central directory entries "
+                          "%d and %d); np.load would read the last one and another reader the "
+                          "first, so tandem refuses to guess: write the archive again with "
+                          "np.savez, one array per name",
+                          path, a->name, k[i - 1].index, k[i].index);
+        else
+            rc = td_error(TD_ERR_FORMAT,
+                          "NumPy archive %s: members '%s' (entry %d) and '%s' (entry %d) are both "
+                          "array '%s'; tandem refuses to guess which one is meant: write the "
+                          "archive again with np.savez, one array per name",
+                          path, a->name, k[i - 1].index, b->name, k[i].index, k[i].key);
+    }
+    for (int i = 0; i < n; i++) free(k[i].key);
+    free(k);
+    return rc;
 }
 
 static td_status zip_read_dir(const char *path, int fd, uint64_t flen, zip_dir *dir) {
@@ -552,6 +634,7 @@ static td_status zip_read_dir(const char *path, int fd, uint64_t flen, zip_dir *
         m->name = td_xmalloc(nlen + 1);
         memcpy(m->name, c + 46, nlen);
         m->name[nlen] = '\0';
+        m->name_len = nlen;
         dir->count++;
         if (!zip64_extra(c + 46 + nlen, xlen, m, m->usize == 0xffffffffu, m->csize == 0xffffffffu,
                          m->local_offset == 0xffffffffu)) {
@@ -563,6 +646,7 @@ static td_status zip_read_dir(const char *path, int fd, uint64_t flen, zip_dir *
         }
         p += 46 + (uint64_t)nlen + xlen + clen;
     }
+    rc = zip_refuse_duplicates(path, dir);
     goto out;
 multi_disk:
     rc =
@@ -581,26 +665,13 @@ out:
     return rc;
 }
 
-/* "x.npy" -> "x"; other names as they are (np.load's NpzFile keys). */
-static char *member_key(const char *name) {
-    size_t n = strlen(name);
-    if (n > 4 && strcmp(name + n - 4, ".npy") == 0) {
-        char *k = td_xmalloc(n - 3);
-        memcpy(k, name, n - 4);
-        k[n - 4] = '\0';
-        return k;
-    }
-    return td_xstrdup(name);
-}
-
-static bool is_dir_entry(const zip_member *m) {
-    size_t n = strlen(m->name);
-    return n == 0 || m->name[n - 1] == '/';
-}
-
-/* Inflates member m (raw deflate at data_off) into a buffer of exactly m->usize bytes. */
+/* Inflates member m (raw deflate at data_off): *out gets exactly m->usize bytes, *info the .npy
+ * header parsed from them. The central directory's usize is a claim, not a fact: the buffer
+ * starts small and doubles only as output actually arrives, and the .npy header is checked
+ * against usize as soon as it has been inflated, so a small archive that promises a gigabyte
+ * costs an error after a few kilobytes, not a gigabyte's allocation. */
 static td_status inflate_member(const char *where, int fd, const zip_member *m, uint64_t data_off,
-                                uint8_t **out) {
+                                uint8_t **out, npy_info *info) {
     td_status rc = TD_OK;
     *out = NULL;
     if (m->usize > m->csize * DEFLATE_MAX_RATIO + 1024)
@@ -608,7 +679,12 @@ static td_status inflate_member(const char *where, int fd, const zip_member *m, 
                         "%s: claims to inflate %llu bytes to %llu, beyond deflate's ratio; the "
                         "archive is damaged, write it again",
                         where, (unsigned long long)m->csize, (unsigned long long)m->usize);
-    uint8_t *dst = alloc_data(where, m->usize);
+    if (m->usize > SIZE_MAX) {
+        alloc_data(where, m->usize); /* sets the error */
+        return TD_ERR_NOMEM;
+    }
+    uint64_t cap = m->usize < INFLATE_FIRST_CHUNK ? m->usize : INFLATE_FIRST_CHUNK;
+    uint8_t *dst = alloc_data(where, cap);
     if (!dst) return TD_ERR_NOMEM;
     uint8_t *in = td_xmalloc(ZIP_READ_CHUNK);
     z_stream zs;
@@ -618,7 +694,8 @@ static td_status inflate_member(const char *where, int fd, const zip_member *m, 
         free(dst);
         return td_error(TD_ERR_NOMEM, "%s: zlib could not start inflating", where);
     }
-    uint64_t in_done = 0, out_done = 0;
+    uint64_t in_done = 0, out_done = 0, header_end = 0;
+    bool have_header = false;
     int zr;
     for (;;) {
         if (zs.avail_in == 0 && in_done < m->csize) {
@@ -631,7 +708,19 @@ static td_status inflate_member(const char *where, int fd, const zip_member *m, 
             zs.next_in = in;
             zs.avail_in = (uInt)n;
         }
-        uint64_t room = m->usize - out_done;
+        if (out_done == cap && cap < m->usize) { /* full, and real output asks for more */
+            uint64_t grown = cap * 2 < m->usize ? cap * 2 : m->usize;
+            uint8_t *p = realloc(dst, (size_t)grown);
+            if (!p) {
+                rc = td_error(TD_ERR_NOMEM,
+                              "%s: cannot allocate %llu bytes to inflate it into; free memory",
+                              where, (unsigned long long)grown);
+                goto out;
+            }
+            dst = p;
+            cap = grown;
+        }
+        uint64_t room = cap - out_done;
         uint8_t spare; /* output past the stated size lands here, and is an error */
         zs.next_out = room ? dst + out_done : &spare;
         zs.avail_out = room == 0 ? 1 : room > (1u << 30) ? (1u << 30) : (uInt)room;
@@ -645,6 +734,14 @@ static td_status inflate_member(const char *where, int fd, const zip_member *m, 
             goto out;
         }
         if (room) out_done += before - zs.avail_out;
+        /* the .npy header, checked against the directory's size before the buffer grows for
+         * elements that may never come */
+        if (!header_end && out_done >= (m->usize < 12 ? m->usize : 12))
+            TD_CHECK_GOTO(npy_preamble(where, dst, m->usize, &header_end), rc, out);
+        if (header_end && !have_header && out_done >= header_end) {
+            TD_CHECK_GOTO(npy_header(where, dst, header_end, m->usize, true, info), rc, out);
+            have_header = true;
+        }
         if (zr == Z_STREAM_END) break;
         /* no progress possible: the input is used up (a cut-off stream) */
         if (zr == Z_BUF_ERROR && zs.avail_in == 0 && in_done == m->csize) break;
@@ -655,7 +752,7 @@ static td_status inflate_member(const char *where, int fd, const zip_member *m, 
             goto out;
         }
     }
-    if (zr != Z_STREAM_END || out_done != m->usize) {
+    if (zr != Z_STREAM_END || out_done != m->usize || !have_header) {
         rc = td_error(TD_ERR_FORMAT,
                       "%s: its deflate stream %s after %llu of the %llu bytes the archive says; "
                       "the archive is damaged or truncated, write it again",
@@ -685,6 +782,7 @@ static td_status read_member(const char *path, int fd, uint64_t flen, const zip_
     td_status rc = TD_OK;
     char *where = td_xasprintf("NumPy archive %s, member %s", path, m->name);
     uint8_t lh[30], *buf = NULL;
+    char *lname = NULL;
     if (m->flags & 1) {
         rc = td_error(TD_ERR_UNSUPPORTED, "%s is encrypted; write the archive without a password",
                       where);
@@ -704,7 +802,26 @@ static td_status read_member(const char *path, int fd, uint64_t flen, const zip_
                       where, (unsigned long long)m->local_offset);
         goto out;
     }
-    uint64_t data_off = m->local_offset + 30 + le16(lh + 26) + le16(lh + 28);
+    /* zipfile (np.load) refuses a local header whose name is not the directory's; so does this,
+     * so that two directory entries cannot smuggle different data under one name */
+    uint32_t lnlen = le16(lh + 26);
+    if (lnlen != m->name_len || flen - m->local_offset - 30 < lnlen) {
+        rc = td_error(TD_ERR_FORMAT,
+                      "%s: its local header names a %u-byte file, the central directory a %u-byte "
+                      "one; the archive is damaged, write it again",
+                      where, lnlen, m->name_len);
+        goto out;
+    }
+    lname = td_xmalloc(lnlen ? lnlen : 1);
+    if (td__pread_full(fd, lname, lnlen, m->local_offset + 30) != 0 ||
+        memcmp(lname, m->name, lnlen) != 0) {
+        rc = td_error(TD_ERR_FORMAT,
+                      "%s: its local header at offset %llu names another file than the central "
+                      "directory; the archive is damaged, write it again",
+                      where, (unsigned long long)m->local_offset);
+        goto out;
+    }
+    uint64_t data_off = m->local_offset + 30 + lnlen + le16(lh + 28);
     if (data_off > flen || m->csize > flen - data_off) {
         rc = td_error(TD_ERR_FORMAT,
                       "%s: its %llu bytes at offset %llu run past the archive's end (%llu "
@@ -724,11 +841,8 @@ static td_status read_member(const char *path, int fd, uint64_t flen, const zip_
         rc = npy_from_file(path, where, fd, data_off, m->usize, file_backed_ok, &m->crc, out);
         goto out;
     }
-    TD_CHECK_GOTO(inflate_member(where, fd, m, data_off, &buf), rc, out);
-    uint64_t header_end;
-    TD_CHECK_GOTO(npy_preamble(where, buf, m->usize, &header_end), rc, out);
     npy_info info;
-    TD_CHECK_GOTO(npy_header(where, buf, header_end, m->usize, &info), rc, out);
+    TD_CHECK_GOTO(inflate_member(where, fd, m, data_off, &buf, &info), rc, out);
     fill_array(out, &info);
     /* the elements to the front, and the header's bytes given back */
     memmove(buf, buf + info.header_bytes, (size_t)info.nbytes);
@@ -737,6 +851,7 @@ static td_status read_member(const char *path, int fd, uint64_t flen, const zip_
     buf = NULL;
 out:
     free(buf);
+    free(lname);
     free(where);
     if (rc != TD_OK) td_array_free(out);
     return rc;

@@ -13,8 +13,9 @@
 
 #include "data/array.h"
 
-/* The format's own limit on the header (the safetensors crate refuses more). */
-#define ST_MAX_HEADER (100u << 20)
+/* The format's own limit on the header: the safetensors crate (the reference reader) refuses a
+ * header length above 100,000,000 bytes (decimal, not MiB) as "header too large". */
+#define ST_MAX_HEADER 100000000u
 
 static uint64_t le64(const uint8_t *b) {
     uint64_t v = 0;
@@ -33,6 +34,175 @@ static void st_close(st_file *f) {
     json_decref(f->header);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+}
+
+/* Every dtype the safetensors crate knows, with its size in bits (F4 and F6 pack elements), so
+ * that a file is checked whole even when it holds tensors tandem does not read. */
+static const struct {
+    const char *name;
+    unsigned bits;
+} st_layouts[] = {
+    {"BOOL", 8},         {"F4", 4},          {"F6_E2M3", 6},     {"F6_E3M2", 6},
+    {"U8", 8},           {"I8", 8},          {"F8_E5M2", 8},     {"F8_E4M3", 8},
+    {"F8_E8M0", 8},      {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
+    {"U16", 16},         {"F16", 16},        {"BF16", 16},       {"I32", 32},
+    {"U32", 32},         {"F32", 32},        {"C64", 64},        {"F64", 64},
+    {"I64", 64},         {"U64", 64},
+};
+
+typedef struct {
+    const char *name;
+    uint64_t begin, end;
+} st_span;
+
+static int cmp_span(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* One header entry's layout as the crate checks it: an object with "dtype" (a dtype it knows),
+ * "shape" (non-negative integers) and "data_offsets" (two non-negative integers) whose span is
+ * exactly the elements' bytes. Other fields are ignored, as the crate ignores them. */
+static td_status st_layout(const char *path, const char *name, json_t *e, uint64_t room,
+                           st_span *out) {
+    json_t *dt = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
+    json_t *offs = json_object_get(e, "data_offsets");
+    if (!json_is_object(e) || !json_is_string(dt) || !json_is_array(shape) ||
+        !json_is_array(offs) || json_array_size(offs) != 2 ||
+        !json_is_integer(json_array_get(offs, 0)) || !json_is_integer(json_array_get(offs, 1)) ||
+        json_integer_value(json_array_get(offs, 0)) < 0 ||
+        json_integer_value(json_array_get(offs, 1)) < 0)
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s' needs \"dtype\" (a string), \"shape\" "
+                        "(a list) and \"data_offsets\" ([begin, end], non-negative integers); the "
+                        "header is damaged",
+                        path, name);
+    const char *dts = json_string_value(dt);
+    unsigned bits = 0;
+    for (size_t i = 0; i < sizeof st_layouts / sizeof st_layouts[0]; i++)
+        if (strcmp(dts, st_layouts[i].name) == 0) bits = st_layouts[i].bits;
+    if (!bits)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "safetensors file %s: tensor '%s' has dtype \"%.20s\", which neither "
+                        "tandem nor the safetensors library knows, so the file's layout cannot "
+                        "be checked; convert the tensor (e.g. t.to(torch.float32)) and save again",
+                        path, name, dts);
+    /* elements x bits, with overflow checked: the crate refuses what overflows its usize */
+    uint64_t nbits = bits;
+    bool zero = false, overflow = false;
+    for (size_t i = 0; i < json_array_size(shape); i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return td_error(TD_ERR_FORMAT,
+                            "safetensors file %s: tensor '%s': shape entry %zu is not a "
+                            "non-negative integer; the header is damaged",
+                            path, name, i);
+        uint64_t v = (uint64_t)json_integer_value(d);
+        if (v == 0) zero = true;
+        if (v && nbits > (UINT64_MAX >> 1) / v) overflow = true;
+        if (!overflow) nbits *= v;
+    }
+    if (zero) nbits = 0, overflow = false;
+    if (overflow)
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s': its shape overflows 64-bit sizes; "
+                        "the header is damaged",
+                        path, name);
+    out->name = name;
+    out->begin = (uint64_t)json_integer_value(json_array_get(offs, 0));
+    out->end = (uint64_t)json_integer_value(json_array_get(offs, 1));
+    if (nbits % 8 != 0)
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s' (%s) holds %llu bits, not a whole "
+                        "number of bytes; the header is damaged",
+                        path, name, dts, (unsigned long long)nbits);
+    if (out->end < out->begin || out->end > room)
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s': data_offsets [%llu, %llu] are not "
+                        "within the %llu data bytes after the header; the file is truncated or "
+                        "damaged, write it again",
+                        path, name, (unsigned long long)out->begin, (unsigned long long)out->end,
+                        (unsigned long long)room);
+    if (out->end - out->begin != nbits / 8) {
+        char s[160];
+        uint64_t shp[TD_ARRAY_MAX_DIMS];
+        size_t nd = json_array_size(shape);
+        for (size_t i = 0; i < nd && i < TD_ARRAY_MAX_DIMS; i++)
+            shp[i] = (uint64_t)json_integer_value(json_array_get(shape, i));
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s' is %s %s%s (%llu bytes) but its "
+                        "data_offsets [%llu, %llu] span %llu bytes; the header is damaged, write "
+                        "it again",
+                        path, name, dts,
+                        td__shape_str(nd < TD_ARRAY_MAX_DIMS ? (int)nd : TD_ARRAY_MAX_DIMS, shp,
+                                      s, sizeof s),
+                        nd > TD_ARRAY_MAX_DIMS ? "..." : "", (unsigned long long)(nbits / 8),
+                        (unsigned long long)out->begin, (unsigned long long)out->end,
+                        (unsigned long long)(out->end - out->begin));
+    }
+    return TD_OK;
+}
+
+/* The whole header (after the tensor asked for, whose own error is the more useful one), as the
+ * safetensors crate (the format's reference reader) checks it before
+ * handing out any tensor: "__metadata__" absent, null, or an object of strings; every other entry
+ * a tensor whose layout fits; and the tensors' byte ranges, sorted, tiling the data section
+ * exactly: the first at 0, each beginning where the one before ends (no gap, no overlap) and the
+ * last ending at the end of the file. Overlapping tensors would make writing one change another,
+ * and a gap or trailing bytes mean the file is not what its writer wrote; the reference refuses
+ * all of them, so a file tandem trains on is one that every other reader reads the same. One
+ * difference, stricter: a key given twice is refused (jansson), where the crate keeps one. */
+static td_status st_validate(const char *path, const st_file *f) {
+    td_status rc = TD_OK;
+    size_t n = 0;
+    uint64_t room = f->flen - f->data_start;
+    st_span *sp = td_xcalloc(json_object_size(f->header) + 1, sizeof *sp);
+    const char *key;
+    json_t *v;
+    json_object_foreach(f->header, key, v) {
+        if (strcmp(key, "__metadata__") == 0) {
+            bool ok = json_is_null(v) || json_is_object(v);
+            const char *mk;
+            json_t *mv;
+            if (json_is_object(v)) json_object_foreach(v, mk, mv) ok = ok && json_is_string(mv);
+            if (!ok) {
+                rc = td_error(TD_ERR_FORMAT,
+                              "safetensors file %s: \"__metadata__\" must be an object whose "
+                              "values are strings (the format's rule); the header is damaged, "
+                              "write it again",
+                              path);
+                goto out;
+            }
+            continue;
+        }
+        TD_CHECK_GOTO(st_layout(path, key, v, room, &sp[n]), rc, out);
+        n++;
+    }
+    qsort(sp, n, sizeof *sp, cmp_span);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].begin != at) {
+            rc = td_error(TD_ERR_FORMAT,
+                          "safetensors file %s: tensor '%s' has data_offsets [%llu, %llu], but "
+                          "the tensors before it (in offset order) end at %llu: %s; the format "
+                          "requires the tensors to tile the data exactly, write the file again",
+                          path, sp[i].name, (unsigned long long)sp[i].begin,
+                          (unsigned long long)sp[i].end, (unsigned long long)at,
+                          sp[i].begin < at ? "it overlaps them" : "a gap of unclaimed bytes");
+            goto out;
+        }
+        at = sp[i].end;
+    }
+    if (at != room)
+        rc = td_error(TD_ERR_FORMAT,
+                      "safetensors file %s: its tensors cover %llu data bytes but the file holds "
+                      "%llu after the header; %s, write it again",
+                      path, (unsigned long long)at, (unsigned long long)room,
+                      at > room ? "the file is truncated" : "the file has bytes no tensor claims");
+out:
+    free(sp);
+    return rc;
 }
 
 static td_status st_open(const char *path, st_file *f) {
@@ -59,7 +229,7 @@ static td_status st_open(const char *path, st_file *f) {
                       "safetensors file %s: its header length is %llu bytes, but %s; it is not "
                       "a safetensors file or it is truncated",
                       path, (unsigned long long)n,
-                      n > ST_MAX_HEADER ? "the format allows at most 100 MiB"
+                      n > ST_MAX_HEADER ? "the format allows at most 100,000,000 bytes"
                                         : "the file is shorter");
         goto out;
     }
@@ -182,12 +352,14 @@ td_status td_safetensors_read(const char *path, const char *name, bool file_back
             if (strcmp(key, "__metadata__") == 0 || len + 1 >= sizeof list) continue;
             len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", len ? ", " : "", key);
         }
+        TD_CHECK_GOTO(st_validate(path, &f), rc, out);
         rc = td_error(TD_ERR_NOTFOUND, "safetensors file %s has no tensor '%s'; it holds %s", path,
                       name, len ? list : "no tensors");
         goto out;
     }
     uint64_t begin = 0;
     TD_CHECK_GOTO(st_entry(path, &f, name, e, out, &begin), rc, out);
+    TD_CHECK_GOTO(st_validate(path, &f), rc, out);
     if (file_backed_ok) {
         out->path = td_xstrdup(path);
         out->offset = begin;
@@ -217,6 +389,11 @@ td_status td_safetensors_list(const char *path, char ***names, int *count) {
     *count = 0;
     st_file f;
     TD_CHECK(st_open(path, &f));
+    td_status rc = st_validate(path, &f);
+    if (rc != TD_OK) {
+        st_close(&f);
+        return rc;
+    }
     char **out = td_xcalloc(json_object_size(f.header) + 1, sizeof *out);
     int n = 0;
     const char *key;

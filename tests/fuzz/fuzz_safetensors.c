@@ -4,7 +4,8 @@
  * The file is then read back as a reader would and checked against the model: an 8-byte
  * little-endian header length, a JSON header padded with spaces to 8 bytes, one F32 tensor per
  * weight and bias with the layer's shape and byte range, and a data section holding exactly the
- * model's parameters. */
+ * model's parameters; and tandem's data reader (src/data/safetensors_read.c, whose offset rules
+ * are the safetensors library's) must take every tensor back, byte for byte. */
 #include "fuzz.h"
 
 #include <jansson.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tandem/data.h"
 #include "tandem/nn.h"
 #include "tandem/train.h"
 
@@ -102,6 +104,25 @@ static void check_file(const char *path, td_model_t *m) {
                     json_is_object(json_object_get(root, "__metadata__")),
                 "%zu header entries for %zu tensors and __metadata__", json_object_size(root),
                 tensors);
+    /* and tandem's own data reader, which checks the file as the safetensors library does
+     * (offsets tiling the data exactly, metadata of strings), takes every tensor back */
+    char **names;
+    int n;
+    FUZZ_ASSERT(td_safetensors_list(path, &names, &n) == TD_OK,
+                "the data reader refuses the export: %s", td_error_msg());
+    FUZZ_ASSERT((size_t)n == tensors, "the data reader lists %d tensors of %zu", n, tensors);
+    for (int i = 0; i < n; i++) {
+        td_array a;
+        FUZZ_ASSERT(td_safetensors_read(path, names[i], false, &a) == TD_OK,
+                    "the data reader cannot read %s: %s", names[i], td_error_msg());
+        json_t *off = json_object_get(json_object_get(root, names[i]), "data_offsets");
+        size_t b = (size_t)json_integer_value(json_array_get(off, 0));
+        size_t e = (size_t)json_integer_value(json_array_get(off, 1));
+        FUZZ_ASSERT(!memcmp(a.data, buf + 8 + hlen + b, e - b), "tensor %s: other bytes", names[i]);
+        td_array_free(&a);
+        free(names[i]);
+    }
+    free(names);
     json_decref(root);
     free(buf);
 }
