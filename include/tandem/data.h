@@ -99,7 +99,8 @@ td_status td_safetensors_list(const char *path, char ***names, int *count);
 /* CSV as spreadsheets and pandas write it: comma-separated, RFC 4180 quotes, CRLF or LF, an
  * optional header (a first row with a non-numeric field over numeric rows). Every feature
  * column must be numeric; an empty, NaN or non-numeric feature is an error naming the line and
- * the column. The target column may hold numbers or class names. */
+ * the column. The target column may hold numbers or class names.
+ * A NUL byte is an error naming its line and column; a FIFO, device or socket is refused unopened. */
 typedef struct {
     uint64_t rows;
     int cols;             /* feature columns (every column but the target) */
@@ -109,6 +110,7 @@ typedef struct {
     double *target;     /* [rows]: the value, or the class index when class_names is set */
     char **class_names; /* non-numeric targets: the distinct values, sorted; index = class */
     int num_class_names;
+    uint64_t *lines; /* [rows]: the physical line (1-based) each data row starts on, for errors */
 } td_csv;
 /* target: the target column's header name, or its 0-based index; NULL: the last column. */
 td_status td_csv_read(const char *path, const char *target, td_csv *out);
@@ -150,7 +152,16 @@ typedef struct td_dataset td_dataset_t;
 /* Files at least this large keep their arrays (TANDEM_DATA_IN_MEMORY=1 reads them anyway, =0
  * leaves every uncompressed array in its file). */
 #define TD_DATA_STREAM_BYTES ((uint64_t)256 << 20)
+/* Channels per sample (features per row for tables): one mean and std each. A wider CSV or
+ * array is refused when opened, naming the file, its width and this limit. */
 #define TD_DATA_MAX_CHANNELS 4096
+/* Class indices are integers below TD_DATA_MAX_CLASSES. A class count (largest index + 1) above
+ * TD_DATA_SPARSE_CLASSES must be at most TD_DATA_SPARSE_FACTOR times the number of distinct
+ * labels: one stray label (999999 in a file of classes 0-9) would otherwise make a model with a
+ * million outputs. The error names the label, where it is, and says to remap the labels. */
+#define TD_DATA_MAX_CLASSES    1000000
+#define TD_DATA_SPARSE_CLASSES 1024
+#define TD_DATA_SPARSE_FACTOR  4
 
 typedef struct {
     const char *format; /* idx, images, csv, npy, npz, safetensors; NULL or "auto": from the path */
@@ -173,6 +184,12 @@ td_status td_dataset_split(td_dataset_t *ds, double fraction, td_dataset_t **tra
 /* Per-channel mean and standard deviation (ddof 0) of x * scale over every sample, in double,
  * in sample order (the same bits on every rank). mean/std: [td_dataset_channels]. */
 void td_dataset_compute_norm(const td_dataset_t *ds, float *mean, float *std);
+/* Checks that every feature value is finite and within float32's range: TD_ERR_FORMAT naming the
+ * file, the sample and the element of the first that is not. In-memory data was checked when it
+ * was opened (TD_OK at once); a file-backed set is read through, so call it only when something
+ * is wrong (the trainer does when the statistics come out non-finite). Gathering checks every
+ * file-backed record it reads as well. */
+td_status td_dataset_check_finite(const td_dataset_t *ds);
 /* Sets the normalisation: n values each (n == channels, or 1 for all channels). */
 td_status td_dataset_set_norm(td_dataset_t *ds, const float *mean, const float *std, int n);
 /* Checks that `other` (a held-out set) fits ds: the same sample shape, target kind and size. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/array.h"
@@ -220,6 +221,7 @@ static td_status add_row(reader *rd, const row *r) {
         rd->cap_rows = rd->cap_rows ? rd->cap_rows * 2 : 1024;
         c->features = td_xrealloc(c->features, rd->cap_rows * (size_t)c->cols * sizeof(float));
         rd->tvals = td_xrealloc(rd->tvals, rd->cap_rows * sizeof *rd->tvals);
+        c->lines = td_xrealloc(c->lines, rd->cap_rows * sizeof *c->lines);
     }
     float *x = c->features + c->rows * (uint64_t)c->cols;
     int k = 0;
@@ -267,6 +269,7 @@ static td_status add_row(reader *rd, const row *r) {
                         "%s:%llu: the target column %s is %s; drop the row (pandas: df.dropna())",
                         rd->path, (unsigned long long)r->line, c->target_name,
                         shown(t, b, sizeof b));
+    c->lines[c->rows] = r->line;
     rd->tvals[c->rows++] = (char *)t;
     return TD_OK;
 }
@@ -298,6 +301,12 @@ static void finish_target(reader *rd) {
 static td_status read_file(const char *path, char **buf, size_t *len) {
     int fd;
     uint64_t n;
+    struct stat sb; /* before opening: opening a FIFO for reading waits for a writer */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+        return td_error(TD_ERR_INVALID,
+                        "CSV file %s is not a regular file (a FIFO, device or socket); save the "
+                        "data to a file and give that",
+                        path);
     TD_CHECK(td__file_open(path, "CSV file", &fd, &n));
     char *b = n + 1 <= SIZE_MAX ? malloc((size_t)n + 1) : NULL;
     if (!b) {
@@ -319,6 +328,23 @@ static td_status read_file(const char *path, char **buf, size_t *len) {
     return TD_OK;
 }
 
+/* A NUL byte would end the field it is in (fields are NUL-terminated in place), cutting a value
+ * or merging two class names: refused, as Python's csv module refuses it ("line contains NUL").
+ * Lines are counted as the tokenizer counts them outside quotes. */
+static td_status refuse_nul(const char *path, const char *buf, size_t len) {
+    const char *nul = memchr(buf, '\0', len);
+    if (!nul) return TD_OK;
+    uint64_t line = 1;
+    const char *start = buf;
+    for (const char *p = buf; p < nul; p++)
+        if (*p == '\n' || (*p == '\r' && p[1] != '\n')) /* p[1] is at most the NUL */
+            line++, start = p + 1;
+    return td_error(TD_ERR_FORMAT,
+                    "%s:%llu:%llu: a NUL byte; a CSV file is text (one saved as UTF-16 has a NUL "
+                    "in every other byte: save it as UTF-8)",
+                    path, (unsigned long long)line, (unsigned long long)(nul - start + 1));
+}
+
 td_status td_csv_read(const char *path, const char *target, td_csv *out) {
     memset(out, 0, sizeof *out);
     char *buf = NULL;
@@ -328,6 +354,7 @@ td_status td_csv_read(const char *path, const char *target, td_csv *out) {
     reader rd = {.path = path, .out = out};
     row r0 = {0}, r1 = {0}, r = {0};
     tokenizer t = {buf, buf + len, 1};
+    TD_CHECK_GOTO(refuse_nul(path, buf, len), rc, out);
     if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) t.p += 3;
     int got = next_row(&t, &r);
     if (got == 0) {
@@ -449,5 +476,6 @@ void td_csv_free(td_csv *c) {
     free(c->target);
     for (int i = 0; i < c->num_class_names; i++) free(c->class_names[i]);
     free(c->class_names);
+    free(c->lines);
     memset(c, 0, sizeof *c);
 }

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ typedef struct {
     float *targets;     /* real targets [count * target_dim], or NULL */
     int target_dim;
     int num_classes;
+    bool finite; /* every feature value was checked finite when read into memory */
 } storage;
 
 struct td_dataset {
@@ -198,6 +200,32 @@ static double element(const uint8_t *p, td_dtype t, size_t i) {
     return 0;
 }
 
+/* Record r's first value that is not finite (or beyond float32, which every value becomes), as
+ * TD_ERR_FORMAT naming the source, the sample and where in it; TD_OK when all are fine. Integer
+ * dtypes hold nothing to check. */
+static td_status check_record(const storage *st, const char *what, const uint8_t *rec,
+                              uint64_t r) {
+    if (!td_dtype_is_float(st->dtype)) return TD_OK;
+    for (size_t e = 0; e < st->elems; e++) {
+        double v = element(rec, st->dtype, e);
+        if (isfinite(v) && fabs(v) <= FLT_MAX) continue;
+        char where[96];
+        size_t plane = (size_t)st->h * (size_t)st->w;
+        if (plane == 1)
+            snprintf(where, sizeof where, "feature %zu", e);
+        else
+            snprintf(where, sizeof where, "channel %zu, row %zu, column %zu", e / plane,
+                     e % plane / (size_t)st->w, e % (size_t)st->w);
+        return td_error(TD_ERR_FORMAT,
+                        "%s: sample %llu holds %g at element %zu (%s)%s; tandem trains on finite "
+                        "float32 values: drop or fill in those samples (NumPy: keep "
+                        "np.isfinite(x).reshape(len(x), -1).all(axis=1))",
+                        what, (unsigned long long)r, v, e, where,
+                        isfinite(v) ? ", beyond float32's range (3.4e38)" : "");
+    }
+    return TD_OK;
+}
+
 /* The features array becomes the storage's records: moved when in memory, opened when
  * file-backed. */
 static td_status take_features(storage *st, const char *what, td_array *x) {
@@ -210,6 +238,11 @@ static td_status take_features(storage *st, const char *what, td_array *x) {
     st->dtype = x->dtype;
     st->rec_bytes = st->elems * td_dtype_size(x->dtype);
     if (x->data) {
+        /* at read time, naming the sample: a NaN found later only shows as a NaN mean, or as
+         * NaN weights when --mean/--std are given */
+        for (uint64_t r = 0; r < st->count; r++)
+            TD_CHECK(check_record(st, what, (const uint8_t *)x->data + r * st->rec_bytes, r));
+        st->finite = true;
         st->mem = x->data;
         x->data = NULL;
         return TD_OK;
@@ -223,8 +256,40 @@ static td_status take_features(storage *st, const char *what, td_array *x) {
     return TD_OK;
 }
 
-/* Targets: class indices (integers in [0, 2^31), or integral floats when class_targets) or
- * real values [n] / [n, k]. */
+/* The class count st->labels imply (largest + 1) against the labels seen (data.h,
+ * TD_DATA_SPARSE_CLASSES): a few stray large labels must not size the model. lines: CSV rows'
+ * lines for the error, else NULL (samples are named by index). */
+static td_status check_classes(const storage *st, const char *what, const uint64_t *lines) {
+    int k = st->num_classes;
+    if (k <= TD_DATA_SPARSE_CLASSES) return TD_OK;
+    uint8_t *seen = td_xcalloc((size_t)k, 1);
+    uint64_t distinct = 0, at = 0;
+    for (uint64_t i = 0; i < st->count; i++) {
+        int32_t l = st->labels[i];
+        distinct += !seen[l];
+        seen[l] = 1;
+        if (l == k - 1 && st->labels[at] != k - 1) at = i;
+    }
+    free(seen);
+    if ((uint64_t)k <= (uint64_t)TD_DATA_SPARSE_FACTOR * distinct) return TD_OK;
+    char where[48];
+    if (lines)
+        snprintf(where, sizeof where, "line %llu", (unsigned long long)lines[at]);
+    else
+        snprintf(where, sizeof where, "sample %llu", (unsigned long long)at);
+    return td_error(TD_ERR_FORMAT,
+                    "%s: label %d (%s) makes %d classes, but only %llu distinct labels appear; "
+                    "class indices must run from 0 to the number of classes - 1 (above %d "
+                    "classes, at most %d times the labels seen): remap them (NumPy: "
+                    "np.unique(y, return_inverse=True)[1]; pandas: "
+                    "df[col].astype('category').cat.codes), fix the stray label, or for values "
+                    "to predict use --loss mse",
+                    what, k - 1, where, k, (unsigned long long)distinct, TD_DATA_SPARSE_CLASSES,
+                    TD_DATA_SPARSE_FACTOR);
+}
+
+/* Targets: class indices (integers in [0, TD_DATA_MAX_CLASSES), or integral floats when
+ * class_targets) or real values [n] / [n, k]. */
 static td_status take_targets(storage *st, const char *what, const td_array *y,
                               bool class_targets) {
     if (!y->data) return td_error(TD_ERR_INVALID, "%s: targets must be read into memory", what);
@@ -259,12 +324,12 @@ static td_status take_targets(storage *st, const char *what, const td_array *y,
         int32_t hi = -1;
         for (uint64_t i = 0; i < n; i++) {
             double v = element(p, y->dtype, i);
-            if (!(v >= 0 && v < 1e6 && v == floor(v))) {
+            if (!(v >= 0 && v < TD_DATA_MAX_CLASSES && v == floor(v))) {
                 if (dtype_is_int(y->dtype) || v == floor(v))
                     return td_error(TD_ERR_FORMAT,
                                     "%s: target %g of sample %llu is not a class index (0 to "
-                                    "999999); fix the labels",
-                                    what, v, (unsigned long long)i);
+                                    "%d); fix the labels",
+                                    what, v, (unsigned long long)i, TD_DATA_MAX_CLASSES - 1);
                 return td_error(TD_ERR_FORMAT,
                                 "%s: target %g of sample %llu is not a class index; for "
                                 "regression pass --loss mse (or --loss bce for 0/1 labels)",
@@ -274,7 +339,7 @@ static td_status take_targets(storage *st, const char *what, const td_array *y,
             if (st->labels[i] > hi) hi = st->labels[i];
         }
         st->num_classes = hi + 1;
-        return TD_OK;
+        return check_classes(st, what, NULL);
     }
     st->target_dim = (int)k;
     st->targets = td_xmalloc((n * k > 0 ? n * k : 1) * sizeof(float));
@@ -305,6 +370,8 @@ static td_status from_arrays(const char *format, const char *source, td_array *x
 
 /* The flag a path came from, for errors. */
 #define FLAG(o) ((o)->flag ? (o)->flag : "--data")
+
+static td_status refuse_special(const char *path, const td_data_options *o);
 
 static bool has_suffix(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -421,7 +488,17 @@ static td_status open_csv(const char *spec, const td_data_options *o, td_dataset
     td_csv csv;
     TD_CHECK(td_csv_read(spec, o->target, &csv));
     td_status rc = TD_OK;
+    if (csv.cols > TD_DATA_MAX_CHANNELS) {
+        rc = td_error(TD_ERR_FORMAT,
+                      "CSV file %s has %d feature columns; tandem takes at most %d features per "
+                      "sample (each has its own mean and std): select or combine features "
+                      "(e.g. PCA) down to %d",
+                      spec, csv.cols, TD_DATA_MAX_CHANNELS, TD_DATA_MAX_CHANNELS);
+        td_csv_free(&csv);
+        return rc;
+    }
     storage *st = storage_new("csv", spec);
+    st->finite = true; /* td_csv_read refuses nan, inf and values beyond float32 */
     st->count = csv.rows;
     st->c = csv.cols, st->h = 1, st->w = 1;
     st->elems = (size_t)csv.cols;
@@ -434,18 +511,20 @@ static td_status open_csv(const char *spec, const td_data_options *o, td_dataset
         st->labels = td_xmalloc((n ? n : 1) * sizeof(int32_t));
         for (uint64_t i = 0; i < n && rc == TD_OK; i++) {
             double v = csv.target[i];
-            if (!(v >= 0 && v < 1e6 && v == floor(v)))
+            if (!(v >= 0 && v < TD_DATA_MAX_CLASSES && v == floor(v)))
                 rc = td_error(TD_ERR_FORMAT,
-                              "%s: target column %s holds %g (data row %llu), not a class index "
+                              "%s:%llu: target column %s holds %g, not a class index (0 to %d) "
                               "or name; for regression pass --loss mse",
-                              spec, csv.target_name ? csv.target_name : "?", v,
-                              (unsigned long long)i + 1);
+                              spec, (unsigned long long)csv.lines[i],
+                              csv.target_name ? csv.target_name : "?", v,
+                              TD_DATA_MAX_CLASSES - 1);
             else
                 st->labels[i] = (int32_t)v;
             if (rc == TD_OK && st->labels[i] + 1 > st->num_classes)
                 st->num_classes = st->labels[i] + 1;
         }
         if (csv.num_class_names > st->num_classes) st->num_classes = csv.num_class_names;
+        if (rc == TD_OK) rc = check_classes(st, spec, csv.lines);
         if (rc == TD_OK && !csv.num_class_names && st->num_classes > 100 &&
             (uint64_t)st->num_classes * 4 > n)
             TD_LOG_WARN("%s: target column %s gives %d classes for %llu rows; if it holds values "
@@ -529,7 +608,10 @@ static char *find_idx(const char *dir, const char *split, const char *what, int 
 static td_status open_idx_files(const char *images, const char *labels, const char *source,
                                 bool class_targets, td_dataset_t **out) {
     td_idx xi = {0}, yi = {0};
-    td_status rc = td_idx_read(images, TD_IDX_MAGIC_IMAGES, &xi);
+    td_data_options o = {0}; /* the files inside a --data directory: a FIFO would block too */
+    td_status rc = refuse_special(images, &o);
+    if (rc == TD_OK) rc = refuse_special(labels, &o);
+    if (rc == TD_OK) rc = td_idx_read(images, TD_IDX_MAGIC_IMAGES, &xi);
     if (rc == TD_OK) rc = td_idx_read(labels, TD_IDX_MAGIC_LABELS, &yi);
     if (rc == TD_OK) {
         td_array x = {.dtype = TD_DTYPE_U8, .ndim = 3, .data = xi.data};
@@ -602,12 +684,38 @@ static const char *detect(const char *spec) {
     return NULL;
 }
 
+/* A FIFO, device or socket given as data: opening one for reading can wait forever for a
+ * writer, and the readers read a file more than once and at offsets. Refused before anything
+ * opens it. */
+static td_status refuse_special(const char *path, const td_data_options *o) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)) return TD_OK;
+    const char *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO (named pipe)"
+                       : S_ISSOCK(sb.st_mode) ? "a socket"
+                       : S_ISCHR(sb.st_mode)  ? "a character device"
+                       : S_ISBLK(sb.st_mode)  ? "a block device"
+                                              : "not a regular file";
+    return td_error(TD_ERR_INVALID,
+                    "%s %s is %s; tandem reads data from regular files (more than once, and at "
+                    "offsets): save the stream to a file and give that",
+                    FLAG(o), path, kind);
+}
+
 td_status td_dataset_open(const char *spec, const td_data_options *o, td_dataset_t **train,
                           td_dataset_t **test) {
     *train = NULL;
     *test = NULL;
     td_data_options defaults = {.class_targets = true};
     if (!o) o = &defaults;
+    TD_CHECK(refuse_special(spec, o));
+    const char *comma = strchr(spec, ',');
+    if (comma && access(spec, F_OK) != 0) { /* X.npy,Y.npy: each of the pair */
+        char *x = td_xstrndup(spec, (size_t)(comma - spec));
+        td_status rc = refuse_special(x, o);
+        free(x);
+        TD_CHECK(rc);
+        TD_CHECK(refuse_special(comma + 1, o));
+    }
     const char *fmt = o->format && strcmp(o->format, "auto") ? o->format : detect(spec);
     if (!fmt || (strcmp(fmt, "npy") && access(spec, F_OK) != 0)) {
         if (access(spec, F_OK) != 0)
@@ -828,6 +936,8 @@ td_status td_dataset_gather(const td_dataset_t *ds, const uint64_t *ids, int n, 
             convert(ds, st->mem + r * st->rec_bytes, dst);
         } else if (x) {
             td_status rc = read_records(st, r, 1, direct ? (uint8_t *)dst : buf);
+            /* a file-backed set is not read through when opened: each record as it comes */
+            if (rc == TD_OK) rc = check_record(st, st->path, direct ? (uint8_t *)dst : buf, r);
             if (rc != TD_OK) {
                 free(buf);
                 return rc;
@@ -876,8 +986,8 @@ static void set_norm(td_dataset_t *ds, const float *mean, const float *std, int 
                 ds->lut[ch * 256 + v] = ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
 }
 
-/* Visits every sample's record in order, in blocks (a file-backed set is read sequentially). */
-typedef void (*record_fn)(void *user, const uint8_t *rec);
+/* Visits every sample's record r in order, in blocks (a file-backed set is read sequentially). */
+typedef void (*record_fn)(void *user, const uint8_t *rec, uint64_t r);
 
 static void each_record(const td_dataset_t *ds, record_fn fn, void *user) {
     const storage *st = ds->st;
@@ -886,7 +996,7 @@ static void each_record(const td_dataset_t *ds, record_fn fn, void *user) {
     uint8_t *buf = st->mem ? NULL : td_xmalloc(per * st->rec_bytes);
     for (uint64_t i = 0; i < ds->count;) {
         if (st->mem) {
-            fn(user, st->mem + record_of(ds, i) * st->rec_bytes);
+            fn(user, st->mem + record_of(ds, i) * st->rec_bytes, record_of(ds, i));
             i++;
             continue;
         }
@@ -897,7 +1007,7 @@ static void each_record(const td_dataset_t *ds, record_fn fn, void *user) {
                         td_error_msg());
             break;
         }
-        for (uint64_t j = 0; j < k; j++) fn(user, buf + j * st->rec_bytes);
+        for (uint64_t j = 0; j < k; j++) fn(user, buf + j * st->rec_bytes, r + j);
         i += k;
     }
     free(buf);
@@ -910,7 +1020,8 @@ typedef struct {
     const double *mean;
 } stats_acc;
 
-static void hist_rec(void *user, const uint8_t *rec) {
+static void hist_rec(void *user, const uint8_t *rec, uint64_t r) {
+    (void)r;
     stats_acc *a = user;
     size_t plane = (size_t)a->st->h * (size_t)a->st->w;
     for (int ch = 0; ch < a->st->c; ch++) {
@@ -920,7 +1031,8 @@ static void hist_rec(void *user, const uint8_t *rec) {
     }
 }
 
-static void sum_rec(void *user, const uint8_t *rec) {
+static void sum_rec(void *user, const uint8_t *rec, uint64_t r) {
+    (void)r;
     stats_acc *a = user;
     size_t plane = (size_t)a->st->h * (size_t)a->st->w;
     for (int ch = 0; ch < a->st->c; ch++) {
@@ -966,6 +1078,24 @@ void td_dataset_compute_norm(const td_dataset_t *ds, float *mean, float *std) {
     }
     free(sum);
     free(m);
+}
+
+typedef struct {
+    const storage *st;
+    td_status rc;
+} finite_acc;
+
+static void finite_rec(void *user, const uint8_t *rec, uint64_t r) {
+    finite_acc *a = user;
+    if (a->rc == TD_OK) a->rc = check_record(a->st, a->st->path, rec, r);
+}
+
+td_status td_dataset_check_finite(const td_dataset_t *ds) {
+    const storage *st = ds->st;
+    if (st->finite || !td_dtype_is_float(st->dtype)) return TD_OK;
+    finite_acc a = {.st = st, .rc = TD_OK};
+    each_record(ds, finite_rec, &a);
+    return a.rc;
 }
 
 /* ---- Fashion-MNIST, as before ---- */

@@ -25,6 +25,17 @@
 /* Far above any training image, and it bounds what a corrupt header can make us allocate. */
 #define IMAGE_MAX_SIDE   32768u
 #define IMAGE_MAX_PIXELS ((uint64_t)1 << 26)
+/* A progressive JPEG's scans each pass over the whole image, and an empty scan costs a few bytes
+ * of file: a 362 KB file of repeated scans held a data load for 395 s. Encoders write about 10
+ * (libjpeg's default script) and rarely more than a few dozen; libjpeg-turbo's own tools stop
+ * at 500. The work bound keeps a large image's scans to seconds: at most
+ * JPEG_MAX_SCAN_PIXELS pixels over all scans (64 scans of the largest image tandem decodes). */
+#define JPEG_MAX_SCANS       500
+#define JPEG_MAX_SCAN_PIXELS ((uint64_t)1 << 32)
+/* libpng: the ancillary chunks it keeps (text, unknown, sPLT) and the memory one chunk may
+ * decompress to (zTXt, iCCP); libpng 1.6's defaults, stated so they hold whatever the build. */
+#define PNG_MAX_CHUNKS      1000
+#define PNG_MAX_CHUNK_BYTES (8u << 20)
 
 static td_status too_large(const char *name, uint64_t w, uint64_t h) {
     return td_error(TD_ERR_UNSUPPORTED,
@@ -85,6 +96,8 @@ static int png_decode(png_ctx *c) {
     if (setjmp(png_jmpbuf(c->png))) return 1;
     png_set_read_fn(c->png, c, png_read_mem);
     png_set_user_limits(c->png, IMAGE_MAX_SIDE, IMAGE_MAX_SIDE);
+    png_set_chunk_cache_max(c->png, PNG_MAX_CHUNKS);
+    png_set_chunk_malloc_max(c->png, PNG_MAX_CHUNK_BYTES);
     png_read_info(c->png, c->info);
     png_uint_32 w = png_get_image_width(c->png, c->info), h = png_get_image_height(c->png, c->info);
     if (!size_ok(w, h)) {
@@ -145,10 +158,12 @@ typedef struct {
     jmp_buf jump;
     char msg[JMSG_LENGTH_MAX];
     struct jpeg_decompress_struct cinfo;
+    struct jpeg_progress_mgr progress;
+    int max_scans; /* JPEG_MAX_SCANS, less for a large image */
     bool created;
     uint8_t *pixels;
     td_image img;
-    bool too_large, cmyk;
+    bool too_large, cmyk, too_many_scans;
 } jpeg_ctx;
 
 static void jpeg_on_error(j_common_ptr ci) {
@@ -171,6 +186,15 @@ static void jpeg_quiet(j_common_ptr ci) {
     (void)ci;
 }
 
+/* Called as libjpeg reads the input (each row of blocks of every scan): stops at the scan limit,
+ * before the next scan's pass over the image. */
+static void jpeg_on_progress(j_common_ptr ci) {
+    jpeg_ctx *c = (jpeg_ctx *)ci->err;
+    if (((j_decompress_ptr)ci)->input_scan_number <= c->max_scans) return;
+    c->too_many_scans = true;
+    longjmp(c->jump, 1);
+}
+
 static int jpeg_decode(jpeg_ctx *c, const uint8_t *bytes, size_t n) {
     c->cinfo.err = jpeg_std_error(&c->pub);
     c->pub.error_exit = jpeg_on_error;
@@ -187,6 +211,10 @@ static int jpeg_decode(jpeg_ctx *c, const uint8_t *bytes, size_t n) {
         c->too_large = true;
         return 1;
     }
+    c->img.width = (int)w, c->img.height = (int)h; /* for the scan limit's message */
+    c->max_scans = (int)TD_MIN((uint64_t)JPEG_MAX_SCANS, JPEG_MAX_SCAN_PIXELS / (w * h));
+    c->progress.progress_monitor = jpeg_on_progress;
+    c->cinfo.progress = &c->progress;
     switch (c->cinfo.jpeg_color_space) {
     case JCS_GRAYSCALE:
         c->cinfo.out_color_space = JCS_GRAYSCALE;
@@ -224,6 +252,12 @@ static td_status decode_jpeg(const uint8_t *bytes, size_t n, const char *name, t
     if (jpeg_decode(c, bytes, n) != 0) {
         if (c->too_large)
             rc = too_large(name, (uint64_t)c->img.width, (uint64_t)c->img.height);
+        else if (c->too_many_scans)
+            rc = td_error(TD_ERR_UNSUPPORTED,
+                          "image %s: a progressive JPEG (%dx%d) of more than %d scans; encoders "
+                          "write about 10, so the file is damaged or made to stall decoders: "
+                          "re-encode it (PIL: Image.open(p).save(p, quality=95)) or remove it",
+                          name, c->img.width, c->img.height, c->max_scans);
         else if (c->cmyk)
             rc = td_error(TD_ERR_UNSUPPORTED,
                           "image %s is a CMYK JPEG; convert it to RGB (PIL: "

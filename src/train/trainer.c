@@ -679,6 +679,9 @@ static td_status setup_data(trainer *t) {
     td_data_options o = cfg->data_options;
     o.class_targets = cfg->loss == TD_LOSS_CROSS_ENTROPY;
     td_dataset_t *train = NULL, *test = NULL;
+    /* said before the load, which may take minutes: a stop signal now ends the process at once
+     * (tandem train's handler before training starts), and the tests wait for this line */
+    if (cfg->rank == 0) TD_LOG_INFO("data: reading %s", cfg->data_dir);
     TD_CHECK(td_dataset_open(cfg->data_dir, &o, &train, &test));
     t->train = train;
     if (cfg->val_data) {
@@ -711,6 +714,12 @@ static td_status setup_data(trainer *t) {
         t->outputs = td_dataset_target_dim(t->train);
     }
     t->has_acc = cfg->loss != TD_LOSS_MSE;
+    /* the result and the checkpoint hold one mean and std per channel in arrays of this size;
+     * the readers refuse wider data, and this keeps any other source from writing past them */
+    if (td_dataset_channels(t->train) > TD_DATA_MAX_CHANNELS)
+        return td_error(TD_ERR_FORMAT, "%s: %d channels; tandem takes at most %d",
+                        td_dataset_describe(t->train), td_dataset_channels(t->train),
+                        TD_DATA_MAX_CHANNELS);
     if (cfg->rank == 0) {
         TD_LOG_INFO("data: %s", td_dataset_describe(t->train));
         if (t->test)
@@ -743,6 +752,17 @@ static td_status setup_norm(trainer *t) {
             TD_CHECK(r->broadcast(r->user, t->norm_mean, (size_t)C * sizeof(float), 0));
             TD_CHECK(r->broadcast(r->user, t->norm_std, (size_t)C * sizeof(float), 0));
         }
+        /* in-memory data was checked finite when read; a file-backed set shows a NaN or an
+         * infinity here first: find it and name it, rather than blame a --mean never given */
+        for (int i = 0; i < C; i++)
+            if (!isfinite(t->norm_mean[i]) || !isfinite(t->norm_std[i])) {
+                TD_CHECK(td_dataset_check_finite(t->train));
+                return td_error(TD_ERR_FORMAT,
+                                "%s: the mean and std of channel %d come out %g and %g; pass "
+                                "--mean and --std",
+                                td_dataset_describe(t->train), i, (double)t->norm_mean[i],
+                                (double)t->norm_std[i]);
+            }
     }
     return TD_OK;
 }
@@ -1228,7 +1248,7 @@ out:
     out->num_params = t->num_params;
     out->flops_per_sample = t->model ? td_model_flops_per_sample(t->model) : 0;
     out->outputs = t->outputs;
-    if (t->norm_mean && t->train) {
+    if (t->norm_mean && t->train && td_dataset_channels(t->train) <= TD_DATA_MAX_CHANNELS) {
         out->norm_count = td_dataset_channels(t->train);
         memcpy(out->norm_mean, t->norm_mean, (size_t)out->norm_count * sizeof(float));
         memcpy(out->norm_std, t->norm_std, (size_t)out->norm_count * sizeof(float));

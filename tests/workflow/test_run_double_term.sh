@@ -8,9 +8,12 @@
 #   a. two SIGTERMs 50 ms apart to a detached run's supervisor: preempted, exit code 143, the
 #      trainer checkpointed the step it stopped at, the supervisor said it took the second as a
 #      repeat; `tandem run --resume` continues from that checkpoint and succeeds;
-#   b. `timeout --preserve-status 8 tandem run ...` (attached), the shape of the report: exit 143,
-#      preempted, checkpointed. timeout's two SIGTERMs come microseconds apart and usually merge
-#      into one pending signal, so b alone rarely caught the bug; a is the deterministic check.
+#   b. `timeout --preserve-status ... tandem run ...` (attached), the shape of the report: exit
+#      143, preempted, checkpointed. timeout's two SIGTERMs come microseconds apart and usually
+#      merge into one pending signal, so b alone rarely caught the bug; a is the deterministic
+#      check. timeout sends them when its time is up or when it is sent SIGTERM itself: the test
+#      signals it once the run has a checkpoint (a fixed time could end the run while the workers
+#      still load their data, which ends them at once with nothing to checkpoint).
 set -uo pipefail
 B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
 . "${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib/project.sh"
@@ -50,13 +53,13 @@ wait_final() { # run: waits (up to 180 s) for a final status and prints it
   done
   fail "run $1 still '$s' after 180 s"
 }
-wait_ckpts() { # run: waits until the run has written a checkpoint
+wait_ckpts() { # run: waits until the run has written a checkpoint (up to 240 s: a loaded machine)
   local i
-  for i in $(seq 1 600); do
+  for i in $(seq 1 4800); do
     ls "$P/.tandem/runs/$1/checkpoints/" 2>/dev/null | grep -q '^ckpt-.*\.tdck$' && return 0
     sleep 0.05
   done
-  fail "run $1: no checkpoint after 30 s"
+  fail "run $1: no checkpoint after 240 s"
 }
 stop_checkpoint() { # run what: rank 0 stopped by SIGTERM at a step and that step's checkpoint is there
   local log step
@@ -90,11 +93,15 @@ case "$out" in *"resuming from "*"ckpt-$step.tdck"*) ;;
 echo "ok: a. two SIGTERMs 50 ms apart -> preempted (143), checkpoint at step $step, --resume succeeded"
 
 # --- b. timeout(1): SIGTERM to tandem run, then to its process group
-timeout --preserve-status 8 "$B" run long >"$P/long.out" 2>&1
+timeout --preserve-status 600 "$B" run long >"$P/long.out" 2>&1 &
+tpid=$!
+wait_ckpts long-1
+kill -TERM "$tpid" # timeout passes it on: SIGTERM to tandem run, then to its process group
+wait "$tpid"
 rc=$?
 [ "$rc" = 143 ] || fail "b: timeout tandem run exited $rc, expected 143: $(tail -n 5 "$P/long.out")"
 [ "$(field long-1 status)" = preempted ] ||
   fail "b: status $(field long-1 status), note: $(field long-1 note)"
 step=$(stop_checkpoint long-1 b)
-echo "ok: b. timeout --preserve-status 8 tandem run -> preempted (143), checkpoint at step $step"
+echo "ok: b. timeout --preserve-status tandem run, signalled -> preempted (143), checkpoint at step $step"
 echo "test_run_double_term: ok"

@@ -1,5 +1,6 @@
 /* tandem train: parse the flags, run the trainer, map the outcome to an exit code
- * (0 ok, 1 failure, 2 usage, 143/130 stopped by SIGTERM/SIGINT after a checkpoint). */
+ * (0 ok, 1 failure, 2 usage, 143/130 stopped by SIGTERM/SIGINT: after a checkpoint once training
+ * has started, at once before it, when there is nothing to checkpoint). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -271,9 +272,19 @@ static void on_metric(void *user, const char *key, int64_t step, double value) {
     }
 }
 
+/* Before the first step (reading the data, which can take minutes; waiting for peers; loading a
+ * checkpoint) a stop has nothing to save: SIGTERM or SIGINT ends the process at once, with the
+ * code a stop after a checkpoint has, so a launcher treats both alike and a resume simply starts
+ * (or continues) from the checkpoints there are. _exit is async-signal-safe; no --json line. */
+static void exit_before_training(int sig) {
+    _exit(128 + sig);
+}
+
 static void on_started(void *user) {
     metrics_ctx *m = user;
     m->t_train = td_now_s();
+    /* from the first step on, the trainer's handlers: finish the step, checkpoint, return */
+    td_train_install_signal_handlers();
 }
 
 /* A tracked run (TANDEM_RUN_DIR) records what the data decided as its config, through the file
@@ -629,7 +640,12 @@ int cmd_train(int argc, char **argv) {
     cfg.world_size = (int)world;
     cfg.rank = (int)rank;
 
-    td_train_install_signal_handlers();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = exit_before_training;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     td_train_dist *dist = NULL;
     td_status st = TD_OK;
     if (cfg.world_size > 1) {
