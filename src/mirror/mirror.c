@@ -660,7 +660,8 @@ static td_status in_header(td_mirror_in *m) {
         int64_t off, len;
         int used = 0;
         if (sscanf(h + 9, "%511s %" SCNd64 " %" SCNd64 "%n", name, &off, &len, &used) != 3 ||
-            h[9 + used] != '\0' || off < 0 || len < 0 || len > TD_MIRROR_CHUNK)
+            h[9 + used] != '\0' || off < 0 || len < 0 || len > TD_MIRROR_CHUNK ||
+            off > INT64_MAX - len) /* the chunk's end must be an offset too */
             return td_error(TD_ERR_FORMAT, "mirror: malformed frame header '%.80s'", h);
         if (!name_ok(m, name))
             return td_error(TD_ERR_FORMAT,
