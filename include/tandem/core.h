@@ -187,7 +187,10 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
     X(SPOT_WATCH_PERIOD, "2",                                                                      \
       "launch with TANDEM_SPOT_WATCH=1: seconds between two looks at the instance metadata")       \
     X(DATA_IN_MEMORY, "auto",                                                                      \
-      "--data arrays: auto (files of 256 MiB or more are read as needed), 1 (all read), 0 (none)")
+      "--data arrays: auto (files of 256 MiB or more are read as needed), 1 (all read), 0 (none)") \
+    X(EXIT_GRACE, "300",                                                                           \
+      "run: seconds workers that all finished (tandem.finish) may take to exit; then the run "     \
+      "stops them and ends (0 = wait)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,
@@ -214,6 +217,8 @@ void td_env_print(FILE *out);
     X(LOCAL_WORLD_SIZE, "launch", "number of workers on this node")                                \
     X(GROUP_RANK, "launch", "rank of this node (node agent) among the nodes")                      \
     X(GROUP_WORLD_SIZE, "launch", "number of nodes")                                               \
+    X(NODE_RANK, "launch", "as GROUP_RANK (not torchrun's: Lightning and others read it)")         \
+    X(NUM_NODES, "launch", "as GROUP_WORLD_SIZE (not torchrun's)")                                 \
     X(ROLE_RANK, "launch", "torchrun: equal to RANK (one role)")                                   \
     X(ROLE_WORLD_SIZE, "launch", "torchrun: equal to WORLD_SIZE")                                  \
     X(ROLE_NAME, "launch", "torchrun: always 'default'")                                           \
@@ -223,7 +228,9 @@ void td_env_print(FILE *out);
     X(TORCHELASTIC_MAX_RESTARTS, "launch", "--max-restarts")                                       \
     X(TORCHELASTIC_RUN_ID, "launch", "--rdzv-id (the run id under tandem run)")                    \
     X(TORCHELASTIC_USE_AGENT_STORE, "launch", "False: torch builds its store at MASTER_ADDR")      \
-    X(OMP_NUM_THREADS, "launch", "cores / LOCAL_WORLD_SIZE unless already set")                    \
+    X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "launch", "as inherited, else 1 (torchrun's default)")        \
+    X(OMP_NUM_THREADS, "launch",                                                                   \
+      "as inherited, else cores / LOCAL_WORLD_SIZE (torchrun: 1 with several workers)")            \
     X(OPENBLAS_CORETYPE, "launch",                                                                 \
       "several nodes: node 0's OpenBLAS core on every node, so all ranks run one BLAS kernel")     \
     X(TANDEM_NUM_THREADS, "launch", "tandem's compute threads, as OMP_NUM_THREADS unless set")     \

@@ -263,6 +263,26 @@ bool td_exec_stop_requested(td_rundb *store, const char *run_id);
 /* asked() for a job (a const td_exec_job *): td_exec_stop_requested of its run. */
 bool td_exec_stop_asked(void *job);
 
+/* ---- the run's working directory (RUN/work) ----
+ * The project's entries are copied into it, never linked (issue 30; src/exec/workdir.c): a
+ * script writing a name the project has writes its own file. td_exec_work_copy copies the entry
+ * `from` (a file, a directory with everything under it but .tandem, or a symbolic link, made
+ * again as it is) to `to`, which must not exist, with the same base name: cloned (a reflink)
+ * where the file system can, else copied. stats adds up what it did. */
+typedef struct {
+    int64_t files, links, skipped; /* regular files; links made again; FIFOs, sockets, devices */
+    int64_t cloned_bytes, copied_bytes;
+} td_exec_copy_stats;
+td_status td_exec_work_copy(const char *from, const char *to, td_exec_copy_stats *stats);
+/* Whether the entry `from` is small enough to copy into every run: at most
+ * TD_EXEC_WORK_COPY_MAX_BYTES in at most TD_EXEC_WORK_COPY_MAX_FILES regular files (links not
+ * followed). A larger one (a virtual environment, a build tree, a data set kept in the project)
+ * is linked instead, as before issue 30, and said so: a copy per run would cost its size in time
+ * and disk each run. *bytes_out, *files_out (may be NULL): what was counted, up to past a limit. */
+#define TD_EXEC_WORK_COPY_MAX_BYTES ((int64_t)64 << 20)
+#define TD_EXEC_WORK_COPY_MAX_FILES 4096
+bool td_exec_work_copyable(const char *from, int64_t *bytes_out, int64_t *files_out);
+
 /* ---- how the node agents ended: their end records (endrec.h), for every carrier ----
  * Each node's `tandem launch` writes RUN/end/node-N.json (the local carrier's launchers directly,
  * a remote node's over its link or into the shared run directory). What the supervisor takes

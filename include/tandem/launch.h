@@ -104,6 +104,18 @@ int td_launch_visible_gpus(const char *cvd, int ndevices);
 /* NVIDIA GPUs the driver shows this machine (its /proc/driver/nvidia/gpus entries: no library
  * to load, nothing initialised); 0 without the driver. */
 int td_launch_driver_gpus(void);
+/* torchrun's worker counts (torch/distributed/run.py, determine_local_world_size), the one rule
+ * for every place a count is taken (tandem launch --nproc-per-node, a workflow's nproc_per_node,
+ * tandem run --nproc-per-node): a number; gpu, one worker per GPU visible here and an error
+ * without one; cpu, one per core; auto, gpu where a GPU is visible, else cpu. A core is one
+ * this process may run on (its affinity), where torchrun's os.cpu_count() counts the machine's.
+ * cuda_count (NULL: none) is CUDA's device count where the caller has CUDA; without it, the
+ * driver's GPUs as CUDA_VISIBLE_DEVICES narrows them. *note (may be NULL) gets what was counted
+ * ("--nproc-per-node auto: 8 workers, one per core (no NVIDIA driver ...)"), "" for a number.
+ * TD_ERR_USAGE naming what (the flag or field), the value and what is accepted. */
+bool td_launch_nproc_is_spec(const char *val); /* gpu, auto or cpu */
+td_status td_launch_nproc_resolve(const char *what, const char *val, int (*cuda_count)(void),
+                                  int *out, char *note, size_t cap);
 /* The Python that runs a worker script (SCRIPT.py, or -m MODULE), torchrun's sys.executable for a
  * launcher that is not Python itself: the first of $TANDEM_PYTHON (a Python entry point sets it
  * to its own interpreter), $PYTHON_EXEC (torchrun's override), $PYTHON, the active virtual

@@ -96,7 +96,7 @@ typedef struct td_run {
     X(ARTIFACTS, "artifacts", "the declared outputs, copied at the end")                           \
     X(ARTIFACTS_S3, "artifacts-s3.json", "artifacts: {to: s3://...}: where each one was uploaded") \
     X(CHECKPOINTS, "checkpoints", "the trainer's checkpoints (TANDEM_CHECKPOINT_DIR)")             \
-    X(WORK, "work", "the commands' working directory: the project's entries linked in")            \
+    X(WORK, "work", "the commands' working directory: the project's entries copied in")            \
     X(END, "end", "end/node-N.json: how each node's launcher ended (endrec.h)")                    \
     X(TOKEN, "token", "the rendezvous and link secret, 0600")                                      \
     X(CODE_TAR, "code.tar", "the run's code, sent to nodes without a shared file system")          \
@@ -105,7 +105,8 @@ typedef struct td_run {
     X(SSH_HOSTS, "ssh-hosts", "the ssh executor's hosts, one per node")                            \
     X(INSTANCES, "instances.json", "the aws executor's instances: type, market, lifetime, end")    \
     X(SDK, "sdk.json", "the Python SDK's config, summary, name and tags; read into the record")    \
-    X(IMPORTED, "imported.json", "tandem import: the offline run this run was made from")
+    X(IMPORTED, "imported.json", "tandem import: the offline run this run was made from")         \
+    X(SDK_INBOX, "sdk-inbox", "a remote node 0's sdk.json as it arrives (its link), then moved up")
 
 #define TD__RUN_PATH_ID(id, name, doc) TD_RUN_PATH_##id,
 typedef enum { TD_RUN_LAYOUT(TD__RUN_PATH_ID) TD_RUN_PATH_COUNT } td_run_path_id;

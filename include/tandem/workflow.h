@@ -44,6 +44,10 @@ typedef struct td_workflow {
                         * (packages, a build on a fresh machine): tandem launch --node-setup */
     size_t nnode_setup;
     int nodes, nproc_per_node; /* default 1 */
+    /* nproc_per_node: gpu, auto or cpu as written (torchrun's words; "" for a number): counted
+     * on the machine the workers run on with td_launch_nproc_resolve before the run starts
+     * (tandem run does), nproc_per_node 0 until then */
+    char nproc_spec[8];
     td_kv *env;
     size_t nenv;
     /* `secrets: [NAME, ...]`: variables whose values tandem run takes from its own environment
@@ -90,6 +94,19 @@ void td_workflow_file_free(td_workflow_file *wf);
 /* TD_ERR_NOTFOUND listing the known names when there is no such workflow. */
 td_status td_workflow_find(const td_workflow_file *wf, const char *name, const td_workflow **out);
 
+/* Executor settings from YAML (tandem run --profile FILE, and the flags of a command run): a
+ * mapping with the workflow's own keys for where and how it runs (executor, nodes,
+ * nproc_per_node, slurm, ssh, aws, env, secrets, node_setup, checkpoint_dir, artifacts,
+ * max_restarts, max_duration), parsed by the workflow file's parser into w over what w holds:
+ * a scalar or a list replaces w's, an executor section's fields replace those fields only.
+ * name is used in messages ("FILE:LINE:COL: FIELD: ..."). Call td_workflow_check after the
+ * last one. */
+td_status td_workflow_apply_settings(td_workflow *w, const char *text, size_t nbytes,
+                                     const char *name);
+/* What the fields must say together (an executor's section only with it, what each executor
+ * needs, ssh hosts matching nodes, env and secrets apart), as for a workflow in a file; name
+ * is used in messages. */
+td_status td_workflow_check(td_workflow *w, const char *name);
 /* "key=value": replaces the param's value or adds the param. */
 td_status td_workflow_set_param(td_workflow *w, const char *assignment);
 /* Deep copy (for applying overrides without touching the file's entry). */

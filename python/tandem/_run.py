@@ -25,6 +25,30 @@ RESERVED_KEYS = ("step", "time", "rank", "key", "value", "event")
 INT64_MAX = (1 << 63) - 1
 
 
+# The process's end as a typed record for the supervisor (src/exec/sdkend.c, docs/runs.md "How
+# the workers ended"): one JSON line per event appended to sdk-end-RANK.jsonl beside the rank's
+# metrics file (so it travels over the node's link as metrics do): "finish" when the script
+# finished its run (tandem.finish(), explicitly or at interpreter exit) and "killed" when a
+# SIGTERM ended a script that never asks tandem.should_stop(). A worker that finished and does
+# not exit is then reported as hanging at exit, and a stop's record says which ranks were killed.
+SDK_END_RECORD = "tandem.sdk.end"
+_live = None  # the Run of this process, for the SIGTERM handler's record
+
+
+def _process_identity():
+    """(boot id, start time in clock ticks) of this process: with the pid, what tells the
+    supervisor on the same machine whether the process still lives (a pid can be reused)."""
+    boot = start = None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        pass
+    return boot, start
+
+
 class TandemError(RuntimeError):
     """A call the run cannot take (no run yet, a run that is not live, a finished run)."""
 
@@ -240,6 +264,11 @@ class Run:
         self.artifacts_dir = os.path.join(self.dir, "artifacts")
         self.sdk_json = os.path.join(self.dir, "sdk.json")
 
+        self.end_path = os.path.join(os.path.dirname(self.metrics_path) or ".",
+                                     f"sdk-end-{self.rank}.jsonl")
+        global _live
+        _live = self
+
         self.config = _Record(None, "config")
         self.summary = _Record(None, "summary")
         old = self._read_sdk_json() if self.logs else None
@@ -448,6 +477,13 @@ class Run:
         """log() of the keys of data not logged at `step` yet (all of them at a later step): for
         the frameworks, which log some keys again at the same step (Lightning adds "epoch" to
         every call; the Trainer's last evaluation repeats its eval_* values)."""
+        if step == self._last_step and self._step_keys is None:
+            # The step of the checkpoint this attempt resumed from: the earlier attempt stored
+            # it. A framework that resumed at its last step logs its end-of-training values
+            # there (the HF Trainer's train_runtime, train_loss): they are not stored twice and
+            # do not fail a run that has finished training; the integration keeps them for the
+            # summary (W&B's summary holds a run's final values the same way).
+            return
         if step == self._last_step and self._step_keys:
             data = {k: v for k, v in data.items() if k not in self._step_keys}
             if not data:
@@ -512,6 +548,26 @@ class Run:
             # read/write bits for owner and group only (docs/runs.md)
             write_atomic(dest, f, mode=os.fstat(f.fileno()).st_mode & 0o660 or 0o600)
 
+    def write_end_record(self, event, **fields):
+        """One line of this rank's end record (see SDK_END_RECORD), every rank; never raises."""
+        if self._forked():
+            return
+        boot, start = _process_identity()
+        doc = {"record": SDK_END_RECORD, "version": 1, "event": event, "rank": self.rank,
+               "world_size": self.world_size, "restart": self.restart_count,
+               "time": time.time(), "pid": os.getpid(), "boot_id": boot, "start_ticks": start}
+        doc.update(fields)
+        try:
+            os.makedirs(os.path.dirname(self.end_path) or ".", exist_ok=True)
+            fd = os.open(self.end_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                         0o644)
+            try:
+                os.write(fd, (json.dumps(doc) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
     def finish(self, exit_code=None):
         if self.closed:
             return
@@ -520,6 +576,9 @@ class Run:
             self.closed = True
             return
         try:
+            if self.mode == "tracked":
+                self.write_end_record("finish", exit_code=exit_code,
+                                      stop_requested=_stop_requested())
             self._write_sdk_json()
             if self.mode != "tracked" and self.logs and self.rank == 0:
                 self._write_offline_json("finished", exit_code)
@@ -545,7 +604,13 @@ class _StopFlag:
             prev(signum, frame)
         elif prev in (signal.SIG_DFL, None) and not self.polled:
             # A script that never asks should_stop() would not notice: end it as SIGTERM
-            # would have without the SDK (the launcher sees a worker killed by SIGTERM).
+            # would have without the SDK (the launcher sees a worker killed by SIGTERM). Said
+            # first as a typed record: through the shell in front of the script the kill looks
+            # like an exit with 143, which is a checkpoint's code.
+            run = _live
+            if run is not None and run.mode == "tracked" and not run._forked():
+                run.write_end_record("killed", signal=int(signal.SIGTERM),
+                                     finished=run.closed)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -558,6 +623,12 @@ class _StopFlag:
         except ValueError:  # not the main thread
             print("tandem: init() outside the main thread: SIGTERM is not watched, "
                   "tandem.should_stop() stays False", file=sys.stderr, flush=True)
+
+
+def _stop_requested():
+    mod = sys.modules.get("tandem")
+    flag = getattr(mod, "_stop", None)
+    return bool(flag and flag.requested)
 
 
 def ask_for_sigterm_when_orphaned():

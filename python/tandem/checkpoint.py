@@ -8,6 +8,15 @@ and a rename (a kill mid-save leaves the previous checkpoint whole), with torch.
 is importable, else pickle. Loading one writes the resume line ({"event": "resume", "step": S})
 to this rank's metrics file, so the store drops the points logged after S and no step is
 stored twice (docs/runs.md, "Metrics").
+
+Every rank resumes from the same checkpoint: TANDEM_RESUME_STEP when set (the step the user
+names), else the newest one rank 0 can read; with torch.distributed initialized rank 0 decides
+and tells the others, and a rank whose own directory lacks that file (another host, no shared
+disk) gets its bytes from rank 0.
+
+The names and the commit rule are the checkpoint contract of include/tandem/ckpt.h, mirrored
+here (parse_name, build_name, is_committed, committed); tests/core/ckpt_names.txt holds the
+vectors both the C and this side are tested against.
 """
 import os
 import pickle
@@ -16,7 +25,80 @@ import sys
 
 from . import _run
 
-_NAME = re.compile(r"^step-(\d+)\.pt$")
+# ---- the checkpoint contract (include/tandem/ckpt.h; vectors: tests/core/ckpt_names.txt) ----
+TDCK, SDK, LIGHTNING, HF = "tdck", "sdk", "lightning", "hf"
+MARKER = ".tandem-committed"        # tandem's commit marker of a directory checkpoint
+HF_MARKER = "trainer_state.json"     # the HF Trainer writes it last into checkpoint-STEP/
+_FRAMED = ((TDCK, re.compile(r"^ckpt-([0-9]{1,18})\.tdck$")),
+           (SDK, re.compile(r"^step-([0-9]{1,18})\.pt$")),
+           (HF, re.compile(r"^checkpoint-([0-9]{1,18})$")))
+_LIGHTNING_STEP = re.compile(r"step=([0-9]*)")
+
+
+def parse_name(name):
+    """(kind, step) of a checkpoint directory entry's name (step -1: none in the name, as
+    Lightning's last.ckpt), or None when it is no checkpoint's name."""
+    if not name or name[0] == "." or "/" in name:
+        return None
+    for kind, rx in _FRAMED:
+        m = rx.match(name)
+        if m:
+            return kind, int(m.group(1))
+    if len(name) > 5 and name.endswith(".ckpt"):
+        steps = _LIGHTNING_STEP.findall(name[:-5])
+        if steps and 1 <= len(steps[-1]) <= 18:
+            return LIGHTNING, int(steps[-1])
+        return LIGHTNING, -1
+    return None
+
+
+def build_name(kind, step):
+    """The name of kind's checkpoint of step (the SDK's: step-<12 digits>.pt)."""
+    step = int(step)
+    if step < 0 or step > 999999999999999999:
+        raise ValueError(f"checkpoint step {step} is out of range")
+    if kind == TDCK:
+        return f"ckpt-{step}.tdck"
+    if kind == SDK:
+        return f"step-{step:012d}.pt"
+    if kind == HF:
+        return f"checkpoint-{step}"
+    raise ValueError(f"tandem names no checkpoint of kind {kind!r}")
+
+
+def _regular(p):
+    return os.path.isfile(p) and not os.path.islink(p)
+
+
+def is_committed(directory, name):
+    """Whether directory/name is a committed checkpoint: a file kind renamed into place (a
+    regular file), a directory kind holding its commit marker (MARKER or HF_MARKER)."""
+    parsed = parse_name(name)
+    if parsed is None:
+        return False
+    p = os.path.join(directory, name)
+    if parsed[0] != HF:
+        return _regular(p)
+    return (os.path.isdir(p) and not os.path.islink(p) and
+            (_regular(os.path.join(p, MARKER)) or _regular(os.path.join(p, HF_MARKER))))
+
+
+def committed(directory, kinds=None):
+    """[(step, kind, name)] of the committed checkpoints in directory, newest step first (those
+    without a step last, by name); kinds: an iterable of kinds to keep (None: all)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for n in names:
+        parsed = parse_name(n)
+        if parsed and (kinds is None or parsed[0] in kinds) and is_committed(directory, n):
+            out.append((parsed[1], parsed[0], n))
+    out.sort(key=lambda e: (-e[0], e[2]))
+    return out
+
+
 _ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format (since torch 1.6)
 
 
@@ -47,23 +129,13 @@ def dir():
 
 def path_for(step):
     """The file a checkpoint of `step` is saved to."""
-    return os.path.join(_current("path_for").checkpoint_dir, f"step-{int(step):012d}.pt")
+    return os.path.join(_current("path_for").checkpoint_dir, build_name(SDK, step))
 
 
 def list_checkpoints():
     """[(step, path)] of the run's checkpoints, newest first."""
     d = _current("list_checkpoints").checkpoint_dir
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return []
-    found = []
-    for n in names:
-        m = _NAME.match(n)
-        if m and os.path.isfile(os.path.join(d, n)) and not os.path.islink(os.path.join(d, n)):
-            found.append((int(m.group(1)), os.path.join(d, n)))
-    found.sort(reverse=True)
-    return found
+    return [(step, os.path.join(d, n)) for step, _, n in committed(d, (SDK,))]
 
 
 def save(state, step, keep=2, barrier=True):
@@ -78,9 +150,10 @@ def save(state, step, keep=2, barrier=True):
     path = None
     if run.rank == 0:
         os.makedirs(run.checkpoint_dir, exist_ok=True)
-        path = os.path.join(run.checkpoint_dir, f"step-{step:012d}.pt")
+        name = build_name(SDK, step)
+        path = os.path.join(run.checkpoint_dir, name)
         payload = {"tandem_checkpoint": 1, "step": step, "state": state}
-        tmp = os.path.join(run.checkpoint_dir, f".step-{step:012d}.pt.tmp.{os.getpid()}")
+        tmp = os.path.join(run.checkpoint_dir, f".{name}.tmp.{os.getpid()}")
         torch = _torch()
         try:
             with open(tmp, "wb") as f:
@@ -113,8 +186,10 @@ def save(state, step, keep=2, barrier=True):
     return path
 
 
-def _load(path, map_location):
-    with open(path, "rb") as f:
+def _load(path, map_location, data=None):
+    """The payload of the checkpoint at path (or of its bytes, data)."""
+    import io
+    with (io.BytesIO(data) if data is not None else open(path, "rb")) as f:
         head = f.read(4)
         f.seek(0)
         if head == _ZIP_MAGIC:
@@ -126,25 +201,91 @@ def _load(path, map_location):
         return pickle.load(f)
 
 
+def _named_step():
+    """TANDEM_RESUME_STEP: the step every rank resumes from (None: the newest)."""
+    v = os.environ.get("TANDEM_RESUME_STEP", "").strip()
+    if not v:
+        return None
+    if not v.isdigit():
+        raise _run.TandemError(f"TANDEM_RESUME_STEP={v!r}: expected the step of a checkpoint, "
+                               f"an integer >= 0 (unset it to resume from the newest)")
+    return int(v)
+
+
+def _pick(run, named, map_location):
+    """(step, payload) this process would resume from on its own: the named step, else the
+    newest checkpoint that loads; (None, None) when none. Raises when the named one is
+    missing or unreadable."""
+    if named is not None:
+        path = os.path.join(run.checkpoint_dir, build_name(SDK, named))
+        if not is_committed(run.checkpoint_dir, build_name(SDK, named)):
+            have = [s for s, _ in list_checkpoints()]
+            raise _run.TandemError(f"TANDEM_RESUME_STEP={named}: no checkpoint {path} (this "
+                                   f"directory holds steps {have or 'none'})")
+        return named, _load(path, map_location)
+    for step, path in list_checkpoints():
+        try:
+            return step, _load(path, map_location)
+        except Exception as e:
+            print(f"tandem: checkpoint {path} cannot be read ({type(e).__name__}: {e}); "
+                  f"trying the one before it", file=sys.stderr, flush=True)
+    return None, None
+
+
 def load_latest(always=False, map_location=None):
-    """(state, step) of the newest checkpoint that loads, when this process resumes a run
+    """(state, step) of the checkpoint this run resumes from, when this process resumes a run
     (TANDEM_RESUME=1 from `tandem run --resume`, or a launcher restart after a worker died:
     TANDEM_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT > 0), or always with always=True; else
-    (None, 0). A newest file that cannot be read is skipped with a warning and the one before
-    it is tried. Loading writes the resume line for this rank's metrics; resuming with no
-    checkpoint at all writes one at step -1 (every point of the earlier attempts goes).
+    (None, 0). Which one: TANDEM_RESUME_STEP when set, else the newest that loads (a newest
+    file that cannot be read is skipped with a warning and the one before it is tried).
+    With torch.distributed initialized, rank 0 picks it and every rank resumes from that same
+    step: a rank whose directory lacks the file (another host without a shared disk) gets its
+    bytes from rank 0. Loading writes the resume line for this rank's metrics; resuming with
+    no checkpoint at all writes one at step -1 (every point of the earlier attempts goes).
     Every rank calls it (each needs the state); map_location goes to torch.load."""
     run = _current("load_latest")
     run._check_live("checkpoint.load_latest")
     if not (always or run.resuming):
         return None, 0
-    for step, path in list_checkpoints():
-        try:
-            payload = _load(path, map_location)
-        except Exception as e:
-            print(f"tandem: checkpoint {path} cannot be read ({type(e).__name__}: {e}); "
-                  f"trying the one before it", file=sys.stderr, flush=True)
-            continue
+    import tandem
+    named = _named_step()
+    dist = tandem._distributed()
+    if dist is None:
+        step, payload = _pick(run, named, map_location)
+    else:
+        step, payload, decision = None, None, [None]
+        if dist.get_rank() == 0:
+            try:
+                step, payload = _pick(run, named, map_location)
+                decision = [step]
+            except Exception as e:
+                decision = [f"rank 0: {e}"]
+        dist.broadcast_object_list(decision, src=0)
+        if isinstance(decision[0], str):
+            raise _run.TandemError(f"tandem.checkpoint.load_latest: {decision[0]}")
+        step = decision[0]
+        have = True
+        if step is not None and dist.get_rank() != 0:
+            name = build_name(SDK, step)
+            have = is_committed(run.checkpoint_dir, name)
+            if have:
+                try:
+                    payload = _load(os.path.join(run.checkpoint_dir, name), map_location)
+                except Exception:
+                    have = False
+        haves = [None] * dist.get_world_size()
+        dist.all_gather_object(haves, have)
+        if step is not None and not all(haves):
+            data = [None]
+            if dist.get_rank() == 0:
+                with open(os.path.join(run.checkpoint_dir, build_name(SDK, step)), "rb") as f:
+                    data = [f.read()]
+            dist.broadcast_object_list(data, src=0)
+            if not have:
+                print(f"tandem: resuming from rank 0's checkpoint of step {step} (not in "
+                      f"{run.checkpoint_dir} on this host)", file=sys.stderr, flush=True)
+                payload = _load(build_name(SDK, step), map_location, data[0])
+    if step is not None:
         if isinstance(payload, dict) and payload.get("tandem_checkpoint") == 1:
             state, step = payload.get("state"), int(payload.get("step", step))
         else:

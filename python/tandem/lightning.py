@@ -126,3 +126,47 @@ def _warn_dirpath(ck):
     warnings.warn(f"tandem.lightning: TANDEM_CHECKPOINT_DIR={ck} does not end in "
                   f"'checkpoints': ModelCheckpoint would write beside it; pass "
                   f"ModelCheckpoint(dirpath=tandem.checkpoint.dir())", stacklevel=3)
+
+
+def _refuse_spawn_mode():
+    """Lightning's own launch (one process, Trainer(devices=N), as dstack starts it) under a
+    launcher that already started this process as one of WORLD_SIZE workers: Lightning then
+    sees torchrun's environment and fails with a bare ValueError on the world size. tandem
+    starts one process per device and Lightning none, so the fix is in the launch, and this
+    says which line to change, before the first step (at the start of fit)."""
+    try:
+        from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
+    except ImportError:
+        try:
+            from lightning_fabric.plugins.environments.torchelastic import (
+                TorchElasticEnvironment)
+        except ImportError:
+            return
+    orig = TorchElasticEnvironment.validate_settings
+    if getattr(orig, "_tandem", False):
+        return
+
+    def validate_settings(self, num_devices, num_nodes):
+        try:
+            return orig(self, num_devices, num_nodes)
+        except ValueError as e:
+            if "TANDEM_STORE_ADDR" not in os.environ:  # not a tandem worker: Lightning's word
+                raise
+            env = os.environ
+            world, local = env.get("WORLD_SIZE", "?"), env.get("LOCAL_WORLD_SIZE", "?")
+            nodes = env.get("NUM_NODES", env.get("GROUP_WORLD_SIZE", "?"))
+            raise ValueError(
+                f"tandem started this script as {world} worker(s), {local} per node on {nodes} "
+                f"node(s), but Trainer(devices={num_devices}, num_nodes={num_nodes}) asks "
+                f"Lightning to start {num_devices * num_nodes} processes itself. Under tandem, "
+                f"tandem starts one process per device: set nproc_per_node: {num_devices} "
+                f"(and nodes: {num_nodes}) in the workflow, or run tandem run --nproc-per-node "
+                f"{num_devices} -- python ... (tandem launch --nproc-per-node {num_devices}), "
+                f"and keep devices={num_devices}; or make the Trainer match the launch: "
+                f"Trainer(devices={local}, num_nodes={nodes})") from e
+
+    validate_settings._tandem = True
+    TorchElasticEnvironment.validate_settings = validate_settings
+
+
+_refuse_spawn_mode()

@@ -327,6 +327,19 @@ void td__exec_echo_rank_log(td__echo *echo, const char *name, const char *bytes,
     }
 }
 
+void td__exec_record_arrived(const td_run *run, const char *name) {
+    const char *rec = td_run_path_name(TD_RUN_PATH_SDK_INBOX);
+    size_t rlen = strlen(rec);
+    if (strncmp(name, rec, rlen) || strcmp(name + rlen, "/sdk.json")) return;
+    char *from = td_xasprintf("%s/%s", run->run_dir, name);
+    char *to = td_run_path(run->run_dir, TD_RUN_PATH_SDK);
+    if (rename(from, to) != 0)
+        TD_LOG_WARN("the script's sdk.json from node 0: moving %s to %s: %s", from, to,
+                    strerror(errno));
+    free(from);
+    free(to);
+}
+
 /* ---- the end of a run ---- */
 int td__exec_fail(const td_exec_job *job, double t0, const char *fmt, ...) {
     td__exec_outcome o = {.status = TD_RUN_FAILED, .exit_code = -2, .cli_code = 1};

@@ -163,6 +163,31 @@ typedef struct {
     td__echo_file files[64];
 } td__echo;
 void td__exec_echo_rank_log(td__echo *echo, const char *name, const char *bytes, size_t n);
+/* The script's record from a node that does not share the run directory (the "record" opening
+ * line: node 0's agent sends its RUN/sdk.json as sdk-inbox/sdk.json whenever it changes, and
+ * its artifacts/ files at the end, into the same names here): the mirror prefixes a receiver
+ * takes for it, and what a whole file's arrival does (sdk-inbox/sdk.json replaces RUN/sdk.json,
+ * which the supervisor's ingest timer then reads). */
+#define TD__EXEC_RECORD_PREFIXES                                                                   \
+    td_run_path_name(TD_RUN_PATH_SDK_INBOX), td_run_path_name(TD_RUN_PATH_ARTIFACTS)
+void td__exec_record_arrived(const td_run *run, const char *name);
+
+/* ---- the Python SDK's end records (sdkend.c): RUN/metrics/sdk-end-RANK.jsonl ---- */
+typedef struct {
+    bool finished;      /* the script finished its run (tandem.finish, or at interpreter exit) */
+    double finish_time; /* wall clock */
+    int exit_code;      /* the one passed to tandem.finish, or -1 */
+    bool killed;        /* a SIGTERM ended it (a script that never asks tandem.should_stop) */
+    int signal;
+    long long pid, start_ticks; /* the process, for a look at it on this machine */
+    char boot_id[40];
+} td__sdk_end;
+/* Each rank's (0 .. world-1) lines written at `since` (wall clock) or later into out[world];
+ * returns how many ranks have one. */
+int td__sdk_ends_read(const char *run_dir, int world, double since, td__sdk_end *out);
+/* Whether the process of a record still lives: 1 yes, 0 no, -1 not known (it ran on another
+ * machine, or the record does not say). */
+int td__sdk_end_alive(const td__sdk_end *e);
 
 /* ---- the nodes' links back to the supervisor (links.c) ---- */
 typedef struct td__links td__links;

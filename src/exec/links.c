@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "exec/internal.h"
+#include "tandem/ckpt.h"
 #include "tandem/loop.h"
 #include "tandem/mirror.h"
 
@@ -139,44 +140,34 @@ struct td__links {
  * this is belt and braces). */
 #define CKPT_KEEP 2
 
-/* The steps of RUN/ckpt_rel/ckpt-STEP.tdck, newest first; *n of them. Caller frees. */
-static long long *ckpt_steps(const td__links *l, size_t *n) {
-    *n = 0;
+/* The file checkpoints that travel over the links (tandem/ckpt.h): tandem train's, the SDK's and
+ * Lightning's; a directory (HF's checkpoint-N/) does not (yet). */
+#define CKPT_LINK_KINDS (TD_CKPT_TDCK | TD_CKPT_SDK | TD_CKPT_LIGHTNING)
+
+/* The committed checkpoints of RUN/ckpt_rel, newest first; *n of them. */
+static td_ckpt_entry *ckpt_list(const td__links *l, int *n) {
     char *dir = td_xasprintf("%s/%s", l->job->run->run_dir, l->ckpt_rel);
-    DIR *d = opendir(dir);
+    td_ckpt_entry *v = td_ckpt_list(dir, CKPT_LINK_KINDS, n);
     free(dir);
-    if (!d) return NULL;
-    long long *v = NULL, step;
-    size_t cap = 0;
-    int used;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) != 1 ||
-            used != (int)strlen(e->d_name))
-            continue;
-        if (*n == cap) v = td_xrealloc(v, (cap = cap ? 2 * cap : 8) * sizeof *v);
-        size_t i = (*n)++;
-        for (; i > 0 && v[i - 1] < step; i--) v[i] = v[i - 1];
-        v[i] = step;
-    }
-    closedir(d);
     return v;
 }
 
-/* A whole file arrived: a checkpoint replaces all but the newest CKPT_KEEP. */
+/* A whole file arrived: a checkpoint replaces all but the newest CKPT_KEEP (with a step). */
 static void on_file(void *user, const char *name, int64_t size) {
     td__links *l = user;
     (void)size;
+    td__exec_record_arrived(l->job->run, name); /* the script's sdk.json, into place */
     size_t rlen = l->ckpt_rel ? strlen(l->ckpt_rel) : 0;
     if (!rlen || strncmp(name, l->ckpt_rel, rlen) || name[rlen] != '/') return;
-    size_t n;
-    long long *steps = ckpt_steps(l, &n);
-    for (size_t i = CKPT_KEEP; i < n; i++) {
-        char *old =
-            td_xasprintf("%s/%s/ckpt-%lld.tdck", l->job->run->run_dir, l->ckpt_rel, steps[i]);
+    int n;
+    td_ckpt_entry *v = ckpt_list(l, &n);
+    for (int i = CKPT_KEEP; i < n; i++) {
+        if (v[i].n.step < 0) continue;
+        char *old = td_xasprintf("%s/%s/%s", l->job->run->run_dir, l->ckpt_rel, v[i].name);
         unlink(old);
         free(old);
     }
-    free(steps);
+    td_ckpt_list_free(v, n);
 }
 
 static void node_line(td__links *l, node_echo *e) {
@@ -395,20 +386,21 @@ static td_status build_opening(td__links *l, conn *c, int first) {
     add_bytes(c, td_mirror_in_manifest(c->in));
     td_status st = first ? add_blob(c, "code", l->code_path) : TD_OK;
     if (st == TD_OK && first && c->node == 0 && l->ckpt_rel) {
-        size_t n;
-        long long *steps = ckpt_steps(l, &n);
-        if (n) {
-            char head[64];
-            snprintf(head, sizeof head, "ckpt ckpt-%lld.tdck", steps[0]);
-            char *path =
-                td_xasprintf("%s/%s/ckpt-%lld.tdck", l->job->run->run_dir, l->ckpt_rel, steps[0]);
+        int n;
+        td_ckpt_entry *v = ckpt_list(l, &n);
+        if (n && v[0].n.step >= 0) {
+            char *head = td_xasprintf("ckpt %s", v[0].name);
+            char *path = td_xasprintf("%s/%s/%s", l->job->run->run_dir, l->ckpt_rel, v[0].name);
             st = add_blob(c, head, path);
             free(path);
+            free(head);
         }
-        free(steps);
+        td_ckpt_list_free(v, n);
     }
     for (size_t i = 0; st == TD_OK && c->node == 0 && i < l->job->nartifacts; i++)
         add_bytes(c, td_xasprintf("artifact %s\n", l->job->artifacts[i]));
+    /* node 0 holds rank 0, which writes the script's record (sdk.json, artifacts/) */
+    if (st == TD_OK && c->node == 0) add_bytes(c, td_xstrdup("record\n"));
     if (st == TD_OK) add_bytes(c, td_xstrdup("go\n"));
     return st;
 }
@@ -500,7 +492,7 @@ static void handshake_done(td__links *l, size_t i) {
     const char *const prefixes[] = {
         td_run_path_name(TD_RUN_PATH_LOGS), td_run_path_name(TD_RUN_PATH_METRICS),
         td_run_path_name(TD_RUN_PATH_WORK), td_run_path_name(TD_RUN_PATH_CHECKPOINTS),
-        td_run_path_name(TD_RUN_PATH_END)};
+        td_run_path_name(TD_RUN_PATH_END), TD__EXEC_RECORD_PREFIXES};
     td_mirror_callbacks cb = {.data = on_data, .file = on_file, .user = l};
     c->in = td_mirror_in_new(l->job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
     if (build_opening(l, c, first) != TD_OK) {

@@ -156,6 +156,20 @@ td__sup_acts td__sup_node_preempted(td__sup_machine *m, int node, const char *wh
     return a;
 }
 
+/* o->note = a b c d, cut at its size. */
+static void join_note(td__exec_outcome *o, const char *a, const char *b, const char *c,
+                      const char *d) {
+    const char *parts[] = {a, b, c, d};
+    size_t len = 0;
+    for (size_t i = 0; i < 4; i++) {
+        size_t n = strlen(parts[i]);
+        if (n > sizeof o->note - 1 - len) n = sizeof o->note - 1 - len;
+        memcpy(o->note + len, parts[i], n);
+        len += n;
+    }
+    o->note[len] = '\0';
+}
+
 /* The run's outcome from the stop (if any) and how the last attempt ended. */
 static void decide(td__sup_machine *m, const td__sup_exit *e) {
     td__exec_outcome *o = &m->outcome;
@@ -163,6 +177,13 @@ static void decide(td__sup_machine *m, const td__sup_exit *e) {
     int code = e->code;
     bool ran = code >= 0;
     o->exit_code = ran ? code : -2;
+    if (m->hung) { /* training finished; the exit hung and was ended */
+        o->status = m->hung_ok ? TD_RUN_SUCCEEDED : TD_RUN_FAILED;
+        o->exit_code = m->hung_ok ? 0 : 1;
+        o->cli_code = m->hung_ok ? 0 : 1;
+        join_note(o, "", m->hung_note, e->workers[0] ? "; " : "", e->workers);
+        return;
+    }
     /* A failing worker named by the end records says more than the carrier's first account of
      * the node it ran on ("its ssh connection ended"). */
     const char *cause = e->worker_code >= 0 && e->cause[0] ? e->cause
@@ -171,11 +192,17 @@ static void decide(td__sup_machine *m, const td__sup_exit *e) {
     if (m->stop.active && !m->stop.preempt) {
         o->status = TD_RUN_STOPPED;
         o->cli_code = code == 143 ? 143 : 1;
-        snprintf(o->note, sizeof o->note, "%s%s%s", m->stop.last_signal ? "stopped by " : "",
-                 m->stop.stopped_by,
-                 !ran          ? " before it started"
-                 : code == 143 ? " after the workers checkpointed"
-                               : "");
+        /* What each worker did, where the records say (a worker killed through the shell in
+         * front of it exits 143 too): never "checkpointed" for one that was killed. */
+        if (ran && e->workers[0] && !e->all_checkpointed)
+            join_note(o, m->stop.last_signal ? "stopped by " : "", m->stop.stopped_by, ": ",
+                      e->workers);
+        else
+            snprintf(o->note, sizeof o->note, "%s%s%s", m->stop.last_signal ? "stopped by " : "",
+                     m->stop.stopped_by,
+                     !ran          ? " before it started"
+                     : code == 143 ? " after the workers checkpointed"
+                                   : "");
         return;
     }
     if (m->stop.preempt || (code == 143 && !m->failing)) {
@@ -263,6 +290,10 @@ td__sup_acts td__sup_exited(td__sup_machine *m, const td__sup_exit *e, double no
                  "%.400s; not replaced: the run's machines were taken away %d times already",
                  m->replace_why, m->replacements);
     }
+    if (m->hung) { /* the workers had finished: nothing to restart */
+        decide(m, e);
+        return end(m, a);
+    }
     /* 143 without a lost node is the workers' checkpoint (a stop or a preemption): no failure */
     bool failed = m->failing || (e->code != 0 && e->code != 143);
     if (failed && !m->stop.active && m->restarts < m->max_restarts) {
@@ -308,6 +339,20 @@ td__sup_acts td__sup_backoff_over(td__sup_machine *m, double now) {
     (void)now;
     if (m->phase != TD__SUP_BACKOFF) return none();
     return start(m, true);
+}
+
+td__sup_acts td__sup_exit_hung(td__sup_machine *m, const char *note, bool ok, double now) {
+    (void)now;
+    td__sup_acts a = none();
+    if ((m->phase != TD__SUP_STARTING && m->phase != TD__SUP_RUNNING) || m->stop.active ||
+        m->failing || m->hung)
+        return a;
+    m->hung = true;
+    m->hung_ok = ok;
+    snprintf(m->hung_note, sizeof m->hung_note, "%s", note);
+    SAY(&a, "run %s: %.500s; stopping the workers", m->run_id, note);
+    stop_soft(m, &a);
+    return a;
 }
 
 td__sup_acts td__sup_disk_full(td__sup_machine *m, double now) {

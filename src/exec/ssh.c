@@ -407,6 +407,26 @@ static td_status copy_code(ssh_sup *c, size_t first, size_t end, char *why, size
     return st;
 }
 
+/* The job's PATH is this tandem's directory, then the workflow's env: PATH with our own PATH
+ * where it said $PATH (src/workflow/run.c). On a host: the workflow's part with the host's
+ * "$PATH" in place of ours; nothing when it is ours alone. The host's tandem goes first later. */
+static void add_path(const ssh_sup *c, td__buf *b, const char *val, const char *old) {
+    const char *slash = strrchr(c->job->tandem_bin, '/');
+    size_t dlen = slash ? (size_t)(slash - c->job->tandem_bin) : 0;
+    if (slash && !strncmp(val, c->job->tandem_bin, dlen) && val[dlen] == ':') val += dlen + 1;
+    if (old && !strcmp(val, old)) return;
+    const char *at = old && *old ? strstr(val, old) : NULL;
+    char *before = td_xasprintf("%.*s", (int)(at ? at - val : (ptrdiff_t)strlen(val)), val);
+    td__buf_addf(b, "export PATH=");
+    td__buf_quote(b, before);
+    if (at) {
+        td__buf_addf(b, "\"$PATH\"");
+        td__buf_quote(b, at + strlen(old));
+    }
+    td__buf_add(b, "\n", 1);
+    free(before);
+}
+
 /* What the workers' environment adds to ours (the run's variables, the workflow's env,
  * TANDEM_RESUME), with this machine's run directory replaced by the host's: the host's own
  * login environment is the rest, as for a worker that torchrun starts there. PATH puts the
@@ -436,7 +456,12 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
         char *key = td_xasprintf("%.*s", (int)klen, *e);
         const char *old = getenv(key), *val = eq + 1;
         /* a secret goes in the opening, never on ssh's command line (exec.h) */
-        int skip = !strcmp(key, "PATH") || !strcmp(key, tok) || !strcmp(key, resume_name) ||
+        if (!strcmp(key, "PATH")) { /* a workflow's env: PATH (issue 30), as the host has it */
+            add_path(c, b, val, old);
+            free(key);
+            continue;
+        }
+        int skip = !strcmp(key, tok) || !strcmp(key, resume_name) ||
                    (old && !strcmp(old, val)) || td_exec_secret_value(c->job->secrets, key);
         for (const char *p = key; *p && !skip; p++)
             if (!isalnum((unsigned char)*p) && *p != '_') skip = 1;
@@ -478,6 +503,12 @@ static void on_note(void *user, const char *key, const char *value) {
         c->store_port = atoi(value);
     else if (c->note_hook)
         c->note_hook(c->note_user, a->node, key, value);
+}
+
+/* A whole file arrived: the script's sdk.json goes into place. */
+static void on_file(void *user, const char *name, int64_t size) {
+    (void)size;
+    td__exec_record_arrived(((agent *)user)->c->job->run, name);
 }
 
 /* Rank log bytes, to our stdout as the local launcher prints them ("[rank R] line"). */
@@ -555,15 +586,20 @@ static td_status start_agent(ssh_sup *c, int node, int resume, agent *a) {
     a->out_fd = po[0];
     a->err_fd = pe[0];
     if (st != TD_OK) return st;
-    /* end/: the agent's end record, sent whole as its link closes */
+    /* end/: the agent's end record, sent whole as its link closes; sdk-inbox/, artifacts/:
+     * the script's record, from node 0 (rank 0's) when its host does not share our run
+     * directory */
     const char *const prefixes[] = {td_run_path_name(TD_RUN_PATH_LOGS),
                                     td_run_path_name(TD_RUN_PATH_METRICS),
-                                    td_run_path_name(TD_RUN_PATH_END)};
-    td_mirror_callbacks cb = {.note = on_note, .data = on_data, .user = a};
-    a->mirror = td_mirror_in_new(job->run->run_dir, prefixes, TD_ARRAY_LEN(prefixes), &cb);
+                                    td_run_path_name(TD_RUN_PATH_END), TD__EXEC_RECORD_PREFIXES};
+    bool record = node == 0 && !h->shared;
+    td_mirror_callbacks cb = {.note = on_note, .data = on_data, .file = on_file, .user = a};
+    a->mirror = td_mirror_in_new(job->run->run_dir, prefixes,
+                                 TD_ARRAY_LEN(prefixes) - (record ? 0 : 2), &cb);
     char *manifest = td_mirror_in_manifest(a->mirror);
     char *secrets = td__exec_secret_lines(job->secrets);
-    char *opening = td_xasprintf("token %s\n%s%sgo\n", c->token, secrets, manifest);
+    char *opening = td_xasprintf("token %s\n%s%s%sgo\n", c->token, secrets, manifest,
+                                 record ? "record\n" : "");
     write_all(a->in_fd, opening, strlen(opening));
     free(manifest);
     td__exec_wipe_free(secrets);

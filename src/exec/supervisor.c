@@ -14,9 +14,14 @@
 #include <unistd.h>
 
 #include "exec/supervisor.h"
+#include "tandem/endrec.h"
 
 #define INGEST_PERIOD_S 0.5
 #define SYSMON_PERIOD_S 2.0
+/* A worker that finished its script's run (the SDK's end record) and has not exited this long
+ * after is said to hang at exit; the run's note says so, renewed this often. */
+#define HANG_SAY_S  10.0
+#define HANG_NOTE_S 5.0
 
 struct td__sup {
     const td_exec_job *job;
@@ -27,6 +32,10 @@ struct td__sup {
     td_sdk_watch sdk; /* RUN/sdk.json as last read (the Python SDK's config and summary) */
     uint64_t grace_timer, backoff_timer, limit_timer;
     int recorded_restarts;
+    int world;           /* workers of an attempt: nodes x nproc_per_node */
+    double attempt_wall; /* the attempt's start (wall clock): older SDK end records are not its */
+    double hang_noted;   /* when the run's note last said which workers hang at exit (0: never) */
+    char hang_said[300]; /* the ranks said to hang */
 };
 
 td_loop *td__sup_loop(td__sup *s) {
@@ -78,6 +87,8 @@ static void act(td__sup *s, td__sup_acts a) {
     if (a.todo & TD__SUP_DO_START) {
         td_loop_cancel(s->loop, s->grace_timer);
         s->grace_timer = 0;
+        s->attempt_wall = td_wall_s() - 1.0; /* a second of slack between clocks */
+        s->hang_said[0] = '\0';
         if (c->ops->start(c, s, a.resume) != TD_OK) {
             /* Nothing of the attempt runs: it is over, and failed. */
             td__sup_exit e = {.code = 1, .worker_code = -1};
@@ -121,6 +132,8 @@ static void on_signal(td_loop *l, int fd, unsigned events, void *user) {
     }
 }
 
+static void check_exit_hang(td__sup *s);
+
 static void on_ingest(td_loop *l, void *user) {
     (void)l;
     td__sup *s = user;
@@ -137,6 +150,72 @@ static void on_ingest(td_loop *l, void *user) {
         TD_LOG_DEBUG("reading sdk.json: %s (will retry)", td_error_msg());
         td_error_clear();
     }
+    check_exit_hang(s);
+}
+
+/* Workers that finished their script's run (the Python SDK's end records, sdkend.c) but have not
+ * exited: each said once, the run's note renewed while they hang; once every worker finished
+ * and the attempt has not ended TANDEM_EXIT_GRACE seconds after the last finish, the workers
+ * are stopped and the run ends (td__sup_exit_hung). A process on this machine is looked at
+ * (pid and start time); one elsewhere counts as hanging only once every worker finished and the
+ * attempt still runs. */
+static void check_exit_hang(td__sup *s) {
+    if (s->m.phase != TD__SUP_RUNNING || s->m.stop.active || s->m.hung || s->world <= 0) return;
+    td__sdk_end *ends = td_xcalloc((size_t)s->world, sizeof *ends);
+    if (!td__sdk_ends_read(s->job->run->run_dir, s->world, s->attempt_wall, ends)) goto out;
+    int finished = 0;
+    bool ok = true;
+    double last = 0;
+    for (int r = 0; r < s->world; r++)
+        if (ends[r].finished && !ends[r].killed) {
+            finished++;
+            last = TD_MAX(last, ends[r].finish_time);
+            if (ends[r].exit_code > 0) ok = false;
+        }
+    bool all = finished == s->world;
+    double now = td_wall_s(), oldest = now;
+    char ranks[300] = "";
+    int nhung = 0;
+    for (int r = 0; r < s->world; r++) {
+        if (!ends[r].finished || ends[r].killed) continue;
+        int alive = td__sdk_end_alive(&ends[r]);
+        if (alive == 0 || (alive < 0 && !all)) continue;
+        size_t len = strlen(ranks);
+        snprintf(ranks + len, sizeof ranks - len, "%s%d", nhung ? ", " : "", r);
+        nhung++;
+        oldest = TD_MIN(oldest, ends[r].finish_time);
+    }
+    double hung_s = now - (all ? last : oldest);
+    if (!nhung || hung_s < HANG_SAY_S) goto out;
+    int64_t grace = td_env_int(TD_ENV_EXIT_GRACE);
+    char note[700];
+    snprintf(note, sizeof note,
+             "rank%s %s finished training (tandem.finish) and ha%s not exited for %.0f s: %s at "
+             "exit (a thread or a child process it waits for)",
+             nhung > 1 ? "s" : "", ranks, nhung > 1 ? "ve" : "s", hung_s,
+             nhung > 1 ? "they hang" : "it hangs");
+    if (all && grace > 0 && hung_s >= (double)grace) {
+        char end_note[700];
+        snprintf(end_note, sizeof end_note,
+                 "every worker finished training (tandem.finish); rank%s %s hung at exit for "
+                 "%.0f s (TANDEM_EXIT_GRACE=%lld) and %s stopped",
+                 nhung > 1 ? "s" : "", ranks, hung_s, (long long)grace,
+                 nhung > 1 ? "were" : "was");
+        act(s, td__sup_exit_hung(&s->m, end_note, ok, td_now_s()));
+        goto out;
+    }
+    if (strcmp(ranks, s->hang_said)) {
+        snprintf(s->hang_said, sizeof s->hang_said, "%s", ranks);
+        td__sup_say(s, "run %s: %s%s", s->job->run->id, note,
+                    all && grace > 0 ? "; the run stops the workers after TANDEM_EXIT_GRACE" : "");
+    }
+    if (now - s->hang_noted >= HANG_NOTE_S) {
+        s->hang_noted = now;
+        if (td_run_set_status(s->job->store, s->job->run->id, TD_RUN_RUNNING, -2, note) != TD_OK)
+            td_error_clear();
+    }
+out:
+    free(ends);
 }
 
 static void on_sample(td_loop *l, void *user) {
@@ -161,8 +240,85 @@ void td__sup_restarts_seen(td__sup *s, int node_restarts) {
     act(s, td__sup_node_restarts(&s->m, node_restarts));
 }
 
+static const char *signal_name(int sig, char *buf, size_t nbytes) {
+    const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+    if (abbrev)
+        snprintf(buf, nbytes, "SIG%s", abbrev);
+    else
+        snprintf(buf, nbytes, "signal %d", sig);
+    return buf;
+}
+
+/* How each worker of the attempt ended, in words built from the typed records: the nodes' end
+ * records (endrec.h: each worker's exit code and signal) and the Python SDK's (a SIGTERM that
+ * killed a script, which the shell in front of it turns into exit 143; a finish before the end).
+ * A worker that exited 143 itself checkpointed (the exit-code contract); one killed by a signal
+ * did not. */
+static void workers_said(td__sup *s, td__sup_exit *e) {
+    const td_run *run = s->job->run;
+    int world = s->world;
+    if (world <= 0) return;
+    td__sdk_end *sdk = td_xcalloc((size_t)world, sizeof *sdk);
+    td__sdk_ends_read(run->run_dir, world, s->attempt_wall, sdk);
+    int *code = td_xcalloc((size_t)world, sizeof *code);
+    int *sig = td_xcalloc((size_t)world, sizeof *sig);
+    bool *seen = td_xcalloc((size_t)world, sizeof *seen);
+    for (int i = 0; i < run->nodes; i++) {
+        char *path = td_exec_end_record_path(run, i);
+        td_end_record r;
+        if (td_end_record_read(path, &r) == TD_OK) {
+            for (int k = 0; k < r.nworkers; k++) {
+                int rank = r.workers[k].rank;
+                if (rank < 0 || rank >= world) continue;
+                seen[rank] = true;
+                code[rank] = r.workers[k].exit_code;
+                sig[rank] = r.workers[k].signal;
+            }
+            td_end_record_clear(&r);
+        }
+        td_error_clear();
+        free(path);
+    }
+    td__buf b = {0};
+    td__buf_add(&b, "", 0);
+    int known = 0, checkpointed = 0;
+    for (int r = 0; r < world; r++) {
+        char what[300], sn[32];
+        int killed_by = sdk[r].killed ? sdk[r].signal
+                        : !seen[r]    ? 0
+                        : sig[r]      ? sig[r]
+                        : code[r] > 128 && code[r] != 143 ? code[r] - 128
+                                                          : 0;
+        const char *finished = sdk[r].finished ? " after it finished training (tandem.finish)" : "";
+        if (killed_by)
+            snprintf(what, sizeof what, "rank %d was killed by %s without a checkpoint%s", r,
+                     signal_name(killed_by, sn, sizeof sn),
+                     sdk[r].killed && !sdk[r].finished
+                         ? " (its script does not ask tandem.should_stop())"
+                         : finished);
+        else if (!seen[r])
+            snprintf(what, sizeof what, "rank %d left no record (its launcher was ended)", r);
+        else if (code[r] == 143)
+            snprintf(what, sizeof what, "rank %d checkpointed and exited 143", r);
+        else
+            snprintf(what, sizeof what, "rank %d exited with code %d%s", r, code[r], finished);
+        known += seen[r] || sdk[r].killed;
+        checkpointed += !killed_by && seen[r] && code[r] == 143;
+        td__buf_addf(&b, "%s%s", b.len ? "; " : "", what);
+    }
+    if (known) snprintf(e->workers, sizeof e->workers, "%s", b.s);
+    e->all_checkpointed = checkpointed == world;
+    free(b.s);
+    free(seen);
+    free(code);
+    free(sig);
+    free(sdk);
+}
+
 void td__sup_attempt_over(td__sup *s, const td__sup_exit *e) {
-    act(s, td__sup_exited(&s->m, e, td_now_s()));
+    td__sup_exit with = *e;
+    workers_said(s, &with);
+    act(s, td__sup_exited(&s->m, &with, td_now_s()));
 }
 
 /* The loop's turns until the machine ends; an epoll failure is said and the supervision goes
@@ -186,6 +342,7 @@ int td__supervise(const td_exec_job *job, td__carrier *c, int max_restarts, doub
     s.m.base_restarts = job->base_restarts;
     s.m.resuming = job->resuming;
     s.m.success_note = success_note;
+    s.world = job->run->nodes * job->run->nproc_per_node;
 
     char *metrics_dir = td_run_path(job->run->run_dir, TD_RUN_PATH_METRICS);
     td_status st = td_ingester_new(job->store, job->run->id, metrics_dir, &s.ing);

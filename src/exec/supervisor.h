@@ -65,6 +65,11 @@ typedef struct {
     int worker_code;   /* the failing worker's own exit code (its end record), -1 unknown */
     int node_restarts; /* restarts the nodes' own agents made in this attempt */
     char cause[1024];  /* the first failure in words ("" none): a worker's last error line */
+    /* How each worker ended, from the typed records (the nodes' end records and the Python
+     * SDK's): "rank 0 checkpointed (exit 143); rank 1 killed by SIGTERM without a checkpoint".
+     * "" when no record said; all_checkpointed: every worker exited 143 itself. */
+    char workers[700];
+    bool all_checkpointed;
 } td__sup_exit;
 
 typedef struct {
@@ -95,6 +100,13 @@ typedef struct {
     int replacements;      /* attempts restarted on replaced machines (not max_restarts') */
     char replace_why[512]; /* the last interruption, in words */
 
+    /* Every worker finished its script's run (the SDK's end records) but the attempt did not
+     * end within the exit grace: the workers were stopped, and the run ends as hung_note says,
+     * succeeded unless a worker finished with an exit code. */
+    bool hung;
+    bool hung_ok;
+    char hung_note[700];
+
     td__exec_outcome outcome; /* once TD__SUP_ENDED */
 } td__sup_machine;
 
@@ -119,6 +131,9 @@ td__sup_acts td__sup_limit(td__sup_machine *m, double now);
 td__sup_acts td__sup_grace_over(td__sup_machine *m, double now);
 td__sup_acts td__sup_backoff_over(td__sup_machine *m, double now);
 td__sup_acts td__sup_disk_full(td__sup_machine *m, double now);
+/* Every worker finished training (tandem.finish) and some did not exit within the exit grace
+ * (TANDEM_EXIT_GRACE): they are stopped, and the run ends with `note`, succeeded when ok. */
+td__sup_acts td__sup_exit_hung(td__sup_machine *m, const char *note, bool ok, double now);
 
 /* ---- the carriers ---- */
 typedef struct td__sup td__sup; /* a supervisor at work, as its carrier sees it */

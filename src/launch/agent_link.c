@@ -18,6 +18,7 @@
 
 #include "launch_internal.h"
 
+#include "tandem/ckpt.h"
 #include "tandem/launch.h"
 #include "tandem/loop.h"
 #include "tandem/mirror.h"
@@ -67,6 +68,11 @@ struct td_agent_link {
     uint64_t jitter;   /* xorshift64 state, seeded from the node and the process */
     char *end_name;    /* the end record's name for the supervisor, sent at close; or NULL */
     char *end_path;
+    /* "record" (node 0 when the supervisor does not share the run directory): the script's
+     * record travels too: TANDEM_RUN_DIR/sdk.json (the Python SDK's config, summary, tags)
+     * whenever it changed, as sdk-inbox/sdk.json, and the files of its artifacts/ at the end. */
+    char *record_dir;
+    struct stat record_sent; /* sdk.json as last sent (st_ino 0: not yet) */
 };
 
 /* Stops the job the way a SIGTERM does: the agent reads it from its signalfd, forwards it to
@@ -150,8 +156,9 @@ static td_status receive_checkpoint(td_agent_link *l, const char *args, double d
     char name[256];
     long long size = -1;
     char end;
+    td_ckpt_name cn;
     if (sscanf(args, "%255s %lld%c", name, &size, &end) != 2 || size < 0 || !l->ckpt_dir ||
-        strchr(name, '/') || name[0] == '.')
+        !td_ckpt_parse(name, &cn) || cn.is_dir)
         return td_error(TD_ERR_FORMAT, "link: 'ckpt %.80s' is not a checkpoint this node takes",
                         args);
     char *path = td_xasprintf("%s/%s", l->ckpt_dir, name);
@@ -255,13 +262,18 @@ static td_status read_opening(td_agent_link *l, double deadline) {
             TD_CHECK(unpack_code(l, line + 5, deadline));
         } else if (!strncmp(line, "ckpt ", 5) && l->host) {
             TD_CHECK(receive_checkpoint(l, line + 5, deadline));
+        } else if (!strcmp(line, "record")) {
+            free(l->record_dir);
+            const char *rd = td_var_get(TD_VAR_TANDEM_RUN_DIR);
+            l->record_dir = rd ? td_xstrdup(rd) : NULL;
+            memset(&l->record_sent, 0, sizeof l->record_sent); /* a new link: sent again */
         } else if (!strncmp(line, "artifact ", 9) && l->host) {
             l->artifacts = td_xrealloc(l->artifacts, (l->nartifacts + 1) * sizeof *l->artifacts);
             l->artifacts[l->nartifacts++] = td_xstrdup(line + 9);
         } else {
             return td_error(TD_ERR_FORMAT,
                             "link: '%.60s' from the supervisor is not an opening line (token, "
-                            "secret, have, code, ckpt, artifact, go)",
+                            "secret, have, code, ckpt, artifact, record, go)",
                             line);
         }
     }
@@ -434,10 +446,12 @@ static void try_dial(td_agent_link *l) {
  * Checkpoints appear whole (written aside and renamed), and only the newest matters. */
 static void send_checkpoint(td_agent_link *l) {
     if (!l->ckpt_name || l->down) return;
-    long long newest = (long long)td__ckpt_newest_step(l->ckpt_dir);
+    char base[256];
+    long long newest = (long long)td_ckpt_newest(l->ckpt_dir, TD_CKPT_TDCK | TD_CKPT_SDK |
+                                                 TD_CKPT_LIGHTNING, base, sizeof base);
     if (newest < 0 || newest <= l->ckpt_sent) return;
-    char *path = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_dir, newest);
-    char *name = td_xasprintf("%s/ckpt-%lld.tdck", l->ckpt_name, newest);
+    char *path = td_xasprintf("%s/%s", l->ckpt_dir, base);
+    char *name = td_xasprintf("%s/%s", l->ckpt_name, base);
     struct stat sb;
     if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
         if (td_mirror_out_file(l->mirror, name, path) == TD_OK) {
@@ -453,6 +467,58 @@ static void send_checkpoint(td_agent_link *l) {
     }
     free(path);
     free(name);
+}
+
+/* ---- the script's record (node 0, "record") ---- */
+/* TANDEM_RUN_DIR/sdk.json when it changed since it was last sent (held under l->lock). The SDK
+ * replaces it whole (written aside, renamed), so a changed inode, size or mtime is a new one. */
+static void send_record_sdk(td_agent_link *l) {
+    if (!l->record_dir || l->down || l->broken) return;
+    char *path = td_xasprintf("%s/sdk.json", l->record_dir);
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (sb.st_ino != l->record_sent.st_ino || sb.st_dev != l->record_sent.st_dev ||
+         sb.st_size != l->record_sent.st_size ||
+         sb.st_mtim.tv_sec != l->record_sent.st_mtim.tv_sec ||
+         sb.st_mtim.tv_nsec != l->record_sent.st_mtim.tv_nsec)) {
+        if (td_mirror_out_file(l->mirror, "sdk-inbox/sdk.json", path) == TD_OK) {
+            l->record_sent = sb;
+        } else {
+            char why[600];
+            snprintf(why, sizeof why, "sending %s: %s", path, td_error_msg());
+            td_error_clear();
+            if (l->host) {
+                link_down(l, why);
+            } else {
+                l->broken = true;
+                stop_self(l, why);
+            }
+        }
+    }
+    free(path);
+}
+
+/* The regular files under dir (the script's artifacts/), each as whole file NAME/REL; links
+ * are not followed, names starting with '.' (an atomic write's temporary) are left out. */
+static td_status send_tree(td_agent_link *l, const char *dir, const char *name, int depth) {
+    DIR *d = depth < 16 ? opendir(dir) : NULL;
+    if (!d) return TD_OK;
+    td_status st = TD_OK;
+    for (struct dirent *e; st == TD_OK && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char *path = td_xasprintf("%s/%s", dir, e->d_name);
+        char *sub = td_xasprintf("%s/%s", name, e->d_name);
+        struct stat sb;
+        int got = lstat(path, &sb) == 0;
+        if (got && S_ISDIR(sb.st_mode))
+            st = send_tree(l, path, sub, depth + 1);
+        else if (got && S_ISREG(sb.st_mode))
+            st = td_mirror_out_file(l->mirror, sub, path);
+        free(path);
+        free(sub);
+    }
+    closedir(d);
+    return st;
 }
 
 /* ---- the sender ---- */
@@ -547,6 +613,7 @@ static void sender_tick(td_loop *loop, void *user) {
     if (l->host) try_dial(l);
     bool redialled = was_down && !l->down;
     if (l->host) send_checkpoint(l);
+    send_record_sdk(l);
     if (!l->broken && !l->down && td_mirror_out_poll(l->mirror, NULL) != TD_OK) {
         char why[600];
         snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
@@ -744,6 +811,17 @@ td_status td_agent_link_close(td_agent_link *l) {
             send_checkpoint(l);
             st = l->down ? td_error(TD_ERR_IO, "link: lost while sending the last checkpoint")
                          : send_artifacts(l);
+            /* the script's record: its last sdk.json (tandem.finish writes it) and artifacts */
+            if (st == TD_OK && l->record_dir) {
+                send_record_sdk(l);
+                if (l->down || l->broken)
+                    st = td_error(TD_ERR_IO, "link: lost while sending sdk.json");
+            }
+            if (st == TD_OK && l->record_dir) {
+                char *dir = td_xasprintf("%s/artifacts", l->record_dir);
+                st = send_tree(l, dir, "artifacts", 0);
+                free(dir);
+            }
             if (st == TD_OK && l->end_name)
                 st = td_mirror_out_file(l->mirror, l->end_name, l->end_path);
             if (st == TD_OK) st = td_mirror_out_end(l->mirror);
@@ -758,6 +836,7 @@ td_status td_agent_link_close(td_agent_link *l) {
     free(l->ckpt_name);
     free(l->end_name);
     free(l->end_path);
+    free(l->record_dir);
     td_mirror_out_free(l->mirror);
     pthread_mutex_destroy(&l->lock);
     free(l);

@@ -1,19 +1,27 @@
-/* Node 0's checkpoints kept in S3 (TANDEM_CHECKPOINT_URL, docs/cloud.md "S3 checkpoints and
+/* The run's checkpoints kept in S3 (TANDEM_CHECKPOINT_URL, docs/cloud.md "S3 checkpoints and
  * artifacts"). The workers keep writing to the local TANDEM_CHECKPOINT_DIR; the agent of the node
- * that holds rank 0 mirrors it to s3://BUCKET/PREFIX:
- *   - at its start it checks the bucket (a missing bucket or refused credentials end the run
- *     before any training), and on a resume downloads the newest committed checkpoint when it
- *     is newer than the local newest (a fresh machine, or local copies deleted);
- *   - while the workers train, each new newest checkpoint is uploaded on a thread of its own
- *     (the AWS calls block; the agent's loop must not), its result coming back through a pipe
- *     the loop watches; a failure is a warning and the next checkpoint tries again;
+ * that holds rank 0 mirrors it to s3://BUCKET/PREFIX, and every node's agent restores from it:
+ *   - what is mirrored: every committed checkpoint of the directory by the contract of
+ *     tandem/ckpt.h, whoever wrote it: tandem train's ckpt-STEP.tdck, the SDK's step-STEP.pt,
+ *     Lightning's NAME.ckpt files, the HF Trainer's checkpoint-STEP/ directories (one committed
+ *     by its trainer_state.json); a file again when it changed (Lightning's last.ckpt);
+ *   - at its start an agent checks the bucket (a missing bucket or refused credentials end the
+ *     run before any training), and on a resume downloads the newest committed checkpoint when
+ *     it is newer than the local newest (a fresh machine, or local copies deleted), and each
+ *     committed one without a step (last.ckpt) the directory lacks; every node does, so a
+ *     framework whose every rank reads its own directory finds the same checkpoint;
+ *   - while the workers train, each new checkpoint is uploaded on a thread of its own (the AWS
+ *     calls block; the agent's loop must not), its result coming back through a pipe the loop
+ *     watches; a failure is a warning and the next checkpoint tries again;
  *   - at the agent's end, the checkpoint a stop or preemption made is uploaded before it exits.
- * Write-then-commit: PREFIX/ckpt-STEP.tdck first, then PREFIX/ckpt-STEP.tdck.commit naming its
- * size and SHA-256. A resume takes the newest commit whose object matches it, so an upload cut
- * short (a spot instance gone mid-PUT, a failed part) is never picked. The newest KEEP commits
- * stay; older checkpoints are deleted after each commit. */
+ * Write-then-commit: PREFIX/NAME (a file) or PREFIX/NAME/REL (each file of a directory) first,
+ * then PREFIX/NAME.commit naming the size and SHA-256 of each. A restore takes the newest commit
+ * whose objects match it, so an upload cut short (a spot instance gone mid-PUT, a failed part)
+ * is never picked; a restored directory gets tandem's commit marker (TD_CKPT_MARKER) last. The
+ * newest KEEP commits with a step stay; older checkpoints are deleted after each commit. */
 #include "launch_internal.h"
 
+#include "tandem/ckpt.h"
 #include "tandem/cloud.h"
 #include "tandem/loop.h"
 #include "tandem/os.h"
@@ -21,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,46 +38,107 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Committed checkpoints kept in S3: a few, so that one the trainer finds corrupt on resume
- * (it then takes the previous one) still has an older one behind it. */
+/* Committed checkpoints with a step kept in S3: a few, so that one the trainer finds corrupt on
+ * resume (it then takes the previous one) still has an older one behind it. */
 #define KEEP_COMMITTED 3
 /* How often the local directory is looked at for a new checkpoint. */
 #define SCAN_PERIOD_S 0.5
 
+/* A checkpoint's identity on disk: a file's size, mtime and inode; a directory's marker's. */
+typedef struct {
+    char *name;
+    int64_t sig[3];
+} seen;
+
 struct td__ckpt_s3 {
-    char *url;    /* s3://bucket/prefix as given, for messages */
-    char *bucket; /* "b" */
-    char *prefix; /* "prefix/" or "" */
-    char *dir;    /* the local TANDEM_CHECKPOINT_DIR */
+    char *url;      /* s3://bucket/prefix as given, for messages */
+    char *bucket;   /* "b" */
+    char *prefix;   /* "prefix/" or "" */
+    char *dir;      /* the local TANDEM_CHECKPOINT_DIR */
+    bool uploader;  /* the node of rank 0: it uploads; every node restores */
     td_loop *loop;
     uint64_t timer;
     int pipe_rd, pipe_wr; /* the upload thread's "done" byte */
     /* The upload in flight: owned by its thread until the done byte is read. */
     pthread_t thread;
     bool busy;
-    int64_t job_step;
+    char job_name[256];
+    td_ckpt_name job_n;
+    int64_t job_sig[3];
     td_status job_st;
     char job_msg[1024];
     int64_t job_nbytes;
     double job_s;
     int64_t committed; /* newest step committed by this agent or found in S3; -1: none */
-    int64_t tried;     /* newest step whose upload failed: the next newer one tries again */
+    seen *done;        /* uploaded (or found in S3) as they are now */
+    int ndone;
+    seen *failed; /* whose upload failed as they are now: tried again once they change */
+    int nfailed;
 };
 
-/* The newest complete checkpoint in dir: the highest STEP of the files named exactly
- * ckpt-STEP.tdck (the trainer writes them aside and renames, so a name that exists is whole).
- * -1 when none. The agent link picks what it sends up by the same rule. */
 int64_t td__ckpt_newest_step(const char *dir) {
-    DIR *d = dir ? opendir(dir) : NULL;
-    if (!d) return -1;
-    long long newest = -1, step;
-    int used;
-    for (struct dirent *e; (e = readdir(d));)
-        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) == 1 &&
-            used == (int)strlen(e->d_name) && step > newest)
-            newest = step;
-    closedir(d);
-    return newest;
+    return td_ckpt_newest(dir, TD_CKPT_ANY, NULL, 0);
+}
+
+/* The signature of dir/name (false when it is gone or not committed). */
+static bool entry_sig(const char *dir, const char *name, int64_t sig[3]) {
+    td_ckpt_name n;
+    if (!td_ckpt_committed(dir, name, &n)) return false;
+    char *p = td_xasprintf("%s/%s", dir, name), *m = NULL;
+    if (n.is_dir) {
+        m = td_xasprintf("%s/%s", p, TD_CKPT_HF_MARKER);
+        if (access(m, F_OK) != 0) {
+            free(m);
+            m = td_xasprintf("%s/%s", p, TD_CKPT_MARKER);
+        }
+    }
+    struct stat sb;
+    bool ok = lstat(m ? m : p, &sb) == 0;
+    if (ok) {
+        sig[0] = (int64_t)sb.st_size;
+        sig[1] = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        sig[2] = (int64_t)sb.st_ino;
+    }
+    free(p);
+    free(m);
+    return ok;
+}
+
+static seen *seen_find(seen *v, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].name, name)) return &v[i];
+    return NULL;
+}
+
+static void seen_set(seen **v, int *n, const char *name, const int64_t sig[3]) {
+    seen *e = seen_find(*v, *n, name);
+    if (!e) {
+        *v = td_xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+        e = &(*v)[(*n)++];
+        e->name = td_xstrdup(name);
+    }
+    memcpy(e->sig, sig, sizeof e->sig);
+}
+
+static bool seen_same(seen *v, int n, const char *name, const int64_t sig[3]) {
+    seen *e = seen_find(v, n, name);
+    return e && !memcmp(e->sig, sig, sizeof e->sig);
+}
+
+/* Marks dir/name as held by S3 as it is now (restored, or found there). */
+static void mark_done(td__ckpt_s3 *s, const char *name) {
+    int64_t sig[3];
+    if (entry_sig(s->dir, name, sig)) seen_set(&s->done, &s->ndone, name, sig);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    (void)remove(p);
+    return 0;
+}
+
+static void rm_rf(const char *p) {
+    (void)nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static td_status new_client(td_aws_t **out) {
@@ -77,57 +147,72 @@ static td_status new_client(td_aws_t **out) {
     return td_aws_new(&o, out);
 }
 
-/* A step from a key below the prefix: "ckpt-STEP.tdck" + suffix. */
-static bool key_step(const td__ckpt_s3 *s, const char *key, const char *suffix, int64_t *step) {
+/* The checkpoint a key below the prefix belongs to: PREFIX/NAME, PREFIX/NAME/REL (a file of a
+ * directory) or PREFIX/NAME.commit (*commit set). name: NAME_MAX + 1 bytes. */
+static bool key_entry(const td__ckpt_s3 *s, const char *key, char name[256], bool *commit,
+                      td_ckpt_name *n) {
     size_t np = strlen(s->prefix);
     if (strncmp(key, s->prefix, np)) return false;
-    const char *name = key + np;
-    long long v;
-    int used;
-    if (sscanf(name, "ckpt-%lld.tdck%n", &v, &used) != 1 || v < 0) return false;
-    if (strcmp(name + used, suffix)) return false;
-    *step = v;
-    return true;
+    const char *rem = key + np, *slash = strchr(rem, '/');
+    size_t len = slash ? (size_t)(slash - rem) : strlen(rem);
+    *commit = !slash && len > 7 && !strcmp(rem + len - 7, ".commit");
+    if (*commit) len -= 7;
+    if (len >= 256) return false;
+    memcpy(name, rem, len);
+    name[len] = '\0';
+    return td_ckpt_parse(name, n) && (!slash || n->is_dir);
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
+typedef struct {
+    char name[256];
+    td_ckpt_name n;
+} commit_ref;
+
+static int cmp_commit(const void *a, const void *b) {
+    const commit_ref *x = a, *y = b;
+    if (x->n.step != y->n.step) return x->n.step < y->n.step ? 1 : -1;
+    return strcmp(x->name, y->name);
 }
 
-/* The committed steps in S3, newest first (caller frees). */
-static td_status list_commits(td__ckpt_s3 *s, td_aws_t *aws, int64_t **steps, int *n,
+/* The commits in S3, newest step first, those without a step last (caller frees). */
+static td_status list_commits(td__ckpt_s3 *s, td_aws_t *aws, commit_ref **out, int *n,
                               td_s3_list *all) {
     TD_CHECK(td_s3_list_objects(aws, s->bucket, s->prefix, 0, all));
-    *steps = td_xcalloc((size_t)all->count + 1, sizeof **steps);
+    *out = td_xcalloc((size_t)all->count + 1, sizeof **out);
     *n = 0;
     for (int i = 0; i < all->count; i++) {
-        int64_t step;
-        if (key_step(s, all->items[i].key, ".commit", &step)) (*steps)[(*n)++] = step;
+        commit_ref c;
+        bool is_commit;
+        if (key_entry(s, all->items[i].key, c.name, &is_commit, &c.n) && is_commit)
+            (*out)[(*n)++] = c;
     }
-    qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+    qsort(*out, (size_t)*n, sizeof **out, cmp_commit);
     return TD_OK;
 }
 
-/* Deletes the checkpoints older than the newest KEEP_COMMITTED commits (the commit first, so
- * that no commit names a deleted object), and objects left without a commit below them. */
+/* Deletes the checkpoints older than the newest KEEP_COMMITTED commits with a step (the commit
+ * first, so that no commit names a deleted object), and objects left without a commit below
+ * them. Checkpoints without a step (last.ckpt) stay. */
 static void prune(td__ckpt_s3 *s, td_aws_t *aws) {
     td_s3_list all = {0};
-    int64_t *steps = NULL;
-    int n = 0;
-    if (list_commits(s, aws, &steps, &n, &all) != TD_OK) {
+    commit_ref *c = NULL;
+    int n = 0, stepped = 0;
+    if (list_commits(s, aws, &c, &n, &all) != TD_OK) {
         TD_LOG_WARN("s3 checkpoints: listing %s to delete old checkpoints: %s", s->url,
                     td_error_msg());
         td_error_clear();
         goto out;
     }
-    if (n <= KEEP_COMMITTED) goto out;
-    int64_t oldest_kept = steps[KEEP_COMMITTED - 1];
+    while (stepped < n && c[stepped].n.step >= 0) stepped++;
+    if (stepped <= KEEP_COMMITTED) goto out;
+    int64_t oldest_kept = c[KEEP_COMMITTED - 1].n.step;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < all.count; i++) {
-            int64_t step;
-            if (!key_step(s, all.items[i].key, pass == 0 ? ".commit" : "", &step) ||
-                step >= oldest_kept)
+            char name[256];
+            bool is_commit;
+            td_ckpt_name kn;
+            if (!key_entry(s, all.items[i].key, name, &is_commit, &kn) ||
+                is_commit != (pass == 0) || kn.step < 0 || kn.step >= oldest_kept)
                 continue;
             if (td_s3_delete(aws, s->bucket, all.items[i].key) != TD_OK) {
                 TD_LOG_WARN("s3 checkpoints: deleting old s3://%s/%s: %s", s->bucket,
@@ -136,20 +221,48 @@ static void prune(td__ckpt_s3 *s, td_aws_t *aws) {
             }
         }
 out:
-    free(steps);
+    free(c);
     td_s3_list_free(&all);
 }
 
-/* Uploads and commits ckpt-STEP.tdck (blocking: the thread's body, and the agent's last
- * upload). The file is hard-linked aside first: the trainer deletes all but its newest two, and
- * a fast trainer could delete this one mid-upload. */
-static td_status upload(td__ckpt_s3 *s, int64_t step, int64_t *nbytes) {
-    char *path = td_xasprintf("%s/ckpt-%" PRId64 ".tdck", s->dir, step);
-    char *held = td_xasprintf("%s/.s3up-ckpt-%" PRId64 ".tdck.%ld", s->dir, step, (long)getpid());
-    char *key = td_xasprintf("%sckpt-%" PRId64 ".tdck", s->prefix, step);
-    char *commit_key = td_xasprintf("%s.commit", key);
-    char *commit = NULL;
-    td_aws_t *aws = NULL;
+typedef struct {
+    char **rel;
+    int n;
+} file_list;
+
+/* The regular files below base/rel (links and tandem's own marker are left out). */
+static void walk(const char *base, const char *rel, file_list *out) {
+    char *p = rel[0] ? td_xasprintf("%s/%s", base, rel) : td_xstrdup(base);
+    DIR *d = opendir(p);
+    free(p);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            (!rel[0] && !strcmp(e->d_name, TD_CKPT_MARKER)))
+            continue;
+        char *r = rel[0] ? td_xasprintf("%s/%s", rel, e->d_name) : td_xstrdup(e->d_name);
+        char *full = td_xasprintf("%s/%s", base, r);
+        struct stat sb;
+        if (lstat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            walk(base, r, out);
+            free(r);
+        } else if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            out->rel = td_xrealloc(out->rel, (size_t)(out->n + 1) * sizeof *out->rel);
+            out->rel[out->n++] = r;
+        } else {
+            free(r);
+        }
+        free(full);
+    }
+    closedir(d);
+}
+
+/* Uploads one file to key, held aside by a hard link first: a writer deletes all but its
+ * newest few checkpoints, and a fast one could delete this one mid-upload. */
+static td_status put_held(td__ckpt_s3 *s, td_aws_t *aws, const char *path, const char *key,
+                          int64_t *nbytes, char sha[65]) {
+    char *held = td_xasprintf("%s/.s3up-%ld", s->dir, (long)getpid());
+    const char *from = held;
     td_status st = TD_OK;
     (void)unlink(held);
     if (link(path, held) != 0) {
@@ -159,33 +272,71 @@ static td_status upload(td__ckpt_s3 *s, int64_t step, int64_t *nbytes) {
         }
         /* no hard links here (EPERM, EXDEV, ...): upload the file itself; a change under the
          * upload is still refused by td_s3_put_file */
-        free(held);
-        held = td_xstrdup(path);
-        free(path);
-        path = NULL;
+        from = path;
     }
     struct stat sb;
-    if (stat(held, &sb) != 0) {
-        st = td_error_errno(TD_ERR_IO, "s3 checkpoints: %s", held);
+    if (stat(from, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "s3 checkpoints: %s", path);
         goto out;
     }
     *nbytes = (int64_t)sb.st_size;
+    TD_CHECK_GOTO(td_s3_put_file(aws, s->bucket, key, from, sha), st, out);
+out:
+    if (from == held) (void)unlink(held); /* the hard link, never the checkpoint itself */
+    free(held);
+    return st;
+}
+
+/* Uploads and commits dir/name (blocking: the thread's body, and the agent's last upload):
+ * its object or objects first, then NAME.commit naming each one's size and SHA-256. */
+static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
+                        int64_t *nbytes) {
+    char *path = td_xasprintf("%s/%s", s->dir, name);
+    char *commit_key = td_xasprintf("%s%s.commit", s->prefix, name);
+    char *commit = NULL;
+    td_aws_t *aws = NULL;
+    file_list files = {0};
+    td_status st = TD_OK;
+    *nbytes = 0;
     TD_CHECK_GOTO(new_client(&aws), st, out);
-    char sha[65];
-    TD_CHECK_GOTO(td_s3_put_file(aws, s->bucket, key, held, sha), st, out);
-    /* The commit: written only once the object is whole; what a resume checks the object by. */
-    commit = td_xasprintf("tandem-checkpoint-commit 1\nobject ckpt-%" PRId64 ".tdck\nstep %" PRId64
-                          "\nnbytes %" PRId64 "\nsha256 %s\n",
-                          step, step, *nbytes, sha);
+    if (!n->is_dir) {
+        char sha[65];
+        char *key = td_xasprintf("%s%s", s->prefix, name);
+        st = put_held(s, aws, path, key, nbytes, sha);
+        free(key);
+        if (st != TD_OK) goto out;
+        commit = td_xasprintf("tandem-checkpoint-commit 1\nobject %s\nstep %" PRId64
+                              "\nnbytes %" PRId64 "\nsha256 %s\n",
+                              name, n->step, *nbytes, sha);
+    } else {
+        walk(path, "", &files);
+        commit = td_xasprintf("tandem-checkpoint-commit 1\nobject %s/\nstep %" PRId64
+                              "\nfiles %d\n",
+                              name, n->step, files.n);
+        for (int i = 0; i < files.n; i++) {
+            char sha[65];
+            int64_t nb = 0;
+            char *fp = td_xasprintf("%s/%s", path, files.rel[i]);
+            char *key = td_xasprintf("%s%s/%s", s->prefix, name, files.rel[i]);
+            st = put_held(s, aws, fp, key, &nb, sha);
+            free(fp);
+            free(key);
+            if (st != TD_OK) goto out;
+            *nbytes += nb;
+            char *more = td_xasprintf("%sfile %" PRId64 " %s %s\n", commit, nb, sha, files.rel[i]);
+            free(commit);
+            commit = more;
+        }
+    }
+    /* The commit: written only once the objects are whole; what a restore checks them by. */
     TD_CHECK_GOTO(td_s3_put_buffer(aws, s->bucket, commit_key, commit, strlen(commit)), st, out);
     prune(s, aws);
 out:
-    if (path) (void)unlink(held); /* the hard link, never the checkpoint itself */
+    for (int i = 0; i < files.n; i++) free(files.rel[i]);
+    free(files.rel);
     td_aws_free(aws);
     free(commit);
     free(commit_key);
-    free(key);
-    free(held);
     free(path);
     return st;
 }
@@ -193,8 +344,7 @@ out:
 static void *upload_thread(void *arg) {
     td__ckpt_s3 *s = arg;
     double t0 = td_now_s();
-    s->job_nbytes = 0;
-    s->job_st = upload(s, s->job_step, &s->job_nbytes);
+    s->job_st = upload(s, s->job_name, &s->job_n, &s->job_nbytes);
     s->job_s = td_now_s() - t0;
     snprintf(s->job_msg, sizeof s->job_msg, "%s", s->job_st == TD_OK ? "" : td_error_msg());
     td_error_clear();
@@ -205,30 +355,31 @@ static void *upload_thread(void *arg) {
 }
 
 /* last: the agent's own upload as it ends (nothing comes after it). */
-static void report(td__ckpt_s3 *s, int64_t step, td_status st, const char *msg, int64_t nbytes,
-                   double secs, bool last) {
+static void report(td__ckpt_s3 *s, td_status st, const char *msg, double secs, bool last) {
+    const char *name = s->job_name;
     if (st == TD_OK) {
-        if (step > s->committed) s->committed = step;
-        TD_LOG_INFO("s3 checkpoints: uploaded ckpt-%" PRId64 ".tdck (%" PRId64
-                    " bytes, %.2f s) to %s/ckpt-%" PRId64 ".tdck and committed it%s",
-                    step, nbytes, secs, s->url, step, last ? ": the last, as the agent ends" : "");
+        if (s->job_n.step > s->committed) s->committed = s->job_n.step;
+        seen_set(&s->done, &s->ndone, name, s->job_sig);
+        TD_LOG_INFO("s3 checkpoints: uploaded %s (%" PRId64 " bytes, %.2f s) to %s/%s and "
+                    "committed it%s",
+                    name, s->job_nbytes, secs, s->url, name,
+                    last ? ": the last, as the agent ends" : "");
         return;
     }
-    if (step > s->tried) s->tried = step;
+    seen_set(&s->failed, &s->nfailed, name, s->job_sig);
     if (!last) {
-        TD_LOG_WARN("s3 checkpoints: uploading ckpt-%" PRId64 ".tdck to %s failed after %.2f s "
-                    "(%s); training goes on, and the next checkpoint tries again",
-                    step, s->url, secs, msg);
+        TD_LOG_WARN("s3 checkpoints: uploading %s to %s failed after %.2f s (%s); training goes "
+                    "on, and the next checkpoint tries again",
+                    name, s->url, secs, msg);
     } else if (s->committed >= 0) {
-        TD_LOG_WARN("s3 checkpoints: uploading the last checkpoint ckpt-%" PRId64 ".tdck to %s "
-                    "failed after %.2f s (%s); a resume from S3 starts at ckpt-%" PRId64
-                    ".tdck, the newest committed; this node keeps ckpt-%" PRId64 ".tdck in %s",
-                    step, s->url, secs, msg, s->committed, step, s->dir);
+        TD_LOG_WARN("s3 checkpoints: uploading the last checkpoint %s to %s failed after %.2f s "
+                    "(%s); a resume from S3 starts at step %" PRId64
+                    ", the newest committed; this node keeps %s in %s",
+                    name, s->url, secs, msg, s->committed, name, s->dir);
     } else {
-        TD_LOG_WARN("s3 checkpoints: uploading the last checkpoint ckpt-%" PRId64 ".tdck to %s "
-                    "failed after %.2f s (%s); S3 holds no checkpoint of this run; this node "
-                    "keeps it in %s",
-                    step, s->url, secs, msg, s->dir);
+        TD_LOG_WARN("s3 checkpoints: uploading the last checkpoint %s to %s failed after %.2f s "
+                    "(%s); S3 holds no checkpoint of this run; this node keeps it in %s",
+                    name, s->url, secs, msg, s->dir);
     }
 }
 
@@ -240,7 +391,7 @@ static void join_upload(td__ckpt_s3 *s) {
     char buf[16];
     while (read(s->pipe_rd, buf, sizeof buf) > 0) {
     }
-    report(s, s->job_step, s->job_st, s->job_msg, s->job_nbytes, s->job_s, false);
+    report(s, s->job_st, s->job_msg, s->job_s, false);
 }
 
 static void on_done(td_loop *l, int fd, unsigned events, void *user) {
@@ -248,13 +399,32 @@ static void on_done(td_loop *l, int fd, unsigned events, void *user) {
     join_upload(user);
 }
 
+/* The next checkpoint to upload into s->job_*: the newest committed one S3 does not hold as
+ * it is now (none older than the newest committed step); false when none. */
+static bool next_job(td__ckpt_s3 *s) {
+    int n;
+    td_ckpt_entry *v = td_ckpt_list(s->dir, TD_CKPT_ANY, &n);
+    bool found = false;
+    for (int i = 0; i < n && !found; i++) {
+        int64_t sig[3];
+        if ((v[i].n.step >= 0 && v[i].n.step < s->committed) || strlen(v[i].name) >= 256 ||
+            !entry_sig(s->dir, v[i].name, sig) || seen_same(s->done, s->ndone, v[i].name, sig) ||
+            seen_same(s->failed, s->nfailed, v[i].name, sig))
+            continue;
+        snprintf(s->job_name, sizeof s->job_name, "%s", v[i].name);
+        s->job_n = v[i].n;
+        memcpy(s->job_sig, sig, sizeof sig);
+        found = true;
+    }
+    td_ckpt_list_free(v, n);
+    return found;
+}
+
 static void on_scan(td_loop *l, void *user) {
     (void)l;
     td__ckpt_s3 *s = user;
-    if (s->busy) return;
-    int64_t newest = td__ckpt_newest_step(s->dir);
-    if (newest < 0 || newest <= s->committed || newest <= s->tried) return;
-    s->job_step = newest;
+    if (s->busy || !next_job(s)) return;
+    s->job_nbytes = 0;
     int rc = pthread_create(&s->thread, NULL, upload_thread, s);
     if (rc != 0) {
         TD_LOG_WARN("s3 checkpoints: cannot start the upload thread (%s); trying again",
@@ -285,107 +455,239 @@ static td_status check_error(td__ckpt_s3 *s, td_aws_t *aws, td_status st) {
                     s->bucket, detail);
 }
 
-/* The newest committed checkpoint in S3, downloaded when it is newer than the local newest. */
+/* The whole of a small file (a commit object), NUL-terminated; NULL when unreadable. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = td_xmalloc(cap);
+    for (size_t got; (got = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+        len += got;
+        if (len + 1 == cap) buf = td_xrealloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* The line after line's, NULL at the end. */
+static char *next_line(char *line) {
+    char *nl = strchr(line, '\n');
+    return nl ? nl + 1 : NULL;
+}
+
+/* A relative path inside a directory checkpoint: no "..", no leading '/'. */
+static bool safe_rel(const char *rel) {
+    if (!rel[0] || rel[0] == '/') return false;
+    for (const char *p = rel; p;) {
+        if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) return false;
+        p = strchr(p, '/');
+        if (p) p++;
+    }
+    return true;
+}
+
+/* Downloads the committed checkpoint c into the directory; why says what failed. */
+static bool restore_one(td__ckpt_s3 *s, td_aws_t *aws, const commit_ref *c, int64_t *nbytes,
+                        char *why, size_t why_n) {
+    char *ckey = td_xasprintf("%s%s.commit", s->prefix, c->name);
+    char *tmp = td_xasprintf("%s/.s3commit-%ld", s->dir, (long)getpid());
+    char *path = td_xasprintf("%s/%s", s->dir, c->name);
+    char *stage = td_xasprintf("%s/.s3dl-%s.%ld", s->dir, c->name, (long)getpid());
+    char *old = td_xasprintf("%s/.s3old-%s.%ld", s->dir, c->name, (long)getpid());
+    char *text = NULL;
+    bool ok = false;
+    *nbytes = 0;
+    why[0] = '\0';
+    if (td_s3_get_file(aws, s->bucket, ckey, tmp, NULL) != TD_OK) {
+        snprintf(why, why_n, "%s", td_error_msg());
+        goto out;
+    }
+    if (!(text = slurp(tmp))) {
+        snprintf(why, why_n, "reading the commit %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (!c->n.is_dir) {
+        long long c_nbytes = -1;
+        char c_sha[65] = "";
+        td_s3_object head = {0}, got = {0};
+        char *key = td_xasprintf("%s%s", s->prefix, c->name);
+        for (char *line = text; line && *line; line = next_line(line)) {
+            if (sscanf(line, "nbytes %lld", &c_nbytes) == 1) continue;
+            (void)sscanf(line, "sha256 %64[0-9a-f]", c_sha);
+        }
+        if (c_nbytes < 0 || strlen(c_sha) != 64)
+            snprintf(why, why_n, "the commit object is not one tandem wrote");
+        else if (td_s3_head(aws, s->bucket, key, &head) != TD_OK)
+            snprintf(why, why_n, "%s", td_error_msg());
+        else if (head.nbytes != c_nbytes || strcmp(head.sha256_hex, c_sha))
+            snprintf(why, why_n, "the object differs from what its commit says (size or sha256)");
+        else if (td_s3_get_file(aws, s->bucket, key, path, &got) != TD_OK)
+            snprintf(why, why_n, "%s", td_error_msg());
+        else if (strcmp(got.sha256_hex, c_sha)) {
+            (void)unlink(path);
+            snprintf(why, why_n, "the downloaded bytes differ from the commit's sha256");
+        } else {
+            ok = true;
+            *nbytes = c_nbytes;
+        }
+        td_s3_object_free(&head);
+        td_s3_object_free(&got);
+        free(key);
+        goto out;
+    }
+    /* a directory: each file into a staging directory, checked, then the marker, then renamed
+     * into place (replacing an uncommitted one of the same name) */
+    rm_rf(stage);
+    int nfiles = -1, got_files = 0;
+    ok = td_mkdirs(stage) == TD_OK;
+    if (!ok) snprintf(why, why_n, "%s", td_error_msg());
+    for (char *line = text; ok && line && *line; line = next_line(line)) {
+        long long fb;
+        char fsha[65], rel[1024];
+        if (sscanf(line, "files %d", &nfiles) == 1) continue;
+        if (sscanf(line, "file %lld %64[0-9a-f] %1023[^\n]", &fb, fsha, rel) != 3) continue;
+        if (!safe_rel(rel) || strlen(fsha) != 64) {
+            snprintf(why, why_n, "the commit names a file %.200s that tandem would not write", rel);
+            ok = false;
+            break;
+        }
+        char *key = td_xasprintf("%s%s/%s", s->prefix, c->name, rel);
+        char *dst = td_xasprintf("%s/%s", stage, rel);
+        char *parent = td_xstrdup(dst);
+        *strrchr(parent, '/') = '\0';
+        td_s3_object got = {0};
+        if (td_mkdirs(parent) != TD_OK || td_s3_get_file(aws, s->bucket, key, dst, &got) != TD_OK) {
+            snprintf(why, why_n, "%s", td_error_msg());
+            ok = false;
+        } else if (got.nbytes != fb || strcmp(got.sha256_hex, fsha)) {
+            snprintf(why, why_n, "%s differs from what its commit says (size or sha256)", key);
+            ok = false;
+        } else {
+            got_files++;
+            *nbytes += fb;
+        }
+        td_s3_object_free(&got);
+        free(key);
+        free(dst);
+        free(parent);
+    }
+    if (ok && nfiles != got_files) {
+        snprintf(why, why_n, "the commit is not one tandem wrote (files %d, %d listed)", nfiles,
+                 got_files);
+        ok = false;
+    }
+    if (ok) {
+        char *marker = td_xasprintf("%s/%s", stage, TD_CKPT_MARKER);
+        FILE *f = fopen(marker, "w");
+        ok = f && fprintf(f, "restored from %s/%s\n", s->url, c->name) > 0;
+        if (f && fclose(f) != 0) ok = false;
+        if (!ok) snprintf(why, why_n, "writing %s: %s", marker, strerror(errno));
+        free(marker);
+    }
+    if (ok && access(path, F_OK) == 0 && rename(path, old) != 0) {
+        snprintf(why, why_n, "moving the uncommitted %s aside: %s", path, strerror(errno));
+        ok = false;
+    }
+    if (ok && rename(stage, path) != 0) {
+        snprintf(why, why_n, "renaming %s into place: %s", stage, strerror(errno));
+        ok = false;
+    }
+    rm_rf(old);
+    if (!ok) rm_rf(stage);
+out:
+    td_error_clear();
+    (void)unlink(tmp);
+    free(text);
+    free(ckey);
+    free(tmp);
+    free(path);
+    free(stage);
+    free(old);
+    return ok;
+}
+
+/* The restore: the newest committed checkpoint with a step in S3, downloaded when it is newer
+ * than the local newest, and each committed one without a step the directory lacks. */
 static td_status fetch_newer(td__ckpt_s3 *s, td_aws_t *aws) {
-    int64_t local = td__ckpt_newest_step(s->dir);
+    int64_t local = td_ckpt_newest(s->dir, TD_CKPT_ANY, NULL, 0);
     td_s3_list all = {0};
-    int64_t *steps = NULL;
+    commit_ref *c = NULL;
     int n = 0;
-    td_status st = list_commits(s, aws, &steps, &n, &all);
+    bool stepped_done = false;
+    td_status st = list_commits(s, aws, &c, &n, &all);
     if (st != TD_OK) {
         st = check_error(s, aws, st);
         goto out;
     }
     for (int i = 0; i < n; i++) {
-        int64_t step = steps[i];
-        if (step <= local) {
-            if (step == local) s->committed = local; /* already there: not uploaded again */
-            TD_LOG_INFO("s3 checkpoints: the local ckpt-%" PRId64 ".tdck is as new as the "
-                        "newest committed in %s (step %" PRId64 ")",
-                        local, s->url, steps[0]);
-            break;
+        if (td_ckpt_committed(s->dir, c[i].name, NULL)) {
+            /* here already: not uploaded again unless it changes */
+            mark_done(s, c[i].name);
+            if (c[i].n.step > s->committed && c[i].n.step <= local) s->committed = c[i].n.step;
         }
-        char *key = td_xasprintf("%sckpt-%" PRId64 ".tdck", s->prefix, step);
-        char *ckey = td_xasprintf("%s.commit", key);
-        char *tmp = td_xasprintf("%s/.s3commit-%" PRId64 ".%ld", s->dir, step, (long)getpid());
-        char *path = td_xasprintf("%s/ckpt-%" PRId64 ".tdck", s->dir, step);
-        long long c_nbytes = -1;
-        char c_sha[65] = "";
-        td_s3_object head = {0}, got = {0};
-        bool ok = false;
-        const char *why = "";
+    }
+    for (int i = 0; i < n; i++) {
+        bool stepped = c[i].n.step >= 0;
+        if (stepped && stepped_done) continue;
+        if (stepped && c[i].n.step <= local) {
+            TD_LOG_INFO("s3 checkpoints: the local newest (step %" PRId64 ") is as new as the "
+                        "newest committed in %s (%s)",
+                        local, s->url, c[0].name);
+            stepped_done = true;
+            continue;
+        }
+        if (!stepped && td_ckpt_committed(s->dir, c[i].name, NULL)) continue;
+        char why[1024];
+        int64_t nbytes;
         double t0 = td_now_s();
-        if (td_s3_get_file(aws, s->bucket, ckey, tmp, NULL) == TD_OK) {
-            FILE *f = fopen(tmp, "r");
-            char line[256];
-            while (f && fgets(line, sizeof line, f)) {
-                if (sscanf(line, "nbytes %lld", &c_nbytes) == 1) continue;
-                (void)sscanf(line, "sha256 %64[0-9a-f]", c_sha);
+        if (restore_one(s, aws, &c[i], &nbytes, why, sizeof why)) {
+            mark_done(s, c[i].name);
+            if (stepped) {
+                stepped_done = true;
+                if (c[i].n.step > s->committed) s->committed = c[i].n.step;
             }
-            if (f) fclose(f);
-            (void)unlink(tmp);
-            if (c_nbytes < 0 || strlen(c_sha) != 64)
-                why = "the commit object is not one tandem wrote";
-            else if (td_s3_head(aws, s->bucket, key, &head) != TD_OK)
-                why = td_error_msg();
-            else if (head.nbytes != c_nbytes || strcmp(head.sha256_hex, c_sha))
-                why = "the object differs from what its commit says (size or sha256)";
-            else if (td_s3_get_file(aws, s->bucket, key, path, &got) != TD_OK)
-                why = td_error_msg();
-            else if (strcmp(got.sha256_hex, c_sha)) {
-                (void)unlink(path);
-                why = "the downloaded bytes differ from the commit's sha256";
-            } else
-                ok = true;
+            TD_LOG_INFO("s3 checkpoints: downloaded %s (%" PRId64 " bytes, %.2f s) from %s%s",
+                        c[i].name, nbytes, td_now_s() - t0, s->url,
+                        !stepped    ? ""
+                        : local < 0 ? ": newer than the local directory (no checkpoint)"
+                                    : ": newer than the local newest");
         } else {
-            why = td_error_msg();
+            TD_LOG_WARN("s3 checkpoints: skipping the committed %s of %s: %s", c[i].name, s->url,
+                        why);
         }
-        if (ok) s->committed = step;
-        if (ok)
-            TD_LOG_INFO("s3 checkpoints: downloaded ckpt-%" PRId64 ".tdck (%lld bytes, %.2f s) "
-                        "from %s: newer than the local %s",
-                        step, c_nbytes, td_now_s() - t0, s->url,
-                        local < 0 ? "directory (no checkpoint)" : "newest");
-        else
-            TD_LOG_WARN("s3 checkpoints: skipping the committed ckpt-%" PRId64 ".tdck of %s: %s",
-                        step, s->url, why);
-        td_error_clear();
-        td_s3_object_free(&head);
-        td_s3_object_free(&got);
-        free(key);
-        free(ckey);
-        free(tmp);
-        free(path);
-        if (ok) break;
     }
     if (!n)
         TD_LOG_INFO("s3 checkpoints: %s holds no committed checkpoint yet%s", s->url,
                     local >= 0 ? "; the local ones are used" : "");
 out:
-    free(steps);
+    free(c);
     td_s3_list_free(&all);
     return st;
 }
 
 /* What an agent killed mid-upload or mid-download left in dir (its hard links, commit copies,
- * partial downloads): only this node's rank-0 agent makes them, and it is starting. */
+ * partial downloads, staged directories): only this node's agent makes them, and it is
+ * starting. */
 static void remove_leftovers(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
         /* (td_s3_get_file's temporaries are NAME.tdpart.XXXXXX) */
-        bool download = !strncmp(e->d_name, "ckpt-", 5) && strstr(e->d_name, ".tdck.tdpart.");
-        if (strncmp(e->d_name, ".s3up-ckpt-", 11) && strncmp(e->d_name, ".s3commit-", 10) &&
-            !download)
+        bool download = td_ckpt_parse(e->d_name, NULL) == false && strstr(e->d_name, ".tdpart.");
+        if (strncmp(e->d_name, ".s3up-", 6) && strncmp(e->d_name, ".s3commit-", 10) &&
+            strncmp(e->d_name, ".s3dl-", 6) && strncmp(e->d_name, ".s3old-", 7) && !download)
             continue;
         char *p = td_xasprintf("%s/%s", dir, e->d_name);
-        if (unlink(p) == 0) TD_LOG_INFO("s3 checkpoints: removed %s, left by an earlier agent", p);
+        rm_rf(p);
+        if (access(p, F_OK) != 0)
+            TD_LOG_INFO("s3 checkpoints: removed %s, left by an earlier agent", p);
         free(p);
     }
     closedir(d);
 }
 
-td_status td__ckpt_s3_open(td_loop *loop, bool resume, td__ckpt_s3 **out) {
+td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s3 **out) {
     *out = NULL;
     const char *url = td_var_get(TD_VAR_TANDEM_CHECKPOINT_URL);
     if (!url) return TD_OK;
@@ -408,8 +710,9 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, td__ckpt_s3 **out) {
     s->prefix = kl ? td_xasprintf("%s/", u.key) : td_xstrdup("");
     free(u.key);
     s->dir = td_xstrdup(dir);
+    s->uploader = uploader;
     s->loop = loop;
-    s->committed = s->tried = -1;
+    s->committed = -1;
     s->pipe_rd = s->pipe_wr = -1;
     td_aws_t *aws = NULL;
     td_status st = td_mkdirs(s->dir);
@@ -435,27 +738,58 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, td__ckpt_s3 **out) {
     }
     td_aws_free(aws);
     int fds[2];
-    if (st == TD_OK && pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    if (st == TD_OK && uploader && pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
         st = td_error_errno(TD_ERR_SYS, "s3 checkpoints: pipe");
-    if (st == TD_OK) {
+    if (st == TD_OK && uploader) {
         s->pipe_rd = fds[0];
         s->pipe_wr = fds[1];
         st = td_loop_watch(loop, s->pipe_rd, TD_LOOP_READ, on_done, s);
+    }
+    if (st != TD_OK && !uploader) {
+        /* another node: its workers then read what rank 0 gives them (the SDK) or their own
+         * directory; the run goes on */
+        TD_LOG_WARN("s3 checkpoints: this node cannot restore from S3: %s; its workers read "
+                    "%s as it is",
+                    td_error_msg(), s->dir);
+        td_error_clear();
+        td__ckpt_s3_free(s);
+        return TD_OK;
     }
     if (st != TD_OK) {
         td__ckpt_s3_free(s);
         return st;
     }
-    s->timer = td_loop_timer(loop, SCAN_PERIOD_S, SCAN_PERIOD_S, on_scan, s);
-    TD_LOG_INFO("s3 checkpoints: %s is mirrored to %s (bucket checked)", s->dir, s->url);
+    if (uploader) {
+        s->timer = td_loop_timer(loop, SCAN_PERIOD_S, SCAN_PERIOD_S, on_scan, s);
+        TD_LOG_INFO("s3 checkpoints: %s is mirrored to %s (bucket checked)", s->dir, s->url);
+    } else {
+        TD_LOG_INFO("s3 checkpoints: %s is restored from %s on a resume (bucket checked; the "
+                    "node of rank 0 uploads)",
+                    s->dir, s->url);
+    }
     *out = s;
     return TD_OK;
+}
+
+/* Uploads the newest local checkpoint S3 lacks, now (blocking); last: as the agent ends. */
+static void upload_now(td__ckpt_s3 *s, bool last) {
+    if (!next_job(s)) return;
+    double t0 = td_now_s();
+    s->job_nbytes = 0;
+    td_status st = upload(s, s->job_name, &s->job_n, &s->job_nbytes);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st == TD_OK ? "" : td_error_msg());
+    td_error_clear();
+    report(s, st, msg, td_now_s() - t0, last);
 }
 
 td_status td__ckpt_s3_resume(td__ckpt_s3 *s) {
     if (!s) return TD_OK;
     td_aws_t *aws = NULL;
     join_upload(s);
+    /* The node of rank 0 first puts its newest in S3, so that what the other nodes restore is
+     * what its rank 0 resumes from. */
+    if (s->uploader) upload_now(s, false);
     /* A restart's workers resume from the local copies anyway: S3 trouble now only warns. */
     td_status st = new_client(&aws);
     if (st == TD_OK) st = fetch_newer(s, aws);
@@ -469,19 +803,11 @@ td_status td__ckpt_s3_resume(td__ckpt_s3 *s) {
 }
 
 void td__ckpt_s3_end(td__ckpt_s3 *s) {
-    if (!s) return;
+    if (!s || !s->uploader) return;
     td_loop_cancel(s->loop, s->timer);
     s->timer = 0;
     join_upload(s); /* one in flight finishes (it may be the one we need) */
-    int64_t newest = td__ckpt_newest_step(s->dir);
-    if (newest < 0 || newest <= s->committed) return;
-    double t0 = td_now_s();
-    int64_t nbytes = 0;
-    td_status st = upload(s, newest, &nbytes);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", st == TD_OK ? "" : td_error_msg());
-    td_error_clear();
-    report(s, newest, st, msg, nbytes, td_now_s() - t0, true);
+    upload_now(s, true);
 }
 
 void td__ckpt_s3_free(td__ckpt_s3 *s) {
@@ -491,11 +817,15 @@ void td__ckpt_s3_free(td__ckpt_s3 *s) {
         s->busy = false;
     }
     if (s->loop) {
-        td_loop_cancel(s->loop, s->timer);
+        if (s->timer) td_loop_cancel(s->loop, s->timer);
         if (s->pipe_rd >= 0) td_loop_unwatch(s->loop, s->pipe_rd);
     }
     if (s->pipe_rd >= 0) close(s->pipe_rd);
     if (s->pipe_wr >= 0) close(s->pipe_wr);
+    for (int i = 0; i < s->ndone; i++) free(s->done[i].name);
+    for (int i = 0; i < s->nfailed; i++) free(s->failed[i].name);
+    free(s->done);
+    free(s->failed);
     free(s->url);
     free(s->bucket);
     free(s->prefix);

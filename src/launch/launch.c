@@ -165,6 +165,10 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
     v[n++] = var(TD_VAR_LOCAL_WORLD_SIZE, "%d", o->nproc_per_node);
     v[n++] = var(TD_VAR_GROUP_RANK, "%d", t->rz.group_rank);
     v[n++] = var(TD_VAR_GROUP_WORLD_SIZE, "%d", t->rz.nnodes);
+    /* Not torchrun's, but what Lightning (LightningEnvironment, SLURM-less multi-node) and many
+     * scripts read for the node: a script must not silently become node 0 of 1. */
+    v[n++] = var(TD_VAR_NODE_RANK, "%d", t->rz.group_rank);
+    v[n++] = var(TD_VAR_NUM_NODES, "%d", t->rz.nnodes);
     v[n++] = var(TD_VAR_ROLE_RANK, "%d", rank);
     v[n++] = var(TD_VAR_ROLE_WORLD_SIZE, "%d", t->rz.world_size);
     v[n++] = var(TD_VAR_ROLE_NAME, "%s", o->role && *o->role ? o->role : "default");
@@ -175,6 +179,9 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
     v[n++] = var(TD_VAR_TORCHELASTIC_RUN_ID, "%s", a->run_id);
     /* torch.distributed then builds its own TCPStore at MASTER_ADDR:MASTER_PORT. */
     v[n++] = var(TD_VAR_TORCHELASTIC_USE_AGENT_STORE, "False");
+    /* torchrun's: the inherited value, else 1 (NCCL errors end the process, not hang it). */
+    const char *nccl = getenv(td_var_name(TD_VAR_TORCH_NCCL_ASYNC_ERROR_HANDLING));
+    v[n++] = var(TD_VAR_TORCH_NCCL_ASYNC_ERROR_HANDLING, "%s", nccl ? nccl : "1");
     const char *omp = td_var_get(TD_VAR_OMP_NUM_THREADS);
     char threads[32];
     if (omp) {
@@ -1090,13 +1097,13 @@ static bool attempt_over(agent *a, attempt *t, int *exit_code) {
     return false;
 }
 
-/* The node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c): the bucket is checked,
- * and a resume's newest checkpoint fetched, before its workers start. */
+/* The node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c); every node checks the
+ * bucket and restores a resume's newest checkpoint before its workers start. */
 static td_status s3_before_workers(agent *a, const attempt *t) {
-    if (t->rz.rank_offset != 0) return TD_OK;
     if (a->s3) return td__ckpt_s3_resume(a->s3);
     const char *resume = td_var_get(TD_VAR_TANDEM_RESUME);
-    return td__ckpt_s3_open(a->loop, (resume && !strcmp(resume, "1")) || t->restart > 0, &a->s3);
+    return td__ckpt_s3_open(a->loop, (resume && !strcmp(resume, "1")) || t->restart > 0,
+                            t->rz.rank_offset == 0, &a->s3);
 }
 
 /* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.

@@ -103,17 +103,18 @@ bool td__status_ok(int status);
  * an event loop of its own (wait.c); true if it did. A transport's bounded wait. */
 bool td__wait_writable(int fd, double seconds);
 
-/* ---- node 0's checkpoints in S3 (ckpt_s3.c; TANDEM_CHECKPOINT_URL) ---- */
+/* ---- the run's checkpoints in S3 (ckpt_s3.c; TANDEM_CHECKPOINT_URL) ---- */
 typedef struct td__ckpt_s3 td__ckpt_s3;
-/* The newest complete checkpoint in dir (the highest STEP of a file named exactly
- * ckpt-STEP.tdck), -1 when none: the one rule for "the newest checkpoint" of the agent. */
+/* The step of the newest committed checkpoint in dir, any kind (tandem/ckpt.h), -1 when none. */
 int64_t td__ckpt_newest_step(const char *dir);
 /* With TANDEM_CHECKPOINT_URL set: checks the bucket and credentials (an error names the bucket
- * and the fix), on a resume downloads the newest committed checkpoint when it is newer than the
- * local newest, and from then on uploads each new checkpoint from a thread, its result read on
- * loop. *out NULL when the variable is unset. */
-td_status td__ckpt_s3_open(td_loop *loop, bool resume, td__ckpt_s3 **out);
-/* Before a restart's workers start: fetch_newer again (warns, never fails). */
+ * and the fix), on a resume restores the newest committed checkpoint when it is newer than the
+ * local newest (every node), and on the uploader (the node of rank 0) from then on uploads each
+ * new committed checkpoint from a thread, its result read on loop. *out NULL when the variable
+ * is unset. */
+td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s3 **out);
+/* Before a restart's workers start: the uploader uploads its newest, then every node restores
+ * again (warns, never fails). */
 td_status td__ckpt_s3_resume(td__ckpt_s3 *s);
 /* The agent ends: waits for the upload in flight, then uploads and commits the newest local
  * checkpoint when S3 does not hold it yet (the one a stop or preemption made). */

@@ -140,3 +140,68 @@ td_status td_launch_find_python(char **path, const char **source) {
                     "VIRTUAL_ENV is set and no python3 is on PATH; set PYTHON=/path/to/python3, "
                     "or run the command itself with --no-python");
 }
+
+/* The GPUs a worker started here would see, as torch.cuda.device_count() counts them: CUDA's
+ * own count (cuda_count, when the caller has CUDA) first; else the driver's GPUs as
+ * CUDA_VISIBLE_DEVICES narrows them. why says what was seen. */
+static int count_gpus(int (*cuda_count)(void), char *why, size_t cap) {
+    int n = cuda_count ? cuda_count() : 0;
+    if (n > 0) {
+        snprintf(why, cap, "CUDA sees %d device%s", n, n == 1 ? "" : "s");
+        return n;
+    }
+    int ndev = td_launch_driver_gpus();
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    n = td_launch_visible_gpus(cvd, ndev);
+    if (ndev == 0)
+        snprintf(why, cap, "no NVIDIA driver on this machine (/proc/driver/nvidia/gpus is absent)");
+    else if (cvd)
+        snprintf(why, cap, "%d of this machine's %d GPU%s visible with CUDA_VISIBLE_DEVICES='%s'",
+                 n, ndev, ndev == 1 ? "" : "s", cvd);
+    else
+        snprintf(why, cap, "this machine has %d GPU%s", ndev, ndev == 1 ? "" : "s");
+    return n;
+}
+
+bool td_launch_nproc_is_spec(const char *val) {
+    return val && (!strcmp(val, "gpu") || !strcmp(val, "auto") || !strcmp(val, "cpu"));
+}
+
+td_status td_launch_nproc_resolve(const char *what, const char *val, int (*cuda_count)(void),
+                                  int *out, char *note, size_t cap) {
+    if (note && cap) note[0] = '\0';
+    bool gpu = !strcmp(val, "gpu"), aut = !strcmp(val, "auto");
+    if (gpu || aut) {
+        char why[256];
+        int n = count_gpus(cuda_count, why, sizeof why);
+        if (n > 0) {
+            if (note)
+                snprintf(note, cap, "%s %s: %d worker%s, one per GPU (%s)", what, val, n,
+                         n == 1 ? "" : "s", why);
+            *out = n;
+            return TD_OK;
+        }
+        if (gpu)
+            return td_error(TD_ERR_USAGE,
+                            "%s gpu: no GPU is visible to this launcher: %s; give a number of "
+                            "workers, or cpu (one per core)",
+                            what, why);
+        *out = td_num_cores();
+        if (note)
+            snprintf(note, cap, "%s auto: %d worker%s, one per core (%s)", what, *out,
+                     *out == 1 ? "" : "s", why);
+        return TD_OK;
+    }
+    if (!strcmp(val, "cpu")) {
+        *out = td_num_cores();
+        return TD_OK;
+    }
+    long v = parse_digits(val, strlen(val));
+    if (v < 1 || v > 1000000)
+        return td_error(TD_ERR_USAGE,
+                        "%s '%s': expected a number of workers >= 1, or gpu (one per visible "
+                        "GPU), cpu (one per core) or auto (gpu where a GPU is visible, else cpu)",
+                        what, val);
+    *out = (int)v;
+    return TD_OK;
+}

@@ -1,7 +1,6 @@
 /* Checkpoints: a fixed little-endian header, a JSON description of the run, then the raw float
  * buffers. A CRC-32 over everything but the CRC field catches any flipped or missing byte.
  * Format: docs/checkpoint-format.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <unistd.h>
 
 #include "tandem/train.h"
+#include "tandem/ckpt.h"
 #include "tandem/os.h"
 
 #define CKPT_MAGIC          "TDCKPT\r\n" /* \r\n catches text-mode mangling, like PNG's signature */
@@ -113,32 +113,23 @@ static void remove_stale_temporaries(const char *dir) {
     }
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
+/* Steps of the committed ckpt-<step>.tdck files in dir (the contract: tandem/ckpt.h), newest
+ * first. */
+static int64_t *list_steps(const char *dir, size_t *count) {
+    int n;
+    td_ckpt_entry *v = td_ckpt_list(dir, TD_CKPT_TDCK, &n);
+    int64_t *steps = td_xmalloc(((size_t)n + 1) * sizeof *steps);
+    for (int i = 0; i < n; i++) steps[i] = v[i].n.step;
+    td_ckpt_list_free(v, n);
+    *count = (size_t)n;
+    return steps;
 }
 
-/* Steps of the ckpt-<step>.tdck files in dir, newest first. */
-static int64_t *list_steps(const char *dir, size_t *count) {
-    *count = 0;
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    size_t cap = 8, n = 0;
-    int64_t *steps = td_xmalloc(cap * sizeof *steps);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long step;
-        int used = 0;
-        if (sscanf(e->d_name, "ckpt-%lld.tdck%n", &step, &used) == 1 &&
-            used == (int)strlen(e->d_name) && step >= 0) {
-            if (n == cap) steps = td_xrealloc(steps, (cap *= 2) * sizeof *steps);
-            steps[n++] = step;
-        }
-    }
-    closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_desc);
-    *count = n;
-    return steps;
+/* dir/ckpt-<step>.tdck, named by the contract. */
+static char *ckpt_path(const char *dir, int64_t step) {
+    char name[64];
+    td_ckpt_build(TD_CKPT_TDCK, step, name, sizeof name);
+    return td_xasprintf("%s/%s", dir, name);
 }
 
 td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep) {
@@ -175,14 +166,14 @@ td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep)
     int nchunks = 3;
     if (state_bytes) chunks[nchunks++] = (td_chunk){ck->optim_state, state_bytes};
     if (buffer_bytes) chunks[nchunks++] = (td_chunk){ck->buffers, buffer_bytes};
-    char *path = td_xasprintf("%s/ckpt-%lld.tdck", dir, (long long)ck->step);
+    char *path = ckpt_path(dir, ck->step);
     td_status rc = td_write_atomic(path, "checkpoint", chunks, nchunks);
     free(meta_padded);
     if (rc == TD_OK && keep > 0) {
         size_t n;
         int64_t *steps = list_steps(dir, &n);
         for (size_t i = (size_t)keep; i < n; i++) {
-            char *old = td_xasprintf("%s/ckpt-%lld.tdck", dir, (long long)steps[i]);
+            char *old = ckpt_path(dir, steps[i]);
             if (steps[i] != ck->step && unlink(old) != 0 && errno != ENOENT)
                 TD_LOG_WARN("cannot delete old checkpoint %s: %s", old, strerror(errno));
             free(old);
@@ -407,7 +398,7 @@ td_status td_checkpoint_find_latest(const char *dir, char **path_out, td_checkpo
     char first_msg[2048] = "";
     char *first_name = NULL;
     for (size_t i = 0; i < n; i++) {
-        char *path = td_xasprintf("%s/ckpt-%lld.tdck", dir, (long long)steps[i]);
+        char *path = ckpt_path(dir, steps[i]);
         rc = td_checkpoint_load(path, out);
         if (rc == TD_OK) {
             if (first_rc != TD_OK)

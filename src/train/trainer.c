@@ -10,6 +10,7 @@
 #include "tandem/data.h"
 #include "tandem/tensor.h"
 #include "tandem/train.h"
+#include "tandem/ckpt.h"
 #include "tandem/os.h"
 #include "train/prefetch.h"
 
@@ -280,7 +281,9 @@ static td_status save_checkpoint(trainer *t, int64_t step) {
     TD_CHECK(td_checkpoint_save(cfg->checkpoint_dir, &ck, CKPT_KEEP));
     t->ckpt_steps[1] = t->ckpt_steps[0];
     t->ckpt_steps[0] = step;
-    TD_LOG_DEBUG("checkpoint written: %s/ckpt-%lld.tdck", cfg->checkpoint_dir, (long long)step);
+    char ckname[64];
+    td_ckpt_build(TD_CKPT_TDCK, step, ckname, sizeof ckname);
+    TD_LOG_DEBUG("checkpoint written: %s/%s", cfg->checkpoint_dir, ckname);
     return TD_OK;
 }
 
@@ -403,8 +406,9 @@ static td_status diverged(trainer *t, int64_t step, double loss) {
             break;
         }
     char where[4200] = "none (no --checkpoint-dir, or none written early enough)";
-    if (good >= 0)
-        snprintf(where, sizeof where, "%s/ckpt-%lld.tdck", cfg->checkpoint_dir, (long long)good);
+    char ckname[64];
+    if (good >= 0 && td_ckpt_build(TD_CKPT_TDCK, good, ckname, sizeof ckname))
+        snprintf(where, sizeof where, "%s/%s", cfg->checkpoint_dir, ckname);
     else if (t->start_step > 0 && t->start_step < step - 1)
         snprintf(where, sizeof where, "the one this run resumed from (step %lld)",
                  (long long)t->start_step);

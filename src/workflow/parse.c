@@ -462,6 +462,11 @@ static td_status parse_ssh(const parse_ctx *c, const yaml_node_t *n, td_ssh_opti
         const char *f = scalar(k);
         if (!f) return node_error(c, k, "ssh", "field names must be strings");
         if (!strcmp(f, "hosts")) {
+            /* given again (a profile, then tandem run --host): the later list */
+            for (size_t i = 0; i < o->nhosts; i++) free(o->hosts[i]);
+            free(o->hosts);
+            o->hosts = NULL;
+            o->nhosts = 0;
             TD_CHECK(get_string_list(c, v, "ssh.hosts", &o->hosts, &o->nhosts));
             for (size_t i = 0; i < o->nhosts; i++)
                 if (td_ssh_host_check("ssh.hosts", o->hosts[i]) != TD_OK) {
@@ -635,6 +640,75 @@ static td_status parse_secrets(const parse_ctx *c, const yaml_node_t *v, td_work
     return TD_OK;
 }
 
+/* Why an env: name cannot be set by a workflow (NULL: it can): the variables tandem itself
+ * sets for every worker, whose value from env: would be replaced without a word. */
+static const char *env_refusal(const char *key) {
+    static const struct {
+        td_var var;
+        const char *why;
+    } run_set[] = {
+        {TD_VAR_TANDEM_RUN_ID, "tandem run sets it to the run's id"},
+        {TD_VAR_TANDEM_RUN_DIR, "tandem run sets it to the run's directory"},
+        {TD_VAR_TANDEM_WORK_DIR, "tandem run sets it to the run's working directory"},
+        {TD_VAR_TANDEM_PROJECT_DIR, "tandem run sets it to the project directory"},
+        {TD_VAR_TANDEM_CHECKPOINT_DIR, "tandem run sets it: use checkpoint_dir: instead"},
+        {TD_VAR_TANDEM_CHECKPOINT_URL, "tandem run sets it: use checkpoint_dir: s3://... instead"},
+        {TD_VAR_TANDEM_RESUME, "tandem run sets it on a resume: use tandem run --resume RUN"},
+        {TD_VAR_TANDEM_METRICS, "the launcher sets one file per rank"},
+        {TD_VAR_TANDEM_TOKEN, "a secret tandem makes for each run (never in a file)"},
+        {TD_VAR_TANDEM_STORE_ADDR, "the launcher sets it to the job's store"},
+        {TD_VAR_TANDEM_STORE_LISTEN_FD, "the launcher's own"},
+        {TD_VAR_TANDEM_HEARTBEAT_MS, "the launcher sets it from the stall timeout: set "
+                                     "TANDEM_STALL_TIMEOUT_MS instead"},
+        {TD_VAR_TANDEM_SYS_METRICS, "the executor sets it"},
+        {TD_VAR_TANDEM_RESTART_COUNT, "the launcher sets it for each attempt"},
+        {TD_VAR_TANDEM_NODE_RANK, "the launcher sets it for each node"},
+    };
+    for (size_t i = 0; i < TD_ARRAY_LEN(run_set); i++)
+        if (!strcmp(key, td_var_name(run_set[i].var))) return run_set[i].why;
+    if (!strncmp(key, "TANDEM_PARAM_", 13)) return "tandem run sets it from params: (use params:)";
+    /* torchrun's worker variables: the launcher sets each per worker */
+    static const td_var launch_set[] = {
+        TD_VAR_RANK,          TD_VAR_LOCAL_RANK,          TD_VAR_WORLD_SIZE,
+        TD_VAR_LOCAL_WORLD_SIZE, TD_VAR_GROUP_RANK,       TD_VAR_GROUP_WORLD_SIZE,
+        TD_VAR_NODE_RANK,     TD_VAR_NUM_NODES,           TD_VAR_ROLE_RANK,
+        TD_VAR_ROLE_WORLD_SIZE, TD_VAR_ROLE_NAME,         TD_VAR_MASTER_ADDR,
+        TD_VAR_MASTER_PORT,   TD_VAR_TORCHELASTIC_RESTART_COUNT,
+        TD_VAR_TORCHELASTIC_MAX_RESTARTS, TD_VAR_TORCHELASTIC_RUN_ID,
+        TD_VAR_TORCHELASTIC_USE_AGENT_STORE,
+    };
+    for (size_t i = 0; i < TD_ARRAY_LEN(launch_set); i++)
+        if (!strcmp(key, td_var_name(launch_set[i])))
+            return "the launcher sets it for each worker, as torchrun does (nodes:, "
+                   "nproc_per_node: and max_restarts: say what it is)";
+    return NULL;
+}
+
+/* env: each entry is honoured on every executor or refused here with the reason: a name a
+ * shell can export (the ssh, aws and Slurm executors set the remote environment through one),
+ * not one tandem sets itself. PATH is honoured: its value replaces the workers' PATH, and
+ * $PATH (or ${PATH}) in it stands for the PATH they would have had (docs/runs.md). */
+static td_status check_env(const parse_ctx *c, const yaml_node_t *v, const td_workflow *w,
+                           size_t first) {
+    for (size_t i = first; i < w->nenv; i++) {
+        const char *key = w->env[i].key;
+        bool name_ok = (isalpha((unsigned char)key[0]) || key[0] == '_');
+        for (const char *p = key; *p && name_ok; p++)
+            name_ok = isalnum((unsigned char)*p) || *p == '_';
+        if (!name_ok)
+            return node_error(c, v, "env",
+                              "'%s' is not an environment variable name a shell can set "
+                              "(letters, digits and '_', not starting with a digit); the "
+                              "ssh, aws and Slurm executors could not pass it on",
+                              key);
+        const char *why = env_refusal(key);
+        if (why)
+            return node_error(c, v, "env", "%s cannot be set here: %s; remove it from env:", key,
+                              why);
+    }
+    return TD_OK;
+}
+
 /* One field of a workflow entry (f: its name, k its key's node, v its value's). */
 static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yaml_node_t *v,
                              const char *f, td_workflow *w, workflow_fields *seen) {
@@ -662,13 +736,29 @@ static td_status parse_field(const parse_ctx *c, const yaml_node_t *k, const yam
         TD_CHECK(get_int(c, v, f, 1, &w->nodes));
         seen->nodes = v;
     } else if (!strcmp(f, "nproc_per_node")) {
-        TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
+        /* torchrun's words as tandem launch takes them, counted where the workers run */
+        const char *s = scalar(v);
+        if (s && (!strcmp(s, "gpu") || !strcmp(s, "auto") || !strcmp(s, "cpu"))) {
+            snprintf(w->nproc_spec, sizeof w->nproc_spec, "%s", s);
+            w->nproc_per_node = 0;
+        } else if (s && strspn(s, "0123456789") != strlen(s)) {
+            return node_error(c, v, f,
+                              "expected a positive integer, got '%s' (or gpu: one worker per "
+                              "visible GPU, cpu: one per core, auto: gpu where a GPU is visible, "
+                              "else cpu)",
+                              s);
+        } else {
+            TD_CHECK(get_int(c, v, f, 1, &w->nproc_per_node));
+            w->nproc_spec[0] = '\0';
+        }
     } else if (!strcmp(f, "max_restarts")) {
         TD_CHECK(get_int(c, v, f, 0, &w->max_restarts));
     } else if (!strcmp(f, "tags") || !strcmp(f, "group")) {
         TD_CHECK(parse_labels(c, f, v, w));
     } else if (!strcmp(f, "env")) {
+        size_t first = w->nenv;
         TD_CHECK(get_map(c, v, f, 0, &w->env, &w->nenv));
+        TD_CHECK(check_env(c, v, w, first));
     } else if (!strcmp(f, "secrets")) {
         TD_CHECK(parse_secrets(c, v, w));
         seen->secrets = v;
@@ -1144,4 +1234,122 @@ char *td_workflow_params_json(const td_workflow *w) {
     char *out = td_xstrdup(s ? s : "{}");
     free(s);
     return out;
+}
+
+/* ---- executor settings outside a workflow file (tandem run --profile FILE, its flags) ---- */
+static const char *const settings_fields =
+    "executor, nodes, nproc_per_node, slurm, ssh, aws, env, secrets, node_setup, checkpoint_dir, "
+    "artifacts, max_restarts, max_duration";
+
+static bool is_settings_field(const char *f) {
+    static const char *const names[] = {"executor",     "nodes",          "nproc_per_node",
+                                        "slurm",        "ssh",            "aws",
+                                        "env",          "secrets",        "node_setup",
+                                        "checkpoint_dir", "artifacts",    "max_restarts",
+                                        "max_duration"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(names); i++)
+        if (!strcmp(f, names[i])) return true;
+    return false;
+}
+
+static void free_strs(char ***v, size_t *n) {
+    for (size_t i = 0; i < *n; i++) free((*v)[i]);
+    free(*v);
+    *v = NULL;
+    *n = 0;
+}
+
+td_status td_workflow_apply_settings(td_workflow *w, const char *text, size_t nbytes,
+                                     const char *name) {
+    TD_CHECK(check_depth(text, nbytes, name));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return td_error(TD_ERR_NOMEM, "libyaml init failed");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, nbytes);
+    if (!yaml_parser_load(&parser, &doc)) {
+        td_status st = td_error(TD_ERR_FORMAT, "%s:%zu:%zu: invalid YAML: %s", name,
+                                parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                                parser.problem ? parser.problem : "syntax error");
+        yaml_parser_delete(&parser);
+        return st;
+    }
+    parse_ctx c = {name, &doc};
+    td_status st = TD_OK;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && root->type != YAML_MAPPING_NODE)
+        st = node_error(&c, root, "settings", "expected a mapping with %s, got %s",
+                        settings_fields, describe(root));
+    for (yaml_node_pair_t *p = root && st == TD_OK ? root->data.mapping.pairs.start : NULL;
+         p && p < root->data.mapping.pairs.top && st == TD_OK; p++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&doc, p->value);
+        const char *f = scalar(k);
+        if (!f || !is_settings_field(f)) {
+            st = node_error(&c, k, f ? f : "settings",
+                            "not an executor setting; a profile holds: %s (the command and "
+                            "the rest come from tandem run's own flags)",
+                            settings_fields);
+            break;
+        }
+        /* a list given again replaces the earlier one */
+        if (!strcmp(f, "node_setup")) free_strs(&w->node_setup, &w->nnode_setup);
+        if (!strcmp(f, "artifacts")) free_strs(&w->artifacts, &w->nartifacts);
+        if (!strcmp(f, "secrets")) free_strs(&w->secrets, &w->nsecrets);
+        workflow_fields seen = {0};
+        st = parse_field(&c, k, v, f, w, &seen);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return st;
+}
+
+td_status td_workflow_check(td_workflow *w, const char *name) {
+    const char *ex = w->executor ? w->executor : "local";
+    if (!strcmp(ex, "ssh")) {
+        if (!w->ssh.nhosts && !w->ssh.hostfile)
+            return td_error(TD_ERR_USAGE,
+                            "%s: the ssh executor needs its machines: ssh: {hosts: [a, b]} (or "
+                            "hostfile: FILE), or tandem run --host HOST (repeatable)",
+                            name);
+        if (w->ssh.nhosts && w->ssh.hostfile)
+            return td_error(TD_ERR_USAGE, "%s: ssh: give hosts or hostfile, not both", name);
+        if (w->ssh.nhosts) {
+            if (w->nodes > 1 && w->nodes != (int)w->ssh.nhosts)
+                return td_error(TD_ERR_USAGE,
+                                "%s: %d nodes but %zu ssh host%s (one node per host); make "
+                                "them agree",
+                                name, w->nodes, w->ssh.nhosts, w->ssh.nhosts > 1 ? "s" : "");
+            w->nodes = (int)w->ssh.nhosts;
+        }
+    } else if (w->ssh.nhosts || w->ssh.hostfile) {
+        return td_error(TD_ERR_USAGE,
+                        "%s: ssh machines are given but the run is on the %s executor; add "
+                        "executor: ssh (tandem run --executor ssh)",
+                        name, ex);
+    }
+    if (!strcmp(ex, "aws") && (!w->aws.ninstance_types || !w->aws.image || !w->aws.key_name))
+        return td_error(TD_ERR_USAGE,
+                        "%s: the aws executor needs instance_type, image and key_name (and "
+                        "ssh_key): an aws: section in --profile FILE, or --instance-type, "
+                        "--image, --key-name, --ssh-key (docs/cloud.md)",
+                        name);
+    if (strcmp(ex, "aws") && w->aws.ninstance_types)
+        return td_error(TD_ERR_USAGE,
+                        "%s: aws settings are given but the run is on the %s executor; add "
+                        "executor: aws (tandem run --executor aws)",
+                        name, ex);
+    if (strcmp(ex, "slurm") && (w->slurm.partition || w->slurm.time_limit_s > 0 ||
+                                w->slurm.account || w->slurm.nsbatch_args))
+        return td_error(TD_ERR_USAGE,
+                        "%s: slurm settings are given but the run is on the %s executor; add "
+                        "executor: slurm (tandem run --executor slurm)",
+                        name, ex);
+    for (size_t i = 0; i < w->nsecrets; i++)
+        for (size_t j = 0; j < w->nenv; j++)
+            if (!strcmp(w->secrets[i], w->env[j].key))
+                return td_error(TD_ERR_USAGE,
+                                "%s: %s is both under env: and secrets:; keep one (a secret's "
+                                "value comes from tandem run's environment)",
+                                name, w->secrets[i]);
+    return TD_OK;
 }

@@ -86,8 +86,9 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Links each entry of the workflow's directory into the run's own working directory, so that
- * inputs (code, data, configs) resolve there as they would in the project, except what the
+/* Copies each entry of the workflow's directory into the run's own working directory (never a
+ * link: issue 30), so that inputs (code, data, configs) resolve there as they would in the
+ * project and outputs never reach it, except what the
  * workflow declares as outputs (the first component of each artifact pattern and of a relative
  * checkpoint_dir) and .tandem: those start empty in every run. Two concurrent runs of one
  * workflow then never share an output path (issue 8: one run recorded the other's weights as its
@@ -116,16 +117,35 @@ static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
                               project_dir);
     td_status st = TD_OK;
     struct dirent *e;
+    td_exec_copy_stats cs = {0};
     while ((e = readdir(d)) && st == TD_OK) {
         const char *n = e->d_name;
-        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, ".tandem") || is_output_name(w, n))
+        /* .git stays out as from the code sent to other nodes (td__exec_code_tar_script) */
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, ".tandem") || !strcmp(n, ".git") ||
+            is_output_name(w, n))
             continue;
         char *from = td_xasprintf("%s/%s", project_dir, n);
         char *to = td_xasprintf("%s/%s", work_dir, n);
         struct stat lst;
-        if (lstat(to, &lst) != 0 && symlink(from, to) != 0)
-            st = td_error_errno(TD_ERR_IO, "cannot link %s into the run's directory as %s", from,
-                                to);
+        int64_t bytes = 0, files = 0;
+        /* copied, not linked: a write to a name the project has must not reach the project
+         * (issue 30; src/exec/workdir.c); except an entry too large to copy for every run,
+         * linked as before, and said so */
+        if (lstat(to, &lst) == 0) {
+        } else if (!td_exec_work_copyable(from, &bytes, &files)) {
+            if (symlink(from, to) != 0)
+                st = td_error_errno(TD_ERR_IO, "cannot link %s into the run's directory as %s",
+                                    from, to);
+            else
+                TD_LOG_INFO("linked %s into the run's work directory, not copied (over %lld "
+                            "MiB or %d files): a write under it reaches the project; "
+                            "docs/executors.md, \"The run's working directory\"",
+                            n, (long long)(TD_EXEC_WORK_COPY_MAX_BYTES >> 20),
+                            TD_EXEC_WORK_COPY_MAX_FILES);
+        } else if (td_exec_work_copy(from, to, &cs) != TD_OK) {
+            st = td_error(TD_ERR_IO, "cannot copy %s into the run's directory as %s: %s", from,
+                          to, td_error_msg());
+        }
         free(from);
         free(to);
     }
@@ -208,15 +228,30 @@ static td_status build_env(supervisor *s, strvec *env) {
             free(name);
         }
     }
-    /* `tandem` in a workflow command means this tandem, installed or not. */
+    /* PATH: the workflow's env: PATH when it has one, with $PATH (or ${PATH}) in it standing
+     * for ours; and `tandem` in a workflow command means this tandem, installed or not: its
+     * directory first. */
+    const char *path = getenv("PATH"), *wpath = NULL;
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    for (size_t i = 0; i < w->nenv; i++)
+        if (!strcmp(w->env[i].key, "PATH")) wpath = w->env[i].value;
+    char *p = td_xstrdup(wpath ? wpath : path);
+    for (const char *const *form = (const char *const[]){"${PATH}", "$PATH", NULL}; *form;
+         form++)
+        for (char *at; wpath && (at = strstr(p, *form));) {
+            char *q = td_xasprintf("%.*s%s%s", (int)(at - p), p, path, at + strlen(*form));
+            free(p);
+            p = q;
+            if (strlen(p) > 65536) break; /* a PATH naming itself twice: enough */
+        }
     const char *slash = strrchr(s->tandem_bin, '/');
     if (slash) {
-        const char *path = getenv("PATH");
-        char *p = td_xasprintf("%.*s:%s", (int)(slash - s->tandem_bin), s->tandem_bin,
-                               path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
-        env_set(env, "PATH", p);
+        char *q = td_xasprintf("%.*s:%s", (int)(slash - s->tandem_bin), s->tandem_bin, p);
         free(p);
+        p = q;
     }
+    env_set(env, "PATH", p);
+    free(p);
     set_var(env, TD_VAR_TANDEM_RUN_ID, s->run.id);
     set_var(env, TD_VAR_TANDEM_RUN_DIR, s->run.run_dir);
     set_var(env, TD_VAR_TANDEM_WORK_DIR, s->work_dir);
@@ -495,6 +530,11 @@ static td_status resume_run(td_rundb *store, const char *id, supervisor *s, cons
 static td_status create_run(td_rundb *store, const td_workflow *w, const td_run_options *opts,
                             supervisor *s, int *lock_fd) {
     if (!w) return td_error(TD_ERR_USAGE, "no workflow given");
+    if (w->nproc_per_node < 1)
+        return td_error(TD_ERR_USAGE,
+                        "workflow '%s': nproc_per_node: %s is not counted yet (tandem run counts "
+                        "it with td_launch_nproc_resolve where the workers run)",
+                        w->name, w->nproc_spec[0] ? w->nproc_spec : "0");
     char *script = NULL;
     TD_CHECK(td_workflow_script(w, &script));
     s->script = script;

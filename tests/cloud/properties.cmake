@@ -21,3 +21,6 @@ set_tests_properties(cloud/test_gc PROPERTIES TIMEOUT 180)
 # executor aws end to end on the EC2 fixture (root, namespaces, the venv; skips with 77
 # without them): five legs, ten runs, the two references: about 150 s on 2 idle cores.
 set_tests_properties(cloud/test_aws_run PROPERTIES TIMEOUT 900)
+# a user's SDK script on 2 spot instances, node 0 interrupted, resumed from S3 (root, namespaces,
+# the fixture's and the frameworks' venvs; skips with 77 without them): one run, one reference.
+set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600)

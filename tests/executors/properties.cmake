@@ -46,3 +46,18 @@ set_tests_properties(executors/test_ssh_run PROPERTIES TIMEOUT 600 SKIP_RETURN_C
 # (src/exec/aws_record.c, aws_gc.c): no server; one gate tries a closed port (about 3 s of
 # retries).
 target_include_directories(executors_test_aws_record PRIVATE ${CMAKE_SOURCE_DIR}/src)
+# Command runs on the ssh fixture (tandem run --executor ssh -- CMD, issue 30): two short runs
+# of a Python script on 2 and 1 hosts; 10-20 s on 2 idle cores.
+set_tests_properties(executors/test_run_cmd_ssh PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+# A command run on the EC2 fixture (tandem run --executor aws -- CMD, issue 30): one spot
+# instance, one short Python script; the fixture's start is most of it.
+set_tests_properties(executors/test_run_cmd_aws PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# issue 30: a script's sdk.json and artifacts from 2 ssh hosts without a shared directory
+# (tests/lib/sshd.sh, as test_ssh_run): one short run of a Python script, about 10 s.
+set_tests_properties(executors/test_script_record_ssh PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# ... and from 2 Slurm nodes without a shared file system (tests/lib/slurm.sh, TDS_HIDE_DIRS):
+# the cluster (1-2 s) and one short run, about 15 s.
+set_tests_properties(executors/test_script_record_slurm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# A worker hanging at exit after tandem.finish (TANDEM_EXIT_GRACE=25) and a stop that kills a
+# worker without a checkpoint, 2 local Python workers each: about 40 s.
+set_tests_properties(executors/test_script_exit_hang PROPERTIES TIMEOUT 300)

@@ -9,7 +9,8 @@
 #    answers what EC2 answers when it has no capacity (HTTP 500, InsufficientInstanceCapacity,
 #    EC2's error XML) and creates nothing;
 # and for DescribeInstances, whose answer names an instance that a spot interruption ended
-# (cloud_interrupt) with EC2's state reason (Server.SpotInstanceTermination), not moto's.
+# (cloud_interrupt) with EC2's state reason (Server.SpotInstanceTermination), not moto's. A HEAD
+# is answered with the upstream's Content-Length (the object's size), not its empty body's.
 #   cloud_proxy.py LISTEN_ADDR PORT UPSTREAM_HOST UPSTREAM_PORT CONTROL_FILE
 # Standard library only. Logs one line per RunInstances (and per error) to stderr.
 import http.client
@@ -146,7 +147,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for k, v in headers:
             if k.lower() not in HOP:
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        # A HEAD's answer has no body but says the object's length, as the upstream said it
+        # (S3 HeadObject: a client checks the size of what it would download by it).
+        length = str(len(body))
+        if self.command == "HEAD":
+            length = next((v for k, v in headers if k.lower() == "content-length"), length)
+        self.send_header("Content-Length", length)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

@@ -244,7 +244,9 @@ def test_rank_1_logs_nothing_unless_all_ranks():
     tandem.finish()
     eq(sorted(os.listdir(run_dir)), ["artifacts", "checkpoints", "metrics"],
        "files of RANK=2, LOCAL_RANK=0")
-    eq(os.listdir(os.path.join(run_dir, "metrics")), [], "metrics of RANK=2, LOCAL_RANK=0")
+    # no metrics; only its end record, which every rank writes at finish (issue 30)
+    eq(os.listdir(os.path.join(run_dir, "metrics")), ["sdk-end-2.jsonl"],
+       "metrics of RANK=2, LOCAL_RANK=0")
 
 
 # ---- checkpoints

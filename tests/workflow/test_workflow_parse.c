@@ -162,5 +162,38 @@ int main(void) {
     ASSERT_OK(td_parse_duration("t", "45", &d));
     ASSERT_NEAR(d, 45, 0);
     ASSERT_STATUS(td_parse_duration("t", "1h30", &d), TD_ERR_INVALID);
+
+    /* issue 30: torchrun's worker counts are kept as written, counted where the workers run */
+    const char *gpu = "workflows:\n  - name: g\n    nproc_per_node: auto\n    command: x\n";
+    ASSERT_OK(td_workflow_file_parse(gpu, strlen(gpu), "workflows.yaml", &wf));
+    ASSERT_STREQ(wf->items[0].nproc_spec, "auto");
+    ASSERT_EQ(wf->items[0].nproc_per_node, 0);
+    td_workflow_file_free(wf);
+    /* env: what tandem sets, and names no shell exports, are refused naming the key */
+    expect_error("workflows:\n  - name: e\n    env: {WORLD_SIZE: '4'}\n    command: x\n",
+                 "WORLD_SIZE cannot be set here: the launcher sets it for each worker", NULL);
+    expect_error("workflows:\n  - name: e\n    env: {TANDEM_RESUME: '1'}\n    command: x\n",
+                 "TANDEM_RESUME cannot be set here", "tandem run --resume RUN");
+    expect_error("workflows:\n  - name: e\n    env: {1X: '1'}\n    command: x\n",
+                 "'1X' is not an environment variable name a shell can set", NULL);
+
+    /* settings outside a file (tandem run --profile, its flags): later fields win */
+    td_workflow *cw = td_xcalloc(1, sizeof *cw);
+    cw->nodes = cw->nproc_per_node = 1;
+    const char *prof = "executor: ssh\nssh: {hosts: [a, b], work_dir: /w}\nnproc_per_node: 2\n";
+    ASSERT_OK(td_workflow_apply_settings(cw, prof, strlen(prof), "prof.yaml"));
+    const char *flags = "ssh:\n  hosts: [\"c\"]\n";
+    ASSERT_OK(td_workflow_apply_settings(cw, flags, strlen(flags), "flags"));
+    ASSERT_OK(td_workflow_check(cw, "tandem run"));
+    ASSERT_EQ(cw->ssh.nhosts, 1);
+    ASSERT_STREQ(cw->ssh.hosts[0], "c");
+    ASSERT_STREQ(cw->ssh.work_dir, "/w");
+    ASSERT_EQ(cw->nodes, 1);
+    ASSERT_EQ(cw->nproc_per_node, 2);
+    const char *cmd = "command: x\n";
+    ASSERT_STATUS(td_workflow_apply_settings(cw, cmd, strlen(cmd), "p.yaml"), TD_ERR_FORMAT);
+    ASSERT_CONTAINS(td_error_msg(), "p.yaml:1:1: command: not an executor setting");
+    td_error_clear();
+    td_workflow_free(cw);
     TEST_PASS();
 }

@@ -164,73 +164,18 @@ static int parse_secs(const char *flag, const char *s, double *out) {
     return 0;
 }
 
-/* The GPUs a worker started here would see, as torch.cuda.device_count() counts them: CUDA's
- * own count in a CUDA build; else the driver's GPUs as CUDA_VISIBLE_DEVICES narrows them (a
- * tandem built without CUDA still launches PyTorch scripts on GPUs). why says what was seen. */
-static int count_gpus(char *why, size_t cap) {
-    int n = td_gpu_device_count();
-    if (n > 0) {
-        snprintf(why, cap, "CUDA sees %d device%s", n, n == 1 ? "" : "s");
-        return n;
-    }
-    int ndev = td_launch_driver_gpus();
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    n = td_launch_visible_gpus(cvd, ndev);
-    if (ndev == 0)
-        snprintf(why, cap,
-                 "no NVIDIA driver on this machine (/proc/driver/nvidia/gpus is "
-                 "absent)");
-    else if (cvd)
-        snprintf(why, cap, "%d of this machine's %d GPU%s visible with CUDA_VISIBLE_DEVICES='%s'",
-                 n, ndev, ndev == 1 ? "" : "s", cvd);
-    else
-        snprintf(why, cap, "this machine has %d GPU%s", ndev, ndev == 1 ? "" : "s");
-    return n;
-}
-
-/* --nproc-per-node, torchrun's values (torch/distributed/run.py, determine_local_world_size):
- * a number; gpu, one worker per visible GPU and an error without one; cpu, one per core; auto,
- * gpu where a GPU is visible, else cpu. A core is one this process may run on (its affinity,
- * as os.process_cpu_count()), where torchrun's os.cpu_count() counts the machine's: under
- * Slurm, taskset or a cpuset, one worker per core it may not use would oversubscribe. */
+/* --nproc-per-node: torchrun's values, by the one rule (td_launch_nproc_resolve). */
 static int parse_nproc(const char *flag, const char *val, int *out) {
-    const char *accepted = "expected a number of workers >= 1, or gpu (one per visible GPU), cpu "
-                           "(one per core) or auto (gpu where a GPU is visible, else cpu)";
-    bool gpu = !strcmp(val, "gpu"), aut = !strcmp(val, "auto");
-    if (gpu || aut) {
-        char why[256];
-        int n = count_gpus(why, sizeof why);
-        if (n > 0) {
-            TD_LOG_INFO("%s %s: %d worker%s, one per GPU (%s)", flag, val, n, n == 1 ? "" : "s",
-                        why);
-            *out = n;
-            return 0;
-        }
-        if (gpu)
-            return cli_error(&launch_cmd,
-                             "%s gpu: no GPU is visible to this launcher: %s; give a number of "
-                             "workers, or cpu (one per core)",
-                             flag, why);
-        *out = td_num_cores();
-        TD_LOG_INFO("%s auto: %d worker%s, one per core (%s)", flag, *out, *out == 1 ? "" : "s",
-                    why);
-        return 0;
-    }
-    if (!strcmp(val, "cpu")) {
-        *out = td_num_cores();
-        return 0;
-    }
-    int64_t v;
-    if (td_parse_i64(flag, val, &v) != TD_OK || v < 1 || v > 1000000) {
+    char note[512];
+    if (td_launch_nproc_resolve(flag, val, td_gpu_device_count, out, note, sizeof note) != TD_OK) {
+        int rc = cli_error(&launch_cmd, "%s", td_error_msg());
         td_error_clear();
-        return cli_error(&launch_cmd, "%s '%s': %s", flag, val, accepted);
+        return rc;
     }
-    *out = (int)v;
+    if (note[0]) TD_LOG_INFO("%s", note);
     return 0;
 }
 
-/* --redirects / --tee: checked here so that a typo is a usage error naming the flag before
- * anything starts; td_launch_run reads the value per local rank. */
 static int check_std(const char *flag, const char *val) {
     int bits;
     if (td_launch_std_parse(val, 0, &bits) == TD_OK) return 0;

@@ -1,5 +1,7 @@
 /* tandem run: run a workflow from the project's workflow file as a tracked run. */
 #include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -7,6 +9,8 @@
 #include "args.h"
 #include "commands.h"
 #include "tandem/exec.h"
+#include "tandem/gpu.h"
+#include "tandem/launch.h"
 #include "tandem/workflow.h"
 
 enum {
@@ -19,7 +23,21 @@ enum {
     OPT_TAG,
     OPT_GROUP,
     OPT_NOTES,
-    OPT_MAX_RESTARTS
+    OPT_MAX_RESTARTS,
+    OPT_EXECUTOR,
+    OPT_NNODES,
+    OPT_PROFILE,
+    OPT_ARTIFACT,
+    OPT_HOST,
+    OPT_PARTITION,
+    OPT_TIME,
+    OPT_INSTANCE_TYPE,
+    OPT_IMAGE,
+    OPT_KEY_NAME,
+    OPT_SSH_KEY,
+    OPT_REGION,
+    OPT_SPOT,
+    OPT_SET
 };
 
 static const cli_opt run_opts[] = {
@@ -33,8 +51,34 @@ static const cli_opt run_opts[] = {
      "continue a preempted, stopped or failed run (same id) with\nTANDEM_RESUME=1", 0},
     {OPT_NAME, "name", 0, "NAME",
      "with -- CMD: the run's workflow name (default: the script's\nor program's name)", 0},
-    {OPT_NPROC, "nproc-per-node", 0, "N", "with -- CMD: workers (default 1), as tandem launch's",
+    {OPT_NPROC, "nproc-per-node", 0, "N",
+     "with -- CMD: workers per node (default 1): a number, gpu,\ncpu or auto, as tandem launch's",
      0},
+    {OPT_EXECUTOR, "executor", 0, "NAME",
+     "with -- CMD: where it runs: local (default), ssh, slurm\nor aws (docs/executors.md)", 0},
+    {OPT_NNODES, "nnodes", 0, "N", "with -- CMD: nodes (a workflow's nodes:; ssh: one per host)",
+     0},
+    {OPT_PROFILE, "profile", 0, "FILE",
+     "with -- CMD: executor settings as YAML, a workflow's keys:\nexecutor, nodes, aws: {...}, "
+     "ssh: {...}, slurm: {...},\nenv, checkpoint_dir, ... (the flags here win)",
+     0},
+    {OPT_ARTIFACT, "artifact", 0, "PATH",
+     "with -- CMD: an output to keep (a workflow's artifacts:;\nrepeatable; globs as there)",
+     CLI_REPEAT},
+    {OPT_HOST, "host", 0, "HOST", "with --executor ssh: a machine (repeatable; ssh.hosts)",
+     CLI_REPEAT},
+    {OPT_PARTITION, "partition", 0, "P", "with --executor slurm: slurm.partition", 0},
+    {OPT_TIME, "time", 0, "LIMIT", "with --executor slurm: slurm.time (30:00, 2h)", 0},
+    {OPT_INSTANCE_TYPE, "instance-type", 0, "TYPE", "with --executor aws: aws.instance_type", 0},
+    {OPT_IMAGE, "image", 0, "AMI", "with --executor aws: aws.image", 0},
+    {OPT_KEY_NAME, "key-name", 0, "NAME", "with --executor aws: aws.key_name", 0},
+    {OPT_SSH_KEY, "ssh-key", 0, "FILE", "with --executor aws: aws.ssh_key", 0},
+    {OPT_REGION, "region", 0, "REGION", "with --executor aws: aws.region", 0},
+    {OPT_SPOT, "spot", 0, NULL, "with --executor aws: spot instances (aws.spot)", 0},
+    {OPT_SET, "set", 0, "KEY=VALUE",
+     "with -- CMD: any other setting, as in a profile: aws.subnet=...,\nssh.work_dir=/x, "
+     "checkpoint_dir=s3://b/p (VALUE is YAML;\nrepeatable)",
+     CLI_REPEAT},
     {OPT_MAX_RESTARTS, "max-restarts", 0, "N",
      "with -- CMD: restart the workers up to N times after one\nfails (a workflow's max_restarts; "
      "default 0)",
@@ -48,15 +92,15 @@ static const cli_opt run_opts[] = {
 static const cli_command verb = {
     .name = "tandem run",
     .usage = "[WORKFLOW] [-f FILE] [-d] [--param KEY=VALUE]... [--tag TAG]... [--group G]\n"
-             "[--name NAME] [--nproc-per-node N] [--max-restarts N] [-d] [--param K=V]... [--tag "
-             "T]... -- "
-             "CMD "
+             "[--name NAME] [--nproc-per-node N] [--max-restarts N] [--executor E] [--nnodes N]\n"
+             "[--profile FILE] [--artifact PATH]... [EXECUTOR FLAGS] [-d] [--param K=V]... -- CMD "
              "[ARG]...\n"
              "--resume RUN [-d] [--tag TAG]...",
     .about = "Runs a workflow as a tracked run. WORKFLOW is a name from the workflow file\n"
-             "(optional when it has one). With -- CMD, runs that command instead, on this\n"
-             "machine, tracked as a workflow of one command would be (no workflow file needed;\n"
-             "params are appended to it as --KEY VALUE, as to a workflow's command).\n",
+             "(optional when it has one). With -- CMD, runs that command instead, tracked as a\n"
+             "workflow of one command would be (no workflow file needed; params are appended to\n"
+             "it as --KEY VALUE, as to a workflow's command), on this machine or on any executor\n"
+             "(--executor, --profile FILE and the executor flags).\n",
     .opts = run_opts,
     .epilog = "Exit: 0 succeeded, 1 failed or stopped, 2 usage, 143 preempted (resumable).\n",
 };
@@ -135,6 +179,87 @@ static td_workflow *command_workflow(const char *name, int nproc, char *const *c
     return w;
 }
 
+/* Appends printf-formatted text to *out (NULL to start). */
+static void cat(char **out, const char *fmt, ...) TD_PRINTF(2, 3);
+static void cat(char **out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *add = NULL;
+    if (vasprintf(&add, fmt, ap) < 0) add = NULL;
+    va_end(ap);
+    char *joined = td_xasprintf("%s%s", *out ? *out : "", add ? add : "");
+    free(add);
+    free(*out);
+    *out = joined;
+}
+
+/* A --profile FILE whole. */
+static td_status read_profile(const char *path, char **text, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return td_error_errno(TD_ERR_NOTFOUND, "--profile %s: cannot open it", path);
+    size_t cap = 4096;
+    *text = td_xcalloc(cap, 1);
+    *n = 0;
+    for (size_t k; (k = fread(*text + *n, 1, cap - *n - 1, f)) > 0;) {
+        *n += k;
+        if (cap - *n < 2) *text = td_xrealloc(*text, cap *= 2);
+    }
+    int err = ferror(f);
+    fclose(f);
+    (*text)[*n] = '\0';
+    return err ? td_error(TD_ERR_IO, "--profile %s: read error", path) : TD_OK;
+}
+
+/* s as a YAML double-quoted scalar. */
+static void cat_quoted(char **out, const char *s) {
+    cat(out, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            cat(out, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            cat(out, "\\x%02x", (unsigned char)*s);
+        else
+            cat(out, "%c", *s);
+    }
+    cat(out, "\"");
+}
+
+/* A command run's settings from its flags, as a profile would hold them: YAML for the workflow
+ * parser (td_workflow_apply_settings), so a flag means what the profile's key means. */
+typedef struct {
+    const char *key, *value; /* "aws.image", "ami-1"; top-level keys have no '.' */
+    int raw;                 /* value is YAML already (--set) */
+} setting;
+
+static char *settings_yaml(const setting *v, size_t n) {
+    static const char *const sections[] = {"slurm", "ssh", "aws"};
+    char *out = td_xstrdup("");
+    for (size_t i = 0; i < n; i++) {
+        if (strchr(v[i].key, '.')) continue;
+        cat(&out, "%s: ", v[i].key);
+        if (v[i].raw)
+            cat(&out, "%s", v[i].value);
+        else
+            cat_quoted(&out, v[i].value);
+        cat(&out, "\n");
+    }
+    for (size_t s = 0; s < TD_ARRAY_LEN(sections); s++) {
+        size_t len = strlen(sections[s]);
+        int opened = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (strncmp(v[i].key, sections[s], len) || v[i].key[len] != '.') continue;
+            if (!opened++) cat(&out, "%s:\n", sections[s]);
+            cat(&out, "  %s: ", v[i].key + len + 1);
+            if (v[i].raw)
+                cat(&out, "%s", v[i].value);
+            else
+                cat_quoted(&out, v[i].value);
+            cat(&out, "\n");
+        }
+    }
+    return out;
+}
+
 static char *default_file(void) {
     const char *home = td_env_str(TD_ENV_HOME);
     if (home && *home) return td_xasprintf("%s/.tandem/workflows.yaml", home);
@@ -143,7 +268,13 @@ static char *default_file(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
-    int detach = 0, nproc = 0, cmd_at = -1, max_restarts = -1;
+    int detach = 0, cmd_at = -1, max_restarts = -1;
+    const char *nproc = NULL, *profile = NULL;
+    setting *sets = td_xcalloc((size_t)argc, sizeof *sets);
+    size_t nsets = 0, nhosts = 0, nartifacts = 0;
+    const char **hosts = td_xcalloc((size_t)argc, sizeof *hosts);
+    const char **artifacts = td_xcalloc((size_t)argc, sizeof *artifacts);
+    char *hosts_yaml = NULL;
     const char **params = td_xcalloc((size_t)argc, sizeof *params);
     const char **tags = td_xcalloc((size_t)argc, sizeof *tags);
     const char *group = NULL, *notes = NULL;
@@ -184,13 +315,73 @@ int cmd_run(int argc, char **argv) {
         case OPT_NPROC: {
             char *end = NULL;
             long v = strtol(p.value, &end, 10);
-            if (!*p.value || *end || v < 1 || v > 4096) {
+            if (!td_launch_nproc_is_spec(p.value) && (!*p.value || *end || v < 1 || v > 4096)) {
                 cli_error(&verb,
-                          "--nproc-per-node: expected a number of workers (1-4096), got '%s'",
+                          "--nproc-per-node: expected a number of workers (1-4096), or gpu (one "
+                          "per visible GPU), cpu (one per core) or auto (gpu where a GPU is "
+                          "visible, else cpu), got '%s'",
                           p.value);
                 goto out;
             }
-            nproc = (int)v;
+            nproc = p.value;
+            break;
+        }
+        case OPT_EXECUTOR:
+            sets[nsets++] = (setting){"executor", p.value, 0};
+            break;
+        case OPT_NNODES:
+            sets[nsets++] = (setting){"nodes", p.value, 0};
+            break;
+        case OPT_PROFILE:
+            profile = p.value;
+            break;
+        case OPT_ARTIFACT:
+            artifacts[nartifacts++] = p.value;
+            break;
+        case OPT_HOST:
+            hosts[nhosts++] = p.value;
+            break;
+        case OPT_PARTITION:
+            sets[nsets++] = (setting){"slurm.partition", p.value, 0};
+            break;
+        case OPT_TIME:
+            sets[nsets++] = (setting){"slurm.time", p.value, 0};
+            break;
+        case OPT_INSTANCE_TYPE:
+            sets[nsets++] = (setting){"aws.instance_type", p.value, 0};
+            break;
+        case OPT_IMAGE:
+            sets[nsets++] = (setting){"aws.image", p.value, 0};
+            break;
+        case OPT_KEY_NAME:
+            sets[nsets++] = (setting){"aws.key_name", p.value, 0};
+            break;
+        case OPT_SSH_KEY:
+            sets[nsets++] = (setting){"aws.ssh_key", p.value, 0};
+            break;
+        case OPT_REGION:
+            sets[nsets++] = (setting){"aws.region", p.value, 0};
+            break;
+        case OPT_SPOT:
+            sets[nsets++] = (setting){"aws.spot", "true", 1};
+            break;
+        case OPT_SET: {
+            const char *eq = strchr(p.value, '=');
+            const char *dot = strchr(p.value, '.');
+            if (!eq || eq == p.value ||
+                (dot && dot < eq && strncmp(p.value, "aws.", 4) && strncmp(p.value, "ssh.", 4) &&
+                 strncmp(p.value, "slurm.", 6))) {
+                cli_error(&verb,
+                          "--set '%s': expected KEY=VALUE, KEY a setting of a profile "
+                          "(checkpoint_dir, env, ...) or SECTION.FIELD of aws, ssh or slurm",
+                          p.value);
+                goto out;
+            }
+            char *key = td_xasprintf("%.*s", (int)(eq - p.value), p.value);
+            /* the key's text stays in argv: point into it */
+            sets[nsets++] = (setting){p.value, eq + 1, 1};
+            sets[nsets - 1].key = key;
+            sets[nsets - 1].raw = 2; /* key allocated */
             break;
         }
         case OPT_MAX_RESTARTS: {
@@ -226,8 +417,15 @@ int cmd_run(int argc, char **argv) {
                          : "WORKFLOW");
         goto out;
     }
-    if (cmd_at < 0 && (run_name || nproc || max_restarts >= 0)) {
-        const char *flag = run_name ? "--name" : nproc ? "--nproc-per-node" : "--max-restarts";
+    if (cmd_at < 0 && (run_name || nproc || max_restarts >= 0 || nsets || profile || nhosts ||
+                       nartifacts)) {
+        const char *flag = run_name       ? "--name"
+                           : nproc        ? "--nproc-per-node"
+                           : profile      ? "--profile"
+                           : nartifacts   ? "--artifact"
+                           : nhosts       ? "--host"
+                           : nsets        ? "--executor"
+                                          : "--max-restarts";
         cli_error(&verb,
                   "%s is for a command run: tandem run %s ... -- CMD [ARG]... (a workflow "
                   "says its own name, workers and max_restarts)",
@@ -263,8 +461,35 @@ int cmd_run(int argc, char **argv) {
     char *run_id = NULL;
     int exit_code = 1;
     if (cmd_at >= 0) {
-        w = command_workflow(run_name, nproc ? nproc : 1, argv + cmd_at, argc - cmd_at);
+        w = command_workflow(run_name, 1, argv + cmd_at, argc - cmd_at);
         if (max_restarts > 0) w->max_restarts = max_restarts;
+        /* where and how: the profile, then the flags over it, through the workflow's parser */
+        if (profile) {
+            char *text = NULL;
+            size_t n = 0;
+            st = read_profile(profile, &text, &n);
+            if (st == TD_OK) st = td_workflow_apply_settings(w, text, n, profile);
+            free(text);
+        }
+        if (nhosts) {
+            cat(&hosts_yaml, "[");
+            for (size_t i = 0; i < nhosts; i++) {
+                if (i) cat(&hosts_yaml, ", ");
+                cat_quoted(&hosts_yaml, hosts[i]);
+            }
+            cat(&hosts_yaml, "]");
+            sets[nsets++] = (setting){"ssh.hosts", hosts_yaml, 1};
+        }
+        if (nproc) sets[nsets++] = (setting){"nproc_per_node", nproc, 0};
+        char *yaml = settings_yaml(sets, nsets);
+        if (st == TD_OK && nsets)
+            st = td_workflow_apply_settings(w, yaml, strlen(yaml), "tandem run's flags");
+        free(yaml);
+        for (size_t i = 0; st == TD_OK && i < nartifacts; i++) {
+            w->artifacts = td_xrealloc(w->artifacts, (w->nartifacts + 1) * sizeof *w->artifacts);
+            w->artifacts[w->nartifacts++] = td_xstrdup(artifacts[i]);
+        }
+        if (st == TD_OK) st = td_workflow_check(w, "tandem run");
         for (size_t i = 0; st == TD_OK && i < nparams; i++)
             st = td_workflow_set_param(w, params[i]);
     } else if (resume) {
@@ -344,6 +569,21 @@ int cmd_run(int argc, char **argv) {
         }
         if (!group) group = w->group;
     }
+    /* nproc_per_node: gpu|auto|cpu, counted where the workers run: here, for this machine's
+     * executor (tandem launch's rule, td_launch_nproc_resolve). */
+    if (st == TD_OK && w && w->nproc_spec[0]) {
+        char note[512] = "";
+        if (w->executor)
+            st = td_error(TD_ERR_USAGE,
+                          "nproc_per_node: %s counts the GPUs (or cores) of the machine the "
+                          "workers run on; the %s executor cannot count a remote node's yet: "
+                          "give a number of workers per node",
+                          w->nproc_spec, w->executor);
+        else
+            st = td_launch_nproc_resolve("nproc_per_node", w->nproc_spec, td_gpu_device_count,
+                                         &w->nproc_per_node, note, sizeof note);
+        if (st == TD_OK && note[0]) fprintf(stderr, "tandem run: %s\n", note);
+    }
     if (st == TD_OK) {
         /* Instances a dead supervisor of this project left running are terminated first (no
          * AWS call unless a run's RUN/instances.json lists one alive and its lock is free). */
@@ -372,6 +612,12 @@ done:
     td_workflow_file_free(wf);
     free(path);
 out:
+    for (size_t i = 0; i < nsets; i++)
+        if (sets[i].raw == 2) free((char *)sets[i].key);
+    free(sets);
+    free(hosts);
+    free(artifacts);
+    free(hosts_yaml);
     free(params);
     free(tags);
     free(tag_set);
