@@ -248,6 +248,8 @@ void td_env_print(FILE *out);
     X(TANDEM_PROJECT_DIR, "run", "the project (workflow) directory the run was started from")      \
     X(TANDEM_CHECKPOINT_DIR, "run", "where tandem train keeps its checkpoints")                    \
     X(TANDEM_RESUME, "run", "1: resume from the newest checkpoint in TANDEM_CHECKPOINT_DIR")       \
+    X(TANDEM_RESUME_STEP, "launch, run",                                                           \
+      "on a resume: the step every rank resumes from (node 0's newest committed checkpoint)")     \
     X(TANDEM_CHECKPOINT_URL, "run",                                                                \
       "s3://BUCKET/PREFIX: node 0's agent mirrors TANDEM_CHECKPOINT_DIR there (docs/cloud.md)")    \
     X(TANDEM_PROGRESS, "run", "1: a person watches; rank 0 draws a progress bar")                  \

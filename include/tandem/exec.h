@@ -74,6 +74,15 @@ void td_ssh_options_clear(td_ssh_options *o);
 td_status td_ssh_hosts(const td_ssh_options *o, const char *project_dir, char ***hosts,
                        size_t *count);
 void td_ssh_hosts_free(char **hosts, size_t count);
+/* nproc_per_node: gpu|auto|cpu (torchrun's words) for executor ssh, counted where the workers
+ * run: on every host, by the one rule (td_launch_nproc_resolve, through the host's tandem
+ * launch), with cuda_visible (the workflow's env: CUDA_VISIBLE_DEVICES, or NULL) in its
+ * environment. The run records one count per node, so the hosts must agree: TD_ERR_USAGE naming
+ * two that differ, TD_ERR_PEER or TD_ERR_IO naming a host that could not count. *out the count,
+ * note (nbytes) what the first host said of it ("auto: 8 workers, one per core ..."). */
+td_status td_ssh_count_nproc(const td_ssh_options *o, const char *project_dir,
+                             const char *tandem_bin, const char *spec, const char *cuda_visible,
+                             int *out, char *note, size_t nbytes);
 /* Checks one host entry ("user@host:port"): TD_ERR_INVALID naming it when it is empty, has
  * spaces or a shell metacharacter, or a bad port. */
 td_status td_ssh_host_check(const char *what, const char *host);
@@ -127,6 +136,8 @@ typedef struct td_exec_job {
                              * system */
     char *const *env;       /* the workers' environment as the local executor computes it: ours
                              * plus the run's variables (NULL-terminated "KEY=VALUE") */
+    char *const *env_named; /* the names the workflow's env: sets (NULL-terminated, or NULL):
+                             * they reach remote nodes even where our value is the same */
     int max_restarts;       /* tandem launch --max-restarts */
     double max_duration_s;  /* 0: no limit; exceeded: stopped */
     const char *const *artifacts; /* globs relative to work_dir, collected at the end */

@@ -201,6 +201,22 @@ def _load(path, map_location, data=None):
         return pickle.load(f)
 
 
+def resume_step():
+    """TANDEM_RESUME_STEP: the step every rank resumes from (None: not set). On a resume
+    `tandem launch` sets it on every worker to node 0's newest committed checkpoint (or the step
+    the user named), so ranks that read their own directories still resume from one step."""
+    return _named_step()
+
+
+def find_step(directory, kind, step):
+    """The path of the committed checkpoint of kind and step in directory, else None (of several
+    of that step, as Lightning's names may be, the first by name)."""
+    for s, _, name in sorted(committed(directory, (kind,)), key=lambda e: e[2]):
+        if s == step:
+            return os.path.join(directory, name)
+    return None
+
+
 def _named_step():
     """TANDEM_RESUME_STEP: the step every rank resumes from (None: the newest)."""
     v = os.environ.get("TANDEM_RESUME_STEP", "").strip()

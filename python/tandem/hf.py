@@ -11,7 +11,9 @@
   best checkpoint to tandem.summary.
 - last_checkpoint(dir): the newest complete checkpoint-N in dir when this process resumes
   (`tandem run --resume`, a restart after a worker died), else None (a fresh start). A
-  checkpoint cut short by a kill (no readable trainer_state.json) is skipped.
+  checkpoint cut short by a kill (no readable trainer_state.json) is skipped. With
+  TANDEM_RESUME_STEP set (tandem launch sets it on a resume: node 0's newest), exactly
+  checkpoint-<that step>, so every rank resumes from one step; missing, it raises.
 - A resumed Trainer starts at the checkpoint's step: its points after it replace the earlier
   attempt's (no step is stored twice).
 - tandem.should_stop() (SIGTERM: `tandem stop`, a preemption) is asked after each step: the
@@ -39,6 +41,17 @@ def last_checkpoint(output_dir=None, always=False):
     if not (always or run.resuming):
         return None
     d = output_dir or run.checkpoint_dir
+    named = tandem.checkpoint.resume_step()
+    if named is not None:
+        # every rank resumes from the step node 0 decided (tandem launch sets it on a resume)
+        path = tandem.checkpoint.find_step(d, tandem.checkpoint.HF, named)
+        if path is None:
+            have = [s for s, _, _ in tandem.checkpoint.committed(d, (tandem.checkpoint.HF,))]
+            raise tandem.TandemError(
+                f"TANDEM_RESUME_STEP={named}: no committed checkpoint-{named} in {d} on this "
+                f"node (it holds steps {have or 'none'}); every rank must resume from the same "
+                f"step: give the run an s3:// checkpoint_dir or a shared disk")
+        return path
     try:
         names = os.listdir(d)
     except FileNotFoundError:

@@ -3,7 +3,7 @@
     from tandem.lightning import TandemLogger
     trainer = L.Trainer(logger=TandemLogger(), max_steps=...,
                         callbacks=[ModelCheckpoint(save_last=True, every_n_train_steps=50)])
-    trainer.fit(model, datamodule, ckpt_path="last")    # "last": resume after a restart
+    trainer.fit(model, datamodule, ckpt_path=tandem.lightning.ckpt_path())
 
 - Metrics (self.log in the LightningModule) go to the run's metrics at Lightning's step;
   hyperparameters (save_hyperparameters, and config= here) to tandem.config; the last value of
@@ -11,6 +11,9 @@
 - ModelCheckpoint without a dirpath writes into the run's checkpoint directory (the logger's
   save_dir is chosen so that Lightning's "<save_dir>/<name>/<version>/checkpoints" is it), so
   ckpt_path="last" finds the newest one after `tandem run` restarts a worker or `--resume`.
+- ckpt_path(): on a resume with TANDEM_RESUME_STEP set (tandem launch sets it on every
+  worker: the step node 0 resumes from), the checkpoint of that step, so every rank resumes
+  from one step; else "last" on a resume (Lightning's last.ckpt) and None on a fresh start.
 - After such a restart (or a Slurm requeue: Lightning's auto-requeue restores hpc_ckpt_N.ckpt),
   the first step the restored trainer logs tells the store where the earlier attempt's points
   stop counting: no step is stored twice.
@@ -30,7 +33,33 @@ except ImportError:  # the standalone package
     from pytorch_lightning.loggers.logger import Logger, rank_zero_experiment
     from pytorch_lightning.utilities import rank_zero_only
 
-__all__ = ["TandemLogger"]
+__all__ = ["TandemLogger", "ckpt_path"]
+
+
+def ckpt_path(default="last", dirpath=None):
+    """trainer.fit's ckpt_path, the same on every rank: when this process resumes a run
+    (TANDEM_RESUME=1, or a restart) and TANDEM_RESUME_STEP is set, the committed NAME.ckpt of
+    that step ("step=N" in its name) in dirpath (default: TANDEM_CHECKPOINT_DIR, the
+    ModelCheckpoint directory the logger picks); without it, `default` ("last"); on a fresh
+    start None. Raises when the step's checkpoint is not in the directory."""
+    from . import checkpoint as ck
+    from ._run import TandemError, _env_int
+    restarts = max(_env_int("TANDEM_RESTART_COUNT", 0), _env_int("TORCHELASTIC_RESTART_COUNT", 0),
+                   _env_int("SLURM_RESTART_COUNT", 0))
+    if not (os.environ.get("TANDEM_RESUME") == "1" or restarts > 0):
+        return None
+    step = ck.resume_step()
+    if step is None:
+        return default
+    d = dirpath or os.environ.get("TANDEM_CHECKPOINT_DIR") or tandem.checkpoint.dir()
+    path = ck.find_step(d, ck.LIGHTNING, step)
+    if path is None:
+        have = sorted({s for s, _, _ in ck.committed(d, (ck.LIGHTNING,)) if s >= 0})
+        raise TandemError(f"TANDEM_RESUME_STEP={step}: no Lightning checkpoint of step {step} "
+                          f"(NAME.ckpt with step={step} in its name) in {d} on this node (it "
+                          f"holds steps {have or 'none'}); every rank must resume from the same "
+                          f"step: give the run an s3:// checkpoint_dir or a shared disk")
+    return path
 
 
 class TandemLogger(Logger):

@@ -349,6 +349,86 @@ static td_status preflight(ssh_sup *c, size_t first, size_t end, bool check_tand
     return st;
 }
 
+static void host_clear(host *h);
+
+/* The count of one host: its tandem launch starts the workers of spec (tandem launch's own rule,
+ * where the workers run), each a /bin/sh that exits at once; local rank 0 prints
+ * LOCAL_WORLD_SIZE, a number set in its environment (not a message parsed). */
+td_status td_ssh_count_nproc(const td_ssh_options *o, const char *project_dir,
+                             const char *tandem_bin, const char *spec, const char *cuda_visible,
+                             int *out, char *note, size_t nbytes) {
+    *out = 0;
+    if (nbytes) note[0] = '\0';
+    td_exec_job job = {.ssh = o, .tandem_bin = tandem_bin};
+    ssh_sup c = {.job = &job};
+    char **list = NULL;
+    size_t nlist = 0;
+    TD_CHECK(td_ssh_hosts(o, project_dir, &list, &nlist));
+    c.ssh = td__exec_which("ssh");
+    if (!c.ssh) {
+        td_ssh_hosts_free(list, nlist);
+        return td_error(TD_ERR_USAGE, "executor ssh: ssh is not on PATH; install OpenSSH's "
+                                      "client (Debian: openssh-client)");
+    }
+    td__buf s = {0};
+    if (cuda_visible) {
+        td__buf_addf(&s, "CUDA_VISIBLE_DEVICES=");
+        td__buf_quote(&s, cuda_visible);
+        td__buf_addf(&s, "; export CUDA_VISIBLE_DEVICES\n");
+    }
+    add_tandem_check(&c, &s);
+    td__buf_quote(&s, tandem_on_hosts(&c));
+    td__buf_addf(&s, " launch --standalone --nproc-per-node ");
+    td__buf_quote(&s, spec);
+    td__buf_addf(&s, " -- /bin/sh -c 'test \"$LOCAL_RANK\" != 0 || echo \"tandem-nproc "
+                     "$LOCAL_WORLD_SIZE\"'\n");
+    char *cmd = remote_sh(s.s);
+    free(s.s);
+    td_status st = TD_OK;
+    const char *first = NULL;
+    for (size_t i = 0; i < nlist && st == TD_OK; i++) {
+        host h = {0};
+        split_host(list[i], &h);
+        char **argv = ssh_argv(&c, &h, cmd);
+        char *o_text = NULL, *e_text = NULL;
+        int code = 0, n = 0;
+        st = td__exec_capture(argv, NULL, PREFLIGHT_TIMEOUT_S, &o_text, &e_text, &code);
+        argv_free(argv);
+        const char *at = st == TD_OK ? strstr(o_text, "tandem-nproc ") : NULL;
+        char msg[600];
+        if (st != TD_OK) {
+            snprintf(msg, sizeof msg, "%s", td_error_msg());
+            td_error_clear();
+            st = td_error(TD_ERR_IO, "nproc_per_node: %s: counting on ssh host %s: %s", spec,
+                          h.entry, msg);
+        } else if (code != 0 || !at || sscanf(at + 13, "%d", &n) != 1 || n < 1) {
+            td__exec_joined_lines(e_text && *e_text ? e_text : o_text, msg, sizeof msg);
+            st = td_error(code == 255 || code == 124 ? TD_ERR_PEER : TD_ERR_IO,
+                          "nproc_per_node: %s: ssh host %s could not count its workers (exit "
+                          "code %d): %s",
+                          spec, h.entry, code, msg[0] ? msg : "no message");
+        } else if (*out && n != *out) {
+            st = td_error(TD_ERR_USAGE,
+                          "nproc_per_node: %s counts %d workers on ssh host %s but %d on %s; a "
+                          "run has one count per node: give a number",
+                          spec, *out, first, n, h.entry);
+        } else if (!*out) {
+            *out = n;
+            first = list[i];
+            td__exec_joined_lines(e_text, msg, sizeof msg);
+            if (nbytes) snprintf(note, nbytes, "ssh host %s: %s", h.entry, msg);
+        }
+        free(o_text);
+        free(e_text);
+        host_clear(&h);
+    }
+    if (st != TD_OK) *out = 0;
+    free(cmd);
+    free(c.ssh);
+    td_ssh_hosts_free(list, nlist);
+    return st;
+}
+
 /* Runs `[local |] ssh HOST 'remote' [| after]` through /bin/sh, a tar stream between this
  * machine and the host: *code gets the pipeline's exit code, msg (nbytes) what it said. */
 static td_status ssh_pipe(const ssh_sup *c, const host *h, const char *local, const char *remote,
@@ -461,8 +541,13 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
             free(key);
             continue;
         }
+        /* ours is not the host's: a value equal to ours is left out (the host's login
+         * environment has its own) unless the workflow's env: names it */
+        bool named = false;
+        for (char *const *n = c->job->env_named; n && *n && !named; n++) named = !strcmp(*n, key);
         int skip = !strcmp(key, tok) || !strcmp(key, resume_name) ||
-                   (old && !strcmp(old, val)) || td_exec_secret_value(c->job->secrets, key);
+                   (old && !strcmp(old, val) && !named) ||
+                   td_exec_secret_value(c->job->secrets, key);
         for (const char *p = key; *p && !skip; p++)
             if (!isalnum((unsigned char)*p) && *p != '_') skip = 1;
         if (!skip) {

@@ -687,6 +687,8 @@ static void remove_leftovers(const char *dir) {
     closedir(d);
 }
 
+static void upload_all(td__ckpt_s3 *s);
+
 td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s3 **out) {
     *out = NULL;
     const char *url = td_var_get(TD_VAR_TANDEM_CHECKPOINT_URL);
@@ -728,7 +730,7 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s
     }
     /* The bucket is checked before any worker starts: a typo or missing credentials end the
      * run now, not after the first checkpoint. */
-    if (st == TD_OK && resume) {
+    if (st == TD_OK && resume && uploader) {
         st = fetch_newer(s, aws);
     } else if (st == TD_OK) {
         td_s3_list l = {0};
@@ -759,12 +761,15 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s
         td__ckpt_s3_free(s);
         return st;
     }
+    /* On a resume, S3 gets this node's newest before any other node restores from it: the
+     * step every rank resumes from is this node's newest (launch.c hands it to the others). */
+    if (uploader && resume) upload_all(s);
     if (uploader) {
         s->timer = td_loop_timer(loop, SCAN_PERIOD_S, SCAN_PERIOD_S, on_scan, s);
         TD_LOG_INFO("s3 checkpoints: %s is mirrored to %s (bucket checked)", s->dir, s->url);
     } else {
-        TD_LOG_INFO("s3 checkpoints: %s is restored from %s on a resume (bucket checked; the "
-                    "node of rank 0 uploads)",
+        TD_LOG_INFO("s3 checkpoints: %s is restored from %s on a resume, the step node 0 "
+                    "resumes from (bucket checked; the node of rank 0 uploads)",
                     s->dir, s->url);
     }
     *out = s;
@@ -783,13 +788,20 @@ static void upload_now(td__ckpt_s3 *s, bool last) {
     report(s, st, msg, td_now_s() - t0, last);
 }
 
+/* Uploads every committed checkpoint S3 lacks, newest first (blocking); a failed one is marked
+ * failed, so this ends. */
+static void upload_all(td__ckpt_s3 *s) {
+    while (next_job(s)) upload_now(s, false);
+}
+
 td_status td__ckpt_s3_resume(td__ckpt_s3 *s) {
-    if (!s) return TD_OK;
+    /* another node restores the step node 0 hands it (td__ckpt_s3_restore_step) */
+    if (!s || !s->uploader) return TD_OK;
     td_aws_t *aws = NULL;
     join_upload(s);
     /* The node of rank 0 first puts its newest in S3, so that what the other nodes restore is
      * what its rank 0 resumes from. */
-    if (s->uploader) upload_now(s, false);
+    upload_all(s);
     /* A restart's workers resume from the local copies anyway: S3 trouble now only warns. */
     td_status st = new_client(&aws);
     if (st == TD_OK) st = fetch_newer(s, aws);
@@ -798,6 +810,66 @@ td_status td__ckpt_s3_resume(td__ckpt_s3 *s) {
                     td_error_msg());
         td_error_clear();
     }
+    td_aws_free(aws);
+    return TD_OK;
+}
+
+/* Whether dir holds a committed checkpoint of step (any kind). */
+static bool have_step(const char *dir, int64_t step) {
+    int n;
+    td_ckpt_entry *v = td_ckpt_list(dir, TD_CKPT_ANY, &n);
+    bool have = false;
+    for (int i = 0; i < n && !have; i++) have = v[i].n.step == step;
+    td_ckpt_list_free(v, n);
+    return have;
+}
+
+td_status td__ckpt_s3_restore_step(td__ckpt_s3 *s, int64_t step) {
+    if (!s || s->uploader) return TD_OK;
+    td_aws_t *aws = NULL;
+    td_s3_list all = {0};
+    commit_ref *c = NULL;
+    int n = 0, got = 0, tried = 0;
+    bool have = step >= 0 && have_step(s->dir, step);
+    if (have)
+        TD_LOG_INFO("s3 checkpoints: this node holds the checkpoint of step %" PRId64
+                    ", the step node 0 resumes from, in %s",
+                    step, s->dir);
+    td_status st = new_client(&aws);
+    if (st == TD_OK) st = list_commits(s, aws, &c, &n, &all);
+    for (int i = 0; st == TD_OK && i < n; i++) {
+        bool stepped = c[i].n.step >= 0;
+        /* that step's checkpoints (every kind that has it), and those without a step the
+         * directory lacks (last.ckpt) */
+        if (stepped ? (have || c[i].n.step != step) : td_ckpt_committed(s->dir, c[i].name, NULL))
+            continue;
+        char why[1024];
+        int64_t nbytes;
+        double t0 = td_now_s();
+        if (stepped) tried++;
+        if (restore_one(s, aws, &c[i], &nbytes, why, sizeof why)) {
+            if (stepped) got++;
+            TD_LOG_INFO("s3 checkpoints: downloaded %s (%" PRId64 " bytes, %.2f s) from %s%s",
+                        c[i].name, nbytes, td_now_s() - t0, s->url,
+                        stepped ? ": the step node 0 resumes from" : "");
+        } else {
+            TD_LOG_WARN("s3 checkpoints: skipping the committed %s of %s: %s", c[i].name, s->url,
+                        why);
+        }
+    }
+    if (st != TD_OK) {
+        TD_LOG_WARN("s3 checkpoints: this node cannot restore step %" PRId64 " from %s: %s; its "
+                    "workers read %s as it is",
+                    step, s->url, td_error_msg(), s->dir);
+        td_error_clear();
+    } else if (step >= 0 && !have && !got) {
+        TD_LOG_WARN("s3 checkpoints: %s holds no whole committed checkpoint of step %" PRId64
+                    " (%d tried), the step node 0 resumes from, and %s lacks it: the SDK's "
+                    "workers get it from rank 0; a framework reading its own directory does not",
+                    s->url, step, tried, s->dir);
+    }
+    free(c);
+    td_s3_list_free(&all);
     td_aws_free(aws);
     return TD_OK;
 }

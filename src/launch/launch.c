@@ -10,7 +10,8 @@
  *   stop    the signal number a launcher received, for the others to forward
  *   done    count of nodes whose workers all exited 0
  *   exit    count of agents leaving; the store host waits for all before stopping the store
- *   beat/<node>  the node agent's heartbeat, carrying its workers' progress (stall.c) */
+ *   beat/<node>  the node agent's heartbeat, carrying its workers' progress (stall.c)
+ * and, on a resume, resume_step (rdzv.c): the step every rank resumes from, node 0's. */
 #include "launch_internal.h"
 #include "stall.h"
 
@@ -90,6 +91,7 @@ typedef struct {
     bool cause_from_other; /* the group's cause is another node's failure */
     td__stall *stall;      /* the stall check, or NULL (--stall-timeout 0) */
     int silent_nodes;      /* agents whose heartbeat stopped: they will not check out */
+    int64_t resume_step;   /* on a resume: the step every rank resumes from; -1: none */
 } attempt;
 
 /* The same token on every node without a shared secret: anyone who knows the id can compute
@@ -204,6 +206,9 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
         v[n++] = var(TD_VAR_OPENBLAS_CORETYPE, "%s", t->rz.blas_core);
     if (o->metrics_dir)
         v[n++] = var(TD_VAR_TANDEM_METRICS, "%s/rank-%d.jsonl", o->metrics_dir, rank);
+    /* Every rank resumes from one step, whatever its own directory holds (decide_resume). */
+    if (t->resume_step >= 0)
+        v[n++] = var(TD_VAR_TANDEM_RESUME_STEP, "%lld", (long long)t->resume_step);
     /* Always set, 0 too: an inherited value must not make workers publish for nobody. */
     v[n++] = var(TD_VAR_TANDEM_HEARTBEAT_MS, "%d",
                  o->stall_timeout_s > 0 ? td__stall_heartbeat_ms(o->stall_timeout_s) : 0);
@@ -1097,13 +1102,77 @@ static bool attempt_over(agent *a, attempt *t, int *exit_code) {
     return false;
 }
 
-/* The node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c); every node checks the
- * bucket and restores a resume's newest checkpoint before its workers start. */
-static td_status s3_before_workers(agent *a, const attempt *t) {
-    if (a->s3) return td__ckpt_s3_resume(a->s3);
-    const char *resume = td_var_get(TD_VAR_TANDEM_RESUME);
-    return td__ckpt_s3_open(a->loop, (resume && !strcmp(resume, "1")) || t->restart > 0,
-                            t->rz.rank_offset == 0, &a->s3);
+/* The step the user names (TANDEM_RESUME_STEP in the agent's environment), or -2 when none. */
+static td_status named_step(int64_t *step) {
+    const char *v = td_var_get(TD_VAR_TANDEM_RESUME_STEP);
+    *step = -2;
+    if (!v || !*v) return TD_OK;
+    if (td_parse_i64(td_var_name(TD_VAR_TANDEM_RESUME_STEP), v, step) != TD_OK || *step < 0)
+        return td_error(TD_ERR_USAGE,
+                        "%s=%s: expected the step of a checkpoint, an integer >= 0 (unset it to "
+                        "resume from node 0's newest)",
+                        td_var_name(TD_VAR_TANDEM_RESUME_STEP), v);
+    return TD_OK;
+}
+
+/* Before the workers start: the node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c),
+ * every node checks the bucket; on a resume (TANDEM_RESUME=1, or a restart) the step every rank
+ * resumes from is decided once, by node 0's agent after its restore and upload: the user's
+ * TANDEM_RESUME_STEP, else the newest committed checkpoint in its TANDEM_CHECKPOINT_DIR. It
+ * goes to the other nodes through the store; each restores exactly that step from S3 when it
+ * lacks it, and every worker gets it as TANDEM_RESUME_STEP. *stopped: a stop signal came while
+ * waiting for node 0 (*exit_code says which); no workers are started. */
+static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopped) {
+    const td_launch_options *o = a->o;
+    const char *rv = td_var_get(TD_VAR_TANDEM_RESUME);
+    bool resume = (rv && !strcmp(rv, "1")) || t->restart > 0;
+    bool node0 = t->rz.group_rank == 0;
+    t->resume_step = -1;
+    if (a->s3)
+        TD_CHECK(td__ckpt_s3_resume(a->s3));
+    else
+        TD_CHECK(td__ckpt_s3_open(a->loop, resume, node0, &a->s3));
+    if (!resume) return TD_OK;
+    int64_t step;
+    TD_CHECK(named_step(&step));
+    const char *dir = td_var_get(TD_VAR_TANDEM_CHECKPOINT_DIR);
+    td__rdzv_params p = {.store = a->store,
+                         .ns = t->ns,
+                         .timeout_s = o->rdzv_timeout_s,
+                         .sig_fd = a->sig_fd};
+    if (node0) {
+        bool named = step >= 0;
+        if (!named) step = dir ? td__ckpt_newest_step(dir) : -1;
+        if (a->multi) TD_CHECK(td__rdzv_publish_step(&p, step));
+        if (step >= 0)
+            TD_LOG_INFO("resuming from step %lld (%s); every rank gets %s=%lld", (long long)step,
+                        named ? "named by TANDEM_RESUME_STEP"
+                              : "the newest committed checkpoint on node 0",
+                        td_var_name(TD_VAR_TANDEM_RESUME_STEP), (long long)step);
+        else
+            TD_LOG_INFO("resuming: node 0 holds no committed checkpoint%s%s; every rank starts "
+                        "at step 0",
+                        dir ? " in " : "", dir ? dir : " (no TANDEM_CHECKPOINT_DIR)");
+    } else if (a->multi) {
+        td_status st = td__rdzv_wait_step(&p, &step);
+        if (st == TD_ERR_INTERRUPTED) {
+            int sig = SIGTERM;
+            for (int got; (got = td_sigwatch_next(a->sigs));)
+                if (got != SIGCHLD) sig = got;
+            td_error_clear();
+            TD_LOG_INFO("received SIG%s while waiting for node 0's resume step; no workers were "
+                        "started",
+                        sig_name(sig));
+            *exit_code = sig == SIGINT ? 130 : 143;
+            *stopped = true;
+            return TD_OK;
+        }
+        TD_CHECK(st);
+        TD_LOG_INFO("resuming from step %lld, node 0's choice", (long long)step);
+        TD_CHECK(td__ckpt_s3_restore_step(a->s3, step));
+    }
+    t->resume_step = step;
+    return TD_OK;
 }
 
 /* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.
@@ -1119,7 +1188,8 @@ static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
         TD_CHECK(join_group(a, t, exit_code, &stopped));
         if (stopped) return TD_OK;
         describe_group(a, t);
-        TD_CHECK(s3_before_workers(a, t));
+        TD_CHECK(decide_resume(a, t, exit_code, &stopped));
+        if (stopped) return TD_OK;
         TD_CHECK(spawn_workers(a, t));
         monitor(a, t);
         if (!attempt_over(a, t, exit_code)) return TD_OK;

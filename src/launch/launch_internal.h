@@ -108,14 +108,18 @@ typedef struct td__ckpt_s3 td__ckpt_s3;
 /* The step of the newest committed checkpoint in dir, any kind (tandem/ckpt.h), -1 when none. */
 int64_t td__ckpt_newest_step(const char *dir);
 /* With TANDEM_CHECKPOINT_URL set: checks the bucket and credentials (an error names the bucket
- * and the fix), on a resume restores the newest committed checkpoint when it is newer than the
- * local newest (every node), and on the uploader (the node of rank 0) from then on uploads each
- * new committed checkpoint from a thread, its result read on loop. *out NULL when the variable
- * is unset. */
+ * and the fix); on the uploader (the node of rank 0), on a resume, restores the newest
+ * committed checkpoint when it is newer than the local newest and then uploads each local one
+ * S3 lacks (so S3 holds the step it resumes from), and from then on uploads each new committed
+ * checkpoint from a thread, its result read on loop. *out NULL when the variable is unset. */
 td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s3 **out);
-/* Before a restart's workers start: the uploader uploads its newest, then every node restores
- * again (warns, never fails). */
+/* Before a restart's workers start: the uploader uploads what S3 lacks, then restores a newer
+ * one from S3 if any (warns, never fails); another node: nothing (restore_step follows). */
 td_status td__ckpt_s3_resume(td__ckpt_s3 *s);
+/* Another node on a resume, once node 0 said which step the run resumes from: restores that
+ * step's committed checkpoints from S3 when the directory lacks one, and those without a step
+ * it lacks (warns, never fails: the SDK's workers get rank 0's bytes). */
+td_status td__ckpt_s3_restore_step(td__ckpt_s3 *s, int64_t step);
 /* The agent ends: waits for the upload in flight, then uploads and commits the newest local
  * checkpoint when S3 does not hold it yet (the one a stop or preemption made). */
 void td__ckpt_s3_end(td__ckpt_s3 *s);
@@ -165,6 +169,12 @@ typedef struct {
 } td__rdzv_params;
 
 td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out);
+/* On a resume, the step every rank resumes from (-1: none), decided once by node 0's agent
+ * (after its checkpoints are restored and uploaded) and handed to every node through the store
+ * (key resume_step of the attempt). The wait polls p->sig_fd (TD_ERR_INTERRUPTED) and gives up
+ * after p->timeout_s. */
+td_status td__rdzv_publish_step(const td__rdzv_params *p, int64_t step);
+td_status td__rdzv_wait_step(const td__rdzv_params *p, int64_t *step);
 
 /* The local address this host uses to reach host:port ("127.0.0.1" for loopback). */
 td_status td__local_addr_for(const char *host, int port, char *out, size_t nbytes);

@@ -6,6 +6,8 @@
  *                its OpenBLAS core, tensor.h; the group adopts node 0's)
  *   final        the agreed number of nodes (first compare_set wins)
  *   master_port  published by the node with group rank 0
+ *   resume_step  on a resume: the step every rank resumes from ("-1": none), published by node
+ *                0's agent once its own checkpoints are restored and uploaded (launch.c)
  * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
 #include "launch_internal.h"
 
@@ -331,4 +333,34 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out) {
     free(nodes);
     free(order);
     return st;
+}
+
+td_status td__rdzv_publish_step(const td__rdzv_params *p, int64_t step) {
+    char key[512], val[32];
+    snprintf(key, sizeof key, "%s/resume_step", p->ns);
+    int len = snprintf(val, sizeof val, "%lld", (long long)step);
+    return td_store_set(p->store, key, val, (size_t)len);
+}
+
+td_status td__rdzv_wait_step(const td__rdzv_params *p, int64_t *step) {
+    char key[512], *val = NULL;
+    snprintf(key, sizeof key, "%s/resume_step", p->ns);
+    td_status st = wait_key(p, key, p->timeout_s, true, false, &val);
+    if (st == TD_ERR_TIMEOUT)
+        return td_error(TD_ERR_TIMEOUT,
+                        "waited %.0f s (--rdzv-timeout) for node 0 to say which checkpoint step "
+                        "the run resumes from (node 0's agent restores and uploads its "
+                        "checkpoints first; is it stuck on S3?)",
+                        p->timeout_s);
+    if (st != TD_OK) return st;
+    int64_t v = -1;
+    if (td_parse_i64("resume_step", val, &v) != TD_OK || v < -1) {
+        td_error_clear();
+        st = td_error(TD_ERR_PROTOCOL, "node 0 published resume step '%.40s', not a step", val);
+        free(val);
+        return st;
+    }
+    free(val);
+    *step = v;
+    return TD_OK;
 }

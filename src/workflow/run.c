@@ -387,7 +387,7 @@ static td_status run_setup(supervisor *s, char *const *envp, int *failed_code) {
 
 /* The job as an executor (exec.h) takes it: what was prepared here (run, work dir, environment,
  * signals). */
-static td_exec_job job_of(const supervisor *s, char *const *env) {
+static td_exec_job job_of(const supervisor *s, char *const *env, char *const *env_named) {
     return (td_exec_job){
         .store = s->store,
         .run = &s->run,
@@ -395,6 +395,7 @@ static td_exec_job job_of(const supervisor *s, char *const *env) {
         .script = s->script,
         .tandem_bin = s->tandem_bin,
         .env = env,
+        .env_named = env_named,
         .max_restarts = s->w->max_restarts,
         .max_duration_s = s->w->max_duration_s,
         .artifacts = (const char *const *)s->w->artifacts,
@@ -430,7 +431,9 @@ static int supervise(supervisor *s) {
     if (st == TD_OK) st = prepare_work_dir(s->w, s->project_dir, s->work_dir);
     if (st == TD_OK) st = build_env(s, &env);
     if (st == TD_OK) st = run_setup(s, env.v, &setup_code);
-    td_exec_job job = job_of(s, env.v);
+    strvec named = {0}; /* the workflow's env: names, which a remote node gets whatever ours */
+    for (size_t i = 0; i < s->w->nenv; i++) sv_push(&named, td_xstrdup(s->w->env[i].key));
+    td_exec_job job = job_of(s, env.v, named.v);
     if (st != TD_OK) {
         /* The supervisor itself could not go on: say why in the run, then in the output. */
         char *why = td_xasprintf("supervisor error: %s", td_error_msg());
@@ -451,6 +454,7 @@ static int supervise(supervisor *s) {
         cli_code = ex->run(&job);
     }
     sv_free(&env);
+    sv_free(&named);
     return cli_code;
 }
 

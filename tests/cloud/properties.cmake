@@ -24,3 +24,7 @@ set_tests_properties(cloud/test_aws_run PROPERTIES TIMEOUT 900)
 # a user's SDK script on 2 spot instances, node 0 interrupted, resumed from S3 (root, namespaces,
 # the fixture's and the frameworks' venvs; skips with 77 without them): one run, one reference.
 set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600)
+# a user's Lightning and HF Trainer scripts on 2 spot instances and the SDK script on 1, node 0
+# interrupted while the first attempt holds at step 10, resumed from S3 (root, namespaces, the
+# fixture's and the frameworks' venvs; skips with 77 without them): three runs, three references.
+set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1200)

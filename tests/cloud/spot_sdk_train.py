@@ -4,7 +4,10 @@ tests/cloud/test_aws_ckpt_sdk.sh: tandem.init, tandem.log every step, tandem.che
 every --every steps (and when a stop or preemption asks, then exit 143),
 tandem.checkpoint.load_latest on a resume; prints "rank R resumed from step S"; rank 0 writes
 the final weights with torch.save to out/w.pt. Deterministic: the data of a step depends on
-the step and rank only, gradients are averaged over 2 ranks (a sum of two is order-free)."""
+the step and rank only, gradients are averaged over 2 ranks (a sum of two is order-free).
+--hold N (tests/cloud/test_aws_ckpt_fw.sh; only when not resuming): after the checkpoint of step N
+every rank waits for the stop (the spot interruption's SIGTERM) and exits 143, so the
+interruption always lands mid-run; after --hold-cap seconds without one it exits 1."""
 import argparse
 import os
 import sys
@@ -21,6 +24,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--every", type=int, default=5)
 ap.add_argument("--sleep", type=float, default=0.3)
+ap.add_argument("--hold", type=int, default=0)
+ap.add_argument("--hold-cap", type=float, default=600)
 args = ap.parse_args()
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
@@ -46,6 +51,17 @@ for step in range(start + 1, args.steps + 1):
     stop = tandem.should_stop()
     if step % args.every == 0 or stop:
         tandem.checkpoint.save({"model": model.module.state_dict(), "opt": opt.state_dict()}, step)
+    if step == args.hold and not stop and not tandem.run.resuming:
+        print(f"rank {rank} holds at step {step} until the interruption stops it", flush=True)
+        end = time.monotonic() + args.hold_cap
+        while not tandem.should_stop(sync=False):
+            if time.monotonic() > end:
+                print(f"rank {rank}: held at step {step} for {args.hold_cap:g} s: the "
+                      f"interruption never came", file=sys.stderr, flush=True)
+                os._exit(1)
+            time.sleep(0.2)
+        print(f"rank {rank} stopped while holding at step {step}", flush=True)
+        stop = True
     if stop:
         tandem.finish()
         sys.stdout.flush()

@@ -72,10 +72,12 @@ grep -qF "[rank 0] lws=$want" cmd.out || fail "tandem run --nproc-per-node auto:
 CUDA_VISIBLE_DEVICES= "$TO" 60 "$B" run --nproc-per-node gpu -- true >gpu.out 2>&1
 [ $? = 2 ] || fail "--nproc-per-node gpu without a GPU: not a usage error: $(cat gpu.out)"
 grep -qF "nproc_per_node gpu: no GPU is visible to this launcher" gpu.out || fail "gpu: $(cat gpu.out)"
-"$TO" 60 "$B" run --executor ssh --host h1 --nproc-per-node gpu -- true >gpussh.out 2>&1
-[ $? = 2 ] || fail "gpu on ssh: $(cat gpussh.out)"
-grep -qF "nproc_per_node: gpu counts the GPUs (or cores) of the machine the workers run on; the ssh executor" gpussh.out ||
-    fail "gpu on ssh: $(cat gpussh.out)"
+# (ssh counts on its hosts: tests/executors/test_remote_nproc_ssh.sh; Slurm's nodes do not
+# exist before the job runs)
+"$TO" 60 "$B" run --executor slurm --nproc-per-node gpu -- true >gpuslurm.out 2>&1
+[ $? = 2 ] || fail "gpu on slurm: $(cat gpuslurm.out)"
+grep -qF "nproc_per_node: gpu counts the GPUs (or cores) of the machine the workers run on; the slurm executor" gpuslurm.out ||
+    fail "gpu on slurm: $(cat gpuslurm.out)"
 echo "nproc_per_node auto/cpu: $want/$cores workers in a workflow and in tandem run -- CMD; gpu refused without a GPU"
 
 "$TO" 60 "$B" run --name art --artifact 'out/*.txt' -- sh -c 'mkdir -p out && echo kept >out/a.txt' \

@@ -1,5 +1,6 @@
 /* tandem run: run a workflow from the project's workflow file as a tracked run. */
 #include <ctype.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -569,15 +570,42 @@ int cmd_run(int argc, char **argv) {
         }
         if (!group) group = w->group;
     }
-    /* nproc_per_node: gpu|auto|cpu, counted where the workers run: here, for this machine's
-     * executor (tandem launch's rule, td_launch_nproc_resolve). */
+    /* nproc_per_node: gpu|auto|cpu, counted where the workers run (tandem launch's rule,
+     * td_launch_nproc_resolve): here for this machine's executor; on every host, before the
+     * run starts, for executor ssh (the record holds the count). A Slurm job's or an EC2
+     * run's nodes do not exist until the run starts. */
     if (st == TD_OK && w && w->nproc_spec[0]) {
         char note[512] = "";
-        if (w->executor)
+        if (w->executor && !strcmp(w->executor, "ssh")) {
+            const char *cuda = NULL;
+            for (size_t i = 0; i < w->nenv; i++)
+                if (!strcmp(w->env[i].key, "CUDA_VISIBLE_DEVICES")) cuda = w->env[i].value;
+            /* the project (a hostfile is relative to it) and this tandem, as tandem run's
+             * supervisor takes them (src/workflow/run.c) */
+            char exe[PATH_MAX];
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            snprintf(exe + (n > 0 ? n : 0), sizeof exe - (size_t)(n > 0 ? n : 0), "%s",
+                     n > 0 ? "" : "tandem");
+            td_rundb *pstore = NULL;
+            st = td_rundb_open(NULL, &pstore);
+            char *project = NULL;
+            if (st == TD_OK)
+                project = w->workdir && w->workdir[0] == '/'
+                              ? td_xstrdup(w->workdir)
+                              : w->workdir ? td_xasprintf("%s/%s", td_rundb_project_dir(pstore),
+                                                          w->workdir)
+                                           : td_xstrdup(td_rundb_project_dir(pstore));
+            td_rundb_close(pstore);
+            if (st == TD_OK)
+                st = td_ssh_count_nproc(&w->ssh, project, exe, w->nproc_spec, cuda,
+                                        &w->nproc_per_node, note, sizeof note);
+            free(project);
+        } else if (w->executor)
             st = td_error(TD_ERR_USAGE,
                           "nproc_per_node: %s counts the GPUs (or cores) of the machine the "
-                          "workers run on; the %s executor cannot count a remote node's yet: "
-                          "give a number of workers per node",
+                          "workers run on; the %s executor's nodes do not exist until the run "
+                          "starts, so it cannot count them beforehand: give a number of workers "
+                          "per node",
                           w->nproc_spec, w->executor);
         else
             st = td_launch_nproc_resolve("nproc_per_node", w->nproc_spec, td_gpu_device_count,

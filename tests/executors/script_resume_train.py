@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The script of tests/executors/test_script_resume_*.sh (issue 30): a plain PyTorch DDP script
+tracked and checkpointed through the tandem SDK only (copied from tests/cloud/spot_sdk_train.py):
+tandem.init with its arguments as config, tandem.log every step, tandem.checkpoint.save every
+--every steps (and when a stop asks, then exit 143), tandem.checkpoint.load_latest on a resume;
+prints "rank R resumed from step S"; rank 0 writes the final weights with torch.save to out/w.pt,
+records them with tandem.artifact and sets the summary. Deterministic: the data of a step
+depends on the step and rank only, gradients are averaged over 2 ranks (a sum of two is
+order-free)."""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import tandem
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=40)
+ap.add_argument("--every", type=int, default=5)
+ap.add_argument("--sleep", type=float, default=0.2)
+args = ap.parse_args()
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+tandem.init(config=args, tags=["resumed-script"])
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+state, start = tandem.checkpoint.load_latest()
+if state is not None:
+    model.module.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+print(f"rank {rank} resumed from step {start}" if tandem.run.resuming else
+      f"rank {rank} starts at step 0", flush=True)
+w_true = torch.randn(8, 1, generator=torch.Generator().manual_seed(1234))
+for step in range(start + 1, args.steps + 1):
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step * world + rank))
+    loss = nn.functional.mse_loss(model(x), torch.tanh(x @ w_true))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    tandem.log({"train/loss": loss}, step=step)
+    stop = tandem.should_stop()
+    if step % args.every == 0 or stop:
+        tandem.checkpoint.save({"model": model.module.state_dict(), "opt": opt.state_dict()}, step)
+    if stop:
+        tandem.finish()
+        sys.stdout.flush()
+        os._exit(tandem.STOPPED)
+    time.sleep(args.sleep)
+if rank == 0:
+    os.makedirs("out", exist_ok=True)
+    torch.save(model.module.state_dict(), "out/w.pt")
+    tandem.artifact("out/w.pt")
+    tandem.summary["final_loss"] = float(loss)
+tandem.finish()
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
