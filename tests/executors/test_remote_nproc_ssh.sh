@@ -12,23 +12,7 @@ set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 . "$SRC/tests/lib/sshd.sh"
-P=$(mktemp -d /tmp/tandem-remote-nproc-XXXXXX)
-REMOTE=$(mktemp -d /tmp/tandem-remote-nprocr-XXXXXX)
-cleanup() {
-    sshd_down
-    rm -rf "$P" "$REMOTE"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log "$P"/.tandem/runs/*/logs/*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
-    sshd_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-
-sshd_up 2 "$P" "$REMOTE" || fail "the ssh hosts did not come up"
-h1=${TSH_HOSTS[0]} h2=${TSH_HOSTS[1]}
+sshd_project remote-nproc
 n1=$(sshd_exec ssh "$h1" nproc) && n2=$(sshd_exec ssh "$h2" nproc) || fail "nproc on the hosts"
 [ "$n1" = "$n2" ] || fail "the fixture's hosts differ: nproc $n1 and $n2"
 n=$n1

@@ -11,22 +11,7 @@ set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 . "$SRC/tests/lib/sshd.sh"
-P=$(mktemp -d /tmp/tandem-runcmd-ssh-XXXXXX)
-REMOTE=$(mktemp -d /tmp/tandem-runcmd-sshremote-XXXXXX)
-cleanup() {
-    sshd_down
-    rm -rf "$P" "$REMOTE"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log "$P"/.tandem/runs/*/logs/*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
-    sshd_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-sshd_up 2 "$P" "$REMOTE" || fail "the ssh hosts did not come up"
-h1=${TSH_HOSTS[0]} h2=${TSH_HOSTS[1]}
+sshd_project runcmd-ssh
 # a file only each host has: where a rank really ran
 sshd_host_exec 1 sh -c "echo host-one >$REMOTE/marker" || fail "marker 1"
 sshd_host_exec 2 sh -c "echo host-two >$REMOTE/marker" || fail "marker 2"

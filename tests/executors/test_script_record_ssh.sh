@@ -15,23 +15,7 @@ SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 PY=${PYTHON:-/usr/bin/python3}
 . "$SRC/tests/lib/sshd.sh"
-P=$(mktemp -d /tmp/tandem-script-record-XXXXXX)
-REMOTE=$(mktemp -d /tmp/tandem-script-remote-XXXXXX)
-cleanup() {
-    sshd_down
-    rm -rf "$P" "$REMOTE"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log "$P"/.tandem/runs/*/logs/*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
-    sshd_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-
-sshd_up 2 "$P" "$REMOTE" || fail "the ssh hosts did not come up"
-h1=${TSH_HOSTS[0]} h2=${TSH_HOSTS[1]}
+sshd_project script-record
 sshd_exec ssh "$h1" "test -e '$P/.tandem' || test -e '$P/marker'" && fail "host 1 sees the project"
 mkdir -p "$P/.tandem"
 cp "$SRC/tests/executors/script_record.py" "$P/record.py"

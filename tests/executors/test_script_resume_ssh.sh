@@ -21,29 +21,13 @@ B=$TANDEM_BIN
 fw_python
 . "$SRC/tests/lib/sshd.sh"
 FW=$(cd "$(dirname "$FW_PY")/.." && pwd)
-P=$(mktemp -d /tmp/tandem-script-resume-XXXXXX)
-REMOTE=$(mktemp -d /tmp/tandem-script-resremote-XXXXXX)
 # The frameworks' venv lives under /root, which is each host's own (an empty tmpfs): the hosts
 # see it through a bind mount outside the hidden directories, made before the fixture's
 # namespaces.
 V=$(mktemp -d /tmp/tandem-script-resvenv-XXXXXX)
-mount --bind "$FW" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V" "$P" "$REMOTE"; exit 77; }
-cleanup() {
-    sshd_down
-    umount "$V" 2>/dev/null && rmdir "$V"
-    rm -rf "$P" "$REMOTE"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log "$P"/.tandem/runs/*/logs/*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
-    sshd_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-
-sshd_up 2 "$P" "$REMOTE" || fail "the ssh hosts did not come up"
-h1=${TSH_HOSTS[0]} h2=${TSH_HOSTS[1]}
+mount --bind "$FW" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+sshd_cleanup_extra() { umount "$V" 2>/dev/null && rmdir "$V"; }
+sshd_project script-resume
 sshd_exec ssh "$h1" "test -e '$P/.tandem'" && fail "host 1 sees the project"
 sshd_exec ssh "$h1" "test -x '$V/bin/python'" || fail "host 1 does not see the venv at $V"
 mkdir -p "$P/.tandem"

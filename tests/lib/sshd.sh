@@ -178,6 +178,33 @@ sshd_down() {
     TSH_STATE='' TSH_SSH_CONFIG='' TSH_HOSTS=() TSH_ADDRS=() TSH_PIDS=()
 }
 
+# sshd_project TAG: the frame of a test of runs on two hosts that do not share the project:
+# P (the project, TANDEM_HOME) and REMOTE (the hosts' work directory), both hidden from the
+# hosts; an EXIT trap that calls sshd_cleanup_extra (when the test defines it), sshd_down and
+# removes both; fail MESSAGE (unless the test defines its own) printing the runs' log tails and
+# the sshd logs, then exit 1; two hosts up, named h1 and h2.
+sshd_project() {
+    P=$(mktemp -d "/tmp/tandem-$1-XXXXXX")
+    REMOTE=$(mktemp -d "/tmp/tandem-$1-remote-XXXXXX")
+    trap _tsh_project_cleanup EXIT
+    declare -F fail >/dev/null || fail() {
+        echo "FAIL: $*" >&2
+        for f in "$P"/*.log "$P"/.tandem/runs/*/logs/*; do
+            [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }
+        done
+        sshd_logs 10
+        exit 1
+    }
+    export TANDEM_HOME=$P
+    sshd_up 2 "$P" "$REMOTE" || fail "the ssh hosts did not come up"
+    h1=${TSH_HOSTS[0]} h2=${TSH_HOSTS[1]}
+}
+_tsh_project_cleanup() {
+    if declare -F sshd_cleanup_extra >/dev/null; then sshd_cleanup_extra; fi
+    sshd_down
+    rm -rf "$P" "$REMOTE"
+}
+
 # _tsh_bg LOG CMD...: starts CMD detached from this shell's job table (no "Killed" lines when
 # teardown kills it), stdin /dev/null, output to LOG; prints its pid.
 _tsh_bg() {
