@@ -78,7 +78,9 @@ void td_array_free(td_array *a) {
 td_status td__file_open(const char *path, const char *what, int *fd, uint64_t *nbytes) {
     *fd = -1;
     *nbytes = 0;
-    int f = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
+     * the check below could refuse it (on a regular file the flag changes nothing) */
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f < 0) {
         if (errno == ENOENT)
             return td_error_errno(TD_ERR_NOTFOUND, "%s %s does not exist; check the path", what,
@@ -92,7 +94,9 @@ td_status td__file_open(const char *path, const char *what, int *fd, uint64_t *n
     }
     if (!S_ISREG(sb.st_mode)) {
         close(f);
-        return td_error(TD_ERR_IO, "%s %s is not a regular file (a directory?); give the file",
+        return td_error(TD_ERR_IO,
+                        "%s %s is not a regular file (a directory, FIFO, device or socket); give "
+                        "the file",
                         what, path);
     }
     *fd = f;
