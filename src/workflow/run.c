@@ -118,6 +118,7 @@ static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
     td_status st = TD_OK;
     struct dirent *e;
     td_exec_copy_stats cs = {0};
+    char *linked = NULL; /* the names linked, for one line at the end */
     while ((e = readdir(d)) && st == TD_OK) {
         const char *n = e->d_name;
         /* .git stays out as from the code sent to other nodes (td__exec_code_tar_script) */
@@ -136,12 +137,11 @@ static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
             if (symlink(from, to) != 0)
                 st = td_error_errno(TD_ERR_IO, "cannot link %s into the run's directory as %s",
                                     from, to);
-            else
-                TD_LOG_INFO("linked %s into the run's work directory, not copied (over %lld "
-                            "MiB or %d files): a write under it reaches the project; "
-                            "docs/executors.md, \"The run's working directory\"",
-                            n, (long long)(TD_EXEC_WORK_COPY_MAX_BYTES >> 20),
-                            TD_EXEC_WORK_COPY_MAX_FILES);
+            else {
+                char *more = td_xasprintf("%s%s%s", linked ? linked : "", linked ? ", " : "", n);
+                free(linked);
+                linked = more;
+            }
         } else if (td_exec_work_copy(from, to, &cs) != TD_OK) {
             st = td_error(TD_ERR_IO, "cannot copy %s into the run's directory as %s: %s", from,
                           to, td_error_msg());
@@ -150,6 +150,13 @@ static td_status prepare_work_dir(const td_workflow *w, const char *project_dir,
         free(to);
     }
     closedir(d);
+    if (linked)
+        TD_LOG_INFO("linked into the run's work directory, not copied (each over %lld MiB or %d "
+                    "files): %s; a write under them reaches the project (docs/executors.md, "
+                    "\"The run's working directory\")",
+                    (long long)(TD_EXEC_WORK_COPY_MAX_BYTES >> 20), TD_EXEC_WORK_COPY_MAX_FILES,
+                    linked);
+    free(linked);
     return st;
 }
 

@@ -55,6 +55,6 @@ listed=$("$B" artifacts wd-1 | awk '$1 == "model.pt" {print $3}')
 echo "ok: the artifact model.pt holds the script's bytes (sha256 $want, hashlib)"
 [ -d "$R/work/data" ] && [ ! -L "$R/work/data" ] || fail "the run's data/ is not a directory of its own"
 [ -L "$R/work/bigdata" ] || fail "bigdata/ (65 MiB) was not linked into the run's work directory"
-grep -rq "linked bigdata into the run's work directory, not copied" run.log "$R/logs" ||
+grep -rqE "linked into the run's work directory, not copied .*: ([^;]*, )?bigdata[,;]" run.log "$R/logs" ||
   fail "no line says bigdata/ was linked: $(cat run.log)"
 echo "ok: bigdata/ (over 64 MiB) linked, and said so"
