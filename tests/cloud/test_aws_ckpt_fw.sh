@@ -4,7 +4,7 @@
 # the EC2 fixture (tests/lib/cloud.sh; the project hidden from the instances) with
 # checkpoint_dir: s3://..., node 0 (the only node whose rank writes checkpoints) interrupted
 # mid-run once the checkpoint of step HOLD=10 is committed in S3; and the SDK script
-# (spot_sdk_train.py) on 1 spot instance, interrupted and replaced. The interruption always
+# (sdk_resume_train.py) on 1 spot instance, interrupted and replaced. The interruption always
 # lands mid-run: on the first attempt (no resume, restart count 0) the scripts' --hold makes
 # every rank wait after step HOLD's checkpoint until the interruption's SIGTERM (exit 1 after
 # 600 s without one); the replacement run resumes and trains to the end. For each leg:
@@ -52,7 +52,7 @@ aws s3 mb s3://tandem-ckfw >/dev/null || fail "s3 mb"
 mkdir -p "$P/.tandem" "$P/vendor"
 cp "$B" "$P/vendor/tandem"
 cp -r "$SRC/python" "$P/vendor/python"
-cp "$SRC/tests/cloud/spot_fw_train.py" "$SRC/tests/cloud/spot_sdk_train.py" "$P/"
+cp "$SRC/tests/cloud/spot_fw_train.py" "$SRC/tests/lib/sdk_resume_train.py" "$P/"
 STEPS=20 HOLD=10
 aws_block="instance_type: t3.micro, image: $CLOUD_AMI, key_name: tk, user: root, spot: true, address: private"
 wf() { # name nodes command
@@ -73,7 +73,7 @@ EOF2
     echo "workflows:"
     wf lit 2 "spot_fw_train.py lightning --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf hft 2 "spot_fw_train.py hf --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
-    wf sdk1 1 "spot_sdk_train.py --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
+    wf sdk1 1 "sdk_resume_train.py --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
 } >"$P/.tandem/workflows.yaml"
 
 # leg NAME NODES SED REF KEY: runs workflow NAME (1 worker per node), interrupts node 0 once the
@@ -149,4 +149,4 @@ show_section() { "$B" show "$1" 2>/dev/null | awk -v t="$2:" '$0 == t {on = 1; n
 
 leg lit 2 's/.*step=\([0-9]*\)\.ckpt\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py lightning" train/loss
 leg hft 2 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf" loss
-leg sdk1 1 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' "$SRC/tests/cloud/spot_sdk_train.py" train/loss
+leg sdk1 1 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' "$SRC/tests/lib/sdk_resume_train.py" train/loss

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cloud: a user's own PyTorch script (tests/cloud/spot_sdk_train.py: tandem.init, tandem.log,
+# cloud: a user's own PyTorch script (tests/lib/sdk_resume_train.py: tandem.init, tandem.log,
 # tandem.checkpoint.save/load_latest, no resume logic of its own) on 2 spot instances of the EC2
 # fixture (tests/lib/cloud.sh; the project hidden from the instances) with checkpoint_dir:
 # s3://..., node 0 (the node of rank 0, the only one that ever held a checkpoint) interrupted
@@ -45,7 +45,7 @@ aws s3 mb s3://tandem-ckpt >/dev/null || fail "s3 mb"
 mkdir -p "$P/.tandem" "$P/vendor"
 cp "$B" "$P/vendor/tandem"
 cp -r "$SRC/python" "$P/vendor/python"
-cp "$SRC/tests/cloud/spot_sdk_train.py" "$P/"
+cp "$SRC/tests/lib/sdk_resume_train.py" "$P/"
 STEPS=60
 aws_block="instance_type: t3.micro, image: $CLOUD_AMI, key_name: tk, user: root, spot: true, address: private"
 cat >"$P/.tandem/workflows.yaml" <<EOF2
@@ -58,7 +58,7 @@ workflows:
        setup: ["mkdir -p /root/bin", "install -m 755 vendor/tandem /root/bin/tandem"]}
     checkpoint_dir: s3://tandem-ckpt/sdk
     commands:
-      - PYTHONPATH=vendor/python OMP_NUM_THREADS=1 $V/bin/python spot_sdk_train.py --steps $STEPS --every 5 --sleep 0.4
+      - PYTHONPATH=vendor/python OMP_NUM_THREADS=1 $V/bin/python sdk_resume_train.py --steps $STEPS --every 5 --sleep 0.4
     artifacts: [out/w.pt]
 EOF2
 commits() { aws s3 ls s3://tandem-ckpt/sdk/sdk-1/ | sed -n 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' | sort -n; }
@@ -97,7 +97,7 @@ steps=$("$B" metrics sdk-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | s
 [ -s "$R/artifacts/out/w.pt" ] || fail "no out/w.pt artifact in the run directory"
 mkdir -p "$P/ref"
 (cd "$P/ref" && env -u TANDEM_HOME PYTHONPATH="$SRC/python" timeout -k 5 200 "$B" launch --standalone \
-    --nproc-per-node 2 -- "$FW_PY" "$SRC/tests/cloud/spot_sdk_train.py" --steps $STEPS --sleep 0) \
+    --nproc-per-node 2 -- "$FW_PY" "$SRC/tests/lib/sdk_resume_train.py" --steps $STEPS --sleep 0) \
     >"$P/ref.log" 2>&1 || fail "the uninterrupted run of 2 local workers: exit $?"
 "$FW_PY" - "$R/artifacts/out/w.pt" "$P/ref/out/w.pt" <<'PY' || fail "the weights differ from the uninterrupted run's"
 import sys, torch

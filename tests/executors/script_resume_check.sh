@@ -1,5 +1,5 @@
 # Sourced by tests/executors/test_script_resume_*.sh after a run of
-# tests/executors/script_resume_train.py (2 ranks, --steps STEPS) that lost a node or a worker
+# tests/lib/sdk_resume_train.py (2 ranks, --steps STEPS) that lost a node or a worker
 # and restarted once: script_resume_check RUN STEPS asserts that RUN succeeded with restarts 1;
 # both ranks' logs say they resumed from one step, >= 10; train/loss is stored once at each step
 # 1..STEPS; the script's config (steps), summary (final_loss) and tag are in `tandem show`; its
@@ -25,7 +25,7 @@ script_resume_check() {
     "$B" artifacts "$run" --download "$P/dl-$run" >/dev/null || fail "tandem artifacts --download"
     mkdir -p "$P/ref"
     (cd "$P/ref" && env -u TANDEM_HOME PYTHONPATH="$SRC/python" timeout -k 5 200 "$B" launch --standalone \
-        --nproc-per-node 2 -- "$FW_PY" "$SRC/tests/executors/script_resume_train.py" --steps $steps_n --sleep 0) \
+        --nproc-per-node 2 -- "$FW_PY" "$SRC/tests/lib/sdk_resume_train.py" --steps $steps_n --sleep 0) \
         >"$P/ref.log" 2>&1 || fail "the uninterrupted run of 2 local workers: exit $?"
     "$FW_PY" - "$P/dl-$run/w.pt" "$P/ref/out/w.pt" <<'PY' || fail "the weights differ from the uninterrupted run's"
 import sys, torch

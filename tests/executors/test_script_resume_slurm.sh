@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# executors: a user's own PyTorch script (tests/executors/script_resume_train.py, the SDK's
+# executors: a user's own PyTorch script (tests/lib/sdk_resume_train.py, the SDK's
 # checkpoints) on the namespace Slurm cluster without a shared file system (slurm: work_dir;
 # the nodes see neither the project nor each other's work directory, TDS_HIDE_DIRS), 2 nodes x
 # 1 worker, on a cluster of 3. After node 0's step-10 checkpoint node 0's machine is drained
@@ -15,7 +15,7 @@ trap 'cleanup; rm -rf "/tmp/tandem-script-res-$$"' EXIT
 . "$SRC/tests/lib/frameworks.sh"
 fw_python
 mkdir -p "$NODES" "$P/.tandem" || fail "cannot create $NODES or $P"
-cp "$SRC/tests/executors/script_resume_train.py" "$P/train.py"
+cp "$SRC/tests/lib/sdk_resume_train.py" "$P/train.py"
 STEPS=40
 cat >"$P/.tandem/workflows.yaml" <<EOF2
 workflows:

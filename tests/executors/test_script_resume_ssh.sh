@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# executors: a user's own PyTorch script (tests/executors/script_resume_train.py: tandem.init,
+# executors: a user's own PyTorch script (tests/lib/sdk_resume_train.py: tandem.init,
 # tandem.log, tandem.checkpoint.save/load_latest, tandem.artifact; no resume logic of its own)
 # on 2 ssh hosts (tests/lib/sshd.sh) that share no directory with the submitting machine or with
 # each other (the project and each host's work directory hidden), 1 worker each, max_restarts: 1.
@@ -31,7 +31,7 @@ sshd_project script-resume
 sshd_exec ssh "$h1" "test -e '$P/.tandem'" && fail "host 1 sees the project"
 sshd_exec ssh "$h1" "test -x '$V/bin/python'" || fail "host 1 does not see the venv at $V"
 mkdir -p "$P/.tandem"
-cp "$SRC/tests/executors/script_resume_train.py" "$P/train.py"
+cp "$SRC/tests/lib/sdk_resume_train.py" "$P/train.py"
 STEPS=40
 cat >"$P/.tandem/workflows.yaml" <<EOF2
 workflows:

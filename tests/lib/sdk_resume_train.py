@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""A plain PyTorch DDP script tracked and checkpointed through the tandem SDK only, for
-tests/cloud/test_aws_ckpt_sdk.sh: tandem.init, tandem.log every step, tandem.checkpoint.save
-every --every steps (and when a stop or preemption asks, then exit 143),
-tandem.checkpoint.load_latest on a resume; prints "rank R resumed from step S"; rank 0 writes
-the final weights with torch.save to out/w.pt. Deterministic: the data of a step depends on
-the step and rank only, gradients are averaged over 2 ranks (a sum of two is order-free).
---hold N (tests/cloud/test_aws_ckpt_fw.sh; only when not resuming): after the checkpoint of step N
-every rank waits for the stop (the spot interruption's SIGTERM) and exits 143, so the
-interruption always lands mid-run; after --hold-cap seconds without one it exits 1."""
+"""A plain PyTorch DDP script tracked and checkpointed through the tandem SDK only, the user's
+own script of tests/cloud/test_aws_ckpt_{sdk,fw}.sh and tests/executors/test_script_resume_*.sh:
+tandem.init (its arguments as config, a tag), tandem.log every step, tandem.checkpoint.save every
+--every steps (and when a stop or preemption asks, then exit 143), tandem.checkpoint.load_latest
+on a resume; prints "rank R resumed from step S"; rank 0 writes the final weights with
+torch.save to out/w.pt, records them with tandem.artifact and sets the summary. Deterministic:
+the data of a step depends on the step and rank only, gradients are averaged over 2 ranks (a sum
+of two is order-free).
+--hold N (only when not resuming): after the checkpoint of step N every rank waits for the stop
+(the spot interruption's SIGTERM) and exits 143, so the interruption always lands mid-run; after
+--hold-cap seconds without one it exits 1."""
 import argparse
 import os
 import sys
@@ -29,7 +31,7 @@ ap.add_argument("--hold-cap", type=float, default=600)
 args = ap.parse_args()
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
-tandem.init(config=args)
+tandem.init(config=args, tags=["resumed-script"])
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
@@ -70,6 +72,8 @@ for step in range(start + 1, args.steps + 1):
 if rank == 0:
     os.makedirs("out", exist_ok=True)
     torch.save(model.module.state_dict(), "out/w.pt")
+    tandem.artifact("out/w.pt")
+    tandem.summary["final_loss"] = float(loss)
 tandem.finish()
 dist.destroy_process_group()
 sys.stdout.flush()
