@@ -61,6 +61,19 @@ static int cmp_span(const void *a, const void *b) {
     return (x->end > y->end) - (x->end < y->end);
 }
 
+/* Entry i of a tensor's "shape" list, a non-negative integer, as the safetensors library wants. */
+static td_status shape_entry(const char *path, const char *name, json_t *shape, size_t i,
+                             uint64_t *out) {
+    json_t *d = json_array_get(shape, i);
+    if (!json_is_integer(d) || json_integer_value(d) < 0)
+        return td_error(TD_ERR_FORMAT,
+                        "safetensors file %s: tensor '%s': shape entry %zu is not a "
+                        "non-negative integer; the header is damaged",
+                        path, name, i);
+    *out = (uint64_t)json_integer_value(d);
+    return TD_OK;
+}
+
 /* One header entry's layout as the crate checks it: an object with "dtype" (a dtype it knows),
  * "shape" (non-negative integers) and "data_offsets" (two non-negative integers) whose span is
  * exactly the elements' bytes. Other fields are ignored, as the crate ignores them. */
@@ -92,13 +105,8 @@ static td_status st_layout(const char *path, const char *name, json_t *e, uint64
     uint64_t nbits = bits;
     bool zero = false, overflow = false;
     for (size_t i = 0; i < json_array_size(shape); i++) {
-        json_t *d = json_array_get(shape, i);
-        if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return td_error(TD_ERR_FORMAT,
-                            "safetensors file %s: tensor '%s': shape entry %zu is not a "
-                            "non-negative integer; the header is damaged",
-                            path, name, i);
-        uint64_t v = (uint64_t)json_integer_value(d);
+        uint64_t v;
+        TD_CHECK(shape_entry(path, name, shape, i, &v));
         if (v == 0) zero = true;
         if (v && nbits > (UINT64_MAX >> 1) / v) overflow = true;
         if (!overflow) nbits *= v;
@@ -302,13 +310,7 @@ static td_status st_entry(const char *path, const st_file *f, const char *name, 
                         path, name, nd, TD_ARRAY_MAX_DIMS);
     out->ndim = (int)nd;
     for (size_t i = 0; i < nd; i++) {
-        json_t *d = json_array_get(shape, i);
-        if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return td_error(TD_ERR_FORMAT,
-                            "safetensors file %s: tensor '%s': shape entry %zu is not a "
-                            "non-negative integer; the header is damaged",
-                            path, name, i);
-        out->shape[i] = (uint64_t)json_integer_value(d);
+        TD_CHECK(shape_entry(path, name, shape, i, &out->shape[i]));
     }
     json_int_t b = json_integer_value(json_array_get(offs, 0));
     json_int_t en = json_integer_value(json_array_get(offs, 1));
