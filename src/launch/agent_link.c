@@ -431,6 +431,17 @@ static void link_down(td_agent_link *l, const char *why) {
     l->next_dial = td_now_s() + REDIAL_PERIOD_S;
 }
 
+/* Sending to the supervisor failed: a --link connection (host) is down and is dialled again; the
+ * stdio stream of an ssh agent cannot come back, so the agent stops its workers. */
+static void send_failed(td_agent_link *l, const char *why) {
+    if (l->host) {
+        link_down(l, why);
+    } else {
+        l->broken = true;
+        stop_self(l, why);
+    }
+}
+
 static void try_dial(td_agent_link *l) {
     if (!l->down || td_now_s() < l->next_dial) return;
     bool retry;
@@ -487,12 +498,7 @@ static void send_record_sdk(td_agent_link *l) {
             char why[600];
             snprintf(why, sizeof why, "sending %s: %s", path, td_error_msg());
             td_error_clear();
-            if (l->host) {
-                link_down(l, why);
-            } else {
-                l->broken = true;
-                stop_self(l, why);
-            }
+            send_failed(l, why);
         }
     }
     free(path);
@@ -619,12 +625,7 @@ static void sender_tick(td_loop *loop, void *user) {
         snprintf(why, sizeof why, "cannot send logs and metrics to the supervisor (%s)",
                  td_error_msg());
         td_error_clear();
-        if (l->host) {
-            link_down(l, why);
-        } else {
-            l->broken = true;
-            stop_self(l, why);
-        }
+        send_failed(l, why);
     }
     pthread_mutex_unlock(&l->lock);
     sender_rewatch(loop, s, redialled);
