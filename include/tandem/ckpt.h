@@ -67,4 +67,12 @@ void td_ckpt_list_free(td_ckpt_entry *v, int count);
  * name into name_out (nbytes) when given. */
 int64_t td_ckpt_newest(const char *dir, unsigned mask, char *name_out, size_t nbytes);
 
+/* The files of the directory checkpoint dir/name to copy it elsewhere, as paths below dir
+ * ("checkpoint-N/REL"), recursively: regular files only (no links), no hidden name (writers'
+ * temporaries, tandem's TD_CKPT_MARKER: the receiver writes its own), and the framework's
+ * marker (TD_CKPT_HF_MARKER at the top) last, as its writer wrote it, so that a copy that
+ * writes them in this order is never committed early. *count of them (0: none, NULL). */
+char **td_ckpt_dir_files(const char *dir, const char *name, int *count);
+void td_ckpt_files_free(char **v, int count);
+
 #endif

@@ -34,6 +34,9 @@ typedef struct {
     const char *rdzv_id; /* job id shared by all nodes; NULL = "none" (random when single-node) */
     bool standalone;     /* host a private store on 127.0.0.1 (single node) */
     int max_restarts;    /* whole-group restarts after a failure (default 0) */
+    int restarts_before; /* the group's restarts made before this launcher started (the Slurm
+                            batch script's new step after a launcher was lost): its first attempt
+                            is restart K, resumes, and counts against max_restarts (default 0) */
     const char *log_dir; /* NULL or DIR: also append each worker's lines to DIR/rank-R.log */
     const char *metrics_dir; /* NULL or DIR: workers get TANDEM_METRICS=DIR/rank-R.jsonl */
     const char *end_record;  /* NULL or FILE: how this agent ended, as a typed record (endrec.h) */

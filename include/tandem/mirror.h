@@ -27,7 +27,7 @@
  *   tdm end\n                                     everything was sent; the sender is done
  * The receiver accepts only names under the prefixes it was given, never a '/', ".." or a
  * leading '.', so a remote host cannot write anywhere else. A file frame's NAME may go deeper,
- * PREFIX/DIR/.../FILE, each component of [A-Za-z0-9._+-] and none starting with '.'; its
+ * PREFIX/DIR/.../FILE, each component of [A-Za-z0-9._+=-] and none starting with '.'; its
  * directories are made and entered one at a time without following a link, so a symlink under
  * the receiver's root cannot send the write elsewhere, and the file appears whole (written
  * beside it, then renamed) or not at all. docs/executors.md has the rest. */

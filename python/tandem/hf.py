@@ -50,7 +50,9 @@ def last_checkpoint(output_dir=None, always=False):
             raise tandem.TandemError(
                 f"TANDEM_RESUME_STEP={named}: no committed checkpoint-{named} in {d} on this "
                 f"node (it holds steps {have or 'none'}); every rank must resume from the same "
-                f"step: give the run an s3:// checkpoint_dir or a shared disk")
+                f"step, and node 0's agent hands its checkpoint to every node before the "
+                f"workers start (docs/executors.md, 'Checkpoints on every node'): the "
+                f"agents' logs say why it did not")
         return path
     try:
         names = os.listdir(d)

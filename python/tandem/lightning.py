@@ -58,7 +58,9 @@ def ckpt_path(default="last", dirpath=None):
         raise TandemError(f"TANDEM_RESUME_STEP={step}: no Lightning checkpoint of step {step} "
                           f"(NAME.ckpt with step={step} in its name) in {d} on this node (it "
                           f"holds steps {have or 'none'}); every rank must resume from the same "
-                          f"step: give the run an s3:// checkpoint_dir or a shared disk")
+                          f"step, and node 0's agent hands its checkpoint to every node before the "
+                          f"workers start (docs/executors.md, 'Checkpoints on every node'): "
+                          f"the agents' logs say why it did not")
     return path
 
 

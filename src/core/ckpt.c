@@ -145,3 +145,58 @@ int64_t td_ckpt_newest(const char *dir, unsigned mask, char *name_out, size_t nb
     td_ckpt_list_free(v, n);
     return step;
 }
+
+typedef struct {
+    char **v;
+    int n, cap;
+} file_list;
+
+static void list_add(file_list *l, char *path) {
+    if (l->n == l->cap) l->v = td_xrealloc(l->v, (size_t)(l->cap = l->cap ? 2 * l->cap : 16) *
+                                                     sizeof *l->v);
+    l->v[l->n++] = path;
+}
+
+static void walk(file_list *l, const char *dir, const char *rel, int depth) {
+    char *path = td_xasprintf("%s/%s", dir, rel);
+    DIR *d = depth < 32 ? opendir(path) : NULL;
+    free(path);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char *sub = td_xasprintf("%s/%s", rel, e->d_name);
+        char *full = td_xasprintf("%s/%s", dir, sub);
+        struct stat sb;
+        if (lstat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            walk(l, dir, sub, depth + 1);
+            free(sub);
+        } else if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            list_add(l, sub);
+        } else {
+            free(sub);
+        }
+        free(full);
+    }
+    closedir(d);
+}
+
+char **td_ckpt_dir_files(const char *dir, const char *name, int *count) {
+    file_list l = {0};
+    walk(&l, dir, name, 0);
+    char *marker = td_xasprintf("%s/%s", name, TD_CKPT_HF_MARKER);
+    for (int i = 0; i + 1 < l.n; i++)
+        if (!strcmp(l.v[i], marker)) { /* to the end, the others in their order */
+            char *m = l.v[i];
+            memmove(&l.v[i], &l.v[i + 1], (size_t)(l.n - i - 1) * sizeof *l.v);
+            l.v[l.n - 1] = m;
+            break;
+        }
+    free(marker);
+    *count = l.n;
+    return l.v;
+}
+
+void td_ckpt_files_free(char **v, int count) {
+    for (int i = 0; i < count; i++) free(v[i]);
+    free(v);
+}

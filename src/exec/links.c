@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -140,9 +141,16 @@ struct td__links {
  * this is belt and braces). */
 #define CKPT_KEEP 2
 
-/* The file checkpoints that travel over the links (tandem/ckpt.h): tandem train's, the SDK's and
- * Lightning's; a directory (HF's checkpoint-N/) does not (yet). */
-#define CKPT_LINK_KINDS (TD_CKPT_TDCK | TD_CKPT_SDK | TD_CKPT_LIGHTNING)
+/* The checkpoints that travel over the links (tandem/ckpt.h): every kind; a directory (HF's
+ * checkpoint-N/) file by file, its framework's marker last, so that it counts here only once
+ * whole. */
+#define CKPT_LINK_KINDS TD_CKPT_ANY
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    (void)remove(path);
+    return 0;
+}
 
 /* The committed checkpoints of RUN/ckpt_rel, newest first; *n of them. */
 static td_ckpt_entry *ckpt_list(const td__links *l, int *n) {
@@ -164,7 +172,10 @@ static void on_file(void *user, const char *name, int64_t size) {
     for (int i = CKPT_KEEP; i < n; i++) {
         if (v[i].n.step < 0) continue;
         char *old = td_xasprintf("%s/%s/%s", l->job->run->run_dir, l->ckpt_rel, v[i].name);
-        unlink(old);
+        if (v[i].n.is_dir)
+            (void)nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        else
+            unlink(old);
         free(old);
     }
     td_ckpt_list_free(v, n);
@@ -389,11 +400,21 @@ static td_status build_opening(td__links *l, conn *c, int first) {
         int n;
         td_ckpt_entry *v = ckpt_list(l, &n);
         if (n && v[0].n.step >= 0) {
-            char *head = td_xasprintf("ckpt %s", v[0].name);
-            char *path = td_xasprintf("%s/%s/%s", l->job->run->run_dir, l->ckpt_rel, v[0].name);
-            st = add_blob(c, head, path);
-            free(path);
-            free(head);
+            /* a directory: "ckpt ENTRY/REL SIZE" per file, then "ckpt-commit ENTRY" */
+            char *dir = td_xasprintf("%s/%s", l->job->run->run_dir, l->ckpt_rel);
+            int nfiles = 1;
+            char **files = v[0].n.is_dir ? td_ckpt_dir_files(dir, v[0].name, &nfiles) : NULL;
+            for (int i = 0; st == TD_OK && i < nfiles; i++) {
+                const char *rel = files ? files[i] : v[0].name;
+                char *head = td_xasprintf("ckpt %s", rel);
+                char *path = td_xasprintf("%s/%s", dir, rel);
+                st = add_blob(c, head, path);
+                free(path);
+                free(head);
+            }
+            if (st == TD_OK && files) add_bytes(c, td_xasprintf("ckpt-commit %s\n", v[0].name));
+            td_ckpt_files_free(files, files ? nfiles : 0);
+            free(dir);
         }
         td_ckpt_list_free(v, n);
     }

@@ -221,7 +221,14 @@ void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_j
      * killed by a signal reports it after the colon. */
     int code = j->exit_signal ? 128 + j->exit_signal : j->exit_code;
     int ran = j->nodes[0] != '\0';
-    int checkpointed = !strcmp(s, "FAILED") && code == 143;
+    /* 143 is a checkpointed stop, unless something failed: a launcher that fails (its worker
+     * failed, it gave up on the rendezvous or on its link) ends the step (srun
+     * --kill-on-bad-exit), srun's SIGTERM makes the other launchers exit 143, and srun passes
+     * the highest code on; the failure is in the end records (cause, the worker's own code) or
+     * in what the supervisor saw (no node connected back). */
+    int worker_failed = worker_code > 0 && worker_code != 143;
+    int checkpointed =
+        !strcmp(s, "FAILED") && code == 143 && !worker_failed && !(cause && cause[0]);
     char reason[200] = "";
     if (j->reason[0] && strcmp(j->reason, "None"))
         snprintf(reason, sizeof reason, " (%s)", j->reason);
@@ -285,7 +292,8 @@ void td__slurm_outcome(const char *run_id, const char *job_id, const td__slurm_j
                      job_id, run_id);
         } else if (!strcmp(s, "FAILED") && cause && cause[0]) {
             snprintf(o->note, sizeof o->note, "%s", cause);
-            if (code == 1 && worker_code > 0) o->exit_code = worker_code; /* the worker's own */
+            if ((code == 1 || code == 143) && worker_failed)
+                o->exit_code = worker_code; /* the worker's own */
         } else if (!strcmp(s, "FAILED")) {
             snprintf(o->note, sizeof o->note,
                      "slurm job %s failed with exit code %d%s; see tandem logs %s and "
@@ -404,7 +412,11 @@ static void add_launch_args(td__buf *b, const td_exec_job *job, double grace, co
                             const char *metrics_dir, const char *end_record) {
     td__buf_addf(b, " --nproc-per-node=%d --rdzv-id=", job->run->nproc_per_node);
     td__buf_quote(b, job->run->id);
-    td__buf_addf(b, " --max-restarts=%d --stop-grace=%g \\\n    --log-dir=%s --metrics-dir=%s",
+    /* --restarts-before: the batch script's new steps after a lost launcher (its loop), expanded
+     * by the shell that starts the launcher (exported, so each node's own shell sees it) */
+    td__buf_addf(b,
+                 " --max-restarts=%d --restarts-before=\"${tandem_step_restarts:-0}\" "
+                 "--stop-grace=%g \\\n    --log-dir=%s --metrics-dir=%s",
                  job->max_restarts, grace, log_dir, metrics_dir);
     if (end_record) td__buf_addf(b, " --end-record=%s", end_record);
     for (size_t i = 0; i < job->nnode_setup; i++) {
@@ -540,7 +552,7 @@ static void script_srun_linked(td__buf *b, const td_exec_job *job, const char *l
     td__buf_addf(&node, "d=");
     td__buf_quote(&node, np->node_run);
     td__buf_addf(&node,
-                 "\ns=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"\n"
+                 "\ns=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}.${SLURM_STEP_ID:-0}\"\n"
                  "mkdir -p \"$d/work\" \"$s/logs\" \"$s/metrics\" || exit 1\n"
                  "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then\n"
                  "    r=$((SLURM_NODEID * %d)); e=$((r + %d))\n"
@@ -615,8 +627,23 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                      "its own ranks' logs, and the launcher, linked back to tandem\n# run at "
                      "%s.\n",
                      link);
+    /* Slurm never restarts a task inside a running job: a launcher that dies (SIGKILL, the OOM
+     * killer) would leave the others waiting in the rendezvous for their 300 s. So a task that
+     * ends badly ends the whole step (--kill-on-bad-exit: the others get SIGTERM and checkpoint
+     * if they can), and a launcher lost to a signal starts the group again as a new step of
+     * the same allocation while max_restarts allow, resuming from the newest checkpoint, as
+     * torchrun's agents restart the group when one of them is lost. */
     td__buf_addf(&b,
-                 "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 "
+                 "# A launcher lost to a signal (killed, out of memory: srun exits 128+N; 143 is a "
+                 "stop that\n# checkpointed, 130 an interrupt) ends the step at once "
+                 "(--kill-on-bad-exit), and the group\n# starts again as a new step while "
+                 "max_restarts (%d) allow: each launcher's --restarts-before\n# counts it, and "
+                 "the workers resume from the newest checkpoint.\n"
+                 "tandem_step_restarts=0\nexport tandem_step_restarts\n"
+                 "while :; do\n",
+                 job->max_restarts);
+    td__buf_addf(&b,
+                 "srun --nodes=%d --ntasks=%d --ntasks-per-node=1 --kill-on-bad-exit=1 "
                  "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} \\\n    ",
                  nodes, nodes);
     if (link)
@@ -630,8 +657,21 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
                      "    wait \"$srun_pid\"\n"
                      "    code=$?\n"
                      "    kill -0 \"$srun_pid\" 2>/dev/null || break\n"
-                     "done\n"
-                     "if [ \"$limit\" = 1 ] && [ \"$code\" = 143 ]; then\n"
+                     "done\n");
+    td__buf_addf(&b,
+                 "if [ \"$limit\" = 0 ] && [ \"$code\" -gt 128 ] && [ \"$code\" != 130 ] && "
+                 "[ \"$code\" != 143 ] &&\n"
+                 "    [ \"$tandem_step_restarts\" -lt %d ]; then\n"
+                 "    tandem_step_restarts=$((tandem_step_restarts + 1))\n"
+                 "    echo \"tandem: a launcher of slurm job $SLURM_JOB_ID was lost (srun exit "
+                 "$code): starting the group again as a new step (restart "
+                 "$tandem_step_restarts of %d)\" >&2\n"
+                 "    continue\n"
+                 "fi\n"
+                 "break\n"
+                 "done\n",
+                 job->max_restarts, job->max_restarts);
+    td__buf_addf(&b, "if [ \"$limit\" = 1 ] && [ \"$code\" = 143 ]; then\n"
                      "    echo \"tandem: the time limit is near and the workers checkpointed: "
                      "requeueing slurm job $SLURM_JOB_ID\" >&2\n"
                      "    scontrol requeue \"$SLURM_JOB_ID\"\n"
@@ -1026,8 +1066,9 @@ static int slurm_query(slurm_sup *c, td__slurm_job *j, int *gone, double now, do
  * with slurm: work_dir, the nodes' links are watched on the same loop. The job first seen
  * running is every node running (max_duration counts from there); Slurm's requeues are the
  * nodes' restarts. Once the job has ended, what the links still carry arrives (DRAIN_S at most),
- * then the attempt is over, with the launchers' end records. Slurm requeues by itself: the
- * supervisor restarts nothing for this carrier. */
+ * then the attempt is over, with the launchers' end records. Slurm requeues by itself, and the
+ * batch script starts a new step after a lost launcher (counted in the end records' restarts):
+ * the supervisor restarts nothing for this carrier. */
 #define DRAIN_S 10.0
 
 typedef struct {

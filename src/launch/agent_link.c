@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "launch_internal.h"
+#include "orphan.h"
 
 #include "tandem/ckpt.h"
 #include "tandem/launch.h"
@@ -64,6 +65,7 @@ struct td_agent_link {
     char *ckpt_dir;    /* TANDEM_CHECKPOINT_DIR */
     char *ckpt_name;   /* its path below TANDEM_RUN_DIR, the name both copies use */
     int64_t ckpt_sent; /* the step of the newest one sent; -1: none */
+    char *ckpt_staged; /* the directory checkpoint being received from the supervisor, or NULL */
     bool local_error;  /* the last dial failed on this node (unpacking the code): no retry */
     uint64_t jitter;   /* xorshift64 state, seeded from the node and the process */
     char *end_name;    /* the end record's name for the supervisor, sent at close; or NULL */
@@ -93,6 +95,8 @@ static void on_line(td_agent_link *l, const char *line) {
         stop_self(l, "the supervisor asked to stop");
     else if (!strncmp(line, "lost ", 5))
         atomic_fetch_add(&l->lost, 1);
+    else if (!strncmp(line, "alive ", 6)) /* the dead-man's switch (orphan.c) */
+        td__orphan_heard(line + 6);
     else
         TD_LOG_WARN("the supervisor sent '%.60s', which this agent does not know; ignored", line);
 }
@@ -149,23 +153,76 @@ static td_status unpack_code(td_agent_link *l, const char *size_text, double dea
     return TD_OK;
 }
 
+/* Where a directory checkpoint from the supervisor is put together before "ckpt-commit": a
+ * hidden name, never a checkpoint. */
+static char *link_stage(const td_agent_link *l, const char *entry) {
+    return td_xasprintf("%s/.%s.link", l->ckpt_dir, entry);
+}
+
+/* NAME of "ckpt NAME SIZE": a file checkpoint's name, or ENTRY/REL, a file of the directory
+ * checkpoint ENTRY (no empty, ".", ".." or hidden component). *rel: REL, or NULL. */
+static bool link_ckpt_name(char *name, td_ckpt_name *cn, const char **rel) {
+    char *slash = strchr(name, '/');
+    *rel = NULL;
+    if (slash) *slash = '\0';
+    bool ok = td_ckpt_parse(name, cn) && cn->is_dir == (slash != NULL);
+    if (slash) {
+        *slash = '/';
+        *rel = slash + 1;
+        for (const char *p = *rel; ok;) {
+            const char *e = strchr(p, '/');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            ok = n > 0 && p[0] != '.';
+            if (!e) break;
+            p = e + 1;
+        }
+    }
+    return ok;
+}
+
 /* "ckpt NAME SIZE" and SIZE bytes: the newest checkpoint the supervisor holds of this run, for
- * node 0 (rank 0 alone reads checkpoints on a resume). Written atomically into the checkpoint
- * directory unless a file of that name is there already (this node wrote it: the same bytes). */
+ * node 0 (rank 0 alone writes checkpoints; node 0's agent hands them to the others, ckpt_peer.c).
+ * A file checkpoint is written atomically into the checkpoint directory unless a file of that
+ * name is there already (this node wrote it: the same bytes). A directory checkpoint comes as
+ * one "ckpt ENTRY/REL SIZE" per file into a staged copy, then "ckpt-commit ENTRY"
+ * (commit_checkpoint); nothing when ENTRY is committed here already. */
 static td_status receive_checkpoint(td_agent_link *l, const char *args, double deadline) {
-    char name[256];
+    char name[1024];
     long long size = -1;
     char end;
     td_ckpt_name cn;
-    if (sscanf(args, "%255s %lld%c", name, &size, &end) != 2 || size < 0 || !l->ckpt_dir ||
-        !td_ckpt_parse(name, &cn) || cn.is_dir)
+    const char *rel = NULL;
+    if (sscanf(args, "%1023s %lld%c", name, &size, &end) != 2 || size < 0 || !l->ckpt_dir ||
+        !link_ckpt_name(name, &cn, &rel))
         return td_error(TD_ERR_FORMAT, "link: 'ckpt %.80s' is not a checkpoint this node takes",
                         args);
-    char *path = td_xasprintf("%s/%s", l->ckpt_dir, name);
-    char *tmp = td_xasprintf("%s/.%s.part", l->ckpt_dir, name);
+    char *path, *tmp;
+    bool have;
     td_status st = td_mkdirs(l->ckpt_dir);
+    if (rel) {
+        char entry[1024];
+        snprintf(entry, sizeof entry, "%.*s", (int)(rel - 1 - name), name);
+        have = td_ckpt_committed(l->ckpt_dir, entry, NULL);
+        char *stage = link_stage(l, entry);
+        if (!have && (!l->ckpt_staged || strcmp(l->ckpt_staged, entry))) {
+            td__rm_tree(stage); /* what an earlier opening left: this one starts it again */
+            free(l->ckpt_staged);
+            l->ckpt_staged = td_xstrdup(entry);
+        }
+        tmp = td_xasprintf("%s/%s", stage, rel);
+        path = td_xstrdup(tmp);
+        char *parent = td_xstrdup(tmp);
+        *strrchr(parent, '/') = '\0';
+        if (st == TD_OK && !have) st = td_mkdirs(parent);
+        free(parent);
+        free(stage);
+    } else {
+        path = td_xasprintf("%s/%s", l->ckpt_dir, name);
+        tmp = td_xasprintf("%s/.%s.part", l->ckpt_dir, name);
+        have = access(path, F_OK) == 0;
+    }
     FILE *f = NULL;
-    if (st == TD_OK && access(path, F_OK) != 0 && !(f = fopen(tmp, "wb")))
+    if (st == TD_OK && !have && !(f = fopen(tmp, "wb")))
         st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
     bool local = st != TD_OK; /* this node's disk failed, not the link: no use dialling again */
     char buf[65536];
@@ -187,11 +244,11 @@ static td_status receive_checkpoint(td_agent_link *l, const char *args, double d
         st = td_error_errno(TD_ERR_IO, "link: writing the checkpoint %s", tmp);
         local = true;
     }
-    if (f && st == TD_OK && rename(tmp, path) != 0) {
+    if (f && st == TD_OK && strcmp(tmp, path) && rename(tmp, path) != 0) {
         st = td_error_errno(TD_ERR_IO, "link: renaming %s", tmp);
         local = true;
     }
-    if (f && st == TD_OK)
+    if (f && st == TD_OK && !rel)
         TD_LOG_INFO("received the run's newest checkpoint %s (%lld bytes) from the supervisor",
                     path, size);
     if (f && st != TD_OK) unlink(tmp);
@@ -237,6 +294,27 @@ static td_status set_secret(const char *args) {
 }
 
 /* The longest opening line: a secret of exec.h's TD_EXEC_SECRET_MAX_BYTES (8192) as hex. */
+/* "ckpt-commit ENTRY": the directory checkpoint ENTRY staged by its "ckpt ENTRY/REL" lines is
+ * whole: into place with tandem's commit marker (td__ckpt_commit_staged). Nothing staged (this
+ * node holds it committed already): nothing to do. */
+static td_status commit_checkpoint(td_agent_link *l, const char *entry) {
+    td_ckpt_name cn;
+    if (!l->ckpt_dir || !td_ckpt_parse(entry, &cn) || !cn.is_dir)
+        return td_error(TD_ERR_FORMAT, "link: 'ckpt-commit %.80s' is not a checkpoint this node "
+                        "takes", entry);
+    if (!l->ckpt_staged || strcmp(l->ckpt_staged, entry)) return TD_OK;
+    char *stage = link_stage(l, entry);
+    td_status st = td__ckpt_commit_staged(l->ckpt_dir, entry, stage, true, "tandem run (the link)");
+    if (st == TD_OK)
+        TD_LOG_INFO("received the run's newest checkpoint %s/%s from the supervisor",
+                    l->ckpt_dir, entry);
+    l->local_error = st != TD_OK;
+    free(l->ckpt_staged);
+    l->ckpt_staged = NULL;
+    free(stage);
+    return st;
+}
+
 #define OPENING_LINE_MAX (sizeof "secret " + 128 + 2 * 8192 + 1)
 
 /* The opening lines, up to "go", one byte at a time: nothing after "go" may be consumed here,
@@ -262,6 +340,8 @@ static td_status read_opening(td_agent_link *l, double deadline) {
             TD_CHECK(unpack_code(l, line + 5, deadline));
         } else if (!strncmp(line, "ckpt ", 5) && l->host) {
             TD_CHECK(receive_checkpoint(l, line + 5, deadline));
+        } else if (!strncmp(line, "ckpt-commit ", 12) && l->host) {
+            TD_CHECK(commit_checkpoint(l, line + 12));
         } else if (!strcmp(line, "record")) {
             free(l->record_dir);
             const char *rd = td_var_get(TD_VAR_TANDEM_RUN_DIR);
@@ -273,7 +353,7 @@ static td_status read_opening(td_agent_link *l, double deadline) {
         } else {
             return td_error(TD_ERR_FORMAT,
                             "link: '%.60s' from the supervisor is not an opening line (token, "
-                            "secret, have, code, ckpt, artifact, record, go)",
+                            "secret, have, code, ckpt, ckpt-commit, artifact, record, go)",
                             line);
         }
     }
@@ -458,26 +538,38 @@ static void try_dial(td_agent_link *l) {
 static void send_checkpoint(td_agent_link *l) {
     if (!l->ckpt_name || l->down) return;
     char base[256];
-    long long newest = (long long)td_ckpt_newest(l->ckpt_dir, TD_CKPT_TDCK | TD_CKPT_SDK |
-                                                 TD_CKPT_LIGHTNING, base, sizeof base);
+    long long newest = (long long)td_ckpt_newest(l->ckpt_dir, TD_CKPT_ANY, base, sizeof base);
     if (newest < 0 || newest <= l->ckpt_sent) return;
-    char *path = td_xasprintf("%s/%s", l->ckpt_dir, base);
-    char *name = td_xasprintf("%s/%s", l->ckpt_name, base);
-    struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        if (td_mirror_out_file(l->mirror, name, path) == TD_OK) {
-            l->ckpt_sent = newest;
-        } else if (access(path, F_OK) == 0) {
-            char why[600];
-            snprintf(why, sizeof why, "sending %s: %s", path, td_error_msg());
-            td_error_clear();
-            link_down(l, why);
-        } else {
-            td_error_clear(); /* a newer one replaced it meanwhile: that one goes next */
+    td_ckpt_name cn;
+    td_ckpt_parse(base, &cn);
+    /* a directory (HF's checkpoint-N/): file by file, its framework's marker last, so that the
+     * supervisor's copy counts as committed only once whole (tandem/ckpt.h) */
+    int nfiles = 1;
+    char **files = cn.is_dir ? td_ckpt_dir_files(l->ckpt_dir, base, &nfiles) : NULL;
+    bool sent = true;
+    for (int i = 0; i < nfiles && sent; i++) {
+        const char *rel = files ? files[i] : base;
+        char *path = td_xasprintf("%s/%s", l->ckpt_dir, rel);
+        char *name = td_xasprintf("%s/%s", l->ckpt_name, rel);
+        struct stat sb;
+        sent = false;
+        if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            if (td_mirror_out_file(l->mirror, name, path) == TD_OK) {
+                sent = true;
+            } else if (access(path, F_OK) == 0) {
+                char why[600];
+                snprintf(why, sizeof why, "sending %s: %s", path, td_error_msg());
+                td_error_clear();
+                link_down(l, why);
+            } else {
+                td_error_clear(); /* a newer one replaced it meanwhile: that one goes next */
+            }
         }
+        free(path);
+        free(name);
     }
-    free(path);
-    free(name);
+    if (sent && nfiles > 0) l->ckpt_sent = newest;
+    td_ckpt_files_free(files, files ? nfiles : 0);
 }
 
 /* ---- the script's record (node 0, "record") ---- */
@@ -835,6 +927,7 @@ td_status td_agent_link_close(td_agent_link *l) {
     free(l->port);
     free(l->ckpt_dir);
     free(l->ckpt_name);
+    free(l->ckpt_staged);
     free(l->end_name);
     free(l->end_path);
     free(l->record_dir);

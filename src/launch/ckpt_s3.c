@@ -577,6 +577,7 @@ static bool restore_one(td__ckpt_s3 *s, td_aws_t *aws, const commit_ref *c, int6
                  got_files);
         ok = false;
     }
+    if (ok) td__ckpt_keep_local_files(s->dir, c->name, stage); /* this node's ranks' RNG states */
     if (ok) {
         char *marker = td_xasprintf("%s/%s", stage, TD_CKPT_MARKER);
         FILE *f = fopen(marker, "w");

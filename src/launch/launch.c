@@ -789,6 +789,8 @@ static td_status validate(const td_launch_options *o) {
                         o->max_nodes);
     if (o->max_restarts < 0)
         return td_error(TD_ERR_USAGE, "--max-restarts %d: need >= 0", o->max_restarts);
+    if (o->restarts_before < 0)
+        return td_error(TD_ERR_USAGE, "--restarts-before %d: need >= 0", o->restarts_before);
     if (!(o->monitor_interval_s > 0) || o->grace_s < 0 || o->stop_grace_s < 0)
         return td_error(TD_ERR_USAGE, "--monitor-interval must be > 0 and grace periods >= 0");
     if (o->on_tick && !(o->tick_period_s > 0))
@@ -1016,7 +1018,7 @@ static td_status join_group(agent *a, attempt *t, int *exit_code, bool *stopped)
 /* Where this node stands in the group, and (multi-node, once) the BLAS kernel it adopts. */
 static void describe_group(const agent *a, const attempt *t) {
     const td_launch_options *o = a->o;
-    if (t->rz.nnodes > 1 && t->restart == 0) {
+    if (t->rz.nnodes > 1 && t->restart == o->restarts_before) {
         const char *mine = td_var_get(TD_VAR_OPENBLAS_CORETYPE);
         td_numerics num;
         td_numerics_get(&num);
@@ -1026,7 +1028,7 @@ static void describe_group(const agent *a, const attempt *t) {
                         t->rz.blas_core, num.blas_core, mine ? " (OPENBLAS_CORETYPE=" : "",
                         mine ? mine : "", mine ? ")" : "", t->rz.blas_core);
     }
-    td_log(a->multi && t->restart == 0 ? TD_LOG_INFO : TD_LOG_DEBUG,
+    td_log(a->multi && t->restart == o->restarts_before ? TD_LOG_INFO : TD_LOG_DEBUG,
            "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "
            "%s:%d",
            t->rz.group_rank, t->rz.nnodes, t->rz.rank_offset,
@@ -1115,13 +1117,30 @@ static td_status named_step(int64_t *step) {
     return TD_OK;
 }
 
+/* A stop signal cut a wait before the workers started: *exit_code says which, *stopped set;
+ * true. Any other status: false. */
+static bool stopped_while(agent *a, td_status st, const char *what, int *exit_code,
+                          bool *stopped) {
+    if (st != TD_ERR_INTERRUPTED) return false;
+    int sig = SIGTERM;
+    for (int got; (got = td_sigwatch_next(a->sigs));)
+        if (got != SIGCHLD) sig = got;
+    td_error_clear();
+    TD_LOG_INFO("received SIG%s while %s; no workers were started", sig_name(sig), what);
+    *exit_code = sig == SIGINT ? 130 : 143;
+    *stopped = true;
+    return true;
+}
+
 /* Before the workers start: the node holding rank 0 mirrors its checkpoints to S3 (ckpt_s3.c),
  * every node checks the bucket; on a resume (TANDEM_RESUME=1, or a restart) the step every rank
  * resumes from is decided once, by node 0's agent after its restore and upload: the user's
  * TANDEM_RESUME_STEP, else the newest committed checkpoint in its TANDEM_CHECKPOINT_DIR. It
  * goes to the other nodes through the store; each restores exactly that step from S3 when it
- * lacks it, and every worker gets it as TANDEM_RESUME_STEP. *stopped: a stop signal came while
- * waiting for node 0 (*exit_code says which); no workers are started. */
+ * lacks it, then takes what it still lacks of it from node 0's agent (ckpt_peer.c: without S3
+ * or a shared disk, the only copy is node 0's, and Lightning and the HF Trainer read it on
+ * every rank), and every worker gets it as TANDEM_RESUME_STEP. *stopped: a stop signal came
+ * while waiting for node 0 or the others (*exit_code says which); no workers are started. */
 static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopped) {
     const td_launch_options *o = a->o;
     const char *rv = td_var_get(TD_VAR_TANDEM_RESUME);
@@ -1143,7 +1162,10 @@ static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopp
     if (node0) {
         bool named = step >= 0;
         if (!named) step = dir ? td__ckpt_newest_step(dir) : -1;
-        if (a->multi) TD_CHECK(td__rdzv_publish_step(&p, step));
+        if (a->multi) {
+            TD_CHECK(td__ckpt_peer_offer(&p, dir, step)); /* before the step: it is read after */
+            TD_CHECK(td__rdzv_publish_step(&p, step));
+        }
         if (step >= 0)
             TD_LOG_INFO("resuming from step %lld (%s); every rank gets %s=%lld", (long long)step,
                         named ? "named by TANDEM_RESUME_STEP"
@@ -1153,23 +1175,24 @@ static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopp
             TD_LOG_INFO("resuming: node 0 holds no committed checkpoint%s%s; every rank starts "
                         "at step 0",
                         dir ? " in " : "", dir ? dir : " (no TANDEM_CHECKPOINT_DIR)");
+        if (a->multi) {
+            td_status st = td__ckpt_peer_serve(&p, t->rz.nnodes, dir, step);
+            if (stopped_while(a, st, "sending the checkpoint to the other nodes", exit_code,
+                              stopped))
+                return TD_OK;
+            TD_CHECK(st);
+        }
     } else if (a->multi) {
         td_status st = td__rdzv_wait_step(&p, &step);
-        if (st == TD_ERR_INTERRUPTED) {
-            int sig = SIGTERM;
-            for (int got; (got = td_sigwatch_next(a->sigs));)
-                if (got != SIGCHLD) sig = got;
-            td_error_clear();
-            TD_LOG_INFO("received SIG%s while waiting for node 0's resume step; no workers were "
-                        "started",
-                        sig_name(sig));
-            *exit_code = sig == SIGINT ? 130 : 143;
-            *stopped = true;
+        if (stopped_while(a, st, "waiting for node 0's resume step", exit_code, stopped))
             return TD_OK;
-        }
         TD_CHECK(st);
         TD_LOG_INFO("resuming from step %lld, node 0's choice", (long long)step);
         TD_CHECK(td__ckpt_s3_restore_step(a->s3, step));
+        st = td__ckpt_peer_fetch(&p, t->rz.group_rank, dir, step);
+        if (stopped_while(a, st, "receiving node 0's checkpoint", exit_code, stopped))
+            return TD_OK;
+        TD_CHECK(st);
     }
     t->resume_step = step;
     return TD_OK;
@@ -1178,7 +1201,10 @@ static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopp
 /* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.
  * t holds the last one, for the end record. */
 static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
-    for (int restart = 0;; restart++) {
+    /* A group restarted outside this launcher (a new Slurm step after a lost launcher) goes on
+     * counting: its workers see the restart (TORCHELASTIC_RESTART_COUNT, and they resume), and
+     * the end record and max_restarts count it. */
+    for (int restart = a->o->restarts_before;; restart++) {
         td__workers_free(&t->ws);
         memset(t, 0, sizeof *t);
         t->restart = restart;

@@ -126,11 +126,12 @@ void td__ckpt_s3_end(td__ckpt_s3 *s);
 void td__ckpt_s3_free(td__ckpt_s3 *s);
 
 /* ---- the spot watch (spot_watch.c) ----
- * With TANDEM_SPOT_WATCH=1, a thread asks IMDSv2 every TANDEM_SPOT_WATCH_PERIOD seconds (2) for
- * a spot interruption notice and a rebalance recommendation; its findings come back on the
- * agent's loop, which logs them and notes them to the supervisor (on_note: "interrupted ACTION
- * TIME", "rebalance TIME"); on an interruption notice it stops the workers as a SIGTERM does (a
- * SIGTERM raised in the agent's thread, read from its signalfd). */
+ * With TANDEM_SPOT_WATCH=1, the agent's loop asks IMDSv2 every TANDEM_SPOT_WATCH_PERIOD seconds
+ * (2) for a spot interruption notice and a rebalance recommendation, each look as work on the
+ * loop's threads (td_loop_queue_work); its findings come back on the agent's loop, which logs
+ * them and notes them to the supervisor (on_note: "interrupted ACTION TIME", "rebalance TIME");
+ * on an interruption notice it stops the workers as a SIGTERM does (a SIGTERM raised in the
+ * agent's thread, read from its signalfd). */
 typedef struct td__spot_watch td__spot_watch;
 struct td_loop;
 /* *out NULL (and TD_OK) when TANDEM_SPOT_WATCH is unset or 0. TD_ERR_USAGE for a bad value of
@@ -141,7 +142,8 @@ td_status td__spot_watch_start(struct td_loop *loop, const td_launch_options *o,
 /* Once an interruption notice stopped the agent: "spot interruption notice: ..." for its end
  * record; else NULL. */
 const char *td__spot_watch_cause(const td__spot_watch *w);
-/* Stops the thread (a call in flight is cancelled) and unwatches; before the loop is freed. */
+/* Cancels the next look (a call in flight is cancelled and waited for); before the loop is
+ * freed. */
 void td__spot_watch_free(td__spot_watch *w);
 
 /* ---- rendezvous ---- */
@@ -175,6 +177,32 @@ td_status td__rdzv_join(const td__rdzv_params *p, td__rdzv_result *out);
  * after p->timeout_s. */
 td_status td__rdzv_publish_step(const td__rdzv_params *p, int64_t step);
 td_status td__rdzv_wait_step(const td__rdzv_params *p, int64_t *step);
+
+/* ---- node 0's resume checkpoint to the other nodes (ckpt_peer.c) ----
+ * On a resume of a multi-node group, before any worker starts: node 0's agent offers the files
+ * of the committed checkpoints of the step every rank resumes from (any kind, files and HF
+ * directories) through the store, before it publishes the step; each other node's agent says
+ * whether it lacks any, and node 0 streams them in chunks to those that do, which write them
+ * aside and rename them into place (a directory with its commit marker). */
+td_status td__ckpt_peer_offer(const td__rdzv_params *p, const char *dir, int64_t step);
+/* Node 0, after publishing the step: serves the nodes 1..nnodes-1 that need the offer. */
+td_status td__ckpt_peer_serve(const td__rdzv_params *p, int nnodes, const char *dir,
+                              int64_t step);
+/* Node `node` (> 0), once it knows the step (and after its S3 restore): takes what it lacks. */
+td_status td__ckpt_peer_fetch(const td__rdzv_params *p, int node, const char *dir, int64_t step);
+/* A directory checkpoint dir/entry this node began but never committed (the HF Trainer writes
+ * each rank's rng_state_R.pth into its own node's checkpoint-N/, and only node 0 writes the
+ * rest): its top-level files that the staged copy at stage lacks move into it, so each local
+ * rank finds its own RNG state in the copy that replaces it. */
+void td__ckpt_keep_local_files(const char *dir, const char *entry, const char *stage);
+/* rm -rf path (no link followed); what cannot go stays. */
+void td__rm_tree(const char *path);
+/* A received checkpoint, whole at stage (a hidden name in dir), into place as dir/entry: a
+ * directory gets tandem's commit marker (saying it came from `source`) written last, keeps the
+ * files of an uncommitted dir/entry that it lacks (HF's rng_state_R.pth of this node's ranks)
+ * and replaces it. Used by ckpt_peer.c and the agent link (a checkpoint from the supervisor). */
+td_status td__ckpt_commit_staged(const char *dir, const char *entry, const char *stage,
+                                 bool is_dir, const char *source);
 
 /* The local address this host uses to reach host:port ("127.0.0.1" for loopback). */
 td_status td__local_addr_for(const char *host, int port, char *out, size_t nbytes);

@@ -8,6 +8,8 @@
  *   master_port  published by the node with group rank 0
  *   resume_step  on a resume: the step every rank resumes from ("-1": none), published by node
  *                0's agent once its own checkpoints are restored and uploaded (launch.c)
+ *   ckpt/...     on a resume: that step's checkpoint, from node 0's agent to the others that
+ *                lack it (ckpt_peer.c)
  * Slots are dense (1..count), so "slot/N exists" means N agents have registered. */
 #include "launch_internal.h"
 

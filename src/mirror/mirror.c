@@ -35,13 +35,14 @@ static int file_name_ok(const char *s, size_t n) {
     return 1;
 }
 
-/* A component of a file frame's NAME: FILE's set and '+', never "..", nor hidden. */
+/* A component of a file frame's NAME: FILE's set, '+' and '=' (Lightning's ModelCheckpoint
+ * names its files "epoch=E-step=S.ckpt"), never "..", nor hidden. */
 static int component_ok(const char *s, size_t n) {
     if (n == 0 || n > 200 || s[0] == '.') return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-' || c == '+'))
+              c == '.' || c == '_' || c == '-' || c == '+' || c == '='))
             return 0;
     }
     return 1;
@@ -315,7 +316,7 @@ td_status td_mirror_out_note(td_mirror_out *m, const char *key, const char *valu
 td_status td_mirror_out_file(td_mirror_out *m, const char *name, const char *path) {
     if (!path_name_ok(name)) {
         TD_LOG_WARN("mirror: not sending %s as '%s': the supervisor accepts only PREFIX/DIR/FILE "
-                    "names of [A-Za-z0-9._+-] with no component starting with '.'",
+                    "names of [A-Za-z0-9._+=-] with no component starting with '.'",
                     path, name);
         return TD_OK;
     }
@@ -593,7 +594,7 @@ static td_status in_file_header(td_mirror_in *m, char *args) {
     if (!prefix_ok(m, name) || !path_name_ok(name))
         return td_error(TD_ERR_FORMAT,
                         "mirror: the link names '%.80s', which is not a file it may write "
-                        "(PREFIX/DIR/.../FILE of [A-Za-z0-9._+-], nothing hidden, under the run "
+                        "(PREFIX/DIR/.../FILE of [A-Za-z0-9._+=-], nothing hidden, under the run "
                         "directory's prefixes)",
                         name);
     in_file_abort(m);

@@ -20,7 +20,7 @@ B=$TANDEM_BIN
 . "$SRC/tests/lib/frameworks.sh"
 fw_python
 . "$SRC/tests/lib/sshd.sh"
-FW=$(cd "$(dirname "$FW_PY")/.." && pwd)
+FW=$FW_VENV # the frameworks' venv itself: FW_PY may be the wheel's overlay, which needs /root
 # The frameworks' venv lives under /root, which is each host's own (an empty tmpfs): the hosts
 # see it through a bind mount outside the hidden directories, made before the fixture's
 # namespaces.

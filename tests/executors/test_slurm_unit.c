@@ -193,6 +193,19 @@ static void test_outcome(void) {
     ASSERT_EQ(o.exit_code, 3);
     ASSERT_EQ(o.cli_code, 1);
     ASSERT_CONTAINS(o.note, "worker rank 1");
+    /* ... whose node ended the step (--kill-on-bad-exit): the other launchers, SIGTERMed by
+     * srun, exit 143, the highest code, which srun passes on; still the worker's failure */
+    o = outcome_of(LINE("FAILED", "143:0"), NULL, 0,
+                   "worker rank 1 (local rank 0 on node 1, pid 9) exited with code 2", 2);
+    ASSERT_EQ(o.status, TD_RUN_FAILED);
+    ASSERT_EQ(o.exit_code, 2);
+    ASSERT_EQ(o.cli_code, 1);
+    ASSERT_CONTAINS(o.note, "worker rank 1");
+    /* ... and a launcher's own failure (no worker's): its cause, not a checkpointed stop */
+    o = outcome(LINE("FAILED", "143:0"), NULL, 0, "no node connected back to tandem run");
+    ASSERT_EQ(o.status, TD_RUN_FAILED);
+    ASSERT_EQ(o.cli_code, 1);
+    ASSERT_CONTAINS(o.note, "no node connected back");
     o = outcome(LINE("FAILED", "2:0"), NULL, 0, "");
     ASSERT_CONTAINS(o.note, "slurm job 12 failed with exit code 2");
     ASSERT_CONTAINS(o.note, "logs/slurm-12.err");
@@ -298,10 +311,17 @@ static void test_script(void) {
                        "    export TANDEM_RESUME=1\n");
     ASSERT_CONTAINS(s, "while [ \"$r\" -lt 6 ]");
     ASSERT_CONTAINS(s, "trap 'limit=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1\n");
-    ASSERT_CONTAINS(s, "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ");
+    /* a launcher that ends badly ends the step; one lost to a signal starts a new step while
+     * max_restarts allow, and its launchers count it (--restarts-before) */
+    ASSERT_CONTAINS(s, "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 ");
+    ASSERT_CONTAINS(s, "tandem_step_restarts=0\nexport tandem_step_restarts\nwhile :; do\n");
+    ASSERT_CONTAINS(s, "if [ \"$limit\" = 0 ] && [ \"$code\" -gt 128 ] && [ \"$code\" != 130 ] && "
+                       "[ \"$code\" != 143 ] &&\n    [ \"$tandem_step_restarts\" -lt 1 ]; then\n"
+                       "    tandem_step_restarts=$((tandem_step_restarts + 1))\n");
     /* every node's launcher runs the workflow's node_setup before its workers, in order */
     ASSERT_CONTAINS(s, "'/opt/tandem/bin/tandem' launch --nproc-per-node=3 --rdzv-id='bn-1' "
-                       "--max-restarts=1 --stop-grace=30 \\\n    "
+                       "--max-restarts=1 --restarts-before=\"${tandem_step_restarts:-0}\" "
+                       "--stop-grace=30 \\\n    "
                        "--log-dir='/p/.tandem/runs/bn-1/logs' "
                        "--metrics-dir='/p/.tandem/runs/bn-1/metrics' "
                        "--end-record='/p/.tandem/runs/bn-1/end/node-%n.json' \\\n"
@@ -350,7 +370,9 @@ static void test_script(void) {
     ASSERT(!strstr(s, "TANDEM_TOKEN=$(cat")); /* the token is in sbatch's environment */
     ASSERT_CONTAINS(s, "[ -n \"${TANDEM_TOKEN:-}\" ] ||");
     ASSERT_CONTAINS(s, "launch --link=login1:4242 --nproc-per-node=3");
-    ASSERT_CONTAINS(s, "s=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}\"");
+    /* a spool per incarnation: per requeue and per step (a new step after a lost launcher) */
+    ASSERT_CONTAINS(s,
+                    "s=\"$d/spool/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}.${SLURM_STEP_ID:-0}\"");
     ASSERT_CONTAINS(s, "--log-dir=\"$s/logs\" --metrics-dir=\"$s/metrics\"");
     /* each node writes the requeue line into its own ranks' logs only */
     ASSERT_CONTAINS(s, "r=$((SLURM_NODEID * 3)); e=$((r + 3))");

@@ -23,6 +23,7 @@ enum {
     OPT_RDZV_BACKEND,
     OPT_STANDALONE,
     OPT_MAX_RESTARTS,
+    OPT_RESTARTS_BEFORE,
     OPT_LOG_DIR,
     OPT_METRICS_DIR,
     OPT_END_RECORD,
@@ -60,6 +61,12 @@ static const cli_opt launch_opts[] = {
      "accepted for torchrun: c10d and static both mean the\nstore at --rdzv-endpoint", 0},
     {OPT_STANDALONE, "standalone", 0, NULL, "single node, private store on 127.0.0.1", 0},
     {OPT_MAX_RESTARTS, "max-restarts", 0, "R", "restart the whole group up to R times (default 0)",
+     0},
+    {OPT_RESTARTS_BEFORE, "restarts-before", 0, "K",
+     "the group was restarted K times before this launcher\n"
+     "started (an executor's new Slurm step): the first\n"
+     "attempt is restart K and resumes; K counts against\n"
+     "--max-restarts (default 0)",
      0},
     {OPT_LOG_DIR, "log-dir", 0, "DIR",
      "also append worker output to DIR/rank-R.log; the\n"
@@ -411,6 +418,9 @@ int cmd_launch(int argc, char **argv) {
             break;
         case OPT_MAX_RESTARTS:
             rc = parse_int(flag, val, 0, &o.max_restarts);
+            break;
+        case OPT_RESTARTS_BEFORE:
+            rc = parse_int(flag, val, 0, &o.restarts_before);
             break;
         case OPT_LOG_DIR:
             o.log_dir = val;
