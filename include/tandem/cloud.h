@@ -269,6 +269,8 @@ typedef struct td_ec2_run_spec {
     int ntags;
     const char *client_token; /* idempotency (<= 64 ASCII); NULL: none */
     const char *user_data;    /* plain text, base64-encoded here; NULL: none */
+    int shutdown_terminates;  /* InstanceInitiatedShutdownBehavior=terminate: a shutdown from
+                                 inside the instance terminates it (the dead-man's switch) */
 } td_ec2_run_spec;
 
 typedef struct td_ec2_instance {
@@ -309,6 +311,57 @@ td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int n
 /* out (may be NULL): each instance's id and new state. */
 td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,
                                      td_ec2_instances *out) TD_NODISCARD;
+
+/* An instance type as DescribeInstanceTypes gives it: what `resources:` is matched against. */
+typedef struct td_ec2_type {
+    char name[48];
+    int vcpus;
+    double memory_gib;
+    int gpus;               /* 0: none */
+    char gpu_model[48];     /* "A10G", "T4", ... ("" without GPUs) */
+    double gpu_memory_gib;  /* per GPU */
+    char arch[16];          /* "x86_64" when it supports it, else the first it supports */
+} td_ec2_type;
+/* Every instance type of the region (DescribeInstanceTypes, following NextToken); caller frees
+ * *out. */
+td_status td_ec2_describe_instance_types(td_aws_t *aws, td_ec2_type **out,
+                                         size_t *count) TD_NODISCARD;
+td_status td_ec2_parse_instance_types(const char *xml, size_t nbytes, td_ec2_type **items,
+                                      size_t *count, char **next_token_out);
+
+/* ---- prices ----
+ * The spot price of an instance type in a zone now (DescribeSpotPriceHistory, Linux/UNIX, the
+ * newest entry): USD per hour, and EC2's timestamp of that price in when. */
+td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, double *usd_out,
+                            char *when, size_t when_nbytes) TD_NODISCARD;
+td_status td_ec2_parse_spot_price(const char *xml, size_t nbytes, double *usd_out, char *when,
+                                  size_t when_nbytes);
+/* The on-demand price (USD per hour, Linux) of type in region: from prices_file when given and
+ * it names them (lines "REGION TYPE USD_PER_HOUR", '#' comments, REGION * for any), else from
+ * the table built into tandem (prices.c: a few common types, us-east-1, dated there). source
+ * says which ("FILE:LINE" or "tandem's table (DATE)"). TD_ERR_NOTFOUND when neither has it; a
+ * malformed file is TD_ERR_FORMAT naming the line. */
+td_status td_aws_on_demand_price(const char *region, const char *type, const char *prices_file,
+                                 double *usd_out, char *source, size_t source_nbytes);
+
+/* ---- the dead-man's switch of an instance (orphan.c; docs/cloud.md) ----
+ * Every instance of executor aws runs, from its user data (as root, from boot), a small watch
+ * that shuts the instance down (InstanceInitiatedShutdownBehavior=terminate: it is terminated)
+ * once its supervisor has gone silent. The supervisor sends each node agent "alive N" at least
+ * every td_orphan_heartbeat_s (N: aws.orphan_timeout, more before a replacement is made); the
+ * agent sets the modification time of TD_ORPHAN_HEARD_PATH to now + N (src/launch/orphan.c);
+ * the watch shuts the instance down once that time has passed, or, while the file does not
+ * exist yet, first_contact_s after boot (the instance is still set up, or waits for the others).
+ * /dev/shm: writable by every user (the agent runs as aws.user, the watch as root), one per
+ * machine, gone at a reboot. */
+#define TD_AWS_ORPHAN_TIMEOUT_S 300.0
+#define TD_ORPHAN_HEARD_PATH    "/dev/shm/tandem-heard"
+/* How often the supervisor speaks, so that a live run is never taken for an orphan. */
+double td_orphan_heartbeat_s(double timeout_s);
+/* The user data script (#!/bin/sh) of the watch; shutdown_cmd is run through sh when it fires,
+ * with TANDEM_ORPHAN_WHY saying why (NULL: TANDEM_SHUTDOWN_CMD, "shutdown -h now" by default).
+ * Caller frees. */
+char *td_orphan_user_data(double timeout_s, double first_contact_s, const char *shutdown_cmd);
 
 /* Parsers of the responses (pure; the unit tests feed them recorded XML). */
 td_status td_ec2_parse_instances(const char *xml, size_t nbytes, td_ec2_instances *out,

@@ -190,7 +190,12 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
       "--data arrays: auto (files of 256 MiB or more are read as needed), 1 (all read), 0 (none)") \
     X(EXIT_GRACE, "300",                                                                           \
       "run: seconds workers that all finished (tandem.finish) may take to exit; then the run "     \
-      "stops them and ends (0 = wait)")
+      "stops them and ends (0 = wait)")                                                            \
+    X(SHUTDOWN_CMD, "shutdown -h now",                                                             \
+      "aws: what an instance's dead-man's switch runs to end its instance (docs/cloud.md)")       \
+    X(SILENT_S, "900",                                                                             \
+      "ps and ui: a live run whose workers wrote no metric or log line for this many seconds "     \
+      "shows as \"silent for N min\" (0 = never)")
 
 typedef enum {
 #define TD__ENV_ENUM(name, def, doc) TD_ENV_##name,
@@ -259,6 +264,9 @@ void td_env_print(FILE *out);
     X(TANDEM_SPOT_WATCH, "aws executor",                                                           \
       "1: the node agent watches IMDSv2 for spot interruption notices; on one its workers "        \
       "checkpoint and stop (docs/launch.md, \"Spot interruptions\")")                              \
+    X(TANDEM_ORPHAN_HEARD, "aws executor",                                                         \
+      "the file the node agent touches at each line from its supervisor; the instance's "         \
+      "dead-man's switch ends the instance when it grows too old (docs/cloud.md)")                \
     X(TANDEM_PARAM_, "run", "TANDEM_PARAM_<KEY>: each workflow param, KEY upper-cased")
 
 typedef enum {

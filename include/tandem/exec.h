@@ -112,6 +112,7 @@ typedef struct td_aws_options {
     int volume_gb;          /* root volume; 0: the image's */
     char *root_device;      /* NULL: /dev/sda1 (Ubuntu, Debian); Amazon Linux: /dev/xvda */
     char *iam_instance_profile;
+    char *prices; /* on-demand prices over tandem's table: lines "REGION TYPE USD_PER_HOUR" */
     td_aws_tag_kv *tags; /* more tags on the instances */
     size_t ntags;
     char **setup; /* run over ssh on each new instance, in the code's copy, before tandem is
@@ -121,9 +122,36 @@ typedef struct td_aws_options {
     char *tandem;       /* tandem on the instances; NULL: this tandem's path */
     int public_address; /* reach the instances at their public address (default: public when
                            they have one, else private); -1 private, 1 public, 0 auto */
+    /* `resources:` (instead of instance_type): the cheapest type of the region that has at
+     * least these is chosen at the start (aws_choose.c); 0 / NULL: no requirement */
+    struct {
+        int set;
+        double cpu;            /* vCPUs */
+        double memory_gib;
+        int gpu;               /* GPUs */
+        char *gpu_model;       /* "A10G", "T4", "H100" (EC2's name for it, any case) */
+        double gpu_memory_gib; /* per GPU */
+        int disk_gib;          /* the root volume (volume_gb when that is not given) */
+    } resources;
+    double orphan_timeout_s; /* the dead-man's switch: an instance that has not heard from its
+                                supervisor this long shuts itself down (terminated); 0: the
+                                default, TD_AWS_ORPHAN_TIMEOUT_S of cloud.h */
 } td_aws_options;
 
 void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src);
+
+/* tandem run --dry-run of an aws workflow (aws_plan.c): the instances, market, region and
+ * subnets, the hourly price (spot: EC2's now; on demand: aws.prices or tandem's table) and an
+ * estimate (with max_duration, else per hour), what would be created and the permissions
+ * needed, printed to out. Read-only calls only: nothing is created. */
+typedef struct td_aws_plan_in {
+    const td_aws_options *aws;
+    const char *workflow;
+    int nodes, nproc_per_node;
+    double max_duration_s; /* 0: none */
+    int s3;                /* checkpoints or artifacts in S3 */
+} td_aws_plan_in;
+td_status td_aws_plan(const td_aws_plan_in *in, FILE *out);
 void td_aws_options_clear(td_aws_options *o);
 
 /* ---- a job, as `tandem run` hands it to an executor ---- */
@@ -331,6 +359,9 @@ typedef struct td_run_instance {
     char *end;         /* how it ended ("interrupted (...)", "terminated by tandem gc", ...) */
     char replaces[32]; /* the instance it replaced, "" for none */
     char state[24];    /* EC2's state when last seen: pending running ... terminated */
+    double usd_per_hour;   /* its price for its market, zone and type; 0: unknown (null) */
+    char price_source[160]; /* where the price came from ("spot price of us-east-1a at TIME",
+                               "tandem's table (...)", "FILE:LINE"), "" when unknown */
 } td_run_instance;
 
 typedef struct td_run_instances {
@@ -350,6 +381,10 @@ int td_run_instance_live(const td_run_instance *in);
  * its instance-hours (lifetime / 3600); the run's total instance-hours. */
 double td_run_instance_lifetime_s(const td_run_instance *in, double now_s);
 double td_run_instances_hours(const td_run_instances *r, double now_s);
+/* What the instances cost in USD (each one's usd_per_hour x its hours, to now_s while it lives;
+ * the record's "cost_usd" is this at its last write); *unpriced (may be NULL): how many have no
+ * price, whose hours are left out. */
+double td_run_instances_cost(const td_run_instances *r, double now_s, size_t *unpriced);
 
 /* ---- tandem gc: instances nobody will terminate ----
  * Every instance of the region tagged tandem:run, pending, running, stopping or stopped: one of

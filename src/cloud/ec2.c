@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cloud/cloud_internal.h"
 
@@ -189,6 +190,8 @@ td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *s, td_ec2_i
         }
     }
     if (s->client_token) td__query_add(&q, "ClientToken", s->client_token);
+    if (s->shutdown_terminates)
+        td__query_add(&q, "InstanceInitiatedShutdownBehavior", "terminate");
     if (s->user_data) {
         char *b64 = td__base64(s->user_data, strlen(s->user_data));
         td__query_add(&q, "UserData", b64);
@@ -297,5 +300,146 @@ td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int 
     free(q);
     if (st == TD_OK && out) st = td_ec2_parse_instances(resp.body, resp.body_nbytes, out, NULL);
     td__http_resp_free(&resp);
+    return st;
+}
+
+/* The newest item of a DescribeSpotPriceHistory answer (the list is not sorted by time on
+ * every endpoint: the newest timestamp wins; ISO 8601 in UTC compares as text). */
+td_status td_ec2_parse_spot_price(const char *xml, size_t nbytes, double *usd_out, char *when,
+                                  size_t when_nbytes) {
+    *usd_out = 0;
+    if (when_nbytes) when[0] = '\0';
+    td__xml *root = NULL;
+    TD_CHECK(td__xml_parse(xml, nbytes, &root));
+    const td__xml *set = td__xml_child(root, "spotPriceHistorySet");
+    const char *best = NULL, *best_price = NULL;
+    for (const td__xml *it = set ? set->child : NULL; it; it = it->next) {
+        const char *ts = td__xml_text(it, "timestamp"), *price = td__xml_text(it, "spotPrice");
+        if (*price && (!best || strcmp(ts, best) > 0)) {
+            best = ts;
+            best_price = price;
+        }
+    }
+    td_status st = TD_OK;
+    char *end = NULL;
+    double usd = best_price ? strtod(best_price, &end) : 0;
+    if (!best_price)
+        st = td_error(TD_ERR_NOTFOUND, "EC2 has no spot price for it");
+    else if (end == best_price || *end || !(usd > 0))
+        st = td_error(TD_ERR_FORMAT, "EC2 gave the spot price '%.40s', which is not a price",
+                      best_price);
+    else {
+        *usd_out = usd;
+        if (when_nbytes) snprintf(when, when_nbytes, "%s", best);
+    }
+    td__xml_free(root);
+    return st;
+}
+
+td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, double *usd_out,
+                            char *when, size_t when_nbytes) {
+    char *q = NULL;
+    td__query_add(&q, "InstanceType.1", type);
+    td__query_add(&q, "ProductDescription.1", "Linux/UNIX");
+    /* StartTime now: EC2 answers with the price in effect now for each zone */
+    char now[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    td__query_add(&q, "StartTime", now);
+    if (zone && *zone) add_filter(&q, 1, "availability-zone", &zone, 1);
+    char what[160];
+    snprintf(what, sizeof what, "(%s in %s)", type, zone && *zone ? zone : "every zone");
+    td__http_resp resp;
+    td_status st = ec2_call(aws, "DescribeSpotPriceHistory", what, q, &resp);
+    free(q);
+    if (st == TD_OK) {
+        st = td_ec2_parse_spot_price(resp.body, resp.body_nbytes, usd_out, when, when_nbytes);
+        if (st != TD_OK)
+            st = td_error(st, "aws ec2 DescribeSpotPriceHistory %s: %s", what, td_error_msg());
+    }
+    td__http_resp_free(&resp);
+    return st;
+}
+
+/* ---- instance types ---- */
+static double xml_num(const td__xml *n, const char *path) {
+    const char *t = td__xml_text(n, path);
+    return *t ? strtod(t, NULL) : 0;
+}
+
+td_status td_ec2_parse_instance_types(const char *xml, size_t nbytes, td_ec2_type **items,
+                                      size_t *count, char **next_token_out) {
+    if (next_token_out) *next_token_out = NULL;
+    td__xml *root = NULL;
+    TD_CHECK(td__xml_parse(xml, nbytes, &root));
+    const td__xml *set = td__xml_child(root, "instanceTypeSet");
+    if (!set) {
+        td__xml_free(root);
+        return td_error(TD_ERR_FORMAT, "an EC2 answer <%s> without instanceTypeSet", root->name);
+    }
+    for (const td__xml *it = set->child; it; it = it->next) {
+        *items = td_xrealloc(*items, (*count + 1) * sizeof **items);
+        td_ec2_type *t = &(*items)[(*count)++];
+        memset(t, 0, sizeof *t);
+        td__xml_copy(t->name, sizeof t->name, it, "instanceType");
+        t->vcpus = (int)xml_num(it, "vCpuInfo/defaultVCpus");
+        t->memory_gib = xml_num(it, "memoryInfo/sizeInMiB") / 1024.0;
+        /* x86_64 when the type supports it (t2 lists i386 first), else the first */
+        const td__xml *archs = td__xml_child(td__xml_child(it, "processorInfo"),
+                                             "supportedArchitectures");
+        for (const td__xml *a = archs ? archs->child : NULL; a; a = a->next) {
+            const char *name = a->text ? a->text : "";
+            if (!t->arch[0] || !strcmp(name, "x86_64"))
+                snprintf(t->arch, sizeof t->arch, "%s", name);
+        }
+        const td__xml *gpus = td__xml_child(td__xml_child(it, "gpuInfo"), "gpus");
+        for (const td__xml *g = gpus ? gpus->child : NULL; g; g = g->next) {
+            t->gpus += (int)xml_num(g, "count");
+            if (!t->gpu_model[0]) {
+                td__xml_copy(t->gpu_model, sizeof t->gpu_model, g, "name");
+                t->gpu_memory_gib = xml_num(g, "memoryInfo/sizeInMiB") / 1024.0;
+            }
+        }
+    }
+    const char *next = td__xml_text(root, "nextToken");
+    if (next_token_out && *next) *next_token_out = td_xstrdup(next);
+    td__xml_free(root);
+    return TD_OK;
+}
+
+td_status td_ec2_describe_instance_types(td_aws_t *aws, td_ec2_type **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    char *token = NULL;
+    td_status st = TD_OK;
+    for (int page = 0; page < 1000; page++) {
+        char *q = NULL;
+        td__query_add(&q, "MaxResults", "100");
+        if (token) td__query_add(&q, "NextToken", token);
+        td__http_resp resp;
+        st = ec2_call(aws, "DescribeInstanceTypes", "(every type)", q, &resp);
+        free(q);
+        char *next = NULL;
+        if (st == TD_OK)
+            st = td_ec2_parse_instance_types(resp.body, resp.body_nbytes, out, count, &next);
+        td__http_resp_free(&resp);
+        bool same = next && token && !strcmp(next, token);
+        free(token);
+        token = next;
+        if (st != TD_OK || !token) break;
+        if (same) {
+            st = td_error(TD_ERR_PEER,
+                          "aws ec2 DescribeInstanceTypes gave the same NextToken twice");
+            break;
+        }
+    }
+    free(token);
+    if (st != TD_OK) {
+        free(*out);
+        *out = NULL;
+        *count = 0;
+    }
     return st;
 }

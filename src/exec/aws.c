@@ -19,6 +19,10 @@
  * - finish: the artifacts (ssh's), then every instance of the run terminated (by its tandem:run
  *   tag as well as by the record, so that an instance created by a request whose answer was lost
  *   goes too), and checked.
+ * - the dead-man's switch (tandem/cloud.h): every instance is created with the watch in its user
+ *   data and InstanceInitiatedShutdownBehavior=terminate, and a timer on the supervisor's loop
+ *   tells every agent "alive N" (N: aws.orphan_timeout), so that an instance whose supervisor is
+ *   gone (killed, its machine off, its network cut) ends itself.
  * Every instance is in RUN/instances.json (aws_record.c) from the moment RunInstances answers. */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +46,9 @@
 #define PLACE_PAUSE_S   5.0 /* the first pause between rounds, doubled */
 #define DEFAULT_USER    "ubuntu"
 #define DEFAULT_ROOTDEV "/dev/sda1"
+/* The switch's patience before the first word, and while a replacement is made (the other
+ * nodes' agents are gone meanwhile): the waits of provision() below, and ssh.c's for a setup. */
+#define SETUP_ALLOWANCE_S 3600.0
 
 /* ---- options ---- */
 static char **strv_copy(char *const *v, size_t n) {
@@ -74,6 +81,8 @@ void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src) {
     dst->max_price = dup_or_null(src->max_price);
     dst->root_device = dup_or_null(src->root_device);
     dst->iam_instance_profile = dup_or_null(src->iam_instance_profile);
+    dst->prices = dup_or_null(src->prices);
+    dst->resources.gpu_model = dup_or_null(src->resources.gpu_model);
     dst->tags = src->ntags ? td_xcalloc(src->ntags, sizeof *dst->tags) : NULL;
     for (size_t i = 0; i < src->ntags; i++) {
         dst->tags[i].key = td_xstrdup(src->tags[i].key);
@@ -97,6 +106,8 @@ void td_aws_options_clear(td_aws_options *o) {
     free(o->max_price);
     free(o->root_device);
     free(o->iam_instance_profile);
+    free(o->prices);
+    free(o->resources.gpu_model);
     for (size_t i = 0; i < o->ntags; i++) {
         free(o->tags[i].key);
         free(o->tags[i].value);
@@ -114,6 +125,8 @@ typedef struct {
     char replaces[32]; /* the instance it replaced, "" none */
     char type[48], market[16], subnet[48], zone[48];
     double launched_s;
+    double usd_per_hour; /* its price (0: unknown), and where it came from */
+    char price_source[160];
     bool ready;       /* running, answering ssh, the code on it (td__ssh_set_host done) */
     bool interrupted; /* a notice came, or it is gone: replaced at the next start */
     char notice[200]; /* how it ended, for the record */
@@ -139,7 +152,18 @@ typedef struct {
     int wake[2];
     td_status prov_st;
     char prov_why[1536];
+
+    /* the dead-man's switch */
+    char *user_data;     /* every instance's (td_orphan_user_data) */
+    double orphan_s;     /* aws.orphan_timeout */
+    double alive_s;      /* what "alive N" promises now: orphan_s, or the replacement's grace */
+    uint64_t alive_timer; /* on the supervisor's loop; 0 before the first start */
 } aws_carrier;
+
+/* How long an instance may hear nothing while the run is being (re)provisioned. */
+static double provision_grace_s(const td_aws_options *o, double orphan_s) {
+    return orphan_s + RUNNING_WAIT_S + SSH_WAIT_S + (o->nsetup ? SETUP_ALLOWANCE_S : 0);
+}
 
 /* A progress line, from the thread too: stdio's lock keeps lines whole. */
 static void say_line(aws_carrier *ac, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -176,6 +200,8 @@ static void slot_record(aws_carrier *ac, const node_slot *sl, int node, double e
     in.end = (char *)end;
     snprintf(in.replaces, sizeof in.replaces, "%s", sl->replaces);
     snprintf(in.state, sizeof in.state, "%s", state);
+    in.usd_per_hour = sl->usd_per_hour;
+    snprintf(in.price_source, sizeof in.price_source, "%s", sl->price_source);
     if (td__aws_record_update(ac->job->run->run_dir, ac->region, &in, 1) != TD_OK) {
         TD_LOG_WARN("the run's instance record: %s", td_error_msg());
         td_error_clear();
@@ -223,6 +249,8 @@ static td_status launch_one(aws_carrier *ac, td_aws_t *aws, int i, const char *t
         .tags = tags,
         .ntags = (int)ntags,
         .client_token = token,
+        .user_data = ac->user_data,
+        .shutdown_terminates = 1,
     };
     td_ec2_instances got = {0};
     td_status st = td_ec2_run_instances(aws, &spec, &got);
@@ -303,6 +331,33 @@ static td_status place(aws_carrier *ac, td_aws_t *aws, int i, td_ec2_instance *o
                  o->spot && !o->fallback_on_demand ? ", allow fallback: on-demand" : "");
     free(tried.s);
     return st;
+}
+
+/* Node i's price for what it got (its market, type and zone), for the cost in the record: spot
+ * from EC2's spot price history of its zone, on demand from aws.prices or tandem's table. Not
+ * knowing it is a warning, never a failure: the run goes on, its cost is then partial. */
+static void price_slot(aws_carrier *ac, td_aws_t *aws, int i) {
+    node_slot *sl = &ac->nodes[i];
+    sl->usd_per_hour = 0;
+    sl->price_source[0] = '\0';
+    td_status st;
+    if (!strcmp(sl->market, "spot")) {
+        char when[48] = "";
+        st = td_ec2_spot_price(aws, sl->type, sl->zone, &sl->usd_per_hour, when, sizeof when);
+        if (st == TD_OK)
+            snprintf(sl->price_source, sizeof sl->price_source, "spot price of %s at %s",
+                     sl->zone, when);
+    } else {
+        st = td_aws_on_demand_price(ac->region, sl->type, ac->o->prices, &sl->usd_per_hour,
+                                    sl->price_source, sizeof sl->price_source);
+    }
+    if (st != TD_OK) {
+        say_line(ac, "run %s: node %d: WARNING: no price for %s %s in %s (%s); the run's cost "
+                     "leaves this instance out",
+                 ac->job->run->id, i, sl->type, sl->market, sl->zone, td_error_msg());
+        td_error_clear();
+        sl->usd_per_hour = 0;
+    }
 }
 
 static const char *instance_addr(const aws_carrier *ac, const td_ec2_instance *e) {
@@ -391,7 +446,7 @@ static td_status provision(aws_carrier *ac, td_aws_t *aws) {
                 TD_LOG_WARN("terminating the interrupted instance %s: %s", sl->id, td_error_msg());
                 td_error_clear();
             }
-            slot_record(ac, sl, i, td_now_s(),
+            slot_record(ac, sl, i, td_wall_s(),
                         sl->notice[0] ? sl->notice : "interrupted (spot instance-action)",
                         "shutting-down");
             snprintf(sl->replaces, sizeof sl->replaces, "%s", sl->id);
@@ -403,8 +458,9 @@ static td_status provision(aws_carrier *ac, td_aws_t *aws) {
         td_ec2_instance e;
         TD_CHECK(place(ac, aws, i, &e));
         snprintf(sl->id, sizeof sl->id, "%s", e.id);
+        price_slot(ac, aws, i);
         sl->launched_s = td__aws_parse_time(e.launch_time);
-        if (sl->launched_s <= 0) sl->launched_s = td_now_s();
+        if (sl->launched_s <= 0) sl->launched_s = td_wall_s();
         slot_record(ac, sl, i, 0, NULL, e.state);
         say_line(ac, "run %s: node %d: instance %s (%s %s in %s)%s%s", ac->job->run->id, i, e.id,
                  sl->type, sl->market, sl->zone[0] ? sl->zone : "?",
@@ -472,6 +528,7 @@ static void on_provisioned(td_loop *l, int fd, unsigned events, void *user) {
         td__sup_attempt_over(ac->sup, &e);
         return;
     }
+    ac->alive_s = ac->orphan_s; /* every node has its agent again */
     if (ac->inner->ops->start(ac->inner, ac->sup, ac->resume) != TD_OK) {
         snprintf(e.cause, sizeof e.cause, "cannot start the nodes' agents: %.900s", td_error_msg());
         td_error_clear();
@@ -479,8 +536,22 @@ static void on_provisioned(td_loop *l, int fd, unsigned events, void *user) {
     }
 }
 
+/* The heartbeat: every running agent hears that its supervisor lives (and for how long it
+ * promises to). Only a few bytes on each ssh connection, whatever the job prints. */
+static void send_alive(td_loop *l, void *user) {
+    (void)l;
+    aws_carrier *ac = user;
+    char line[48];
+    snprintf(line, sizeof line, "alive %.0f\n", ac->alive_s);
+    td__ssh_tell_agents(ac->ssh, line);
+}
+
 static td_status aws_start(td__carrier *base, td__sup *sup, bool resume) {
     aws_carrier *ac = (aws_carrier *)base;
+    if (!ac->alive_timer) {
+        double p = td_orphan_heartbeat_s(ac->orphan_s);
+        ac->alive_timer = td_loop_timer(td__sup_loop(sup), p, p, send_alive, ac);
+    }
     ac->sup = sup;
     ac->resume = resume;
     ac->stopping = false;
@@ -520,6 +591,9 @@ static void on_agent_note(void *user, int node, const char *key, const char *val
         snprintf(why, sizeof why, "spot interruption notice for instance %s (%.120s)", sl->id,
                  value);
         TD_LOG_INFO("node %d: %s", node, why);
+        /* the others wait for the replacement, their agents gone meanwhile */
+        ac->alive_s = provision_grace_s(ac->o, ac->orphan_s);
+        send_alive(NULL, ac);
         td__sup_node_interrupted(ac->sup, node, why);
     } else if (!strcmp(key, "rebalance")) {
         td__sup_say(ac->sup,
@@ -619,9 +693,10 @@ static void ssh_options_for(const td_aws_options *o, td_ssh_options *so) {
 static char **env_for_nodes(char *const *env, const char *region, char **region_var) {
     size_t n = 0;
     while (env && env[n]) n++;
-    char **v = td_xcalloc(n + 3, sizeof *v);
+    char **v = td_xcalloc(n + 4, sizeof *v);
     for (size_t i = 0; i < n; i++) v[i] = env[i];
     v[n++] = (char *)"TANDEM_SPOT_WATCH=1";
+    v[n++] = (char *)"TANDEM_ORPHAN_HEARD=" TD_ORPHAN_HEARD_PATH;
     *region_var = td_xasprintf("AWS_REGION=%s", region);
     v[n++] = *region_var;
     return v;
@@ -650,6 +725,26 @@ static td_status check_account(const td_exec_job *job, char *region, size_t nbyt
     return st;
 }
 
+/* o->resources: o->instance_types become the cheapest that fit (aws_choose.c), and the root
+ * volume the disk asked for; the choice is said. */
+static td_status choose_types(td_aws_options *o, const char *region, const td_exec_job *job) {
+    td_aws_opts ao = {.profile = o->profile, .region = region};
+    td_aws_t *aws = NULL;
+    TD_CHECK(td_aws_new(&ao, &aws));
+    char **types = NULL, *why = NULL;
+    size_t n = 0;
+    td_status st = td__aws_choose(aws, region, o, o->spot, &types, &n, &why);
+    td_aws_free(aws);
+    TD_CHECK(st);
+    strv_free(o->instance_types, o->ninstance_types);
+    o->instance_types = types;
+    o->ninstance_types = n;
+    if (!o->volume_gb && o->resources.disk_gib) o->volume_gb = o->resources.disk_gib;
+    td__exec_say(job->out, "run %s: %s", job->run->id, why);
+    free(why);
+    return TD_OK;
+}
+
 static int aws_run(const td_exec_job *job) {
     const td_run *run = job->run;
     const td_aws_options *o = job->aws;
@@ -660,10 +755,24 @@ static int aws_run(const td_exec_job *job) {
                              "key of the key pair '%s'",
                              o->ssh_key, strerror(errno), o->key_name);
     aws_carrier ac = {.base = {&aws_ops}, .job = job, .o = o, .n = run->nodes, .wake = {-1, -1}};
+    ac.orphan_s = o->orphan_timeout_s > 0 ? o->orphan_timeout_s : TD_AWS_ORPHAN_TIMEOUT_S;
+    ac.alive_s = ac.orphan_s;
     if (check_account(job, ac.region, sizeof ac.region) != TD_OK) {
         int cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
         td_error_clear();
         return cli;
+    }
+    /* resources: the types are chosen now, from the region's catalog and prices */
+    td_aws_options chosen = {0};
+    if (o->resources.set) {
+        td_aws_options_copy(&chosen, o);
+        if (choose_types(&chosen, ac.region, job) != TD_OK) {
+            int cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
+            td_error_clear();
+            td_aws_options_clear(&chosen);
+            return cli;
+        }
+        ac.o = o = &chosen;
     }
     char *region_var = NULL;
     char **env = env_for_nodes(job->env, ac.region, &region_var);
@@ -679,9 +788,11 @@ static int aws_run(const td_exec_job *job) {
         td_error_clear();
         free(env);
         free(region_var);
+        td_aws_options_clear(&chosen);
         return cli;
     }
     td__ssh_on_note(ac.ssh, on_agent_note, &ac);
+    ac.user_data = td_orphan_user_data(ac.orphan_s, provision_grace_s(o, ac.orphan_s), NULL);
     ac.inner = td__ssh_carrier(ac.ssh);
     ac.nodes = td_xcalloc((size_t)run->nodes, sizeof *ac.nodes);
     char note[512];
@@ -708,9 +819,11 @@ out:
     if (ac.wake[0] >= 0) close(ac.wake[0]);
     if (ac.wake[1] >= 0) close(ac.wake[1]);
     free(ac.nodes);
+    free(ac.user_data);
     td__ssh_free(ac.ssh);
     free(env);
     free(region_var);
+    td_aws_options_clear(&chosen);
     return cli;
 }
 
@@ -721,8 +834,12 @@ static char *aws_describe(const td_run *run) {
         return NULL;
     }
     td__buf b = {0};
+    size_t unpriced = 0;
+    double cost = td_run_instances_cost(&r, td_wall_s(), &unpriced);
     td__buf_addf(&b, "aws: %zu instance%s in %s, %.2f instance-hours", r.count,
-                 r.count == 1 ? "" : "s", r.region, td_run_instances_hours(&r, td_now_s()));
+                 r.count == 1 ? "" : "s", r.region, td_run_instances_hours(&r, td_wall_s()));
+    if (unpriced < r.count)
+        td__buf_addf(&b, ", $%.4f%s", cost, unpriced ? " (some unpriced)" : "");
     td_run_instances_clear(&r);
     return b.s;
 }

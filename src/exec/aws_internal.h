@@ -68,4 +68,14 @@ td_status td__aws_terminate_run(td_aws_t *aws, const char *project_dir, const ch
                                 const char *run_id, const char *end, FILE *out, int *nterminated,
                                 char *ids, size_t ids_nbytes);
 
+/* ---- resources: (aws_choose.c) ---- */
+/* The cheapest types of the region (up to 3, cheapest first: the rest are tried on capacity
+ * refusals) that have what o->resources asks, priced as the run's cost is (spot: EC2's spot
+ * price now; on demand: aws.prices, tandem's table), and the choice in words (*why_out, caller
+ * frees). None fits: TD_ERR_NOTFOUND naming the request and the closest types. */
+td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options *o, int spot,
+                         char ***types_out, size_t *ntypes_out, char **why_out);
+/* o->resources as YAML: "{cpu: 8, gpu: 1}". */
+void td__aws_resources_text(const td_aws_options *o, char *out, size_t nbytes);
+
 #endif

@@ -42,6 +42,20 @@ double td_run_instance_lifetime_s(const td_run_instance *in, double now_s) {
     return end > in->launched_s ? end - in->launched_s : 0;
 }
 
+double td_run_instances_cost(const td_run_instances *r, double now_s, size_t *unpriced) {
+    double usd = 0;
+    size_t none = 0;
+    for (size_t i = 0; i < r->count; i++) {
+        const td_run_instance *in = &r->items[i];
+        if (in->usd_per_hour > 0)
+            usd += in->usd_per_hour * td_run_instance_lifetime_s(in, now_s) / 3600.0;
+        else
+            none++;
+    }
+    if (unpriced) *unpriced = none;
+    return usd;
+}
+
 double td_run_instances_hours(const td_run_instances *r, double now_s) {
     double s = 0;
     for (size_t i = 0; i < r->count; i++) s += td_run_instance_lifetime_s(&r->items[i], now_s);
@@ -77,9 +91,27 @@ char *td__aws_record_dump(const td_run_instances *r) {
         json_object_set_new(e, "end", str_or_null(in->end));
         json_object_set_new(e, "replaces", str_or_null(in->replaces));
         json_object_set_new(e, "state", str_or_null(in->state));
+        json_object_set_new(e, "usd_per_hour",
+                            in->usd_per_hour > 0 ? json_real(in->usd_per_hour) : json_null());
+        json_object_set_new(e, "price_source", str_or_null(in->price_source));
         json_array_append_new(arr, e);
     }
     json_object_set_new(o, "instances", arr);
+    /* the total at this write (exact once every instance has ended), for readers that do not
+     * sum it themselves: the store, tandem ps, the ui */
+    /* from the times as written (to 0.1 s), so that a reader of the file gets the same sum */
+    td_run_instances as_written = *r;
+    as_written.items = td_xcalloc(r->count + 1, sizeof *as_written.items);
+    for (size_t i = 0; i < r->count; i++) {
+        as_written.items[i] = r->items[i];
+        as_written.items[i].launched_s = round(r->items[i].launched_s * 10) / 10;
+        as_written.items[i].ended_s = round(r->items[i].ended_s * 10) / 10;
+    }
+    size_t unpriced = 0;
+    double cost = td_run_instances_cost(&as_written, td_wall_s(), &unpriced);
+    free(as_written.items);
+    json_object_set_new(o, "cost_usd", r->count > unpriced ? json_real(cost) : json_null());
+    json_object_set_new(o, "cost_unpriced", json_integer((json_int_t)unpriced));
     /* 11 significant digits: epoch seconds to 0.1 s, without %.17g's 1764000000.0999999. */
     char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII |
                                    JSON_REAL_PRECISION(11));
@@ -157,6 +189,11 @@ td_status td__aws_record_parse(const char *text, const char *path, td_run_instan
         in->end = json_is_string(end) ? td_xstrdup(json_string_value(end)) : NULL;
         copy_str(in->replaces, sizeof in->replaces, e, "replaces");
         copy_str(in->state, sizeof in->state, e, "state");
+        json_t *price = json_object_get(e, "usd_per_hour");
+        in->usd_per_hour = json_is_number(price) && json_number_value(price) > 0
+                               ? json_number_value(price)
+                               : 0;
+        copy_str(in->price_source, sizeof in->price_source, e, "price_source");
     }
 out:
     json_decref(o);

@@ -132,6 +132,9 @@ td_status td__ssh_new(const td_exec_job *job, const td_ssh_options *opts, int no
 td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, const char *const *setup,
                            size_t nsetup, char *why, size_t nbytes);
 const char *td__ssh_host(const td__ssh *s, int node);
+/* Writes line (ending in '\n') to every running agent's stdin (aws: "alive N", the dead-man's
+ * switch's heartbeat). */
+void td__ssh_tell_agents(td__ssh *s, const char *line);
 void td__ssh_on_note(td__ssh *s, td__ssh_note_fn fn, void *user);
 struct td__carrier *td__ssh_carrier(td__ssh *s);
 void td__ssh_free(td__ssh *s);

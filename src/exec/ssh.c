@@ -1299,6 +1299,11 @@ td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, const char *
     return st;
 }
 
+void td__ssh_tell_agents(td__ssh *s, const char *line) {
+    for (int k = 0; k < s->sc.n; k++)
+        if (s->sc.agents[k].in_fd >= 0) write_all(s->sc.agents[k].in_fd, line, strlen(line));
+}
+
 const char *td__ssh_host(const td__ssh *s, int node) {
     return s->c.hosts[node].entry;
 }

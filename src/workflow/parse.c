@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 typedef struct {
@@ -269,7 +270,65 @@ static const char *const ssh_fields = "hosts, hostfile, work_dir, ssh_args, tand
 static const char *const aws_fields =
     "region, profile, instance_type, instance_types, image, key_name, ssh_key, user, subnet, "
     "subnets, security_groups, spot, max_price, fallback, volume_gb, root_device, "
-    "iam_instance_profile, tags, setup, work_dir, tandem, address";
+    "iam_instance_profile, tags, setup, work_dir, tandem, address, orphan_timeout, prices, "
+    "resources";
+static const char *const resources_fields = "cpu, memory, gpu, gpu_model, gpu_memory, disk";
+
+static td_status get_aws_name(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                              const char *example, char **out);
+
+/* A number at least min (GiB for memory and disk, a count for cpu and gpu). */
+static td_status get_amount(const parse_ctx *c, const yaml_node_t *n, const char *field,
+                            double min, double *out) {
+    const char *s = scalar(n);
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || (*end && strcasecmp(end, "GB") && strcasecmp(end, "GiB")) ||
+        !(v >= min) || v > 1e6)
+        return node_error(c, n, field, "expected a number of at least %g%s, got %s", min,
+                          strstr(field, "memory") || strstr(field, "disk") ? " (GiB)" : "",
+                          s ? s : describe(n));
+    *out = v;
+    return TD_OK;
+}
+
+/* resources: what the job needs; the executor picks the cheapest type that has it. */
+static td_status parse_resources(const parse_ctx *c, const yaml_node_t *n, td_aws_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "aws.resources", "expected a mapping with %s, got %s",
+                          resources_fields, describe(n));
+    o->resources.set = 1;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        double x = 0;
+        if (f && !strcmp(f, "cpu")) {
+            TD_CHECK(get_amount(c, v, "aws.resources.cpu", 1, &o->resources.cpu));
+        } else if (f && !strcmp(f, "memory")) {
+            TD_CHECK(get_amount(c, v, "aws.resources.memory", 0.5, &o->resources.memory_gib));
+        } else if (f && !strcmp(f, "gpu")) {
+            TD_CHECK(get_amount(c, v, "aws.resources.gpu", 1, &x));
+            if (x != (int)x)
+                return node_error(c, v, "aws.resources.gpu", "expected a whole number of GPUs");
+            o->resources.gpu = (int)x;
+        } else if (f && !strcmp(f, "gpu_model")) {
+            TD_CHECK(get_aws_name(c, v, "aws.resources.gpu_model", "A10G",
+                                  &o->resources.gpu_model));
+        } else if (f && !strcmp(f, "gpu_memory")) {
+            TD_CHECK(get_amount(c, v, "aws.resources.gpu_memory", 1, &o->resources.gpu_memory_gib));
+        } else if (f && !strcmp(f, "disk")) {
+            TD_CHECK(get_amount(c, v, "aws.resources.disk", 1, &x));
+            o->resources.disk_gib = (int)x + (x > (int)x);
+        } else {
+            return node_error(c, k, "aws.resources", "unknown field '%s'; the fields are: %s",
+                              f ? f : "?", resources_fields);
+        }
+    }
+    if ((o->resources.gpu_model || o->resources.gpu_memory_gib > 0) && !o->resources.gpu)
+        o->resources.gpu = 1; /* a model or its memory asks for one at least */
+    return TD_OK;
+}
 
 static td_status get_bool(const parse_ctx *c, const yaml_node_t *n, const char *field, int *out) {
     const char *s = scalar(n);
@@ -402,6 +461,26 @@ static td_status parse_aws_field(const parse_ctx *c, const char *f, const yaml_n
     if (!strcmp(f, "setup")) return get_string_list(c, v, "aws.setup", &o->setup, &o->nsetup);
     if (!strcmp(f, "work_dir")) return get_string(c, v, "aws.work_dir", &o->work_dir);
     if (!strcmp(f, "tandem")) return get_string(c, v, "aws.tandem", &o->tandem);
+    if (!strcmp(f, "prices")) return get_string(c, v, "aws.prices", &o->prices);
+    if (!strcmp(f, "resources")) return parse_resources(c, v, o);
+    if (!strcmp(f, "orphan_timeout")) {
+        /* The dead-man's switch of every instance (docs/cloud.md): the supervisor says it lives
+         * every quarter of this (30 s at most), so a shorter one would end live runs on a
+         * hiccup; a day is more than any instance should bill for nothing. */
+        const char *s = scalar(v);
+        double t = 0;
+        if (!s || td_parse_duration("aws.orphan_timeout", s, &t) != TD_OK || t < 10 ||
+            t > 86400) {
+            td_error_clear();
+            return node_error(c, v, "aws.orphan_timeout",
+                              "expected a duration from 10s to 1d such as 5m (how long an "
+                              "instance that hears nothing from its supervisor keeps running "
+                              "before it terminates itself), got '%s'",
+                              s ? s : describe(v));
+        }
+        o->orphan_timeout_s = t;
+        return TD_OK;
+    }
     if (!strcmp(f, "address")) {
         const char *s = scalar(v);
         if (s && !strcmp(s, "public"))
@@ -433,9 +512,15 @@ static td_status parse_aws(const parse_ctx *c, const yaml_node_t *n, td_aws_opti
         TD_CHECK(parse_aws_field(c, f, k, v, o));
     }
     /* what no default can stand for */
-    if (!o->ninstance_types)
+    if (!o->ninstance_types && !o->resources.set)
         return node_error(c, n, "aws.instance_type",
-                          "aws: needs instance_type (such as g5.xlarge or c7i.large)");
+                          "aws: needs instance_type (such as g5.xlarge or c7i.large), or "
+                          "resources: what the job needs ({cpu: 8, memory: 32, gpu: 1}), from "
+                          "which the cheapest type is chosen");
+    if (o->ninstance_types && o->resources.set)
+        return node_error(c, n, "aws.resources",
+                          "aws: gives both instance_type and resources; name the type, or say "
+                          "what the job needs and let tandem choose, not both");
     if (!o->image)
         return node_error(c, n, "aws.image",
                           "aws: needs image, the AMI id of the instances (docs/cloud.md: which "
@@ -1327,7 +1412,8 @@ td_status td_workflow_check(td_workflow *w, const char *name) {
                         "executor: ssh (tandem run --executor ssh)",
                         name, ex);
     }
-    if (!strcmp(ex, "aws") && (!w->aws.ninstance_types || !w->aws.image || !w->aws.key_name))
+    if (!strcmp(ex, "aws") &&
+        ((!w->aws.ninstance_types && !w->aws.resources.set) || !w->aws.image || !w->aws.key_name))
         return td_error(TD_ERR_USAGE,
                         "%s: the aws executor needs instance_type, image and key_name (and "
                         "ssh_key): an aws: section in --profile FILE, or --instance-type, "

@@ -28,3 +28,10 @@ set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600)
 # interrupted while the first attempt holds at step 10, resumed from S3 (root, namespaces, the
 # fixture's and the frameworks' venvs; skips with 77 without them): three runs, three references.
 set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1200)
+# the dead-man's switch on the EC2 fixture (root, namespaces, the venv; skips with 77 without
+# them): a quiet live run of 45 s (orphan_timeout 10 s) untouched, then a supervisor killed -9
+# whose 2 instances terminate themselves (15 s): about 2 min on the shared 2-core machine.
+set_tests_properties(cloud/test_aws_orphan PROPERTIES TIMEOUT 600)
+# what a run's instances cost, on the EC2 fixture (root, namespaces, the venv; skips with 77
+# without them): three short runs, about 90 s on the shared 2-core machine.
+set_tests_properties(cloud/test_aws_cost PROPERTIES TIMEOUT 600)

@@ -25,7 +25,7 @@ B=$TANDEM_BIN
 fw_python
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (the EC2 fixture)"; exit 77; }
 . "$SRC/tests/lib/cloud.sh"
-FW=$(cd "$(dirname "$FW_PY")/.." && pwd)
+FW=$FW_VENV # the frameworks' venv itself: FW_PY may be the wheel's overlay, which needs /root
 P=$(mktemp -d /tmp/tandem-awsfw-XXXXXX)
 # The frameworks' venv lives under /root, which is each instance's own: the instances see it
 # through a bind mount outside the hidden directories, made before the fixture's namespaces.

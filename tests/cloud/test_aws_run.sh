@@ -215,6 +215,11 @@ cmp "$R/artifacts/out/w.safetensors" "$P/w-long.safetensors" || fail "weights di
 steps=$("$B" metrics long-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | sort -n | tr '\n' ' ')
 [ "$steps" = "$(seq 1 300 | tr '\n' ' ')" ] || fail "train/loss steps are not 1..300 once each"
 echo "resumed on $new1 (replacing $old1): the uninterrupted run's bits, steps 1..300 once each, the record shows both"
+# issue 31's measure of a replacement: from the notice to the first step of the resumed attempt
+# (its train/loss point's time); here the image has tandem already (no aws.setup build), the
+# fixture's instance is up in seconds and the notice gives 40 s: a baseline, not a target
+t_first=$("$B" metrics long-1 --key train/loss --csv | awk -F, -v s=$((after + 1)) '$3 == s {print $5; exit}')
+[ -n "$t_first" ] && echo "replacement: notice to the first resumed step ($((after + 1))): $(awk "BEGIN{printf \"%.1f\", $t_first - $t_notice}") s"
 
 # --- 5. kill -9 of tandem run: tandem gc terminates what it left
 sshd_exec timeout -k 5 400 "$B" run long >"$P/long2.log" 2>&1 &

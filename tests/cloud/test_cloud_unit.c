@@ -470,7 +470,110 @@ static void test_backoff(void) {
     ASSERT_EQ(td__aws_backoff_ceiling_ms(200, TD__AWS_BACKOFF_MAX_MS, 1000), 20000);
 }
 
+/* Prices and instance types (cost, resources:): the newest spot price wins whatever the order,
+ * a GPU type's count, model and memory, x86_64 found though listed second; the price file's
+ * last matching line, '*' regions, its errors named with the line; the table's fallback; the
+ * switch's heartbeat and its script's quoting of the shutdown command. */
+static void test_prices(void) {
+    static const char SPOT[] =
+        "<DescribeSpotPriceHistoryResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">"
+        "<spotPriceHistorySet>"
+        "<item><instanceType>g5.xlarge</instanceType><spotPrice>0.4000</spotPrice>"
+        "<timestamp>2026-01-02T03:00:00.000Z</timestamp></item>"
+        "<item><instanceType>g5.xlarge</instanceType><spotPrice>0.4512</spotPrice>"
+        "<timestamp>2026-01-02T05:00:00.000Z</timestamp></item>"
+        "<item><instanceType>g5.xlarge</instanceType><spotPrice>0.3000</spotPrice>"
+        "<timestamp>2026-01-01T23:00:00.000Z</timestamp></item>"
+        "</spotPriceHistorySet></DescribeSpotPriceHistoryResponse>";
+    double usd = 0;
+    char when[48];
+    ASSERT_EQ(td_ec2_parse_spot_price(SPOT, strlen(SPOT), &usd, when, sizeof when), TD_OK);
+    ASSERT_NEAR(usd, 0.4512, 1e-12);
+    ASSERT_STREQ(when, "2026-01-02T05:00:00.000Z");
+    static const char NONE[] = "<DescribeSpotPriceHistoryResponse><spotPriceHistorySet/>"
+                               "</DescribeSpotPriceHistoryResponse>";
+    ASSERT_EQ(td_ec2_parse_spot_price(NONE, strlen(NONE), &usd, when, sizeof when),
+              TD_ERR_NOTFOUND);
+    td_error_clear();
+
+    static const char TYPES[] =
+        "<DescribeInstanceTypesResponse><instanceTypeSet>"
+        "<item><instanceType>g5.12xlarge</instanceType>"
+        "<vCpuInfo><defaultVCpus>48</defaultVCpus></vCpuInfo>"
+        "<memoryInfo><sizeInMiB>196608</sizeInMiB></memoryInfo>"
+        "<processorInfo><supportedArchitectures><item>i386</item><item>x86_64</item>"
+        "</supportedArchitectures></processorInfo>"
+        "<gpuInfo><gpus><item><name>A10G</name><count>4</count>"
+        "<memoryInfo><sizeInMiB>22888</sizeInMiB></memoryInfo></item></gpus></gpuInfo></item>"
+        "<item><instanceType>t4g.small</instanceType>"
+        "<vCpuInfo><defaultVCpus>2</defaultVCpus></vCpuInfo>"
+        "<memoryInfo><sizeInMiB>2048</sizeInMiB></memoryInfo>"
+        "<processorInfo><supportedArchitectures><item>arm64</item></supportedArchitectures>"
+        "</processorInfo></item>"
+        "</instanceTypeSet><nextToken>p2</nextToken></DescribeInstanceTypesResponse>";
+    td_ec2_type *types = NULL;
+    size_t n = 0;
+    char *next = NULL;
+    ASSERT_EQ(td_ec2_parse_instance_types(TYPES, strlen(TYPES), &types, &n, &next), TD_OK);
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(next, "p2");
+    ASSERT_STREQ(types[0].name, "g5.12xlarge");
+    ASSERT_EQ(types[0].vcpus, 48);
+    ASSERT_NEAR(types[0].memory_gib, 192.0, 1e-9);
+    ASSERT_EQ(types[0].gpus, 4);
+    ASSERT_STREQ(types[0].gpu_model, "A10G");
+    ASSERT_NEAR(types[0].gpu_memory_gib, 22888 / 1024.0, 1e-9);
+    ASSERT_STREQ(types[0].arch, "x86_64");
+    ASSERT_EQ(types[1].gpus, 0);
+    ASSERT_STREQ(types[1].arch, "arm64");
+    free(types);
+    free(next);
+
+    char path[] = "/tmp/tandem-prices-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    const char *text = "# prices\n* g5.xlarge 9\nus-east-1 g5.xlarge 1.5  # override\n"
+                       "eu-west-1 t3.micro 0.02\n";
+    ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char src[256];
+    ASSERT_EQ(td_aws_on_demand_price("us-east-1", "g5.xlarge", path, &usd, src, sizeof src), TD_OK);
+    ASSERT_NEAR(usd, 1.5, 1e-12);
+    ASSERT(strstr(src, ":3"));
+    ASSERT_EQ(td_aws_on_demand_price("ap-south-1", "g5.xlarge", path, &usd, src, sizeof src),
+              TD_OK);
+    ASSERT_NEAR(usd, 9, 1e-12);
+    /* not in the file: tandem's table (us-east-1 only) */
+    ASSERT_EQ(td_aws_on_demand_price("us-east-1", "t3.micro", path, &usd, src, sizeof src), TD_OK);
+    ASSERT_NEAR(usd, 0.0104, 1e-12);
+    ASSERT(strstr(src, "tandem's table"));
+    ASSERT_EQ(td_aws_on_demand_price("ap-south-1", "t3.micro", path, &usd, src, sizeof src),
+              TD_ERR_NOTFOUND);
+    ASSERT(strstr(td_error_msg(), "ap-south-1 t3.micro USD_PER_HOUR"));
+    td_error_clear();
+    FILE *f = fopen(path, "a");
+    ASSERT(f);
+    fputs("us-east-1 g5.xlarge cheap\n", f);
+    fclose(f);
+    ASSERT_EQ(td_aws_on_demand_price("us-east-1", "g5.xlarge", path, &usd, src, sizeof src),
+              TD_ERR_FORMAT);
+    ASSERT(strstr(td_error_msg(), ":5: expected 'REGION TYPE USD_PER_HOUR'"));
+    td_error_clear();
+    unlink(path);
+
+    /* the switch's heartbeat: four per timeout, between 1 and 30 s */
+    ASSERT_NEAR(td_orphan_heartbeat_s(10), 2.5, 1e-12);
+    ASSERT_NEAR(td_orphan_heartbeat_s(300), 30, 1e-12);
+    ASSERT_NEAR(td_orphan_heartbeat_s(2), 1, 1e-12);
+    char *ud = td_orphan_user_data(300, 1200, "echo it's");
+    ASSERT(!strncmp(ud, "#!/bin/sh\n", 10));
+    ASSERT(strstr(ud, "heard=/dev/shm/tandem-heard first=1200\n"));
+    ASSERT(strstr(ud, "until sh -c 'echo it'\\''s'; do"));
+    free(ud);
+}
+
 int main(void) {
+    test_prices();
     test_backoff();
     test_regions();
     test_imds();

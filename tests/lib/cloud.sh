@@ -38,6 +38,11 @@
 #   cloud_refuse_capacity [SUBNET_ID|AZ|INSTANCE_TYPE...]  RunInstances through CLOUD_ENDPOINT
 #                                  in those is answered InsufficientInstanceCapacity (HTTP 500,
 #                                  nothing made); no argument: no refusal
+#   an instance's shutdown from inside: tests/lib/cloud_shutdown.sh (set TANDEM_SHUTDOWN_CMD to
+#                                  it: never a real shutdown) posts to its IMDS, and the watcher
+#                                  terminates or stops it in moto as its
+#                                  InstanceInitiatedShutdownBehavior says, recording
+#                                  "BEHAVIOUR TIME WHY" in $TSH_STATE/cloud/shutdown/ID
 #   cloud_logs [LINES]             the tails of the watcher's, proxy's, moto's and sshd's logs
 #   cloud_down                     idempotent: the watcher, proxy, moto and every host killed,
 #                                  every namespace deleted (nothing is "terminated" in moto)

@@ -111,6 +111,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def do_POST(self):
+        """The fixture's own door, not EC2's: cloud_shutdown.sh (the instance's shutdown command
+        in the tests) posts here; the watcher then does what EC2 does with the instance's
+        InstanceInitiatedShutdownBehavior. The body (why) is kept for the test to read."""
+        n = int(self.headers.get("Content-Length") or 0)
+        why = self.rfile.read(n).decode(errors="replace") if n else ""
+        if self.path != "/fixture/shutdown":
+            return self.reply(404, "Not Found")
+        with open(os.path.join(DIR, "shutdown.tmp"), "w") as f:
+            f.write(why)
+        os.rename(os.path.join(DIR, "shutdown.tmp"), os.path.join(DIR, "shutdown"))
+        self.reply(200, "shutting down\n")
+
     def do_PUT(self):
         n = int(self.headers.get("Content-Length") or 0)
         if n:

@@ -9,7 +9,9 @@
 #    answers what EC2 answers when it has no capacity (HTTP 500, InsufficientInstanceCapacity,
 #    EC2's error XML) and creates nothing;
 # and for DescribeInstances, whose answer names an instance that a spot interruption ended
-# (cloud_interrupt) with EC2's state reason (Server.SpotInstanceTermination), not moto's. A HEAD
+# (cloud_interrupt) with EC2's state reason (Server.SpotInstanceTermination), or one that shut
+# itself down with InstanceInitiatedShutdownBehavior=terminate (cloud_shutdown.sh) with
+# Client.InstanceInitiatedShutdown, not moto's. A HEAD
 # is answered with the upstream's Content-Length (the object's size), not its empty body's.
 #   cloud_proxy.py LISTEN_ADDR PORT UPSTREAM_HOST UPSTREAM_PORT CONTROL_FILE
 # Standard library only. Logs one line per RunInstances (and per error) to stderr.
@@ -29,6 +31,7 @@ LISTEN, PORT, UP_HOST, UP_PORT, CONTROL = sys.argv[1], int(sys.argv[2]), sys.arg
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
        "upgrade", "content-length"}
 INTERRUPTED = os.path.join(os.path.dirname(CONTROL), "interrupted")
+SHUTDOWN = os.path.join(os.path.dirname(CONTROL), "shutdown")
 SUBNETS = {}  # region -> {subnet id: (az, default for az)}
 LOCK = threading.Lock()
 
@@ -96,10 +99,16 @@ def spot_terminations(data):
     """DescribeInstances' answer with the state reason EC2 gives an instance that a spot
     interruption ended (cloud_interrupt; the watcher names it in INTERRUPTED) in place of
     moto's Client.UserInitiatedShutdown."""
-    try:
-        ids = set(os.listdir(INTERRUPTED))
-    except OSError:
-        return data
+    reasons = {}
+    for d, code, msg in ((SHUTDOWN, "Client.InstanceInitiatedShutdown",
+                          "Client.InstanceInitiatedShutdown: Instance initiated shutdown"),
+                         (INTERRUPTED, "Server.SpotInstanceTermination",
+                          "Server.SpotInstanceTermination: Spot instance termination")):
+        try:
+            reasons.update({i: (code, msg) for i in os.listdir(d)})
+        except OSError:
+            pass
+    ids = set(reasons)
     if not ids or not any(i.encode() in data for i in ids):
         return data
     root = ET.fromstring(data)
@@ -115,8 +124,8 @@ def spot_terminations(data):
             sr = ET.SubElement(inst, q("stateReason"))
         for child in list(sr):
             sr.remove(child)
-        ET.SubElement(sr, q("code")).text = "Server.SpotInstanceTermination"
-        ET.SubElement(sr, q("message")).text = "Server.SpotInstanceTermination: Spot instance termination"
+        ET.SubElement(sr, q("code")).text = reasons[iid][0]
+        ET.SubElement(sr, q("message")).text = reasons[iid][1]
     if ns:
         ET.register_namespace("", ns)
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root)

@@ -17,6 +17,11 @@
 #    deleted) and STATE_DIR/cloud/ID removed;
 #  - STATE_DIR/cloud/ID/terminate-at (epoch seconds, from cloud_interrupt) is honoured: at that
 #    time the instance is terminated in moto, as EC2 ends an interrupted spot instance.
+#  - STATE_DIR/cloud/ID/shutdown (the instance ran its shutdown command, cloud_shutdown.sh, which
+#    posts to its IMDS): as EC2 does with its InstanceInitiatedShutdownBehavior (moto keeps it;
+#    "stop" by default), the instance is terminated or stopped in moto; STATE_DIR/cloud/
+#    shutdown/ID records "BEHAVIOUR EPOCH-SECONDS WHY" (the proxy gives a terminated one EC2's
+#    state reason Client.InstanceInitiatedShutdown).
 # It logs what it does to stdout (cloud_up sends it to STATE_DIR/log/cloud-watch.log). When
 # OWNER_PID (the test) is gone, it tears the whole fixture down (its hosts, moto, the proxy, the
 # login namespace, STATE_DIR) and exits: a SIGKILLed test leaves nothing running for long.
@@ -245,6 +250,29 @@ def main():
                 except Exception as e:  # noqa: BLE001
                     log("%s: interruption due, but terminate failed: %r" % (iid, e))
                 os.unlink(path)
+        for path in glob.glob(os.path.join(CLOUD, "*", "shutdown")):
+            iid = path.split("/")[-2]
+            try:
+                with open(path) as f:
+                    why = f.read().replace("\n", " ")
+                region = json.load(open(os.path.join(os.path.dirname(path), "meta.json")))["region"]
+                client = clients.get(region, ec2)
+                how = client.describe_instance_attribute(
+                    InstanceId=iid, Attribute="instanceInitiatedShutdownBehavior")[
+                    "InstanceInitiatedShutdownBehavior"]["Value"]
+                os.makedirs(os.path.join(CLOUD, "shutdown"), exist_ok=True)
+                write(os.path.join(CLOUD, "shutdown", iid), "%s %f %s\n" % (how, time.time(), why))
+                if how == "terminate":
+                    client.terminate_instances(InstanceIds=[iid])
+                else:
+                    client.stop_instances(InstanceIds=[iid])
+                log("%s: shut down from inside (%s): %s" % (iid, why, how))
+            except Exception as e:  # noqa: BLE001
+                log("%s: shut down from inside, but acting on it failed: %r" % (iid, e))
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         seen = {}
         try:
             for region, client in clients.items():

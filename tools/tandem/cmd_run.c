@@ -38,7 +38,8 @@ enum {
     OPT_SSH_KEY,
     OPT_REGION,
     OPT_SPOT,
-    OPT_SET
+    OPT_SET,
+    OPT_DRY_RUN
 };
 
 static const cli_opt run_opts[] = {
@@ -47,6 +48,10 @@ static const cli_opt run_opts[] = {
      "$TANDEM_HOME or the current directory)",
      0},
     {OPT_DETACH, "detach", 'd', NULL, "run in the background; print the run id and return", 0},
+    {OPT_DRY_RUN, "dry-run", 0, NULL,
+     "executor aws: print the plan (instances, market, price,\nwhat is created, the permissions) "
+     "and create nothing",
+     0},
     {OPT_PARAM, "param", 0, "KEY=VALUE", "override or add a param (repeatable)", CLI_REPEAT},
     {OPT_RESUME, "resume", 0, "RUN",
      "continue a preempted, stopped or failed run (same id) with\nTANDEM_RESUME=1", 0},
@@ -269,7 +274,7 @@ static char *default_file(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
-    int detach = 0, cmd_at = -1, max_restarts = -1;
+    int detach = 0, cmd_at = -1, max_restarts = -1, dry_run = 0;
     const char *nproc = NULL, *profile = NULL;
     setting *sets = td_xcalloc((size_t)argc, sizeof *sets);
     size_t nsets = 0, nhosts = 0, nartifacts = 0;
@@ -291,6 +296,9 @@ int cmd_run(int argc, char **argv) {
             goto out;
         case OPT_DETACH:
             detach = 1;
+            break;
+        case OPT_DRY_RUN:
+            dry_run = 1;
             break;
         case OPT_FILE:
             file = p.value;
@@ -612,7 +620,28 @@ int cmd_run(int argc, char **argv) {
                                          &w->nproc_per_node, note, sizeof note);
         if (st == TD_OK && note[0]) fprintf(stderr, "tandem run: %s\n", note);
     }
-    if (st == TD_OK) {
+    if (st == TD_OK && dry_run) { /* the plan, and nothing made (src/exec/aws_plan.c) */
+        if (!w || !w->executor || strcmp(w->executor, "aws"))
+            st = td_error(TD_ERR_USAGE, "--dry-run plans the instances of an executor: aws run; "
+                                        "this one runs on the %s executor",
+                          w && w->executor ? w->executor : "local");
+        else {
+            td_aws_plan_in plan = {.aws = &w->aws,
+                                   .workflow = w->name,
+                                   .nodes = w->nodes > 0 ? w->nodes : 1,
+                                   .nproc_per_node = w->nproc_per_node > 0 ? w->nproc_per_node : 1,
+                                   .max_duration_s = w->max_duration_s,
+                                   .s3 = (w->checkpoint_dir &&
+                                          !strncmp(w->checkpoint_dir, "s3://", 5)) ||
+                                         w->artifacts_to};
+            st = td_aws_plan(&plan, stdout);
+        }
+        exit_code = 0;
+        if (st == TD_OK) {
+            rc = 0;
+            goto done;
+        }
+    } else if (st == TD_OK) {
         /* Instances a dead supervisor of this project left running are terminated first (no
          * AWS call unless a run's RUN/instances.json lists one alive and its lock is free). */
         td_rundb *gc_store = NULL;

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# cloud: what a run's instances cost, on the EC2 fixture (tests/lib/cloud.sh; docs/cloud.md,
+# "What it costs"). The prices are the fixture's, read with boto3/the AWS CLI of its venv:
+# moto's DescribeSpotPriceHistory for spot, and an aws.prices file of the test's own for on
+# demand (a price tandem's table does not have, so that the file is what is used).
+# 1. A spot run: each instance's recorded price is the spot price EC2 (moto) gives for its type
+#    and zone, its launch is the one EC2 gives, and the record's cost_usd and `tandem show`'s
+#    total are that price times the recorded hours.
+# 2. An on-demand run with aws.prices: the price is the file's line; the cost is price x hours.
+# 3. A malformed aws.prices line fails the run's pricing with a warning naming the file and
+#    line, and the run still succeeds (the cost leaves the instance out).
+# 4. tandem run --dry-run prints the plan (instances, market, the hourly price and the estimate
+#    for max_duration from the same prices, what is created, the permissions) and creates
+#    nothing: EC2 (moto) reports as many instances before as after; a local workflow is refused.
+# 5. resources: in a plan (us-west-2, where tandem's own table has no prices: the file's are all
+#    there is) the type chosen is the cheapest of the file's types that have what is asked,
+#    as computed here from boto3's DescribeInstanceTypes; a GPU model narrows it; an impossible
+#    request is refused naming it and the closest types.
+# 6. resources: in a real run: the instance EC2 (moto) reports is of the type computed the same
+#    way (a request above every type of tandem's table but p4d.24xlarge, which the file prices).
+set -uo pipefail
+: "${TANDEM_BIN:?}"
+SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+B=$TANDEM_BIN
+. "$SRC/tests/lib/cloud.sh"
+P=$(mktemp -d /tmp/tandem-cost-XXXXXX)
+cleanup() {
+    cloud_down
+    rm -rf "$P"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$P"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
+    cloud_logs 10
+    exit 1
+}
+export TANDEM_HOME=$P
+cloud_up "$P" || fail "the fixture did not come up"
+aws() { sshd_exec "$CLOUD_AWS" "$@"; }
+aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null || fail "create-key-pair"
+mkdir -p "$P/.tandem"
+printf '# the test'"'"'s own prices\nus-east-1 t3.nano 0.5\n* t3.nano 9\nus-east-1 t3.nano 0.25  # the last line wins\n' >"$P/prices.txt"
+printf 'us-east-1 t3.nano zero\n' >"$P/bad-prices.txt"
+printf 'us-west-2 t3.micro 0.001\nus-west-2 g4dn.xlarge 0.5\nus-west-2 g4dn.2xlarge 0.45\nus-west-2 g5.xlarge 0.9\nus-west-2 g5.2xlarge 0.95\nus-west-2 p4d.24xlarge 30\n' >"$P/west.txt"
+printf 'us-east-1 p4d.24xlarge 50\nus-east-1 u-6tb1.56xlarge 1.0\nus-east-1 x2iedn.32xlarge 2.0\nus-east-1 m5.large 0.01\n' >"$P/east-big.txt"
+# the cheapest type of a price file that has what is asked, from boto3's catalog
+cheapest() { # REGION FILE CPU MEMORY_GIB GPUS MODEL
+    sshd_exec "$CLOUD_PYTHON" - "$@" <<'PY'
+import sys
+import boto3
+region, path, cpu, mem, gpus, model = sys.argv[1:7]
+prices = {}
+for line in open(path):
+    r, t, p = line.split()
+    if r == region:
+        prices[t] = float(p)
+types = boto3.client("ec2", region_name=region).describe_instance_types(
+    InstanceTypes=sorted(prices))["InstanceTypes"]
+def fits(t):
+    g = (t.get("GpuInfo") or {}).get("Gpus") or []
+    return ("x86_64" in t["ProcessorInfo"]["SupportedArchitectures"] and t["VCpuInfo"]["DefaultVCpus"] >= float(cpu) and t["MemoryInfo"]["SizeInMiB"] / 1024 >= float(mem)
+            and sum(x["Count"] for x in g) >= int(gpus)
+            and (not model or (g and g[0]["Name"].lower() == model.lower())))
+fit = [(prices[t["InstanceType"]], t["InstanceType"]) for t in types if fits(t)]
+print(min(fit)[1], len(fit))
+PY
+}
+aws_block="image: $CLOUD_AMI, key_name: tk, user: root, address: private"
+cat >"$P/.tandem/workflows.yaml" <<YAML
+workflows:
+  - name: spot
+    executor: aws
+    nodes: 2
+    aws: {$aws_block, instance_type: t3.micro, spot: true}
+    command: sleep 3
+  - name: od
+    executor: aws
+    aws: {$aws_block, instance_type: t3.nano, prices: $P/prices.txt}
+    command: sleep 3
+  - name: plan
+    executor: aws
+    nodes: 3
+    max_duration: 2h
+    aws: {$aws_block, instance_type: t3.nano, prices: $P/prices.txt, spot: true, fallback: on-demand}
+    command: "true"
+  - name: pick
+    executor: aws
+    aws: {image: $CLOUD_AMI, key_name: tk, region: us-west-2, prices: $P/west.txt, resources: {cpu: 4, memory: 16, gpu: 1}}
+    command: "true"
+  - name: pickmodel
+    executor: aws
+    aws: {image: $CLOUD_AMI, key_name: tk, region: us-west-2, prices: $P/west.txt, resources: {gpu_model: a10g}}
+    command: "true"
+  - name: toobig
+    executor: aws
+    aws: {image: $CLOUD_AMI, key_name: tk, region: us-west-2, prices: $P/west.txt, resources: {gpu: 64, cpu: 8}}
+    command: "true"
+  - name: big
+    executor: aws
+    aws: {$aws_block, prices: $P/east-big.txt, resources: {cpu: 96, memory: 1000, disk: 30}}
+    command: "true"
+  - name: localplan
+    command: "true"
+  - name: badprices
+    executor: aws
+    aws: {$aws_block, instance_type: t3.nano, prices: $P/bad-prices.txt}
+    command: "true"
+YAML
+
+# the record's price per instance, its hours and cost_usd, against a price and launch times
+# given by EC2 (moto), read with boto3
+check_cost() { # RUN MODE(spot|FILE-PRICE)
+    sshd_exec "$CLOUD_PYTHON" - "$P/.tandem/runs/$1/instances.json" "$2" <<'PY'
+import datetime, json, sys
+import boto3
+rec = json.load(open(sys.argv[1]))
+ec2 = boto3.client("ec2")
+total = 0.0
+for i in rec["instances"]:
+    d = ec2.describe_instances(InstanceIds=[i["id"]])["Reservations"][0]["Instances"][0]
+    launch = d["LaunchTime"].timestamp()
+    assert abs(i["launched_s"] - launch) < 0.2, ("launch", i["launched_s"], launch)
+    assert i["ended_s"] and i["ended_s"] > i["launched_s"], i
+    if sys.argv[2] == "spot":
+        h = ec2.describe_spot_price_history(InstanceTypes=[d["InstanceType"]],
+            Filters=[{"Name": "availability-zone", "Values": [d["Placement"]["AvailabilityZone"]]}],
+            ProductDescriptions=["Linux/UNIX"])["SpotPriceHistory"]
+        price = float(max(h, key=lambda e: e["Timestamp"])["SpotPrice"])
+    else:
+        price = float(sys.argv[2])
+    assert i["usd_per_hour"] == price, ("price", i["usd_per_hour"], price)
+    total += price * (i["ended_s"] - i["launched_s"]) / 3600
+    print("%s %s %s: %.6g USD/h (%s) x %.5f h" % (i["id"], i["market"], i["zone"], price,
+          i["price_source"], (i["ended_s"] - i["launched_s"]) / 3600))
+assert rec["cost_unpriced"] == 0, rec
+assert abs(rec["cost_usd"] - total) <= 1e-9 * total, ("cost", rec["cost_usd"], total)
+print("cost %.9g USD = the sum of price x hours (%.9g)" % (rec["cost_usd"], total))
+open(sys.argv[1] + ".want", "w").write("%.6f\n" % total)
+PY
+}
+
+# --- 1. spot
+sshd_exec timeout -k 5 300 "$B" run spot >"$P/spot.log" 2>&1 || fail "tandem run spot: exit $?"
+check_cost spot-1 spot || fail "spot-1's cost"
+show=$("$B" show spot-1) || fail "tandem show spot-1"
+grep -q "instance-hours, cost \$[0-9.]*$" <<<"$show" || fail "tandem show gives no cost: $show"
+
+# --- 2. on demand, the user's prices
+sshd_exec timeout -k 5 300 "$B" run od >"$P/od.log" 2>&1 || fail "tandem run od: exit $?"
+check_cost od-1 0.25 || fail "od-1's cost"
+grep -q "$P/prices.txt:4" "$P/.tandem/runs/od-1/instances.json" || fail "the price's source is not the file's line 4"
+want=$(cat "$P/.tandem/runs/od-1/instances.json.want")
+grep -q "cost \$$want$" <<<"$("$B" show od-1)" || fail "tandem show od-1 does not say \$$want: $("$B" show od-1 | grep instance-hours)"
+
+# --- 3. a malformed price file: named, and the run goes on
+sshd_exec timeout -k 5 300 "$B" run badprices >"$P/bad.log" 2>&1 || fail "tandem run badprices: exit $?"
+grep -q "no price for t3.nano on-demand.*bad-prices.txt:1: expected 'REGION TYPE USD_PER_HOUR'" "$P/bad.log" ||
+    fail "the malformed price file is not named"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cost_usd"] is None and r["cost_unpriced"] == 1, r' \
+    "$P/.tandem/runs/badprices-1/instances.json" || fail "badprices-1's record"
+
+# --- 4. --dry-run: the plan, nothing created
+count_all() { aws ec2 describe-instances --query 'length(Reservations[].Instances[])' --output text; }
+before=$(count_all)
+sshd_exec "$B" run plan --dry-run >"$P/plan.log" 2>&1 || fail "tandem run plan --dry-run: exit $?"
+[ "$(count_all)" = "$before" ] || fail "--dry-run created instances: $before before, $(count_all) after"
+[ ! -d "$P/.tandem/runs/plan-1" ] || fail "--dry-run made a run"
+spot=$(aws ec2 describe-spot-price-history --instance-types t3.nano --product-descriptions Linux/UNIX \
+    --query 'max_by(SpotPriceHistory, &Timestamp).SpotPrice' --output text)
+want_h=$(python3 -c "print('%.5f' % float('$spot'))")
+want_est=$(python3 -c "print('%.4f' % (3 * float('$spot') * 2))")
+grep -q "instances   3 x t3.nano, spot (on-demand if no spot capacity), in us-east-1" "$P/plan.log" || fail "plan: the instances"
+grep -q "price       \$$want_h per instance-hour" "$P/plan.log" || fail "plan: not moto's spot price $spot"
+grep -q "estimate    at most \$$want_est: 3 x 2.00 h" "$P/plan.log" || fail "plan: the estimate is not 3 x 2 h x $spot"
+grep -q "on demand   \$0.25000 per instance-hour ($P/prices.txt:4)" "$P/plan.log" || fail "plan: the on-demand price"
+grep -q "creates     3 instances" "$P/plan.log" && grep -q "permissions ec2:RunInstances.*ec2:DescribeSpotPriceHistory" "$P/plan.log" ||
+    fail "plan: what is created and the permissions"
+sed 's/^/  /' "$P/plan.log"
+out=$(sshd_exec "$B" run localplan --dry-run 2>&1) && fail "--dry-run of a local workflow succeeded"
+grep -q "dry-run plans the instances of an executor: aws run" <<<"$out" || fail "the local refusal: $out"
+
+# --- 5. resources: in a plan
+read -r want nfit < <(cheapest us-west-2 "$P/west.txt" 4 16 1 "") || fail "the reference choice"
+sshd_exec "$B" run pick --dry-run >"$P/pick.log" 2>&1 || fail "tandem run pick --dry-run: exit $?"
+grep -q "^resources: chose $want (.*) for {cpu: 4, memory: 16, gpu: 1}: \$0.45000/h on-demand ($P/west.txt:3), the cheapest of $nfit types that fit" "$P/pick.log" ||
+    fail "resources: not $want: $(cat "$P/pick.log")"
+grep -q "instances   1 x $want, on-demand, in us-west-2" "$P/pick.log" || fail "the plan's instances are not $want"
+read -r want nfit < <(cheapest us-west-2 "$P/west.txt" 0 0 1 A10G) || fail "the reference choice (A10G)"
+sshd_exec "$B" run pickmodel --dry-run >"$P/pickmodel.log" 2>&1 || fail "tandem run pickmodel --dry-run: exit $?"
+grep -q "^resources: chose $want (.*1 x A10G" "$P/pickmodel.log" || fail "gpu_model: not $want: $(cat "$P/pickmodel.log")"
+out=$(sshd_exec "$B" run toobig --dry-run 2>&1) && fail "an impossible request was planned: $out"
+grep -q "aws.resources: no x86-64 instance type in us-west-2 .*{cpu: 8, gpu: 64}.*the closest: [^;]* 8 x " <<<"$out" ||
+    fail "the refusal does not name the request and the closest types: $out"
+echo "resources: $(head -1 "$P/pick.log")"
+echo "refused: $out" | head -c 400; echo
+
+# --- 6. resources: a real run
+read -r want nfit < <(cheapest us-east-1 "$P/east-big.txt" 96 1000 0 "") || fail "the reference choice (big)"
+sshd_exec timeout -k 5 300 "$B" run big >"$P/big.log" 2>&1 || fail "tandem run big: exit $?"
+got=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=big-1 \
+    --query 'Reservations[].Instances[].InstanceType' --output text)
+[ "$got" = "$want" ] || fail "resources {cpu: 96, memory: 1000}: the run made '$got', not $want"
+grep -q "chose $want" "$P/big.log" || fail "the run did not say what it chose"
+echo "a run with resources {cpu: 96, memory: 1000}: EC2 has a $got, the cheapest that fits"
+echo "costs equal price x hours from the fixture's prices; a malformed aws.prices is named; --dry-run plans and creates nothing; resources picks the cheapest fitting type"
