@@ -57,6 +57,29 @@ td_status td_loop_watch_child(td_loop *l, pid_t pid, td_loop_child_fn fn, void *
  * from whatever the last turn's callbacks changed. One hook; NULL removes it. */
 void td_loop_before_sleep(td_loop *l, td_loop_hook_fn fn, void *user);
 
+/* ---- blocking work, off the loop's thread (libuv's uv_queue_work) ----
+ * A call that blocks (an HTTP request to the instance metadata service, an upload, an ssh or
+ * Slurm client call) runs as work(user) on one of a few threads the loop starts when first
+ * asked (at most TD_LOOP_WORK_THREADS; queued work waits for a free one, in order); when it
+ * returns, after(l, user) runs on the loop's thread, in a later turn, where the results are
+ * acted on. work must not touch the loop; user is the caller's until after() has run or the
+ * work was cancelled. Each item is one call: periodic work is a timer that queues it. */
+#define TD_LOOP_WORK_THREADS 4
+typedef void (*td_loop_work_fn)(void *user);
+typedef void (*td_loop_after_fn)(td_loop *l, void *user);
+/* Queues work; returns its id (> 0) for td_loop_cancel_work, or 0 with the error recorded (no
+ * thread could be started). after may be NULL. */
+uint64_t td_loop_queue_work(td_loop *l, td_loop_work_fn work, td_loop_after_fn after,
+                            void *user);
+/* Cancels work: not yet started, it never runs; running, this waits until it returns (make it
+ * return soon: cancel the request it blocks in first). Either way its after() is never called,
+ * so the caller may free user once this returns. An id that ended and was handed to after(),
+ * or 0, is ignored. */
+void td_loop_cancel_work(td_loop *l, uint64_t id);
+/* Work items queued, running, or ended and not yet handed to their after(). */
+size_t td_loop_work_pending(const td_loop *l);
+/* td_loop_free cancels whatever work is left (waiting for running work to return). */
+
 /* Runs turns until td_loop_stop. TD_ERR_SYS if epoll itself fails (EINTR is not a failure). */
 td_status td_loop_run(td_loop *l);
 /* One turn, sleeping at most max_wait_s (< 0: until an event or the nearest timer). */

@@ -79,6 +79,9 @@ typedef struct td_run {
      * its config and its summary, each a JSON object's text; NULL when it recorded none. */
     char *config_json;
     char *summary_json;
+    /* When the ingest last saw one of the run's workers write (a metrics line, a log growing;
+     * the run store's run_activity), 0 when it has not yet: td_run_last_activity. Read only. */
+    double worker_activity_s;
 } td_run;
 
 /* ---- the run directory's layout: one table ----
@@ -340,6 +343,44 @@ td_status td_metrics_last(td_rundb *store, const char *run_id, td_metric_row **o
 /* Number of points stored for a run (all keys and ranks). */
 td_status td_metrics_count(td_rundb *store, const char *run_id, int64_t *out);
 
+/* ---- the metrics files: RUN/metrics/rank-<R>.jsonl (docs/metrics-format.md) ----
+ * Their names are made and read here only; their lines are written by the sink (C) and the
+ * Python SDK's writer (python/tandem/_run.py) and read by the ingester, and nothing else opens
+ * them: the UI and the verbs ask the store. */
+#define TD_METRICS_MAX_RANK 1000000
+/* "rank-<R>.jsonl" (the caller frees it). */
+char *td_metrics_file_name(int rank);
+/* rank-<R>.jsonl -> R; -1 for any other name (sys.jsonl included). */
+int td_metrics_file_rank(const char *name);
+/* Whether name is a system metrics file: sys.jsonl (the supervisor's) or sys-<NODE>.jsonl (a
+ * remote node agent's), whose lines name their rank. */
+int td_metrics_file_is_system(const char *name);
+/* rank-<R>.log (a worker's output in RUN/logs) -> R; -1 for any other name. */
+int td_log_file_rank(const char *name);
+
+/* ---- run events: the resume and restart lines of the metrics files, kept by the ingest ---- */
+typedef enum td_run_event_kind {
+    TD_RUN_EVENT_RESUME,  /* {"event": "resume", "step": S}: restarted from the checkpoint of S */
+    TD_RUN_EVENT_RESTART, /* {"event": "restart", "step": S}: the worker was started again */
+} td_run_event_kind;
+const char *td_run_event_kind_name(td_run_event_kind kind);
+/* "resume" / "restart" -> *out and 1; 0 for any other name. */
+int td_run_event_kind_parse(const char *name, td_run_event_kind *out);
+
+typedef struct td_run_event {
+    int64_t id; /* increases in the order the events were stored: a cursor */
+    td_run_event_kind kind;
+    int rank;
+    int64_t step;
+    double time_s; /* wall clock; 0 when the line had none and no later line dated it */
+} td_run_event;
+/* A run's events stored after cursor `after` (0: all), oldest first, at most limit (0: no
+ * limit); the caller frees *out. */
+td_status td_run_events(td_rundb *store, const char *run_id, int64_t after, size_t limit,
+                        td_run_event **out, size_t *count);
+/* The highest event id of a run now (0 when it has none): events stored later have higher ids. */
+td_status td_run_events_cursor(td_rundb *store, const char *run_id, int64_t *out);
+
 /* ---- ingest: tailing rank-<R>.jsonl files of a metrics directory ---- */
 typedef struct td_ingester td_ingester;
 
@@ -365,17 +406,22 @@ typedef struct td_metrics_sink td_metrics_sink;
  * NULL and the log functions below accept a NULL sink as a no-op. */
 td_status td_metrics_sink_open(const char *path, td_metrics_sink **out);
 void td_metrics_sink_close(td_metrics_sink *sink);
-/* Appends {"step": step, keys[i]: values[i]...} as one line with one write(2) (the format is
- * src/track/jsonl.h's: non-finite values as null, which stores no point). A key that is not
- * UTF-8, or a line over 4096 bytes, is TD_ERR_INVALID with nothing written. On a full disk:
- * TD_ERR_NOSPACE naming the filesystem, no half line left behind, and one warning from the
- * sink itself that points are being dropped (and one line when writing works again); the sink
- * stays usable, so callers should keep it and not log TD_ERR_NOSPACE again. */
+/* Appends {"step": step, "time": now, keys[i]: values[i]...} with one write(2), in the line
+ * schema of docs/metrics-format.md (a key named like a schema field, such as "step", gets a line
+ * {"key": K, "value": V, "step": S, "time": T} of its own; non-finite values are null, which
+ * stores no point). A key that is not UTF-8, or a line over 4096 bytes, is TD_ERR_INVALID with
+ * nothing written. On a full disk: TD_ERR_NOSPACE naming the filesystem, no half line left
+ * behind, and one warning from the sink itself that points are being dropped (and one line when
+ * writing works again); the sink stays usable, so callers should keep it and not log
+ * TD_ERR_NOSPACE again. */
 td_status td_metrics_sink_log(td_metrics_sink *sink, int64_t step, size_t count,
                               const char *const *keys, const double *values);
 td_status td_metrics_sink_log1(td_metrics_sink *sink, int64_t step, const char *key, double value);
-/* Appends {"event": "resume", "step": step}: the writer restarted from a checkpoint at step, so
- * the store drops this rank's points with a higher step. */
+/* Appends {"event": "resume"|"restart", "step": step, "time": now}. A resume: the writer
+ * restarted from a checkpoint at step, so the store drops this rank's points with a higher
+ * step. A restart: the worker was started again (by its launcher), going on from step. */
+td_status td_metrics_sink_event(td_metrics_sink *sink, td_run_event_kind kind, int64_t step);
+/* td_metrics_sink_event(sink, TD_RUN_EVENT_RESUME, step). */
 td_status td_metrics_sink_resume(td_metrics_sink *sink, int64_t step);
 
 /* ---- system metrics: CPU %, RSS and GPU use of every worker under a process ---- */
@@ -517,6 +563,109 @@ td_status td_metrics_since(td_rundb *store, const char *run_id, int64_t after, s
 /* How far the ingest has read <run_dir>/metrics/<file> (bytes; 0 before it starts). */
 td_status td_metrics_ingested_offset(td_rundb *store, const char *run_id, const char *file,
                                      int64_t *out);
+
+/* ---- the runs table's config columns, filters and states (query.c) ---- */
+
+/* One hyperparameter of a run as the runs table shows it: the workflow's params (tandem run
+ * --param, a workflow's params:) and what the script recorded as its config (the Python SDK's
+ * tandem.config, tandem train's own config; RUN/sdk.json), one namespace. Nested objects of the
+ * config are flattened with '.' ("optimizer.lr"); lists, nulls and strings over
+ * TD_RUN_FIELD_TEXT_MAX bytes are left out (tandem show and the run page have them whole). A
+ * param and a config key of the same name: the param wins (the user set it for this run). */
+#define TD_RUN_FIELD_TEXT_MAX 200
+#define TD_RUN_FIELDS_MAX     500
+typedef struct td_run_field {
+    char *key;
+    int is_number; /* number (or bool: 1/0 with text "true"/"false"): `number` holds it */
+    double number;
+    char *text; /* the value as shown: a number in its shortest exact form, a string as is */
+    int from_params; /* 1: a workflow param / --param; 0: the script's config */
+} td_run_field;
+/* The run's fields sorted by key, at most TD_RUN_FIELDS_MAX. Never fails: a params or config
+ * text that is not a JSON object adds nothing. Free with td_run_fields_free. */
+void td_run_fields(const td_run *run, td_run_field **out, size_t *count);
+void td_run_fields_free(td_run_field *fields, size_t count);
+/* The field named key, or NULL. */
+const td_run_field *td_run_field_find(const td_run_field *fields, size_t count, const char *key);
+
+/* A filter on one field: KEY=VALUE, KEY!=VALUE, KEY>N, KEY>=N, KEY<N, KEY<=N (tandem ps
+ * --filter, GET /api/runs?filter=, the page's filter box). Numbers compare as numbers, equal
+ * within a relative 1e-6 (tandem train records lr as a float: 0.200000003 is lr=0.2); anything
+ * else compares as text (true, false, adamw). A run without the field never matches (not even
+ * KEY!=V). */
+typedef enum { TD_FILTER_EQ, TD_FILTER_NE, TD_FILTER_LT, TD_FILTER_LE, TD_FILTER_GT, TD_FILTER_GE }
+    td_filter_op;
+typedef struct td_run_filter {
+    char *key;
+    td_filter_op op;
+    int is_number;
+    double number;
+    char *text;
+} td_run_filter;
+/* TD_ERR_INVALID naming the expression and the forms it may take (no operator, an empty key, a
+ * < or > with a value that is not a number). Clear with td_run_filter_clear. */
+td_status td_run_filter_parse(const char *expr, td_run_filter *out);
+void td_run_filter_clear(td_run_filter *f);
+int td_run_filter_match(const td_run_filter *f, const td_run_field *fields, size_t count);
+/* The three-way order of two fields' values for a sort: numbers numerically, before text; text
+ * by strcmp; a missing field (NULL) after both. */
+int td_run_field_cmp(const td_run_field *a, const td_run_field *b);
+
+/* When the run's workers last wrote anything, as the store knows it (worker_activity_s: the
+ * ingest's time for a worker's metrics lines, rank-*.jsonl and the others but the system
+ * samples sys*.jsonl, and the newest modification of its worker logs, RUN/logs/rank-*.log and
+ * node-*.log); the run's start when nothing was seen yet. 0 for a run that has not started.
+ * Opens no file: tandem ps and the ui list runs without touching their directories. */
+double td_run_last_activity(const td_run *run);
+/* Whole seconds a live run has been silent, when that is at least TANDEM_SILENT_S (default 900
+ * = 15 min, core.h's TD_ENV_MAP; 0 turns it off): "silent for N min" in tandem ps and the ui.
+ * 0 for a run that is not live or has written something since. */
+int64_t td_run_silent_s(const td_run *run, double now);
+
+/* Metric keys by how many of the given runs logged them: for each run its distinct keys (one
+ * index probe per key, the first max_per_run of them in name order), counted. keys[i] was
+ * logged by nruns_with[i] runs; sorted by that count, most first, then by name. Free with
+ * td_metrics_keys_free and free(). */
+td_status td_metrics_common_keys(td_rundb *store, const char *const *run_ids, size_t nruns,
+                                 size_t max_per_run, char ***keys, int64_t **nruns_with,
+                                 size_t *count);
+
+
+/* ---- what a run's cloud instances cost: RUN/instances.json, read as a run-dir file ----
+ * The aws executor writes the record (docs/cloud.md "What it costs"); the store reads it the way
+ * it reads run.json and sdk.json, so that tandem ps and the ui show a cost without depending on
+ * the executor. A live instance bills until it ends, so what is kept is each instance's hourly
+ * price and lifetime, and a reader asks for the figure at the time it wants (now, or a metric
+ * point's time for the ui's cost axis). */
+typedef struct td_run_cost_instance {
+    char id[64];
+    char type[64];
+    char market[32];       /* "spot" or "on-demand" */
+    char zone[64];
+    char price_source[96]; /* where the price came from; "" when none */
+    double usd_per_hour;   /* 0: no price known (left out of the sum, counted as unpriced) */
+    double launched_s;     /* 0: not known */
+    double ended_s;        /* 0: still billing */
+} td_run_cost_instance;
+
+typedef struct td_run_cost {
+    td_run_cost_instance *items;
+    size_t count;
+    size_t unpriced; /* instances without a price */
+} td_run_cost;
+
+/* Reads RUN/instances.json of run_dir. TD_ERR_NOTFOUND when the run has none (not a cloud run);
+ * TD_ERR_FORMAT naming the file when it is not the documented record. Clear with
+ * td_run_cost_clear. Opens that one small file, never follows a link nor blocks on a FIFO. */
+td_status td_run_cost_read(const char *run_dir, td_run_cost *out);
+void td_run_cost_clear(td_run_cost *c);
+/* Whether any instance has a price: otherwise the run's cost is unknown ("-", null), not 0. */
+int td_run_cost_priced(const td_run_cost *c);
+/* USD accrued by time t_s (epoch seconds): each priced instance's usd_per_hour times the part of
+ * its lifetime before t_s. Equals the record's cost_usd for t_s at or after every end. */
+double td_run_cost_at(const td_run_cost *c, double t_s);
+/* USD per hour billing at time t_s: the sum of the prices of the instances alive then. */
+double td_run_cost_rate(const td_run_cost *c, double t_s);
 
 #ifdef __cplusplus
 }

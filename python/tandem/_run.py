@@ -18,9 +18,34 @@ import time
 SDK_VERSION = "0.1.0"
 SDK_JSON_FORMAT = 1
 
-# Members a metric line gives a meaning of its own (src/track/ingest.c): a key named so is
-# written as a one-point line {"key": K, "value": V, "step": S} instead.
+# The metrics line schema (docs/metrics-format.md), written here only on the Python side, as
+# src/track/sink.c writes it on the C side. Members a metric line gives a meaning of its own: a
+# key named so is written as a one-point line {"key": K, "value": V, "step": S, "time": T}.
 RESERVED_KEYS = ("step", "time", "rank", "key", "value", "event")
+EVENT_KINDS = ("resume", "restart")
+
+
+def metric_lines(step, values, now):
+    """The lines of one log call: {"step": S, "time": T, k: v...} for the plain keys (a value
+    None, a NaN or infinity, is null: no point), one line of its own for each reserved key."""
+    plain = {"step": step, "time": now}
+    lines = []
+    for k, v in values.items():
+        if k in RESERVED_KEYS:
+            if v is not None:
+                lines.append({"key": k, "value": v, "step": step, "time": now})
+        else:
+            plain[k] = v
+    if len(plain) > 2 or not lines:
+        lines.insert(0, plain)
+    return "".join(json.dumps(l, allow_nan=False) + "\n" for l in lines).encode()
+
+
+def event_line(kind, step, now):
+    """{"event": "resume"|"restart", "step": S, "time": T}."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"tandem: unknown metrics event {kind!r}; one of {EVENT_KINDS}")
+    return (json.dumps({"event": kind, "step": int(step), "time": now}) + "\n").encode()
 
 INT64_MAX = (1 << 63) - 1
 
@@ -459,18 +484,7 @@ class Run:
         if not self.logs or self._forked():
             self._advance(s, values)
             return
-        now = time.time()
-        plain = {"step": s, "time": now}
-        lines = []
-        for k, v in values.items():
-            if k in RESERVED_KEYS:
-                if v is not None:
-                    lines.append({"key": k, "value": v, "step": s, "time": now})
-            else:
-                plain[k] = v
-        if len(plain) > 2 or not lines:
-            lines.insert(0, plain)
-        self._append("".join(json.dumps(l, allow_nan=False) + "\n" for l in lines).encode())
+        self._append(metric_lines(s, values, time.time()))
         self._advance(s, values)
 
     def log_new(self, data, step):
@@ -503,7 +517,7 @@ class Run:
         """A checkpoint of step `step` was loaded: the steps after it will be logged again. The
         resume line makes the store drop this rank's points past it (docs/runs.md)."""
         if self.logs:
-            self._append((json.dumps({"event": "resume", "step": int(step)}) + "\n").encode())
+            self._append(event_line("resume", step, time.time()))
         self._last_step = int(step)
         self._step_keys = None
 

@@ -1,12 +1,16 @@
 /* The event loop (loop.h): epoll for descriptors, an unsorted timer table scanned each turn
- * (a process has a handful of timers: ae.c's reasoning), pidfds for children. */
+ * (a process has a handful of timers: ae.c's reasoning), pidfds for children, and a small pool
+ * of threads for blocking work whose ends come back through an eventfd (uv_queue_work). */
 #include "tandem/loop.h"
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,7 +52,10 @@ struct td_loop {
     td_loop_hook_fn before;
     void *before_user;
     bool stop;
+    struct loop_work *work; /* NULL until the first td_loop_queue_work */
 };
+
+static void work_free(td_loop *l);
 
 td_status td_loop_new(td_loop **out) {
     td_loop *l = td_xcalloc(1, sizeof *l);
@@ -63,6 +70,7 @@ td_status td_loop_new(td_loop **out) {
 
 void td_loop_free(td_loop *l) {
     if (!l) return;
+    work_free(l);
     for (int i = 0; i < l->nchildren; i++)
         if (l->children[i].pidfd >= 0) close(l->children[i].pidfd);
     close(l->epfd);
@@ -257,6 +265,194 @@ td_status td_loop_turn(td_loop *l, double max_wait_s) {
 td_status td_loop_run(td_loop *l) {
     while (!l->stop) TD_CHECK(td_loop_turn(l, -1));
     return TD_OK;
+}
+
+/* ---- blocking work on threads (td_loop_queue_work) ---- */
+
+typedef enum { WORK_QUEUED, WORK_RUNNING, WORK_DONE } work_state;
+
+typedef struct work_item {
+    uint64_t id;
+    work_state state;
+    td_loop_work_fn work;
+    td_loop_after_fn after;
+    void *user;
+    struct work_item *next;
+} work_item;
+
+struct loop_work {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;   /* a thread waits here for queued work */
+    pthread_cond_t ended;  /* a cancel waits here for running work to end */
+    work_item *items;      /* every item not yet handed to its after(), oldest first */
+    pthread_t threads[TD_LOOP_WORK_THREADS];
+    int nthreads, idle;
+    bool quit;
+    int efd; /* eventfd, watched by the loop: some work ended */
+    uint64_t next_id;
+};
+
+/* The oldest queued item, marked running; NULL when there is none. Under the lock. */
+static work_item *take_queued(struct loop_work *w) {
+    for (work_item *it = w->items; it; it = it->next)
+        if (it->state == WORK_QUEUED) {
+            it->state = WORK_RUNNING;
+            return it;
+        }
+    return NULL;
+}
+
+static void *work_thread(void *arg) {
+    struct loop_work *w = arg;
+    /* Signals are the loop thread's business (a signalfd there needs them blocked everywhere). */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        work_item *it = w->quit ? NULL : take_queued(w);
+        if (!it) {
+            if (w->quit) break;
+            w->idle++;
+            pthread_cond_wait(&w->wake, &w->lock);
+            w->idle--;
+            continue;
+        }
+        pthread_mutex_unlock(&w->lock);
+        it->work(it->user);
+        pthread_mutex_lock(&w->lock);
+        it->state = WORK_DONE;
+        pthread_cond_broadcast(&w->ended);
+        uint64_t one = 1;
+        ssize_t r = write(w->efd, &one, sizeof one);
+        (void)r; /* a full counter wakes the loop as well */
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static void unlink_item(struct loop_work *w, work_item *it) {
+    for (work_item **p = &w->items; *p; p = &(*p)->next)
+        if (*p == it) {
+            *p = it->next;
+            return;
+        }
+}
+
+/* On the loop: hands each ended item to its after(), in the order they were queued. */
+static void on_work_ended(td_loop *l, int fd, unsigned events, void *user) {
+    (void)events, (void)user;
+    uint64_t n;
+    ssize_t r = read(fd, &n, sizeof n);
+    (void)r;
+    struct loop_work *w = l->work;
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        work_item *it = w->items;
+        while (it && it->state != WORK_DONE) it = it->next;
+        if (it) unlink_item(w, it);
+        pthread_mutex_unlock(&w->lock);
+        if (!it) return;
+        if (it->after) it->after(l, it->user);
+        free(it);
+    }
+}
+
+static td_status work_init(td_loop *l) {
+    struct loop_work *w = td_xcalloc(1, sizeof *w);
+    w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->efd < 0) {
+        free(w);
+        return td_error_errno(TD_ERR_SYS, "eventfd for the loop's work queue");
+    }
+    td_status st = td_loop_watch(l, w->efd, TD_LOOP_READ, on_work_ended, NULL);
+    if (st != TD_OK) {
+        close(w->efd);
+        free(w);
+        return st;
+    }
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->ended, NULL);
+    l->work = w;
+    return TD_OK;
+}
+
+uint64_t td_loop_queue_work(td_loop *l, td_loop_work_fn work, td_loop_after_fn after,
+                            void *user) {
+    if (!work) {
+        td_error(TD_ERR_INVALID, "td_loop_queue_work: no work function");
+        return 0;
+    }
+    if (!l->work && work_init(l) != TD_OK) return 0;
+    struct loop_work *w = l->work;
+    work_item *it = td_xcalloc(1, sizeof *it);
+    *it = (work_item){.state = WORK_QUEUED, .work = work, .after = after, .user = user};
+    pthread_mutex_lock(&w->lock);
+    it->id = ++w->next_id;
+    work_item **tail = &w->items;
+    while (*tail) tail = &(*tail)->next;
+    *tail = it;
+    uint64_t id = it->id;
+    if (!w->idle && w->nthreads < TD_LOOP_WORK_THREADS) {
+        if (pthread_create(&w->threads[w->nthreads], NULL, work_thread, w) == 0)
+            w->nthreads++;
+        else if (!w->nthreads) {
+            unlink_item(w, it);
+            pthread_mutex_unlock(&w->lock);
+            free(it);
+            td_error(TD_ERR_SYS, "td_loop_queue_work: cannot start a thread");
+            return 0;
+        }
+    }
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    return id;
+}
+
+void td_loop_cancel_work(td_loop *l, uint64_t id) {
+    struct loop_work *w = l->work;
+    if (!w || !id) return;
+    pthread_mutex_lock(&w->lock);
+    work_item *it = w->items;
+    while (it && it->id != id) it = it->next;
+    while (it && it->state == WORK_RUNNING) pthread_cond_wait(&w->ended, &w->lock);
+    if (it) unlink_item(w, it);
+    pthread_mutex_unlock(&w->lock);
+    free(it);
+}
+
+size_t td_loop_work_pending(const td_loop *l) {
+    struct loop_work *w = l->work;
+    if (!w) return 0;
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    for (const work_item *it = w->items; it; it = it->next) n++;
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+/* Work still queued is dropped, running work is waited for; no after() is called. */
+static void work_free(td_loop *l) {
+    struct loop_work *w = l->work;
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    w->quit = true;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+    while (w->items) {
+        work_item *it = w->items;
+        w->items = it->next;
+        free(it);
+    }
+    td_loop_unwatch(l, w->efd);
+    close(w->efd);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->ended);
+    free(w);
+    l->work = NULL;
 }
 
 /* ---- a wait ---- */

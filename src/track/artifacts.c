@@ -444,10 +444,8 @@ td_status td_logs_scan(td_rundb *store, const td_run *run, td_log_file **out, si
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
-            int rank;
-            char tail[8];
-            if (sscanf(e->d_name, "rank-%d.lo%1[g]", &rank, tail) == 2 && strlen(e->d_name) >= 10 &&
-                !strcmp(e->d_name + strlen(e->d_name) - 4, ".log")) {
+            int rank = td_log_file_rank(e->d_name);
+            if (rank >= 0) {
             } else if (!strcmp(e->d_name, "setup.log") || !strcmp(e->d_name, "supervisor.log")) {
                 rank = -1;
             } else {

@@ -25,6 +25,7 @@ struct file_state {
     int warned;
     int unreadable;       /* skipped (not a regular file, cannot be opened or read): said once */
     int64_t known_offset; /* hint only: skip the transaction when the file has not grown */
+    int undated_event;    /* an event without "time" was stored: the next dated line dates it */
 };
 
 struct td_ingester {
@@ -40,6 +41,13 @@ struct td_ingester {
                           * ingester works beside the main one and leaves the telling to it */
     unsigned generation; /* the store's: run_seq belongs to the database file opened then */
     int nospace;         /* the disk is full: said once, and again when it is over */
+    int events_only;     /* inside backfill_events: lines already stored, their events are not */
+    /* The run's sign of life (run_activity, the "silent" state of tandem ps and the ui): when a
+     * worker's metrics file or log last grew, as this ingester stored it. logs_dir: RUN/logs,
+     * beside the metrics directory; NULL for an `only` ingester, which leaves it to the main,
+     * and for one reading files after the fact (td__ingester_skip_activity). */
+    char *logs_dir;
+    double activity_stored;
 };
 
 td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metrics_dir,
@@ -53,6 +61,13 @@ td_status td_ingester_new(td_rundb *store, const char *run_id, const char *metri
     ing->dir = td_xstrdup(metrics_dir);
     ing->buf = td_xmalloc(INGEST_CHUNK_BYTES + 1);
     ing->generation = store->generation;
+    /* The metrics directory is RUN/metrics (td_run_path): its parent is the run directory. */
+    const char *slash = strrchr(metrics_dir, '/');
+    if (slash && slash != metrics_dir) {
+        char *run_dir = td_xasprintf("%.*s", (int)(slash - metrics_dir), metrics_dir);
+        ing->logs_dir = td_run_path(run_dir, TD_RUN_PATH_LOGS);
+        free(run_dir);
+    }
     *out = ing;
     return TD_OK;
 }
@@ -64,6 +79,7 @@ void td_ingester_free(td_ingester *ing) {
     free(ing->run_id);
     free(ing->dir);
     free(ing->only);
+    free(ing->logs_dir);
     free(ing->buf);
     free(ing);
 }
@@ -72,30 +88,26 @@ td_status td__ingester_new_file(td_rundb *store, const char *run_id, const char 
                                 const char *name, td_ingester **out) {
     TD_CHECK(td_ingester_new(store, run_id, metrics_dir, out));
     (*out)->only = td_xstrdup(name);
+    td__ingester_skip_activity(*out);
     return TD_OK;
+}
+
+void td__ingester_skip_activity(td_ingester *ing) {
+    free(ing->logs_dir);
+    ing->logs_dir = NULL;
 }
 
 size_t td_ingester_malformed(const td_ingester *ing) {
     return ing->malformed;
 }
 
-/* Ranks of files: rank-<R>.jsonl is rank R's; sys.jsonl (the supervisor's system metrics, see
- * sysmon.c) names the rank on each line. */
+/* Ranks of files: rank-<R>.jsonl is rank R's (td_metrics_file_rank); a system metrics file
+ * (sys.jsonl, the supervisor's, see sysmon.c; sys-<NODE>.jsonl, a node agent's) names the rank
+ * on each line. */
 #define RANK_PER_LINE (-2)
 
-/* rank-<R>.jsonl -> R; sys.jsonl and sys-<NODE>.jsonl (a remote node agent's system metrics)
- * -> RANK_PER_LINE; -1 for any other name. */
 static int rank_of(const char *name) {
-    size_t n = strlen(name);
-    if (!strcmp(name, "sys.jsonl") ||
-        (!strncmp(name, "sys-", 4) && n > 10 && !strcmp(name + n - 6, ".jsonl")))
-        return RANK_PER_LINE;
-    if (strncmp(name, "rank-", 5)) return -1;
-    const char *p = name + 5;
-    if (*p < '0' || *p > '9') return -1;
-    long r = 0;
-    while (*p >= '0' && *p <= '9' && r < 1000000) r = r * 10 + (*p++ - '0');
-    return strcmp(p, ".jsonl") ? -1 : (int)r;
+    return td_metrics_file_is_system(name) ? RANK_PER_LINE : td_metrics_file_rank(name);
 }
 
 static void refresh_files(td_ingester *ing) {
@@ -110,7 +122,7 @@ static void refresh_files(td_ingester *ing) {
             known = !strcmp(ing->files[i].name, e->d_name);
         if (known) continue;
         ing->files = td_xrealloc(ing->files, (ing->nfiles + 1) * sizeof *ing->files);
-        ing->files[ing->nfiles++] = (struct file_state){td_xstrdup(e->d_name), rank, 0, 0, -1};
+        ing->files[ing->nfiles++] = (struct file_state){td_xstrdup(e->d_name), rank, 0, 0, -1, 0};
     }
     closedir(d);
 }
@@ -137,6 +149,10 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
     size_t i = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
     if (i == len) return TD_OK; /* blank line */
+    /* Reading again for events only: the lines that hold none are not parsed. */
+    if (ing->events_only && !memmem(line, len, "\"event\"", 7) &&
+        !(f->undated_event && memmem(line, len, "\"time\"", 6)))
+        return TD_OK;
     json_error_t jerr;
     json_t *obj = json_loadb(line, len, 0, &jerr);
     td_status st = TD_OK;
@@ -160,19 +176,35 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
         }
         rank = (int)r;
     }
+    json_t *jtime = json_object_get(obj, "time");
+    int dated = jtime && json_is_number(jtime);
+    double t = dated ? json_number_value(jtime) : now;
+    if (dated && f->undated_event) {
+        /* Resume lines written before every line had a time (docs/metrics-format.md) take the
+         * time of the line after them, as the chart marks always did. */
+        TD_CHECK_GOTO(td__run_events_date(ing->store, ing->run_seq, f->name, t), st, out);
+        f->undated_event = 0;
+    }
     json_t *event = json_object_get(obj, "event");
     if (event) {
-        if (json_is_string(event) && !strcmp(json_string_value(event), "resume")) {
-            if (!jstep)
+        td_run_event_kind kind;
+        if (td_run_event_kind_parse(json_string_value(event), &kind)) {
+            if (!jstep) {
                 *malformed = 1;
-            else
-                st = td__metrics_cut(ing->store, ing->run_seq, rank, step);
+                goto out;
+            }
+            /* The cut and the event land in the same transaction: whoever sees the event
+             * (the UI's stream says `reset`) sees the points cut back too. */
+            if (kind == TD_RUN_EVENT_RESUME && !ing->events_only)
+                TD_CHECK_GOTO(td__metrics_cut(ing->store, ing->run_seq, rank, step), st, out);
+            TD_CHECK_GOTO(td__run_event_insert(ing->store, ing->run_seq, f->name, line_no, rank,
+                                               kind, step, dated ? t : 0),
+                          st, out);
+            if (!dated) f->undated_event = 1;
         }
-        goto out; /* other events carry no points */
+        goto out; /* events carry no points; unknown ones are ignored */
     }
-    double t = now;
-    json_t *jtime = json_object_get(obj, "time");
-    if (jtime && json_is_number(jtime)) t = json_number_value(jtime);
+    if (ing->events_only) goto out;
     json_t *jkey = json_object_get(obj, "key");
     if (jkey) {
         json_t *jval = json_object_get(obj, "value");
@@ -204,6 +236,69 @@ static td_status ingest_line(td_ingester *ing, struct file_state *f, const char 
 out:
     json_decref(obj);
     return st;
+}
+
+/* ---- the run's sign of life ----
+ * "Silent for N min" (td_run_silent_s) asks the store when a worker last wrote, so that tandem
+ * ps and the ui list runs without opening any run's files. The ingest, which looks at the files
+ * anyway, stores it: the modification time of a worker's metrics file (not the system samples,
+ * which go on while a worker hangs) when it gave complete lines, in that poll's transaction, and
+ * the newest modification of a worker's log. Stored at most once a second (the state counts seconds):
+ * a run printing all the time costs one small write a second, not one per poll. */
+#define ACTIVITY_RESOLUTION_S 1.0
+
+static int is_worker_log(const char *name) {
+    size_t n = strlen(name);
+    return n > 4 && !strcmp(name + n - 4, ".log") &&
+           (!strncmp(name, "rank-", 5) || !strncmp(name, "node-", 5));
+}
+
+/* The newest modification time of the worker logs (rank-*.log, node-*.log: not setup.log nor
+ * supervisor.log); 0 when there are none. */
+static double newest_worker_log(const char *dir) {
+    double best = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_worker_log(e->d_name)) continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        double t = (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
+        if (t > best) best = t;
+    }
+    closedir(d);
+    return best;
+}
+
+static int activity_due(const td_ingester *ing, double t) {
+    return t >= ing->activity_stored + ACTIVITY_RESOLUTION_S;
+}
+
+/* Records t as the run's last sign of life (never moving it back: another ingester may have
+ * stored a later one). In the caller's transaction, or alone, retried while busy. */
+static td_status store_activity(td_ingester *ing, double t) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(ing->store,
+                               "INSERT INTO run_activity(run, worker_s) VALUES(?, ?)"
+                               " ON CONFLICT(run) DO UPDATE"
+                               " SET worker_s = max(worker_s, excluded.worker_s)",
+                               &q));
+    sqlite3_bind_int64(q, 1, ing->run_seq);
+    sqlite3_bind_double(q, 2, t);
+    td_status st = td__rundb_step(ing->store, q, "store when a worker last wrote");
+    sqlite3_finalize(q);
+    return st;
+}
+
+static td_status poll_logs(td_ingester *ing) {
+    if (!ing->logs_dir) return TD_OK;
+    double t = newest_worker_log(ing->logs_dir);
+    if (!activity_due(ing, t)) return TD_OK;
+    TD_CHECK(store_activity(ing, t));
+    ing->activity_stored = t;
+    return TD_OK;
 }
 
 static td_status read_offset(td_ingester *ing, const char *name, int64_t *offset, int64_t *line,
@@ -244,6 +339,70 @@ static td_status write_offset(td_ingester *ing, const char *name, int64_t offset
     td_status st = sqlite3_step(q) == SQLITE_DONE
                        ? TD_OK
                        : td__rundb_err(ing->store, "store an ingest offset");
+    sqlite3_finalize(q);
+    return st;
+}
+
+/* The events of a file's first upto bytes, read again for an index made before the run_events
+ * table (run_events_backfill, store.c): the lines are numbered as the ingest numbered them (a
+ * line longer than a chunk counts as the ingest counts it), nothing but events is stored, no
+ * cut is applied again. Inside the poll's transaction. */
+static td_status backfill_events(td_ingester *ing, struct file_state *f, int fd, int64_t upto) {
+    td_status st = TD_OK;
+    int64_t offset = 0, line_no = 0;
+    size_t ignored = 0;
+    ing->events_only = 1;
+    while (offset < upto && st == TD_OK) {
+        size_t want = (size_t)TD_MIN((int64_t)INGEST_CHUNK_BYTES, upto - offset), got = 0;
+        while (got < want) {
+            ssize_t n = pread(fd, ing->buf + got, want - got, (off_t)(offset + (int64_t)got));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            got += (size_t)n;
+        }
+        size_t consumed = 0;
+        while (consumed < got && st == TD_OK) {
+            char *nl = memchr(ing->buf + consumed, '\n', got - consumed);
+            if (!nl) break;
+            size_t len = (size_t)(nl - (ing->buf + consumed));
+            int malformed;
+            st = ingest_line(ing, f, ing->buf + consumed, len, ++line_no, 0, &ignored, &malformed);
+            consumed += len + 1;
+        }
+        if (consumed == 0) {
+            if (got < INGEST_CHUNK_BYTES) break; /* the file ends (or shrank) before upto */
+            consumed = got;                      /* one line longer than the chunk */
+            line_no++;
+        }
+        offset += (int64_t)consumed;
+    }
+    ing->events_only = 0;
+    return st;
+}
+
+/* Reads the events of the part of f an older index ingested, when run_events_backfill says so
+ * (reread: 0 when the file is read again from its start anyway), and forgets the row. */
+static td_status backfill_if_due(td_ingester *ing, struct file_state *f, int fd, int reread) {
+    sqlite3_stmt *q = NULL;
+    TD_CHECK(td__rundb_prepare(ing->store,
+                               "SELECT upto FROM run_events_backfill WHERE run = ? AND file = ?",
+                               &q));
+    sqlite3_bind_int64(q, 1, ing->run_seq);
+    sqlite3_bind_text(q, 2, f->name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    int64_t upto = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : -1;
+    sqlite3_finalize(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return td__rundb_err(ing->store, "read the events to read again");
+    if (upto < 0) return TD_OK;
+    if (!reread) TD_CHECK(backfill_events(ing, f, fd, upto));
+    TD_CHECK(td__rundb_prepare(ing->store,
+                               "DELETE FROM run_events_backfill WHERE run = ? AND file = ?", &q));
+    sqlite3_bind_int64(q, 1, ing->run_seq);
+    sqlite3_bind_text(q, 2, f->name, -1, SQLITE_STATIC);
+    td_status st = sqlite3_step(q) == SQLITE_DONE
+                       ? TD_OK
+                       : td__rundb_err(ing->store, "forget the events to read again");
     sqlite3_finalize(q);
     return st;
 }
@@ -318,7 +477,9 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
                     "start",
                     path, (long long)offset, (long long)sb.st_size);
         offset = line_no = 0;
+        TD_CHECK_GOTO(td__run_events_forget_file(ing->store, ing->run_seq, f->name), st, rollback);
     }
+    TD_CHECK_GOTO(backfill_if_due(ing, f, fd, offset == 0), st, rollback);
     size_t want = (size_t)TD_MIN((int64_t)INGEST_CHUNK_BYTES, (int64_t)sb.st_size - offset);
     size_t got = 0;
     while (got < want) {
@@ -362,7 +523,14 @@ static td_status poll_file(td_ingester *ing, struct file_state *f, size_t *npoin
     }
     TD_CHECK_GOTO(write_offset(ing, f->name, offset + (int64_t)consumed, line_no, bad), st,
                   rollback);
+    /* The file's modification time, not the clock: a reindex or an import reading old lines
+     * is no sign of life. */
+    double written = (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
+    int active = consumed > 0 && ing->logs_dir && !td_metrics_file_is_system(f->name) &&
+                 activity_due(ing, written);
+    if (active) TD_CHECK_GOTO(store_activity(ing, written), st, rollback);
     TD_CHECK_GOTO(td__rundb_commit(ing->store), st, rollback);
+    if (active) ing->activity_stored = written;
     *npoints += stored;
     f->unreadable = 0; /* read again: a later problem is said again */
     f->known_offset = offset + (int64_t)consumed;
@@ -393,6 +561,7 @@ td_status td_ingester_poll(td_ingester *ing, size_t *npoints) {
         if (st == TD_OK) {
             ing->generation = ing->store->generation;
             for (size_t i = 0; i < ing->nfiles; i++) ing->files[i].known_offset = -1;
+            ing->activity_stored = 0;
         }
     }
     if (st == TD_OK) {
@@ -401,6 +570,7 @@ td_status td_ingester_poll(td_ingester *ing, size_t *npoints) {
             int more = 1;
             while (more && st == TD_OK) st = poll_file(ing, &ing->files[i], &total, &more);
         }
+        if (st == TD_OK) st = poll_logs(ing);
     }
     if (npoints) *npoints = total;
     if (st == TD_ERR_NOSPACE) {

@@ -27,12 +27,6 @@ static void key_index_grow(td_rundb *store) {
         store->key_slots[key_slot(store, store->keys[k].name)] = (uint32_t)(k + 1);
 }
 
-void td__metric_keys_forget(td_rundb *store) {
-    for (size_t i = 0; i < store->nkeys; i++) free(store->keys[i].name);
-    store->nkeys = 0;
-    if (store->key_slots) memset(store->key_slots, 0, store->nslots * sizeof *store->key_slots);
-}
-
 td_status td__metric_key_id(td_rundb *store, const char *name, int64_t *out) {
     if (store->nslots) {
         uint32_t at = store->key_slots[key_slot(store, name)];

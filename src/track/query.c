@@ -11,7 +11,10 @@
  * first, lowest, highest and last point: no extreme is lost and the answer is deterministic. */
 #include "store_internal.h"
 
+#include <fcntl.h>
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -95,16 +98,8 @@ static td_status key_id(td_rundb *store, const char *name, int64_t *id, int *fou
     return st;
 }
 
-/* The read transactions below give each answer one snapshot (a series' ranks and its range
- * agree). BEGIN is deferred: it takes no lock until the first read, and never the write lock. */
-static td_status read_begin(td_rundb *store) {
-    return td__rundb_exec(store, "BEGIN");
-}
-
-static void read_end(td_rundb *store) {
-    if (!sqlite3_get_autocommit(store->db)) sqlite3_exec(store->db, "COMMIT", NULL, NULL, NULL);
-}
-
+/* The read transactions below (td__rundb_read_begin) give each answer one snapshot: a series'
+ * ranks and its range agree. */
 /* The ranks that have a key in a run, ascending: one index probe per rank. *cache: the statement,
  * prepared at the first call and kept by the caller (who finalizes it): preparing it for each of
  * 100,000 keys costs more than the probes. */
@@ -191,7 +186,7 @@ td_status td_metrics_keys_summary(td_rundb *store, const char *run_id, td_metric
     size_t cap = 0, nranks = 0, ri = 0;
     int64_t k = INT64_MIN;
     int *ranks = NULL;
-    TD_CHECK(read_begin(store));
+    TD_CHECK(td__rundb_read_begin(store));
     /* (key, rank) pairs by skipping through the index: one probe per key and one per rank (a
      * row-value probe, (key, rank) > (?, ?), would walk the previous pair's rows). */
     TD_CHECK_GOTO(td__rundb_prepare(store,
@@ -279,7 +274,7 @@ out:
     sqlite3_finalize(name);
     sqlite3_finalize(ranks_q);
     for (int e = 0; e < 4; e++) sqlite3_finalize(ext[e]);
-    read_end(store);
+    td__rundb_read_end(store);
     if (st != TD_OK) {
         td_metric_key_summaries_free(*out, *count);
         *out = NULL;
@@ -298,7 +293,7 @@ td_status td_metrics_stats(td_rundb *store, const char *run_id, const char *cons
     TD_CHECK(td__run_seq(store, run_id, &seq));
     td_status st = TD_OK;
     sqlite3_stmt *low = NULL, *last = NULL, *min = NULL, *max = NULL;
-    TD_CHECK(read_begin(store));
+    TD_CHECK(td__rundb_read_begin(store));
     TD_CHECK_GOTO(td__rundb_prepare(store,
                                     "SELECT rank FROM metrics WHERE run = ?1 AND key = ?2"
                                     " ORDER BY rank LIMIT 1",
@@ -359,7 +354,7 @@ out:
     sqlite3_finalize(last);
     sqlite3_finalize(min);
     sqlite3_finalize(max);
-    read_end(store);
+    td__rundb_read_end(store);
     if (st != TD_OK) memset(out, 0, nkeys * sizeof *out);
     return st;
 }
@@ -482,7 +477,7 @@ td_status td_metrics_series(td_rundb *store, const char *run_id, const td_series
     int *ranks = NULL;
     size_t nranks = 0;
     sqlite3_stmt *ranks_q = NULL, *lo_q = NULL, *hi_q = NULL;
-    TD_CHECK(read_begin(store));
+    TD_CHECK(td__rundb_read_begin(store));
     TD_CHECK_GOTO(key_id(store, q->key, &key, &found), st, out);
     if (found) TD_CHECK_GOTO(key_ranks(store, &ranks_q, seq, key, &ranks, &nranks), st, out);
     if (!nranks) {
@@ -553,7 +548,7 @@ out:
     sqlite3_finalize(ranks_q);
     sqlite3_finalize(lo_q);
     sqlite3_finalize(hi_q);
-    read_end(store);
+    td__rundb_read_end(store);
     free(ranks);
     if (st != TD_OK) td_series_result_clear(out);
     return st;
@@ -581,7 +576,7 @@ td_status td_metrics_since(td_rundb *store, const char *run_id, int64_t after, s
     TD_CHECK(td__run_seq(store, run_id, &seq));
     td_status st = TD_OK;
     sqlite3_stmt *q = NULL;
-    TD_CHECK(read_begin(store));
+    TD_CHECK(td__rundb_read_begin(store));
     TD_CHECK_GOTO(td_metrics_cursor(store, &high), st, out);
     /* A rowid range of the table itself: only rows written since `after` are visited. */
     TD_CHECK_GOTO(td__rundb_prepare(store,
@@ -618,7 +613,7 @@ td_status td_metrics_since(td_rundb *store, const char *run_id, int64_t after, s
     *cursor_out = *count == limit ? last : (high > after ? high : after);
 out:
     sqlite3_finalize(q);
-    read_end(store);
+    td__rundb_read_end(store);
     if (st != TD_OK) {
         td_metric_rows_free(*out, *count);
         *out = NULL;

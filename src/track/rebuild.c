@@ -29,29 +29,6 @@ typedef struct {
     double created_s; /* for ordering: run.json's, else the directory's oldest time */
 } run_dir_entry;
 
-static int is_run_dir_name(const char *name) {
-    return name[0] != '.' && td__run_number(name) > 0;
-}
-
-int td__runs_dir_has_runs(const char *store_dir) {
-    char *runs = td_xasprintf("%s/runs", store_dir);
-    DIR *d = opendir(runs);
-    int found = 0;
-    if (d) {
-        struct dirent *e;
-        while (!found && (e = readdir(d))) {
-            if (!is_run_dir_name(e->d_name)) continue;
-            char *p = td_xasprintf("%s/%s", runs, e->d_name);
-            struct stat sb;
-            found = stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-            free(p);
-        }
-        closedir(d);
-    }
-    free(runs);
-    return found;
-}
-
 static double mtime_of(const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) return 0;
@@ -76,9 +53,9 @@ static void dir_facts(const char *run_dir, double *oldest, double *newest, int *
         DIR *d = ranks ? opendir(p) : NULL;
         struct dirent *e;
         while (d && (e = readdir(d))) {
-            int rank;
-            if (sscanf(e->d_name, "rank-%d.", &rank) == 1 && rank > *max_rank && rank < 100000)
-                *max_rank = rank;
+            int rank = subdirs[i] == TD_RUN_PATH_LOGS ? td_log_file_rank(e->d_name)
+                                                      : td_metrics_file_rank(e->d_name);
+            if (rank > *max_rank && rank < 100000) *max_rank = rank;
             char *f = td_xasprintf("%s/%s", p, e->d_name);
             double ft = mtime_of(f);
             if (ft > *newest) *newest = ft;
@@ -156,7 +133,7 @@ static td_status list_run_dirs(td_rundb *store, run_dir_entry **out, size_t *cou
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char *path = td_xasprintf("%s/%s", runs, e->d_name);
         struct stat sb;
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || !is_run_dir_name(e->d_name)) {
+        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || !td__is_run_dir_name(e->d_name)) {
             TD_LOG_WARN("%s is not a run directory (<workflow>-<number>); left out of the index",
                         path);
             (*skipped)++;
@@ -195,28 +172,6 @@ static td_status list_run_dirs(td_rundb *store, run_dir_entry **out, size_t *cou
     free(runs);
     if (*count) qsort(*out, *count, sizeof **out, cmp_entry);
     return TD_OK;
-}
-
-td_status td__run_sync_files(td_rundb *store, const td_run *run, int only_missing, int64_t *npoints,
-                             size_t *nartifacts, size_t *nlogs) {
-    td_ingester *ing = NULL;
-    char *metrics = td_run_path(run->run_dir, TD_RUN_PATH_METRICS);
-    td_status st = td_ingester_new(store, run->id, metrics, &ing);
-    free(metrics);
-    size_t points = 0, arts = 0;
-    if (st == TD_OK) st = td_ingester_poll(ing, &points);
-    td_ingester_free(ing);
-    if (st == TD_OK) st = td__artifacts_register_dir(store, run, only_missing, &arts);
-    td_log_file *logs = NULL;
-    size_t n = 0;
-    if (st == TD_OK) st = td_logs_scan(store, run, &logs, &n);
-    td_log_files_free(logs, n);
-    /* What the script recorded through the SDK: a malformed file is a warning, not a failure. */
-    if (st == TD_OK) st = td_run_sdk_sync(store, run, NULL, NULL);
-    if (npoints) *npoints += (int64_t)points;
-    if (nartifacts) *nartifacts += arts;
-    if (nlogs) *nlogs += n;
-    return st;
 }
 
 /* One directory into the index. */

@@ -8,8 +8,13 @@
 #include "tandem/os.h"
 #include "tandem/track.h"
 
+/* td_rundb_rebuild, as the connection calls it when runs.db is lost (open.c sets it). */
+typedef td_status (*td__rundb_rebuild_fn)(td_rundb *store, td_rebuild_fn on_run, void *arg,
+                                          td_rebuild_stats *stats);
+
 struct td_rundb {
     sqlite3 *db;
+    td__rundb_rebuild_fn rebuild; /* NULL: a lost index is not rebuilt */
     char *project_dir; /* absolute */
     char *dir;         /* <project>/.tandem */
     char *db_path;
@@ -45,9 +50,18 @@ td_status td__rundb_begin(td_rundb *store);
 td_status td__rundb_commit(td_rundb *store);
 void td__rundb_rollback(td_rundb *store);
 td_status td__rundb_exec(td_rundb *store, const char *sql);
+/* A read transaction, so that one answer reads one snapshot (a series' ranks and its range
+ * agree). BEGIN is deferred: it takes no lock until the first read, and never the write lock, so
+ * a reader never blocks the ingesting writer. read_end commits it (nothing to undo). */
+td_status td__rundb_read_begin(td_rundb *store);
+void td__rundb_read_end(td_rundb *store);
 td_status td__rundb_prepare(td_rundb *store, const char *sql, sqlite3_stmt **out);
 /* Steps a statement to SQLITE_DONE (or a row), retrying while busy outside a transaction. */
 td_status td__rundb_step(td_rundb *store, sqlite3_stmt *stmt, const char *what);
+/* Opens (creating) <project>/.tandem/runs.db, as td_rundb_open_ex describes, with rebuild as
+ * the way to rebuild a lost index (open.c passes td_rundb_rebuild). */
+td_status td__rundb_connect(const char *project_dir, unsigned flags, td__rundb_rebuild_fn rebuild,
+                            td_rundb **out);
 /* Reopens the database when its file was deleted or replaced since this connection opened it
  * (rebuilding it from the run directories when it is gone). Call outside transactions, at the
  * top of the public functions; a no-op otherwise. */
@@ -64,11 +78,56 @@ td_status td__metric_insert_one(td_rundb *store, int64_t run_seq, int rank, int6
 /* Removes a rank's non-system points with step > step (a resume event). */
 td_status td__metrics_cut(td_rundb *store, int64_t run_seq, int rank, int64_t step);
 
+/* ---- run events (events.c) ---- */
+/* Stores the event of line `line` of a metrics file (replacing what an earlier read of that
+ * line stored); inside the ingest's transaction. */
+td_status td__run_event_insert(td_rundb *store, int64_t run_seq, const char *file, int64_t line,
+                               int rank, td_run_event_kind kind, int64_t step, double time_s);
+/* Dates the file's undated events (time 0) with time_s, the time of the line after them. */
+td_status td__run_events_date(td_rundb *store, int64_t run_seq, const char *file, double time_s);
+/* Forgets a file's events (it is read again from its start). */
+td_status td__run_events_forget_file(td_rundb *store, int64_t run_seq, const char *file);
+
 /* An ingester for one file of metrics_dir only (sysmon stores its own sys.jsonl at once). */
 td_status td__ingester_new_file(td_rundb *store, const char *run_id, const char *metrics_dir,
                                 const char *name, td_ingester **out);
+/* Stores no sign of life (run_activity) from this ingester's reads: a reindex, an import or a
+ * reaper reading a run's files after the fact is no sign that its workers are writing. */
+void td__ingester_skip_activity(td_ingester *ing);
 
-/* ---- rows (store.c) ---- */
+/* How runs.db is no longer the file this connection opened: "deleted", "replaced" or "emptied
+ * (0 bytes)"; NULL while it is (store.c). */
+const char *td__rundb_file_changed(const td_rundb *store);
+
+/* ---- row updates (run_update.c) ---- */
+/* Binds an UPDATE's parameters from arg. */
+typedef void (*td__run_bind_fn)(sqlite3_stmt *q, const void *arg);
+/* One UPDATE of run id's row in a write transaction of its own, its run.json rewritten from the
+ * updated row (into *row_out when not NULL); tried once more when runs.db changed under it.
+ * *changed: rows updated, 0 or 1. */
+td_status td__run_update_row(td_rundb *store, const char *id, const char *sql, td__run_bind_fn bind,
+                             const void *arg, const char *what, int *changed, td_run *row_out);
+/* td__run_update_row for a write that records how a run stands: on a full disk the reserve is
+ * deleted and the write tried once more, *note_slot (may be NULL) then saying the disk was full. */
+td_status td__run_write_with_reserve(td_rundb *store, const char *id, const char *sql,
+                                     td__run_bind_fn bind, const void *arg,
+                                     const char **note_slot, const char *what, int *changed,
+                                     td_run *row_out);
+/* sql (binding ?1 = v, ?2 = id) on run id's row; TD_ERR_NOTFOUND naming it when there is none.
+ * use_reserve: td__run_write_with_reserve. */
+td_status td__run_set_int_column(td_rundb *store, const char *sql, const char *id, int64_t v,
+                                 int use_reserve);
+
+/* Whether the store's filesystem is full (or was found full by this process). */
+int td__run_disk_is_full(td_rundb *store);
+/* note (may be NULL), then the remark that the disk was full (once); the caller frees it. */
+char *td__run_note_disk_full(const char *note, td_rundb *store);
+
+/* ---- a run's record without the store (record.c) ---- */
+/* The per-workflow number of an id "<workflow>-<n>": n, or -1 when the id has no such tail. */
+int64_t td__run_number(const char *id);
+
+/* ---- rows (runs.c) ---- */
 /* Reads the row of an exact id; *found = 0 when there is none. */
 td_status td__run_get(td_rundb *store, const char *id, td_run *out, int *found);
 /* Inserts a complete row (a run restored from its directory) with per-workflow number n. */
@@ -87,8 +146,6 @@ td_status td__run_apply_sdk(td_rundb *store, const char *id, const char *config,
 td_status td__run_set_imported(td_rundb *store, const char *id, td_run_status status, int exit_code,
                                double created, double started, double ended, const char *note,
                                const char *code_version);
-/* The per-workflow number of an id "<workflow>-<n>": n, or -1 when the id has no such tail. */
-int64_t td__run_number(const char *id);
 
 /* ---- run.json (runjson.c): the run directory describes its run ---- */
 /* Writes <run_dir>/run.json from the row, atomically (temporary file, fsync, rename). A run.json
@@ -126,9 +183,13 @@ int td__reserve_release(td_rundb *store);
 td_status td__artifacts_register_dir(td_rundb *store, const td_run *run, int only_missing,
                                      size_t *count);
 
-/* ---- rebuild (rebuild.c) ---- */
+/* ---- run directories (files.c) ---- */
+/* Whether a name in <dir>/runs is a run directory's: "<workflow>-<n>", not hidden. */
+int td__is_run_dir_name(const char *name);
 /* Whether <dir>/runs holds at least one run directory. */
 int td__runs_dir_has_runs(const char *store_dir);
+
+/* ---- one run's files into the index (sync.c) ---- */
 /* Brings one run's metrics (from the stored offsets on), artifacts (only_missing: those the
  * index lacks), log files and sdk.json (td_run_sdk_sync) from its directory into the index;
  * counts are added to. */

@@ -38,6 +38,30 @@ static json_t *opt_text(const char *s) {
     return s ? td__ui_json_text(s, strlen(s)) : json_null();
 }
 
+/* The cloud instances' cost (RUN/instances.json through the store's td_run_cost_read): cost_usd
+ * at cost_as_of (now), and cost_usd_per_hour still billing then, so that the page grows a live
+ * run's figure without asking again; all null for a run with no priced instance ("-" on the
+ * page: unknown, not free). */
+static void cost_fields(const td_run *r, double now, json_t *o) {
+    td_run_cost cost;
+    td_status st = r->run_dir ? td_run_cost_read(r->run_dir, &cost) : TD_ERR_NOTFOUND;
+    if (st != TD_OK) {
+        if (st != TD_ERR_NOTFOUND)
+            TD_LOG_DEBUG("tandem ui: cost of run %s: %s", r->id, td_error_msg());
+        td_error_clear();
+        memset(&cost, 0, sizeof cost);
+    }
+    int priced = td_run_cost_priced(&cost);
+    json_object_set_new(o, "cost_usd",
+                        priced ? json_real(td_run_cost_at(&cost, now)) : json_null());
+    json_object_set_new(o, "cost_usd_per_hour",
+                        priced ? json_real(td_run_cost_rate(&cost, now)) : json_null());
+    json_object_set_new(o, "cost_as_of", priced ? json_real(now) : json_null());
+    json_object_set_new(o, "cost_unpriced",
+                        st == TD_OK ? json_integer((json_int_t)cost.unpriced) : json_null());
+    td_run_cost_clear(&cost);
+}
+
 json_t *td__ui_run_json(td_rundb *db, const td_run *r, const char *const *keys, size_t nkeys) {
     double now = td_wall_s();
     json_t *o = json_object();
@@ -61,6 +85,24 @@ json_t *td__ui_run_json(td_rundb *db, const td_run *r, const char *const *keys, 
         params = json_object();
     }
     json_object_set_new(o, "params", params);
+    /* The config as columns: params and the script's config in one flat namespace of scalars
+     * (td_run_fields), so the runs table can show, sort and filter by lr whichever recorded it. */
+    td_run_field *fields = NULL;
+    size_t nfields = 0;
+    td_run_fields(r, &fields, &nfields);
+    json_t *hp = json_object();
+    for (size_t i = 0; i < nfields; i++) {
+        const td_run_field *f = &fields[i];
+        json_t *v = !f->is_number                 ? td__ui_json_text(f->text, strlen(f->text))
+                    : !strcmp(f->text, "true")    ? json_true()
+                    : !strcmp(f->text, "false")   ? json_false()
+                    : f->number == (double)(json_int_t)f->number && fabs(f->number) < 9e15
+                        ? json_integer((json_int_t)f->number)
+                        : json_real(f->number);
+        json_object_set_new(hp, f->key, v);
+    }
+    td_run_fields_free(fields, nfields);
+    json_object_set_new(o, "hparams", hp);
     json_object_set_new(o, "nodes", json_integer(r->nodes));
     json_object_set_new(o, "nproc_per_node", json_integer(r->nproc_per_node));
     json_object_set_new(o, "note", opt_text(r->note));
@@ -77,6 +119,13 @@ json_t *td__ui_run_json(td_rundb *db, const td_run *r, const char *const *keys, 
     json_object_set_new(o, "notes", opt_text(r->notes));
     json_object_set_new(o, "archived", json_boolean(r->archived));
     json_object_set_new(o, "live", json_boolean(!final));
+    /* A live run whose workers wrote nothing for TANDEM_SILENT_S seconds (default 900: 15 min)
+     * is "silent for N min", not just running: a hang looks like progress otherwise. */
+    double last = final ? 0 : td_run_last_activity(r);
+    json_object_set_new(o, "last_activity", time_or_null(last));
+    int64_t silent = final ? 0 : td_run_silent_s(r, now);
+    json_object_set_new(o, "silent_s", silent > 0 ? json_integer(silent) : json_null());
+    cost_fields(r, now, o);
     json_t *m = json_object();
     if (nkeys) {
         td_metric_stats *stats = td_xcalloc(nkeys, sizeof *stats);
@@ -276,35 +325,117 @@ static void store_error(td__ui_reply *rep) {
 
 /* ---- GET /api/runs ---- */
 
+/* filter=EXPR[ EXPR...]: each a td_run_filter (lr=0.001, epochs>=10), all must hold. 0, or -1
+ * after replying 400 naming the expression. */
+static int param_filters(const td__ui_request *req, td__ui_reply *rep, td_run_filter **out,
+                         size_t *count) {
+    const char *v = td__ui_arg_get(req, "filter");
+    *out = NULL;
+    *count = 0;
+    if (!v) return 0;
+    char *buf = td_xstrdup(v);
+    int rc = 0;
+    for (char *save = NULL, *e = strtok_r(buf, " \t", &save); e; e = strtok_r(NULL, " \t", &save)) {
+        if (*count == 16) {
+            td__ui_reply_error(rep, 400, "parameter filter holds more than 16 expressions");
+            rc = -1;
+            break;
+        }
+        *out = td_xrealloc(*out, (*count + 1) * sizeof **out);
+        if (td_run_filter_parse(e, &(*out)[*count]) != TD_OK) {
+            td__ui_reply_error(rep, 400, "parameter %s", td_error_msg());
+            td_error_clear();
+            rc = -1;
+            break;
+        }
+        (*count)++;
+    }
+    free(buf);
+    if (rc) {
+        for (size_t i = 0; i < *count; i++) td_run_filter_clear(&(*out)[i]);
+        free(*out);
+        *out = NULL;
+        *count = 0;
+    }
+    return rc;
+}
+
+/* The runs whose common metric keys are counted (the newest ones), and the keys read of each. */
+#define COMMON_KEYS_RUNS    30
+#define COMMON_KEYS_PER_RUN 200
+#define COMMON_KEYS_SHOWN   50
+
 static void get_runs(td_rundb *db, const td__ui_request *req, td__ui_reply *rep) {
     int all, archived;
     const char *keys[MAX_KEYS];
     size_t nkeys;
     char *buf = NULL;
+    td_run_filter *filters = NULL;
+    size_t nfilters = 0;
     if (param_bool(req, rep, "all", &all) || param_bool(req, rep, "archived", &archived) ||
-        param_keys(req, rep, &buf, keys, &nkeys))
+        param_filters(req, rep, &filters, &nfilters))
         return;
+    if (param_keys(req, rep, &buf, keys, &nkeys)) goto out_filters;
     td_run *runs = NULL;
     size_t n = 0;
     char **names = NULL;
     size_t nnames = 0;
-    if (td_run_list(db, (all ? TD_RUN_LIST_ALL : 0) | (archived ? TD_RUN_LIST_ARCHIVED : 0), &runs,
-                    &n) != TD_OK ||
+    if (td_run_list(db, (all || nfilters ? TD_RUN_LIST_ALL : 0) |
+                            (archived ? TD_RUN_LIST_ARCHIVED : 0),
+                    &runs, &n) != TD_OK ||
         td_metrics_all_keys(db, &names, &nnames) != TD_OK) {
         store_error(rep);
         td_runs_free(runs, n);
         free(buf);
-        return;
+        goto out_filters;
     }
     json_t *arr = json_array();
-    for (size_t i = n; i-- > 0;)
+    const char **listed = td_xcalloc(n ? n : 1, sizeof *listed);
+    size_t nlisted = 0;
+    for (size_t i = n; i-- > 0;) {
+        if (nfilters) {
+            td_run_field *fields = NULL;
+            size_t nfields = 0;
+            td_run_fields(&runs[i], &fields, &nfields);
+            int match = 1;
+            for (size_t f = 0; match && f < nfilters; f++)
+                match = td_run_filter_match(&filters[f], fields, nfields);
+            td_run_fields_free(fields, nfields);
+            if (!match) continue;
+        }
+        listed[nlisted++] = runs[i].id;
         json_array_append_new(arr, td__ui_run_json(db, &runs[i], keys, nkeys));
+    }
     json_t *karr = json_array();
     for (size_t i = 0; i < nnames; i++) json_array_append_new(karr, opt_text(names[i]));
     td_metrics_keys_free(names, nnames);
+    /* The keys the newest listed runs logged, most common first: the page's default metric
+     * columns come from these (an HF run logs loss and eval_accuracy, not train/loss). */
+    json_t *common = json_array();
+    char **ck = NULL;
+    int64_t *cn = NULL;
+    size_t ncommon = 0;
+    if (td_metrics_common_keys(db, listed, nlisted < COMMON_KEYS_RUNS ? nlisted : COMMON_KEYS_RUNS,
+                               COMMON_KEYS_PER_RUN, &ck, &cn, &ncommon) == TD_OK) {
+        for (size_t i = 0; i < ncommon && i < COMMON_KEYS_SHOWN; i++)
+            json_array_append_new(common, json_pack("{s:o,s:I}", "key", opt_text(ck[i]), "runs",
+                                                    (json_int_t)cn[i]));
+        td_metrics_keys_free(ck, ncommon);
+        free(cn);
+    } else {
+        TD_LOG_DEBUG("tandem ui: common metric keys: %s", td_error_msg());
+        td_error_clear();
+    }
+    free(listed);
     td_runs_free(runs, n);
     free(buf);
-    td__ui_reply_json(rep, 200, json_pack("{s:o,s:o}", "runs", arr, "metric_keys", karr));
+    td__ui_reply_json(rep, 200,
+                      json_pack("{s:o,s:o,s:o,s:I}", "runs", arr, "metric_keys", karr,
+                                "common_keys", common, "silent_after_s",
+                                (json_int_t)td_env_int(TD_ENV_SILENT_S)));
+out_filters:
+    for (size_t i = 0; i < nfilters; i++) td_run_filter_clear(&filters[i]);
+    free(filters);
 }
 
 /* ---- GET /api/runs/{id} ---- */
@@ -340,6 +471,15 @@ static json_t *instances_json(const td_run *run) {
         json_object_set_new(e, "live", json_boolean(td_run_instance_live(in)));
         json_object_set_new(e, "lifetime", json_real(life));
         json_object_set_new(e, "instance_hours", json_real(life / 3600));
+        /* the price (null: none known) and what this instance cost to now: the page's tooltip
+         * and its cost axis (dollars accrued at each metric point's time) come from these */
+        json_object_set_new(e, "usd_per_hour",
+                            in->usd_per_hour > 0 ? json_real(in->usd_per_hour) : json_null());
+        json_object_set_new(e, "price_source",
+                            in->price_source[0] ? opt_text(in->price_source) : json_null());
+        json_object_set_new(e, "cost_usd", in->usd_per_hour > 0
+                                               ? json_real(in->usd_per_hour * life / 3600)
+                                               : json_null());
         json_array_append_new(arr, e);
     }
     json_t *o = json_object();
@@ -430,7 +570,7 @@ static void get_run(td_rundb *db, const td_run *run, const td__ui_request *req, 
     if (want_stats) keys_add_stats(db, run, keys);
     json_object_set_new(o, "keys", keys);
     int marks_partial = 0;
-    json_object_set_new(o, "marks", td__ui_marks_json(run, &marks_partial));
+    json_object_set_new(o, "marks", td__ui_marks_json(db, run, &marks_partial));
     json_object_set_new(o, "marks_partial", json_boolean(marks_partial));
     td_artifact *arts = NULL;
     size_t narts = 0;

@@ -6,8 +6,9 @@
  * whether anything was committed since its last look (data_version: one cheap pragma) and,
  * for each stream that follows a run, reads the metric rows past the stream's cursor (a rowid
  * range: only new rows are visited), the run's row (status changes), the growth of its log
- * files and of its metric files (a resume event there means the ingest will cut points back:
- * the page must refetch).
+ * files, and the run's events in the store past the stream's event cursor (a resume stored
+ * there means the ingest cut points back: the page must refetch). The metrics files themselves
+ * are never opened here: the store has what they hold.
  * Every POLL_RUNS_S it lists the runs for the streams of the runs table. What it finds is
  * queued as text on each stream; the stream's reader (a libmicrohttpd connection thread,
  * blocked in td__ui_stream_read) wakes and hands it out.
@@ -29,8 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #define POLL_RUN_S         0.15 /* the latency target is 0.5 s from the store to the wire */
 #define POLL_RUNS_S        0.5
 #define RUNS_METRICS_EVERY 4   /* runs-table passes between metric refreshes of live runs */
@@ -39,7 +38,6 @@
 #define POINTS_PER_EVENT   5000
 #define POINTS_PER_PASS    200000
 #define LOG_CHUNK_BYTES    (256 * 1024)
-#define SCAN_CHUNK_BYTES   (1 << 20)
 #define QUEUE_MAX_BYTES    (8u << 20) /* per stream: past this the poller waits for the client */
 #define FINAL_LOG_BYTES    (16 << 20) /* a finished run's logs are flushed up to this much */
 
@@ -49,12 +47,6 @@ struct log_follow {
     char *label;
     int rank;
     int64_t offset; /* sent up to here */
-};
-
-struct resume_scan {
-    char *name;      /* rank-<R>.jsonl */
-    int64_t scanned; /* complete lines read up to here */
-    int64_t pending; /* > 0: a resume line ends here; reset once the ingest has passed it */
 };
 
 struct known_run {
@@ -81,8 +73,7 @@ struct td__ui_stream {
     char *status_sig;
     struct log_follow *logs;
     size_t nlogs;
-    struct resume_scan *scans;
-    size_t nscans;
+    int64_t event_cursor; /* the run's events up to this id are in what the page has */
     /* STREAM_RUNS */
     char **keys;
     size_t nkeys;
@@ -171,8 +162,6 @@ static void stream_free(td__ui_stream *s) {
     free(s->status_sig);
     for (size_t i = 0; i < s->nlogs; i++) free(s->logs[i].label);
     free(s->logs);
-    for (size_t i = 0; i < s->nscans; i++) free(s->scans[i].name);
-    free(s->scans);
     for (size_t i = 0; i < s->nkeys; i++) free(s->keys[i]);
     free(s->keys);
     for (size_t i = 0; i < s->nknown; i++) {
@@ -328,88 +317,26 @@ static int poll_logs(td__ui_stream *s, int final) {
     return more;
 }
 
-/* rank-<R>.jsonl (a worker's metrics file; sys.jsonl is never cut back). */
-static int is_rank_metrics(const char *name) {
-    size_t n = strlen(name);
-    return !strncmp(name, "rank-", 5) && n > 11 && !strcmp(name + n - 6, ".jsonl");
-}
-
-static struct resume_scan *find_scan(td__ui_stream *s, const char *name) {
-    for (size_t i = 0; i < s->nscans; i++)
-        if (!strcmp(s->scans[i].name, name)) return &s->scans[i];
-    return NULL;
-}
-
-static struct resume_scan *add_scan(td__ui_stream *s, const char *name, int64_t from) {
-    s->scans = td_xrealloc(s->scans, (s->nscans + 1) * sizeof *s->scans);
-    s->scans[s->nscans] = (struct resume_scan){td_xstrdup(name), from, 0};
-    return &s->scans[s->nscans++];
-}
-
-/* Whether a metrics line is a resume event ({"event": "resume", "step": S}): the ingest cuts the
- * rank's points after S when it stores that line. */
-static int is_resume_line(const char *line, size_t n) {
-    if (!memmem(line, n, "\"event\"", 7)) return 0;
-    json_t *o = json_loadb(line, n, 0, NULL);
-    const char *e = json_string_value(json_object_get(o, "event"));
-    int yes = e && !strcmp(e, "resume");
-    json_decref(o);
-    return yes;
-}
-
-/* Reads what was appended to the run's rank metric files for resume events; returns 1 when one
- * has been stored since (its cut is in the database): the stream then says `reset`. */
-static int poll_resets(td__ui_stream *s, td_rundb *db, int final) {
-    char *dir = td_run_path(s->run_dir, TD_RUN_PATH_METRICS);
-    DIR *d = opendir(dir);
+/* Whether the store holds a resume event of the run past the stream's event cursor (moved on):
+ * the ingest stored it in the transaction that cut the rank's points back, so the page's series
+ * are stale and the stream says `reset`. */
+static int poll_resets(td__ui_stream *s, td_rundb *db) {
     int reset = 0;
-    char *chunk = NULL;
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!is_rank_metrics(e->d_name)) continue;
-            struct resume_scan *sc = find_scan(s, e->d_name);
-            if (!sc) sc = add_scan(s, e->d_name, 0);
-            char *path = td_xasprintf("%s/%s", dir, e->d_name);
-            struct stat sb;
-            int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-            free(path);
-            if (fd < 0) continue;
-            if (fstat(fd, &sb) == 0 && (int64_t)sb.st_size < sc->scanned)
-                sc->scanned = 0; /* rewritten: the ingest reads it again from the start too */
-            while (fstat(fd, &sb) == 0 && (int64_t)sb.st_size > sc->scanned) {
-                int64_t left = (int64_t)sb.st_size - sc->scanned;
-                size_t k = (size_t)(left < SCAN_CHUNK_BYTES ? left : SCAN_CHUNK_BYTES);
-                if (!chunk) chunk = td_xmalloc(SCAN_CHUNK_BYTES);
-                if (td__ui_pread_all(fd, chunk, k, sc->scanned) != 0) break;
-                size_t used = 0;
-                for (;;) {
-                    char *nl = memchr(chunk + used, '\n', k - used);
-                    if (!nl) break;
-                    size_t len = (size_t)(nl - (chunk + used));
-                    if (is_resume_line(chunk + used, len))
-                        sc->pending = sc->scanned + (int64_t)(used + len + 1);
-                    used += len + 1;
-                }
-                if (used == 0) break; /* a line longer than a chunk, or a partial one */
-                sc->scanned += (int64_t)used;
-            }
-            close(fd);
-            if (sc->pending > 0) {
-                int64_t ingested = 0;
-                if (td_metrics_ingested_offset(db, s->run_id, sc->name, &ingested) != TD_OK)
-                    td_error_clear();
-                if (ingested >= sc->pending || final) {
-                    sc->pending = 0;
-                    reset = 1;
-                }
-            }
+    for (;;) {
+        td_run_event *ev = NULL;
+        size_t n = 0;
+        if (td_run_events(db, s->run_id, s->event_cursor, 256, &ev, &n) != TD_OK) {
+            TD_LOG_DEBUG("tandem ui: events of run %s: %s", s->run_id, td_error_msg());
+            td_error_clear();
+            return reset;
         }
-        closedir(d);
+        for (size_t i = 0; i < n; i++) {
+            reset |= ev[i].kind == TD_RUN_EVENT_RESUME;
+            s->event_cursor = ev[i].id;
+        }
+        free(ev);
+        if (n < 256) return reset;
     }
-    free(chunk);
-    free(dir);
-    return reset;
 }
 
 static char *run_sig(const td_run *r) {
@@ -497,7 +424,7 @@ static void poll_run(td__ui_events *ev, td__ui_stream *s, int changed) {
         s->more_points = poll_points(s, db);
     more |= s->more_points;
     more |= poll_logs(s, final);
-    if (poll_resets(s, db, final)) {
+    if ((changed || !s->status_sig) && poll_resets(s, db)) {
         int64_t cursor = s->cursor;
         if (td_metrics_cursor(db, &cursor) != TD_OK) td_error_clear();
         /* The page refetches its series, which then hold everything up to here; points come
@@ -539,27 +466,14 @@ td__ui_stream *td__ui_stream_run(td__ui_events *ev, td_rundb *db, const td_run *
         stream_free(s);
         return NULL;
     }
-    /* Logs from their current ends (the page read them through /logs), metric files from where
-     * the ingest is: a resume line before that is in the series the page has. */
+    /* Logs from their current ends (the page read them through /logs), events from the newest
+     * stored: a resume before that is in the series the page has. */
     td__ui_log *logs = NULL;
     size_t n = 0;
     td__ui_logs_list(s->run_dir, &logs, &n);
     for (size_t i = 0; i < n; i++) add_log(s, &logs[i], logs[i].nbytes);
     td__ui_logs_free(logs, n);
-    char *dir = td_run_path(s->run_dir, TD_RUN_PATH_METRICS);
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!is_rank_metrics(e->d_name)) continue;
-            int64_t off = 0;
-            if (td_metrics_ingested_offset(db, s->run_id, e->d_name, &off) != TD_OK)
-                td_error_clear();
-            add_scan(s, e->d_name, off);
-        }
-        closedir(d);
-    }
-    free(dir);
+    if (td_run_events_cursor(db, s->run_id, &s->event_cursor) != TD_OK) td_error_clear();
     stream_add(ev, s);
     return s;
 }

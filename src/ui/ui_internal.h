@@ -135,11 +135,10 @@ typedef struct td__ui_log {
     int64_t nbytes;
 } td__ui_log;
 void td__ui_logs_list(const char *run_dir, td__ui_log **out, size_t *count);
-/* The run's restart/resume marks from its rank metrics files' event lines (marks.c):
- * [{"kind": "resume"|"restart", "rank", "step", "time" (or null)}], by rank, then file order.
- * Each call reads a bounded share of the files; *partial = 1: not all of them were read yet
- * (the next call goes on). */
-json_t *td__ui_marks_json(const td_run *run, int *partial);
+/* The run's restart/resume marks, as the store keeps them (marks.c):
+ * [{"kind": "resume"|"restart", "rank", "step", "time" (or null)}], by rank, then in the order
+ * stored; the first 1000 stored (*partial = 1 when there are more). */
+json_t *td__ui_marks_json(td_rundb *db, const td_run *run, int *partial);
 void td__ui_logs_free(td__ui_log *logs, size_t count);
 /* The JSON label of a log: its rank as a number, or "setup"/"supervisor". */
 json_t *td__ui_log_label_json(const td__ui_log *log);

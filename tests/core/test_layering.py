@@ -9,8 +9,10 @@ context this test compiles one tiny probe per header:
   - #include "<m>/<x>.h" for every internal header of src/<m>/: it must be found from layer m
     and fail with "No such file" from every other layer.
 The expected successes are the control: a context that sees nothing fails them, so the test
-cannot pass vacuously. Last, no file under src/ may #include a path with "..", the one way
-around include directories.
+cannot pass vacuously. Then no file under src/ may #include a path with "..", the one way
+around include directories. Last, the run store's shape (issue 31): no file of src/track over
+800 lines and no circle of calls among its files; and src/ui names nothing that would open a
+run's metrics files (RUN/metrics, rank-R.jsonl): it asks the store.
 """
 import concurrent.futures
 import os
@@ -115,6 +117,9 @@ def main():
                                       f"climbs out of its directory: include \"<layer>/x.h\" "
                                       f"of its own layer or a public header")
 
+    errors += track_shape_errors()
+    errors += ui_metrics_errors()
+
     for e in errors:
         print("FAIL:", e)
     if errors:
@@ -125,6 +130,95 @@ def main():
         seen = closure(layers, name) - {name}
         print(f"  {name:9s} sees {' '.join(sorted(seen)) or '-'}")
     return 0
+
+
+# The run store's files (issue 31): each under this many lines, and their calls to one another's
+# functions without a cycle, so the store reads bottom up (record, database, rows, updates,
+# liveness, ingest, rebuild) instead of as one circle in which every file needs every other.
+TRACK_MAX_LINES = 800
+C_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\])\'', re.S)
+C_DEF = re.compile(r'^(?!static\b)[A-Za-z_][\w \t\*]*?\b(td_\w+)\s*\([^;{]*\)\s*\{', re.M)
+C_CALL = re.compile(r'\b(td_\w+)\s*\(')
+
+
+def file_cycles(graph):
+    """The strongly connected components of more than one file (Tarjan's algorithm)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def track_shape_errors(track_dir=None):
+    track_dir = track_dir or os.path.join(SOURCE, "src", "track")
+    errors, defs, calls = [], {}, {}
+    for f in sorted(os.listdir(track_dir)):
+        if not f.endswith((".c", ".h")):
+            continue
+        with open(os.path.join(track_dir, f), errors="replace") as fh:
+            text = fh.read()
+        nlines = text.count("\n")
+        if nlines > TRACK_MAX_LINES:
+            errors.append(f"src/track/{f} has {nlines} lines, over {TRACK_MAX_LINES}: split it "
+                          f"along what it does (docs/runs.md \"The store's files\")")
+        if f.endswith(".c"):
+            code = C_NOISE.sub(" ", text)
+            for name in C_DEF.findall(code):
+                defs[name] = f
+            calls[f] = set(C_CALL.findall(code))
+    graph = {f: {defs[c] for c in cs if c in defs and defs[c] != f} for f, cs in calls.items()}
+    for comp in file_cycles(graph):
+        edges = [f"{a} -> {b}" for a in comp for b in sorted(graph[a]) if b in comp]
+        errors.append(f"src/track: the files {', '.join(comp)} call one another in a circle "
+                      f"({'; '.join(edges)}): move the shared part below them, or pass a hook")
+    if not defs:
+        errors.append("src/track: no function definitions found; the call-graph check is void")
+    return errors
+
+
+# What in src/ui would open a run's metrics files (issue 31: the UI asks the store, whose ingest
+# is the one reader of RUN/metrics; one run's huge or blocked file must not stall other pages).
+UI_METRICS_NAMES = re.compile(r'TD_RUN_PATH_METRICS|td_metrics_file_\w+|td_ingester_\w+|'
+                              r'"[^"\n]*(?:metrics/|\.jsonl)[^"\n]*"')
+
+
+def ui_metrics_errors(ui_dir=None):
+    ui_dir = ui_dir or os.path.join(SOURCE, "src", "ui")
+    errors = []
+    for f in sorted(os.listdir(ui_dir)):
+        if not f.endswith((".c", ".h")):
+            continue
+        with open(os.path.join(ui_dir, f), errors="replace") as fh:
+            text = re.sub(r'/\*.*?\*/|//[^\n]*', " ", fh.read(), flags=re.S)
+        for m in UI_METRICS_NAMES.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            errors.append(f"src/ui/{f}:{line}: {m.group(0)} reaches into a run's metrics files; "
+                          f"ask the store (td_run_events, td_metrics_*) instead")
+    return errors
 
 
 if __name__ == "__main__":

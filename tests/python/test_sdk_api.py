@@ -83,6 +83,12 @@ def eq(a, b, what=""):
     assert a == b, f"{what}: expected {b!r}, got {a!r}"
 
 
+def untimed(line):
+    """An event line without its time (docs/metrics-format.md: every line has a numeric time)."""
+    assert isinstance(line.get("time"), float), f"no wall-clock time in {line!r}"
+    return {k: v for k, v in line.items() if k != "time"}
+
+
 # ---- init
 def test_calls_before_init_fail():
     fresh()
@@ -321,7 +327,8 @@ def test_resume_writes_the_resume_line_and_moves_the_step_back():
     tandem.log({"loss": 0.2}, step=5)
     tandem.log({"other": 1.0})  # auto step continues: 6
     ls = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
-    eq(ls[6], {"event": "resume", "step": 4}, "resume line, in order after the old points")
+    eq(untimed(ls[6]), {"event": "resume", "step": 4},
+       "resume line, in order after the old points")
     eq([l["step"] for l in ls[7:]], [5, 6], "steps after the resume")
 
 
@@ -336,7 +343,7 @@ def test_resume_skips_a_corrupt_newest_checkpoint():
     tandem.init()
     eq(checkpoint.load_latest(), ({"s": 4}, 4), "fell back to the one before")
     ls = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
-    eq(ls[-1], {"event": "resume", "step": 4}, "resume line of the checkpoint loaded")
+    eq(untimed(ls[-1]), {"event": "resume", "step": 4}, "resume line of the checkpoint loaded")
 
 
 def test_resume_without_checkpoint_drops_every_point():
@@ -350,7 +357,7 @@ def test_resume_without_checkpoint_drops_every_point():
     eq(checkpoint.load_latest(), (None, 0), "nothing to load")
     tandem.log({"loss": 0.5}, step=0)  # starting over from 0 is allowed
     ls = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
-    eq(ls[2], {"event": "resume", "step": -1}, "a cut of every step")
+    eq(untimed(ls[2]), {"event": "resume", "step": -1}, "a cut of every step")
 
 
 # ---- stop
@@ -537,7 +544,7 @@ def test_first_log_of_a_resuming_framework_drops_the_earlier_points():
     tandem.log({"loss": 0.5}, step=41)
     tandem.log({"loss": 0.4}, step=42)
     got = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
-    eq(got[0], {"event": "resume", "step": 40}, "the resume line before the first point")
+    eq(untimed(got[0]), {"event": "resume", "step": 40}, "the resume line before the first point")
     eq([l["step"] for l in got[1:]], [41, 42], "the points")
     # a fresh start (not resuming) writes no resume line
     run_dir = tracked()

@@ -54,7 +54,7 @@ stopped_at=$(sed -n 's/.*stop requested: checkpoint of step \([0-9]*\) saved.*/\
 [ -f "$R/checkpoints/step-$(printf %012d "$stopped_at").pt" ] \
   || fail "no SDK checkpoint of step $stopped_at in $R/checkpoints: $(ls "$R/checkpoints")"
 [ "$(ls "$R/checkpoints" | wc -l)" = 2 ] || fail "keep=2: $(ls -a "$R/checkpoints")"
-grep -qx '{"event": "resume", "step": 4}' $R/metrics/rank-0.jsonl \
+grep -qx '{"event": "resume", "step": 4, "time": [0-9.e+]*}' $R/metrics/rank-0.jsonl \
   || fail "no resume line for step 4 in rank-0.jsonl: $(cat $R/metrics/rank-0.jsonl)"
 
 # --- resume: continues from the stop's checkpoint to step 30
@@ -80,7 +80,8 @@ g=$("$B" metrics sdk-1 --csv --key gnorm | tail -n +2 | cut -d, -f3 | sort -n | 
 [ "$g" = "$(seq 1 30 | grep -vx 3 | tr '\n' ' ')" ] || fail "gnorm steps (all but the NaN at 3): $g"
 ! grep -qi malformed "$P/run1.out" "$P/run2.out" || fail "malformed metric lines: $(grep -i malformed "$P"/run*.out)"
 # both resume lines, and a loss that went down
-grep -qx "{\"event\": \"resume\", \"step\": $stopped_at}" $R/metrics/rank-0.jsonl || fail "resume line"
+grep -qx "{\"event\": \"resume\", \"step\": $stopped_at, \"time\": [0-9.e+]*}" \
+  $R/metrics/rank-0.jsonl || fail "resume line"
 "$PY" - "$R" <<'EOF' || fail "sdk.json / loss"
 import json, sys, csv, subprocess, os
 d = json.load(open(os.path.join(sys.argv[1], "sdk.json")))

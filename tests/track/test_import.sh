@@ -89,7 +89,7 @@ expect_contains "$("$B" show exp1-1)" "best_loss 0.2" "the summary after the reb
 
 # ---- 3. an exit code, several at once ----
 out=$("$B" import "$C" "$E" 2>&1) || fail "tandem import C E: $out"
-expect_contains "$out" "imported as run crash-1 (failed, 1 metric points)" "the failed run"
+expect_contains "$out" "imported as run crash-1 (failed, 1 metric point)" "the failed run"
 [ "$(show_field crash-1 "exit code")" = 3 ] || fail "crash-1 exit code: $("$B" show crash-1)"
 [ "$(nruns)" = 2 ] || fail "two runs: $("$B" ps -a)"
 
@@ -186,4 +186,50 @@ expect_contains "$out" "imported as run reuse-2" "the second job7 is a run of it
 out=$("$B" import reuse-b/job7 2>&1) || fail "import of the second job7 again: $out"
 expect_contains "$out" "imported already, as run reuse-2" "the second job7 again"
 
-echo "tandem import: metrics, config, summary, artifacts (no links), status; once per offline run; a running one refused"
+# ---- 8. both line schemas (docs/metrics-format.md): an offline run of an older SDK wrote lines
+# without "time" and a resume line without it; the newer one dates every line. The store holds
+# what Python computes from the file by the documented rule: each numeric member a point, a
+# {"key", "value"} line one point, a resume at step S drops the rank's earlier points past S,
+# a dated line keeps its time. ----
+"$PY" - <<'EOF2' || fail "the offline run mixed"
+import tandem
+tandem.init(name="mixed", dir="offline")
+tandem.finish()
+EOF2
+X=$(ls -d "$P"/offline/mixed-*)
+mkdir -p "$X/metrics"
+cat >"$X/metrics/rank-0.jsonl" <<'EOF2'
+{"step": 0, "loss": 0.9}
+{"step": 1, "loss": 0.8, "acc": 0.1}
+{"step": 2, "loss": 0.7}
+{"event": "resume", "step": 1}
+{"step": 2, "time": 1716201600.25, "loss": 0.65}
+{"key": "step", "value": 3.0, "step": 3, "time": 1716201601.5}
+{"event": "restart", "step": 3, "time": 1716201602.0}
+{"step": 3, "time": 1716201602.5, "loss": 0.6}
+EOF2
+out=$("$B" import "$X" 2>&1) || fail "tandem import of old and new lines: $out"
+got=$("$B" metrics mixed-1 --json 2>&1) || fail "tandem metrics mixed-1: $got"
+"$PY" - "$X/metrics/rank-0.jsonl" "$got" <<'EOF2' || fail "the imported points of old and new lines"
+import json, sys
+want = {}
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if "event" in o:
+        if o["event"] == "resume":
+            want = {k: v for k, v in want.items() if k[1] <= o["step"]}
+        continue
+    items = [(o["key"], o["value"])] if "key" in o else \
+        [(k, v) for k, v in o.items() if k not in ("step", "time", "rank")]
+    for k, v in items:
+        want[(k, o["step"])] = (v, o.get("time"))
+rows = json.loads(sys.argv[2])  # tandem metrics --json: one array of points
+got = {(r["key"], r["step"]): (r["value"], r["time"]) for r in rows if r["rank"] == 0}
+assert set(got) == set(want), f"points: store {sorted(got)}, file {sorted(want)}"
+assert len([r for r in rows if r["rank"] == 0]) == len(want), f"{len(rows)} points: {rows}"
+for k, (v, t) in want.items():
+    assert abs(got[k][0] - v) < 1e-12, f"{k}: store {got[k][0]}, file {v}"
+    assert t is None or abs(got[k][1] - t) < 1e-6, f"{k}: time {got[k][1]}, file {t}"
+EOF2
+
+echo "tandem import: metrics, config, summary, artifacts (no links), status; old and new line schemas; once per offline run; a running one refused"

@@ -1,9 +1,11 @@
 /* track: the metrics line format end to end (sink -> file -> ingester -> store): both line
  * shapes, resume events cutting history back, malformed lines skipped and counted, partial lines
  * waiting, restart from stored offsets without duplicates; system metrics of a RANK=0 child;
- * artifacts with their sha256; code versions inside and outside git. */
+ * artifacts with their sha256; code versions inside and outside git; the run's last sign of
+ * life (the silent state) as the ingest records it, against the files' own modification times. */
 #include "test.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -180,6 +182,82 @@ static void test_sysmon(td_rundb *store, const td_run *run) {
     td_metric_rows_free(rows, n);
 }
 
+/* Sets path's modification time to t (whole seconds): the reference the store must agree with. */
+static void set_mtime(const char *path, double t) {
+    struct timespec ts[2] = {{(time_t)t, 0}, {(time_t)t, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+static double mtime_of(const char *path) {
+    struct stat sb;
+    ASSERT_EQ(stat(path, &sb), 0);
+    return (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
+}
+
+static double stored_activity(td_rundb *store, const char *id) {
+    td_run r;
+    ASSERT_OK(td_run_find(store, id, &r));
+    double t = td_run_last_activity(&r);
+    td_run_clear(&r);
+    return t;
+}
+
+/* td_run_last_activity comes from the store (what the ingest recorded), not the files: the
+ * system samples do not count, a worker's metrics line and a worker's log do, setup.log does not,
+ * and a file changed after the last poll is not seen until the next. */
+static void test_activity(td_rundb *store) {
+    td_run run;
+    td_run_spec spec = {.workflow = "act", .command = "true", .nodes = 1, .nproc_per_node = 1};
+    ASSERT_OK(td_run_create(store, &spec, &run));
+    ASSERT_OK(td_run_set_status(store, run.id, TD_RUN_RUNNING, -2, NULL));
+    td_run_clear(&run);
+    ASSERT_OK(td_run_find(store, "act-1", &run));
+    double start = run.started_s;
+    ASSERT(start > 0);
+    ASSERT_NEAR(td_run_last_activity(&run), start, 1e-6); /* nothing seen yet: the start */
+    char *metrics = td_run_path(run.run_dir, TD_RUN_PATH_METRICS);
+    char *logs = td_run_path(run.run_dir, TD_RUN_PATH_LOGS);
+    char *sys = td_xasprintf("%s/sys.jsonl", metrics);
+    char *rank0 = td_xasprintf("%s/rank-0.jsonl", metrics);
+    char *log0 = td_xasprintf("%s/rank-0.log", logs);
+    char *setup = td_xasprintf("%s/setup.log", logs);
+    ASSERT_EQ(mkdir(metrics, 0755) == 0 || errno == EEXIST, 1);
+    ASSERT_EQ(mkdir(logs, 0755) == 0 || errno == EEXIST, 1);
+    td_ingester *ing;
+    ASSERT_OK(td_ingester_new(store, run.id, metrics, &ing));
+
+    append(sys, "{\"rank\": 0, \"time\": 1.0, \"sys/cpu_percent\": 5}\n");
+    set_mtime(sys, start + 100);
+    append(setup, "pip install\n");
+    set_mtime(setup, start + 200);
+    ASSERT_OK(td_ingester_poll(ing, NULL));
+    int64_t npoints = 0;
+    ASSERT_OK(td_metrics_count(store, run.id, &npoints));
+    ASSERT_EQ(npoints, 1);
+    ASSERT_NEAR(stored_activity(store, run.id), start, 1e-6); /* system samples, setup: no sign */
+
+    append(rank0, "{\"step\": 1, \"loss\": 0.5}\n");
+    set_mtime(rank0, start + 50);
+    /* Not polled yet: the store does not know. */
+    ASSERT_NEAR(stored_activity(store, run.id), start, 1e-6);
+    ASSERT_OK(td_ingester_poll(ing, NULL));
+    ASSERT_NEAR(stored_activity(store, run.id), mtime_of(rank0), 1e-6);
+
+    append(log0, "epoch 1\n");
+    set_mtime(log0, start + 80);
+    ASSERT_OK(td_ingester_poll(ing, NULL));
+    ASSERT_NEAR(stored_activity(store, run.id), mtime_of(log0), 1e-6);
+
+    td_ingester_free(ing);
+    free(metrics);
+    free(logs);
+    free(sys);
+    free(rank0);
+    free(log0);
+    free(setup);
+    td_run_clear(&run);
+}
+
 static void test_artifacts(td_rundb *store, const td_run *run) {
     char *work = td_xasprintf("%s/work", tmpdir);
     char *cmd = td_xasprintf("mkdir -p %s/out/sub && printf abc > %s/out/a.txt && "
@@ -249,6 +327,7 @@ int main(void) {
     test_lines(store, &run);
     test_sysmon(store, &run);
     test_artifacts(store, &run);
+    test_activity(store);
     test_code_version();
     td_run_clear(&run);
     td_rundb_close(store);

@@ -4,7 +4,7 @@
 # Through the CLI, with runs made by real `tandem run -- CMD`:
 #   - tags, group and notes set at the start (--tag/--group/--notes) and later (tandem tag +T -U,
 #     tandem group, tandem note, note from stdin), shown by tandem show and tandem ps, kept in
-#     run.json; tandem ps --tag (all must match) and --group filter;
+#     run.json; tandem ps --tag (all must match) and --group filter, newest first (docs/runs.md);
 #   - bad tags and groups are refused, naming the rule, before any run starts;
 #   - the labels survive runs.db deleted (the rebuild takes them from run.json);
 #   - tandem archive hides a finished run from ps (ps -a and --archived show it), --undo brings
@@ -86,7 +86,7 @@ err=$("$B" tag c-1 --help 2>&1); rc=$?
 # ---- shown and filtered by ps ----
 ps=$("$B" ps)
 expect_contains "$ps" "[sweep1] #lr:3e-4 #new" "ps shows a-1's labels"
-[ "$(ps_ids --group sweep1)" = "a-1 b-1 " ] || fail "ps --group sweep1: $(ps_ids --group sweep1)"
+[ "$(ps_ids --group sweep1)" = "b-1 a-1 " ] || fail "ps --group sweep1: $(ps_ids --group sweep1)"
 [ "$(ps_ids --tag x --tag y)" = "b-1 " ] || fail "ps --tag x --tag y: $(ps_ids --tag x --tag y)"
 [ "$(ps_ids --tag x --tag new)" = "" ] || fail "ps --tag x --tag new (none has both)"
 [ "$(ps_ids --tag base)" = "c-1 " ] || fail "ps --tag base: $(ps_ids --tag base)"
@@ -106,19 +106,19 @@ for col in ("tags", "run_group", "notes", "archived"):
     c.execute("ALTER TABLE runs DROP COLUMN " + col)
 c.commit()
 EOF
-[ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps on an old index: $("$B" ps 2>&1)"
+[ "$(ps_ids)" = "c-1 b-1 a-1 " ] || fail "ps on an old index: $("$B" ps 2>&1)"
 "$B" tag c-1 again >/dev/null || fail "tag on an index that had no tags column"
 # (An index that old never held labels: the columns start empty, and the new tag is kept.)
 expect_contains "$(show_field c-1 tags)" "again" "c-1 tags on a migrated index"
 
 # ---- archive ----
 out=$("$B" archive a-1) || fail "tandem archive a-1: $out"
-[ "$(ps_ids)" = "b-1 c-1 " ] || fail "ps after archive: $(ps_ids)"
-[ "$(ps_ids -a)" = "a-1 b-1 c-1 " ] || fail "ps -a after archive: $(ps_ids -a)"
+[ "$(ps_ids)" = "c-1 b-1 " ] || fail "ps after archive: $(ps_ids)"
+[ "$(ps_ids -a)" = "c-1 b-1 a-1 " ] || fail "ps -a after archive: $(ps_ids -a)"
 [ "$(ps_ids --archived)" = "a-1 " ] || fail "ps --archived: $(ps_ids --archived)"
 [ "$(show_field a-1 status)" = "succeeded" ] || fail "show of an archived run"
 "$B" archive --undo a-1 >/dev/null || fail "tandem archive --undo"
-[ "$(ps_ids)" = "a-1 b-1 c-1 " ] || fail "ps after archive --undo: $(ps_ids)"
+[ "$(ps_ids)" = "c-1 b-1 a-1 " ] || fail "ps after archive --undo: $(ps_ids)"
 
 # ---- rm ----
 [ "$(rows metrics b-1)" -ge 1 ] || fail "b-1 has no metric rows"
@@ -126,10 +126,10 @@ seq_b=$(python3 -c "import sqlite3; print(sqlite3.connect('.tandem/runs.db').exe
   \"SELECT seq FROM runs WHERE id='b-1'\").fetchone()[0])")
 out=$("$B" rm b-1) || fail "tandem rm b-1: $out"
 [ ! -e .tandem/runs/b-1 ] || fail "rm left .tandem/runs/b-1"
-[ "$(ps_ids -a)" = "a-1 c-1 " ] || fail "ps -a after rm: $(ps_ids -a)"
+[ "$(ps_ids -a)" = "c-1 a-1 " ] || fail "ps -a after rm: $(ps_ids -a)"
 left=$(python3 -c "import sqlite3,sys; c=sqlite3.connect('.tandem/runs.db'); print(sum(
   c.execute('SELECT count(*) FROM %s WHERE run=?' % t, (int(sys.argv[1]),)).fetchone()[0]
-  for t in ('metrics','artifacts','logs','ingest_offsets')))" "$seq_b")
+  for t in ('metrics','artifacts','logs','ingest_offsets','run_events','run_activity')))" "$seq_b")
 [ "$left" = 0 ] || fail "rm left $left rows of b-1 in the index"
 err=$("$B" show b-1 2>&1); rc=$?
 [ "$rc" = 2 ] || fail "show after rm: exit $rc ($err)"
@@ -163,7 +163,7 @@ expect_contains "$err" "the directory of run g-1" "show of a ghost"
 expect_contains "$err" "tandem reindex" "show of a ghost names the cleanup"
 out=$("$B" reindex) || fail "reindex with a ghost: $out"
 expect_contains "$out" "dropped 1 run whose directory is gone" "reindex drops the ghost"
-[ "$(ps_ids -a)" = "a-1 c-1 " ] || fail "ps -a after the ghost was dropped: $(ps_ids -a)"
+[ "$(ps_ids -a)" = "c-1 a-1 " ] || fail "ps -a after the ghost was dropped: $(ps_ids -a)"
 n=$(python3 -c "import sqlite3; print(sqlite3.connect('.tandem/runs.db').execute(
   \"SELECT count(*) FROM runs WHERE id='g-1'\").fetchone()[0])")
 [ "$n" = 0 ] || fail "g-1 still in runs.db after reindex"

@@ -315,6 +315,54 @@ check_eq(big["metrics"].get("loss", {}).get("last_step"), BIG_N - 1, "big-1 loss
 check("nokey" not in big["metrics"], "a key the run lacks is left out of its metrics")
 check_eq(get_json(srv, "/api/runs?all=1&metrics=")["runs"][0]["metrics"], {}, "metrics= (none)")
 check_eq(len(get_json(srv, "/api/runs")["runs"]), 3, "/api/runs without all=1 (few runs: all)")
+# The cloud instances' cost (issue 31): small-1 given an instance record in the aws executor's
+# documented format (docs/cloud.md): one ended instance, one still billing, one without a price.
+# Its cost_usd is price x hours to the time of the answer (bounded by the times before and after
+# the request, computed here); big-1 has no record: null.
+cost_t = round(time.time(), 1)
+cost_rec = {"provider": "aws", "region": "us-east-1", "instances": [
+    {"id": "i-0ended", "node": 0, "type": "t3.micro", "market": "on-demand", "zone": "us-east-1a",
+     "launched_s": cost_t - 7200, "ended_s": cost_t - 1800, "end": "run ended", "state": "terminated",
+     "usd_per_hour": 0.3, "price_source": "aws.prices"},
+    {"id": "i-0live", "node": 1, "type": "g5.xlarge", "market": "spot", "zone": "us-east-1b",
+     "launched_s": cost_t - 1800, "ended_s": None, "end": None, "state": "running",
+     "usd_per_hour": 0.8, "price_source": "DescribeSpotPriceHistory"},
+    {"id": "i-0free", "node": 2, "type": "x9.none", "market": "on-demand", "zone": "us-east-1a",
+     "launched_s": cost_t - 7200, "ended_s": cost_t - 7100, "end": "run ended", "state": "terminated",
+     "usd_per_hour": None, "price_source": None}]}
+with open(os.path.join(run_dir("small-1"), "instances.json"), "w") as f:
+    json.dump(cost_rec, f)
+
+
+def cost_at(t):
+    return sum(i["usd_per_hour"] * (min(i["ended_s"] or t, t) - i["launched_s"]) / 3600
+               for i in cost_rec["instances"] if i["usd_per_hour"])
+
+
+t_before = time.time()
+listed = {r["id"]: r for r in get_json(srv, "/api/runs?all=1")["runs"]}
+one = get_json(srv, "/api/runs/small-1")
+t_after = time.time()
+for what, r in [("/api/runs", listed["small-1"]), ("/api/runs/small-1", one)]:
+    got = r.get("cost_usd")
+    check(got is not None and cost_at(t_before) - 1e-9 <= got <= cost_at(t_after) + 1e-9,
+          f"{what}: small-1 cost_usd {got}, want price x hours in "
+          f"[{cost_at(t_before)}, {cost_at(t_after)}]")
+    check(r.get("cost_as_of") and t_before - 1 <= r["cost_as_of"] <= t_after + 1,
+          f"{what}: cost_as_of {r.get('cost_as_of')} is the time of the answer")
+    check(abs(got - cost_at(r["cost_as_of"])) < 1e-6, f"{what}: cost_usd is the cost at cost_as_of")
+    check_eq((r.get("cost_usd_per_hour"), r.get("cost_unpriced")), (0.8, 1),
+             f"{what}: small-1's hourly rate now (the live instance) and unpriced count")
+check_eq((listed["big-1"].get("cost_usd"), listed["big-1"].get("cost_unpriced")), (None, None),
+         "big-1 (no instance record): no cost")
+by_id = {i["id"]: i for i in one["instances"]["instances"]}
+check_eq([(by_id[i["id"]]["usd_per_hour"], by_id[i["id"]]["price_source"]) for i in cost_rec["instances"]],
+         [(i["usd_per_hour"], i["price_source"]) for i in cost_rec["instances"]],
+         "each instance's price and its source in /api/runs/small-1")
+check(abs(by_id["i-0ended"]["cost_usd"] - 0.3 * 1.5) < 1e-9,
+      f"i-0ended cost_usd {by_id['i-0ended']['cost_usd']}, want 0.45 (0.3 $/h x 1.5 h)")
+check(by_id["i-0free"]["cost_usd"] is None, "an instance without a price has cost_usd null")
+os.remove(os.path.join(run_dir("small-1"), "instances.json"))
 # The user's labels (issue 19): set by the CLI, carried by the run objects; an archived run
 # leaves the list unless archived=1.
 tandem("tag", "small-2", "base", "lr:3e-4")
@@ -335,6 +383,34 @@ check_eq(len(get_json(srv, "/api/runs?all=1")["runs"]), 3, "small-2 back after a
 expect_error(srv, "GET", "/api/runs?all=2", 400, "all")
 expect_error(srv, "GET", "/api/runs?metrics=" + ",".join(f"k{i}" for i in range(65)), 400, "metrics")
 expect_error(srv, "GET", "/api/runs?all=%00", 400)
+# Issue 33: the config as columns (hparams: params and the SDK's config, flat), filters over it,
+# the keys the runs logged with how many runs logged each, the silent threshold.
+check_eq(small.get("hparams"), {"lr": 0.5, "opt": "adam"}, "small-1 hparams: its workflow params")
+check_eq(small.get("silent_s"), None, "a finished run is never silent")
+check_eq(runs.get("silent_after_s"), 900, "silent_after_s: TANDEM_SILENT_S's default")
+logged = {}  # key -> the runs whose metrics files hold it: the reference for common_keys
+for rid in ids:
+    mdir = os.path.join(P, ".tandem", "runs", rid, "metrics")
+    for fn in os.listdir(mdir):
+        if fn.startswith("rank-"):
+            with open(os.path.join(mdir, fn)) as mf:
+                for line in mf:
+                    for k in json.loads(line):
+                        if k not in ("step", "time"):
+                            logged.setdefault(k, set()).add(rid)
+common = {c["key"]: c["runs"] for c in runs.get("common_keys", [])}
+for k, who in logged.items():
+    check_eq(common.get(k), len(who), f"common_keys: {k} logged by {sorted(who)}")
+counts = [c["runs"] for c in runs["common_keys"]]
+check_eq(counts, sorted(counts, reverse=True), "common_keys most logged first")
+for expr, want in [("lr=0.5", ["small-2", "small-1"]), ("lr>0.4", ["small-2", "small-1"]),
+                   ("lr<0.5", []), ("opt=adam", ["small-2", "small-1"]), ("opt!=adam", []),
+                   ("nosuch=1", []), ("lr>=0.5%20opt=adam", ["small-2", "small-1"])]:
+    got = [r["id"] for r in get_json(srv, "/api/runs?filter=" + expr.replace("=", "%3D").replace(
+        ">", "%3E").replace("<", "%3C").replace("!", "%21"))["runs"]]
+    check_eq(got, want, f"/api/runs?filter={expr}")
+expect_error(srv, "GET", "/api/runs?filter=lr", 400, "KEY=VALUE")
+expect_error(srv, "GET", "/api/runs?filter=lr%3Efast", 400, "not one")
 
 # ---- /api/runs/{id} ----
 one = get_json(srv, "/api/runs/small-1")

@@ -100,12 +100,66 @@
     }
     return i ? `${v.toFixed(v < 10 ? 2 : 1)} ${u[i]}` : `${n} B`;
   }
-  function fmtParams(p) {
-    if (!p) return '';
-    return Object.keys(p)
-      .map((k) => `${k}=${typeof p[k] === 'string' ? p[k] : JSON.stringify(p[k])}`)
-      .join(' ');
+  /* A config value as recorded: numbers in JS's shortest exact form (0.2; tandem train's float
+   * lr as 0.200000003), text as is. */
+  const fmtHp = (v) => (v == null ? '' : typeof v === 'string' ? v : String(v));
+  /* The same for a table cell: a fraction to 7 significant digits, what a float32 holds
+   * (tandem train's lr 0.00999999978 reads 0.01; the cell's title has it exactly), an integer
+   * whole (a seed keeps its digits). */
+  const showHp = (v) =>
+    typeof v === 'number' && isFinite(v) && !Number.isInteger(v) ? String(+v.toPrecision(7)) : fmtHp(v);
+  /* The runs' config filter: KEY=V, KEY!=V, KEY<N, KEY<=N, KEY>N, KEY>=N (tandem ps --filter and
+   * GET /api/runs?filter= read the same forms: src/track/query.c). Numbers are equal within a
+   * relative 1e-6; a run without KEY never matches. null when term is not one. */
+  function parseFilter(term) {
+    const m = /^([^=!<>\s]+)(!=|>=|<=|=|>|<)(.*)$/.exec(term);
+    if (!m) return null;
+    const [, key, op, text] = m;
+    const num = text !== '' && isFinite(+text) ? +text : null;
+    return { key, op, text, num };
   }
+  const numEq = (a, b) => a === b || Math.abs(a - b) <= 1e-6 * Math.max(Math.abs(a), Math.abs(b));
+  function filterMatch(f, hp) {
+    if (!hp || !(f.key in hp)) return false;
+    const v = hp[f.key];
+    const vnum = typeof v === 'number' ? v : typeof v === 'boolean' ? +v : null;
+    if (f.op === '=' || f.op === '!=') {
+      const eq =
+        f.num != null && vnum != null && typeof v !== 'boolean' ? numEq(vnum, f.num) : fmtHp(v) === f.text;
+      return f.op === '=' ? eq : !eq;
+    }
+    if (vnum == null || f.num == null) return false;
+    if (f.op === '<') return vnum < f.num && !numEq(vnum, f.num);
+    if (f.op === '<=') return vnum <= f.num || numEq(vnum, f.num);
+    if (f.op === '>') return vnum > f.num && !numEq(vnum, f.num);
+    return vnum >= f.num || numEq(vnum, f.num);
+  }
+  /* Sort order of two cell values: numbers before text, missing ones last (either direction). */
+  function cmpVal(a, b, dir) {
+    const none = (v) => v == null || v === '';
+    if (none(a) || none(b)) return none(a) - none(b);
+    const na = typeof a === 'number',
+      nb = typeof b === 'number';
+    if (na !== nb) return na ? -1 : 1;
+    return (a < b ? -1 : a > b ? 1 : 0) * dir;
+  }
+  const plural = (n, one, many) => `${n.toLocaleString()} ${n === 1 ? one : many || one + 's'}`;
+  /* An accuracy-like key (its values a fraction or a percent, depending on who logged it). */
+  const isAccuracy = (key) => bestOf(key) === 'max' && /(^|[^a-z])(acc|accuracy|top\d+)([^a-z]|$)/i.test(key);
+  /* How a run logged an accuracy: percent when any value is over 1 (tandem train's test/acc),
+   * else a fraction (what scripts and HF log). */
+  const accUnit = (m) => (m && Math.max(Math.abs(m.max), Math.abs(m.min)) > 1 ? '%' : '0–1');
+  /* Seconds a live run has been silent (nothing from its workers), when at least `after`. */
+  function silentFor(r, after, now) {
+    if (!r.live || !after) return 0;
+    if (r.last_activity) {
+      const q = now - r.last_activity;
+      return q >= after ? q : 0;
+    }
+    return r.silent_s || 0;
+  }
+  const fmtSilent = (s) =>
+    s >= 60 ? `silent for ${Math.floor(s / 60)} min` : `silent for ${Math.floor(s)} s`;
   function shortVersion(v) {
     if (!v) return '';
     const m = /^([0-9a-f]{40})(\+dirty.*)?$/.exec(v);
@@ -117,7 +171,8 @@
   function bestOf(key) {
     const word = (names) => new RegExp(`(^|[^a-z])(${names})([^a-z]|$)`, 'i').test(key);
     if (/loss|error/i.test(key) || word('err|nll|ppl|perplexity|mse|mae|rmse|wer|cer')) return 'min';
-    const scores = 'acc|accuracy|top\\d+|f1|auc|roc_auc|precision|recall|iou|miou|bleu|rouge\\w*|map|dice|r2|score';
+    const scores =
+      'acc|accuracy|top\\d+|f1|auc|roc_auc|precision|recall|iou|miou|bleu|rouge\\w*|map|dice|r2|score';
     if (word(scores)) return 'max';
     return null;
   }
@@ -140,8 +195,11 @@
 
   /* ---------- settings (kept in localStorage) ---------- */
   const SETTINGS_KEY = 'tandem.ui.settings';
+  /* columns / configCols: the runs table's metric and config columns the user picked (null:
+   * chosen from what the runs logged and recorded). An older page kept `metrics` here, always
+   * train/loss and test/acc: it is ignored. */
   const settings = Object.assign(
-    { x: 'step', smooth: 0.6, log: false, metrics: ['train/loss', 'test/acc'], onlyDiff: true },
+    { x: 'step', smooth: 0.6, log: false, columns: null, configCols: null, onlyDiff: true },
     (() => {
       try {
         return JSON.parse(localStorage.getItem(SETTINGS_KEY)) || {};
@@ -150,6 +208,7 @@
       }
     })(),
   );
+  delete settings.metrics;
   function saveSettings() {
     try {
       localStorage.setItem(SETTINGS_KEY, JSON.stringify(settings));
@@ -300,6 +359,89 @@
   }
   const markLabel = (m) => (m.kind === 'restart' ? 'restarted' : 'resumed') + ` from step ${m.step}`;
 
+  /* A line on the wall-time axis with a null put into each long pause (a preemption, a stop and
+   * resume): uPlot then breaks the line there instead of drawing a straight line across hours in
+   * which nothing ran. A pause is a gap over 20 times the line's median spacing and over 60 s. */
+  function breakGaps(l) {
+    const n = l.x.length;
+    if (n < 3) return l;
+    const d = [];
+    for (let i = 1; i < n; i++) d.push(l.x[i] - l.x[i - 1]);
+    const med = d.slice().sort((a, b) => a - b)[d.length >> 1];
+    const limit = Math.max(20 * med, 60);
+    if (!d.some((g) => g > limit)) return l;
+    const x = [l.x[0]],
+      y = [l.y[0]];
+    for (let i = 1; i < n; i++) {
+      if (l.x[i] - l.x[i - 1] > limit) {
+        x.push((l.x[i] + l.x[i - 1]) / 2);
+        y.push(null);
+      }
+      x.push(l.x[i]);
+      y.push(l.y[i]);
+    }
+    return Object.assign({}, l, { x, y });
+  }
+  /* Time-axis ticks in ISO order: the date where it changes (and at the first tick), then HH:MM
+   * (HH:MM:SS when ticks are under a minute apart). */
+  function isoTicks(u, splits, axisIdx, space, incr) {
+    let lastDay = '';
+    return splits.map((v) => {
+      if (v == null) return '';
+      const d = new Date(v * 1000);
+      const day = `${d.getFullYear()}-${pad2(d.getMonth() + 1)}-${pad2(d.getDate())}`;
+      const time =
+        `${pad2(d.getHours())}:${pad2(d.getMinutes())}` + (incr < 60 ? `:${pad2(d.getSeconds())}` : '');
+      const show = incr >= 86400 ? day : day !== lastDay ? `${day}\n${time}` : time;
+      lastDay = day;
+      return show;
+    });
+  }
+
+  /* ---------- what a run's cloud instances cost (issue 31, RUN/instances.json) ---------- */
+  function fmtCost(v) {
+    return v == null ? '—' : '$' + v.toFixed(2);
+  }
+  /* A run's cost now: the API's cost_usd at cost_as_of, grown by what still bills per hour. */
+  function costNow(r, now) {
+    if (r.cost_usd == null) return null;
+    if (!r.live || !r.cost_usd_per_hour || !r.cost_as_of) return r.cost_usd;
+    return r.cost_usd + (r.cost_usd_per_hour * Math.max(0, now - r.cost_as_of)) / 3600;
+  }
+  /* Dollars accrued by wall time t (the store's td_run_cost_at): each priced instance's price
+   * times its lifetime before t. null for a run without a priced instance (no cost axis). */
+  function costCurve(instances) {
+    const priced = (instances || []).filter((i) => i.usd_per_hour > 0 && i.launched > 0);
+    if (!priced.length) return null;
+    const at = (t) => {
+      let usd = 0;
+      for (const i of priced) {
+        const end = i.ended > 0 && i.ended < t ? i.ended : t;
+        if (end > i.launched) usd += (i.usd_per_hour * (end - i.launched)) / 3600;
+      }
+      return usd;
+    };
+    /* The first time by which usd had accrued: a zoom on the cost axis asks the server for
+     * that wall-time range (cost never falls, so a bisection finds it). */
+    const timeOf = (usd) => {
+      let lo = Math.min(...priced.map((i) => i.launched));
+      let hi = Math.max(Date.now() / 1000, ...priced.map((i) => i.ended || 0));
+      if (at(hi) < usd) return hi;
+      for (let k = 0; k < 64; k++) {
+        const mid = (lo + hi) / 2;
+        if (at(mid) < usd) lo = mid;
+        else hi = mid;
+      }
+      return hi;
+    };
+    return { at, timeOf };
+  }
+  /* The charts' x axis: the setting, but step where it says cost and the view has none. */
+  function xMode(view) {
+    if (settings.x === 'cost') return view && view.cost ? 'cost' : 'step';
+    return settings.x;
+  }
+
   class Chart {
     constructor(view, key, loader) {
       this.view = view;
@@ -390,7 +532,7 @@
       const n = line.x.length;
       /* Already there (fetched after it was stored). Wall times may repeat (points stored by one
        * ingest without a time of their own share it), steps may not. */
-      if (n && (x < line.x[n - 1] || (x === line.x[n - 1] && settings.x === 'step'))) return true;
+      if (n && (x < line.x[n - 1] || (x === line.x[n - 1] && xMode(this.view) === 'step'))) return true;
       line.x.push(x);
       line.y.push(y);
       this.total++;
@@ -411,7 +553,7 @@
 
     zoom(from, to) {
       if (!(to > from)) return;
-      if (settings.x === 'step') {
+      if (xMode(this.view) === 'step') {
         from = Math.floor(from);
         to = Math.ceil(to);
       }
@@ -456,8 +598,8 @@
       if (lines.length) this.el.dataset.lastX = String(maxX);
       this.info.textContent =
         points === this.total || !this.total
-          ? `${points.toLocaleString()} points`
-          : `${points.toLocaleString()} of ${this.total.toLocaleString()} points`;
+          ? plural(points, 'point')
+          : `${points.toLocaleString()} of ${plural(this.total, 'point')}`;
       this.info.title =
         'Points drawn; the server keeps the first, last, min and max of each pixel-wide bucket.';
       this.plot.setAttribute('aria-label', this.describe(lines));
@@ -469,7 +611,8 @@
       const s = settings.smooth,
         log = settings.log;
       const range = maxX - minX;
-      const tables = lines.map((l) => {
+      const tables = lines.map((line) => {
+        const l = xMode(this.view) === 'time' ? breakGaps(line) : line;
         const raw = log ? l.y.map((v) => (v > 0 ? v : null)) : l.y;
         if (s > 0) {
           let sm = twema(l.x, l.y, s, range);
@@ -479,7 +622,7 @@
         return [l.x, raw];
       });
       const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
-      const shape = `${lines.map((l) => l.id).join(',')}|${s > 0}|${log}|${settings.x}`;
+      const shape = `${lines.map((l) => l.id).join(',')}|${s > 0}|${log}|${xMode(this.view)}`;
       if (!this.u || shape !== this.shape) {
         this.destroyPlot();
         put(this.plot);
@@ -496,11 +639,19 @@
       }
     }
 
+    /* What the x axis counts: a step, the wall time, or for system metrics (sampled by the
+     * supervisor, stepped in seconds since the run was created) seconds. */
+    xName() {
+      const mode = xMode(this.view);
+      if (mode === 'time' || mode === 'cost') return mode;
+      return isSys(this.key) ? 'second' : 'step';
+    }
+
     describe(lines) {
       if (!lines.length) return `Chart of ${this.key}: no points yet`;
       const parts = lines.map(
         (l) =>
-          `${l.label} last ${fmtValue(l.y[l.y.length - 1], magnitude(l.y))} at ${settings.x} ` +
+          `${l.label} last ${fmtValue(l.y[l.y.length - 1], magnitude(l.y))} at ${this.xName()} ` +
           fmtNum(l.x[l.x.length - 1]),
       );
       return `Chart of ${this.key}: ${parts.join('; ')}`;
@@ -530,8 +681,10 @@
       };
       const series = [
         {
-          label: settings.x === 'time' ? 'time' : 'step',
-          value: legendValue(settings.x === 'time' ? fmtTime : fmtNum),
+          label: this.xName() === 'second' ? 'seconds' : this.xName(),
+          value: legendValue(
+            this.xName() === 'time' ? fmtTime : this.xName() === 'cost' ? (v) => '$' + fmtNum(v) : fmtNum,
+          ),
         },
       ];
       for (const l of lines) {
@@ -558,14 +711,35 @@
         }
       }
       const axisFont = '11px system-ui, sans-serif';
+      const xAxis = {
+        stroke: axis,
+        font: axisFont,
+        grid: { stroke: grid, width: 1 },
+        ticks: { stroke: grid },
+      };
+      /* ISO dates and 24-hour times on the time axis (uPlot's own are US: 11/29, 2:05pm). */
+      if (this.xName() === 'time') Object.assign(xAxis, { values: isoTicks, size: 44 });
+      else if (this.xName() === 'cost')
+        Object.assign(xAxis, {
+          values: (u, vals) => vals.map((v) => '$' + fmtValue(v, 0, 4)),
+          label: 'USD accrued by the run\'s cloud instances',
+          labelSize: 18,
+          labelFont: axisFont,
+        });
+      else if (this.xName() === 'second')
+        Object.assign(xAxis, {
+          label: 'seconds since the run was created',
+          labelSize: 18,
+          labelFont: axisFont,
+        });
       return {
         width: Math.max(200, this.plot.clientWidth || 600),
         height: 220,
         pxAlign: 0,
         series,
-        scales: { x: { time: settings.x === 'time' }, y: log ? { distr: 3 } : {} },
+        scales: { x: { time: this.xName() === 'time' }, y: log ? { distr: 3 } : {} },
         axes: [
-          { stroke: axis, font: axisFont, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
+          xAxis,
           {
             stroke: axis,
             font: axisFont,
@@ -624,7 +798,10 @@
       ctx.lineWidth = Math.max(1, Math.round(2 * (window.devicePixelRatio || 1)));
       ctx.setLineDash([8, 4]);
       for (const m of marks) {
-        const x = settings.x === 'time' ? m.time : m.step;
+        const mode = xMode(this.view);
+        /* on the cost axis, the dollars of the mark's own run (compare: each run's instances) */
+        const at = m.costAt || (this.view.cost && this.view.cost.at);
+        const x = mode === 'time' ? m.time : mode === 'cost' ? (m.time && at ? at(m.time) : null) : m.step;
         if (x == null || !isFinite(x)) continue;
         const px = Math.round(u.valToPos(x, 'x', true));
         if (!isFinite(px) || px < left - 1 || px > left + width + 1) continue;
@@ -633,7 +810,7 @@
         ctx.moveTo(px, top);
         ctx.lineTo(px, top + height);
         ctx.stroke();
-        seen.push(`${m.label} at ${settings.x} ${settings.x === 'time' ? fmtTime(x) : x}`);
+        seen.push(`${m.label} at ${this.xName()} ${mode === 'time' ? fmtTime(x) : mode === 'cost' ? fmtCost(x) : x}`);
       }
       ctx.restore();
       this.el.dataset.marks = String(seen.length);
@@ -950,22 +1127,28 @@
         onChange('log');
       },
     });
-    return h(
+    const xField = h(
+      'fieldset',
+      { class: 'segmented' },
+      h('legend', null, 'x axis'),
+      xSel('step', 'step'),
+      xSel('time', 'wall time'),
+    );
+    const bar = h(
       'div',
       { class: 'toolbar', role: 'toolbar', 'aria-label': 'Chart settings' },
-      h(
-        'fieldset',
-        { class: 'segmented' },
-        h('legend', null, 'x axis'),
-        xSel('step', 'step'),
-        xSel('time', 'wall time'),
-      ),
+      xField,
       h('label', { for: 'smoothing' }, 'Smoothing'),
       sm,
       out,
       h('label', { class: 'check' }, logBox, 'log scale'),
       h('span', { class: 'hint muted' }, 'Drag on a chart to zoom, double-click to reset.'),
     );
+    /* The cost axis is offered only once the run is known to have a priced instance. */
+    bar.addCost = () => {
+      if (!$('input[value="cost"]', xField)) xField.append(xSel('cost', 'cost ($)'));
+    };
+    return bar;
   }
 
   /* ---------- the run's event stream (points, status, logs) ---------- */
@@ -1030,22 +1213,83 @@
   }
 
   /* ---------- view: the runs table ---------- */
+  /* The metric columns chosen from what the runs logged (GET /api/runs's common_keys: how many of
+   * the newest runs logged each key): the most common loss-like key (a training loss before an
+   * eval one), the most common accuracy or score, then the next most common key. */
+  function autoMetricColumns(common) {
+    const keys = (common || []).filter((c) => !isSys(c.key));
+    const heldOut = (k) => /(^|[^a-z])(eval|val|valid|validation|test)([^a-z]|$)/i.test(k);
+    const pick = (want, preferTrain) =>
+      keys
+        .filter((c) => bestOf(c.key) === want)
+        .sort(
+          (a, b) =>
+            b.runs - a.runs ||
+            (preferTrain ? heldOut(a.key) - heldOut(b.key) : heldOut(b.key) - heldOut(a.key)) ||
+            compareKeys(a.key, b.key),
+        )[0];
+    const out = [];
+    const loss = pick('min', true),
+      score = pick('max', false);
+    if (loss) out.push(loss.key);
+    if (score) out.push(score.key);
+    for (const c of keys) {
+      if (out.length >= 3) break;
+      if (!out.includes(c.key) && bestOf(c.key)) out.push(c.key);
+    }
+    for (const c of keys) {
+      if (out.length >= 2) break;
+      if (!out.includes(c.key)) out.push(c.key);
+    }
+    return out;
+  }
+  /* The config columns chosen from what the runs recorded: the keys two runs hold with different
+   * values (a sweep's lr; tandem ps's CONFIG column takes the same), the keys more runs have first; when nothing differs, the params
+   * (tandem run --param, a workflow's params:). At most 4. */
+  function autoConfigColumns(runs) {
+    const seen = new Map(); // key -> {n, values: Set}
+    for (const r of runs)
+      for (const [k, v] of Object.entries(r.hparams || {})) {
+        let e = seen.get(k);
+        if (!e) seen.set(k, (e = { n: 0, values: new Set() }));
+        e.n++;
+        e.values.add(fmtHp(v));
+      }
+    const differ = [...seen]
+      .filter(([, e]) => e.values.size > 1)
+      .sort((a, b) => b[1].n - a[1].n || (a[0] < b[0] ? -1 : 1))
+      .map(([k]) => k);
+    if (differ.length) return differ.slice(0, 4);
+    const params = new Set();
+    for (const r of runs) for (const k of Object.keys(r.params || {})) params.add(k);
+    return [...params].sort().slice(0, 4);
+  }
+
   function runsView(main) {
     const view = { dead: false, ac: new AbortController() };
     let runs = [],
       keys = [],
+      common = [],
+      silentAfter = 900,
+      metricCols = settings.columns || [],
+      configCols = settings.configCols || [],
       es = null,
       sortCol = 'created',
-      sortDir = -1;
+      sortDir = -1,
+      listenedFor = '';
     const selected = new Set();
     const filter = h('input', {
       type: 'search',
       id: 'runs-filter',
-      placeholder: 'id, workflow, status, params…',
+      placeholder: 'lr>0.01, id, status, tag…',
+      title:
+        'Words match id, workflow, status, tags, notes and config values; KEY=V, KEY!=V, KEY<N, ' +
+        'KEY>N (<=, >=) select by a config key or param, as tandem ps --filter does',
       'aria-label': 'Filter runs',
       oninput: () => renderBody(),
     });
     const count = h('span', { class: 'muted', 'aria-live': 'polite' });
+    const filterNote = h('span', { class: 'muted', id: 'filter-note', 'aria-live': 'polite' });
     const compareBtn = h(
       'button',
       {
@@ -1058,9 +1302,11 @@
       },
       'Compare',
     );
-    const picker = h('details', { class: 'picker' });
+    const picker = h('details', { class: 'picker', id: 'metric-picker' });
+    const cpicker = h('details', { class: 'picker', id: 'config-picker' });
     const table = h('table', { class: 'runs', id: 'runs' });
     const status = h('div');
+    const wrap = h('div', { class: 'tablewrap runswrap', id: 'runs-wrap' }, table);
     put(
       main,
       h('div', { class: 'pagehead' }, h('h1', null, 'Runs'), count),
@@ -1069,13 +1315,31 @@
         { class: 'toolbar' },
         h('label', { for: 'runs-filter' }, 'Filter'),
         filter,
+        cpicker,
         picker,
         compareBtn,
-        h('span', { class: 'hint muted' }, 'Select two or more runs to compare them.'),
+        filterNote,
       ),
       status,
-      h('div', { class: 'tablewrap runswrap' }, table),
+      wrap,
     );
+
+    /* Units of a metric column: an accuracy is a percent from tandem train and a fraction from
+     * most scripts; the header says which, and when the runs shown mix both, each cell says. */
+    const unitOf = (k) => {
+      if (niceKey(k)) return { head: '' };
+      if (!isAccuracy(k)) return { head: '' };
+      const units = new Set(runs.filter((r) => r.metrics && r.metrics[k]).map((r) => accUnit(r.metrics[k])));
+      if (units.size > 1) return { head: '% and 0–1 mixed', mixed: true };
+      const u = [...units][0];
+      return { head: u === '%' ? 'percent' : u ? 'fraction 0–1' : '' };
+    };
+    const bestVal = (r, k) => {
+      const m = r.metrics && r.metrics[k];
+      if (!m) return null;
+      const b = bestOf(k);
+      return b === 'min' ? m.min : b === 'max' ? m.max : null;
+    };
 
     const columns = () => {
       const cols = [
@@ -1086,87 +1350,166 @@
         { id: 'duration', label: 'Duration', val: (r) => duration(r), num: true },
         { id: 'restarts', label: 'Restarts', val: (r) => r.restarts, num: true },
         { id: 'code', label: 'Code', val: (r) => r.code_version || '' },
-        { id: 'params', label: 'Params', val: (r) => fmtParams(r.params) },
       ];
-      for (const k of settings.metrics) {
+      /* Cost only when a listed run has a priced cloud instance (as tandem ps does). */
+      if (runs.some((r) => r.cost_usd != null))
+        cols.splice(6, 0, {
+          id: 'cost',
+          label: 'Cost',
+          val: (r) => costNow(r, Date.now() / 1000),
+          num: true,
+        });
+      for (const k of configCols)
+        cols.push({
+          id: 'hp:' + k,
+          label: k,
+          sub: 'config',
+          hp: true,
+          val: (r) => {
+            const v = (r.hparams || {})[k];
+            return typeof v === 'boolean' ? String(v) : v;
+          },
+        });
+      for (const k of metricCols) {
+        const unit = unitOf(k);
+        const b = bestOf(k);
         cols.push({
           id: 'last:' + k,
-          label: k,
-          sub: 'last',
+          label: niceKey(k) || k,
+          key: k,
+          sub: `last${b ? ` · best (${b})` : ''}${unit.head ? ` · ${unit.head}` : ''}`,
           num: true,
+          metric: true,
+          unit,
           val: (r) => (r.metrics && r.metrics[k] ? r.metrics[k].last : null),
-        });
-        cols.push({
-          id: 'best:' + k,
-          label: k,
-          sub: isLoss(k) ? 'best (min)' : 'best (max)',
-          num: true,
-          val: (r) => (r.metrics && r.metrics[k] ? (isLoss(k) ? r.metrics[k].min : r.metrics[k].max) : null),
+          best: (r) => bestVal(r, k),
         });
       }
       return cols;
     };
     const duration = (r) => (r.live && r.started ? Date.now() / 1000 - r.started : r.duration);
 
-    /* The metric column picker: a checkbox per key, drawn only while it is open, for the chosen
-     * keys and the first 200 others that match its search box (a store may hold 100,000 keys). */
-    const pickerSearch = h('input', {
-      type: 'search',
-      id: 'picker-filter',
-      placeholder: 'find a key',
-      'aria-label': 'Find a metric key',
-      oninput: () => renderBoxes(),
-    });
-    const pickerBoxes = h('div', { class: 'pickerboxes' });
-    picker.addEventListener('toggle', () => {
-      if (picker.open) renderBoxes();
-      else put(pickerBoxes);
-    });
-    function renderBoxes() {
-      if (!picker.open) return;
-      const terms = pickerSearch.value.toLowerCase().split(/\s+/).filter(Boolean);
-      const chosen = new Set(settings.metrics);
-      const list = settings.metrics.slice();
-      let more = 0;
-      for (const k of keys) {
-        if (k.startsWith('sys/') || chosen.has(k)) continue;
-        if (terms.length && !terms.every((t) => k.toLowerCase().includes(t))) continue;
-        if (list.length < settings.metrics.length + 200) list.push(k);
-        else more++;
+    /* A column picker: a checkbox per key, drawn only while it is open, for the chosen keys and
+     * the first 200 others that match its search box (a store may hold 100,000 keys). Picking
+     * is remembered (localStorage); "automatic" goes back to the columns chosen from the runs. */
+    function makePicker(el, id, title, chosenNow, allKeys, countOf, onPick) {
+      const search = h('input', {
+        type: 'search',
+        id: `${id}-filter`,
+        placeholder: 'find a key',
+        'aria-label': `Find a ${title.toLowerCase()} key`,
+        oninput: () => boxes(),
+      });
+      const list = h('div', { class: 'pickerboxes' });
+      const auto = h('button', { type: 'button', class: 'auto', onclick: () => onPick(null) }, 'automatic');
+      el.addEventListener('toggle', () => (el.open ? boxes() : put(list)));
+      function boxes() {
+        if (!el.open) return;
+        const terms = search.value.toLowerCase().split(/\s+/).filter(Boolean);
+        const chosen = new Set(chosenNow());
+        const keysShown = chosenNow().slice();
+        let more = 0;
+        for (const k of allKeys()) {
+          if (chosen.has(k)) continue;
+          if (terms.length && !terms.every((t) => k.toLowerCase().includes(t))) continue;
+          if (keysShown.length < chosen.size + 200) keysShown.push(k);
+          else more++;
+        }
+        put(
+          list,
+          keysShown.length
+            ? keysShown.map((k) =>
+                h(
+                  'label',
+                  { class: 'check' },
+                  h('input', {
+                    type: 'checkbox',
+                    value: k,
+                    checked: chosen.has(k),
+                    onchange: (e) =>
+                      onPick(e.target.checked ? [...chosenNow(), k] : chosenNow().filter((m) => m !== k)),
+                  }),
+                  k,
+                  countOf(k) ? h('small', { class: 'muted' }, ` ${countOf(k)}`) : null,
+                ),
+              )
+            : h('span', { class: 'muted' }, allKeys().length ? 'No key matches.' : 'None yet.'),
+          more ? h('span', { class: 'muted' }, `${more.toLocaleString()} more: type to narrow`) : null,
+        );
       }
-      const boxes = list.map((k) =>
-        h(
-          'label',
-          { class: 'check' },
-          h('input', {
-            type: 'checkbox',
-            value: k,
-            checked: chosen.has(k),
-            onchange: (e) => {
-              const on = e.target.checked;
-              settings.metrics = on ? [...settings.metrics, k] : settings.metrics.filter((m) => m !== k);
-              saveSettings();
-              load();
-              listen();
-            },
-          }),
-          k,
-        ),
-      );
-      put(
-        pickerBoxes,
-        boxes.length
-          ? boxes
-          : h('span', { class: 'muted' }, keys.length ? 'No key matches.' : 'No metrics yet.'),
-        more ? h('span', { class: 'muted' }, `${more.toLocaleString()} more: type to narrow`) : null,
-      );
+      return {
+        render(isAuto) {
+          if (!el.firstChild)
+            put(
+              el,
+              h('summary'),
+              h('div', { class: 'pickerbody' }, h('div', { class: 'pickerhead' }, search, auto), list),
+            );
+          el.firstChild.textContent = `${title} (${chosenNow().length}${isAuto ? ', automatic' : ''})`;
+          auto.disabled = isAuto;
+          boxes();
+        },
+      };
     }
-    function renderPicker() {
-      if (!picker.firstChild)
-        put(picker, h('summary'), h('div', { class: 'pickerbody' }, pickerSearch, pickerBoxes));
-      picker.firstChild.textContent = `Metric columns (${settings.metrics.length})`;
-      renderBoxes();
+    const commonCount = (k) => {
+      const c = common.find((x) => x.key === k);
+      return c ? `${c.runs} run${c.runs === 1 ? '' : 's'}` : '';
+    };
+    const metricPicker = makePicker(
+      picker,
+      'picker',
+      'Metric columns',
+      () => metricCols,
+      () => {
+        const top = common.map((c) => c.key).filter((k) => !isSys(k));
+        const seen = new Set(top);
+        return top.concat(keys.filter((k) => !isSys(k) && !seen.has(k)));
+      },
+      commonCount,
+      (cols) => {
+        settings.columns = cols;
+        saveSettings();
+        load();
+      },
+    );
+    const configKeys = () => {
+      const n = new Map();
+      for (const r of runs) for (const k of Object.keys(r.hparams || {})) n.set(k, (n.get(k) || 0) + 1);
+      return [...n].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([k]) => k);
+    };
+    const configPicker = makePicker(
+      cpicker,
+      'config-picker',
+      'Config columns',
+      () => configCols,
+      configKeys,
+      (k) => {
+        const n = runs.filter((r) => r.hparams && k in r.hparams).length;
+        return `${n} run${n === 1 ? '' : 's'}`;
+      },
+      (cols) => {
+        settings.configCols = cols;
+        saveSettings();
+        configCols = cols || autoConfigColumns(runs);
+        renderPickers();
+        renderHead();
+        renderBody();
+      },
+    );
+    function renderPickers() {
+      metricPicker.render(!settings.columns);
+      configPicker.render(!settings.configCols);
     }
+
+    /* A key as a header: it may break after '/', '_' or '.', never inside a word. */
+    const breakable = (text) =>
+      h(
+        'span',
+        null,
+        ...String(text)
+          .split(/(?<=[/_.])/)
+          .flatMap((part, i) => (i ? [h('wbr'), part] : [part])),
+      );
 
     function renderHead() {
       const cols = columns();
@@ -1178,6 +1521,17 @@
           renderBody();
         },
       });
+      const sortBy = (id) => {
+        if (sortCol === id) sortDir = -sortDir;
+        else {
+          sortCol = id;
+          sortDir = 1;
+        }
+        renderHead();
+        renderBody();
+      };
+      const arrow = (id) =>
+        h('span', { class: 'arrow', 'aria-hidden': 'true' }, sortCol === id ? (sortDir > 0 ? '▲' : '▼') : '');
       put(
         table,
         h(
@@ -1192,32 +1546,46 @@
                 'th',
                 {
                   scope: 'col',
-                  class: (c.num ? 'num ' : '') + (c.sub ? 'metric' : `col-${c.id}`),
-                  'aria-sort': sortCol === c.id ? (sortDir > 0 ? 'ascending' : 'descending') : 'none',
+                  class: (c.num ? 'num ' : '') + (c.metric ? 'metric' : c.hp ? 'hp' : `col-${c.id}`),
+                  'aria-sort':
+                    sortCol === c.id || sortCol === 'best:' + c.key
+                      ? sortDir > 0
+                        ? 'ascending'
+                        : 'descending'
+                      : 'none',
+                  dataset: { col: c.id },
+                  title: c.metric ? c.key : c.hp ? `${c.label}: a param or config key` : null,
                 },
                 h(
                   'button',
-                  {
-                    type: 'button',
-                    class: 'sort',
-                    onclick: () => {
-                      if (sortCol === c.id) sortDir = -sortDir;
-                      else {
-                        sortCol = c.id;
-                        sortDir = 1;
-                      }
-                      renderHead();
-                      renderBody();
-                    },
-                  },
-                  c.label,
-                  c.sub ? h('small', null, c.sub) : null,
-                  h(
-                    'span',
-                    { class: 'arrow', 'aria-hidden': 'true' },
-                    sortCol === c.id ? (sortDir > 0 ? '▲' : '▼') : '',
-                  ),
+                  { type: 'button', class: 'sort', onclick: () => sortBy(c.id) },
+                  c.metric || c.hp ? breakable(c.label) : c.label,
+                  c.sub && !c.metric && !c.hp ? h('small', null, c.sub) : null,
+                  arrow(c.id),
                 ),
+                c.metric
+                  ? h(
+                      'small',
+                      { class: 'sub' },
+                      c.sub.split(' · ').map((part, i) =>
+                        i === 1 && bestOf(c.key)
+                          ? [
+                              ' · ',
+                              h(
+                                'button',
+                                {
+                                  type: 'button',
+                                  class: 'sort best',
+                                  onclick: () => sortBy('best:' + c.key),
+                                },
+                                part,
+                                arrow('best:' + c.key),
+                              ),
+                            ]
+                          : [i ? ' · ' : '', part],
+                      ),
+                    )
+                  : null,
               ),
             ),
           ),
@@ -1227,15 +1595,33 @@
     }
 
     function visible() {
-      const terms = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
-      if (!terms.length) return runs;
+      const terms = filter.value.split(/\s+/).filter(Boolean);
+      if (!terms.length) {
+        filterNote.textContent = '';
+        return runs;
+      }
+      const preds = [],
+        words = [],
+        bad = [];
+      for (const t of terms) {
+        const f = parseFilter(t);
+        if (!f) words.push(t.toLowerCase());
+        else if ((f.op === '<' || f.op === '>' || f.op === '<=' || f.op === '>=') && f.num == null)
+          bad.push(t);
+        else preds.push(f);
+      }
+      filterNote.textContent = bad.length ? `${bad.join(', ')}: < and > compare numbers` : '';
       return runs.filter((r) => {
+        if (bad.length) return false;
+        if (!preds.every((f) => filterMatch(f, r.hparams))) return false;
+        if (!words.length) return true;
         const hay = [
           r.id,
           r.workflow,
           r.status,
-          fmtParams(r.params),
-          JSON.stringify(r.params || {}),
+          Object.entries(r.hparams || {})
+            .map(([k, v]) => `${k}=${fmtHp(v)}`)
+            .join(' '),
           r.code_version || '',
           r.note || '',
           r.group || '',
@@ -1244,23 +1630,21 @@
         ]
           .join(' ')
           .toLowerCase();
-        return terms.every((t) => hay.includes(t));
+        return words.every((t) => hay.includes(t));
       });
     }
 
     function renderBody() {
       const cols = columns();
-      const col = cols.find((c) => c.id === sortCol) || cols[3];
+      const now = Date.now() / 1000;
+      let get = (cols.find((c) => c.id === sortCol) || cols[3]).val;
+      if (sortCol.startsWith('best:')) {
+        const c = cols.find((x) => x.key === sortCol.slice(5));
+        if (c) get = c.best;
+      }
       const rows = visible()
         .slice()
-        .sort((a, b) => {
-          const va = col.val(a),
-            vb = col.val(b);
-          if (va == null && vb == null) return 0;
-          if (va == null || va === '') return 1;
-          if (vb == null || vb === '') return -1;
-          return (va < vb ? -1 : va > vb ? 1 : 0) * sortDir;
-        });
+        .sort((a, b) => cmpVal(get(a), get(b), sortDir));
       const tbody = h('tbody');
       for (const r of rows) {
         const cells = [
@@ -1284,33 +1668,81 @@
           if (c.id === 'id')
             td = h(
               'td',
-              { class: 'id nowrap' },
+              { class: 'id' },
               h('a', { href: `#/run/${encodeURIComponent(r.id)}` }, r.id),
               /* The user's labels (tandem tag/group): the filter box finds them as #tag. */
               r.group ? h('span', { class: 'note', title: 'group' }, `[${r.group}]`) : null,
               ...(r.tags || []).map((t) => h('span', { class: 'note', title: 'tag' }, '#' + t)),
             );
-          else if (c.id === 'status')
+          else if (c.id === 'status') {
+            const quiet = silentFor(r, silentAfter, now);
             td = h(
               'td',
-              { class: 'nowrap' },
+              { class: 'status' },
               badge(r.status),
+              quiet
+                ? h(
+                    'span',
+                    {
+                      class: 'badge st-silent',
+                      dataset: { silent: '1' },
+                      title:
+                        `No metric or log line from its workers since ${fmtTime(r.last_activity)} ` +
+                        `(the mark comes after ${Math.round(silentAfter / 60)} min: TANDEM_SILENT_S of tandem ui)`,
+                    },
+                    fmtSilent(quiet),
+                  )
+                : null,
               r.note ? h('span', { class: 'note', title: r.note }, 'note') : null,
             );
-          else if (c.id === 'created')
+          } else if (c.id === 'created')
             /* The short form (month-day hour:minute) where the window is narrow (style.css). */
             td = h(
               'td',
               { class: 'nowrap col-created', title: fmtTime(v) },
               h('span', { class: 'long' }, fmtTime(v)),
-              h('span', { class: 'short' }, fmtTime(v).slice(5, 16)),
+              h('span', { class: 'short' }, fmtTime(v).slice(0, 16)),
             );
           else if (c.id === 'duration')
             td = h('td', { class: 'num nowrap', dataset: r.live ? { live: '1' } : null }, fmtDur(v));
           else if (c.id === 'code') td = h('td', { class: 'mono col-code', title: v }, shortVersion(v));
-          else if (c.id === 'params') td = h('td', { class: 'params', title: v }, v);
           else if (c.id === 'restarts') td = h('td', { class: 'num col-restarts' }, fmtNum(v));
-          else td = h('td', { class: c.num ? 'num' : null }, c.num ? fmtNum(v) : v);
+          else if (c.id === 'cost')
+            td = h(
+              'td',
+              {
+                class: 'num col-cost',
+                dataset: { usd: r.cost_usd ?? '' },
+                title:
+                  r.cost_usd == null
+                    ? 'No cloud instance with a known price'
+                    : `${r.live && r.cost_usd_per_hour ? `billing $${r.cost_usd_per_hour.toFixed(4)}/h now; ` : ''}` +
+                      `${r.cost_unpriced ? `${r.cost_unpriced} instance(s) without a price left out; ` : ''}` +
+                      'the instances and their prices are on the run\'s page',
+              },
+              fmtCost(v),
+            );
+          else if (c.hp)
+            td = h(
+              'td',
+              {
+                class: 'hp mono' + (typeof v === 'number' ? ' num' : ''),
+                title: fmtHp(v),
+                dataset: { hp: c.label },
+              },
+              showHp(v),
+            );
+          else if (c.metric) {
+            const m = r.metrics && r.metrics[c.key];
+            const pct = c.unit.mixed && m && accUnit(m) === '%' ? ' %' : '';
+            const best = c.best(r);
+            td = h(
+              'td',
+              { class: 'num metric', dataset: { metric: c.key } },
+              v == null ? '' : h('span', { class: 'last' }, fmtNum(v) + pct),
+              best != null ? h('small', { class: 'best muted' }, `best ${fmtNum(best)}${pct}`) : null,
+            );
+          } else td = h('td', { class: c.num ? 'num' : null }, c.num ? fmtNum(v) : v);
           cells.push(td);
         }
         tbody.append(
@@ -1319,7 +1751,9 @@
       }
       table.tBodies[0].replaceWith(tbody);
       count.textContent =
-        rows.length === runs.length ? `${runs.length} runs` : `${rows.length} of ${runs.length} runs`;
+        rows.length === runs.length
+          ? plural(runs.length, 'run')
+          : `${rows.length} of ${plural(runs.length, 'run')}`;
       if (!runs.length)
         put(
           status,
@@ -1344,18 +1778,28 @@
         .forEach((tr) => tr.classList.toggle('selected', selected.has(tr.dataset.run)));
     }
 
+    /* The list with the metric columns' values; with automatic columns, the first answer says
+     * which keys the runs logged, and a second one brings those columns' values. */
     async function load() {
       try {
-        const q = settings.metrics.length
-          ? `&metrics=${encodeURIComponent(settings.metrics.join(','))}`
-          : '&metrics=';
-        const d = await api(`api/runs?all=1${q}`, { signal: view.ac.signal });
-        if (view.dead) return;
-        runs = d.runs || [];
-        keys = d.metric_keys || [];
-        renderPicker();
+        for (let pass = 0; pass < 2; pass++) {
+          const want = settings.columns || metricCols;
+          const d = await api(`api/runs?all=1&metrics=${encodeURIComponent(want.join(','))}`, {
+            signal: view.ac.signal,
+          });
+          if (view.dead) return;
+          runs = d.runs || [];
+          keys = d.metric_keys || [];
+          common = d.common_keys || [];
+          if (d.silent_after_s != null) silentAfter = d.silent_after_s;
+          configCols = settings.configCols || autoConfigColumns(runs);
+          metricCols = settings.columns || autoMetricColumns(common);
+          if (metricCols.join(',') === want.join(',')) break;
+        }
+        renderPickers();
         renderHead();
         renderBody();
+        listen();
         requestAnimationFrame(() => markOnce('tandem:runs-table'));
       } catch (e) {
         if (!isAbort(e)) put(status, errorBox(`Could not load the runs: ${e.message}`));
@@ -1375,9 +1819,12 @@
     }
 
     function listen() {
+      const want = metricCols.join(',');
+      if (es && want === listenedFor) return;
       if (es) es.close();
+      listenedFor = want;
       let opens = 0;
-      es = new EventSource(`api/events?metrics=${encodeURIComponent(settings.metrics.join(','))}`);
+      es = new EventSource(`api/events?metrics=${encodeURIComponent(want)}`);
       es.addEventListener('open', () => {
         setConn('● live', 'on');
         if (opens++) load();
@@ -1385,22 +1832,37 @@
       es.addEventListener('runs', (e) => merge(JSON.parse(e.data).runs || []));
       es.addEventListener('error', () => setConn('○ reconnecting', 'off'));
     }
+    /* Durations of live runs tick; a run that falls silent (or speaks again) is redrawn; every
+     * minute with live runs the list is read again, for their last activity. */
+    let ticks = 0;
     const tick = setInterval(() => {
+      const now = Date.now() / 1000;
       table.querySelectorAll('td[data-live]').forEach((td) => {
         const r = runs.find((x) => x.id === td.parentElement.dataset.run);
         if (r) td.textContent = fmtDur(duration(r));
       });
+      const flip = runs.some((r) => {
+        const tr = table.querySelector(`tr[data-run="${CSS.escape(r.id)}"]`);
+        return tr && !!silentFor(r, silentAfter, now) !== !!tr.querySelector('[data-silent]');
+      });
+      if (flip) renderBody();
+      if (++ticks % 60 === 0 && runs.some((r) => r.live)) load();
     }, 1000);
+    /* An open picker closes on a click elsewhere (it lies over the table). */
+    const closePickers = (e) => {
+      for (const d of [picker, cpicker]) if (d.open && !d.contains(e.target)) d.open = false;
+    };
+    document.addEventListener('click', closePickers);
     renderHead();
     load();
-    listen();
     document.title = 'Runs · tandem';
     return {
       destroy() {
         view.dead = true;
         view.ac.abort();
-        es.close();
+        if (es) es.close();
         clearInterval(tick);
+        document.removeEventListener('click', closePickers);
       },
     };
   }
@@ -1446,17 +1908,22 @@
     /* One line per rank; ranks whose points are all equal (rank 0 logs what every rank has, or a
      * metric reduced over ranks) become one line. */
     const loader = (key) => async (range, width, signal) => {
-      let q = `key=${encodeURIComponent(key)}&x=${settings.x}&width=${width}`;
+      /* The cost axis is the wall-time series with each point's time turned into the dollars
+       * accrued by then (view.cost, from the run's instances and their prices). */
+      const mode = xMode(view);
+      let q = `key=${encodeURIComponent(key)}&x=${mode === 'cost' ? 'time' : mode}&width=${width}`;
+      if (range && mode === 'cost') range = [view.cost.timeOf(range[0]), view.cost.timeOf(range[1])];
       if (range) q += `&from=${range[0]}&to=${range[1]}`;
       const d = await api(`${runUrl(run.id)}/series?${q}`, { signal });
       const series = d.series || [];
+      if (mode === 'cost') for (const s of series) s.x = s.x.map(view.cost.at);
       const alias = new Map();
       /* Same values at the same steps (on the wall-time axis the ranks' clocks differ a little:
        * same values in the same order). */
       const same = (a, b) =>
         a.x.length === b.x.length &&
         a.y.every((v, i) => v === b.y[i]) &&
-        (settings.x === 'time' || a.x.every((v, i) => v === b.x[i]));
+        (mode !== 'step' || a.x.every((v, i) => v === b.x[i]));
       const lines = [];
       for (const s of series) {
         const twin = lines.find((l) => same(l.src, s));
@@ -1519,6 +1986,25 @@
       );
     }
 
+    /* The run's cost ($X.XX, "—" when no instance has a price); its tooltip names each instance
+     * with its price, where the price came from and what it cost. */
+    function costCell(r) {
+      const insts = (r.instances && r.instances.instances) || [];
+      const lines = insts.map(
+        (i) =>
+          `${i.id} ${i.type || ''} ${i.market || ''}: ` +
+          (i.usd_per_hour > 0
+            ? `$${i.usd_per_hour}/h (${i.price_source || 'price source not recorded'}), ${fmtCost(i.cost_usd)}`
+            : 'no price known'),
+      );
+      if (r.cost_unpriced) lines.push(`${r.cost_unpriced} instance(s) without a price are left out`);
+      return h(
+        'span',
+        { id: 'run-cost', title: lines.join('\n') || null, dataset: { usd: r.cost_usd ?? '' } },
+        fmtCost(costNow(r, Date.now() / 1000)),
+      );
+    }
+
     function renderHead() {
       const r = run;
       const stop =
@@ -1558,6 +2044,18 @@
             { id: 'run-status', class: `badge st-${r.status}`, role: 'status', 'aria-live': 'polite' },
             r.status,
           ),
+          /* Silent as the server saw it when the page loaded (the runs table follows it live). */
+          r.live && r.silent_s
+            ? h(
+                'span',
+                {
+                  class: 'badge st-silent',
+                  id: 'run-silent',
+                  title: `No metric or log line from its workers since ${fmtTime(r.last_activity)}`,
+                },
+                fmtSilent(r.silent_s),
+              )
+            : null,
           stop,
         ),
         h(
@@ -1576,6 +2074,7 @@
               ),
             ],
             ['Restarts', String(r.restarts ?? 0)],
+            ['Cost', r.instances || r.cost_usd != null ? costCell(r) : ''],
             ['Exit code', r.exit_code != null && r.exit_code >= 0 ? String(r.exit_code) : ''],
             [
               'Workers',
@@ -1595,9 +2094,7 @@
                 ? h(
                     'span',
                     { id: 'run-marks' },
-                    view.marks
-                      .map((m) => `${m.label}${m.time ? ` (${fmtTime(m.time)})` : ''}`)
-                      .join('; '),
+                    view.marks.map((m) => `${m.label}${m.time ? ` (${fmtTime(m.time)})` : ''}`).join('; '),
                   )
                 : '',
               true,
@@ -1607,32 +2104,32 @@
             'div',
             { class: 'side' },
             h(
-            'div',
-            { class: 'params' },
-            h('h2', null, 'Params'),
-            params.length
-              ? h(
-                  'table',
-                  { class: 'kv' },
-                  h(
-                    'tbody',
-                    null,
-                    params.map((k) =>
-                      h(
-                        'tr',
-                        null,
-                        h('th', { scope: 'row' }, k),
+              'div',
+              { class: 'params' },
+              h('h2', null, 'Params'),
+              params.length
+                ? h(
+                    'table',
+                    { class: 'kv' },
+                    h(
+                      'tbody',
+                      null,
+                      params.map((k) =>
                         h(
-                          'td',
-                          { class: 'mono' },
-                          typeof r.params[k] === 'string' ? r.params[k] : JSON.stringify(r.params[k]),
+                          'tr',
+                          null,
+                          h('th', { scope: 'row' }, k),
+                          h(
+                            'td',
+                            { class: 'mono' },
+                            typeof r.params[k] === 'string' ? r.params[k] : JSON.stringify(r.params[k]),
+                          ),
                         ),
                       ),
                     ),
-                  ),
-                )
-              : h('p', { class: 'muted' }, 'none'),
-          ),
+                  )
+                : h('p', { class: 'muted' }, 'none'),
+            ),
             kvTable('Config', 'run-config', r.config),
             kvTable('Summary', 'run-summary', r.summary),
           ),
@@ -1727,6 +2224,9 @@
     /* The cloud instances of an aws run (RUN/instances.json): what it ran on and what it cost.
      * Hidden for a run without any. */
     function renderInstances(rec) {
+      /* the cost axis follows the record: a replacement's price counts from its launch */
+      view.cost = rec ? costCurve(rec.instances) : null;
+      if (view.cost) toolbar.addCost();
       instRoot.hidden = !rec;
       if (!rec) return put(instRoot);
       const hours = (x) => x.toFixed(2);
@@ -1757,6 +2257,8 @@
               th('Launched'),
               th('Lifetime', 'num'),
               th('Instance-hours', 'num'),
+              th('$/hour', 'num'),
+              th('Cost', 'num'),
               th('End'),
             ),
           ),
@@ -1777,6 +2279,12 @@
                 h('td', { class: 'num' }, hours(i.instance_hours)),
                 h(
                   'td',
+                  { class: 'num', title: i.price_source || 'no price known' },
+                  i.usd_per_hour > 0 ? '$' + i.usd_per_hour : '—',
+                ),
+                h('td', { class: 'num' }, fmtCost(i.cost_usd)),
+                h(
+                  'td',
                   null,
                   (i.end || (i.live ? 'alive' : i.state || '-')) +
                     (i.replaces ? ` (replaced ${i.replaces})` : ''),
@@ -1789,7 +2297,8 @@
     }
 
     function onPoints(points) {
-      const xi = settings.x === 'time' ? 3 : 2;
+      const mode = xMode(view);
+      const xi = mode === 'step' ? 2 : 3;
       for (const p of points) {
         const [key, rank] = p;
         let c = set.charts.get(key);
@@ -1797,7 +2306,7 @@
           grid.ensure(key);
           continue;
         } // a new key: its chart loads when in sight; a key not shown: nothing to draw
-        c.append(rank, p[xi], p[4]);
+        c.append(rank, mode === 'cost' ? view.cost.at(p[xi]) : p[xi], p[4]);
       }
     }
 
@@ -1816,6 +2325,9 @@
         return;
       }
       if (view.dead) return;
+      /* before the charts: on the cost axis they need the instances' prices */
+      view.cost = run.instances ? costCurve(run.instances.instances) : null;
+      if (view.cost) toolbar.addCost();
       setMarks(run.marks);
       renderHead();
       const keys = (run.keys || []).map((k) => k.key);
@@ -2087,9 +2599,12 @@
         .filter((o) => o.rank !== null || o.r.live);
       const results = await Promise.all(
         have.map(async ({ r, i, rank }) => {
-          let q = `key=${encodeURIComponent(key)}&x=${settings.x}&width=${width}`;
+          /* the cost axis: each run's wall times turned into its own instances' dollars */
+          const mode = xMode(view);
+          let q = `key=${encodeURIComponent(key)}&x=${mode === 'cost' ? 'time' : mode}&width=${width}`;
           if (rank !== null) q += `&rank=${rank}`;
-          if (range) q += `&from=${range[0]}&to=${range[1]}`;
+          const span = range && mode === 'cost' ? range.map(r.costCurve.timeOf) : range;
+          if (span) q += `&from=${span[0]}&to=${span[1]}`;
           let d;
           try {
             d = await api(`${runUrl(r.id)}/series?${q}`, { signal });
@@ -2099,6 +2614,7 @@
           }
           const s = (d.series || [])[0];
           if (!s) return null;
+          if (mode === 'cost') s.x = s.x.map(r.costCurve.at);
           return {
             line: { id: r.id, label: r.id, color: color(i), x: s.x.slice(), y: s.y.slice(), rank: s.rank },
             n: s.n != null ? s.n : s.x.length,
@@ -2131,20 +2647,30 @@
       );
     }
 
+    /* The runs' config (params and what the scripts recorded, one namespace: hparams) first, the
+     * keys whose values differ at the top; then workflow, status, code version and restarts;
+     * start and duration last (they differ between any two runs, and say nothing about why the
+     * lines differ). "only what differs" hides the rows where every run agrees. */
     function renderParams() {
       const names = [];
       for (const r of runs)
-        for (const k of Object.keys(r.params || {})) if (!names.includes(k)) names.push(k);
+        for (const k of Object.keys(r.hparams || {})) if (!names.includes(k)) names.push(k);
       names.sort();
-      const show = (v) => (v === undefined ? '—' : typeof v === 'string' ? v : JSON.stringify(v));
+      const show = (v) => (v === undefined ? '—' : showHp(v));
+      const config = names.map((k) => [k, (r) => show((r.hparams || {})[k]), true]);
+      const differs = (get) => {
+        const vals = runs.map(get);
+        return vals.some((v) => v !== vals[0]);
+      };
       const rows = [
+        ...config.filter((row) => differs(row[1])),
+        ...config.filter((row) => !differs(row[1])),
         ['workflow', (r) => r.workflow],
         ['status', (r) => r.status],
         ['code version', (r) => r.code_version || ''],
+        ['restarts', (r) => String(r.restarts ?? 0)],
         ['started', (r) => fmtTime(r.started || r.created)],
         ['duration', (r) => fmtDur(r.duration)],
-        ['restarts', (r) => String(r.restarts ?? 0)],
-        ...names.map((k) => [k, (r) => show((r.params || {})[k]), true]),
       ];
       const only = h('input', {
         type: 'checkbox',
@@ -2158,16 +2684,16 @@
       });
       const body = h('tbody');
       let shown = 0;
-      for (const [name, get, isParam] of rows) {
+      for (const [name, get, isConfig] of rows) {
         const vals = runs.map(get);
-        const differs = vals.some((v) => v !== vals[0]);
-        if (settings.onlyDiff && !differs) continue;
+        const diff = vals.some((v) => v !== vals[0]);
+        if (settings.onlyDiff && !diff) continue;
         shown++;
         body.append(
           h(
             'tr',
-            { class: differs ? 'diff' : null, dataset: { param: name } },
-            h('th', { scope: 'row' }, isParam ? h('span', { class: 'mono' }, name) : name),
+            { class: (diff ? 'diff' : '') + (isConfig ? ' config' : ' meta'), dataset: { param: name } },
+            h('th', { scope: 'row' }, isConfig ? h('span', { class: 'mono' }, name) : name),
             vals.map((v) => h('td', { class: 'mono' }, v)),
           ),
         );
@@ -2177,8 +2703,9 @@
         h(
           'div',
           { class: 'panelhead' },
-          h('h2', { id: 'params-title' }, 'Params'),
+          h('h2', { id: 'params-title' }, 'Config'),
           h('label', { class: 'check' }, only, 'only what differs'),
+          h('span', { class: 'muted' }, 'params and the config the scripts recorded; differing keys first'),
         ),
         h(
           'div',
@@ -2206,7 +2733,7 @@
             body,
           ),
         ),
-        shown ? null : h('p', { class: 'muted' }, 'The runs have the same params.'),
+        shown ? null : h('p', { class: 'muted' }, 'The runs have the same config.'),
       );
     }
 
@@ -2225,18 +2752,26 @@
         null,
         keys.map((key) => {
           const best = bestOf(key);
+          /* The best run of this key: the lowest min of a loss, the highest max of an accuracy;
+           * only its cell is bold (ties: each run that reaches it). */
+          let top = null;
+          if (best)
+            for (const m of stats) {
+              const k = m.get(key);
+              const v = k && k[best];
+              if (v != null && isFinite(v) && (top == null || (best === 'min' ? v < top : v > top))) top = v;
+            }
           return h(
             'tr',
             { dataset: { metric: key, best: best || '' } },
             h('th', { scope: 'row', class: 'mono' }, key),
-            stats.map((m) => {
+            stats.map((m, i) => {
               const k = m.get(key);
               if (!k || k.last == null) return [cell(null), cell(null), cell(null)];
-              return [
-                cell(k.last, 'last'),
-                cell(k.min, best === 'min' ? 'min best' : 'min'),
-                cell(k.max, best === 'max' ? 'max best' : 'max'),
-              ];
+              const win = (which) => (best === which && k[which] === top ? `${which} best` : which);
+              const c = [cell(k.last, 'last'), cell(k.min, win('min')), cell(k.max, win('max'))];
+              if (best && k[best] === top) c[best === 'min' ? 1 : 2].dataset.bestRun = runs[i].id;
+              return c;
             }),
           );
         }),
@@ -2265,8 +2800,8 @@
           h(
             'span',
             { class: 'muted' },
-            'last value, min and max of each key; the better one in bold ' +
-              '(min for losses and errors, max for accuracies and scores)',
+            'last value, min and max of each key; the best run in bold ' +
+              '(the lowest min for losses and errors, the highest max for accuracies and scores)',
           ),
         ),
         h(
@@ -2319,10 +2854,21 @@
       renderParams();
       const keys = new Set();
       for (const r of runs) for (const k of r.keys || []) keys.add(k.key);
+      /* A cost axis when every compared run ran on priced instances: each line on its own
+       * run's dollars. */
+      for (const r of runs) r.costCurve = r.instances ? costCurve(r.instances.instances) : null;
+      view.cost = runs.every((r) => r.costCurve) ? {} : null;
+      if (view.cost) toolbar.addCost();
       view.marks = [];
       runs.forEach((r, i) => {
         for (const m of dedupeMarks(r.marks))
-          view.marks.push(Object.assign({}, m, { color: color(i), label: `${r.id} ${markLabel(m)}` }));
+          view.marks.push(
+            Object.assign({}, m, {
+              color: color(i),
+              label: `${r.id} ${markLabel(m)}`,
+              costAt: r.costCurve && r.costCurve.at,
+            }),
+          );
       });
       grid.onRender = () => {
         if (grid.terms.join(' ') !== lastTerms) {
@@ -2337,7 +2883,8 @@
         streams.push(
           runEvents(view, r.id, {
             points: (pts) => {
-              const xi = settings.x === 'time' ? 3 : 2;
+              const mode = xMode(view);
+              const xi = mode === 'step' ? 2 : 3;
               for (const p of pts) {
                 const c = set.charts.get(p[0]);
                 if (!c) {
@@ -2347,7 +2894,7 @@
                 const line = c.lines.find((l) => l.id === r.id);
                 const rank = line ? line.rank : rankOf(r, p[0]);
                 if (rank !== null && p[1] !== rank) continue; // another rank of this run
-                c.append(r.id, p[xi], p[4]);
+                c.append(r.id, mode === 'cost' ? r.costCurve.at(p[xi]) : p[xi], p[4]);
               }
             },
             status: (s) => {
@@ -2374,7 +2921,7 @@
   }
 
   /* For tests (tests/ui/browser): the smoothing function itself. */
-  window.tandemUi = Object.freeze({ twema, fmtValue, bestOf, compareKeys, sortKeys });
+  window.tandemUi = Object.freeze({ twema, fmtValue, bestOf, compareKeys, sortKeys, isoTicks, breakGaps });
 
   /* ---------- routing ---------- */
   let current = null;

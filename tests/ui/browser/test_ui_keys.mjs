@@ -169,11 +169,22 @@ await step('compare view: a metrics table, one row per key, last/min/max per run
   const loss = rows.find((r) => r.key === 'train/loss'),
     acc = rows.find((r) => r.key === 'test/acc'),
     lr = rows.find((r) => r.key === 'lr');
-  check(loss.best === 'min' && /best/.test(loss.cells[1][1]) && /best/.test(loss.cells[4][1]), `loss: min is best ${JSON.stringify(loss)}`);
-  check(acc.best === 'max' && /best/.test(acc.cells[2][1]) && !/best/.test(acc.cells[1][1]), `acc: max is best ${JSON.stringify(acc)}`);
+  // Bold: the best run of each key (issue 33), not each run's own better end: the lower min of
+  // the loss, the higher max of the accuracy, as the API's stats say.
+  const boldOf = (row) => row.cells.map((c, i) => (/best/.test(c[1]) ? i : -1)).filter((i) => i >= 0);
+  const ka = (k) => a.keys.find((x) => x.key === k),
+    kb = (k) => b.keys.find((x) => x.key === k);
+  const wantLoss = ka('train/loss').min <= kb('train/loss').min ? 1 : 4;
+  const wantAcc = ka('test/acc').max >= kb('test/acc').max ? 2 : 5;
+  check(loss.best === 'min' && boldOf(loss).join() === String(wantLoss), `loss: the lowest min in bold ${JSON.stringify(loss)}`);
+  check(acc.best === 'max' && boldOf(acc).join() === String(wantAcc), `acc: the highest max in bold ${JSON.stringify(acc)}`);
   check(lr.best === '' && !lr.cells.some((c) => /best/.test(c[1])), `lr: no best ${JSON.stringify(lr)}`);
-  // The chart filter narrows the table too.
-  await page.type('#key-filter', 'acc');
+  // The chart filter narrows the table too. (Its box is hidden for a run of 5 keys: fewer than
+  // one page of charts. It was shown before only because its display rule beat [hidden].)
+  await page.$eval('#key-filter', (el) => {
+    el.value = 'acc';
+    el.dispatchEvent(new Event('input'));
+  });
   await waitFor(() => document.querySelectorAll('#compare-metrics tbody tr').length === 2);
 });
 
@@ -287,21 +298,22 @@ await step('the runs table holds at 1024x768: the default columns fit, more scro
       w.scrollLeft = 0;
       return r;
     });
-  // The default metric columns (train/loss and test/acc, last and best): all on screen.
+  // The automatic metric columns (train/loss and test/acc, the most common loss and accuracy;
+  // each cell its last value with its best below): all on screen.
   await go('#/');
   await page.evaluate(() => localStorage.removeItem('tandem.ui.settings'));
   await page.reload({ waitUntil: 'domcontentloaded' });
   await waitFor(() => document.querySelectorAll('tr[data-run]').length === 25);
   let g = await geometry();
   check(g.page <= g.view, `the page does not scroll sideways: ${JSON.stringify(g)}`);
-  check(g.heads.filter((x) => /train\/loss|test\/acc/.test(x)).length === 4, `4 metric columns: ${g.heads}`);
+  check(g.heads.filter((x) => /train\/loss|test\/acc/.test(x)).length === 2, `2 metric columns: ${g.heads}`);
   check(g.tableRight <= g.view, `the table with the default columns fits 1024 px: ${JSON.stringify(g)}`);
-  // Five metrics (10 columns): the table scrolls inside its box, whose bottom (the scrollbar)
+  // Five metrics picked: the table scrolls inside its box, whose bottom (the scrollbar)
   // is on screen although 25 rows are taller than the window; the last column scrolls into view.
   await page.evaluate(() =>
     localStorage.setItem(
       'tandem.ui.settings',
-      JSON.stringify({ metrics: ['train/loss', 'train/acc', 'test/acc', 'lr', 'sys/cpu_percent'] }),
+      JSON.stringify({ columns: ['train/loss', 'train/acc', 'test/acc', 'lr', 'sys/cpu_percent'] }),
     ),
   );
   await page.reload({ waitUntil: 'domcontentloaded' });

@@ -3,8 +3,8 @@
 # resume marks, the run's config and summary, the runs table at 1024 px and the legend's number
 # format, in headless chromium (test_ui_keys.mjs). The store comes from bench/ui_store_gen (the
 # real track API): 24 small 2-rank runs of workflow "sweep" and one run "wide" with
-# TANDEM_UI_WIDE_KEYS (20,000) keys; sweep-1's rank 0 metrics file gets a resume event (what a
-# trainer writes when it restarts from a checkpoint). Skips (77) without node, chromium,
+# TANDEM_UI_WIDE_KEYS (20,000) keys; sweep-1 gets a resume event in the store (what the ingest
+# keeps of a trainer's resume line when it restarts from a checkpoint). Skips (77) without node, chromium,
 # node_modules or the ui_store_gen binary of the build.
 set -uo pipefail
 B=${TANDEM_BIN:?TANDEM_BIN must name the tandem binary}
@@ -34,11 +34,18 @@ cd "$P"
 WIDE_ID=$("$GEN" "$P" 24 0 "$WIDE" 2>"$P/gen.log" | sed -n 's/^wide //p') || fail "ui_store_gen: $(cat "$P/gen.log")"
 [ -n "$WIDE_ID" ] || fail "ui_store_gen printed no wide run: $(cat "$P/gen.log")"
 for r in sweep-1 sweep-2 sweep-3; do [ -d "$P/.tandem/runs/$r" ] || fail "no run $r in the store"; done
-# sweep-1 resumed from its checkpoint at step 400: the trainer's event line, then the next point
-# with its wall time (what tandem.checkpoint and tandem train write).
-mkdir -p "$P/.tandem/runs/sweep-1/metrics"
-printf '{"event": "resume", "step": 400}\n{"step": 401, "time": 1700000000.5, "note/x": 1}\n' \
-  >>"$P/.tandem/runs/sweep-1/metrics/rank-0.jsonl"
+# sweep-1 resumed from its checkpoint at step 400: the event the ingest keeps in the store's
+# run_events table for a trainer's resume line (docs/metrics-format.md), seeded there as
+# ui_store_gen seeds the points (an ingested resume line would also cut steps 401.. of the
+# generated series); the UI reads marks from the store only.
+"${PYTHON:-/usr/bin/python3}" - "$P/.tandem/runs.db" <<'PYEOF' || fail "could not seed sweep-1's resume"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=30)
+with db:
+    db.execute("INSERT INTO run_events(run, file, line, rank, kind, step, time)"
+               " SELECT seq, 'rank-0.jsonl', 1, 0, 'resume', 400, 1700000000.5 FROM runs"
+               " WHERE id = 'sweep-1'")
+PYEOF
 
 "$B" ui --port 0 >"$P/ui.log" 2>&1 &
 UI_PID=$!

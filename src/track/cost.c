@@ -1,0 +1,132 @@
+/* What a run's cloud instances cost, from RUN/instances.json read as a run-dir file (as run.json
+ * and sdk.json are): the aws executor writes it (src/exec/aws_record.c, docs/cloud.md), the store
+ * reads only the fields a cost needs, so that tandem ps and the ui show it without track
+ * depending on exec. The record's own "cost_usd" is the total at its last write; a live run keeps
+ * billing after that, so the figure is computed here from each instance's price and lifetime at
+ * the time the reader asks for. */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A record is a few hundred bytes per instance: anything this big is not one (the executor's
+ * reader refuses the same). */
+#define COST_RECORD_MAX_NBYTES (16 << 20)
+
+void td_run_cost_clear(td_run_cost *c) {
+    if (!c) return;
+    free(c->items);
+    memset(c, 0, sizeof *c);
+}
+
+static void copy_text(char *dst, size_t n, json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    snprintf(dst, n, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* A positive number, or 0 for null, missing or not a number (the record's "not known"). */
+static double positive(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) && json_number_value(v) > 0 ? json_number_value(v) : 0;
+}
+
+static td_status parse(json_t *o, const char *path, td_run_cost *out) {
+    json_t *arr = json_object_get(o, "instances");
+    if (!json_is_object(o) || !json_is_array(arr))
+        return td_error(TD_ERR_FORMAT,
+                        "%s: not an instance record ({\"provider\", \"region\", \"instances\": "
+                        "[...]}, docs/cloud.md); remove it or let tandem gc rewrite it",
+                        path);
+    out->items = td_xcalloc(json_array_size(arr) + 1, sizeof *out->items);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        json_t *id = json_object_get(e, "id");
+        if (!json_is_object(e) || !json_is_string(id) || !*json_string_value(id))
+            return td_error(TD_ERR_FORMAT, "%s: instances[%zu] has no \"id\"", path, i);
+        td_run_cost_instance *in = &out->items[out->count++];
+        copy_text(in->id, sizeof in->id, e, "id");
+        copy_text(in->type, sizeof in->type, e, "type");
+        copy_text(in->market, sizeof in->market, e, "market");
+        copy_text(in->zone, sizeof in->zone, e, "zone");
+        copy_text(in->price_source, sizeof in->price_source, e, "price_source");
+        in->usd_per_hour = positive(e, "usd_per_hour");
+        in->launched_s = positive(e, "launched_s");
+        in->ended_s = positive(e, "ended_s");
+        if (in->usd_per_hour <= 0) out->unpriced++;
+    }
+    return TD_OK;
+}
+
+td_status td_run_cost_read(const char *run_dir, td_run_cost *out) {
+    memset(out, 0, sizeof *out);
+    char *path = td_run_path(run_dir, TD_RUN_PATH_INSTANCES);
+    td_status st = TD_OK;
+    json_t *o = NULL;
+    /* Never follows a link nor blocks on a FIFO: ps and the ui read this for every run. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    struct stat sb;
+    if (fd < 0) {
+        st = errno == ENOENT
+                 ? td_error(TD_ERR_NOTFOUND, "%s: no instance record (not a cloud run)", path)
+                 : td_error_errno(TD_ERR_IO, "cannot open the instance record %s", path);
+        goto out;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > COST_RECORD_MAX_NBYTES) {
+        st = td_error(TD_ERR_FORMAT,
+                      "%s is not a regular file under 16 MiB: not an instance record tandem "
+                      "wrote; remove it",
+                      path);
+        goto out;
+    }
+    json_error_t jerr;
+    o = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) {
+        st = td_error(TD_ERR_FORMAT, "%s: line %d: %s (an instance record is JSON, docs/cloud.md)",
+                      path, jerr.line, jerr.text);
+        goto out;
+    }
+    st = parse(o, path, out);
+out:
+    json_decref(o);
+    if (fd >= 0) close(fd);
+    free(path);
+    if (st != TD_OK) td_run_cost_clear(out);
+    return st;
+}
+
+int td_run_cost_priced(const td_run_cost *c) {
+    return c && c->count > c->unpriced;
+}
+
+/* Seconds of the instance's life before t_s (0 when its launch is not known). */
+static double billed_s(const td_run_cost_instance *in, double t_s) {
+    if (in->launched_s <= 0) return 0;
+    double end = in->ended_s > 0 && in->ended_s < t_s ? in->ended_s : t_s;
+    return end > in->launched_s ? end - in->launched_s : 0;
+}
+
+double td_run_cost_at(const td_run_cost *c, double t_s) {
+    double usd = 0;
+    for (size_t i = 0; c && i < c->count; i++)
+        if (c->items[i].usd_per_hour > 0)
+            usd += c->items[i].usd_per_hour * billed_s(&c->items[i], t_s) / 3600.0;
+    return usd;
+}
+
+double td_run_cost_rate(const td_run_cost *c, double t_s) {
+    double rate = 0;
+    for (size_t i = 0; c && i < c->count; i++) {
+        const td_run_cost_instance *in = &c->items[i];
+        int alive = in->launched_s > 0 && in->launched_s <= t_s &&
+                    (in->ended_s <= 0 || in->ended_s > t_s);
+        if (alive) rate += in->usd_per_hour;
+    }
+    return rate;
+}
