@@ -74,7 +74,45 @@ td_status td_store_delete(td_store_t *store, const char *key, bool *existed);
 typedef struct td_pg td_pg_t;
 
 typedef enum { TD_TRANSPORT_AUTO = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_TCP } td_transport_kind;
-typedef enum { TD_REDUCE_SUM = 0, TD_REDUCE_AVG } td_reduce_op;
+/* AVG = the sum divided by the world size (floating types only); MIN, MAX and PRODUCT are
+ * elementwise; BAND, BOR and BXOR are bitwise (integers and bool only). td_allreduce and
+ * td_reduce_scatter (float32) take every op a float takes. */
+typedef enum {
+    TD_REDUCE_SUM = 0,
+    TD_REDUCE_AVG,
+    TD_REDUCE_MIN,
+    TD_REDUCE_MAX,
+    TD_REDUCE_PRODUCT,
+    TD_REDUCE_BAND,
+    TD_REDUCE_BOR,
+    TD_REDUCE_BXOR,
+} td_reduce_op;
+
+/* Element types of the typed collectives (the values travel in fingerprints: keep them). BYTES
+ * is for data moved without arithmetic; the reductions take every other one. float16 and
+ * bfloat16 are reduced pairwise in float32 and rounded back (to nearest even) after every
+ * operation, as PyTorch's CPU kernels do; integers wrap around on overflow; BOOL: sum and max
+ * are "or", product and min are "and". */
+typedef enum {
+    TD_ELEM_BYTES = 0,
+    TD_ELEM_F32 = 1,
+    TD_ELEM_F64,
+    TD_ELEM_F16,
+    TD_ELEM_BF16,
+    TD_ELEM_I8,
+    TD_ELEM_U8,
+    TD_ELEM_I16,
+    TD_ELEM_I32,
+    TD_ELEM_I64,
+    TD_ELEM_BOOL,
+    TD_ELEM_COUNT
+} td_elem_type;
+
+/* Bytes per element (1 for BYTES), and "float32", "int64", ... ("?" past the end). */
+size_t td_elem_size(td_elem_type dtype);
+const char *td_elem_name(td_elem_type dtype);
+/* "sum", "avg", "min", "max", "product", "band", "bor", "bxor". */
+const char *td_reduce_op_name(td_reduce_op op);
 
 typedef struct {
     int rank;
@@ -143,6 +181,41 @@ td_status td_allgather(td_pg_t *pg, const void *in, void *out, size_t nbytes_per
 td_status td_reduce_scatter(td_pg_t *pg, const float *in, float *out, size_t count,
                             td_reduce_op op);
 td_status td_barrier(td_pg_t *pg);
+
+/* ---- typed and rooted collectives (the PyTorch backend's, docs/torch.md) ----
+ * The reductions use the same fixed tree as td_allreduce, so every rank gets the same bits, and
+ * td_allreduce_typed(TD_ELEM_F32) is td_allreduce. An op the dtype cannot take (AVG of an
+ * integer) is TD_ERR_UNSUPPORTED naming both, on every rank, before anything is sent. */
+td_status td_allreduce_typed(td_pg_t *pg, void *buf, size_t count, td_elem_type dtype,
+                             td_reduce_op op);
+/* in: world_size * count elements; out: count elements = the reduction of block `rank`. */
+td_status td_reduce_scatter_typed(td_pg_t *pg, const void *in, void *out, size_t count,
+                                  td_elem_type dtype, td_reduce_op op);
+/* The reduction lands in buf on root; other ranks' buf is left as it was. */
+td_status td_reduce(td_pg_t *pg, void *buf, size_t count, td_elem_type dtype, td_reduce_op op,
+                    int root);
+/* root's out (world_size * nbytes_per_rank) gets rank r's in at r * nbytes_per_rank; out is
+ * not touched (may be NULL) elsewhere. */
+td_status td_gather(td_pg_t *pg, const void *in, void *out, size_t nbytes_per_rank, int root);
+/* Rank r's out gets root's in[r * nbytes_per_rank ..]; in is only read on root (may be NULL
+ * elsewhere). */
+td_status td_scatter(td_pg_t *pg, const void *in, void *out, size_t nbytes_per_rank, int root);
+/* Every rank sends send_nbytes[j] bytes from in + send_offsets[j] to rank j, and receives
+ * recv_nbytes[j] bytes from rank j at out + recv_offsets[j]. Rank i's send_nbytes[j] must equal
+ * rank j's recv_nbytes[i]: each rank checks the sizes its peers announce before any data moves,
+ * and a disagreement is TD_ERR_MISMATCH naming both ranks. */
+td_status td_alltoallv(td_pg_t *pg, const void *in, const size_t *send_nbytes,
+                       const size_t *send_offsets, void *out, const size_t *recv_nbytes,
+                       const size_t *recv_offsets);
+/* Point to point, outside the collective sequence (the peers alone take part): messages from
+ * one rank to another arrive in the order sent, and td_recv checks the size and tag the sender
+ * gave (TD_ERR_MISMATCH naming both otherwise). td_send returns once the transport holds the
+ * bytes; two ranks that both send more than it buffers (a chunk, 64 KiB on shm) to each other
+ * before receiving wait on each other until the group's timeout, which names the peer. */
+td_status td_send(td_pg_t *pg, int peer, const void *buf, size_t nbytes, int tag);
+td_status td_recv(td_pg_t *pg, int peer, void *buf, size_t nbytes, int tag);
+/* The per-collective timeout this group uses (ms). */
+int td_pg_timeout_ms(const td_pg_t *pg);
 
 #ifdef __cplusplus
 }

@@ -52,8 +52,9 @@ static char *derive_host_key(void) {
 }
 
 const char *td__coll_name(uint32_t kind) {
-    static const char *const names[] = {"",          "barrier",   "allreduce",
-                                        "broadcast", "allgather", "reduce_scatter"};
+    static const char *const names[] = {"",          "barrier",        "allreduce", "broadcast",
+                                        "allgather", "reduce_scatter", "reduce",    "gather",
+                                        "scatter",   "alltoall",       "send"};
     return kind < TD_ARRAY_LEN(names) ? names[kind] : "unknown";
 }
 
@@ -62,23 +63,41 @@ char *td__pg_env_prefix(const char *run_id, long long restart) {
 }
 
 void td__fp_describe(const td_fingerprint *fp, char *buf, size_t n) {
-    const char *op = fp->op == TD_REDUCE_AVG ? "avg" : "sum";
+    const char *op = td_reduce_op_name((td_reduce_op)fp->op);
+    /* float32 reductions keep the text they always had; other types name themselves */
+    char dt[32] = "";
+    if (fp->dtype > TD_ELEM_F32) snprintf(dt, sizeof(dt), ", dtype=%s", td_elem_name(fp->dtype));
+    unsigned long long count = (unsigned long long)fp->count;
     switch (fp->kind) {
     case TD_COLL_BARRIER:
         snprintf(buf, n, "barrier()");
         break;
     case TD_COLL_ALLREDUCE:
-        snprintf(buf, n, "allreduce(count=%llu, op=%s)", (unsigned long long)fp->count, op);
+        snprintf(buf, n, "allreduce(count=%llu, op=%s%s)", count, op, dt);
         break;
     case TD_COLL_BROADCAST:
-        snprintf(buf, n, "broadcast(nbytes=%llu, root=%d)", (unsigned long long)fp->count,
-                 fp->root);
+        snprintf(buf, n, "broadcast(nbytes=%llu, root=%d)", count, fp->root);
         break;
     case TD_COLL_ALLGATHER:
-        snprintf(buf, n, "allgather(nbytes_per_rank=%llu)", (unsigned long long)fp->count);
+        snprintf(buf, n, "allgather(nbytes_per_rank=%llu)", count);
         break;
     case TD_COLL_REDUCE_SCATTER:
-        snprintf(buf, n, "reduce_scatter(count=%llu, op=%s)", (unsigned long long)fp->count, op);
+        snprintf(buf, n, "reduce_scatter(count=%llu, op=%s%s)", count, op, dt);
+        break;
+    case TD_COLL_REDUCE:
+        snprintf(buf, n, "reduce(count=%llu, op=%s%s, root=%d)", count, op, dt, fp->root);
+        break;
+    case TD_COLL_GATHER:
+        snprintf(buf, n, "gather(nbytes_per_rank=%llu, root=%d)", count, fp->root);
+        break;
+    case TD_COLL_SCATTER:
+        snprintf(buf, n, "scatter(nbytes_per_rank=%llu, root=%d)", count, fp->root);
+        break;
+    case TD_COLL_ALLTOALL:
+        snprintf(buf, n, "alltoall()");
+        break;
+    case TD_COLL_SEND:
+        snprintf(buf, n, "send(nbytes=%llu, tag=%d)", count, fp->root);
         break;
     default:
         snprintf(buf, n, "unknown collective %u", fp->kind);
@@ -193,6 +212,8 @@ td_status td_pg_init(const td_pg_options *opts, td_pg_t **out) {
     pg->host_keys = td_xcalloc((size_t)W, sizeof(*pg->host_keys));
     pg->pids = td_xcalloc((size_t)W, sizeof(*pg->pids));
     pg->arrived = td_xcalloc((size_t)W, sizeof(*pg->arrived));
+    pg->p2p_sent = td_xcalloc((size_t)W, sizeof(*pg->p2p_sent));
+    pg->p2p_recvd = td_xcalloc((size_t)W, sizeof(*pg->p2p_recvd));
     pg->nlocal = 1;
     pg->chunk_bytes = SHM_CHUNK_BYTES;
     bool *use_shm = td_xcalloc((size_t)W, sizeof(bool));
@@ -366,6 +387,8 @@ void td_pg_free(td_pg_t *pg) {
     free(pg->pids);
     free(pg->tp);
     free(pg->arrived);
+    free(pg->p2p_sent);
+    free(pg->p2p_recvd);
     free(pg->prefix);
     free(pg->bind_addr);
     free(pg->broken_msg);
@@ -375,6 +398,10 @@ void td_pg_free(td_pg_t *pg) {
 
 int td_pg_rank(const td_pg_t *pg) {
     return pg->rank;
+}
+
+int td_pg_timeout_ms(const td_pg_t *pg) {
+    return pg->timeout_ms;
 }
 
 int td_pg_world_size(const td_pg_t *pg) {

@@ -15,6 +15,11 @@ typedef enum {
     TD_COLL_BROADCAST,
     TD_COLL_ALLGATHER,
     TD_COLL_REDUCE_SCATTER,
+    TD_COLL_REDUCE,
+    TD_COLL_GATHER,
+    TD_COLL_SCATTER,
+    TD_COLL_ALLTOALL,
+    TD_COLL_SEND, /* point to point: outside the group's sequence (seq counts per pair) */
 } td_coll_kind;
 
 /* What every rank sends every peer at the start of a collective; all fields must agree. */
@@ -25,7 +30,7 @@ typedef struct {
     uint64_t seq;   /* collectives called on this group so far */
     uint64_t count; /* elements (reductions) or bytes (broadcast, allgather) */
     int32_t root;
-    uint32_t dtype; /* 0 = bytes, 1 = float32 */
+    uint32_t dtype; /* td_dtype: 0 = bytes, 1 = float32, ... */
 } td_fingerprint;
 
 #define TD_FP_MAGIC 0x43445446u /* "FTDC" */
@@ -64,6 +69,7 @@ struct td_pg {
     /* a failed group stays failed: the streams between ranks are out of step */
     td_status broken;
     char *broken_msg;
+    uint64_t *p2p_sent, *p2p_recvd; /* per peer: point-to-point messages so far */
     float *scratch; /* tree-reduction temporaries */
     size_t scratch_floats;
     td__pg_activity act;
