@@ -2,6 +2,9 @@
  * update) for the built-in models at batch 64, next to the sgemm peak measured in the same run.
  *
  *   bench_engine [--models basicnet,mlp7] [--threads 1,2] [--seconds S] [--batch B] [--json]
+ *
+ * --models '' measures only the sgemm peak (bench_train.sh's use: the training itself is
+ * `tandem train`'s AdamW step there).
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include "tandem/tensor.h"
 
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void); /* the kernel set OpenBLAS picked for this CPU: the CPU class */
 
 static double sgemm_peak(int threads, double seconds) {
     const int n = 1536;
@@ -121,10 +125,12 @@ int main(int argc, char **argv) {
         if (n < 1 || n > 64) continue;
         peak[n] = sgemm_peak(n, TD_MIN(seconds, 1.0));
         if (json)
-            printf("{\"kind\": \"sgemm_peak\", \"threads\": %d, \"n\": 1536, \"gflops\": %.2f}\n",
-                   n, peak[n]);
+            printf("{\"kind\": \"sgemm_peak\", \"threads\": %d, \"n\": 1536, \"gflops\": %.2f, "
+                   "\"openblas_core\": \"%s\"}\n",
+                   n, peak[n], openblas_get_corename());
         else
-            printf("sgemm n=1536 threads=%d  %6.1f GFLOP/s\n", n, peak[n]);
+            printf("sgemm n=1536 threads=%d  %6.1f GFLOP/s (OpenBLAS core %s)\n", n, peak[n],
+                   openblas_get_corename());
     }
     char mbuf[256];
     snprintf(mbuf, sizeof mbuf, "%s", models);

@@ -1,108 +1,192 @@
 #!/usr/bin/env bash
-# Training throughput, tandem vs PyTorch, in one invocation: basicnet and mlp7 at batch 64 with 1
-# and 2 threads. tandem is measured with `tandem train --json` when the CLI has the train
-# subcommand (falls back to bench_engine's training step otherwise; the output says which), and
-# PyTorch with bench/peers/torch_train.py (AdamW lr 1e-3, same data) on two interpreters in the
-# same invocation: Debian's PyTorch 1.13 and PyPI's PyTorch 2.x from the frameworks venv
-# (bench/peers/torch_pythons.sh says how they are found; a missing one is skipped with a line).
-# Threads are pinned alike for both: OMP_NUM_THREADS=MKL_NUM_THREADS=T and
-# torch.set_num_threads(T). Also prints tandem's GFLOP/s against the sgemm peak measured in the
-# same run. Takes about 3-4 minutes.
+# Training throughput, tandem vs PyTorch, the same step on both sides, in one invocation.
+#
+# Both sides train with AdamW (lr 1e-3, weight decay 0.01) at batch 64 on the same data:
+#   basicnet, mlp7   Fashion-MNIST (IDX files, TANDEM_DATA)
+#   resnet-small     CIFAR-shaped images: 2,048 synthetic uint8 [3, 32, 32] with 10 classes, a
+#                    .npy pair written here (throughput does not depend on the pixels)
+#   mlp              scikit-learn's bundled digits table (1,797 rows, 64 features, 10 classes)
+#                    written here as a CSV with a header row
+# tandem is `tandem train --json` (samples_per_s_steady: its first 10 steps left out); PyTorch is
+# bench/peers/torch_train.py (5 warm-up steps left out) on PyPI's PyTorch 2.x from the frameworks
+# venv (bench/peers/torch_pythons.sh finds it; PYTHON=/usr/bin/python3 adds Debian's 1.13).
+# Threads are pinned alike: --threads T for tandem, OMP_NUM_THREADS=MKL_NUM_THREADS=T and
+# torch.set_num_threads(T) for PyTorch, T = 1 and 2.
+#
+# Each configuration runs REPEATS times, interleaved (round r runs every configuration once), and
+# the table gives medians. The sgemm peak (OpenBLAS, n=1536) is measured at 1 and 2 threads once
+# per round in the same invocation; "% peak" divides tandem's GFLOP/s, counted over conv and
+# linear layers only (the compute-bound ones; FLOPs per sample counted by the peer from the
+# PyTorch modules: forward, weight gradient, input gradient but the first layer's), by the
+# median peak. The CPU class (model name, AVX2/AVX-512, OpenBLAS core) heads the output.
+#
+# BASELINE=PATH/tandem adds a column for another tandem binary (e.g. a build before a kernel
+# change) run in the same rounds, for before/after figures from one invocation.
 #
 # usage: bench/bench_train.sh [BUILD_DIR]      (default: $TANDEM_BUILD_DIR or ./build)
-# env:   TANDEM_DATA (Fashion-MNIST dir), PYTHON (default /usr/bin/python3), PYTHON2 (default
-#        the frameworks venv's python; none: skip), STEPS_SCALE (default 1)
+# env:   TANDEM_DATA (Fashion-MNIST dir), REPEATS (default 3), STEPS_SCALE (default 1),
+#        MODELS (default "basicnet mlp7 resnet-small mlp"), THREADS (default "1 2"),
+#        PYTHON / PYTHON2 (bench/peers/torch_pythons.sh; PYTHON defaults to none here),
+#        BASELINE (a second tandem binary)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-${TANDEM_BUILD_DIR:-$src/build}}" && pwd)
-data=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
+fmnist=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 scale=${STEPS_SCALE:-1}
+repeats=${REPEATS:-3}
+models=${MODELS:-basicnet mlp7 resnet-small mlp}
+threads=${THREADS:-1 2}
+baseline=${BASELINE:-}
 engine=$build/bench/bench_engine
 tandem=$build/tandem
 [ -x "$engine" ] || { echo "bench_train: $engine not built (cmake --build $build --target bench_engine)" >&2; exit 2; }
+[ -x "$tandem" ] || { echo "bench_train: $tandem not built (scripts/build.sh)" >&2; exit 2; }
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench_train: BASELINE=$baseline is not an executable tandem" >&2; exit 2; }
+[ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "bench_train: no Fashion-MNIST IDX files in $fmnist (set TANDEM_DATA)" >&2; exit 2; }
 
 # shellcheck source=peers/torch_pythons.sh
 . "$src/bench/peers/torch_pythons.sh"
-torch_pythons "$src" bench_train
-[ ${#PEER_PY[@]} -gt 0 ] || { echo "bench_train: no python3 with torch (set PYTHON)" >&2; exit 2; }
+PYTHON=${PYTHON:-none} torch_pythons "$src" bench_train
+[ ${#PEER_PY[@]} -gt 0 ] || { echo "bench_train: no python3 with torch 2.x (bash scripts/venv.sh makes the frameworks venv; or set PYTHON2)" >&2; exit 2; }
+py=${PEER_PY[0]}
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-mode=bench_engine
-if [ -x "$tandem" ] && "$tandem" train --help 2>&1 | grep -q -- "--json"; then
-  mode="tandem train"
-fi
-echo "tandem side: $mode    data: $data    load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# the data both sides read
+"$py" - "$out" <<'PY'
+import gzip, os, sys
+import numpy as np
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+np.save(os.path.join(out, "cifar_x.npy"), rng.integers(0, 256, (2048, 3, 32, 32), dtype=np.uint8))
+np.save(os.path.join(out, "cifar_y.npy"), rng.integers(0, 10, 2048).astype(np.int64))
+digits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
+if not os.path.exists(digits):
+    sys.exit(f"bench_train: {digits} missing (apt-get install python3-sklearn)")
+d = np.loadtxt(gzip.open(digits), delimiter=",")
+with open(os.path.join(out, "digits.csv"), "w") as f:
+    f.write(",".join([f"p{i}" for i in range(64)] + ["target"]) + "\n")
+    for row in d:
+        f.write(",".join(str(int(v)) for v in row) + "\n")
+PY
+
+tandem_data() { # model -> tandem's --data arguments
+  case $1 in
+    resnet-small) echo "--data $out/cifar_x.npy,$out/cifar_y.npy" ;;
+    mlp) echo "--data $out/digits.csv" ;;
+    *) echo "--data $fmnist --mean 0.2860 --std 0.3530" ;;
+  esac
+}
+peer_data() {
+  case $1 in
+    resnet-small) echo "--npy $out/cifar_x.npy,$out/cifar_y.npy" ;;
+    mlp) echo "--csv $out/digits.csv" ;;
+    *) echo "--data $fmnist" ;;
+  esac
+}
+steps_for() { # model -> tandem's steps, its 10 warm ones included: a few seconds each
+  case $1 in basicnet) echo $((10 + 30 * scale)) ;; resnet-small) echo $((10 + 15 * scale)) ;;
+    mlp7) echo $((10 + 90 * scale)) ;; *) echo $((10 + 300 * scale)) ;; esac
+}
+torch_steps_for() { # timed steps after the 5 warm-up ones
+  case $1 in basicnet) echo $((20 * scale)) ;; resnet-small) echo $((12 * scale)) ;;
+    mlp7) echo $((60 * scale)) ;; *) echo $((200 * scale)) ;; esac
+}
+
+run_tandem() { # side binary model threads round
+  local side=$1 bin=$2 model=$3 t=$4 r=$5
+  # shellcheck disable=SC2046
+  if ! "$bin" train --model "$model" $(tandem_data "$model") --steps "$(steps_for "$model")" \
+       --batch 64 --threads "$t" --no-eval-every-epoch --no-progress --json 2> "$out/err.txt" \
+       | tail -n 1 | sed "s/^/{\"side\": \"$side\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": /; s/\$/}/" \
+       >> "$out/runs.jsonl"; then
+    echo "bench_train: $bin train --model $model failed:" >&2; cat "$out/err.txt" >&2; exit 1
+  fi
+}
+
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)    cores: $(nproc)"
 for i in "${!PEER_PY[@]}"; do echo "pytorch peer: torch ${PEER_TORCH[$i]} (${PEER_PY[$i]})"; done
-
-# sgemm peak and the engine's own step rate (also the GFLOP/s reference)
-"$engine" --models basicnet,mlp7 --threads 1,2 --seconds 2 --json > "$out/engine.jsonl"
-
-steps_for() { # model -> timed steps, about 5 s of tandem work each
-  case $1 in basicnet) echo $((120 * scale)) ;; *) echo $((400 * scale)) ;; esac
-}
-
-torch_steps_for() { # PyTorch is slower: fewer steps for the same few seconds
-  case $1 in basicnet) echo $((40 * scale)) ;; *) echo $((120 * scale)) ;; esac
-}
-
-for model in basicnet mlp7; do
-  for t in 1 2; do
-    n=$(steps_for "$model")
-    if [ "$mode" = "tandem train" ]; then
-      if ! "$tandem" train --model "$model" --data "$data" --mean 0.2860 --std 0.3530 --steps "$n" --batch 64 --threads "$t" \
-           --no-eval-every-epoch --no-progress --json 2> "$out/err.txt" | tail -n 1 \
-           | sed "s/^/{\"side\": \"tandem\", \"model\": \"$model\", \"threads\": $t, \"r\": /; s/\$/}/" \
-           >> "$out/runs.jsonl"; then
-        echo "bench_train: tandem train failed:" >&2; cat "$out/err.txt" >&2; exit 1
-      fi
-    fi
-    for i in "${!PEER_PY[@]}"; do
-      if ! TANDEM_DATA="$data" OMP_NUM_THREADS=$t MKL_NUM_THREADS=$t "${PEER_PY[$i]}" \
-           "$src/bench/peers/torch_train.py" --model "$model" --threads "$t" \
-           --steps "$(torch_steps_for "$model")" --warmup 5 --data "$data" 2> "$out/err.txt" \
-           | sed "s/^/{\"side\": \"torch ${PEER_TORCH[$i]}\", \"model\": \"$model\", \"threads\": $t, \"r\": /; s/\$/}/" \
-           >> "$out/runs.jsonl"; then
-        echo "bench_train: torch_train.py on ${PEER_PY[$i]} failed:" >&2; cat "$out/err.txt" >&2; exit 1
-      fi
+for r in $(seq 1 "$repeats"); do
+  "$engine" --models '' --threads "${threads// /,}" --seconds 1 --json >> "$out/peak.jsonl"
+  for model in $models; do
+    for t in $threads; do
+      run_tandem tandem "$tandem" "$model" "$t" "$r"
+      [ -z "$baseline" ] || run_tandem baseline "$baseline" "$model" "$t" "$r"
+      for i in "${!PEER_PY[@]}"; do
+        # shellcheck disable=SC2046
+        if ! OMP_NUM_THREADS=$t MKL_NUM_THREADS=$t "${PEER_PY[$i]}" "$src/bench/peers/torch_train.py" \
+             --model "$model" --threads "$t" --steps "$(torch_steps_for "$model")" --warmup 5 \
+             $(peer_data "$model") 2> "$out/err.txt" \
+             | sed "s/^/{\"side\": \"torch ${PEER_TORCH[$i]}\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": /; s/\$/}/" \
+             >> "$out/runs.jsonl"; then
+          echo "bench_train: torch_train.py on ${PEER_PY[$i]} failed:" >&2; cat "$out/err.txt" >&2; exit 1
+        fi
+      done
     done
   done
+  echo "round $r/$repeats done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 
-"${PEER_PY[0]}" - "$out" "$mode" "${PEER_TORCH[@]}" <<'PY'
-import json, sys, os
-out, mode, peers = sys.argv[1], sys.argv[2], ["torch " + v for v in sys.argv[3:]]
-peak, engine, runs = {}, {}, {}
-for line in open(os.path.join(out, "engine.jsonl")):
+"$py" - "$out" "$repeats" "${PEER_TORCH[@]}" <<'PY'
+import json, os, re, statistics, sys
+out, repeats, peers = sys.argv[1], int(sys.argv[2]), ["torch " + v for v in sys.argv[3:]]
+med = statistics.median
+peak, core, runs, flops, tflops = {}, "?", {}, {}, {}
+for line in open(os.path.join(out, "peak.jsonl")):
     r = json.loads(line)
-    if r["kind"] == "sgemm_peak":
-        peak[r["threads"]] = r["gflops"]
-    else:
-        engine[(r["model"], r["threads"])] = r
+    peak.setdefault(r["threads"], []).append(r["gflops"])
+    core = r.get("openblas_core", "?")
 for line in open(os.path.join(out, "runs.jsonl")):
     r = json.loads(line)
-    runs[(r["side"], r["model"], r["threads"])] = r["r"]["samples_per_s"]
+    key = (r["side"], r["model"], r["threads"])
+    res = r["r"]
+    runs.setdefault(key, []).append(res.get("samples_per_s_steady", res["samples_per_s"]))
+    if r["side"].startswith("torch"):
+        flops[r["model"]] = res["flops_per_sample"]
+    elif r["side"] == "tandem":
+        tflops[r["model"]] = res["flops_per_sample"]
+cpu = "?"
+flags = ""
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name") and cpu == "?":
+        cpu = line.split(":", 1)[1].strip()
+    if line.startswith("flags") and not flags:
+        flags = line.split(":", 1)[1].split()
+simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
 print()
-head = f"{'model':9s} {'thr':>3s} {'tandem s/s':>11s}"
+print(f"CPU: {cpu}; {simd}; OpenBLAS core {core}; {os.cpu_count()} cores; "
+      f"load average at the end {open('/proc/loadavg').read().split()[0]}")
+print("sgemm peak (n=1536), median of " + str(repeats) + ": " + ", ".join(
+    f"{t} thread{'s' if t > 1 else ''} {med(g):.1f} GFLOP/s (runs {', '.join(f'{x:.0f}' for x in g)})"
+    for t, g in sorted(peak.items())))
+has_base = any(k[0] == "baseline" for k in runs)
+models = list(dict.fromkeys(k[1] for k in runs))
+threads = sorted(set(k[2] for k in runs))
+head = f"{'model':13s} {'thr':>3s} {'tandem s/s':>11s}"
+if has_base:
+    head += f" {'baseline':>9s} {'new/base':>8s}"
 for p in peers:
     head += f" {p:>13s} {'ratio':>6s}"
-print(head + f" {'GFLOP/s':>8s} {'% sgemm peak':>13s} {'engine step s/s':>16s}")
-for model in ("basicnet", "mlp7"):
-    for t in (1, 2):
-        e = engine[(model, t)]
-        td = runs.get(("tandem", model, t), e["samples_per_s"])
-        line = f"{model:9s} {t:3d} {td:11.1f}"
+print(head + f" {'GFLOP/s':>8s} {'% peak':>7s}  tandem runs")
+for model in models:
+    for t in threads:
+        td = runs[("tandem", model, t)]
+        line = f"{model:13s} {t:3d} {med(td):11.1f}"
+        if has_base:
+            b = runs[("baseline", model, t)]
+            line += f" {med(b):9.1f} {med(td) / med(b):8.2f}"
         for p in peers:
             pt = runs[(p, model, t)]
-            line += f" {pt:13.1f} {td / pt:6.2f}"
-        gf = td * e["mflop_per_sample"] / 1000.0
-        print(line + f" {gf:8.1f} {100 * gf / peak[t]:12.1f}% {e['samples_per_s']:16.1f}")
+            line += f" {med(pt):13.1f} {med(td) / med(pt):6.2f}"
+        gf = med(td) * flops.get(model, 0) / 1e9
+        line += f" {gf:8.1f} {100 * gf / med(peak[t]):6.1f}%  " + " ".join(f"{x:.0f}" for x in td)
+        print(line)
 print()
-print("sgemm peak (n=1536): " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s"
-                                         for t, g in sorted(peak.items())))
-print(f"tandem column: {mode}" + ("" if mode == "tandem train" else
-      " (forward+backward+SGD on random data; `tandem train` not available)"))
-print(f"pytorch columns ({', '.join(peers)}): torch_train.py, AdamW lr 1e-3, batch 64, warm-up "
-      "excluded, OMP_NUM_THREADS and torch.set_num_threads = thr; ratio = tandem / that peer")
+print("FLOPs per sample (conv + linear, counted by the peer from the PyTorch modules; tandem's own "
+      "count, which adds normalisation and elementwise layers, in brackets): " + ", ".join(
+          f"{m} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)" for m in models if m in flops))
+print("tandem: `tandem train --json`, AdamW lr 1e-3, batch 64, samples_per_s_steady; "
+      f"pytorch ({', '.join(peers)}): bench/peers/torch_train.py, AdamW lr 1e-3 weight decay 0.01, "
+      "batch 64, warm-up excluded; ratio = tandem / that peer; medians of " + str(repeats) + " rounds")
 PY

@@ -52,11 +52,69 @@ class MLP7(nn.Module):
         return F.log_softmax(x, dim=1)
 
 
+class MLP(nn.Module):
+    """mlp, tandem's tabular baseline: in-128-128-outputs with ReLU between, raw logits out."""
+
+    def __init__(self, in_features=784, outputs=10):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, 128)
+        self.fc2 = nn.Linear(128, 128)
+        self.fc3 = nn.Linear(128, outputs)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def _conv_bn(cin, cout, stride):
+    # tandem's resnet-small keeps the conv bias before each batchnorm (src/nn/presets.c)
+    return [nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout)]
+
+
+class BasicBlock(nn.Module):
+    """conv-bn-relu-conv-bn plus the shortcut (1x1 conv + bn where the shape changes), relu."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(*_conv_bn(cin, cout, stride), nn.ReLU(), *_conv_bn(cout, cout, 1))
+        self.shortcut = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.body(x) + self.shortcut(x))
+
+
+class ResNetSmall(nn.Module):
+    """resnet-small (src/nn/presets.c): conv 16 + bn + relu, one basic block each of 16, 32
+    (stride 2) and 64 (stride 2) channels, global average pool, linear; raw logits out. Its
+    parameter order is not tandem's: it is a speed twin, not a weight twin (for weights, see
+    tests/nn/torch_spec.py on examples/models/resnet-small.yaml)."""
+
+    def __init__(self, in_channels=3, outputs=10):
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(in_channels, 16, 1), nn.ReLU())
+        self.blocks = nn.Sequential(BasicBlock(16, 16, 1), BasicBlock(16, 32, 2),
+                                    BasicBlock(32, 64, 2))
+        self.fc = nn.Linear(64, outputs)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 PRESETS = {"basicnet": BasicNet, "mlp7": MLP7}
+# built for the data's shape: (input shape [C, H, W] or [features], outputs) -> module
+SHAPED = {"mlp": lambda shape, outputs: MLP(int(torch.tensor(shape).prod()), outputs),
+          "resnet-small": lambda shape, outputs: ResNetSmall(shape[0], outputs)}
 
 
-def build(name):
-    """A fresh model for a tandem preset name; ValueError names the known ones."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown model {name!r}: known {', '.join(sorted(PRESETS))}")
-    return PRESETS[name]()
+def build(name, in_shape=None, outputs=10):
+    """A fresh model for a tandem preset name; ValueError names the known ones. basicnet and mlp7
+    are the MNIST-shaped twins; mlp and resnet-small are built for in_shape and outputs."""
+    if name in PRESETS:
+        return PRESETS[name]()
+    if name in SHAPED:
+        if in_shape is None:
+            raise ValueError(f"model {name!r} is built for the data's shape: pass in_shape")
+        return SHAPED[name](tuple(in_shape), outputs)
+    raise ValueError(f"unknown model {name!r}: known {', '.join(sorted(PRESETS) + sorted(SHAPED))}")

@@ -96,11 +96,18 @@ static void pad_plane(const float *x, int h, int w, int pad, float *p, int ph, i
             continue;
         }
         const float *xr = x + (size_t)iy * w;
+        /* [lo, hi): both columns 2i - pad and 2i - pad + 1 inside the row, copied without a
+         * test per element; the few columns at the edges take the checked loop */
+        int lo = TD_MIN((pad + 1) / 2, half), hi = TD_MAX(lo, TD_MIN(half, (w + pad) / 2));
         for (int i = 0; i < half; i++) {
+            if (i == lo) i = hi;
+            if (i >= half) break;
             int j0 = 2 * i - pad, j1 = j0 + 1;
             pe[i] = j0 >= 0 && j0 < w ? xr[j0] : 0.0f;
             po[i] = j1 >= 0 && j1 < w ? xr[j1] : 0.0f;
         }
+#pragma omp simd
+        for (int i = lo; i < hi; i++) pe[i] = xr[2 * i - pad], po[i] = xr[2 * i - pad + 1];
     }
 }
 
