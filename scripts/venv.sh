@@ -2,13 +2,17 @@
 # The tests' Python virtual environments, both made with Debian's python3 and reused:
 #
 #  - the clients and servers the tests talk to that Debian does not package (moto's server for
-#    the EC2 and S3 APIs, boto3 and the AWS CLI): .venv (git-ignored), or TANDEM_VENV;
-#    tests/requirements.txt.
+#    the EC2 and S3 APIs, boto3 and the AWS CLI), and scikit-build-core, which builds the pip
+#    wheel (tests/packaging) without pip fetching it each time: .venv (git-ignored), or
+#    TANDEM_VENV; tests/requirements.txt.
 #  - the frameworks a user's own script runs on (PyTorch 2.x, Lightning, transformers,
 #    accelerate, wandb, MLflow): tests/requirements-frameworks.txt. PyPI's torch for Linux is a
 #    CUDA build of several GB, so this one is kept once per machine, not per checkout:
 #    ~/.cache/tandem/frameworks-<hash of the requirements> (or TANDEM_FRAMEWORKS_VENV), shared by
 #    every clone; a changed requirements file makes a new one. About 4 minutes the first time.
+#    It holds no tandem: the frameworks' tests add the wheel of their own checkout in a small
+#    venv of the build directory that sees this one (tests/lib/frameworks.sh, fw_overlay),
+#    remade only when the wheel's hash changes.
 #
 # Debian's own python3-torch (1.13) stays the quick peer of the other tests (/usr/bin/python3).
 #   scripts/venv.sh               creates or updates both; prints nothing when they are current

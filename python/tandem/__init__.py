@@ -22,7 +22,7 @@ from ._run import SDK_VERSION as __version__, TandemError, Run
 from . import checkpoint
 
 __all__ = ["init", "log", "config", "summary", "should_stop", "artifact", "finish", "checkpoint",
-           "run", "TandemError", "Run", "STOPPED"]
+           "run", "TandemError", "Run", "STOPPED", "binary"]
 
 # The exit code of a worker that checkpointed after SIGTERM: `tandem launch` then exits 143 and
 # the run is recorded as stopped (after `tandem stop`) or preempted, and can be resumed.
@@ -135,6 +135,29 @@ def _distributed():
     except Exception:
         return None
     return None
+
+
+def binary():
+    """The path of the tandem binary this SDK goes with, or None.
+
+    TANDEM_BIN when set; else the one the pip wheel installed beside this package, in the
+    scripts directory of this interpreter's environment (<venv>/bin/tandem, or ~/.local/bin
+    after `pip install --user`), so a venv's SDK runs its own binary whatever PATH holds; else
+    `tandem` on PATH (a checkout's build/ put there by hand)."""
+    import shutil
+    import sysconfig
+    if _os.environ.get("TANDEM_BIN"):
+        return _os.environ["TANDEM_BIN"]
+    dirs = [sysconfig.get_path("scripts")]
+    try:
+        dirs.append(sysconfig.get_path("scripts", f"{_os.name}_user"))
+    except KeyError:
+        pass
+    for d in dirs:
+        shipped = _os.path.join(d, "tandem")
+        if _os.path.isfile(shipped) and _os.access(shipped, _os.X_OK):
+            return shipped
+    return shutil.which("tandem")
 
 
 @_atexit.register

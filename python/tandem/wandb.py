@@ -62,6 +62,10 @@ class Run:
         return self._t.name or self._t.run_id
 
     @property
+    def project(self):
+        return self._t.project or ""
+
+    @property
     def dir(self):
         return self._t.dir
 
@@ -179,9 +183,13 @@ def init(project=None, entity=None, config=None, name=None, tags=None, notes=Non
     if run is not None and not run.finished and not reinit:
         if config:
             run.config.update(_config_dict(config))
+        _name_and_project(run._t, name, project)
         return run
     t = tandem.init(config=_config_dict(config), name=name, tags=tags, project=project,
                     dir=dir)
+    # tandem.init returns the run already made (by a framework's logger, or a tandem.init of
+    # the script's own) as it is: this init's name and project must still be recorded.
+    _name_and_project(t, name, project)
     if notes:
         t.summary.setdefault("notes", notes)
     if group:
@@ -190,6 +198,18 @@ def init(project=None, entity=None, config=None, name=None, tags=None, notes=Non
     globals()["config"] = t.config
     globals()["summary"] = t.summary
     return run
+
+
+def _name_and_project(trun, name, project):
+    """Records W&B's name= and project= as tandem.init(name=, project=) does: in the run's
+    sdk.json (docs/python.md), which `tandem import` names an offline run after."""
+    changed = False
+    if name is not None and trun.name != str(name):
+        trun.name, changed = str(name), True
+    if project is not None and trun.project != str(project):
+        trun.project, changed = str(project), True
+    if changed:
+        trun._write_sdk_json()
 
 
 def _config_dict(config):

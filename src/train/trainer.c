@@ -1155,12 +1155,16 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         if (t->gpu)
             snprintf(where, sizeof where, "on %s", td_gpu_describe(t->gpu));
         else
-            snprintf(where, sizeof where, "%d threads", td_get_num_threads());
-        TD_LOG_INFO("training %s (%zu parameters) for %lld steps (%lld epochs of %lld steps), "
-                    "global batch %lld = %d x %d micro-batches x %d ranks, %s lr %g, %s",
-                    cfg->model, t->num_params, (long long)t->total_steps, (long long)t->epochs,
-                    (long long)t->steps_per_epoch, (long long)t->G, cfg->batch, cfg->accum,
-                    cfg->world_size, td_optim_kind_name(cfg->optim.kind), cfg->optim.lr, where);
+            snprintf(where, sizeof where, "%d thread%s", td_get_num_threads(),
+                     td_get_num_threads() == 1 ? "" : "s");
+        TD_LOG_INFO("training %s (%zu parameters) for %lld step%s (%lld epoch%s of %lld step%s), "
+                    "global batch %lld = %d x %d micro-batch%s x %d rank%s, %s lr %g, %s",
+                    cfg->model, t->num_params, (long long)t->total_steps,
+                    t->total_steps == 1 ? "" : "s", (long long)t->epochs, t->epochs == 1 ? "" : "s",
+                    (long long)t->steps_per_epoch, t->steps_per_epoch == 1 ? "" : "s",
+                    (long long)t->G, cfg->batch, cfg->accum, cfg->accum == 1 ? "" : "es",
+                    cfg->world_size, cfg->world_size == 1 ? "" : "s",
+                    td_optim_kind_name(cfg->optim.kind), cfg->optim.lr, where);
     }
 
     if (cfg->callbacks.configured)

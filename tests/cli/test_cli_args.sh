@@ -21,7 +21,7 @@ expect_usage() {
 }
 
 # Unknown options, in every command: named, with the hint, on two lines.
-for cmd in env run ps show logs metrics artifacts stop tag note group archive rm gc reindex ui train \
+for cmd in env run ps show logs metrics artifacts stop kill tag note group archive rm gc reindex ui train \
     launch "bench comm"; do
     # shellcheck disable=SC2086
     expect_usage "tandem $cmd: unknown option '--frobnicate'" $cmd --frobnicate=3

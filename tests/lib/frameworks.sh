@@ -1,8 +1,14 @@
 # The frameworks' tests (tests/python/test_fw_*.sh): a user's Lightning, HF Trainer or
 # Accelerate script (examples/) as 2 workers under `tandem run --max-restarts 1`, one worker
 # killed by -9 after the first checkpoint. Source after tests/lib/project.sh, then:
-#   fw_python                  sets FW_PY to the frameworks' venv python (scripts/venv.sh), or
-#                              exits 77 naming what is missing
+#   fw_python                  sets FW_PY to a python that has the frameworks (their venv,
+#                              scripts/venv.sh) and tandem from the pip wheel (the fixture
+#                              packaging/test_wheel_build), not from the checkout; or exits 77
+#                              naming what is missing. Without the wheel (a test run alone, not
+#                              through the fixture) the checkout's python/ is used, and it says so.
+#                              FW_VENV is the frameworks' venv itself (no tandem in it): what a
+#                              test bind-mounts for hosts that do not see /root (the ssh and
+#                              aws fixtures), whose commands set PYTHONPATH to the checkout's.
 #   fw_run_killed NAME GLOB ARGS...   starts `tandem run --name NAME` of ARGS, waits for a file
 #                              matching GLOB in the run's checkpoint directory, kills rank 1 with
 #                              -9, waits for the end; the run must succeed with 1 restart
@@ -17,8 +23,46 @@ fw_python() {
         echo "SKIP: the frameworks' venv $fw is not made (scripts/venv.sh makes it; scripts/test.sh runs that)"
         exit 77
     fi
-    FW_PY=$fw/bin/python
-    export PYTHONPATH=$SRC/python OMP_NUM_THREADS=1
+    export OMP_NUM_THREADS=1
+    FW_VENV=$fw
+    local wheels=("${TANDEM_BUILD_DIR:-/nonexistent}"/packaging/dist/tandem-*.whl)
+    if [ -f "${wheels[0]}" ]; then
+        FW_PY=$(fw_overlay "$fw" "${wheels[0]}") || exit 1
+        unset PYTHONPATH
+        echo "frameworks: $FW_PY (the frameworks' venv, and $(basename "${wheels[0]}") installed)"
+    else
+        FW_PY=$fw/bin/python
+        export PYTHONPATH=$SRC/python
+        echo "frameworks: no wheel in ${TANDEM_BUILD_DIR:-?}/packaging/dist (ctest -R packaging/test_wheel_build makes it): the SDK from $SRC/python"
+    fi
+}
+
+# fw_overlay FW_VENV WHEEL: prints the python of a small venv in the build directory that has the
+# wheel installed and sees the frameworks' venv (several GB, kept once per machine and shared by
+# every checkout, so no checkout's wheel goes into it) through a .pth file that adds its
+# site-packages after its own. Made again only when the wheel's SHA-256 or the frameworks' venv
+# changes: a pip install of one local wheel, a few seconds.
+fw_overlay() {
+    local fw=$1 whl=$2 dir=$TANDEM_BUILD_DIR/packaging/fw-venv stamp
+    stamp="$(sha256sum "$whl" | cut -c1-64) $fw"
+    mkdir -p "$TANDEM_BUILD_DIR/packaging"
+    (
+        flock 8
+        if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.tandem-wheel" 2>/dev/null)" = "$stamp" ]; then
+            exit 0
+        fi
+        rm -rf "$dir"
+        "$fw/bin/python" -m venv "$dir" >&2 || exit 1
+        "$dir/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "$whl" >&2 ||
+            { echo "FAIL: pip install $whl into $dir" >&2; exit 1; }
+        local own theirs
+        own=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+        theirs=$("$fw/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+        # site.addsitedir, not a bare path: the frameworks' own .pth files are read too
+        echo "import site; site.addsitedir('$theirs')" >"$own/zz-tandem-frameworks.pth"
+        echo "$stamp" >"$dir/.tandem-wheel"
+    ) 8>"$TANDEM_BUILD_DIR/packaging/.fw-venv.lock" || return 1
+    echo "$dir/bin/python"
 }
 
 fw_worker_pid() { # run rank -> pid of that rank's python (not the /bin/sh in front of it)

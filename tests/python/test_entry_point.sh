@@ -22,6 +22,8 @@ got=$(grep -o 'probe [^ ]* torch [0-9.]*' <<<"$out")
 echo "python -m tandem launch: the script ran with $FW_PY, not $(PATH=/usr/bin:/bin command -v python3)"
 env=$(PATH="$(dirname "$B"):/usr/bin:/bin" TANDEM_PYTHON="$FW_PY" "$B" env 2>&1)
 grep -q "$FW_PY" <<<"$env" || fail "tandem env does not name the interpreter: $env"
-err=$(env -u TANDEM_BIN PATH=/usr/bin:/bin "$FW_PY" -m tandem ps 2>&1) && fail "no binary: exit 0"
+# A Python whose SDK came without a binary (the checkout's python/; FW_PY has the wheel's)
+err=$(env -u TANDEM_BIN PATH=/usr/bin:/bin PYTHONPATH="$SRC/python" /usr/bin/python3 -m tandem ps 2>&1) &&
+    fail "no binary: exit 0"
 grep -q "no tandem binary" <<<"$err" || fail "no binary: $err"
-echo "tandem env names $FW_PY; without a binary: $err"
+echo "tandem env names $FW_PY; an SDK without a binary: $err"

@@ -42,3 +42,24 @@ steps=$("$B" metrics wb-1 --key loss --csv | tail -n +2 | cut -d, -f3 | tr '\n' 
 fw_show_has wb-1 config lr
 fw_show_has wb-1 summary final
 echo "wb-1: the shim's loss at steps 0-4, config and summary in the store"
+
+# issue 33: W&B's project= and name= are recorded as tandem.init(project=, name=) records them
+# (RUN/sdk.json), also when the run was made before wandb.init (a framework's logger, or the
+# script's own tandem.init), and read back as W&B's run.project and run.name.
+cat > wn.py <<'PY'
+import tandem
+tandem.init(config={"seed": 1})
+import tandem.wandb as wandb
+r = wandb.init(project="proj", name="baseline", config={"lr": 0.5})
+assert (r.project, r.name) == ("proj", "baseline"), (r.project, r.name)
+wandb.log({"loss": 1.0})
+wandb.finish()
+PY
+"$B" run --name wn -- "$FW_PY" wn.py >wn.log 2>&1 || fail "tandem run of wn.py: $(tail -5 wn.log)"
+"$FW_PY" - "$P/.tandem/runs/wn-1/sdk.json" <<'PY' || fail "wn-1's sdk.json lacks W&B's name and project: $(cat "$P/.tandem/runs/wn-1/sdk.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert (d["name"], d["project"]) == ("baseline", "proj"), d
+assert d["config"] == {"seed": 1, "lr": 0.5}, d["config"]
+PY
+echo "wn-1: wandb.init's project and name in sdk.json after an earlier tandem.init"

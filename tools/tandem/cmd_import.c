@@ -65,8 +65,9 @@ int cmd_import(int argc, char **argv) {
             printf("%s: imported already, as run %s (%s)\n", run_cli_text(dirs[i]),
                    run_cli_text(r.id), td_run_status_str(r.status));
         else
-            printf("%s: imported as run %s (%s, %lld metric points)\n", run_cli_text(dirs[i]),
-                   run_cli_text(r.id), td_run_status_str(r.status), (long long)points);
+            printf("%s: imported as run %s (%s, %lld metric point%s)\n", run_cli_text(dirs[i]),
+                   run_cli_text(r.id), td_run_status_str(r.status), (long long)points,
+                   points == 1 ? "" : "s");
         td_run_clear(&r);
     }
     td_rundb_close(store);

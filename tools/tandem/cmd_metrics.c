@@ -23,7 +23,8 @@ static const cli_opt opts[] = {
 static const cli_command verb = {
     .name = "tandem metrics",
     .usage = "RUN [--csv | --json] [--key KEY] [--rank R]",
-    .about = "Points ordered by key, rank and step, as a table unless --csv or --json.\n",
+    .about = "Points ordered by key, rank and step, as a table unless --csv or --json.\n"
+             "A --key the run has no point of exits 1, naming the keys it has.\n",
     .opts = opts,
 };
 
@@ -38,6 +39,37 @@ static void csv_field(const char *s) {
         putchar(*s);
     }
     putchar('"');
+}
+
+/* The error for --key KEY that matched no point: the keys the run has (with --rank R, whether
+ * KEY exists on other ranks). Returns the exit code, 1. */
+static int no_such_key(td_rundb *store, const td_run *r, const char *key, int rank) {
+    td_metric_row *last = NULL;
+    size_t nlast = 0;
+    if (td_metrics_last(store, r->id, &last, &nlast) != TD_OK) {
+        td_error_clear();
+        nlast = 0;
+    }
+    int on_other_rank = 0;
+    for (size_t i = 0; i < nlast; i++) on_other_rank |= !strcmp(last[i].key, key);
+    if (rank >= 0 && on_other_rank)
+        fprintf(stderr, "tandem: error: run %s has no point of key '%s' from rank %d; that key was "
+                        "logged by other ranks (drop --rank, or pick one of them)\n",
+                run_cli_text(r->id), run_cli_text(key), rank);
+    else if (!nlast)
+        fprintf(stderr, "tandem: error: run %s has no metric '%s': it has logged no metrics yet\n",
+                run_cli_text(r->id), run_cli_text(key));
+    else {
+        fprintf(stderr, "tandem: error: run %s has no metric '%s'; its keys are:",
+                run_cli_text(r->id), run_cli_text(key));
+        /* td_metrics_last has one row per (key, rank), ordered by key: each key once */
+        for (size_t i = 0; i < nlast; i++)
+            if (!i || strcmp(last[i].key, last[i - 1].key))
+                fprintf(stderr, " %s", run_cli_text(last[i].key));
+        fprintf(stderr, "\n");
+    }
+    td_metric_rows_free(last, nlast);
+    return 1;
 }
 
 int cmd_metrics(int argc, char **argv) {
@@ -70,6 +102,15 @@ int cmd_metrics(int argc, char **argv) {
         run_cli_close(store, &r);
         return 1;
     }
+    if (key && !n) {
+        /* A key the run never logged is a mistake (a typo, loss vs train/loss), not an empty
+         * result: say which keys there are, exit 1, and write no empty table for a script to
+         * take as data. A --rank that logged none of an existing key is the same. */
+        rc = no_such_key(store, &r, key, rank);
+        td_metric_rows_free(rows, n);
+        run_cli_close(store, &r);
+        return rc;
+    }
     if (format == 1) {
         /* CSV is data: kept byte for byte in a file or a pipe, escaped on a terminal. */
         int tty = isatty(STDOUT_FILENO);
@@ -96,9 +137,7 @@ int cmd_metrics(int argc, char **argv) {
         for (size_t i = 0; i < n; i++)
             printf("%-24s %5d %10lld %16.8g\n", run_cli_text(rows[i].key), rows[i].rank,
                    (long long)rows[i].step, rows[i].value);
-        if (!n)
-            printf("(no metrics recorded for run %s%s%s)\n", run_cli_text(r.id),
-                   key ? " with key " : "", key ? run_cli_text(key) : "");
+        if (!n) printf("(no metrics recorded for run %s)\n", run_cli_text(r.id));
     }
     td_metric_rows_free(rows, n);
     run_cli_close(store, &r);

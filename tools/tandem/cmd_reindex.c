@@ -64,9 +64,11 @@ int cmd_reindex(int argc, char **argv) {
     st = td_rundb_rebuild(store, on_run, &c, &s);
     printf("reindexed %s/runs: %zu run director%s; %zu restored from run.json, %zu recovered "
            "without one, %zu updated from run.json, %zu already indexed, %zu marked failed "
-           "(supervisor gone); %lld metric points, %zu artifacts, %zu log files\n",
+           "(supervisor gone); %lld metric point%s, %zu artifact%s, %zu log file%s\n",
            td_rundb_dir(store), s.dirs, s.dirs == 1 ? "y" : "ies", s.restored, s.recovered,
-           s.updated, s.present, s.reaped, (long long)s.metric_points, s.artifacts, s.log_files);
+           s.updated, s.present, s.reaped, (long long)s.metric_points,
+           s.metric_points == 1 ? "" : "s", s.artifacts, s.artifacts == 1 ? "" : "s", s.log_files,
+           s.log_files == 1 ? "" : "s");
     if (s.dropped)
         printf("dropped %zu run%s whose directory is gone (rows, metrics, artifacts and logs)\n",
                s.dropped, s.dropped == 1 ? "" : "s");

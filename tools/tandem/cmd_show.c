@@ -36,10 +36,14 @@ static void print_instances(const td_run *r) {
         return;
     }
     double now = td_wall_s();
-    printf("\ninstances (%s %s): %zu, %.2f instance-hours\n", run_cli_text(rec.provider),
+    size_t unpriced = 0;
+    double cost = td_run_instances_cost(&rec, now, &unpriced);
+    printf("\ninstances (%s %s): %zu, %.2f instance-hours", run_cli_text(rec.provider),
            run_cli_text(rec.region), rec.count, td_run_instances_hours(&rec, now));
-    printf("  %-20s %4s %-12s %-9s %-11s %-19s %9s %7s  %s\n", "ID", "NODE", "TYPE", "MARKET",
-           "ZONE", "LAUNCHED", "LIFETIME", "HOURS", "END");
+    if (unpriced < rec.count)
+        printf(", cost $%.6f%s", cost, unpriced ? " (instances without a price left out)" : "");
+    printf("\n  %-20s %4s %-12s %-9s %-11s %-19s %9s %7s %10s  %s\n", "ID", "NODE", "TYPE",
+           "MARKET", "ZONE", "LAUNCHED", "LIFETIME", "HOURS", "USD/HOUR", "END");
     for (size_t i = 0; i < rec.count; i++) {
         const td_run_instance *in = &rec.items[i];
         char launched[32] = "-", node[16] = "-", life[32];
@@ -57,9 +61,12 @@ static void print_instances(const td_run *r) {
         else
             snprintf(life, sizeof life, "%ldh%02ldm", t / 3600, t % 3600 / 60);
         const char *end = in->end ? in->end : td_run_instance_live(in) ? "(alive)" : in->state;
-        printf("  %-20s %4s %-12s %-9s %-11s %-19s %9s %7.2f  %s%s%s\n", run_cli_text(in->id), node,
-               run_cli_text(in->type), run_cli_text(in->market), run_cli_text(in->zone), launched,
-               life, s / 3600, run_cli_text(end), in->replaces[0] ? "; replaced " : "",
+        char price[32] = "-";
+        if (in->usd_per_hour > 0) snprintf(price, sizeof price, "%.5f", in->usd_per_hour);
+        printf("  %-20s %4s %-12s %-9s %-11s %-19s %9s %7.2f %10s  %s%s%s\n", run_cli_text(in->id),
+               node, run_cli_text(in->type), run_cli_text(in->market), run_cli_text(in->zone),
+               launched, life, s / 3600, price, run_cli_text(end),
+               in->replaces[0] ? "; replaced " : "",
                in->replaces[0] ? run_cli_text(in->replaces) : "");
     }
     td_run_instances_clear(&rec);
@@ -90,14 +97,27 @@ static void print_sdk_object(const char *title, const char *text) {
     qsort(keys, n, sizeof *keys, cmp_key);
     if (width > 24) width = 24;
     for (size_t i = 0; i < n; i++) {
-        char *val =
-            json_dumps(json_object_get(o, keys[i]),
-                       JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+        char *val = run_cli_json(json_object_get(o, keys[i]), 1);
         printf("  %-*s %s\n", (int)width, run_cli_text(keys[i]), run_cli_text(val ? val : "?"));
         free(val);
     }
     free(keys);
     json_decref(o);
+}
+
+/* A field whose text may span lines (a workflow's command: one line per command, or a YAML
+ * block): each line on its own, under the first, rather than as one line with \x0a in it. */
+static void print_lines(const char *field, const char *text) {
+    const char *s = text ? text : "";
+    int first = 1;
+    do {
+        size_t n = strcspn(s, "\n");
+        char *line = td_xstrndup(s, n);
+        printf("%-15s %s\n", first ? field : "", run_cli_text(line));
+        free(line);
+        first = 0;
+        s += n;
+    } while (*s && *++s);
 }
 
 static const cli_opt opts[] = {{0}};
@@ -148,8 +168,10 @@ int cmd_show(int argc, char **argv) {
     free(where);
     printf("%-15s %d\n", "restarts", r.restarts);
     printf("%-15s %s\n", "code version", r.code_version ? run_cli_text(r.code_version) : "none");
-    printf("%-15s %s\n", "params", r.params_json ? run_cli_text(r.params_json) : "{}");
-    printf("%-15s %s\n", "command", run_cli_text(r.command));
+    char *params = run_cli_json_text(r.params_json ? r.params_json : "{}");
+    printf("%-15s %s\n", "params", run_cli_text(params));
+    free(params);
+    print_lines("command", r.command);
     if (r.supervisor_pid) printf("%-15s %lld\n", "supervisor pid", (long long)r.supervisor_pid);
     printf("%-15s %s\n", "run dir", run_cli_text(r.run_dir));
     printf("%-15s %s/checkpoints\n", "checkpoints", run_cli_text(r.run_dir));
@@ -172,7 +194,8 @@ int cmd_show(int argc, char **argv) {
     int64_t npoints = 0;
     if (td_metrics_last(store, r.id, &last, &nlast) == TD_OK &&
         td_metrics_count(store, r.id, &npoints) == TD_OK) {
-        printf("\nmetrics (%lld points; last value of each key):\n", (long long)npoints);
+        printf("\nmetrics (%lld point%s; last value of each key):\n", (long long)npoints,
+               npoints == 1 ? "" : "s");
         if (!nlast) printf("  (none)\n");
         for (size_t i = 0; i < nlast; i++) {
             /* system metrics are sampled by time: their "step" is seconds since the run began */

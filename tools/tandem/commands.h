@@ -9,7 +9,7 @@
 #define TD_COMMANDS(X)                                                                             \
     X("env", cmd_env, "print the TANDEM_* environment knobs and their values")                     \
     X("launch", cmd_launch, "run workers on this node (torchrun-compatible launcher)")             \
-    X("train", cmd_train, "train a model on Fashion-MNIST (checkpoints, resume, safetensors)")     \
+    X("train", cmd_train, "train a model on your data: CSV, NumPy, images, safetensors, IDX")      \
     X("run", cmd_run, "run a workflow as a tracked run (-d: in the background)")                   \
     X("ps", cmd_ps, "list runs")                                                                   \
     X("show", cmd_show, "everything about one run")                                                \
@@ -17,6 +17,7 @@
     X("metrics", cmd_metrics, "a run's metrics (--csv, --json)")                                   \
     X("artifacts", cmd_artifacts, "a run's artifacts (--download DIR)")                            \
     X("stop", cmd_stop, "stop a run (workers checkpoint and exit)")                                \
+    X("kill", cmd_kill, "signal one worker of a run (--rank R; default SIGKILL)")                  \
     X("tag", cmd_tag, "add or remove a run's tags (tandem tag RUN +T -U)")                         \
     X("note", cmd_note, "set a run's notes")                                                       \
     X("group", cmd_group, "put a run in a group")                                                  \
@@ -38,6 +39,7 @@ int cmd_logs(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_artifacts(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_kill(int argc, char **argv);
 int cmd_tag(int argc, char **argv);
 int cmd_note(int argc, char **argv);
 int cmd_group(int argc, char **argv);

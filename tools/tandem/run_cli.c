@@ -1,7 +1,9 @@
 /* The shared part of the run verbs: see run_cli.h. */
 #include "run_cli.h"
 
+#include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -120,4 +122,75 @@ void run_cli_error(td_status st) {
     const char *msg = td_error_msg();
     fprintf(stderr, "tandem: error: %s\n", *msg ? run_cli_text(msg) : td_status_str(st));
     if (td_log_enabled(TD_LOG_DEBUG) && *td_error_trace()) fputs(td_error_trace(), stderr);
+}
+
+const char *run_cli_double(double v, char *buf, size_t nbytes) {
+    if (!isfinite(v)) {
+        snprintf(buf, nbytes, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return buf;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, nbytes, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break; /* %.17g always reads back: the loop ends by then */
+    }
+    if (!strpbrk(buf, ".eE")) strncat(buf, ".0", nbytes - strlen(buf) - 1);
+    return buf;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void json_write(FILE *out, const json_t *v, int sort_keys) {
+    char num[40];
+    if (json_is_real(v)) {
+        fputs(run_cli_double(json_real_value(v), num, sizeof num), out);
+    } else if (json_is_object(v)) {
+        size_t n = 0;
+        const char **keys = td_xcalloc(json_object_size(v) + 1, sizeof *keys);
+        const char *k;
+        json_t *item;
+        json_object_foreach((json_t *)v, k, item) keys[n++] = k;
+        if (sort_keys) qsort(keys, n, sizeof *keys, cmp_str);
+        fputc('{', out);
+        for (size_t i = 0; i < n; i++) {
+            json_t *name = json_string(keys[i]);
+            char *quoted = json_dumps(name, JSON_ENCODE_ANY);
+            fprintf(out, "%s%s:", i ? "," : "", quoted ? quoted : "\"?\"");
+            free(quoted);
+            json_decref(name);
+            json_write(out, json_object_get(v, keys[i]), sort_keys);
+        }
+        fputc('}', out);
+        free(keys);
+    } else if (json_is_array(v)) {
+        fputc('[', out);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) fputc(',', out);
+            json_write(out, json_array_get(v, i), sort_keys);
+        }
+        fputc(']', out);
+    } else {
+        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        fputs(text ? text : "?", out);
+        free(text);
+    }
+}
+
+char *run_cli_json(const json_t *value, int sort_keys) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out) return td_xstrdup("?");
+    json_write(out, value, sort_keys);
+    fclose(out);
+    return text;
+}
+
+char *run_cli_json_text(const char *json) {
+    json_t *v = json ? json_loads(json, JSON_DECODE_ANY, NULL) : NULL;
+    if (!v) return td_xstrdup(json ? json : "");
+    char *text = run_cli_json(v, 0);
+    json_decref(v);
+    return text;
 }

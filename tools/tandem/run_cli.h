@@ -45,6 +45,22 @@ void run_cli_close(td_rundb *store, td_run *run);
  * result lives until 16 more calls. */
 const char *run_cli_text(const char *s);
 
+/* The shortest decimal text that reads back as the same double, as Python's repr: "%.17g"'s
+ * digits cut to the fewest that round-trip ("0.2" for --param lr=0.2, not
+ * "0.20000000000000001"), and an integral value keeps ".0" so it still reads as a float. Written
+ * into buf (32 bytes are enough); returns buf. */
+const char *run_cli_double(double v, char *buf, size_t nbytes);
+
+/* A JSON value (params, config, a summary value) as compact JSON text for a person: numbers as
+ * run_cli_double writes them (jansson writes %.17g), object keys in their order, or sorted with
+ * sort_keys. Caller frees. */
+struct json_t;
+char *run_cli_json(const struct json_t *value, int sort_keys);
+
+/* The same for JSON text (the store's params_json); text that is not JSON comes back as it
+ * is. Caller frees. */
+char *run_cli_json_text(const char *json);
+
 /* td_error_print for the run verbs: the error's text (which may quote run ids, notes, paths and
  * file names from the store) with its control bytes escaped as run_cli_text does. */
 void run_cli_error(td_status st);
