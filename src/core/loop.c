@@ -391,10 +391,14 @@ uint64_t td_loop_queue_work(td_loop *l, td_loop_work_fn work, td_loop_after_fn a
     pthread_mutex_lock(&w->lock);
     it->id = ++w->next_id;
     work_item **tail = &w->items;
-    while (*tail) tail = &(*tail)->next;
+    int queued = 1; /* this one */
+    for (; *tail; tail = &(*tail)->next) queued += (*tail)->state == WORK_QUEUED;
     *tail = it;
     uint64_t id = it->id;
-    if (!w->idle && w->nthreads < TD_LOOP_WORK_THREADS) {
+    /* A thread is started while the queued items outnumber the idle threads: an idle thread
+     * already signalled for an earlier item still counts as idle until it takes that item, so
+     * "any idle thread" would leave this item waiting behind work that may block. */
+    if (queued > w->idle && w->nthreads < TD_LOOP_WORK_THREADS) {
         if (pthread_create(&w->threads[w->nthreads], NULL, work_thread, w) == 0)
             w->nthreads++;
         else if (!w->nthreads) {

@@ -1146,18 +1146,23 @@ static void job_ended(slurm_carrier *sc) {
     job_over(sc);
 }
 
-static void on_query(td_loop *l, void *user) {
-    (void)l;
-    slurm_carrier *sc = user;
+/* The job's state from slurmctld now; true when it has ended (job_ended has run). */
+static bool refresh_job(slurm_carrier *sc) {
     if (slurm_query(sc->c, &sc->j, &sc->gone, td_now_s(), &sc->run_since)) {
         job_ended(sc);
-        return;
+        return true;
     }
     if (sc->j.restarts > 0) td__sup_restarts_seen(sc->sup, sc->j.restarts);
     if (!sc->running && sc->run_since > 0) {
         sc->running = true;
         td__sup_running_now(sc->sup);
     }
+    return false;
+}
+
+static void on_query(td_loop *l, void *user) {
+    (void)l;
+    refresh_job(user);
 }
 
 static void on_tail(td_loop *l, void *user) {
@@ -1190,6 +1195,12 @@ static void slurm_stop(td__carrier *base, bool hard) {
     slurm_sup *c = sc->c;
     if (sc->ended || sc->cancelled) return;
     bool queued = td__slurm_phase_of(sc->j.state) == TD__SLURM_WAITING;
+    /* The state we hold is up to QUERY_PERIOD_S old: a job that started since would be
+     * cancelled outright, its workers' checkpoint lost. Ask again before cancelling. */
+    if (!hard && queued) {
+        if (refresh_job(sc)) return;
+        queued = td__slurm_phase_of(sc->j.state) == TD__SLURM_WAITING;
+    }
     if (hard || queued) {
         td__sup_say(sc->sup, "run %s: cancelling slurm job %s", c->job->run->id, c->job_id);
         cancel_job(c, c->job_id, 0);

@@ -99,47 +99,56 @@ static void test_run_and_after(void) {
 /* ---- cancelling ---- */
 
 typedef struct {
-    int gate[2];
     int entered[2]; /* work writes a byte here when it starts */
     atomic_int ran;
     atomic_int cancelling; /* the main thread is about to cancel the running item */
     int afters;
 } cctx;
 
+/* One gated item: its own gate, so a byte meant for one item releases that item and no other. */
+typedef struct {
+    cctx *c;
+    int gate[2];
+} gated;
+
 static void gated_work(void *user) {
-    cctx *c = user;
-    ASSERT_EQ(write(c->entered[1], "e", 1), 1);
+    gated *g = user;
+    ASSERT_EQ(write(g->c->entered[1], "e", 1), 1);
     char b;
-    ASSERT_EQ(read(c->gate[0], &b, 1), 1);
-    atomic_fetch_add(&c->ran, 1);
+    ASSERT_EQ(read(g->gate[0], &b, 1), 1);
+    atomic_fetch_add(&g->c->ran, 1);
 }
 
 static void count_after(td_loop *l, void *user) {
     (void)l;
-    ((cctx *)user)->afters++;
+    ((gated *)user)->c->afters++;
 }
 
 /* Releases one gated item once the main thread is about to cancel it, giving way a while first:
  * a cancel that does not wait returns before the item has run (and the check after it fails). */
 static void *release_gate(void *user) {
-    cctx *c = user;
-    while (!atomic_load(&c->cancelling)) sched_yield();
+    gated *g = user;
+    while (!atomic_load(&g->c->cancelling)) sched_yield();
     for (int i = 0; i < 1000; i++) sched_yield();
-    ASSERT_EQ(write(c->gate[1], "g", 1), 1);
+    ASSERT_EQ(write(g->gate[1], "g", 1), 1);
     return NULL;
 }
 
 static void test_cancel(void) {
     cctx c;
     memset(&c, 0, sizeof c);
-    ASSERT_EQ(pipe(c.gate), 0);
+    gated items[TD_LOOP_WORK_THREADS + 1];
+    for (int i = 0; i <= TD_LOOP_WORK_THREADS; i++) {
+        items[i].c = &c;
+        ASSERT_EQ(pipe(items[i].gate), 0);
+    }
     ASSERT_EQ(pipe(c.entered), 0);
     td_loop *l;
     ASSERT_OK(td_loop_new(&l));
     /* Fill every thread with gated work, so the next one queued cannot start. */
     uint64_t ids[TD_LOOP_WORK_THREADS + 1];
     for (int i = 0; i <= TD_LOOP_WORK_THREADS; i++)
-        ids[i] = td_loop_queue_work(l, gated_work, count_after, &c);
+        ids[i] = td_loop_queue_work(l, gated_work, count_after, &items[i]);
     char b;
     for (int i = 0; i < TD_LOOP_WORK_THREADS; i++) ASSERT_EQ(read(c.entered[0], &b, 1), 1);
     /* The last is still queued: cancelled, it never runs. */
@@ -147,14 +156,14 @@ static void test_cancel(void) {
     ASSERT_EQ(td_loop_work_pending(l), TD_LOOP_WORK_THREADS);
     /* A running one: the cancel waits for it; release it from another thread. */
     pthread_t t;
-    ASSERT_EQ(pthread_create(&t, NULL, release_gate, &c), 0);
+    ASSERT_EQ(pthread_create(&t, NULL, release_gate, &items[0]), 0);
     atomic_store(&c.cancelling, 1);
     td_loop_cancel_work(l, ids[0]);
     ASSERT_EQ(atomic_load(&c.ran), 1); /* it returned before the cancel did */
     ASSERT_EQ(pthread_join(t, NULL), 0);
     ASSERT_EQ(td_loop_work_pending(l), TD_LOOP_WORK_THREADS - 1);
     /* Release the rest, but free the loop without turning it: no after() for anyone. */
-    for (int i = 1; i < TD_LOOP_WORK_THREADS; i++) ASSERT_EQ(write(c.gate[1], "g", 1), 1);
+    for (int i = 1; i < TD_LOOP_WORK_THREADS; i++) ASSERT_EQ(write(items[i].gate[1], "g", 1), 1);
     td_loop_free(l);
     ASSERT_EQ(atomic_load(&c.ran), TD_LOOP_WORK_THREADS);
     ASSERT_EQ(c.afters, 0);
@@ -164,8 +173,8 @@ static void test_cancel(void) {
     ASSERT_EQ(fcntl(c.entered[0], F_SETFL, fl | O_NONBLOCK), 0);
     ASSERT_EQ(read(c.entered[0], &b, 1), -1);
     for (int i = 0; i < 2; i++) {
-        close(c.gate[i]);
         close(c.entered[i]);
+        for (int k = 0; k <= TD_LOOP_WORK_THREADS; k++) close(items[k].gate[i]);
     }
 }
 

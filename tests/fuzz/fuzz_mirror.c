@@ -122,7 +122,7 @@ static bool component_ok(const char *s) {
     if (!s[0] || s[0] == '.') return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '.' || *s == '_' || *s == '-' || *s == '+'))
+              *s == '.' || *s == '_' || *s == '-' || *s == '+' || *s == '='))
             return false;
     return true;
 }

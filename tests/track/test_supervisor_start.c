@@ -169,7 +169,15 @@ int main(void) {
     ASSERT_EQ(a.status, TD_RUN_RUNNING);
 
     /* ---- the same pid, now held by another process: gone, and nobody is signalled ---- */
+    /* Start times are clock ticks (10 ms): a process born in odd's tick would share its start
+     * time and pass for it, so fake must be born in a later one. */
     pid_t fake = spawn_named("tandem-fake");
+    while (start_of(fake) == odd_start) {
+        kill(fake, SIGKILL);
+        waitpid(fake, NULL, 0);
+        usleep(10000);
+        fake = spawn_named("tandem-fake");
+    }
     td_run b = make_running(store, "b", odd);
     /* b's supervisor died and its pid went to `fake` (which names tandem): the row keeps the
      * dead supervisor's start time and now names fake's pid. */
