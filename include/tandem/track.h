@@ -654,6 +654,12 @@ typedef struct td_run_cost {
     size_t unpriced; /* instances without a price */
 } td_run_cost;
 
+/* Opens RUN/instances.json of run_dir for reading (*fd_out, its path in *path_out, to free
+ * either way): the one place its limits live, for this reader and exec's full one. Never follows
+ * a link nor blocks on a FIFO; TD_ERR_NOTFOUND when there is none, TD_ERR_FORMAT naming the
+ * file when it is not a regular file under 16 MiB. */
+td_status td_run_instances_open(const char *run_dir, int *fd_out, char **path_out);
+
 /* Reads RUN/instances.json of run_dir. TD_ERR_NOTFOUND when the run has none (not a cloud run);
  * TD_ERR_FORMAT naming the file when it is not the documented record. Clear with
  * td_run_cost_clear. Opens that one small file, never follows a link nor blocks on a FIFO. */

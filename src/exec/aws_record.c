@@ -21,9 +21,6 @@
 
 #include "exec/aws_internal.h"
 
-/* A record is a few hundred bytes per instance: anything this big is not one. */
-#define RECORD_MAX_NBYTES (16 << 20)
-
 void td_run_instances_clear(td_run_instances *r) {
     if (!r) return;
     for (size_t i = 0; i < r->count; i++) free(r->items[i].end);
@@ -203,23 +200,13 @@ out:
 
 td_status td_run_instances_read(const char *run_dir, td_run_instances *out) {
     memset(out, 0, sizeof *out);
-    char *path = td_run_path(run_dir, TD_RUN_PATH_INSTANCES);
-    td_status st = TD_OK;
-    char *text = NULL;
-    /* Never follows a link nor blocks on a FIFO: ps reads this for every run. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    char *path = NULL, *text = NULL;
+    int fd = -1;
+    td_status st = td_run_instances_open(run_dir, &fd, &path);
+    if (st != TD_OK) goto out;
     struct stat sb;
-    if (fd < 0) {
-        st = errno == ENOENT
-                 ? td_error(TD_ERR_NOTFOUND, "%s: no instance record", path)
-                 : td_error_errno(TD_ERR_IO, "cannot open the instance record %s", path);
-        goto out;
-    }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > RECORD_MAX_NBYTES) {
-        st = td_error(TD_ERR_FORMAT,
-                      "%s is not a regular file under 16 MiB: not an instance record tandem "
-                      "wrote; remove it",
-                      path);
+    if (fstat(fd, &sb) != 0) {
+        st = td_error_errno(TD_ERR_IO, "cannot examine the instance record %s (fstat)", path);
         goto out;
     }
     text = td_xmalloc((size_t)sb.st_size + 1);

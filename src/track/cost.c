@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* A record is a few hundred bytes per instance: anything this big is not one (the executor's
- * reader refuses the same). */
+ * reader opens it through td_run_instances_open too). */
 #define COST_RECORD_MAX_NBYTES (16 << 20)
 
 void td_run_cost_clear(td_run_cost *c) {
@@ -64,27 +64,35 @@ static td_status parse(json_t *o, const char *path, td_run_cost *out) {
     return TD_OK;
 }
 
-td_status td_run_cost_read(const char *run_dir, td_run_cost *out) {
-    memset(out, 0, sizeof *out);
+td_status td_run_instances_open(const char *run_dir, int *fd_out, char **path_out) {
+    *fd_out = -1;
     char *path = td_run_path(run_dir, TD_RUN_PATH_INSTANCES);
-    td_status st = TD_OK;
-    json_t *o = NULL;
+    *path_out = path;
     /* Never follows a link nor blocks on a FIFO: ps and the ui read this for every run. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT
+                   ? td_error(TD_ERR_NOTFOUND, "%s: no instance record (not a cloud run)", path)
+                   : td_error_errno(TD_ERR_IO, "cannot open the instance record %s", path);
     struct stat sb;
-    if (fd < 0) {
-        st = errno == ENOENT
-                 ? td_error(TD_ERR_NOTFOUND, "%s: no instance record (not a cloud run)", path)
-                 : td_error_errno(TD_ERR_IO, "cannot open the instance record %s", path);
-        goto out;
-    }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > COST_RECORD_MAX_NBYTES) {
-        st = td_error(TD_ERR_FORMAT,
-                      "%s is not a regular file under 16 MiB: not an instance record tandem "
-                      "wrote; remove it",
-                      path);
-        goto out;
+        close(fd);
+        return td_error(TD_ERR_FORMAT,
+                        "%s is not a regular file under 16 MiB: not an instance record tandem "
+                        "wrote; remove it",
+                        path);
     }
+    *fd_out = fd;
+    return TD_OK;
+}
+
+td_status td_run_cost_read(const char *run_dir, td_run_cost *out) {
+    memset(out, 0, sizeof *out);
+    char *path = NULL;
+    int fd = -1;
+    json_t *o = NULL;
+    td_status st = td_run_instances_open(run_dir, &fd, &path);
+    if (st != TD_OK) goto out;
     json_error_t jerr;
     o = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
     if (!o) {
