@@ -5,7 +5,7 @@
 # signal for "kill them now" and SIGKILLed the launcher while the workers were saving. Now a
 # stop signal repeated within TD_STOP_REPEAT_GRACE_S (10 s) of the first is the same request
 # (Ctrl-C twice, or a signal after the grace period, still kills at once):
-#   a. two SIGTERMs 50 ms apart to a detached run's supervisor: preempted, exit code 143, the
+#   a. two SIGTERMs to a detached run's supervisor while its (frozen) workers save: preempted, exit code 143, the
 #      trainer checkpointed the step it stopped at, the supervisor said it took the second as a
 #      repeat; `tandem run --resume` continues from that checkpoint and succeeds;
 #   b. `timeout --preserve-status ... tandem run ...` (attached), the shape of the report: exit
@@ -71,26 +71,49 @@ stop_checkpoint() { # run what: rank 0 stopped by SIGTERM at a step and that ste
   echo "$step"
 }
 
-# --- a. two SIGTERMs 50 ms apart to the supervisor of a detached run
+# --- a. two SIGTERMs to the supervisor of a detached run
 id=$("$B" run -d t) || fail "run -d exited $?"
 [ "$id" = t-1 ] || fail "expected run id t-1, got '$id'"
 wait_ckpts t-1
 sup=$(field t-1 "supervisor pid")
 [ -n "$sup" ] && kill -0 "$sup" 2>/dev/null || fail "a: supervisor pid '$sup' of t-1 is not alive"
+# The second SIGTERM must reach the supervisor as a signal of its own while it is stopping: two
+# sent 50 ms apart merge into one pending signal on a loaded machine (the kernel queues one of
+# each), and a second sent after the workers have exited finds nothing left to stop. So the
+# workers are frozen (SIGSTOP) first; the second SIGTERM goes once the supervisor has said it took
+# the first; the workers are thawed once it has said it took the second as a repeat.
+workers=()
+for d in /proc/[0-9]*; do
+  [ "$(readlink "$d/cwd" 2>/dev/null)" = "$P/.tandem/runs/t-1/work" ] || continue
+  argv=$(tr '\0' '\n' <"$d/cmdline" 2>/dev/null | head -n 2 | tr '\n' ' ')
+  case "$argv" in */tandem\ train\ | tandem\ train\ ) workers+=("${d#/proc/}") ;; esac
+done
+[ "${#workers[@]}" = 2 ] || fail "a: expected 2 workers of t-1, found ${#workers[@]}: ${workers[*]}"
+thaw() { kill -CONT "${workers[@]}" 2>/dev/null; }
+trap thaw EXIT
+kill -STOP "${workers[@]}"
+said() { # pattern: waits (up to 120 s) for the supervisor's log to hold it
+  local i
+  for i in $(seq 1 2400); do
+    grep -q "$1" "$P/.tandem/runs/t-1/logs/supervisor.log" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
 kill -TERM "$sup"
-sleep 0.05
+said "SIGTERM: preempting run t-1" || { thaw; fail "a: the supervisor did not take the first SIGTERM"; }
 kill -TERM "$sup"
+said "taken as the same request" || { thaw; fail "a: the supervisor did not say it took the second SIGTERM as a repeat"; }
+thaw
 s=$(wait_final t-1)
 [ "$s" = preempted ] || fail "a: status $s (expected preempted), note: $(field t-1 note)"
 [ "$(field t-1 "exit code")" = 143 ] || fail "a: exit code $(field t-1 "exit code"), expected 143"
 step=$(stop_checkpoint t-1 a)
-grep -q "taken as the same request" "$P/.tandem/runs/t-1/logs/supervisor.log" ||
-  fail "a: the supervisor did not say it took the second SIGTERM as a repeat"
 out=$("$B" run --resume t-1 2>&1) || fail "a: tandem run --resume t-1 exited $?: $out"
 case "$out" in *"resuming from "*"ckpt-$step.tdck"*) ;;
   *) fail "a: the resume did not continue from ckpt-$step.tdck: $out" ;; esac
 [ "$(field t-1 status)" = succeeded ] || fail "a: after --resume: status $(field t-1 status)"
-echo "ok: a. two SIGTERMs 50 ms apart -> preempted (143), checkpoint at step $step, --resume succeeded"
+echo "ok: a. two SIGTERMs while stopping -> preempted (143), checkpoint at step $step, --resume succeeded"
 
 # --- b. timeout(1): SIGTERM to tandem run, then to its process group
 timeout --preserve-status 600 "$B" run long >"$P/long.out" 2>&1 &
