@@ -1,13 +1,20 @@
 /* bench_engine: samples/s and GFLOP/s of a training step (forward, NLL loss, backward, plain SGD
  * update) for the built-in models at batch 64, next to the sgemm peak measured in the same run.
  *
- *   bench_engine [--models basicnet,mlp7] [--threads 1,2] [--seconds S] [--batch B] [--json]
+ *   bench_engine [--models basicnet,mlp7] [--threads 1,2] [--seconds S] [--batch B]
+ *                [--input CxHxW] [--json]
+ *
+ * --input: the image shape the models are built for (default 1x28x28; resnet-small is made
+ * for 3x32x32). Besides samples/s (wall clock) each row gives cpu_ms_per_step, the process's
+ * CPU time per step: on a shared machine a 1-thread run's CPU time moves far less with the
+ * load than its wall time, so before/after comparisons of a kernel change read it first.
  *
  * --models '' measures only the sgemm peak (bench_train.sh's use: the training itself is
  * `tandem train`'s AdamW step there).
  */
 #include <cblas.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "tandem/nn.h"
@@ -35,10 +42,16 @@ static double sgemm_peak(int threads, double seconds) {
     return 2.0 * n * n * (double)n * it / t * 1e-9;
 }
 
-static td_status bench_model(const char *name, int threads, int batch, double seconds, bool json,
-                             double peak) {
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static td_status bench_model(const char *name, const int *shape, int threads, int batch,
+                             double seconds, bool json, double peak) {
     td_model_t *m;
-    TD_CHECK(td_model_load(name, &m));
+    TD_CHECK(td_model_load_for(name, shape[0], shape[1], shape[2], 10, &m));
     td_status st = td_model_finalize(m, batch);
     if (st != TD_OK) {
         td_model_free(m);
@@ -55,9 +68,9 @@ static td_status bench_model(const char *name, int threads, int batch, double se
     float *p = td_model_params(m), *g = td_model_grads(m);
     size_t np = td_model_num_params(m);
     int steps = 0;
-    double t0 = 0, elapsed = 0;
+    double t0 = 0, elapsed = 0, c0 = 0;
     for (int it = 0;; it++) {
-        if (it == 3) t0 = td_now_s(); /* warm-up: first touches, OpenMP team start */
+        if (it == 3) t0 = td_now_s(), c0 = cpu_s(); /* warm-up: first touches, OpenMP team */
         for (int i = 0; i < batch; i++) {
             ids[i] = (uint64_t)it * batch + i;
             labels[i] = (int32_t)(ids[i] % (uint64_t)classes);
@@ -74,19 +87,19 @@ static td_status bench_model(const char *name, int threads, int batch, double se
             if (elapsed >= seconds && steps >= 5) break;
         }
     }
-    double sps = steps * (double)batch / elapsed;
+    double sps = steps * (double)batch / elapsed, cpu_ms = 1e3 * (cpu_s() - c0) / steps;
     double gflops = sps * td_model_flops_per_sample(m) * 1e-9;
     if (json)
         printf("{\"kind\": \"train_step\", \"model\": \"%s\", \"threads\": %d, \"batch\": %d, "
                "\"steps\": %d, \"samples_per_s\": %.1f, \"gflops\": %.2f, \"mflop_per_sample\": "
-               "%.2f, \"pct_of_sgemm_peak\": %.1f}\n",
+               "%.2f, \"pct_of_sgemm_peak\": %.1f, \"cpu_ms_per_step\": %.2f}\n",
                name, threads, batch, steps, sps, gflops, td_model_flops_per_sample(m) * 1e-6,
-               peak > 0 ? 100.0 * gflops / peak : 0.0);
+               peak > 0 ? 100.0 * gflops / peak : 0.0, cpu_ms);
     else
-        printf("%-10s threads=%d batch=%d  %8.1f samples/s  %6.1f GFLOP/s (%4.1f%% of sgemm peak)"
-               "  [%d steps, %.1f MFLOP/sample]\n",
-               name, threads, batch, sps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0, steps,
-               td_model_flops_per_sample(m) * 1e-6);
+        printf("%-12s threads=%d batch=%d  %8.1f samples/s  %6.1f GFLOP/s (%4.1f%% of sgemm "
+               "peak)  %7.2f CPU ms/step  [%d steps, %.1f MFLOP/sample]\n",
+               name, threads, batch, sps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0, cpu_ms,
+               steps, td_model_flops_per_sample(m) * 1e-6);
     fflush(stdout);
     free(x), free(dout), free(labels), free(ids);
     td_model_free(m);
@@ -96,7 +109,7 @@ static td_status bench_model(const char *name, int threads, int batch, double se
 int main(int argc, char **argv) {
     const char *models = "basicnet,mlp7", *threads = "1,2";
     double seconds = 2.0;
-    int batch = 64;
+    int batch = 64, shape[3] = {1, 28, 28};
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc)
@@ -107,12 +120,19 @@ int main(int argc, char **argv) {
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--json"))
+        else if (!strcmp(argv[i], "--input") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%dx%dx%d", &shape[0], &shape[1], &shape[2]) != 3 ||
+                shape[0] < 1 || shape[1] < 1 || shape[2] < 1) {
+                fprintf(stderr, "%s: --input %s: give the image shape as CxHxW, e.g. 3x32x32\n",
+                        argv[0], argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--json"))
             json = true;
         else {
             fprintf(stderr,
                     "usage: %s [--models basicnet,mlp7] [--threads 1,2] [--seconds S] "
-                    "[--batch B] [--json]\n",
+                    "[--batch B] [--input CxHxW] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -139,7 +159,7 @@ int main(int argc, char **argv) {
         for (char *s2, *t = strtok_r(tbuf, ",", &s2); t; t = strtok_r(NULL, ",", &s2)) {
             int n = atoi(t);
             if (n < 1 || n > 64) continue;
-            td_status st = bench_model(mname, n, batch, seconds, json, peak[n]);
+            td_status st = bench_model(mname, shape, n, batch, seconds, json, peak[n]);
             if (st != TD_OK) {
                 td_error_print(st);
                 return 1;

@@ -37,13 +37,25 @@ static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
+/* Distance in floats between the 16 tile-position slots of V, M and dU, each holding n floats:
+ * rounded up to whole cache lines, and to an odd number of them. The transforms write (or
+ * read) all 16 slots at once; slots a multiple of 4 KiB apart (c x T = 16 x 256 floats for a
+ * 32x32 plane, 32 x 64 for 16x16: every power-of-two shape) put all 16 streams into one L1 set,
+ * more than it has ways, and resnet-small's transforms ran ~2x slower for it. An odd number of
+ * lines puts the 16 slots in 16 different sets. Only addresses change: the same bits. */
+static size_t slot_floats(size_t n) {
+    size_t s = round16(n);
+    return (s / 16) % 2 ? s : s + 16;
+}
+
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
     ns = TD_MIN(ns, PASS);
     size_t th = (size_t)(oh + 1) / 2, tw = (size_t)(ow + 1) / 2, t = (size_t)ns * th * tw;
     size_t plane = (2 * th + 2) * (2 * tw + 2);
     (void)h, (void)w;
-    return round16(TD_WINO_POS * (size_t)c * t) + round16(TD_WINO_POS * (size_t)k * t) +
-           round16(TD_WINO_POS * (size_t)c * k) + round16(plane);
+    return TD_WINO_POS * (slot_floats((size_t)c * t) + slot_floats((size_t)k * t) +
+                          slot_floats((size_t)c * k)) +
+           round16(plane);
 }
 
 /* u [4][4] = G g G^T, g [3][3] read with row stride rs and column stride cs (negative strides
@@ -195,7 +207,8 @@ static void output_tiles(const float *m, size_t ms, int th, int tw, float b, flo
 /* Scratch layout shared by the entry points: dU [16, k, c], V [16, c, T], M [16, k, T], plane. */
 typedef struct {
     int th, tw;
-    size_t tps, t; /* tiles per sample, in the call */
+    size_t tps, t;      /* tiles per sample, in the call */
+    size_t vs, ms, us;  /* slot distances of V, M (or Z), dU (slot_floats) */
     float *v, *m, *du, *p;
 } wino_ws;
 
@@ -203,10 +216,12 @@ static wino_ws workspace(int ns, int c, int k, int oh, int ow, float *scratch) {
     wino_ws ws;
     ws.th = (oh + 1) / 2, ws.tw = (ow + 1) / 2;
     ws.tps = (size_t)ws.th * ws.tw, ws.t = (size_t)ns * ws.tps;
+    ws.vs = slot_floats((size_t)c * ws.t), ws.ms = slot_floats((size_t)k * ws.t);
+    ws.us = slot_floats((size_t)k * c);
     ws.du = scratch; /* first: its place must not depend on the tile count */
-    ws.v = ws.du + round16(TD_WINO_POS * (size_t)c * k);
-    ws.m = ws.v + round16(TD_WINO_POS * (size_t)c * ws.t);
-    ws.p = ws.m + round16(TD_WINO_POS * (size_t)k * ws.t);
+    ws.v = ws.du + TD_WINO_POS * ws.us;
+    ws.m = ws.v + TD_WINO_POS * ws.vs;
+    ws.p = ws.m + TD_WINO_POS * ws.ms;
     return ws;
 }
 
@@ -218,7 +233,7 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
         for (int ci = 0; ci < c; ci++) {
             pad_plane(x + s * ldx + (size_t)ci * h * w, h, w, pad, ws->p, ph, pw);
             input_tiles(ws->p, pw, ws->th, ws->tw, ws->v + (size_t)ci * ws->t + (size_t)s * ws->tps,
-                        (size_t)c * ws->t);
+                        ws->vs);
         }
 }
 
@@ -227,7 +242,7 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
     for (int s0 = 0; s0 < ns; s0 += PASS) {
         int nb = TD_MIN(PASS, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
-        size_t vs = (size_t)c * ws.t, ms = (size_t)k * ws.t;
+        size_t vs = ws.vs, ms = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
         for (int xi = 0; xi < TD_WINO_POS; xi++)
             td_sgemm(false, false, k, (int)ws.t, c, 1.0f, u + (size_t)xi * k * c, c, ws.v + xi * vs,
@@ -269,12 +284,12 @@ static void grad_tiles(const float *p, int th, int tw, float *z, size_t zs) {
 
 void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
                     const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch) {
-    size_t us = (size_t)k * c;
+    size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
     for (int s0 = 0; s0 < ns; s0 += PASS) {
         int nb = TD_MIN(PASS, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
-        size_t vs = (size_t)c * ws.t, zs = (size_t)k * ws.t;
+        size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
         for (int s = 0; s < nb; s++)
             for (int ko = 0; ko < k; ko++) {
@@ -288,7 +303,7 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
     }
     /* dW = G^T dU G, G^T rows (1, 1/2, 1/2, 0), (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1) */
-    for (size_t f = 0; f < us; f++) {
+    for (size_t f = 0; f < kc; f++) {
         float u[16], r[3][4];
         for (int xi = 0; xi < TD_WINO_POS; xi++) u[xi] = du[xi * us + f];
         for (int j = 0; j < 4; j++) {

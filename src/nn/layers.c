@@ -105,6 +105,7 @@ static void maxpool2_plane(const float *x, int w, int oh, int ow, float *y, uint
         const float *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
         float *yr = y + (size_t)oy * ow;
         uint8_t *ar = am + (size_t)oy * ow;
+#pragma omp simd
         for (int ox = 0; ox < ow; ox++) {
             float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
             int g1 = b > a, g2 = d > c;
@@ -123,6 +124,7 @@ static inline __attribute__((always_inline)) void maxpool2_back_row(float *d0, f
                                                                     const float *dy, const float *y,
                                                                     const uint8_t *am, int ow,
                                                                     bool relu) {
+#pragma omp simd
     for (int ox = 0; ox < ow; ox++) {
         float g = dy[ox];
         if (relu) g = y[ox] > 0.0f ? g : 0.0f;
@@ -320,10 +322,7 @@ static void log_softmax_backward(td_layer *l, int s0, int s1, const float *dout,
     }
 }
 
-/* Element-wise activations over n values. */
-static void gelu_forward(float *y, const float *x, size_t n) {
-    for (size_t e = 0; e < n; e++) y[e] = 0.5f * x[e] * (1.0f + erff(x[e] * 0.70710678118654752f));
-}
+/* Element-wise activations over n values (gelu: td_gelu, vectorised in src/tensor/gelu.c). */
 static void tanh_forward(float *y, const float *x, size_t n) {
     for (size_t e = 0; e < n; e++) y[e] = tanhf(x[e]);
 }
@@ -341,13 +340,7 @@ static void activation_backward(td_model_t *m, td_layer *l, int s0, int s1, cons
         const float *x = m->acts[l->src] + (size_t)s * n;
         float *dx = din + (size_t)s * ldi;
         if (l->kind == TD_LAYER_GELU) {
-            /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
-            const float inv_sqrt_2pi = 0.3989422804014327f;
-            for (size_t e = 0; e < n; e++) {
-                float cdf = 0.5f * (1.0f + erff(x[e] * 0.70710678118654752f));
-                float pdf = inv_sqrt_2pi * expf(-0.5f * x[e] * x[e]);
-                dx[e] = dy[e] * (cdf + x[e] * pdf);
-            }
+            td_gelu_backward(dx, x, dy, n); /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
         } else if (l->kind == TD_LAYER_TANH) {
             for (size_t e = 0; e < n; e++) dx[e] = dy[e] * (1.0f - y[e] * y[e]);
         } else {
@@ -474,7 +467,7 @@ void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
         log_softmax_forward(m, l, s0, s1);
         break;
     case TD_LAYER_GELU:
-        gelu_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        td_gelu(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
         break;
     case TD_LAYER_TANH:
         tanh_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));

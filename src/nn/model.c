@@ -596,15 +596,16 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
     m->gbuf = td_xcalloc((size_t)m->nbuf, sizeof(float *));
     for (int b = 0; b < m->nbuf; b++) m->gbuf[b] = alloc_floats((size_t)max_batch * m->gstride);
     /* An in-place relu is folded into the maxpool after it (4x fewer elements touched) or the
-     * linear before it (no separate pass, no parallel region), when that neighbour is its only
-     * reader or writer. */
+     * linear or batchnorm before it (no separate pass over the activations or their gradients,
+     * no parallel region), when that neighbour is its only reader or writer. */
     for (int i = 0; i < L; i++) {
         td_layer *l = &m->layers[i];
         if (l->kind != TD_LAYER_RELU || !l->out_alias || l->gin != l->gout || l->gout < 0) continue;
         if (i + 1 < L && m->layers[i + 1].kind == TD_LAYER_MAXPOOL2D &&
             m->layers[i + 1].src == i + 1 && ncons[i + 1] == 1)
             l->relu_fused = m->layers[i + 1].relu_in = true;
-        else if (i > 0 && m->layers[i - 1].kind == TD_LAYER_LINEAR)
+        else if (i > 0 && (m->layers[i - 1].kind == TD_LAYER_LINEAR ||
+                           m->layers[i - 1].kind == TD_LAYER_BATCHNORM))
             l->relu_fused = m->layers[i - 1].relu_out = true;
     }
     free(ncons);

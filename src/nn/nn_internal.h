@@ -30,8 +30,8 @@ typedef struct {
     bool need_din;   /* a layer upstream has parameters, so the input gradient is needed */
     bool need_din2;  /* residual: the same for the second input */
     bool out_alias;  /* output is the input buffer (flatten; relu in place) */
-    bool relu_fused; /* relu: done by a neighbour (maxpool relu_in / linear relu_out) */
-    bool relu_out;   /* linear: applies the following relu itself */
+    bool relu_fused; /* relu: done by a neighbour (maxpool relu_in / linear, batchnorm relu_out) */
+    bool relu_out;   /* linear, batchnorm: applies the following relu itself */
     bool noop;       /* nothing to do forward or backward (fused relu, in-place flatten) */
     bool relu_in;    /* maxpool: applies the preceding relu itself */
     int gout, gin;   /* backward: gradient buffers (-1 = caller's dout, >= 0 = model's gbuf) */

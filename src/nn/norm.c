@@ -45,20 +45,42 @@ static double plane_sum(const float *x, size_t n, const double *center) {
     return lanes_total(acc);
 }
 
-/* sum of dy and of dy * xhat, xhat = (x - mu) r, over one plane */
-static void plane_dy_sums(const float *x, const float *dy, size_t n, float mu, float r, double *sdy,
-                          double *sdyx) {
+/* The gradient reaching batchnorm's output: dy, or with a folded ReLU (gate: relu_out) dy where
+ * the output y is positive, else 0: what ReLU's backward would have written. Both loads are
+ * unconditional and gate is a constant where this is inlined, so the loops stay branch-free
+ * and vectorised. */
+static inline __attribute__((always_inline)) float gated(const float *dy, const float *y, bool gate,
+                                                         size_t e) {
+    float d = dy[e];
+    if (!gate) return d;
+    /* a bit mask, not a select: gcc turns the select into a branch here and gives up on the
+     * loop (the sums then took 3x as long) */
+    uint32_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    bits &= -(uint32_t)(y[e] > 0.0f);
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* sum of g and of g * xhat, xhat = (x - mu) r, g = gated(dy, y, gate), over one plane. Inlined
+ * with gate constant. */
+static inline __attribute__((always_inline)) void plane_dy_sums(const float *x, const float *dy,
+                                                                const float *y, bool gate,
+                                                                size_t n, float mu, float r,
+                                                                double *sdy, double *sdyx) {
     double a[BN_LANES] = {0}, b[BN_LANES] = {0};
     size_t e = 0;
     for (; e + BN_LANES <= n; e += BN_LANES)
 #pragma omp simd
         for (int j = 0; j < BN_LANES; j++) {
-            a[j] += (double)dy[e + j];
-            b[j] += (double)dy[e + j] * (double)((x[e + j] - mu) * r);
+            float g = gated(dy, y, gate, e + j);
+            a[j] += (double)g;
+            b[j] += (double)g * (double)((x[e + j] - mu) * r);
         }
     for (int j = 0; e < n; e++, j++) {
-        a[j] += (double)dy[e];
-        b[j] += (double)dy[e] * (double)((x[e] - mu) * r);
+        float g = gated(dy, y, gate, e);
+        a[j] += (double)g;
+        b[j] += (double)g * (double)((x[e] - mu) * r);
     }
     *sdy = lanes_total(a), *sdyx = lanes_total(b);
 }
@@ -214,14 +236,22 @@ void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
                 const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
                 float *y = l->out + (size_t)s * l->out_size + (size_t)ch * hw;
                 float mu = mean[ch], r = rstd[ch], g = gamma[ch], b = beta[ch];
+                if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
 #pragma omp simd
-                for (size_t e = 0; e < hw; e++) y[e] = (x[e] - mu) * r * g + b;
+                    for (size_t e = 0; e < hw; e++) {
+                        float v = (x[e] - mu) * r * g + b;
+                        y[e] = v > 0.0f ? v : 0.0f;
+                    }
+                else
+#pragma omp simd
+                    for (size_t e = 0; e < hw; e++) y[e] = (x[e] - mu) * r * g + b;
             }
     }
 }
 
 /* dgamma += sum(dy xhat), dbeta += sum(dy); training: dx = gamma rstd (dy - mean(dy) -
- * xhat mean(dy xhat)) (the batch statistics depend on x); eval: dx = gamma rstd dy. */
+ * xhat mean(dy xhat)) (the batch statistics depend on x); eval: dx = gamma rstd dy. With a
+ * folded ReLU (relu_out) dy is first gated by the output, element by element as it is read. */
 void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
                      float *din, size_t ldi) {
     td_layer *l = &m->layers[li];
@@ -230,6 +260,7 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
     const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset;
     float *gg = m->grads + l->param_offset, *gb = gg + C;
     const float *mean = l->stats, *rstd = l->stats + C;
+    const float *y0 = l->relu_out ? l->out : NULL; /* the gate of a folded ReLU */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
     for (int c = 0; c < nch; c++) {
         int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
@@ -238,11 +269,21 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
             for (int ch = 0; ch < 2 * C; ch++) p[ch] = 0;
             for (int s = s0; s < s1; s++) {
                 const float *x = x0 + (size_t)s * l->in_size, *dy = dout + (size_t)s * ldo;
+                const float *y = y0 ? y0 + (size_t)s * l->out_size : dy;
+                if (y0)
 #pragma omp simd
-                for (int ch = 0; ch < C; ch++) {
-                    p[ch] += (double)dy[ch];
-                    p[C + ch] += (double)dy[ch] * (double)((x[ch] - mean[ch]) * rstd[ch]);
-                }
+                    for (int ch = 0; ch < C; ch++) {
+                        float g = gated(dy, y, true, (size_t)ch);
+                        p[ch] += (double)g;
+                        p[C + ch] += (double)g * (double)((x[ch] - mean[ch]) * rstd[ch]);
+                    }
+                else
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float g = gated(dy, y, false, (size_t)ch);
+                        p[ch] += (double)g;
+                        p[C + ch] += (double)g * (double)((x[ch] - mean[ch]) * rstd[ch]);
+                    }
             }
             continue;
         }
@@ -251,8 +292,13 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
             float mu = mean[ch], r = rstd[ch];
             for (int s = s0; s < s1; s++) {
                 double a, b;
-                plane_dy_sums(x0 + (size_t)s * l->in_size + (size_t)ch * hw,
-                              dout + (size_t)s * ldo + (size_t)ch * hw, hw, mu, r, &a, &b);
+                const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
+                const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
+                if (y0)
+                    plane_dy_sums(x, dy, y0 + (size_t)s * l->out_size + (size_t)ch * hw, true, hw,
+                                  mu, r, &a, &b);
+                else
+                    plane_dy_sums(x, dy, dy, false, hw, mu, r, &a, &b);
                 sdy += a, sdyx += b;
             }
             p[ch] = sdy, p[C + ch] = sdyx;
@@ -285,10 +331,19 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
                     float mu = mean[ch], r = rstd[ch], k = gamma[ch] * r;
                     float md = mdy[ch], mdx = mdyx[ch]; /* locals: dx could alias them */
                     /* element-wise (dx may be dy: each element is read before it is written) */
+                    if (y0) {
+                        const float *y = y0 + (size_t)s * l->out_size + (size_t)ch * hw;
 #pragma omp simd
-                    for (size_t e = 0; e < hw; e++) {
-                        float xh = (x[e] - mu) * r;
-                        dx[e] = k * (dy[e] - md - xh * mdx);
+                        for (size_t e = 0; e < hw; e++) {
+                            float xh = (x[e] - mu) * r;
+                            dx[e] = k * (gated(dy, y, true, e) - md - xh * mdx);
+                        }
+                    } else {
+#pragma omp simd
+                        for (size_t e = 0; e < hw; e++) {
+                            float xh = (x[e] - mu) * r;
+                            dx[e] = k * (dy[e] - md - xh * mdx);
+                        }
                     }
                 }
         }

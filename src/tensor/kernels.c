@@ -54,8 +54,10 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                         const float *sx = srow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox];
-                    } else {
-                        for (int ox = xlo; ox < xhi; ox++) d[ox] = srow[ox * stride - pad + kj];
+                    } else { /* strided loads: gathers or permutes, still one copy each */
+                        const float *sx = srow - pad + kj;
+#pragma omp simd
+                        for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox * stride];
                     }
                     for (int ox = xhi; ox < ow; ox++) d[ox] = 0.0f;
                 }
@@ -85,8 +87,10 @@ void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride
                         float *d = drow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] += s[ox];
-                    } else {
-                        for (int ox = xlo; ox < xhi; ox++) drow[ox * stride - pad + kj] += s[ox];
+                    } else { /* distinct targets for distinct ox (stride >= 1): no conflict */
+                        float *d = drow - pad + kj;
+#pragma omp simd
+                        for (int ox = xlo; ox < xhi; ox++) d[ox * stride] += s[ox];
                     }
                 }
             }
