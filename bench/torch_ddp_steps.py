@@ -1,9 +1,12 @@
 """One rank of bench/bench_torch_comm.sh's DDP part: DistributedDataParallel training steps per
-second with the backend named on the command line, on synthetic data (the data path is not what
-is measured): BasicNet (PyTorch's MNIST example net, 1.2 M parameters, 28x28x1, batch 32 per rank)
-or a ResNet-18-sized CPU net (11 M parameters: 4 stages of 2 basic blocks, 64..512 channels,
-32x32x3, batch 16 per rank). AdamW, torch.set_num_threads(1). W untimed steps, then N timed.
-Rank 0 prints "steps_per_s <value>"."""
+second with the backend named on the command line ("none": the same training without DDP, the
+ceiling), on synthetic data (the data path is not what is measured): BasicNet (PyTorch's MNIST
+example net, 1.2 M parameters, 28x28x1, batch 32 per rank) or a ResNet-18-sized CPU net (11 M
+parameters: 4 stages of 2 basic blocks, 64..512 channels, 32x32x3, batch 16 per rank). AdamW,
+torch.set_num_threads(1). W untimed steps, then N timed. Rank 0 prints "steps_per_s <value>",
+then "thread_cpu_ms_per_step <thread>=<ms> ...": the CPU time each of its threads spent per
+timed step (from /proc/self/task/*/stat), so a backend whose worker polls instead of sleeping
+shows it as CPU taken from the main thread's forward and backward."""
 import os
 import sys
 import time
@@ -53,15 +56,19 @@ class ResNet18(nn.Module):
 
 
 backend, model_name, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+# "none": the same ranks train the same model without DDP (no gradient allreduce; a gloo group
+# only for the barriers around the timed steps): the ceiling any backend's DDP can reach on this
+# machine at this load, since the ranks still compete for the same CPUs.
+no_comm = backend == "none"
 torch.set_num_threads(1)
-dist.init_process_group(backend)
+dist.init_process_group("gloo" if no_comm else backend)
 rank = dist.get_rank()
 torch.manual_seed(0)
 if model_name == "basicnet":
     model, shape, batch = BasicNet(), (1, 28, 28), 32
 else:
     model, shape, batch = ResNet18(), (3, 32, 32), 16
-ddp = DDP(model)
+ddp = model if no_comm else DDP(model)
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
 g = torch.Generator().manual_seed(rank)
 x = torch.randn((batch,) + shape, generator=g)
@@ -74,13 +81,39 @@ def step():
     opt.step()
 
 
+def thread_cpu_ticks():
+    """{thread: utime + stime in clock ticks} over this process's threads, each named "main" (the
+    one that runs forward and backward) or by its name and id (gloo's are gloo_tcp_loop and
+    pt_gloo_runloop, tandem's tandem-worker; a thread that sets none shows its creator's name)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        key = "main" if int(tid) == os.getpid() else "%s/%s" % (name, tid)
+        out[key] = int(fields[11]) + int(fields[12])
+    return out
+
+
 for _ in range(warmup):
     step()
 dist.barrier()
+cpu0 = thread_cpu_ticks()
 t0 = time.perf_counter()
 for _ in range(steps):
     step()
 dist.barrier()
+elapsed = time.perf_counter() - t0
+cpu1 = thread_cpu_ticks()
 if rank == 0:
-    print("steps_per_s %.3f" % (steps / (time.perf_counter() - t0)), flush=True)
+    print("steps_per_s %.3f" % (steps / elapsed), flush=True)
+    tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+    per = {k: (v - cpu0.get(k, 0)) * tick_ms / steps for k, v in cpu1.items()}
+    print("thread_cpu_ms_per_step " + " ".join(
+        "%s=%.2f" % (k.replace(" ", "_"), v) for k, v in sorted(per.items(), key=lambda kv: -kv[1])
+        if v > 0), flush=True)
 dist.destroy_process_group()

@@ -6,6 +6,10 @@ for CPU tensors (``"cpu:tandem,cuda:nccl"`` splits by device). Every collective 
 C comm layer (the shm transport within a host, tcp across hosts, chosen as ``tandem train``
 chooses) through a thin C++ extension, ``_tandem_c10d``. What is supported, how groups find each
 other under ``tandem launch`` and under torchrun, and the figures: docs/torch.md.
+
+Accelerate and the HF Trainer take ``"tandem"`` too once this module is imported
+(``InitProcessGroupKwargs(backend="tandem")``, ``TrainingArguments(ddp_backend="tandem")``):
+``_accelerate.py`` says why that needs a patch of Accelerate's backend choice, and what it changes.
 """
 
 import glob
@@ -88,3 +92,9 @@ def is_available():
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cpu"])
+
+# Accelerate (and the HF Trainer through it) would refuse the name "tandem" for a CPU job:
+# see _accelerate.py for why and what is changed.
+from tandem.torch import _accelerate  # noqa: E402
+
+_accelerate.install()

@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -910,6 +911,9 @@ class TandemBackend : public c10d::Backend {
     // The worker: the one thread that uses pg_ (a td_pg_t is used by one thread at a time), so
     // the caller's thread goes on (DDP's backward, the next bucket) while data moves.
     void loop() {
+        // Named so that per-thread CPU accounting (bench/torch_ddp_steps.py, top -H) tells it
+        // from the caller's thread, whose name it would inherit.
+        pthread_setname_np(pthread_self(), "tandem-worker");
         for (;;) {
             std::function<void()> job;
             {
