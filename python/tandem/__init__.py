@@ -140,14 +140,20 @@ def _distributed():
 def binary():
     """The path of the tandem binary this SDK goes with, or None.
 
-    TANDEM_BIN when set; else the one the pip wheel installed beside this package, in the
-    scripts directory of this interpreter's environment (<venv>/bin/tandem, or ~/.local/bin
+    TANDEM_BIN when set; else the one the pip wheel installed with this package: the portable
+    wheel's (scripts/wheel.sh: auditwheel keeps the binary beside its libraries, in
+    <site-packages>/tandem.scripts/, and puts in bin/ a Python script that execs it), or one in
+    the scripts directory of this interpreter's environment (<venv>/bin/tandem, or ~/.local/bin
     after `pip install --user`), so a venv's SDK runs its own binary whatever PATH holds; else
     `tandem` on PATH (a checkout's build/ put there by hand)."""
     import shutil
     import sysconfig
     if _os.environ.get("TANDEM_BIN"):
         return _os.environ["TANDEM_BIN"]
+    beside = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))),
+                           "tandem.scripts", "tandem")
+    if _os.path.isfile(beside) and _os.access(beside, _os.X_OK):
+        return beside
     dirs = [sysconfig.get_path("scripts")]
     try:
         dirs.append(sysconfig.get_path("scripts", f"{_os.name}_user"))

@@ -4,8 +4,8 @@
 TANDEM_PYTHON (docs/launch.md, "PYTHON"); torchrun uses the one that runs torchrun. Started
 this way, tandem gets that same behaviour: TANDEM_PYTHON is set to this sys.executable (unless
 it is set already), then the tandem binary replaces this process: TANDEM_BIN, else the one the
-pip wheel installed with this package (<venv>/bin/tandem), else `tandem` on PATH
-(tandem.binary()).
+pip wheel installed with this package (<site-packages>/tandem.scripts/tandem, or
+<venv>/bin/tandem), else `tandem` on PATH (tandem.binary()).
 """
 import os
 import sys

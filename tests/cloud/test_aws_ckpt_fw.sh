@@ -25,18 +25,21 @@ B=$TANDEM_BIN
 fw_python
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (the EC2 fixture)"; exit 77; }
 . "$SRC/tests/lib/cloud.sh"
-FW=$FW_VENV # the frameworks' venv itself: FW_PY may be the wheel's overlay, which needs /root
 P=$(mktemp -d /tmp/tandem-awsfw-XXXXXX)
 # The frameworks' venv lives under /root, which is each instance's own: the instances see it
-# through a bind mount outside the hidden directories, made before the fixture's namespaces.
+# through a bind mount outside the hidden directories, made before the fixture's namespaces,
+# and the SDK from the wheel, installed into a venv in /tmp (which they share) that adds the
+# frameworks through that mount (fw_remote_python).
 V=$(mktemp -d /tmp/tandem-awsfw-venv-XXXXXX)
-mount --bind "$FW" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+mount --bind "$FW_VENV" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+W=$(mktemp -d /tmp/tandem-awsfw-wheel-XXXXXX)
 cleanup() {
     cloud_down
     umount "$V" 2>/dev/null && rmdir "$V"
-    rm -rf "$P"
+    rm -rf "$P" "$W"
 }
 trap cleanup EXIT
+HOST_PY=$(fw_remote_python "$V" "$W") || exit $?
 RUN=none
 fail() {
     echo "FAIL: $*" >&2
@@ -51,7 +54,6 @@ aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null |
 aws s3 mb s3://tandem-ckfw >/dev/null || fail "s3 mb"
 mkdir -p "$P/.tandem" "$P/vendor"
 cp "$B" "$P/vendor/tandem"
-cp -r "$SRC/python" "$P/vendor/python"
 cp "$SRC/tests/cloud/spot_fw_train.py" "$SRC/tests/lib/sdk_resume_train.py" "$P/"
 STEPS=20 HOLD=10
 aws_block="instance_type: t3.micro, image: $CLOUD_AMI, key_name: tk, user: root, spot: true, address: private"
@@ -65,7 +67,7 @@ wf() { # name nodes command
        setup: ["mkdir -p /root/bin", "install -m 755 vendor/tandem /root/bin/tandem"]}
     checkpoint_dir: s3://tandem-ckfw/$1
     commands:
-      - PYTHONPATH=vendor/python OMP_NUM_THREADS=1 $V/bin/python $3
+      - OMP_NUM_THREADS=1 $HOST_PY $3
     artifacts: [out/w.pt]
 EOF2
 }
@@ -133,7 +135,7 @@ leg() {
     "$B" artifacts $RUN | grep -q 'out/w.pt' || fail "$name: out/w.pt is not among the artifacts: $("$B" artifacts $RUN)"
     [ -s "$R/artifacts/out/w.pt" ] || fail "$name: no out/w.pt artifact in the run directory"
     mkdir -p "$P/ref-$name"
-    (cd "$P/ref-$name" && env -u TANDEM_HOME PYTHONPATH="$SRC/python" TANDEM_CHECKPOINT_DIR="$P/ref-$name/checkpoints" \
+    (cd "$P/ref-$name" && env -u TANDEM_HOME -u PYTHONPATH TANDEM_CHECKPOINT_DIR="$P/ref-$name/checkpoints" \
         timeout -k 5 300 "$B" launch --standalone --nproc-per-node "$nodes" -- "$FW_PY" $ref_args --steps $STEPS --sleep 0) \
         >"$P/ref-$name.log" 2>&1 || fail "$name: the uninterrupted run of $nodes local worker(s): exit $?"
     "$FW_PY" - "$R/artifacts/out/w.pt" "$P/ref-$name/out/w.pt" <<'PY' || fail "$name: the weights differ from the uninterrupted run's"

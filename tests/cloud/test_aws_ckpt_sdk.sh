@@ -19,18 +19,21 @@ B=$TANDEM_BIN
 fw_python
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (the EC2 fixture)"; exit 77; }
 . "$SRC/tests/lib/cloud.sh"
-FW=$FW_VENV # the frameworks' venv itself: FW_PY may be the wheel's overlay, which needs /root
 P=$(mktemp -d /tmp/tandem-awsck-XXXXXX)
 # The frameworks' venv lives under /root, which is each instance's own: the instances see it
-# through a bind mount outside the hidden directories, made before the fixture's namespaces.
+# through a bind mount outside the hidden directories, made before the fixture's namespaces,
+# and the SDK from the wheel, installed into a venv in /tmp (which they share) that adds the
+# frameworks through that mount (fw_remote_python).
 V=$(mktemp -d /tmp/tandem-awsck-venv-XXXXXX)
-mount --bind "$FW" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+mount --bind "$FW_VENV" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+W=$(mktemp -d /tmp/tandem-awsck-wheel-XXXXXX)
 cleanup() {
     cloud_down
     umount "$V" 2>/dev/null && rmdir "$V"
-    rm -rf "$P"
+    rm -rf "$P" "$W"
 }
 trap cleanup EXIT
+HOST_PY=$(fw_remote_python "$V" "$W") || exit $?
 fail() {
     echo "FAIL: $*" >&2
     for f in "$P"/*.log "$P"/.tandem/runs/sdk-1/logs/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
@@ -44,7 +47,6 @@ aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null |
 aws s3 mb s3://tandem-ckpt >/dev/null || fail "s3 mb"
 mkdir -p "$P/.tandem" "$P/vendor"
 cp "$B" "$P/vendor/tandem"
-cp -r "$SRC/python" "$P/vendor/python"
 cp "$SRC/tests/lib/sdk_resume_train.py" "$P/"
 STEPS=60
 aws_block="instance_type: t3.micro, image: $CLOUD_AMI, key_name: tk, user: root, spot: true, address: private"
@@ -58,7 +60,7 @@ workflows:
        setup: ["mkdir -p /root/bin", "install -m 755 vendor/tandem /root/bin/tandem"]}
     checkpoint_dir: s3://tandem-ckpt/sdk
     commands:
-      - PYTHONPATH=vendor/python OMP_NUM_THREADS=1 $V/bin/python sdk_resume_train.py --steps $STEPS --every 5 --sleep 0.4
+      - OMP_NUM_THREADS=1 $HOST_PY sdk_resume_train.py --steps $STEPS --every 5 --sleep 0.4
     artifacts: [out/w.pt]
 EOF2
 commits() { aws s3 ls s3://tandem-ckpt/sdk/sdk-1/ | sed -n 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' | sort -n; }
@@ -96,7 +98,7 @@ steps=$("$B" metrics sdk-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | s
 [ "$steps" = "$(seq 1 $STEPS | tr '\n' ' ')" ] || fail "train/loss steps are not 1..$STEPS once each: $steps"
 [ -s "$R/artifacts/out/w.pt" ] || fail "no out/w.pt artifact in the run directory"
 mkdir -p "$P/ref"
-(cd "$P/ref" && env -u TANDEM_HOME PYTHONPATH="$SRC/python" timeout -k 5 200 "$B" launch --standalone \
+(cd "$P/ref" && env -u TANDEM_HOME -u PYTHONPATH timeout -k 5 200 "$B" launch --standalone \
     --nproc-per-node 2 -- "$FW_PY" "$SRC/tests/lib/sdk_resume_train.py" --steps $STEPS --sleep 0) \
     >"$P/ref.log" 2>&1 || fail "the uninterrupted run of 2 local workers: exit $?"
 "$FW_PY" - "$R/artifacts/out/w.pt" "$P/ref/out/w.pt" <<'PY' || fail "the weights differ from the uninterrupted run's"

@@ -81,6 +81,9 @@ set_tests_properties(executors/test_fw_resume_ssh PROPERTIES TIMEOUT 600 SKIP_RE
 # and the job requeued, for each framework: the cluster (1-2 s), then two legs as above,
 # 145-205 s.
 set_tests_properties(executors/test_fw_resume_slurm PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+# issue 33: both run the hosts' SDK from the pip wheel (tests/lib/frameworks.sh, fw_remote_python)
+set_tests_properties(executors/test_fw_resume_ssh executors/test_fw_resume_slurm
+                     PROPERTIES FIXTURES_REQUIRED tandem_wheel)
 # issue 30: node 0's checkpoint to the other nodes through the rendezvous store
 # (src/launch/ckpt_peer.c), 3 nodes as threads over a loopback store, 20 MiB: 1-4 s.
 target_include_directories(executors_test_ckpt_peer PRIVATE ${CMAKE_SOURCE_DIR}/src)

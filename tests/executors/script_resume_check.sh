@@ -65,7 +65,8 @@ fw_resume_check() {
     "$B" artifacts "$run" --download "$P/dl-$run" >/dev/null || fail "tandem artifacts --download"
     mkdir -p "$P/ref-$fw"
     if [ ! -f "$P/ref-$fw/out/w.pt" ]; then
-        (cd "$P/ref-$fw" && env -u TANDEM_HOME PYTHONPATH="$SRC/python" TANDEM_CHECKPOINT_DIR="$P/ref-$fw/checkpoints" \
+        # FW_PY holds the wheel (fw_python; the fw legs need it): its SDK, no PYTHONPATH
+        (cd "$P/ref-$fw" && env -u TANDEM_HOME -u PYTHONPATH TANDEM_CHECKPOINT_DIR="$P/ref-$fw/checkpoints" \
             timeout -k 5 300 "$B" launch --standalone --nproc-per-node 2 -- "$FW_PY" \
             "$SRC/tests/cloud/spot_fw_train.py" "$fw" --steps $steps_n --sleep 0) \
             >"$P/ref-$fw.log" 2>&1 || fail "$run: the uninterrupted run of 2 local workers: exit $?"

@@ -19,6 +19,9 @@ NODES=/tmp/tandem-fw-res-$$/nodes
 trap 'cleanup; rm -rf "/tmp/tandem-fw-res-$$"' EXIT
 . "$SRC/tests/lib/frameworks.sh"
 fw_python
+# The nodes see /root and the build directory: the frameworks' overlay venv with the wheel
+# installed (fw_python's) serves them as it is; the SDK comes from the wheel, no PYTHONPATH.
+fw_need_wheel
 mkdir -p "$NODES" "$P/.tandem" || fail "cannot create $NODES or $P"
 cp "$SRC/tests/cloud/spot_fw_train.py" "$P/train.py"
 STEPS=20 HOLD=10
@@ -30,7 +33,6 @@ wf() { # name framework
     slurm: {work_dir: $NODES}
     max_restarts: 1
     env:
-      PYTHONPATH: "$SRC/python"
       OMP_NUM_THREADS: "1"
     command: $FW_PY train.py $2 --steps $STEPS --every 5 --sleep 0 --hold $HOLD --hold-cap 300
     artifacts: [out/w.pt]

@@ -21,13 +21,15 @@ B=$TANDEM_BIN
 . "$SRC/tests/lib/frameworks.sh"
 fw_python
 . "$SRC/tests/lib/sshd.sh"
-FW=$FW_VENV # the frameworks' venv itself: FW_PY may be the wheel's overlay, which needs /root
 # The frameworks' venv lives under /root, which is each host's own (an empty tmpfs): the hosts
 # see it through a bind mount outside the hidden directories, made before the fixture's
-# namespaces.
+# namespaces, and the SDK and the tandem binary from the wheel, installed into a venv in /tmp
+# (which the hosts share) that adds the frameworks through that mount (fw_remote_python).
 V=$(mktemp -d /tmp/tandem-fw-resvenv-XXXXXX)
-mount --bind "$FW" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
-sshd_cleanup_extra() { umount "$V" 2>/dev/null && rmdir "$V"; }
+mount --bind "$FW_VENV" "$V" || { echo "SKIP: cannot bind-mount the frameworks' venv"; rmdir "$V"; exit 77; }
+W=$(mktemp -d /tmp/tandem-fw-reswheel-XXXXXX)
+sshd_cleanup_extra() { umount "$V" 2>/dev/null && rmdir "$V"; rm -rf "$W"; }
+HOST_PY=$(fw_remote_python "$V" "$W") || { rc=$?; sshd_cleanup_extra; exit $rc; }
 sshd_project fw-resume
 sshd_exec ssh "$h1" "test -e '$P/.tandem'" && fail "host 1 sees the project"
 mkdir -p "$P/.tandem"
@@ -40,9 +42,8 @@ wf() { # name framework
     ssh: {hosts: [$h1, $h2], work_dir: $REMOTE}
     max_restarts: 1
     env:
-      PYTHONPATH: "$SRC/python"
       OMP_NUM_THREADS: "1"
-    command: $V/bin/python train.py $2 --steps $STEPS --every 5 --sleep 0 --hold $HOLD --hold-cap 300
+    command: $HOST_PY train.py $2 --steps $STEPS --every 5 --sleep 0 --hold $HOLD --hold-cap 300
     artifacts: [out/w.pt]
 EOF2
 }

@@ -6,9 +6,19 @@
 #                              packaging/test_wheel_build), not from the checkout; or exits 77
 #                              naming what is missing. Without the wheel (a test run alone, not
 #                              through the fixture) the checkout's python/ is used, and it says so.
-#                              FW_VENV is the frameworks' venv itself (no tandem in it): what a
-#                              test bind-mounts for hosts that do not see /root (the ssh and
-#                              aws fixtures), whose commands set PYTHONPATH to the checkout's.
+#                              FW_VENV is the frameworks' venv itself (no tandem in it); FW_WHEEL
+#                              the wheel (empty without one).
+#   fw_need_wheel              exits 77 (naming the fixture) when there is no wheel: for the
+#                              remote legs whose nodes see FW_PY as it is (Slurm's, which hide
+#                              neither /root nor the build directory), which then run it with no
+#                              PYTHONPATH
+#   fw_remote_python FW_SEEN_AS DIR   for the remote legs (ssh hosts, Slurm nodes, EC2
+#                              instances), which run the SDK from the wheel only: exits 77 without
+#                              one, else prints the python of a venv made at DIR (a place the
+#                              remote side sees) with the wheel installed and the frameworks'
+#                              venv seen at FW_SEEN_AS (a bind mount of FW_VENV, for hosts to
+#                              which /root is hidden; FW_VENV itself where they see it). Made once
+#                              per test and reused by its legs; no PYTHONPATH anywhere.
 #   fw_run_killed NAME GLOB ARGS...   starts `tandem run --name NAME` of ARGS, waits for a file
 #                              matching GLOB in the run's checkpoint directory, kills rank 1 with
 #                              -9, waits for the end; the run must succeed with 1 restart
@@ -24,9 +34,10 @@ fw_python() {
         exit 77
     fi
     export OMP_NUM_THREADS=1
-    FW_VENV=$fw
+    FW_VENV=$fw FW_WHEEL=
     local wheels=("${TANDEM_BUILD_DIR:-/nonexistent}"/packaging/dist/tandem-*.whl)
     if [ -f "${wheels[0]}" ]; then
+        FW_WHEEL=${wheels[0]}
         FW_PY=$(fw_overlay "$fw" "${wheels[0]}") || exit 1
         unset PYTHONPATH
         echo "frameworks: $FW_PY (the frameworks' venv, and $(basename "${wheels[0]}") installed)"
@@ -51,17 +62,46 @@ fw_overlay() {
         if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.tandem-wheel" 2>/dev/null)" = "$stamp" ]; then
             exit 0
         fi
-        rm -rf "$dir"
-        "$fw/bin/python" -m venv "$dir" >&2 || exit 1
-        "$dir/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "$whl" >&2 ||
-            { echo "FAIL: pip install $whl into $dir" >&2; exit 1; }
-        local own theirs
-        own=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-        theirs=$("$fw/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-        # site.addsitedir, not a bare path: the frameworks' own .pth files are read too
-        echo "import site; site.addsitedir('$theirs')" >"$own/zz-tandem-frameworks.pth"
+        fw_make_overlay "$dir" "$fw" "$whl" "$fw" || exit 1
         echo "$stamp" >"$dir/.tandem-wheel"
     ) 8>"$TANDEM_BUILD_DIR/packaging/.fw-venv.lock" || return 1
+    echo "$dir/bin/python"
+}
+
+# fw_make_overlay DIR FW_VENV WHEEL FW_SEEN_AS: a fresh venv at DIR (its python is /usr/bin's,
+# as the frameworks' venv's is, so it runs wherever /usr is shared) with WHEEL installed and a
+# .pth adding the frameworks' site-packages as found under FW_SEEN_AS.
+fw_make_overlay() {
+    local dir=$1 fw=$2 whl=$3 seen=$4 own theirs
+    rm -rf "$dir"
+    "$fw/bin/python" -m venv "$dir" >&2 || return 1
+    "$dir/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "$whl" >&2 ||
+        { echo "FAIL: pip install $whl into $dir" >&2; return 1; }
+    own=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    theirs=$("$fw/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    # site.addsitedir, not a bare path: the frameworks' own .pth files are read too
+    echo "import site; site.addsitedir('$seen${theirs#"$fw"}')" >"$own/zz-tandem-frameworks.pth"
+}
+
+fw_need_wheel() {
+    if [ -z "${FW_WHEEL:-}" ]; then
+        echo "SKIP: the remote legs run the SDK from the pip wheel, and there is none in ${TANDEM_BUILD_DIR:-?}/packaging/dist (ctest -R 'packaging/test_wheel_build|$(basename "$0" .sh)' builds it first)" >&2
+        exit 77
+    fi
+}
+
+fw_remote_python() {
+    local seen=$1 dir=$2
+    fw_need_wheel
+    fw_make_overlay "$dir" "$FW_VENV" "$FW_WHEEL" "$seen" || exit 1
+    "$dir/bin/python" - "$dir" "$seen" <<'PY' >&2 || { echo "FAIL: the remote legs' venv $dir is not what they need" >&2; exit 1; }
+import importlib.util, os, sys
+import tandem
+assert os.path.realpath(tandem.__file__).startswith(os.path.realpath(sys.argv[1])), tandem.__file__
+torch = importlib.util.find_spec("torch")  # found, not imported: seconds saved
+assert torch and torch.origin.startswith(sys.argv[2]), (torch, sys.argv[2])
+PY
+    echo "frameworks (remote legs): $dir/bin/python, $(basename "$FW_WHEEL") installed, the frameworks' venv seen at $seen" >&2
     echo "$dir/bin/python"
 }
 

@@ -2,9 +2,11 @@
 # packaging: the wheel (built by test_wheel_build, the fixture) installed into a fresh venv as a
 # user would (`python3 -m venv v && v/bin/pip install tandem-*.whl`, here with no network at all:
 # the wheel has no dependencies) gives:
-#  - `tandem` on the venv's PATH, the binary itself (ELF), which runs;
+#  - `tandem` on the venv's PATH, which runs: auditwheel's script in bin/ that execs the binary,
+#    <site-packages>/tandem.scripts/tandem (an ELF executable, its libraries in tandem.libs/:
+#    scripts/wheel.sh says why it is not in bin/ itself);
 #  - `import tandem` from the venv's site-packages, whose tandem.binary() and `python -m tandem`
-#    use the venv's own binary even when PATH holds none;
+#    use the venv's own binary (the ELF itself, no script in front) even when PATH holds none;
 #  - `tandem run -- python script.py` with nothing but the venv on PATH (no PYTHONPATH, no
 #    checkout): the script's SDK is the venv's, and its metrics and config are in the store,
 #    read back with Python's sqlite3 from .tandem/runs.db (not through tandem);
@@ -25,8 +27,11 @@ whl=${wheels[0]}
 "$P/v/bin/pip" install --no-index --no-deps --disable-pip-version-check --quiet "$whl" ||
     fail "pip install $whl into a fresh venv failed"
 [ -x "$P/v/bin/tandem" ] || fail "the venv has no bin/tandem: $(ls "$P/v/bin")"
-[ "$(head -c4 "$P/v/bin/tandem" | od -An -c | tr -d ' ')" = '177ELF' ] ||
-    fail "bin/tandem is not the binary (a wrapper script?): $(head -c 80 "$P/v/bin/tandem")"
+elf=$("$P/v/bin/python" -c 'import sysconfig; print(sysconfig.get_path("platlib"))')/tandem.scripts/tandem
+[ -x "$elf" ] && [ "$(head -c4 "$elf" | od -An -c | tr -d ' ')" = '177ELF' ] ||
+    fail "the venv has no executable ELF binary $elf"
+grep -q "tandem.scripts/tandem" "$P/v/bin/tandem" ||
+    fail "bin/tandem does not exec the wheel's binary: $(head -c 300 "$P/v/bin/tandem")"
 
 # What a user of the venv has: its bin/ on PATH, and the system's; no checkout, no PYTHONPATH.
 clean=(env -i "HOME=$HOME" "PATH=$P/v/bin:/usr/bin:/bin" "TANDEM_HOME=$P/project" "LANG=C.UTF-8")
@@ -35,36 +40,17 @@ clean=(env -i "HOME=$HOME" "PATH=$P/v/bin:/usr/bin:/bin" "TANDEM_HOME=$P/project
 got=$("${clean[@]}" python -c 'import tandem, os; print(os.path.realpath(tandem.__file__)); print(tandem.binary())') ||
     fail "import tandem in the venv failed"
 expect_contains "$(head -1 <<<"$got")" "$P/v/lib/" "the venv's tandem package"
-[ "$(tail -1 <<<"$got")" = "$P/v/bin/tandem" ] || fail "tandem.binary() is '$(tail -1 <<<"$got")', not the venv's"
+[ "$(tail -1 <<<"$got")" = "$elf" ] || fail "tandem.binary() is '$(tail -1 <<<"$got")', not the venv's $elf"
 # python -m tandem finds the venv's binary with PATH holding none
 out=$(env -i "HOME=$HOME" PATH=/usr/bin:/bin "$P/v/bin/python" -m tandem --version 2>&1) ||
     fail "python -m tandem --version with the venv's bin/ off PATH: $out"
 expect_contains "$out" "tandem " "python -m tandem --version"
 
 mkdir -p "$P/project"
-cat >"$P/project/train.py" <<'PY'
-import os, sys
-import tandem
-# The SDK is the venv's, not a checkout's.
-assert os.path.realpath(tandem.__file__).startswith(os.path.realpath(sys.prefix)), (tandem.__file__, sys.prefix)
-tandem.init(config={"lr": 0.2, "opt": "sgd"})
-for step in range(1, 6):
-    tandem.log({"loss": 1.0 / step, "acc": step / 10}, step=step)
-tandem.summary["best"] = 0.5
-PY
+cp "$SRC/tests/packaging/sdk_script.py" "$P/project/train.py"
 (cd "$P/project" && "${clean[@]}" tandem run --name wheel -- python train.py) >run.log 2>&1 ||
     fail "tandem run -- python train.py from the venv: exit $?: $(tail -20 run.log)"
-/usr/bin/python3 - "$P/project/.tandem/runs.db" <<'PY' || fail "the store lacks the script's metrics or config"
-import json, sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-seq, status, config = db.execute("SELECT seq, status, config FROM runs WHERE id = 'wheel-1'").fetchone()
-assert status == "succeeded", status
-assert json.loads(config) == {"lr": 0.2, "opt": "sgd"}, config
-rows = db.execute("SELECT k.name, m.step, m.value FROM metrics m JOIN metric_keys k ON k.id = m.key"
-                  " WHERE m.run = ? AND k.name NOT LIKE 'sys/%' ORDER BY k.name, m.step", (seq,)).fetchall()
-want = sorted([("acc", s, s / 10) for s in range(1, 6)] + [("loss", s, 1.0 / s) for s in range(1, 6)])
-assert rows == want, (rows, want)
-PY
+/usr/bin/python3 "$SRC/tests/packaging/check_sdk_run.py" "$P/project/.tandem/runs.db" wheel-1 || fail "the store lacks the script's metrics or config"
 # The wheel's binary is built as build/tandem is (-march=native): the same kernels, the same bits.
 data=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then

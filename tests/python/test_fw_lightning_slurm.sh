@@ -13,6 +13,7 @@ SRC=${TANDEM_SOURCE_DIR:?TANDEM_SOURCE_DIR must name the source tree}
 export TANDEM_DATA
 . "$SRC/tests/lib/frameworks.sh"
 fw_python
+fw_need_wheel # the node runs FW_PY (the wheel's SDK; it sees /root and the build directory)
 . "$SRC/tests/executors/exec_test.sh" lightning-slurm
 slurm_up 1 || fail "the cluster did not come up"
 cd "$P" || exit 1
@@ -49,7 +50,7 @@ trainer.fit(M(), DataLoader(data, batch_size=32))   # ckpt_path=None: Lightning 
 PY
 printf '%s\n' '#!/bin/bash' '#SBATCH --requeue' "#SBATCH --output=$P/job-%j.out" \
     '#SBATCH --open-mode=append' \
-    "export PYTHONPATH=$SRC/python OMP_NUM_THREADS=1 TANDEM_OFFLINE_DIR=$P/offline" \
+    "export OMP_NUM_THREADS=1 TANDEM_OFFLINE_DIR=$P/offline" \
     "cd $P" "srun $FW_PY lit.py" >job.sh
 jid=$(slurm_exec sbatch --parsable job.sh) || fail "sbatch: $jid"
 OUT=$P/job-$jid.out
