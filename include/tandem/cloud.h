@@ -257,6 +257,7 @@ typedef struct td_ec2_run_spec {
     int min_count, max_count;  /* 0: 1 */
     const char *key_name;      /* NULL: none */
     const char *subnet_id;
+    const char *availability_zone; /* Placement.AvailabilityZone (no subnet: its default one) */
     const char *const *security_group_ids;
     int nsecurity_groups;
     int spot;                         /* InstanceMarketOptions: spot, one-time, terminate */
@@ -336,6 +337,19 @@ td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, d
                             char *when, size_t when_nbytes) TD_NODISCARD;
 td_status td_ec2_parse_spot_price(const char *xml, size_t nbytes, double *usd_out, char *when,
                                   size_t when_nbytes);
+/* A zone's spot price now: what the zone choice of `resources:` ranks (aws_choose.c). */
+typedef struct td_ec2_zone_price {
+    char zone[48];
+    double usd; /* per hour */
+    char when[40]; /* EC2's timestamp of it */
+} td_ec2_zone_price;
+/* The spot price of type in each zone of the region that has one (DescribeSpotPriceHistory,
+ * Linux/UNIX, the newest entry per zone), sorted by zone name; caller frees *out. None at all:
+ * TD_ERR_NOTFOUND. */
+td_status td_ec2_spot_prices(td_aws_t *aws, const char *type, td_ec2_zone_price **out,
+                             size_t *count) TD_NODISCARD;
+td_status td_ec2_parse_spot_prices(const char *xml, size_t nbytes, td_ec2_zone_price **out,
+                                   size_t *count);
 /* The on-demand price (USD per hour, Linux) of type in region: from prices_file when given and
  * it names them (lines "REGION TYPE USD_PER_HOUR", '#' comments, REGION * for any), else from
  * the table built into tandem (prices.c: a few common types, us-east-1, dated there). source

@@ -267,6 +267,9 @@ void td_env_print(FILE *out);
     X(TANDEM_ORPHAN_HEARD, "aws executor",                                                         \
       "the file the node agent touches at each line from its supervisor; the instance's "         \
       "dead-man's switch ends the instance when it grows too old (docs/cloud.md)")                \
+    X(TANDEM_BUNDLE_LIB, "shipped tandem's wrapper",                                              \
+      "the bundle's library directory, first on tandem's own LD_LIBRARY_PATH; the launcher takes " \
+      "it out of the workers' (a user's python must load its own libssl, sqlite3...)")            \
     X(TANDEM_PARAM_, "run", "TANDEM_PARAM_<KEY>: each workflow param, KEY upper-cased")
 
 typedef enum {

@@ -119,7 +119,7 @@ typedef struct td_aws_options {
                      looked for there (an image without tandem installs it) */
     size_t nsetup;
     char *work_dir;     /* on the instances; NULL: ~/.tandem-runs */
-    char *tandem;       /* tandem on the instances; NULL: this tandem's path */
+    char *tandem;       /* tandem on the instances; NULL: this tandem, shipped (exec/bundle.h) */
     int public_address; /* reach the instances at their public address (default: public when
                            they have one, else private); -1 private, 1 public, 0 auto */
     /* `resources:` (instead of instance_type): the cheapest type of the region that has at
@@ -132,7 +132,15 @@ typedef struct td_aws_options {
         char *gpu_model;       /* "A10G", "T4", "H100" (EC2's name for it, any case) */
         double gpu_memory_gib; /* per GPU */
         int disk_gib;          /* the root volume (volume_gb when that is not given) */
+        char *arch;            /* "x86_64" (NULL: the default), "arm64" or "any" */
     } resources;
+    char **zones; /* aws.zones: the zones allowed (NULL: any); spot: the cheapest of them */
+    size_t nzones;
+    /* aws.controller (tandem run -d, controller.c): its instance type (NULL: t3.micro) and
+     * instance profile (NULL: iam_instance_profile; none: the submitter's credentials go with
+     * it, in a private file) */
+    char *controller_type;
+    char *controller_profile;
     double orphan_timeout_s; /* the dead-man's switch: an instance that has not heard from its
                                 supervisor this long shuts itself down (terminated); 0: the
                                 default, TD_AWS_ORPHAN_TIMEOUT_S of cloud.h */
@@ -381,8 +389,9 @@ int td_run_instance_live(const td_run_instance *in);
  * its instance-hours (lifetime / 3600); the run's total instance-hours. */
 double td_run_instance_lifetime_s(const td_run_instance *in, double now_s);
 double td_run_instances_hours(const td_run_instances *r, double now_s);
-/* What the instances cost in USD (each one's usd_per_hour x its hours, to now_s while it lives;
- * the record's "cost_usd" is this at its last write); *unpriced (may be NULL): how many have no
+/* What the instances cost in USD by now_s: track's one formula (td_instance_cost_at: each one's
+ * usd_per_hour x its hours, to now_s while it lives) summed, as tandem ps and the ui sum it; the
+ * record's "cost_usd" is this at its last write. *unpriced (may be NULL): how many have no
  * price, whose hours are left out. */
 double td_run_instances_cost(const td_run_instances *r, double now_s, size_t *unpriced);
 
@@ -424,6 +433,56 @@ td_status td_artifacts_s3_upload(td_rundb *store, const td_run *run, const char 
  * against the recorded sha256 (nothing is left at dest on a mismatch). TD_ERR_NOTFOUND when the
  * run has no record or the record no such name. */
 td_status td_artifacts_s3_download(const td_run *run, const char *name, const char *dest);
+
+/* ---- a run that lives in the cloud: tandem run -d of an aws run (controller.c) ----
+ * The submitter creates a small on-demand controller instance, ships it the workflow, the code
+ * and the credentials, and starts the run's supervisor there (a detached `tandem run`), then
+ * returns: the controller creates the nodes, replaces interrupted ones and ends the run. The run's
+ * store is kept in S3 (STORE = s3://B/P/RUN_ID/.tandem-run for checkpoint_dir s3://B/P): the
+ * controller pushes the run directory to STORE/run/ as it goes; the submitter's verbs pull it
+ * back (td_exec_remote_refresh) and ask for a stop with STORE/stop, which the controller polls.
+ * RUN/remote.json on the submitter says where the store is and which instance controls it.
+ * docs/runs.md, "A run that lives in the cloud"; docs/cloud.md, "The controller". */
+
+/* STORE for the workflow's checkpoint_dir (s3:// only: the controller and the submitter both
+ * reach it), or TD_ERR_INVALID saying what to set. Caller frees *out. */
+td_status td_exec_remote_store_url(const char *checkpoint_dir, const char *run_id, char **out);
+
+/* What the submitter ships besides the job: the workflow and how it was asked for. */
+typedef struct td_exec_handoff {
+    const char *workflow_file; /* the workflow's file, sent as it is */
+    const char *workflow_name;
+    char *const *params; /* "KEY=VALUE" as given with --param (NULL-terminated, or NULL) */
+    const char *store_url;    /* td_exec_remote_store_url */
+    char *const *forward_env; /* "NAME=VALUE" more for the controller's environment (the
+                                 credentials, the workflow's secrets), written to a 0600 file
+                                 there, never to a command line */
+} td_exec_handoff;
+
+/* The submitter's part: the controller created (on demand; aws.controller_type, else t3.micro),
+ * reached over ssh, given the run, and its supervisor started. The job's run is marked running,
+ * "supervised by its controller". On any failure the controller is terminated and the error
+ * says what failed. Progress lines go to job->out. */
+td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_handoff *h);
+
+/* The controller's part, in its detached supervisor: a thread that pushes the run directory to
+ * the store every few seconds, polls STORE/stop (a stop asked from the submitter: the run's stop
+ * request and a SIGTERM to this process, as tandem stop does), and keeps the controller's own
+ * dead-man's switch fed. td_exec_controller_finish, after the run ended: the last push, then the
+ * switch told that the run is over (the instance ends itself within seconds). */
+typedef struct td_exec_controller td_exec_controller;
+td_status td_exec_controller_start(const td_run *run, const char *project_dir,
+                                   const td_aws_options *aws, const char *store_url,
+                                   td_exec_controller **out);
+void td_exec_controller_finish(td_exec_controller *c);
+
+/* For a run supervised by its controller (td_run_is_remote): its store pulled into the run
+ * directory and the row brought up to it (td_run_adopt_remote). Nothing for another run. A store
+ * that cannot be read is an error naming it; the row keeps what it had. */
+td_status td_exec_remote_refresh(td_rundb *store, td_run *run);
+/* tandem stop of such a run: STORE/stop put, then the store pulled every second until the run
+ * ended or wait_s passed; run is the run as last pulled. */
+td_status td_exec_remote_stop(td_rundb *store, td_run *run, double wait_s);
 
 #ifdef __cplusplus
 }

@@ -109,7 +109,8 @@ typedef struct td_run {
     X(INSTANCES, "instances.json", "the aws executor's instances: type, market, lifetime, end")    \
     X(SDK, "sdk.json", "the Python SDK's config, summary, name and tags; read into the record")    \
     X(IMPORTED, "imported.json", "tandem import: the offline run this run was made from")         \
-    X(SDK_INBOX, "sdk-inbox", "a remote node 0's sdk.json as it arrives (its link), then moved up")
+    X(SDK_INBOX, "sdk-inbox", "a remote node 0's sdk.json as it arrives (its link), then moved up") \
+    X(REMOTE, "remote.json", "tandem run -d of an aws run: its controller and where its store is")
 
 #define TD__RUN_PATH_ID(id, name, doc) TD_RUN_PATH_##id,
 typedef enum { TD_RUN_LAYOUT(TD__RUN_PATH_ID) TD_RUN_PATH_COUNT } td_run_path_id;
@@ -151,6 +152,9 @@ typedef struct td_run_spec {
     /* the labels it starts with (tandem run --tag/--group/--notes): tags as td_run_set_labels
      * takes them (comma-separated, checked by the caller), group, notes; NULL or "": none */
     const char *tags, *group, *notes;
+    /* the lowest number the run may get (0: the next free one): the controller of a detached
+     * aws run numbers its run as its submitter did, so both call it by one id */
+    int64_t min_n;
 } td_run_spec;
 
 /* Inserts a pending run with a fresh id, records the project's code version and makes its
@@ -227,6 +231,16 @@ td_status td_run_request_stop(td_rundb *store, const char *id, int requested);
  * but not in this index: the index was rebuilt while it ran), that status is taken instead, with
  * the run's metrics, artifacts and logs brought up to date from its directory. */
 td_status td_run_reap_stale(td_rundb *store, td_run *run);
+/* A run supervised elsewhere (tandem run -d of an aws run: by its controller in the cloud):
+ * RUN/remote.json exists. Its row follows its run.json as pulled from the remote store
+ * (td_run_adopt_remote), and td_run_reap_stale never takes it for a run whose supervisor died
+ * (it has none on this machine). */
+int td_run_is_remote(const td_run *run);
+/* Brings the row of a run up to its directory, as a pulled copy of a run supervised elsewhere
+ * left it: the status, exit code, times, note and restarts of its run.json (any status, not
+ * only a final one), then the metric lines past the stored offsets, the artifacts, logs and
+ * sdk.json its files hold. run is updated. Nothing to do without run.json. */
+td_status td_run_adopt_remote(td_rundb *store, td_run *run);
 /* Sends sig to the run's supervisor, only while the process holding supervisor_pid is the one
  * recorded (the test td_run_reap_stale makes), and through a pidfd where the kernel has them, so
  * a pid reused between the check and the signal is never hit: for a stop, instead of
@@ -667,6 +681,10 @@ td_status td_run_cost_read(const char *run_dir, td_run_cost *out);
 void td_run_cost_clear(td_run_cost *c);
 /* Whether any instance has a price: otherwise the run's cost is unknown ("-", null), not 0. */
 int td_run_cost_priced(const td_run_cost *c);
+/* The one cost formula (ps, show, the ui, the record's cost_usd): USD that an instance priced
+ * usd_per_hour (0: unknown, costs 0 and is counted unpriced by the callers), launched at
+ * launched_s (0: unknown) and ended at ended_s (0: still billing) had accrued by t_s. */
+double td_instance_cost_at(double usd_per_hour, double launched_s, double ended_s, double t_s);
 /* USD accrued by time t_s (epoch seconds): each priced instance's usd_per_hour times the part of
  * its lifetime before t_s. Equals the record's cost_usd for t_s at or after every end. */
 double td_run_cost_at(const td_run_cost *c, double t_s);

@@ -138,6 +138,11 @@ typedef struct td_run_options {
     FILE *out;               /* progress lines (attached); NULL = stdout */
     /* a new run's labels (tandem run --tag/--group/--notes; td_run_spec's); NULL: none */
     const char *tags, *group, *notes;
+    /* The controller of a detached aws run (docs/runs.md, "A run that lives in the cloud"):
+     * tandem run -d on the controller instance, started by the submitter's handoff. The run gets
+     * exactly this id (the submitter's), and its detached supervisor pushes the run directory
+     * to controller_store and polls it for a stop (td_exec_controller_start). NULL: not one. */
+    const char *controller_of, *controller_store;
 } td_run_options;
 
 /* Runs a workflow (w may be NULL with resume_run set: the command is taken from the stored run

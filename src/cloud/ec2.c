@@ -140,6 +140,8 @@ td_status td_ec2_run_instances(td_aws_t *aws, const td_ec2_run_spec *s, td_ec2_i
     td__query_addf(&q, "MaxCount", "%d", max);
     if (s->key_name && *s->key_name) td__query_add(&q, "KeyName", s->key_name);
     if (s->subnet_id && *s->subnet_id) td__query_add(&q, "SubnetId", s->subnet_id);
+    if (s->availability_zone && *s->availability_zone)
+        td__query_add(&q, "Placement.AvailabilityZone", s->availability_zone);
     for (int i = 0; i < s->nsecurity_groups; i++) {
         char k[48];
         snprintf(k, sizeof k, "SecurityGroupId.%d", i + 1);
@@ -336,18 +338,24 @@ td_status td_ec2_parse_spot_price(const char *xml, size_t nbytes, double *usd_ou
     return st;
 }
 
-td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, double *usd_out,
-                            char *when, size_t when_nbytes) {
+/* DescribeSpotPriceHistory's query for a Linux type, StartTime now: EC2 answers with the price
+ * in effect now in each zone. */
+static char *spot_price_query(const char *type) {
     char *q = NULL;
     td__query_add(&q, "InstanceType.1", type);
     td__query_add(&q, "ProductDescription.1", "Linux/UNIX");
-    /* StartTime now: EC2 answers with the price in effect now for each zone */
     char now[32];
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
     td__query_add(&q, "StartTime", now);
+    return q;
+}
+
+td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, double *usd_out,
+                            char *when, size_t when_nbytes) {
+    char *q = spot_price_query(type);
     if (zone && *zone) add_filter(&q, 1, "availability-zone", &zone, 1);
     char what[160];
     snprintf(what, sizeof what, "(%s in %s)", type, zone && *zone ? zone : "every zone");
@@ -356,6 +364,81 @@ td_status td_ec2_spot_price(td_aws_t *aws, const char *type, const char *zone, d
     free(q);
     if (st == TD_OK) {
         st = td_ec2_parse_spot_price(resp.body, resp.body_nbytes, usd_out, when, when_nbytes);
+        if (st != TD_OK)
+            st = td_error(st, "aws ec2 DescribeSpotPriceHistory %s: %s", what, td_error_msg());
+    }
+    td__http_resp_free(&resp);
+    return st;
+}
+
+static int by_zone(const void *a, const void *b) {
+    return strcmp(((const td_ec2_zone_price *)a)->zone, ((const td_ec2_zone_price *)b)->zone);
+}
+
+/* Each zone's newest item (the newest timestamp wins, as in td_ec2_parse_spot_price). */
+td_status td_ec2_parse_spot_prices(const char *xml, size_t nbytes, td_ec2_zone_price **out,
+                                   size_t *count) {
+    *out = NULL;
+    *count = 0;
+    td__xml *root = NULL;
+    TD_CHECK(td__xml_parse(xml, nbytes, &root));
+    const td__xml *set = td__xml_child(root, "spotPriceHistorySet");
+    size_t n = 0, cap = 0;
+    td_ec2_zone_price *v = NULL;
+    td_status st = TD_OK;
+    for (const td__xml *it = set ? set->child : NULL; it && st == TD_OK; it = it->next) {
+        const char *zone = td__xml_text(it, "availabilityZone");
+        const char *ts = td__xml_text(it, "timestamp"), *price = td__xml_text(it, "spotPrice");
+        if (!*zone || !*price) continue;
+        char *end = NULL;
+        double usd = strtod(price, &end);
+        if (end == price || *end || !(usd > 0)) {
+            st = td_error(TD_ERR_FORMAT, "EC2 gave the spot price '%.40s' in %.40s, which is "
+                                         "not a price", price, zone);
+            break;
+        }
+        size_t k = 0;
+        while (k < n && strcmp(v[k].zone, zone)) k++;
+        if (k == n) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                v = realloc(v, cap * sizeof *v);
+                if (!v) abort();
+            }
+            memset(&v[n], 0, sizeof v[n]);
+            snprintf(v[n].zone, sizeof v[n].zone, "%s", zone);
+            n++;
+        } else if (strcmp(ts, v[k].when) <= 0) {
+            continue;
+        }
+        v[k].usd = usd;
+        snprintf(v[k].when, sizeof v[k].when, "%s", ts);
+    }
+    td__xml_free(root);
+    if (st == TD_OK && !n)
+        st = td_error(TD_ERR_NOTFOUND, "EC2 has no spot price for it in any zone");
+    if (st != TD_OK) {
+        free(v);
+        return st;
+    }
+    qsort(v, n, sizeof *v, by_zone);
+    *out = v;
+    *count = n;
+    return TD_OK;
+}
+
+td_status td_ec2_spot_prices(td_aws_t *aws, const char *type, td_ec2_zone_price **out,
+                             size_t *count) {
+    *out = NULL;
+    *count = 0;
+    char *q = spot_price_query(type);
+    char what[160];
+    snprintf(what, sizeof what, "(%s in every zone)", type);
+    td__http_resp resp;
+    td_status st = ec2_call(aws, "DescribeSpotPriceHistory", what, q, &resp);
+    free(q);
+    if (st == TD_OK) {
+        st = td_ec2_parse_spot_prices(resp.body, resp.body_nbytes, out, count);
         if (st != TD_OK)
             st = td_error(st, "aws ec2 DescribeSpotPriceHistory %s: %s", what, td_error_msg());
     }

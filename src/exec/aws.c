@@ -32,9 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "exec/aws_internal.h"
+#include "exec/bundle.h"
 #include "exec/supervisor.h"
 #include "tandem/cloud.h"
 #include "tandem/loop.h"
@@ -82,7 +84,11 @@ void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src) {
     dst->root_device = dup_or_null(src->root_device);
     dst->iam_instance_profile = dup_or_null(src->iam_instance_profile);
     dst->prices = dup_or_null(src->prices);
+    dst->controller_type = dup_or_null(src->controller_type);
+    dst->controller_profile = dup_or_null(src->controller_profile);
     dst->resources.gpu_model = dup_or_null(src->resources.gpu_model);
+    dst->resources.arch = dup_or_null(src->resources.arch);
+    dst->zones = strv_copy(src->zones, src->nzones);
     dst->tags = src->ntags ? td_xcalloc(src->ntags, sizeof *dst->tags) : NULL;
     for (size_t i = 0; i < src->ntags; i++) {
         dst->tags[i].key = td_xstrdup(src->tags[i].key);
@@ -107,7 +113,11 @@ void td_aws_options_clear(td_aws_options *o) {
     free(o->root_device);
     free(o->iam_instance_profile);
     free(o->prices);
+    free(o->controller_type);
+    free(o->controller_profile);
     free(o->resources.gpu_model);
+    free(o->resources.arch);
+    strv_free(o->zones, o->nzones);
     for (size_t i = 0; i < o->ntags; i++) {
         free(o->tags[i].key);
         free(o->tags[i].value);
@@ -158,6 +168,11 @@ typedef struct {
     double orphan_s;     /* aws.orphan_timeout */
     double alive_s;      /* what "alive N" promises now: orphan_s, or the replacement's grace */
     uint64_t alive_timer; /* on the supervisor's loop; 0 before the first start */
+
+    /* tandem itself, shipped to every instance (bundle.h) unless aws.tandem names one there */
+    bool ship;
+    td__bundle bundle;
+    char shipped_to[1024]; /* its path on the instances, once the first has it */
 } aws_carrier;
 
 /* How long an instance may hear nothing while the run is being (re)provisioned. */
@@ -210,7 +225,8 @@ static void slot_record(aws_carrier *ac, const node_slot *sl, int node, double e
 
 /* One RunInstances for node i: the instance type, subnet and market given. */
 static td_status launch_one(aws_carrier *ac, td_aws_t *aws, int i, const char *type,
-                            const char *subnet, bool spot, td_ec2_instance *out) {
+                            const char *subnet, const char *zone, bool spot,
+                            td_ec2_instance *out) {
     const td_aws_options *o = ac->o;
     node_slot *sl = &ac->nodes[i];
     char node_s[16], name[160];
@@ -227,8 +243,8 @@ static td_status launch_one(aws_carrier *ac, td_aws_t *aws, int i, const char *t
      * instance, not two; each new request (another type, subnet or market, a replacement) has
      * its own. */
     char token_src[512], token[65];
-    snprintf(token_src, sizeof token_src, "%s/%d/%d/%s/%s/%d", ac->job->run->id, i, sl->launches,
-             type, subnet ? subnet : "-", spot);
+    snprintf(token_src, sizeof token_src, "%s/%d/%d/%s/%s/%s/%d", ac->job->run->id, i,
+             sl->launches, type, subnet ? subnet : "-", zone ? zone : "-", spot);
     td_aws_sha256_hex(token_src, strlen(token_src), token);
     token[40] = '\0';
     td_ec2_run_spec spec = {
@@ -238,6 +254,7 @@ static td_status launch_one(aws_carrier *ac, td_aws_t *aws, int i, const char *t
         .max_count = 1,
         .key_name = o->key_name,
         .subnet_id = subnet,
+        .availability_zone = zone,
         .security_group_ids = (const char *const *)o->security_groups,
         .nsecurity_groups = (int)o->nsecurity_groups,
         .spot = spot,
@@ -273,7 +290,8 @@ static td_status place(aws_carrier *ac, td_aws_t *aws, int i, td_ec2_instance *o
     td__buf tried = {0};
     td__buf_add(&tried, "", 0);
     int markets = o->spot ? (o->fallback_on_demand ? 2 : 1) : 1;
-    size_t nsub = o->nsubnets ? o->nsubnets : 1;
+    /* subnets fix the zone; without them, the zones chosen (aws.zones, cheapest first) */
+    size_t nsub = o->nsubnets ? o->nsubnets : o->nzones ? o->nzones : 1;
     double pause = PLACE_PAUSE_S;
     for (int round = 0; round < PLACE_ROUNDS; round++) {
         for (int m = 0; m < markets; m++) {
@@ -285,8 +303,9 @@ static td_status place(aws_carrier *ac, td_aws_t *aws, int i, td_ec2_instance *o
                         return td_error(TD_ERR_INTERRUPTED, "stopped while creating instances");
                     }
                     const char *subnet = o->nsubnets ? o->subnets[k] : NULL;
+                    const char *zone = !o->nsubnets && o->nzones ? o->zones[k] : NULL;
                     const char *type = o->instance_types[t];
-                    td_status st = launch_one(ac, aws, i, type, subnet, spot, out);
+                    td_status st = launch_one(ac, aws, i, type, subnet, zone, spot, out);
                     sl->launches++;
                     if (st == TD_OK) {
                         snprintf(sl->type, sizeof sl->type, "%s", type);
@@ -304,13 +323,13 @@ static td_status place(aws_carrier *ac, td_aws_t *aws, int i, td_ec2_instance *o
                         free(tried.s);
                         return st; /* the client's words: what is wrong and the fix */
                     }
+                    const char *where = subnet ? subnet : zone ? zone : "the default subnet";
                     td__buf_addf(&tried, "%s%s %s in %s: %s", tried.len ? "; " : "", type,
-                                 spot ? "spot" : "on-demand",
-                                 subnet ? subnet : "the default subnet",
+                                 spot ? "spot" : "on-demand", where,
                                  e->code[0] ? e->code : "no capacity");
                     say_line(ac, "run %s: node %d: no %s %s capacity in %s (%s); trying the next",
-                             ac->job->run->id, i, type, spot ? "spot" : "on-demand",
-                             subnet ? subnet : "the default subnet", e->code);
+                             ac->job->run->id, i, type, spot ? "spot" : "on-demand", where,
+                             e->code);
                     td_error_clear();
                 }
         }
@@ -393,6 +412,45 @@ static td_status wait_running(aws_carrier *ac, td_aws_t *aws, td_ec2_instance *e
     }
 }
 
+/* tandem's bundle to node i's instance (entry: user@address): the instance checked (its arch,
+ * its glibc), the bundle sent when it lacks it, and the ssh carrier told where tandem is there.
+ * TD_ERR_PEER while the instance does not answer ssh yet. */
+static td_status ship_tandem(aws_carrier *ac, int i, const char *entry, char *why, size_t nbytes) {
+    node_slot *sl = &ac->nodes[i];
+    char where[160], path[1024];
+    snprintf(where, sizeof where, "instance %s (node %d, %s)", sl->id, i, sl->type);
+    char **argv = td__ssh_command_for(ac->ssh, entry);
+    int64_t sent = 0;
+    double t0 = td_now_s();
+    td_status st = td__bundle_ship(&ac->bundle, argv, where, path, sizeof path, &sent);
+    for (char **p = argv; *p; p++) free(*p);
+    free(argv);
+    if (st != TD_OK) {
+        snprintf(why, nbytes, "%s", td_error_msg());
+        td_error_clear();
+        return st;
+    }
+    /* one path for every node: the agents are started with one tandem */
+    if (ac->shipped_to[0] && strcmp(ac->shipped_to, path)) {
+        snprintf(why, nbytes,
+                 "%.150s keeps tandem in %.300s but the other instances in %.300s: their "
+                 "users' home directories differ; give every node the same aws.user and image",
+                 where, path, ac->shipped_to);
+        return TD_ERR_INVALID;
+    }
+    if (!ac->shipped_to[0]) {
+        snprintf(ac->shipped_to, sizeof ac->shipped_to, "%s", path);
+        td__ssh_set_tandem(ac->ssh, path);
+    }
+    if (sent)
+        say_line(ac, "run %s: node %d: tandem shipped to %s in %.1f s (%.1f MB): %s",
+                 ac->job->run->id, i, sl->id, td_now_s() - t0, (double)sent / 1e6, path);
+    else
+        say_line(ac, "run %s: node %d: %s has this tandem already (%s)", ac->job->run->id, i,
+                 sl->id, path);
+    return TD_OK;
+}
+
 /* Until the instance answers ssh and has the code (sshd starts some seconds after "running"). */
 static td_status wait_ssh(aws_carrier *ac, int i, const char *addr, char *why, size_t nbytes) {
     const char *user = ac->o->user ? ac->o->user : DEFAULT_USER;
@@ -401,8 +459,10 @@ static td_status wait_ssh(aws_carrier *ac, int i, const char *addr, char *why, s
     double deadline = td_now_s() + SSH_WAIT_S;
     for (;;) {
         if (cancelled(ac)) return TD_ERR_INTERRUPTED;
-        td_status st = td__ssh_set_host(ac->ssh, i, entry, (const char *const *)ac->o->setup,
-                                        ac->o->nsetup, why, nbytes);
+        td_status st = ac->ship ? ship_tandem(ac, i, entry, why, nbytes) : TD_OK;
+        if (st == TD_OK)
+            st = td__ssh_set_host(ac->ssh, i, entry, (const char *const *)ac->o->setup,
+                                  ac->o->nsetup, why, nbytes);
         td_error_clear();
         if (st == TD_OK) return TD_OK;
         if (st != TD_ERR_PEER) return st; /* it answered: the copy or the setup failed */
@@ -725,23 +785,79 @@ static td_status check_account(const td_exec_job *job, char *region, size_t nbyt
     return st;
 }
 
-/* o->resources: o->instance_types become the cheapest that fit (aws_choose.c), and the root
- * volume the disk asked for; the choice is said. */
+/* uname -m of this tandem when it ships itself to the instances (no aws.tandem), else NULL. */
+static const char *ship_arch_of(const td_aws_options *o, char *buf, size_t nbytes) {
+    struct utsname u;
+    if (o->tandem || uname(&u) != 0) return NULL;
+    snprintf(buf, nbytes, "%.63s", u.machine);
+    return buf;
+}
+
+/* o->resources: o->instance_types become the cheapest that fit (aws_choose.c), o->zones the
+ * zones to try (spot: cheapest first), and the root volume the disk asked for; the choice is
+ * said. */
 static td_status choose_types(td_aws_options *o, const char *region, const td_exec_job *job) {
     td_aws_opts ao = {.profile = o->profile, .region = region};
     td_aws_t *aws = NULL;
     TD_CHECK(td_aws_new(&ao, &aws));
-    char **types = NULL, *why = NULL;
-    size_t n = 0;
-    td_status st = td__aws_choose(aws, region, o, o->spot, &types, &n, &why);
+    char **types = NULL, **zones = NULL, *why = NULL, arch[64];
+    size_t n = 0, nz = 0;
+    td_status st = td__aws_choose(aws, region, o, o->spot, ship_arch_of(o, arch, sizeof arch),
+                                  &types, &n, &zones, &nz, &why);
     td_aws_free(aws);
     TD_CHECK(st);
     strv_free(o->instance_types, o->ninstance_types);
     o->instance_types = types;
     o->ninstance_types = n;
+    strv_free(o->zones, o->nzones);
+    o->zones = zones;
+    o->nzones = nz;
     if (!o->volume_gb && o->resources.disk_gib) o->volume_gb = o->resources.disk_gib;
     td__exec_say(job->out, "run %s: %s", job->run->id, why);
     free(why);
+    return TD_OK;
+}
+
+/* Without aws.tandem (a tandem the image has), this tandem goes to every instance: its bundle,
+ * made or found in the cache now, so that a failure to make it ends the run before anything is
+ * created. */
+static td_status prepare_shipping(aws_carrier *ac) {
+    const td_exec_job *job = ac->job;
+    ac->ship = !ac->o->tandem;
+    if (!ac->ship) return TD_OK;
+    double t0 = td_now_s();
+    TD_CHECK(td__bundle_get(&ac->bundle));
+    td__exec_say(job->out,
+                 "run %s: tandem ships to the instances: bundle %s (%s %s, glibc >= %s; %.1f MB: "
+                 "the binary, %zu libraries%s) in %.1f s",
+                 job->run->id, ac->bundle.key, ac->bundle.os, ac->bundle.arch,
+                 ac->bundle.glibc_needed, (double)ac->bundle.nbytes / 1e6, ac->bundle.nlibs,
+                 ac->bundle.has_sdk ? ", the Python SDK" : "; no Python SDK beside this tandem",
+                 td_now_s() - t0);
+    return TD_OK;
+}
+
+/* aws.zones without resources: for spot instances of a named type (and no subnets, which fix the
+ * zone), the allowed zones cheapest first (spot prices differ from zone to zone); said. */
+static td_status choose_zones(td_aws_options *o, const char *region, const td_exec_job *job) {
+    td_aws_opts ao = {.profile = o->profile, .region = region};
+    td_aws_t *aws = NULL;
+    TD_CHECK(td_aws_new(&ao, &aws));
+    char **zones = NULL, source[200];
+    size_t nz = 0;
+    double usd = 0;
+    td_status st = td__aws_rank_zones(aws, o->instance_types[0], o, &zones, &nz, &usd, source,
+                                      sizeof source);
+    td_aws_free(aws);
+    TD_CHECK(st);
+    strv_free(o->zones, o->nzones);
+    o->zones = zones;
+    o->nzones = nz;
+    td__buf b = {0};
+    for (size_t z = 0; z < nz; z++) td__buf_addf(&b, " %s", zones[z]);
+    td__exec_say(job->out, "run %s: %s spot is cheapest in %s: $%.5f/h (%s); zones in turn:%s",
+                 job->run->id, o->instance_types[0], zones[0], usd, source, b.s);
+    free(b.s);
     return TD_OK;
 }
 
@@ -764,9 +880,9 @@ static int aws_run(const td_exec_job *job) {
     }
     /* resources: the types are chosen now, from the region's catalog and prices */
     td_aws_options chosen = {0};
-    if (o->resources.set) {
+    if (o->resources.set || (o->spot && o->nzones && !o->nsubnets)) {
         td_aws_options_copy(&chosen, o);
-        if (choose_types(&chosen, ac.region, job) != TD_OK) {
+        if ((o->resources.set ? choose_types : choose_zones)(&chosen, ac.region, job) != TD_OK) {
             int cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
             td_error_clear();
             td_aws_options_clear(&chosen);
@@ -792,6 +908,11 @@ static int aws_run(const td_exec_job *job) {
         return cli;
     }
     td__ssh_on_note(ac.ssh, on_agent_note, &ac);
+    if (prepare_shipping(&ac) != TD_OK) {
+        cli = td__exec_fail(job, t0, "executor aws: %s", td_error_msg());
+        td_error_clear();
+        goto out;
+    }
     ac.user_data = td_orphan_user_data(ac.orphan_s, provision_grace_s(o, ac.orphan_s), NULL);
     ac.inner = td__ssh_carrier(ac.ssh);
     ac.nodes = td_xcalloc((size_t)run->nodes, sizeof *ac.nodes);
@@ -820,6 +941,7 @@ out:
     if (ac.wake[1] >= 0) close(ac.wake[1]);
     free(ac.nodes);
     free(ac.user_data);
+    td__bundle_clear(&ac.bundle);
     td__ssh_free(ac.ssh);
     free(env);
     free(region_var);

@@ -19,6 +19,7 @@ typedef struct {
     const td_ec2_type *t;
     double usd;
     char source[200];
+    char zone[48]; /* spot: its cheapest allowed zone; "" on demand (any zone, one price) */
 } candidate;
 
 static int by_price(const void *a, const void *b) {
@@ -41,10 +42,64 @@ static double nearness(const td_aws_options *o, const td_ec2_type *t) {
     return s;
 }
 
-/* tandem's images are x86-64 (its table and its builds): other architectures are not offered
- * (an arm64 type would refuse an x86-64 image at RunInstances). */
-static bool usable(const td_ec2_type *t) {
-    return !strcmp(t->arch, "x86_64");
+/* The architecture a type must have: resources.arch (x86_64 by default, arm64, any), narrowed
+ * to the shipped binary's own when tandem ships itself (no aws.tandem: an x86-64 binary cannot
+ * run on an arm64 instance). */
+static bool usable(const td_ec2_type *t, const char *arch) {
+    return !strcmp(arch, "any") || !strcmp(t->arch, arch);
+}
+
+static bool zone_allowed(const td_aws_options *o, const char *zone) {
+    if (!o->nzones) return true;
+    for (size_t i = 0; i < o->nzones; i++)
+        if (!strcmp(o->zones[i], zone)) return true;
+    return false;
+}
+
+static int by_usd(const void *a, const void *b) {
+    const td_ec2_zone_price *x = a, *y = b;
+    if (x->usd != y->usd) return x->usd < y->usd ? -1 : 1;
+    return strcmp(x->zone, y->zone);
+}
+
+td_status td__aws_rank_zones(td_aws_t *aws, const char *type, const td_aws_options *o,
+                             char ***zones_out, size_t *nzones_out, double *usd_out,
+                             char *source, size_t source_nbytes) {
+    *zones_out = NULL;
+    *nzones_out = 0;
+    *usd_out = 0;
+    td_ec2_zone_price *p = NULL;
+    size_t n = 0, k = 0;
+    TD_CHECK(td_ec2_spot_prices(aws, type, &p, &n));
+    for (size_t i = 0; i < n; i++)
+        if (zone_allowed(o, p[i].zone)) p[k++] = p[i];
+    if (!k) {
+        free(p);
+        return td_error(TD_ERR_NOTFOUND, "no spot price for %s in the zones aws.zones allows",
+                        type);
+    }
+    qsort(p, k, sizeof *p, by_usd);
+    *zones_out = td_xcalloc(k, sizeof **zones_out);
+    for (size_t i = 0; i < k; i++) (*zones_out)[i] = td_xstrdup(p[i].zone);
+    *nzones_out = k;
+    *usd_out = p[0].usd;
+    snprintf(source, source_nbytes, "spot price of %s at %s", p[0].zone, p[0].when);
+    free(p);
+    return TD_OK;
+}
+
+const char *td__aws_wanted_arch(const td_aws_options *o, const char *ship_arch, char *why,
+                                size_t nbytes) {
+    const char *arch = o->resources.arch ? o->resources.arch : "x86_64";
+    why[0] = '\0';
+    if (!ship_arch) return arch;
+    const char *mine = !strcmp(ship_arch, "aarch64") ? "arm64" : ship_arch;
+    if (!strcmp(arch, "any")) {
+        snprintf(why, nbytes, " (arch: any, narrowed to %s: this tandem is an %s binary and ships "
+                              "itself to the instances)", mine, ship_arch);
+        return !strcmp(mine, "arm64") ? "arm64" : "x86_64";
+    }
+    return arch;
 }
 
 /* What t lacks of the request, in words ("" when it has it all); the count of what it lacks. */
@@ -76,6 +131,7 @@ void td__aws_resources_text(const td_aws_options *o, char *out, size_t nbytes) {
     if (o->resources.gpu_memory_gib > 0)
         td__buf_addf(&b, "gpu_memory: %g, ", o->resources.gpu_memory_gib);
     if (o->resources.disk_gib > 0) td__buf_addf(&b, "disk: %d, ", o->resources.disk_gib);
+    if (o->resources.arch) td__buf_addf(&b, "arch: %s, ", o->resources.arch);
     if (b.len > 2) b.len -= 2;
     td__buf_addf(&b, "}");
     snprintf(out, nbytes, "%.*s", (int)b.len, b.s);
@@ -89,12 +145,25 @@ static void describe_type(const td_ec2_type *t, td__buf *b) {
 }
 
 td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options *o, int spot,
-                         char ***types_out, size_t *ntypes_out, char **why_out) {
+                         const char *ship_arch, char ***types_out, size_t *ntypes_out,
+                         char ***zones_out, size_t *nzones_out, char **why_out) {
     *types_out = NULL;
     *ntypes_out = 0;
+    *zones_out = NULL;
+    *nzones_out = 0;
     *why_out = NULL;
     char req[256];
     td__aws_resources_text(o, req, sizeof req);
+    char narrowed[200];
+    const char *arch = td__aws_wanted_arch(o, ship_arch, narrowed, sizeof narrowed);
+    const char *ship_ec2 = ship_arch && !strcmp(ship_arch, "aarch64") ? "arm64" : ship_arch;
+    if (ship_arch && strcmp(arch, ship_ec2))
+        return td_error(TD_ERR_INVALID,
+                        "aws.resources asks for %s instances, but this tandem is an %s binary "
+                        "and ships itself to the instances (no aws.tandem): it cannot run on %s; "
+                        "use an image that has tandem built for %s (aws.image, and aws.tandem: "
+                        "its path there), or ask for arch: %s",
+                        arch, ship_arch, arch, arch, ship_ec2);
     td_ec2_type *all = NULL;
     size_t nall = 0;
     TD_CHECK(td_ec2_describe_instance_types(aws, &all, &nall));
@@ -103,7 +172,7 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
     char unpriced[400] = "";
     for (size_t i = 0; i < nall; i++) {
         char what[200];
-        if (!usable(&all[i]) || lacks(o, &all[i], what, sizeof what)) continue;
+        if (!usable(&all[i], arch) || lacks(o, &all[i], what, sizeof what)) continue;
         candidate *c = &fit[nfit];
         c->t = &all[i];
         if (td_aws_on_demand_price(region, all[i].name, o->prices, &c->usd, c->source,
@@ -114,15 +183,19 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
                          nunpriced > 1 ? ", " : "", all[i].name);
             continue;
         }
-        if (spot) {
-            char when[48] = "";
+        if (spot) { /* its cheapest allowed zone: spot prices differ from zone to zone */
+            char **zones = NULL;
+            size_t nz = 0;
             double usd = 0;
-            if (td_ec2_spot_price(aws, all[i].name, NULL, &usd, when, sizeof when) != TD_OK) {
-                td_error_clear(); /* no spot market for it here: not a candidate */
+            if (td__aws_rank_zones(aws, all[i].name, o, &zones, &nz, &usd, c->source,
+                                   sizeof c->source) != TD_OK) {
+                td_error_clear(); /* no spot market for it in an allowed zone: not a candidate */
                 continue;
             }
             c->usd = usd;
-            snprintf(c->source, sizeof c->source, "spot price now, %s", when);
+            snprintf(c->zone, sizeof c->zone, "%s", zones[0]);
+            for (size_t z = 0; z < nz; z++) free(zones[z]);
+            free(zones);
         }
         nfit++;
     }
@@ -130,8 +203,9 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
     td__buf why = {0};
     if (!nfit) {
         /* the closest: those that have the most of what is asked */
-        td__buf_addf(&why, "no x86-64 instance type in %s %s %s", region,
-                     nunpriced ? "with a price has" : "has", req);
+        td__buf_addf(&why, "no %s instance type in %s%s %s %s", arch, region,
+                     o->nzones ? " (aws.zones)" : "", nunpriced ? "with a price has" : "has",
+                     req);
         if (nunpriced)
             td__buf_addf(&why, " (%zu that fit have no price: %s%s; add them to aws.prices as "
                                "'%s TYPE USD_PER_HOUR')",
@@ -140,7 +214,7 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
         for (int k = 0; k < 3; k++) {
             size_t best = nall;
             for (size_t i = 0; i < nall; i++)
-                if (usable(&all[i]) && !shown[i] &&
+                if (usable(&all[i], arch) && !shown[i] &&
                     (best == nall || nearness(o, &all[i]) > nearness(o, &all[best])))
                     best = i;
             if (best == nall) break;
@@ -164,10 +238,26 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
         *ntypes_out = keep;
         td__buf_addf(&why, "chose ");
         describe_type(fit[0].t, &why);
-        td__buf_addf(&why, " for %s: $%.5f/h %s (%s), the cheapest of %zu type%s that fit%s", req,
-                     fit[0].usd, spot ? "spot" : "on-demand", fit[0].source, nfit,
-                     nfit == 1 ? "" : "s",
-                     nunpriced ? " and have a price" : "");
+        td__buf_addf(&why, " for %s: $%.5f/h %s%s%s (%s), the cheapest of %zu type%s that fit%s%s",
+                     req, fit[0].usd, spot ? "spot" : "on-demand", fit[0].zone[0] ? " in " : "",
+                     fit[0].zone, fit[0].source, nfit, nfit == 1 ? "" : "s",
+                     nunpriced ? " and have a price" : "", narrowed);
+        if (spot) { /* the chosen type's allowed zones, cheapest first: tried in turn */
+            double usd = 0;
+            char src[200];
+            if (td__aws_rank_zones(aws, fit[0].t->name, o, zones_out, nzones_out, &usd, src,
+                                   sizeof src) != TD_OK)
+                td_error_clear();
+        } else if (o->nzones) {
+            *zones_out = td_xcalloc(o->nzones, sizeof **zones_out);
+            for (size_t z = 0; z < o->nzones; z++) (*zones_out)[z] = td_xstrdup(o->zones[z]);
+            *nzones_out = o->nzones;
+        }
+        if (*nzones_out > 1) {
+            td__buf_addf(&why, "; zones in turn:");
+            for (size_t z = 0; z < *nzones_out; z++)
+                td__buf_addf(&why, " %s", (*zones_out)[z]);
+        }
         for (size_t i = 1; i < keep; i++) {
             td__buf_addf(&why, "%s", i == 1 ? "; then, on capacity refusals: " : ", ");
             td__buf_addf(&why, "%s $%.5f/h", fit[i].t->name, fit[i].usd);

@@ -29,6 +29,13 @@
 /* Takes run_dir/lock if nobody holds it: 1 with *fd (close it to release), 0 when it is held (a
  * live supervisor, or another gc at work), -1 when it cannot be opened (no run directory). */
 static int lock_take(const char *run_dir, int *fd) {
+    *fd = -1;
+    /* tandem run -d handed the run to its controller in the cloud (controller.c): its supervisor
+     * lives there, not here, and nobody here holds the lock */
+    char *remote = td_run_path(run_dir, TD_RUN_PATH_REMOTE);
+    int elsewhere = access(remote, F_OK) == 0;
+    free(remote);
+    if (elsewhere) return 0;
     char *path = td_run_path(run_dir, TD_RUN_PATH_LOCK);
     *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     free(path);

@@ -70,11 +70,28 @@ td_status td__aws_terminate_run(td_aws_t *aws, const char *project_dir, const ch
 
 /* ---- resources: (aws_choose.c) ---- */
 /* The cheapest types of the region (up to 3, cheapest first: the rest are tried on capacity
- * refusals) that have what o->resources asks, priced as the run's cost is (spot: EC2's spot
- * price now; on demand: aws.prices, tandem's table), and the choice in words (*why_out, caller
- * frees). None fits: TD_ERR_NOTFOUND naming the request and the closest types. */
+ * refusals) that have what o->resources asks, of its architecture (resources.arch; ship_arch:
+ * uname -m of a tandem that ships itself, NULL when aws.tandem names one on the image: a request
+ * for another architecture is TD_ERR_INVALID, "any" is narrowed to it), priced as the run's cost
+ * is (spot: EC2's spot price now in the type's cheapest zone that aws.zones allows; on demand:
+ * aws.prices, tandem's table), the zones to try (*zones_out: spot, the chosen type's allowed
+ * zones cheapest first; on demand, aws.zones as given; none: EC2 picks), and the choice in words
+ * (*why_out, caller frees). None fits: TD_ERR_NOTFOUND naming the request and the closest
+ * types. */
 td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options *o, int spot,
-                         char ***types_out, size_t *ntypes_out, char **why_out);
+                         const char *ship_arch, char ***types_out, size_t *ntypes_out,
+                         char ***zones_out, size_t *nzones_out, char **why_out);
+/* The zones where type may go (aws.zones, or every zone with a spot price), cheapest spot price
+ * first (*zones_out, caller frees), the cheapest's price and its source ("spot price of ZONE at
+ * WHEN"). TD_ERR_NOTFOUND when no allowed zone has a spot price for it. */
+td_status td__aws_rank_zones(td_aws_t *aws, const char *type, const td_aws_options *o,
+                             char ***zones_out, size_t *nzones_out, double *usd_out,
+                             char *source, size_t source_nbytes);
+/* The architecture instances must have: resources.arch (NULL: x86_64), "any" narrowed to the
+ * shipped binary's (ship_arch: uname -m of a tandem that ships itself; NULL: aws.tandem names
+ * one on the image); why (nbytes): words on a narrowing, "" otherwise. */
+const char *td__aws_wanted_arch(const td_aws_options *o, const char *ship_arch, char *why,
+                                size_t nbytes);
 /* o->resources as YAML: "{cpu: 8, gpu: 1}". */
 void td__aws_resources_text(const td_aws_options *o, char *out, size_t nbytes);
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 
 #include "exec/aws_internal.h"
 #include "tandem/cloud.h"
@@ -14,7 +15,12 @@ static double price_of(td_aws_t *aws, const char *region, const td_aws_options *
                        const char *type, int spot, char *source, size_t nbytes) {
     double usd = 0;
     td_status st;
-    if (spot && aws) {
+    if (spot && aws && o->nzones && !o->nsubnets) { /* the first zone tried: the cheapest */
+        char when[48] = "";
+        st = td_ec2_spot_price(aws, type, o->zones[0], &usd, when, sizeof when);
+        if (st == TD_OK)
+            snprintf(source, nbytes, "spot price of %s now (EC2, %s)", o->zones[0], when);
+    } else if (spot && aws) {
         char when[48] = "";
         st = td_ec2_spot_price(aws, type, NULL, &usd, when, sizeof when);
         if (st == TD_OK) snprintf(source, nbytes, "spot price now (EC2, %s)", when);
@@ -53,9 +59,15 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out) {
         if (!aws) return td_error(TD_ERR_AUTH, "--dry-run: resources: needs EC2's catalog of "
                                                "instance types, and no AWS client could be made");
         td_aws_options_copy(&chosen, o);
-        char **types = NULL, *why = NULL;
-        size_t n = 0;
-        td_status st = td__aws_choose(aws, region, o, o->spot, &types, &n, &why);
+        char **types = NULL, **zones = NULL, *why = NULL, arch[64];
+        size_t n = 0, nz = 0;
+        struct utsname u; /* tandem ships itself (no aws.tandem): the instances need its arch */
+        const char *ship = NULL;
+        if (!o->tandem && uname(&u) == 0) {
+            snprintf(arch, sizeof arch, "%.63s", u.machine);
+            ship = arch;
+        }
+        td_status st = td__aws_choose(aws, region, o, o->spot, ship, &types, &n, &zones, &nz, &why);
         if (st != TD_OK) {
             td_aws_options_clear(&chosen);
             td_aws_free(aws);
@@ -65,10 +77,32 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out) {
         free(chosen.instance_types);
         chosen.instance_types = types;
         chosen.ninstance_types = n;
+        for (size_t i = 0; i < chosen.nzones; i++) free(chosen.zones[i]);
+        free(chosen.zones);
+        chosen.zones = zones;
+        chosen.nzones = nz;
         if (!chosen.volume_gb && o->resources.disk_gib) chosen.volume_gb = o->resources.disk_gib;
         fprintf(out, "resources: %s\n", why);
         free(why);
         o = &chosen;
+    } else if (o->spot && o->nzones && !o->nsubnets && aws) {
+        /* aws.zones of a named type: the run tries them cheapest first */
+        char **zones = NULL, src[200];
+        size_t nz = 0;
+        double usd = 0;
+        if (td__aws_rank_zones(aws, o->instance_types[0], o, &zones, &nz, &usd, src,
+                               sizeof src) == TD_OK) {
+            td_aws_options_copy(&chosen, o);
+            for (size_t i = 0; i < chosen.nzones; i++) free(chosen.zones[i]);
+            free(chosen.zones);
+            chosen.zones = zones;
+            chosen.nzones = nz;
+            o = &chosen;
+        } else {
+            fprintf(out, "note: %s (the zones are tried as aws.zones lists them)\n",
+                    td_error_msg());
+            td_error_clear();
+        }
     }
     const char *type = o->instance_types[0];
     fprintf(out, "plan of workflow '%s' (--dry-run: nothing is created)\n",
@@ -82,6 +116,10 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out) {
         fprintf(out, ", subnet");
         for (size_t i = 0; i < o->nsubnets; i++)
             fprintf(out, "%s%s", i ? ", " : " ", o->subnets[i]);
+    } else if (o->nzones) {
+        fprintf(out, ", zone%s", o->nzones > 1 ? "s in turn" : "");
+        for (size_t i = 0; i < o->nzones; i++)
+            fprintf(out, "%s%s", i ? ", " : " ", o->zones[i]);
     } else {
         fprintf(out, ", the default subnet (EC2 picks the zone)");
     }

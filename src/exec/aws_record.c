@@ -44,10 +44,11 @@ double td_run_instances_cost(const td_run_instances *r, double now_s, size_t *un
     size_t none = 0;
     for (size_t i = 0; i < r->count; i++) {
         const td_run_instance *in = &r->items[i];
-        if (in->usd_per_hour > 0)
-            usd += in->usd_per_hour * td_run_instance_lifetime_s(in, now_s) / 3600.0;
-        else
-            none++;
+        /* track's formula, the one that ps and the ui use; an instance that has ended is
+         * counted to its end even when that is after now_s (times kept to 0.1 s round up) */
+        double t = in->ended_s > now_s ? in->ended_s : now_s;
+        usd += td_instance_cost_at(in->usd_per_hour, in->launched_s, in->ended_s, t);
+        if (in->usd_per_hour <= 0) none++;
     }
     if (unpriced) *unpriced = none;
     return usd;

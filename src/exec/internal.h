@@ -135,6 +135,11 @@ const char *td__ssh_host(const td__ssh *s, int node);
 /* Writes line (ending in '\n') to every running agent's stdin (aws: "alive N", the dead-man's
  * switch's heartbeat). */
 void td__ssh_tell_agents(td__ssh *s, const char *line);
+/* Where tandem is on every host from now on (a carrier that ships it: exec/bundle.h). */
+void td__ssh_set_tandem(td__ssh *s, const char *path);
+/* The carrier's ssh command up to and including entry's destination (NULL-terminated; free
+ * each string, then the array), for a command of the caller's own. */
+char **td__ssh_command_for(const td__ssh *s, const char *entry);
 void td__ssh_on_note(td__ssh *s, td__ssh_note_fn fn, void *user);
 struct td__carrier *td__ssh_carrier(td__ssh *s);
 void td__ssh_free(td__ssh *s);

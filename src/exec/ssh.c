@@ -1299,6 +1299,27 @@ td_status td__ssh_set_host(td__ssh *s, int node, const char *entry, const char *
     return st;
 }
 
+/* For a carrier that puts tandem on its hosts itself (the aws executor ships its bundle,
+ * exec/bundle.h): where tandem is on every host from now on. */
+void td__ssh_set_tandem(td__ssh *s, const char *path) {
+    free(s->opts.tandem);
+    s->opts.tandem = td_xstrdup(path);
+}
+
+/* The ssh command of this carrier (its options) up to and including entry's destination,
+ * NULL-terminated, for a command of the caller's own (argv_free's layout: free each, then v). */
+char **td__ssh_command_for(const td__ssh *s, const char *entry) {
+    host h = {0};
+    split_host(entry, &h);
+    char **v = ssh_argv(&s->c, &h, "");
+    size_t n = 0;
+    while (v[n]) n++;
+    free(v[n - 1]); /* the empty command: the caller appends its own */
+    v[n - 1] = NULL;
+    host_clear(&h);
+    return v;
+}
+
 void td__ssh_tell_agents(td__ssh *s, const char *line) {
     for (int k = 0; k < s->sc.n; k++)
         if (s->sc.agents[k].in_fd >= 0) write_all(s->sc.agents[k].in_fd, line, strlen(line));

@@ -19,6 +19,7 @@
 #include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/tensor.h"
+#include "tandem/track.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -121,6 +122,37 @@ static td_status mkdir_p(const char *dir, const char *what) {
     return st == TD_OK ? TD_OK : td_error(st, "%s %s: %s", what, dir, td_error_msg());
 }
 
+/* LD_LIBRARY_PATH=... without the shipped bundle's library directory (TANDEM_BUNDLE_LIB, set by
+ * its wrapper: docs/cloud.md, "Shipping tandem"); NULL when nothing is left. Those libraries are
+ * tandem's: a worker's python must load the instance's own libssl, libsqlite3 or libz, not ours
+ * (another build, maybe older than what it was linked against). A worker's `tandem` goes through
+ * the wrapper again, which puts them back for it. */
+static char *without_bundle_libs(const char *entry) {
+    const char *bundle = td_var_get(TD_VAR_TANDEM_BUNDLE_LIB);
+    const char *prefix = "LD_LIBRARY_PATH=";
+    if (!bundle || !*bundle || strncmp(entry, prefix, strlen(prefix))) return td_xstrdup(entry);
+    const char *v = entry + strlen(prefix);
+    size_t nb = strlen(bundle);
+    char *out = td_xcalloc(strlen(entry) + 1, 1);
+    strcpy(out, prefix);
+    bool any = false;
+    while (*v) {
+        const char *end = strchr(v, ':');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        if (n && !(n == nb && !strncmp(v, bundle, nb))) {
+            if (any) strcat(out, ":");
+            strncat(out, v, n);
+            any = true;
+        }
+        v += n + (end ? 1 : 0);
+    }
+    if (!any) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* The worker's environment: ours, with the launcher's variables replacing any inherited ones. */
 static char **build_env(char **vars, int nvars) {
     size_t nenv = 0;
@@ -133,7 +165,8 @@ static char **build_env(char **vars, int nvars) {
             size_t nl = (size_t)(strchr(vars[j], '=') - vars[j]);
             replaced = !strncmp(environ[i], vars[j], nl) && environ[i][nl] == '=';
         }
-        if (!replaced) env[k++] = td_xstrdup(environ[i]);
+        char *kept = replaced ? NULL : without_bundle_libs(environ[i]);
+        if (kept) env[k++] = kept;
     }
     for (int j = 0; j < nvars; j++) env[k++] = vars[j];
     return env;
@@ -1198,6 +1231,31 @@ static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopp
     return TD_OK;
 }
 
+/* A restarted group's mark in the metrics contract (docs/metrics-format.md): one `restart` event
+ * line in each of this node's workers' files, through track's writer, before the workers start
+ * again, at the step they go on from (the resume step, 0 without a checkpoint). The UI draws it;
+ * the store deletes nothing for it. A file that cannot be written is a warning: the restart
+ * goes on without its mark. */
+static void mark_restart(const agent *a, const attempt *t) {
+    const td_launch_options *o = a->o;
+    if (t->restart <= 0 || !o->metrics_dir) return;
+    int64_t step = t->resume_step >= 0 ? t->resume_step : 0;
+    for (int i = 0; i < o->nproc_per_node; i++) {
+        char *name = td_metrics_file_name(t->rz.rank_offset + i);
+        char *path = td_xasprintf("%s/%s", o->metrics_dir, name);
+        td_metrics_sink *sink = NULL;
+        td_status st = td_metrics_sink_open(path, &sink);
+        if (st == TD_OK) st = td_metrics_sink_event(sink, TD_RUN_EVENT_RESTART, step);
+        if (st != TD_OK) {
+            TD_LOG_WARN("the restart's event in %s: %s", path, td_error_msg());
+            td_error_clear();
+        }
+        td_metrics_sink_close(sink);
+        free(name);
+        free(path);
+    }
+}
+
 /* The attempts: rendezvous, spawn, monitor, and again after a failure while restarts are left.
  * t holds the last one, for the end record. */
 static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
@@ -1216,6 +1274,7 @@ static td_status run_attempts(agent *a, attempt *t, int *exit_code) {
         describe_group(a, t);
         TD_CHECK(decide_resume(a, t, exit_code, &stopped));
         if (stopped) return TD_OK;
+        mark_restart(a, t);
         TD_CHECK(spawn_workers(a, t));
         monitor(a, t);
         if (!attempt_over(a, t, exit_code)) return TD_OK;

@@ -113,18 +113,19 @@ int td_run_cost_priced(const td_run_cost *c) {
     return c && c->count > c->unpriced;
 }
 
-/* Seconds of the instance's life before t_s (0 when its launch is not known). */
-static double billed_s(const td_run_cost_instance *in, double t_s) {
-    if (in->launched_s <= 0) return 0;
-    double end = in->ended_s > 0 && in->ended_s < t_s ? in->ended_s : t_s;
-    return end > in->launched_s ? end - in->launched_s : 0;
+/* The one definition of what an instance costs: its price times the hours of its life before
+ * t_s. tandem show and the record's cost_usd (exec's td_run_instances_cost) sum this too. */
+double td_instance_cost_at(double usd_per_hour, double launched_s, double ended_s, double t_s) {
+    if (usd_per_hour <= 0 || launched_s <= 0) return 0;
+    double end = ended_s > 0 && ended_s < t_s ? ended_s : t_s;
+    return end > launched_s ? usd_per_hour * (end - launched_s) / 3600.0 : 0;
 }
 
 double td_run_cost_at(const td_run_cost *c, double t_s) {
     double usd = 0;
     for (size_t i = 0; c && i < c->count; i++)
-        if (c->items[i].usd_per_hour > 0)
-            usd += c->items[i].usd_per_hour * billed_s(&c->items[i], t_s) / 3600.0;
+        usd += td_instance_cost_at(c->items[i].usd_per_hour, c->items[i].launched_s,
+                                   c->items[i].ended_s, t_s);
     return usd;
 }
 

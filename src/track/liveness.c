@@ -214,6 +214,8 @@ static void bind_reap(sqlite3_stmt *q, const void *p) {
 
 td_status td_run_reap_stale(td_rundb *store, td_run *run) {
     if (td_run_status_is_final(run->status)) return TD_OK;
+    /* Its supervisor lives on another machine (its controller): no process here to look at. */
+    if (td_run_is_remote(run)) return TD_OK;
     /* A pending run without a supervisor may be being set up right now; give it a minute. */
     if (run->supervisor_pid == 0 && td_wall_s() - run->created_s < 60) return TD_OK;
     int state = supervisor_state(run->supervisor_pid, run->supervisor_start);

@@ -164,6 +164,7 @@ td_status td_run_create(td_rundb *store, const td_run_spec *spec, td_run *out) {
         goto out;
     }
     int64_t n = sqlite3_column_int64(q, 0);
+    if (n < spec->min_n) n = spec->min_n;
     sqlite3_finalize(q);
     q = NULL;
     /* The directory is claimed with mkdir, which fails where it exists: a run directory is never

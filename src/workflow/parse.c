@@ -271,8 +271,10 @@ static const char *const aws_fields =
     "region, profile, instance_type, instance_types, image, key_name, ssh_key, user, subnet, "
     "subnets, security_groups, spot, max_price, fallback, volume_gb, root_device, "
     "iam_instance_profile, tags, setup, work_dir, tandem, address, orphan_timeout, prices, "
-    "resources";
-static const char *const resources_fields = "cpu, memory, gpu, gpu_model, gpu_memory, disk";
+    "resources, zones, controller";
+static const char *const controller_fields = "instance_type, iam_instance_profile";
+static const char *const resources_fields =
+    "cpu, memory, gpu, gpu_model, gpu_memory, disk, arch";
 
 static td_status get_aws_name(const parse_ctx *c, const yaml_node_t *n, const char *field,
                               const char *example, char **out);
@@ -293,6 +295,31 @@ static td_status get_amount(const parse_ctx *c, const yaml_node_t *n, const char
 }
 
 /* resources: what the job needs; the executor picks the cheapest type that has it. */
+/* aws.controller: the instance that supervises a run submitted with tandem run -d
+ * (src/exec/controller.c). */
+static td_status parse_aws_controller(const parse_ctx *c, const yaml_node_t *n,
+                                      td_aws_options *o) {
+    if (n->type != YAML_MAPPING_NODE)
+        return node_error(c, n, "aws.controller", "expected a mapping with %s, got %s",
+                          controller_fields, describe(n));
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        const char *f = scalar(k);
+        if (f && !strcmp(f, "instance_type")) {
+            TD_CHECK(get_aws_name(c, v, "aws.controller.instance_type", "t3.small",
+                                  &o->controller_type));
+        } else if (f && !strcmp(f, "iam_instance_profile")) {
+            TD_CHECK(get_aws_name(c, v, "aws.controller.iam_instance_profile",
+                                  "tandem-controller", &o->controller_profile));
+        } else {
+            return node_error(c, k, "aws.controller", "unknown field '%s'; the fields are: %s",
+                              f ? f : "?", controller_fields);
+        }
+    }
+    return TD_OK;
+}
+
 static td_status parse_resources(const parse_ctx *c, const yaml_node_t *n, td_aws_options *o) {
     if (n->type != YAML_MAPPING_NODE)
         return node_error(c, n, "aws.resources", "expected a mapping with %s, got %s",
@@ -320,6 +347,14 @@ static td_status parse_resources(const parse_ctx *c, const yaml_node_t *n, td_aw
         } else if (f && !strcmp(f, "disk")) {
             TD_CHECK(get_amount(c, v, "aws.resources.disk", 1, &x));
             o->resources.disk_gib = (int)x + (x > (int)x);
+        } else if (f && !strcmp(f, "arch")) {
+            const char *s = scalar(v);
+            if (!s || (strcmp(s, "x86_64") && strcmp(s, "arm64") && strcmp(s, "any")))
+                return node_error(c, v, "aws.resources.arch",
+                                  "expected x86_64 (the default), arm64 or any, got %s",
+                                  s ? s : describe(v));
+            free(o->resources.arch);
+            o->resources.arch = td_xstrdup(s);
         } else {
             return node_error(c, k, "aws.resources", "unknown field '%s'; the fields are: %s",
                               f ? f : "?", resources_fields);
@@ -423,6 +458,8 @@ static td_status parse_aws_field(const parse_ctx *c, const char *f, const yaml_n
     if (!strcmp(f, "key_name")) return get_string(c, v, "aws.key_name", &o->key_name);
     if (!strcmp(f, "ssh_key")) return get_string(c, v, "aws.ssh_key", &o->ssh_key);
     if (!strcmp(f, "user")) return get_aws_name(c, v, "aws.user", "ubuntu", &o->user);
+    if (!strcmp(f, "zones"))
+        return get_aws_names(c, v, "aws.zones", "us-east-1a", &o->zones, &o->nzones);
     if (!strcmp(f, "subnet") || !strcmp(f, "subnets"))
         return get_aws_names(c, v, f, "subnet-0abc", &o->subnets, &o->nsubnets);
     if (!strcmp(f, "security_groups"))
@@ -457,6 +494,7 @@ static td_status parse_aws_field(const parse_ctx *c, const char *f, const yaml_n
     if (!strcmp(f, "iam_instance_profile"))
         return get_aws_name(c, v, "aws.iam_instance_profile", "tandem-node",
                             &o->iam_instance_profile);
+    if (!strcmp(f, "controller")) return parse_aws_controller(c, v, o);
     if (!strcmp(f, "tags")) return parse_aws_tags(c, v, o);
     if (!strcmp(f, "setup")) return get_string_list(c, v, "aws.setup", &o->setup, &o->nsetup);
     if (!strcmp(f, "work_dir")) return get_string(c, v, "aws.work_dir", &o->work_dir);

@@ -524,6 +524,16 @@ static td_status resume_run(td_rundb *store, const char *id, supervisor *s, cons
                         "run %s is %s; only preempted, stopped or failed runs can be resumed%s",
                         s->run.id, td_run_status_str(s->run.status),
                         s->run.status == TD_RUN_SUCCEEDED ? "" : " (tandem stop it first)");
+    /* a run that lived in the cloud (tandem run -d of an aws run), resumed attached: its
+     * supervisor is this process from now on, no longer its controller */
+    if (td_run_is_remote(&s->run)) {
+        char *remote = td_run_path(s->run.run_dir, TD_RUN_PATH_REMOTE);
+        char *etags = td_xasprintf("%s/.remote-etags", s->run.run_dir);
+        unlink(remote);
+        unlink(etags);
+        free(remote);
+        free(etags);
+    }
     if (!*w) *w = *synth = workflow_from_run(&s->run);
     s->script = td_xstrdup(s->run.command ? s->run.command : "true");
     s->params_json = td_xstrdup(s->run.params_json ? s->run.params_json : "{}");
@@ -558,7 +568,15 @@ static td_status create_run(td_rundb *store, const td_workflow *w, const td_run_
                         .tags = opts->tags,
                         .group = opts->group,
                         .notes = opts->notes};
+    /* the controller of a detached aws run: the submitter's number, so both say one id */
+    const char *dash = opts->controller_of ? strrchr(opts->controller_of, '-') : NULL;
+    if (dash) spec.min_n = strtoll(dash + 1, NULL, 10);
     TD_CHECK(td_run_create(store, &spec, &s->run));
+    if (opts->controller_of && strcmp(s->run.id, opts->controller_of))
+        return td_error(TD_ERR_EXISTS,
+                        "--controller-of %s: this project made run %s instead (it has runs of "
+                        "workflow '%s' numbered past it); the controller's project must be fresh",
+                        opts->controller_of, s->run.id, w->name);
     return lock_run(&s->run, lock_fd);
 }
 
@@ -586,7 +604,16 @@ static void detached_supervisor(supervisor *s, const td_run_options *opts, const
         ssize_t wr = write(ready_fd, "k", 1);
         (void)wr;
         close(ready_fd);
+        /* on the controller of a detached aws run: the store kept in S3 as the run goes */
+        td_exec_controller *ctl = NULL;
+        if (opts->controller_store &&
+            td_exec_controller_start(&s->run, td_rundb_project_dir(s->store), &s->w->aws,
+                                     opts->controller_store, &ctl) != TD_OK) {
+            td_error_print(TD_ERR_IO);
+            td_error_clear();
+        }
         code = supervise(s);
+        td_exec_controller_finish(ctl);
     } else {
         td_error_print(TD_ERR_IO);
         close(ready_fd);
@@ -653,6 +680,78 @@ static td_status run_detached(supervisor *s, const td_run_options *opts, td_rund
     return st;
 }
 
+/* tandem run -d of an aws run: handed to a controller in the cloud (exec.h,
+ * td_exec_controller_handoff), which runs the same workflow as this run; nothing of it stays
+ * here. What the controller needs of this machine goes with it: the workflow file, the code
+ * (RUN/work, prepared as for any run), the parameters, and in a private file the AWS
+ * credentials as found here, the workflow's secrets and the switch's shutdown command. */
+static td_status run_in_cloud(supervisor *s) {
+    const td_workflow *w = s->w;
+    if (!w->file)
+        return td_error(TD_ERR_USAGE,
+                        "tandem run -d of an aws run ships its workflow file to the controller: "
+                        "write the workflow in a file (tandem run -f FILE NAME)");
+    char *url = NULL;
+    TD_CHECK(td_exec_remote_store_url(w->checkpoint_dir, s->run.id, &url));
+    td_status st = prepare_work_dir(w, s->project_dir, s->work_dir);
+    strvec params = {0}, fwd = {0};
+    for (size_t i = 0; i < w->nparams; i++)
+        sv_push(&params, td_xasprintf("%s=%s", w->params[i].key, w->params[i].value));
+    td_exec_secrets creds = {0};
+    td_exec_secrets_add_aws(&creds);
+    td_aws_creds found = {0};
+    const char *role = w->aws.controller_profile ? w->aws.controller_profile
+                                                 : w->aws.iam_instance_profile;
+    if (!role && td_aws_creds_load(w->aws.profile, &found) == TD_OK) {
+        if (td_exec_secrets_set(&creds, "AWS_ACCESS_KEY_ID", found.access_key_id) != TD_OK ||
+            td_exec_secrets_set(&creds, "AWS_SECRET_ACCESS_KEY", found.secret_access_key) !=
+                TD_OK ||
+            (found.session_token &&
+             td_exec_secrets_set(&creds, "AWS_SESSION_TOKEN", found.session_token) != TD_OK))
+            td_error_clear();
+    } else {
+        td_error_clear(); /* the controller's own role (aws.iam_instance_profile) */
+    }
+    td_aws_creds_free(&found);
+    for (size_t i = 0; i < creds.count; i++) {
+        /* with a role of its own, the controller keeps no keys of ours */
+        if (role && (!strncmp(creds.v[i], "AWS_ACCESS_KEY_ID=", 18) ||
+                     !strncmp(creds.v[i], "AWS_SECRET", 10) ||
+                     !strncmp(creds.v[i], "AWS_SESSION", 11)))
+            continue;
+        sv_push(&fwd, td_xstrdup(creds.v[i]));
+    }
+    td_exec_secrets_free(&creds);
+    for (size_t i = 0; i < s->secrets.count; i++) sv_push(&fwd, td_xstrdup(s->secrets.v[i]));
+    const char *shutdown = getenv("TANDEM_SHUTDOWN_CMD");
+    if (shutdown && *shutdown) sv_push(&fwd, td_xasprintf("TANDEM_SHUTDOWN_CMD=%s", shutdown));
+    /* stdout is the run's id alone (tandem run -d prints it there); the handoff's progress
+     * lines go to stderr */
+    if (s->out == stdout) s->out = stderr;
+    if (st == TD_OK) {
+        td_exec_job job = job_of(s, environ, NULL);
+        td_exec_handoff h = {.workflow_file = w->file,
+                             .workflow_name = w->name,
+                             .params = params.v,
+                             .store_url = url,
+                             .forward_env = fwd.v};
+        st = td_exec_controller_handoff(&job, &h);
+    }
+    if (st != TD_OK) {
+        char *why = td_xasprintf("%s", td_error_msg());
+        if (td_run_set_status(s->store, s->run.id, TD_RUN_FAILED, -1, why) != TD_OK)
+            td_error_clear();
+        st = td_error(st, "%s", why);
+        free(why);
+    }
+    for (size_t i = 0; i < fwd.n; i++) /* secrets: wiped before they are freed */
+        memset(fwd.v[i], 0, strlen(fwd.v[i]));
+    sv_free(&fwd);
+    sv_free(&params);
+    free(url);
+    return st;
+}
+
 td_status td_workflow_secrets(const td_workflow *w, td_exec_secrets *out) {
     memset(out, 0, sizeof *out);
     td_status st = TD_OK;
@@ -704,6 +803,18 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     int lock_fd = -1;
     *exit_code = 1;
     if (run_id_out) *run_id_out = NULL;
+    if ((opts->controller_of || opts->controller_store) &&
+        (!opts->controller_of || !opts->controller_store || !opts->detach || opts->resume_run))
+        return td_error(TD_ERR_USAGE,
+                        "--controller-of RUN and --controller-store S3URL go together, with -d and "
+                        "without --resume: tandem run -d of an aws run sets them on its "
+                        "controller");
+    if (opts->resume_run && opts->detach && !opts->controller_of && w && w->executor &&
+        !strcmp(w->executor, "aws"))
+        return td_error(TD_ERR_USAGE,
+                        "tandem run --resume -d of an aws run is not built yet: resume run %s "
+                        "attached (without -d)",
+                        opts->resume_run);
     /* Before anything starts: a secret that is not set stops the run before it exists. */
     TD_CHECK(td_workflow_secrets(w, &s.secrets));
     st = td_rundb_open(opts->project_dir, &store);
@@ -729,7 +840,13 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
 
     td_sigwatch sigs = {.fd = -1};
     s.sigs = &sigs;
-    if (opts->detach) {
+    int in_cloud = opts->detach && !opts->controller_of && w->executor &&
+                   !strcmp(w->executor, "aws");
+    if (in_cloud) {
+        s.store = store;
+        st = run_in_cloud(&s);
+        if (st == TD_OK) *exit_code = 0;
+    } else if (opts->detach) {
         st = run_detached(&s, opts, &store, exit_code);
     } else {
         st = td_sigwatch_open(&sigs, watched_signals, (int)TD_ARRAY_LEN(watched_signals));

@@ -23,11 +23,12 @@ set_tests_properties(cloud/test_gc PROPERTIES TIMEOUT 180)
 set_tests_properties(cloud/test_aws_run PROPERTIES TIMEOUT 900)
 # a user's SDK script on 2 spot instances, node 0 interrupted, resumed from S3 (root, namespaces,
 # the fixture's and the frameworks' venvs; skips with 77 without them): one run, one reference.
-set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600)
+set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED tandem_wheel)
 # a user's Lightning and HF Trainer scripts on 2 spot instances and the SDK script on 1, node 0
 # interrupted while the first attempt holds at step 10, resumed from S3 (root, namespaces, the
 # fixture's and the frameworks' venvs; skips with 77 without them): three runs, three references.
-set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1200)
+# The instances run the SDK from the pip wheel (fw_remote_python): issue 33.
+set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1200 FIXTURES_REQUIRED tandem_wheel)
 # the dead-man's switch on the EC2 fixture (root, namespaces, the venv; skips with 77 without
 # them): a quiet live run of 45 s (orphan_timeout 10 s) untouched, then a supervisor killed -9
 # whose 2 instances terminate themselves (15 s): about 2 min on the shared 2-core machine.
@@ -35,3 +36,15 @@ set_tests_properties(cloud/test_aws_orphan PROPERTIES TIMEOUT 600)
 # what a run's instances cost, on the EC2 fixture (root, namespaces, the venv; skips with 77
 # without them): three short runs, about 90 s on the shared 2-core machine.
 set_tests_properties(cloud/test_aws_cost PROPERTIES TIMEOUT 600)
+# tandem run -d of an aws run lives in the cloud, on the EC2 fixture (root, namespaces, the venv;
+# skips with 77 without them): a 2-node spot run handed to its controller, the submitter gone and
+# its route cut, node 1 interrupted, attached back through S3; a detached run stopped from the
+# submitter; two runs, one reference: 213-291 s on the shared 2-core machine.
+set_tests_properties(cloud/test_aws_detach PROPERTIES TIMEOUT 1200)
+# the bundle's probe parser and host check (src/exec/bundle.c) and the per-zone spot prices: no
+# network, no host.
+target_include_directories(cloud_test_bundle PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(cloud_test_bundle PRIVATE td_exec)
+# zones and architectures on the EC2 fixture (root, namespaces, the venv; skips with 77 without
+# them): one short run and four plans, 100-150 s on the loaded shared 2-core machine.
+set_tests_properties(cloud/test_aws_zones PROPERTIES TIMEOUT 600)

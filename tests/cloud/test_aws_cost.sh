@@ -23,21 +23,7 @@ set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 . "$SRC/tests/lib/cloud.sh"
-P=$(mktemp -d /tmp/tandem-cost-XXXXXX)
-cleanup() {
-    cloud_down
-    rm -rf "$P"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
-    cloud_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-cloud_up "$P" || fail "the fixture did not come up"
-aws() { sshd_exec "$CLOUD_AWS" "$@"; }
+cloud_test_begin cost
 aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null || fail "create-key-pair"
 mkdir -p "$P/.tandem"
 printf '# the test'"'"'s own prices\nus-east-1 t3.nano 0.5\n* t3.nano 9\nus-east-1 t3.nano 0.25  # the last line wins\n' >"$P/prices.txt"
@@ -190,7 +176,7 @@ read -r want nfit < <(cheapest us-west-2 "$P/west.txt" 0 0 1 A10G) || fail "the 
 sshd_exec "$B" run pickmodel --dry-run >"$P/pickmodel.log" 2>&1 || fail "tandem run pickmodel --dry-run: exit $?"
 grep -q "^resources: chose $want (.*1 x A10G" "$P/pickmodel.log" || fail "gpu_model: not $want: $(cat "$P/pickmodel.log")"
 out=$(sshd_exec "$B" run toobig --dry-run 2>&1) && fail "an impossible request was planned: $out"
-grep -q "aws.resources: no x86-64 instance type in us-west-2 .*{cpu: 8, gpu: 64}.*the closest: [^;]* 8 x " <<<"$out" ||
+grep -q "aws.resources: no x86_64 instance type in us-west-2 .*{cpu: 8, gpu: 64}.*the closest: [^;]* 8 x " <<<"$out" ||
     fail "the refusal does not name the request and the closest types: $out"
 echo "resources: $(head -1 "$P/pick.log")"
 echo "refused: $out" | head -c 400; echo

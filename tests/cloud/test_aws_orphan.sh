@@ -18,35 +18,19 @@ set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 . "$SRC/tests/lib/cloud.sh"
-P=$(mktemp -d /tmp/tandem-orphan-XXXXXX)
 sup=
-cleanup() {
-    [ -n "$sup" ] && kill -9 "$sup" 2>/dev/null
-    cloud_down
-    rm -rf "$P"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
+cloud_test_cleanup() { [ -n "$sup" ] && kill -9 "$sup" 2>/dev/null; }
+cloud_test_logs() {
     [ -n "${TSH_STATE:-}" ] && for f in "$TSH_STATE"/log/user-data-*.log; do
-        [ -f "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }
+        [ -f "$f" ] && { echo "--- $f"; tail -5 "$f"; }
     done
     for id in ${ids:-}; do
-        echo "--- $id: /dev/shm" >&2
-        cloud_host_exec "$id" sh -c 'ls -l --time-style=+%s /dev/shm; date +%s; cat /dev/shm/tandem-orphan.log' >&2
+        echo "--- $id: /dev/shm"
+        cloud_host_exec "$id" sh -c 'ls -l --time-style=+%s /dev/shm; date +%s; cat /dev/shm/tandem-orphan.log'
     done
-    cloud_logs 10
-    exit 1
 }
-export TANDEM_HOME=$P
-cloud_up "$P" || fail "the fixture did not come up"
-aws() { sshd_exec "$CLOUD_AWS" "$@"; }
-instances_of() {
-    aws ec2 describe-instances --filters "Name=tag:tandem:run,Values=$1" \
-        "Name=instance-state-name,Values=${2:-pending,running,stopping,stopped}" \
-        --query 'Reservations[].Instances[].InstanceId' --output text | tr '\t' '\n' | sed '/^$/d' | sort
-}
+cloud_test_begin orphan
+instances_of() { cloud_tagged tandem:run "$@"; }
 aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null || fail "create-key-pair"
 export TANDEM_SHUTDOWN_CMD=$SRC/tests/lib/cloud_shutdown.sh
 mkdir -p "$P/.tandem"

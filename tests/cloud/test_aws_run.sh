@@ -3,18 +3,25 @@
 # moto's EC2 and S3, every running instance a host of its own with sshd and IMDSv2). What
 # tandem did is checked with the AWS CLI of the fixture's venv, never with tandem's own account.
 # The project is hidden from the instances (an empty tmpfs there), as on machines of their own.
-# 1. 2 spot instances train BasicNet: weights bitwise equal to 2 local workers; tandem installed
-#    on each by aws.setup from the run's code (its output in the run's logs); the artifact in the
-#    run directory and in S3; both instances spot, tagged with the run, terminated at the end;
-#    the run's record lists them with their market and instance-hours. A setup that fails ends
-#    the run with its message and leaves no instance.
+# 1. 2 spot instances train BasicNet: weights bitwise equal to 2 local workers; tandem shipped
+#    to each (no aws.tandem: its bundle, src/exec/bundle.c): the workers' `tandem` is the
+#    bundle's wrapper in the instance's ~/.cache/tandem/bundles/KEY, the agent runs with the
+#    bundle's OpenBLAS (its /proc/PID/maps), and python3 imports the SDK from the bundle; the
+#    user's own aws.setup still runs (its output in the run's logs); the artifact in the run
+#    directory and in S3; both instances spot, tagged with the run, terminated at the end; the
+#    run's record lists them with their market and instance-hours. A setup that fails ends the
+#    run with its message and leaves no instance.
+# 1b. The bundle runs where the libraries are missing: a chroot holding only what glibc provides
+#    (the loader, libc, libm, ...), sh and dirname, and the bundle: `tandem train` there writes
+#    the weights the machine's own tandem writes (bitwise), while the bundle's binary run
+#    without its wrapper cannot load its libraries there.
 # 2. Errors, nothing created (the CLI counts the instances before and after): no credentials,
 #    a profile that does not exist, a key pair that does not exist, an instance type that does
 #    not exist, a region that does not exist.
 # 3. Capacity: the first subnet refuses (InsufficientInstanceCapacity): the next one is used;
 #    every subnet refuses: a clear error naming what was tried, and no instance left.
 # 4. An interruption notice on node 1 mid-run: the workers checkpoint, the checkpoint is in S3
-#    before the notice's time, a replacement instance is created (node 1 again), the run resumes
+#    before the notice's time, a replacement instance is created (node 1 again; tandem shipped to it), the run resumes
 #    and ends with the uninterrupted run's bits; train/loss steps once each; the record shows the
 #    interrupted instance and its replacement.
 # 5. kill -9 of tandem run mid-run: its instances keep running; tandem gc terminates them and
@@ -24,35 +31,16 @@ set -uo pipefail
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 B=$TANDEM_BIN
 . "$SRC/tests/lib/cloud.sh"
-P=$(mktemp -d /tmp/tandem-aws-XXXXXX)
-cleanup() {
-    cloud_down
-    rm -rf "$P"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$P"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
-    cloud_logs 10
-    exit 1
-}
-export TANDEM_HOME=$P
-cloud_up "$P" || fail "the fixture did not come up"
-aws() { sshd_exec "$CLOUD_AWS" "$@"; }
+cloud_test_begin aws
 # instance ids of a run (tag tandem:run=ID) in the given states (default: alive)
-instances_of() {
-    aws ec2 describe-instances --filters "Name=tag:tandem:run,Values=$1" \
-        "Name=instance-state-name,Values=${2:-pending,running,stopping,stopped}" \
-        --query 'Reservations[].Instances[].InstanceId' --output text | tr '\t' '\n' | sed '/^$/d' | sort
-}
+instances_of() { cloud_tagged tandem:run "$@"; }
 count_all() { aws ec2 describe-instances --query 'length(Reservations[].Instances[])' --output text; }
 
 aws ec2 create-key-pair --key-name tk --query KeyName --output text >/dev/null || fail "create-key-pair"
 aws s3 mb s3://tandem-ckpt >/dev/null || fail "s3 mb"
-# the image has no tandem where the workflow says (/root is each instance's own): aws.setup
-# installs it there from the run's code
-mkdir -p "$P/.tandem" "$P/vendor"
-cp "$B" "$P/vendor/tandem"
+# tandem ships itself to each instance (no aws.tandem): its bundle is cached here
+export XDG_CACHE_HOME=$P/cache
+mkdir -p "$P/.tandem"
 train="tandem train --model basicnet --data $TANDEM_DATA --batch 32 --threads 1 --seed 7 --no-progress"
 # address: private: the fixture's instances are reached at their private address (moto gives
 # them public ones no route leads to)
@@ -63,10 +51,13 @@ workflows:
     executor: aws
     nodes: 2
     aws:
-      {$aws_block, tandem: /root/bin/tandem,
-       setup: ["mkdir -p /root/bin", "install -m 755 vendor/tandem /root/bin/tandem"]}
+      {$aws_block, setup: ["echo the user setup ran on \$(hostname)"]}
     commands:
       - mkdir -p out
+      - echo "tandem is \$(command -v tandem)"
+      - echo "agent blas \$(grep -o '/[^ ]*libopenblas[^ ]*' /proc/\$PPID/maps | head -n 1)"
+      - echo "sdk from \$(python3 -c 'import tandem; print(tandem.__file__)')"
+      - echo "worker ld [\${LD_LIBRARY_PATH:-}]"
       - $train --steps 40 --save out/w.safetensors
     artifacts: {paths: [out/w.safetensors], to: s3://tandem-ckpt/artifacts}
   - name: long
@@ -124,7 +115,63 @@ for n in 0 1; do
     [ -f "$R/logs/setup-node-$n.log" ] || fail "no setup log of node $n"
 done
 grep -q "aws.setup\|waiting for its ssh" "$P/bn.log" || fail "no progress line of the instances' start"
-echo "executor aws: 2 spot instances == 2 local workers (bitwise), tandem installed by aws.setup, artifact in S3, both terminated:" $all
+grep -q "the user setup ran on i-" "$R/logs/setup-node-1.log" || fail "the user's aws.setup did not run: $(cat "$R/logs/setup-node-1.log")"
+grep -q "tandem shipped to i-.* in .* s (.* MB): /root/.cache/tandem/bundles/[0-9a-f]*/tandem" "$P/bn.log" ||
+    fail "no line of tandem shipped: $(grep -i 'ship\|bundle' "$P/bn.log")"
+key=$(sed -n 's/.*tandem ships to the instances: bundle \([0-9a-f]*\) .*/\1/p' "$P/bn.log")
+[ -n "$key" ] && [ -s "$XDG_CACHE_HOME/tandem/bundles/$key.tar.gz" ] || fail "no bundle $key in the cache: $(ls -R "$XDG_CACHE_HOME")"
+D=/root/.cache/tandem/bundles/$key
+for r in 0 1; do
+    log=$R/logs/rank-$r.log
+    grep -q "tandem is $D/tandem$" "$log" || fail "rank $r's tandem: $(grep 'tandem is' "$log")"
+    grep -q "agent blas $D/lib/libopenblas" "$log" || fail "rank $r's agent's OpenBLAS: $(grep 'agent blas' "$log")"
+    grep -q "sdk from $D/python/tandem/__init__.py" "$log" || fail "rank $r's SDK: $(grep 'sdk from' "$log")"
+    # the bundle's libraries are tandem's: a worker's own programs load the instance's
+    grep -q "worker ld \[" "$log" && ! grep -q "worker ld .*$D/lib" "$log" ||
+        fail "rank $r's LD_LIBRARY_PATH holds the bundle's libraries: $(grep 'worker ld' "$log")"
+done
+echo "executor aws: 2 spot instances == 2 local workers (bitwise), tandem shipped ($key, its OpenBLAS and SDK used), the user's aws.setup run, artifact in S3, both terminated:" $all
+
+# --- 1b. the bundle where the libraries are missing: a chroot with glibc's files only
+C=$P/chroot
+mkdir -p "$C/b" "$C/bin" "$C/usr/bin" "$C/proc" "$C/dev" "$C/data" "$C/tmp"
+tar -xzf "$XDG_CACHE_HOME/tandem/bundles/$key.tar.gz" -C "$C/b" || fail "unpacking the bundle"
+python3 - "$C/b/manifest.json" "$C/b" <<'PY' || fail "the bundle's manifest: $(cat "$C/b/manifest.json")"
+import hashlib, json, os, platform, sys
+m = json.load(open(sys.argv[1]))
+assert m["arch"] == platform.machine() and m["os"] == "Linux", m
+names = {f["path"] for f in m["files"]}
+for f in m["files"]:
+    got = hashlib.sha256(open(os.path.join(sys.argv[2], f["path"]), "rb").read()).hexdigest()
+    assert got == f["sha256"], f
+for lib in ("libopenblas", "libcurl", "libsqlite3", "libjansson", "libexpat", "libnettle", "libyaml", "libmicrohttpd", "libgomp"):
+    assert any(n.startswith("lib/" + lib) for n in names), (lib, sorted(names))
+for lib in ("libc.so", "libm.so", "ld-linux", "libpthread", "libdl.so", "librt.so"):
+    assert not any(n.startswith("lib/" + lib) for n in names), (lib, sorted(names))
+assert m["sdk"] and os.path.exists(os.path.join(sys.argv[2], "python/tandem/__init__.py"))
+assert tuple(map(int, m["glibc_needed"].split("."))) <= tuple(map(int, platform.libc_ver()[1].split("."))), m
+PY
+libc=$(ldd /bin/sh | awk '/libc\.so/ {print $3}')
+loader=$(ldd /bin/sh | awk '/ld-linux|ld64/ {print $1}')
+mkdir -p "$C$(dirname "$libc")" "$C$(dirname "$loader")"
+cp -L "$loader" "$C$loader"
+for l in libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2; do
+    [ -e "$(dirname "$libc")/$l" ] && cp -L "$(dirname "$libc")/$l" "$C$(dirname "$libc")/"
+done
+cp -L /bin/sh "$C/bin/sh" && cp -L "$(command -v dirname)" "$C/usr/bin/dirname"
+(cd "$C" && find . -name 'libopenblas*' -o -name 'libcurl*' | grep -v '^./b/') && fail "the chroot has system libraries"
+in_chroot() {
+    unshare -m sh -c 'C=$1; shift; mount --bind "$TANDEM_DATA" "$C/data" && mount --rbind /dev "$C/dev" &&
+        mount -t proc proc "$C/proc" && exec chroot "$C" "$@"' sh "$C" "$@"
+}
+out=$(in_chroot /b/bin/tandem --version 2>&1) && fail "the bundle's binary ran in the chroot without its libraries: $out"
+grep -q "error while loading shared libraries" <<<"$out" || fail "without its wrapper: $out"
+in_chroot /b/tandem train --model basicnet --data /data --batch 32 --threads 1 --seed 7 --no-progress \
+    --steps 5 --save /tmp/w.safetensors >"$P/chroot.log" 2>&1 || fail "tandem train in the chroot: exit $?"
+"$B" train --model basicnet --data "$TANDEM_DATA" --batch 32 --threads 1 --seed 7 --no-progress \
+    --steps 5 --save "$P/w-host.safetensors" >"$P/host.log" 2>&1 || fail "tandem train here: exit $?"
+cmp "$C/tmp/w.safetensors" "$P/w-host.safetensors" || fail "the chroot's weights differ from this machine's"
+echo "the bundle in a chroot without the system's libraries: tandem train == this machine's (bitwise); its binary alone: $(grep -o 'error while loading shared libraries: [^:]*' <<<"$out")"
 sshd_exec timeout -k 5 120 "$B" run badsetup >"$P/badsetup.log" 2>&1 && fail "badsetup succeeded"
 grep -q "the setup on root@.* (node 0) failed after .* (exit code 7): no such tool here" "$P/badsetup.log" ||
     fail "badsetup's message: $(tail -3 "$P/badsetup.log")"
@@ -216,10 +263,12 @@ steps=$("$B" metrics long-1 --key train/loss --csv | tail -n +2 | cut -d, -f3 | 
 [ "$steps" = "$(seq 1 300 | tr '\n' ' ')" ] || fail "train/loss steps are not 1..300 once each"
 echo "resumed on $new1 (replacing $old1): the uninterrupted run's bits, steps 1..300 once each, the record shows both"
 # issue 31's measure of a replacement: from the notice to the first step of the resumed attempt
-# (its train/loss point's time); here the image has tandem already (no aws.setup build), the
-# fixture's instance is up in seconds and the notice gives 40 s: a baseline, not a target
+# (its train/loss point's time); here tandem ships itself to the replacement (its bundle sent
+# over ssh: the line below), the fixture's instance is up in seconds and the notice gives 40 s.
+# bench/bench_replace.sh measures it beside an image that has tandem (the before), in one run.
 t_first=$("$B" metrics long-1 --key train/loss --csv | awk -F, -v s=$((after + 1)) '$3 == s {print $5; exit}')
-[ -n "$t_first" ] && echo "replacement: notice to the first resumed step ($((after + 1))): $(awk "BEGIN{printf \"%.1f\", $t_first - $t_notice}") s"
+grep -q "node 1: tandem shipped to $new1 in" "$P/long.log" || fail "the replacement did not get the bundle: $(grep 'ship\|has this tandem' "$P/long.log")"
+[ -n "$t_first" ] && echo "replacement: notice to the first resumed step ($((after + 1))): $(awk "BEGIN{printf \"%.1f\", $t_first - $t_notice}") s, tandem shipped: $(sed -n "s/.*node 1: tandem shipped to $new1 in \([0-9.]* s ([0-9.]* MB)\).*/\1/p" "$P/long.log")"
 
 # --- 5. kill -9 of tandem run: tandem gc terminates what it left
 sshd_exec timeout -k 5 400 "$B" run long >"$P/long2.log" 2>&1 &

@@ -102,6 +102,21 @@ with open(os.path.join(logs, "rank-1.log")) as f:
 check(any(l.startswith("ENV ") for l in log), "rank-1.log holds the ENV line unprefixed")
 check_eq(sum(1 for l in log if l.startswith("r1-")), 200, "rank-1.log long lines")
 
+# A shipped tandem's libraries (TANDEM_BUNDLE_LIB, set by its wrapper) are tandem's own: the
+# workers' LD_LIBRARY_PATH loses that directory and keeps the rest (unset when nothing is left)
+ldp = write_script(d, "ldp.py", f"""#!{PYTHON}
+import os
+print("LDP", repr(os.environ.get("LD_LIBRARY_PATH")), flush=True)
+""")
+bundle = os.path.join(d, "bundle-lib")
+for given, want in [(f"{bundle}:/opt/x/lib:{bundle}", "/opt/x/lib"), (bundle, None),
+                    ("/opt/y/lib", "/opt/y/lib")]:
+    rc, out5, err5, _ = launch(["--nproc-per-node", "1", "--", ldp],
+                               env={"LD_LIBRARY_PATH": given, "TANDEM_BUNDLE_LIB": bundle})
+    check_eq(rc, 0, f"launch with LD_LIBRARY_PATH={given} (stderr: {err5[-500:]})")
+    got = [l.partition("] LDP ")[2] for l in out5.splitlines() if "] LDP " in l]
+    check_eq(got, [repr(want)], f"the worker's LD_LIBRARY_PATH from {given}")
+
 # usage errors exit 2
 rc, _, err4, _ = launch(["--nproc-per-node", "0", "--", "true"])
 check_eq(rc, 2, "exit code for --nproc-per-node 0")

@@ -43,6 +43,10 @@
 #                                  terminates or stops it in moto as its
 #                                  InstanceInitiatedShutdownBehavior says, recording
 #                                  "BEHAVIOUR TIME WHY" in $TSH_STATE/cloud/shutdown/ID
+#   cloud_spot_prices ["TYPE ZONE USD"...]  DescribeSpotPriceHistory through CLOUD_ENDPOINT
+#                                  answers these prices for those types and zones, none in the
+#                                  other zones of a type named here, and moto's own (the same in
+#                                  every zone) for the other types; no argument: moto's
 #   cloud_logs [LINES]             the tails of the watcher's, proxy's, moto's and sshd's logs
 #   cloud_down                     idempotent: the watcher, proxy, moto and every host killed,
 #                                  every namespace deleted (nothing is "terminated" in moto)
@@ -184,10 +188,54 @@ cloud_rebalance() {
     _cloud_post "$d/rebalance" "{\"noticeTime\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}"
 }
 
+cloud_spot_prices() {
+    [ -n "${TSH_STATE:-}" ] || { echo "cloud: no fixture (cloud_up first)" >&2; return 1; }
+    local what
+    what=$(for w; do echo "$w"; done)
+    _cloud_post "$TSH_STATE/cloud/spot-prices" "${what:+$what
+}"
+}
+
 cloud_refuse_capacity() {
     [ -n "${TSH_STATE:-}" ] || { echo "cloud: no fixture (cloud_up first)" >&2; return 1; }
     local what
     what=$(for w; do echo "$w"; done)
     _cloud_post "$TSH_STATE/cloud/refuse" "${what:+$what
 }"
+}
+
+# cloud_test_begin NAME: the start every test on the fixture shares. P: a new directory
+# /tmp/tandem-NAME-XXXXXX (hide it from the instances: the test's project lives there), removed
+# at exit; TANDEM_HOME=$P; an EXIT trap that runs the test's own cloud_test_cleanup when it
+# defines one, then cloud_down; the fixture up. Defines
+#   fail MSG                 says FAIL: MSG, the tails of $P/*.log, the test's cloud_test_logs
+#                            when it defines one, the fixture's logs; exit 1
+#   aws ARGS...              the fixture's AWS CLI, in the login namespace
+#   cloud_tagged KEY VALUE [STATES]  ids of the instances tagged KEY=VALUE, one per line, sorted,
+#                            in STATES (default: pending,running,stopping,stopped)
+cloud_test_begin() {
+    P=$(mktemp -d "/tmp/tandem-$1-XXXXXX")
+    export TANDEM_HOME=$P
+    _cloud_test_end() {
+        if declare -F cloud_test_cleanup >/dev/null; then cloud_test_cleanup; fi
+        cloud_down
+        rm -rf "$P"
+    }
+    trap _cloud_test_end EXIT
+    fail() {
+        echo "FAIL: $*" >&2
+        local f
+        for f in "$P"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
+        if declare -F cloud_test_logs >/dev/null; then cloud_test_logs >&2; fi
+        cloud_logs 10
+        exit 1
+    }
+    aws() { sshd_exec "$CLOUD_AWS" "$@"; }
+    cloud_tagged() {
+        aws ec2 describe-instances --filters "Name=tag:$1,Values=$2" \
+            "Name=instance-state-name,Values=${3:-pending,running,stopping,stopped}" \
+            --query 'Reservations[].Instances[].InstanceId' --output text |
+            tr '\t' '\n' | sed '/^$/d' | sort
+    }
+    cloud_up "$P" || fail "the fixture did not come up"
 }

@@ -11,7 +11,10 @@
 # and for DescribeInstances, whose answer names an instance that a spot interruption ended
 # (cloud_interrupt) with EC2's state reason (Server.SpotInstanceTermination), or one that shut
 # itself down with InstanceInitiatedShutdownBehavior=terminate (cloud_shutdown.sh) with
-# Client.InstanceInitiatedShutdown, not moto's. A HEAD
+# Client.InstanceInitiatedShutdown, not moto's; and for DescribeSpotPriceHistory, whose items
+# take the prices of the spot-prices file beside the control file (lines "TYPE ZONE USD",
+# cloud_spot_prices; moto prices every zone alike): a type it names is priced in the zones it
+# names and has no spot price in the others; other types keep moto's. A HEAD
 # is answered with the upstream's Content-Length (the object's size), not its empty body's.
 #   cloud_proxy.py LISTEN_ADDR PORT UPSTREAM_HOST UPSTREAM_PORT CONTROL_FILE
 # Standard library only. Logs one line per RunInstances (and per error) to stderr.
@@ -32,6 +35,7 @@ HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te"
        "upgrade", "content-length"}
 INTERRUPTED = os.path.join(os.path.dirname(CONTROL), "interrupted")
 SHUTDOWN = os.path.join(os.path.dirname(CONTROL), "shutdown")
+SPOT_PRICES = os.path.join(os.path.dirname(CONTROL), "spot-prices")
 SUBNETS = {}  # region -> {subnet id: (az, default for az)}
 LOCK = threading.Lock()
 
@@ -131,6 +135,32 @@ def spot_terminations(data):
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root)
 
 
+def spot_prices(data):
+    """DescribeSpotPriceHistory's answer with the spot-prices file's prices (TYPE ZONE USD)."""
+    try:
+        with open(SPOT_PRICES) as f:
+            table = {(w[0], w[1]): w[2] for w in (line.split() for line in f) if len(w) == 3}
+    except OSError:
+        return data
+    if not table:
+        return data
+    root = ET.fromstring(data)
+    ns = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
+    q = (lambda t: "{%s}%s" % (ns, t)) if ns else (lambda t: t)
+    named = {t for t, _ in table}
+    for parent in list(root.iter()):
+        for item in [c for c in parent if c.tag == q("item")]:
+            key = (item.findtext(q("instanceType")), item.findtext(q("availabilityZone")))
+            price = item.find(q("spotPrice"))
+            if key in table and price is not None:
+                price.text = table[key]
+            elif key[0] in named:
+                parent.remove(item)
+    if ns:
+        ET.register_namespace("", ns)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -187,6 +217,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send(502, "Bad Gateway", [("Content-Type", "text/plain")], b"moto unreachable\n")
         if action == "DescribeInstances" and status == 200:
             data = spot_terminations(data)
+        if action == "DescribeSpotPriceHistory" and status == 200:
+            data = spot_prices(data)
         self.send(status, reason, rheaders, data)
 
     def run_instances(self, params):

@@ -128,10 +128,17 @@ int cmd_logs(int argc, char **argv) {
     refresh(store, &r, rank, &cs, &n);
     for (size_t i = 0; i < n; i++) pump(&cs[i], prefixed, !follow);
     if (follow) {
+        double next_pull = td_now_s() + 2.0;
         for (;;) {
             td_run cur;
             int done = 1;
             if (td_run_find(store, r.id, &cur) == TD_OK) {
+                /* a run that lives in the cloud: its store pulled every 2 s (the controller
+                 * pushes about as often) */
+                if (td_run_is_remote(&cur) && td_now_s() >= next_pull) {
+                    run_cli_attach(store, &cur);
+                    next_pull = td_now_s() + 2.0;
+                }
                 if (td_run_reap_stale(store, &cur) != TD_OK) td_error_clear();
                 done = td_run_status_is_final(cur.status);
                 td_run_clear(&cur);

@@ -437,6 +437,8 @@ int cmd_ps(int argc, char **argv) {
             continue;
         }
         nrows++;
+        /* a run that lives in the cloud and has not ended: its store pulled (one S3 listing) */
+        if (!td_run_status_is_final(r->status) && td_run_is_remote(r)) run_cli_attach(store, r);
         if (td_run_reap_stale(store, r) != TD_OK) td_error_clear();
         row->silent_s = td_run_silent_s(r, now);
         row->last_activity = td_run_last_activity(r);

@@ -39,7 +39,9 @@ enum {
     OPT_REGION,
     OPT_SPOT,
     OPT_SET,
-    OPT_DRY_RUN
+    OPT_DRY_RUN,
+    OPT_CONTROLLER_OF,
+    OPT_CONTROLLER_STORE
 };
 
 static const cli_opt run_opts[] = {
@@ -53,6 +55,10 @@ static const cli_opt run_opts[] = {
      "and create nothing",
      0},
     {OPT_PARAM, "param", 0, "KEY=VALUE", "override or add a param (repeatable)", CLI_REPEAT},
+    {OPT_CONTROLLER_OF, "controller-of", 0, "RUN",
+     "(set by tandem run -d of an aws run, on its controller) run\nthe workflow as run RUN", 0},
+    {OPT_CONTROLLER_STORE, "controller-store", 0, "S3URL",
+     "(with --controller-of) keep the run's store there", 0},
     {OPT_RESUME, "resume", 0, "RUN",
      "continue a preempted, stopped or failed run (same id) with\nTANDEM_RESUME=1", 0},
     {OPT_NAME, "name", 0, "NAME",
@@ -275,6 +281,7 @@ static char *default_file(void) {
 int cmd_run(int argc, char **argv) {
     const char *name = NULL, *file = NULL, *resume = NULL, *run_name = NULL;
     int detach = 0, cmd_at = -1, max_restarts = -1, dry_run = 0;
+    const char *controller_of = NULL, *controller_store = NULL;
     const char *nproc = NULL, *profile = NULL;
     setting *sets = td_xcalloc((size_t)argc, sizeof *sets);
     size_t nsets = 0, nhosts = 0, nartifacts = 0;
@@ -299,6 +306,12 @@ int cmd_run(int argc, char **argv) {
             break;
         case OPT_DRY_RUN:
             dry_run = 1;
+            break;
+        case OPT_CONTROLLER_OF:
+            controller_of = p.value;
+            break;
+        case OPT_CONTROLLER_STORE:
+            controller_store = p.value;
             break;
         case OPT_FILE:
             file = p.value;
@@ -652,7 +665,9 @@ int cmd_run(int argc, char **argv) {
                                .resume_run = resume,
                                .tags = tag_set,
                                .group = group,
-                               .notes = notes};
+                               .notes = notes,
+                               .controller_of = controller_of,
+                               .controller_store = controller_store};
         st = td_workflow_run(w, &opts, &run_id, &exit_code);
     }
     if (st != TD_OK) {

@@ -1,6 +1,8 @@
 /* tandem stop: ask a run's supervisor to stop it (the workers checkpoint on SIGTERM). A run whose
  * supervisor is gone (its pid free, or held by another process since) gets no signal: it is
- * marked failed, and the error says so with the run's note. */
+ * marked failed, and the error says so with the run's note. A run that lives in the cloud
+ * (tandem run -d of an aws run) is asked through its store in S3, which its controller polls
+ * (docs/runs.md). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +48,21 @@ int cmd_stop(int argc, char **argv) {
     td_rundb *store;
     td_status st = td_rundb_open(NULL, &store);
     td_run r = {0};
-    if (st == TD_OK) st = td_run_stop(store, id, wait_s, &r);
+    /* a run that lives in the cloud: asked through its store, which its controller polls */
+    int remote = 0;
+    if (st == TD_OK && td_run_find(store, id, &r) == TD_OK && td_run_is_remote(&r)) {
+        remote = 1;
+        run_cli_attach(store, &r);
+        st = td_run_status_is_final(r.status)
+                 ? td_error(TD_ERR_INVALID, "run %s already ended (%s)", r.id,
+                            td_run_status_str(r.status))
+                 : td_exec_remote_stop(store, &r, wait_s);
+    } else {
+        td_run_clear(&r);
+        memset(&r, 0, sizeof r);
+        td_error_clear();
+    }
+    if (st == TD_OK && !remote) st = td_run_stop(store, id, wait_s, &r);
     /* A run on a cluster scheduler whose supervisor died (the run is recorded as ended, and
      * td_run_stop had nobody to ask) may have left its job queued or running there: cancel it
      * too. A supervisor that recorded the end left no job behind, and this does nothing. */
@@ -55,7 +71,7 @@ int cmd_stop(int argc, char **argv) {
                    td_run_find(store, id, &cur) == TD_OK && td_run_status_is_final(cur.status);
     /* Why it had ended, for the "already ended" error (a supervisor found gone just now). */
     char *ended_note = st == TD_ERR_INVALID && have_cur && cur.note ? td_xstrdup(cur.note) : NULL;
-    if (have_cur && td_executor_of_run(&cur)) {
+    if (have_cur && !remote && td_executor_of_run(&cur)) {
         int cancelled = 0;
         char what[512];
         td_status cst =

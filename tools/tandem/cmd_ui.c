@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "tandem/exec.h"
 #include "tandem/loop.h"
 #include "tandem/os.h"
 #include "tandem/ui.h"
@@ -52,14 +53,59 @@ static void on_signal(td_loop *l, int fd, unsigned events, void *user) {
     if (w->sig) td_loop_stop(l);
 }
 
+/* Runs that live in the cloud (tandem run -d of an aws run) are pulled from their store in S3
+ * every few seconds while they have not ended, so the page shows them live as it shows local
+ * runs: the server reads the store, and the pull keeps the store current. Off the loop's thread
+ * (S3 calls block), one pass at a time. */
+#define REMOTE_PULL_PERIOD_S 3.0
+struct remote_pull {
+    const char *project_dir;
+    int busy;
+};
+
+static void pull_remote_runs(void *user) {
+    struct remote_pull *rp = user;
+    td_rundb *store = NULL;
+    td_run *runs = NULL;
+    size_t n = 0;
+    if (td_rundb_open(rp->project_dir, &store) == TD_OK &&
+        td_run_list(store, TD_RUN_LIST_ALL, &runs, &n) == TD_OK)
+        for (size_t i = 0; i < n; i++)
+            if (!td_run_status_is_final(runs[i].status) && td_run_is_remote(&runs[i]) &&
+                td_exec_remote_refresh(store, &runs[i]) != TD_OK) {
+                fprintf(stderr, "tandem ui: warning: %s\n", td_error_msg());
+                td_error_clear();
+            }
+    td_error_clear();
+    td_runs_free(runs, n);
+    td_rundb_close(store);
+}
+
+static void pulled_remote_runs(td_loop *l, void *user) {
+    (void)l;
+    ((struct remote_pull *)user)->busy = 0;
+}
+
+static void on_pull_timer(td_loop *l, void *user) {
+    struct remote_pull *rp = user;
+    if (rp->busy) return;
+    if (td_loop_queue_work(l, pull_remote_runs, pulled_remote_runs, rp))
+        rp->busy = 1;
+    else
+        td_error_clear();
+}
+
 /* The server runs in libmicrohttpd's threads and the events thread; this one only waits, on
- * the event loop every long-lived tandem process runs on, for SIGINT or SIGTERM. Returns the
- * signal, or 0 when the loop itself failed (printed). */
-static int wait_for_signal(td_sigwatch *sw) {
+ * the event loop every long-lived tandem process runs on, for SIGINT or SIGTERM (and pulls the
+ * runs that live in the cloud). Returns the signal, or 0 when the loop itself failed
+ * (printed). */
+static int wait_for_signal(td_sigwatch *sw, const char *project_dir) {
     struct signal_wait w = {.sw = sw, .sig = 0};
+    struct remote_pull rp = {.project_dir = project_dir};
     td_loop *l = NULL;
     td_status st = td_loop_new(&l);
     if (st == TD_OK) st = td_loop_watch(l, sw->fd, TD_LOOP_READ, on_signal, &w);
+    if (st == TD_OK) td_loop_timer(l, 0, REMOTE_PULL_PERIOD_S, on_pull_timer, &rp);
     if (st == TD_OK) st = td_loop_run(l);
     if (st != TD_OK) td_error_print(st);
     td_loop_free(l);
@@ -148,7 +194,7 @@ int cmd_ui(int argc, char **argv) {
     printf("tandem ui: serving %s; Ctrl-C stops it\n",
            opts.project_dir ? opts.project_dir : "this project's runs");
     fflush(stdout);
-    int sig = wait_for_signal(&sw);
+    int sig = wait_for_signal(&sw, opts.project_dir);
     td_ui_stop(ui);
     td_sigwatch_close(&sw);
     printf("tandem ui: stopped (%s)\n", sig ? strsignal(sig) : "its event loop failed");

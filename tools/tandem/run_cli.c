@@ -1,5 +1,6 @@
 /* The shared part of the run verbs: see run_cli.h. */
 #include "run_cli.h"
+#include "tandem/exec.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -69,7 +70,16 @@ int run_cli_open_run(const cli_command *verb, const char *id, td_rundb **store, 
         td_rundb_close(*store);
         return 2;
     }
+    run_cli_attach(*store, run);
     return 0;
+}
+
+void run_cli_attach(td_rundb *store, td_run *run) {
+    if (td_exec_remote_refresh(store, run) != TD_OK) {
+        fprintf(stderr, "tandem: warning: %s; showing what was pulled before\n",
+                run_cli_text(td_error_msg()));
+        td_error_clear();
+    }
 }
 
 void run_cli_close(td_rundb *store, td_run *run) {

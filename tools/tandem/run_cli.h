@@ -37,6 +37,11 @@ int run_cli_open_store(td_rundb **store);
  * (no RUN was given: the usage line) or no single run matches; the error is printed. */
 int run_cli_open_run(const cli_command *verb, const char *id, td_rundb **store, td_run *run);
 
+/* A run that lives in the cloud (tandem run -d of an aws run): its store pulled from S3 and its
+ * row brought up to it (td_exec_remote_refresh); a store that cannot be read is a warning, and
+ * what was pulled before is shown. Nothing for another run. run_cli_open_run does it. */
+void run_cli_attach(td_rundb *store, td_run *run);
+
 /* Clears run (may be NULL) and closes store. */
 void run_cli_close(td_rundb *store, td_run *run);
 

@@ -1,0 +1,785 @@
+/* A run that lives in the cloud: tandem run -d of an aws run (exec.h; docs/cloud.md, "The
+ * controller"; docs/runs.md, "A run that lives in the cloud").
+ *
+ * Why a controller instance, and not the submitter: the submitter is a laptop that closes, loses
+ * its network or is killed; the run's supervisor must outlive it. Why not node 0: nodes may be
+ * spot and interrupted, and the supervisor is what replaces them. So, as SkyPilot's managed
+ * jobs do, a small on-demand instance runs the one supervisor of the run (the ordinary detached
+ * `tandem run` with executor aws, which creates and replaces the nodes and whose heartbeat feeds
+ * their dead-man's switches), and the submitter only hands the run over and reads it back.
+ *
+ * Three parts, three processes:
+ * - the submitter (td_exec_controller_handoff): creates the controller, ships it the workflow,
+ *   the code and the credentials over ssh, starts `tandem run -d` there with the run's own id,
+ *   writes RUN/remote.json and returns. Nothing of tandem stays on its machine.
+ * - the controller's supervisor (td_exec_controller_start/finish, on a thread of the detached
+ *   supervisor): pushes the run directory to S3 as it goes, polls STORE/stop, feeds its own
+ *   switch, and at the end pushes the last state and lets the switch end the instance.
+ * - the submitter's verbs later (td_exec_remote_refresh/stop): pull the store back; a stop is a
+ *   request object in S3, because the laptop may not reach the controller (no inbound port to
+ *   open, no ssh key needed on whoever stops it), and S3 is what both ends reach already. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec/aws_internal.h"
+#include "exec/bundle.h"
+#include "exec/controller.h"
+#include "tandem/os.h"
+
+#define CTL_TYPE          "t3.micro" /* small, on demand: the controller only supervises */
+#define CTL_RUNNING_S     600.0      /* RunInstances to "running" */
+#define CTL_SSH_S         300.0      /* "running" to sshd answering */
+#define CTL_SETUP_S       3600.0     /* aws.setup on the controller */
+#define CTL_START_S       120.0      /* `tandem run -d` there, to its run id */
+#define CTL_PUSH_PERIOD_S 2.0        /* the store's freshness on the submitter */
+#define STORE_SUFFIX      ".tandem-run"
+
+static void nap_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+td_status td_exec_remote_store_url(const char *checkpoint_dir, const char *run_id, char **out) {
+    *out = NULL;
+    if (!checkpoint_dir || strncmp(checkpoint_dir, "s3://", 5))
+        return td_error(TD_ERR_INVALID,
+                        "tandem run -d of an aws run keeps the run's store in S3 beside its "
+                        "checkpoints, where its controller and this machine both reach it: set "
+                        "checkpoint_dir: s3://BUCKET/PREFIX in the workflow (or run it attached, "
+                        "without -d)");
+    td_s3_url u;
+    TD_CHECK(td_s3_url_parse(checkpoint_dir, &u));
+    *out = td_xasprintf("s3://%s/%s%s%s/" STORE_SUFFIX, u.bucket, u.key, u.key[0] ? "/" : "",
+                        run_id);
+    td_s3_url_free(&u);
+    return TD_OK;
+}
+
+/* ---- remote.json: where a run supervised elsewhere keeps its store ---- */
+typedef struct {
+    char *store, *region, *profile;
+    char controller[32];
+} remote_info;
+
+static void remote_info_clear(remote_info *r) {
+    free(r->store);
+    free(r->region);
+    free(r->profile);
+    memset(r, 0, sizeof *r);
+}
+
+static td_status remote_read(const td_run *run, remote_info *out) {
+    memset(out, 0, sizeof *out);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_REMOTE);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    td_status st = TD_OK;
+    const char *store = j ? json_string_value(json_object_get(j, "store")) : NULL;
+    if (!store)
+        st = td_error(TD_ERR_FORMAT,
+                      "%s: %s; it says where run %s, handed to a controller by tandem run -d, "
+                      "keeps its store (s3://.../RUN_ID/.tandem-run): restore it, or read the "
+                      "store with the AWS CLI",
+                      path, j ? "no \"store\" (the run's S3 store)" : je.text, run->id);
+    else {
+        out->store = td_xstrdup(store);
+        const char *v = json_string_value(json_object_get(j, "region"));
+        out->region = v ? td_xstrdup(v) : NULL;
+        v = json_string_value(json_object_get(j, "profile"));
+        out->profile = v ? td_xstrdup(v) : NULL;
+        v = json_string_value(json_object_get(json_object_get(j, "controller"), "id"));
+        snprintf(out->controller, sizeof out->controller, "%s", v ? v : "");
+    }
+    json_decref(j);
+    free(path);
+    return st;
+}
+
+static td_status remote_write(const td_run *run, const char *store, const char *region,
+                              const char *profile, const td_ec2_instance *ctl, double launched_s,
+                              const char *state) {
+    json_t *c = json_pack("{s:s, s:s, s:s, s:s, s:f, s:s}", "id", ctl->id, "type", ctl->type,
+                          "zone", ctl->zone, "market", "on-demand", "launched_s", launched_s,
+                          "state", state);
+    json_t *j = json_pack("{s:i, s:s, s:s, s:o}", "format", 1, "store", store, "region", region,
+                          "controller", c);
+    if (profile) json_object_set_new(j, "profile", json_string(profile));
+    char *text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(j);
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_REMOTE);
+    td_chunk ch = {text, strlen(text)};
+    td_status st = td_write_atomic(path, "the run's remote record", &ch, 1);
+    free(path);
+    free(text);
+    return st;
+}
+
+/* ---- the submitter: the controller created, given the run, started ---- */
+typedef struct {
+    const td_exec_job *job;
+    const td_exec_handoff *h;
+    const td_aws_options *o;
+    td_aws_t *aws;
+    td_ec2_instance inst;
+    char *ssh;   /* "ssh OPTIONS USER@ADDR", a shell prefix */
+    char *dir;   /* "D=DIR": the controller's directory for this run, for the remote shell */
+    char *stage; /* here: what is shipped */
+} handoff;
+
+static void say(const handoff *c, const char *fmt, ...) TD_PRINTF(2, 3);
+static void say(const handoff *c, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    td__exec_say(c->job->out, "run %s: %s", c->job->run->id, line);
+}
+
+/* The controller instance: on demand (an interruption would take the supervisor with it), the
+ * nodes' image, key, subnet and security groups, tagged tandem:controller (not tandem:run: the
+ * run's own end terminates every instance tagged with the run, and the controller must outlive
+ * that to push the end), with the dead-man's switch of every tandem instance in its user data. */
+static td_status create_controller(handoff *c, double orphan_s) {
+    const td_aws_options *o = c->o;
+    const td_run *run = c->job->run;
+    char name[160];
+    snprintf(name, sizeof name, "tandem-%s-controller", run->id);
+    td_ec2_tag tags[3 + 16];
+    int ntags = 0;
+    tags[ntags++] = (td_ec2_tag){"tandem:controller", run->id};
+    tags[ntags++] = (td_ec2_tag){TD_EC2_TAG_PROJECT,
+                                 c->job->project_dir ? c->job->project_dir : ""};
+    tags[ntags++] = (td_ec2_tag){"Name", name};
+    for (size_t k = 0; k < o->ntags && ntags < (int)TD_ARRAY_LEN(tags); k++)
+        tags[ntags++] = (td_ec2_tag){o->tags[k].key, o->tags[k].value};
+    char token_src[256], token[65];
+    snprintf(token_src, sizeof token_src, "%s/%s/controller", c->job->project_dir, run->id);
+    td_aws_sha256_hex(token_src, strlen(token_src), token);
+    token[40] = '\0';
+    /* the switch's patience before the supervisor's first word: the setup and the start */
+    double first = orphan_s + 900 + (o->nsetup ? CTL_SETUP_S : 0);
+    char *user_data = td_orphan_user_data(orphan_s, first, NULL);
+    td_ec2_run_spec spec = {
+        .image_id = o->image,
+        .instance_type = o->controller_type ? o->controller_type : CTL_TYPE,
+        .min_count = 1,
+        .max_count = 1,
+        .key_name = o->key_name,
+        .subnet_id = o->nsubnets ? o->subnets[0] : NULL,
+        .security_group_ids = (const char *const *)o->security_groups,
+        .nsecurity_groups = (int)o->nsecurity_groups,
+        .iam_instance_profile =
+            o->controller_profile ? o->controller_profile : o->iam_instance_profile,
+        .root_device_name = o->root_device ? o->root_device : "/dev/sda1",
+        .tags = tags,
+        .ntags = ntags,
+        .client_token = token,
+        .user_data = user_data,
+        .shutdown_terminates = 1,
+    };
+    td_ec2_instances got = {0};
+    td_status st = td_ec2_run_instances(c->aws, &spec, &got);
+    free(user_data);
+    if (st != TD_OK) return st;
+    if (got.count < 1) st = td_error(TD_ERR_PEER, "EC2 RunInstances answered without an instance");
+    else c->inst = got.items[0];
+    td_ec2_instances_free(&got);
+    return st;
+}
+
+static td_status wait_running(handoff *c) {
+    double end = td_now_s() + CTL_RUNNING_S;
+    for (;;) {
+        td_ec2_instances got = {0};
+        const char *ids[] = {c->inst.id};
+        td_status st = td_ec2_describe_instances(c->aws, ids, 1, NULL, NULL, &got);
+        if (st == TD_OK && got.count == 1) c->inst = got.items[0];
+        td_ec2_instances_free(&got);
+        if (st != TD_OK) return st;
+        if (!strcmp(c->inst.state, "running") && c->inst.private_ip[0]) return TD_OK;
+        if (strcmp(c->inst.state, "pending"))
+            return td_error(TD_ERR_PEER, "the controller %s is %s, not running (%s)", c->inst.id,
+                            c->inst.state, c->inst.state_reason);
+        if (td_now_s() > end)
+            return td_error(TD_ERR_TIMEOUT, "the controller %s was not running after %.0f s",
+                            c->inst.id, CTL_RUNNING_S);
+        nap_s(1.0);
+    }
+}
+
+/* sh -c script; its output (both streams) in *out. */
+static td_status sh(const char *script, double timeout_s, int *code, char **out) {
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    char *o = NULL, *e = NULL;
+    td_status st = td__exec_capture(argv, NULL, timeout_s, &o, &e, code);
+    td__buf b = {0};
+    if (o) td__buf_addf(&b, "%s", o);
+    if (e) td__buf_addf(&b, "%s", e);
+    free(o);
+    free(e);
+    *out = b.s ? b.s : td_xstrdup("");
+    return st;
+}
+
+/* Runs a command on the controller (its stdin from `in`, a file here, or nothing). */
+static td_status on_controller(handoff *c, const char *what, const char *remote, const char *in,
+                               double timeout_s, char **out) {
+    td__buf b = {0};
+    if (in) {
+        td__buf_addf(&b, "exec <");
+        td__buf_quote(&b, in);
+        td__buf_addf(&b, " && ");
+    }
+    td__buf_addf(&b, "exec %s ", c->ssh);
+    td__buf_quote(&b, remote);
+    int code = -1;
+    char *text = NULL;
+    td_status st = sh(b.s, timeout_s, &code, &text);
+    free(b.s);
+    if (st == TD_OK && code != 0) {
+        char lines[1024];
+        td__exec_joined_lines(text, lines, sizeof lines);
+        st = td_error(TD_ERR_PEER, "%s on the controller %s failed (exit code %d): %s", what,
+                      c->inst.id, code, lines[0] ? lines : "no output");
+    }
+    if (out && st == TD_OK) *out = text;
+    else free(text);
+    return st;
+}
+
+static td_status wait_ssh(handoff *c) {
+    double end = td_now_s() + CTL_SSH_S;
+    for (;;) {
+        char *out = NULL;
+        td_status st = on_controller(c, "ssh", "true", NULL, 30, &out);
+        free(out);
+        if (st == TD_OK) return TD_OK;
+        if (td_now_s() > end) return st;
+        td_error_clear();
+        nap_s(1.0);
+    }
+}
+
+/* What the controller gets: the workflow file, the code (as the nodes get it), and an env file
+ * (0600) with the credentials and the workflow's secrets. */
+static td_status stage(handoff *c) {
+    char tmpl[] = "/tmp/tandem-controller-XXXXXX";
+    if (!mkdtemp(tmpl)) return td_error_errno(TD_ERR_IO, "cannot make a staging directory");
+    c->stage = td_xstrdup(tmpl);
+    char *wf = td_xasprintf("%s/workflow.yaml", c->stage);
+    td_status st = td_copy_file(c->h->workflow_file, wf, "the workflow shipped to the controller");
+    free(wf);
+    if (st != TD_OK) return st;
+    td__buf env = {0};
+    td__buf_addf(&env, "# the controller's environment (tandem run -d); private\n");
+    /* which instance it is: it puts itself in the run's record (its cost is the run's) */
+    td__buf_addf(&env, "TANDEM_CONTROLLER_INSTANCE=%s\nexport TANDEM_CONTROLLER_INSTANCE\n",
+                 c->inst.id);
+    for (char *const *e = c->h->forward_env; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        td__buf_addf(&env, "%.*s=", (int)(eq - *e), *e);
+        td__buf_quote(&env, eq + 1);
+        td__buf_addf(&env, "\nexport %.*s\n", (int)(eq - *e), *e);
+    }
+    char *envp = td_xasprintf("%s/env", c->stage);
+    st = td__write_private(envp, "the controller's environment", env.s ? env.s : "");
+    td__exec_wipe_free(env.s);
+    free(envp);
+    if (st != TD_OK) return st;
+    /* the code: the nodes' tar stream, kept here as one file */
+    char *tar = td_xasprintf("%s/code.tar", c->stage);
+    char *script = td__exec_code_tar_script(c->job);
+    td__buf b = {0};
+    td__buf_addf(&b, "( %s ) >", script);
+    td__buf_quote(&b, tar);
+    int code = -1;
+    char *out = NULL;
+    st = sh(b.s, 600, &code, &out);
+    if (st == TD_OK && code != 0)
+        st = td_error(TD_ERR_IO, "packing the run's code for the controller failed: %s", out);
+    free(out);
+    free(b.s);
+    free(script);
+    free(tar);
+    return st;
+}
+
+static void unstage(handoff *c) {
+    if (!c->stage) return;
+    static const char *const names[] = {"workflow.yaml", "env", "code.tar", "ship.tar"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(names); i++) {
+        char *p = td_xasprintf("%s/%s", c->stage, names[i]);
+        unlink(p);
+        free(p);
+    }
+    rmdir(c->stage);
+    free(c->stage);
+    c->stage = NULL;
+}
+
+/* This tandem's bundle to the controller (its arch and glibc checked first), over its ssh; the
+ * path of the wrapper there in path. */
+static td_status ship_tandem(handoff *c, char *path, size_t nbytes) {
+    td__bundle bundle = {0};
+    TD_CHECK(td__bundle_get(&bundle));
+    char where[96];
+    snprintf(where, sizeof where, "the controller %s", c->inst.id);
+    /* td__bundle_ship appends the remote words to an argv: c->ssh is a shell prefix */
+    char *script = td_xasprintf("exec %s \"$@\"", c->ssh);
+    char *argv[] = {"/bin/sh", "-c", script, "sh", NULL};
+    int64_t sent = 0;
+    double t0 = td_now_s();
+    td_status st = td__bundle_ship(&bundle, argv, where, path, nbytes, &sent);
+    if (st == TD_OK)
+        say(c, "tandem shipped to the controller %s in %.1f s (%.1f MB): %s", c->inst.id,
+            td_now_s() - t0, (double)sent / 1e6, path);
+    free(script);
+    td__bundle_clear(&bundle);
+    return st;
+}
+
+/* Ships the stage, runs aws.setup in the code's copy, and starts the supervisor there: the
+ * ordinary detached `tandem run` of the workflow, told the run's id and its store. It prints
+ * the id once its supervisor runs; that line is the controller's answer. */
+static td_status ship_and_start(handoff *c) {
+    const td_aws_options *o = c->o;
+    const td_run *run = c->job->run;
+    char *ship = td_xasprintf("%s/ship.tar", c->stage);
+    td__buf b = {0};
+    td__buf_addf(&b, "tar -cf ");
+    td__buf_quote(&b, ship);
+    td__buf_addf(&b, " -C ");
+    td__buf_quote(&b, c->stage);
+    td__buf_addf(&b, " workflow.yaml env code.tar");
+    int code = -1;
+    char *out = NULL;
+    td_status st = sh(b.s, 600, &code, &out);
+    if (st == TD_OK && code != 0) st = td_error(TD_ERR_IO, "packing for the controller: %s", out);
+    free(out);
+    free(b.s);
+    b = (td__buf){0};
+    /* unpack: the code into DIR/project, the rest beside it, private */
+    td__buf_addf(&b, "%s && umask 077 && mkdir -p \"$D/project/.tandem\" && cd \"$D\" && "
+                     "tar -xf - && tar -xf code.tar -C project && rm -f code.tar",
+                 c->dir);
+    if (st == TD_OK) st = on_controller(c, "unpacking the run", b.s, ship, 600, NULL);
+    free(b.s);
+    free(ship);
+    if (st != TD_OK) return st;
+    /* tandem on the controller: the image's (aws.tandem), else this one, shipped as the nodes
+     * get it (bundle.c); the controller's own run ships it on to the nodes from there */
+    char shipped[1024];
+    const char *tandem = o->tandem;
+    if (!tandem) {
+        TD_CHECK(ship_tandem(c, shipped, sizeof shipped));
+        tandem = shipped;
+    }
+    /* aws.setup, in the code's copy (an image without tandem installs it there) */
+    if (o->nsetup) {
+        say(c, "aws.setup on the controller %s", c->inst.id);
+        b = (td__buf){0};
+        td__buf_addf(&b, "%s && cd \"$D/project\" && set -e", c->dir);
+        for (size_t i = 0; i < o->nsetup; i++) {
+            td__buf_addf(&b, " && sh -c ");
+            td__buf_quote(&b, o->setup[i]);
+        }
+        td__buf_addf(&b, " >>\"$D/setup.log\" 2>&1 || { tail -5 \"$D/setup.log\" >&2; exit 1; }");
+        st = on_controller(c, "aws.setup", b.s, NULL, CTL_SETUP_S, NULL);
+        free(b.s);
+        if (st != TD_OK) return st;
+    }
+    b = (td__buf){0};
+    td__buf_addf(&b, "%s && cd \"$D/project\" && . ../env && export TANDEM_HOME=\"$PWD\" && exec ",
+                 c->dir);
+    td__buf_quote(&b, tandem);
+    td__buf_addf(&b, " run -f ../workflow.yaml ");
+    td__buf_quote(&b, c->h->workflow_name);
+    for (char *const *p = c->h->params; p && *p; p++) {
+        td__buf_addf(&b, " --param ");
+        td__buf_quote(&b, *p);
+    }
+    td__buf_addf(&b, " -d --controller-of ");
+    td__buf_quote(&b, run->id);
+    td__buf_addf(&b, " --controller-store ");
+    td__buf_quote(&b, c->h->store_url);
+    td__buf_addf(&b, " </dev/null 2>>\"$D/run.log\"");
+    out = NULL;
+    st = on_controller(c, "starting the run's supervisor", b.s, NULL, CTL_START_S, &out);
+    free(b.s);
+    if (st == TD_OK) {
+        char first[128] = "";
+        sscanf(out, "%127s", first);
+        if (strcmp(first, run->id))
+            st = td_error(TD_ERR_PEER,
+                          "the controller %s started run '%s', not %s (its project already had "
+                          "runs of this workflow?): %s",
+                          c->inst.id, first, run->id, out);
+    }
+    free(out);
+    return st;
+}
+
+static void terminate_controller(handoff *c) {
+    if (!c->inst.id[0]) return;
+    const char *ids[] = {c->inst.id};
+    td_ec2_instances got = {0};
+    if (td_ec2_terminate_instances(c->aws, ids, 1, &got) != TD_OK) {
+        say(c, "WARNING: could not terminate the controller %s: %s; terminate it by hand (it "
+               "ends itself after aws.orphan_timeout)",
+            c->inst.id, td_error_msg());
+        td_error_clear();
+    } else {
+        say(c, "terminated the controller %s", c->inst.id);
+    }
+    td_ec2_instances_free(&got);
+}
+
+td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_handoff *h) {
+    const td_aws_options *o = job->aws;
+    handoff c = {.job = job, .h = h, .o = o};
+    double orphan_s = o->orphan_timeout_s > 0 ? o->orphan_timeout_s : TD_AWS_ORPHAN_TIMEOUT_S;
+    td_s3_url u = {0};
+    TD_CHECK(td_s3_url_parse(h->store_url, &u));
+    td_aws_opts ao = {.profile = o->profile, .region = o->region};
+    td_status st = td_aws_new(&ao, &c.aws);
+    /* the store answers before anything is created: a missing bucket costs no instance */
+    char *key = td_xasprintf("%s/submitted.json", u.key);
+    if (st == TD_OK) {
+        char *body = td_xasprintf("{\"run\": \"%s\", \"submitted_s\": %.1f}\n", job->run->id,
+                                  td_wall_s());
+        st = td_s3_put_buffer(c.aws, u.bucket, key, body, strlen(body));
+        free(body);
+        if (st != TD_OK)
+            st = td_error(st, "the run's store %s cannot be written: %s; create the bucket (aws "
+                              "s3 mb s3://%s) or change checkpoint_dir",
+                          h->store_url, td_error_msg(), u.bucket);
+    }
+    free(key);
+    double launched = td_wall_s();
+    if (st == TD_OK) st = create_controller(&c, orphan_s);
+    if (st == TD_OK) st = stage(&c);
+    if (st == TD_OK) {
+        say(&c, "controller %s (%s on-demand) created; the run's store is %s", c.inst.id,
+            c.inst.type, h->store_url);
+        st = remote_write(job->run, h->store_url, td_aws_region(c.aws), o->profile, &c.inst,
+                          launched, "pending");
+    }
+    if (st == TD_OK) st = wait_running(&c);
+    if (st == TD_OK) {
+        const char *addr = o->public_address > 0 ||
+                                   (o->public_address == 0 && c.inst.public_ip[0])
+                               ? c.inst.public_ip
+                               : c.inst.private_ip;
+        td__buf b = {0};
+        td__buf_addf(&b, "ssh -o BatchMode=yes -o StrictHostKeyChecking=no "
+                         "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10");
+        if (o->ssh_key) {
+            td__buf_addf(&b, " -i ");
+            td__buf_quote(&b, o->ssh_key);
+        }
+        td__buf_addf(&b, " ");
+        char *dest = td_xasprintf("%s@%s", o->user ? o->user : "ubuntu", addr);
+        td__buf_quote(&b, dest);
+        free(dest);
+        c.ssh = b.s;
+        /* D=... : the controller's directory of the run, a shell assignment that each remote
+         * command starts with (relative to the login's home unless aws.work_dir is absolute) */
+        td__buf d = {0};
+        const char *base = o->work_dir ? o->work_dir : ".tandem-controller";
+        td__buf_addf(&d, "D=%s", base[0] == '/' ? "" : "\"$HOME\"/");
+        char *rel = td_xasprintf("%s/%s", base, job->run->id);
+        td__buf_quote(&d, rel);
+        free(rel);
+        c.dir = d.s;
+        say(&c, "waiting for the controller %s (%s) to answer ssh", c.inst.id, addr);
+        st = wait_ssh(&c);
+    }
+    if (st == TD_OK) st = ship_and_start(&c);
+    if (st == TD_OK)
+        st = remote_write(job->run, h->store_url, td_aws_region(c.aws), o->profile, &c.inst,
+                          launched, "running");
+    if (st == TD_OK) {
+        char *note = td_xasprintf("supervised by its controller %s; store %s", c.inst.id,
+                                  h->store_url);
+        st = td_run_set_status(job->store, job->run->id, TD_RUN_RUNNING, -1, note);
+        free(note);
+        say(&c, "handed to the controller %s: this machine may go away; tandem ps/show/logs/"
+                "metrics attach, tandem stop %s stops it",
+            c.inst.id, job->run->id);
+    }
+    if (st != TD_OK) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", td_error_msg());
+        terminate_controller(&c);
+        /* nobody supervises it elsewhere: it is an ordinary failed run of this machine */
+        char *remote = td_run_path(job->run->run_dir, TD_RUN_PATH_REMOTE);
+        unlink(remote);
+        free(remote);
+        st = td_error(st, "tandem run -d: the run could not be handed to a controller: %s", msg);
+    }
+    unstage(&c);
+    free(c.ssh);
+    free(c.dir);
+    td_aws_free(c.aws);
+    td_s3_url_free(&u);
+    return st;
+}
+
+/* ---- the controller: push, stop requests, its own switch ---- */
+struct td_exec_controller {
+    pthread_t thread;
+    bool thread_live;
+    atomic_int quit;
+    char *project_dir, *run_id, *run_dir, *bucket, *prefix, *heard, *stage;
+    double orphan_s;
+    td_aws_t *aws;
+    td__push push;
+    bool stop_seen;
+    char *self;   /* the controller's instance id (TANDEM_CONTROLLER_INSTANCE), NULL: unknown */
+    char *prices; /* aws.prices, for its own price */
+};
+
+/* The controller in the run's record (RUN/instances.json), once the nodes are terminated (the
+ * run's end terminates every instance its record lists as alive: the controller is added after
+ * that, ended now, as it is about to end itself): its on-demand price and hours count in the
+ * run's cost like any node's. node null: it is no node. */
+static void record_self(td_exec_controller *c) {
+    if (!c->self) return;
+    const char *ids[] = {c->self};
+    td_ec2_instances got = {0};
+    td_status st = td_ec2_describe_instances(c->aws, ids, 1, NULL, NULL, &got);
+    if (st == TD_OK && got.count == 1) {
+        td_run_instance in;
+        td__aws_instance_from_ec2(&got.items[0], &in);
+        in.node = -1;
+        in.ended_s = td_wall_s();
+        in.end = (char *)"the run's controller: it ended itself after the run";
+        snprintf(in.state, sizeof in.state, "shutting-down");
+        char source[160] = "";
+        if (td_aws_on_demand_price(td_aws_region(c->aws), in.type, c->prices, &in.usd_per_hour,
+                                   source, sizeof source) == TD_OK)
+            snprintf(in.price_source, sizeof in.price_source, "%s", source);
+        else
+            td_error_clear(); /* unpriced: the cost says so */
+        st = td__aws_record_update(c->run_dir, td_aws_region(c->aws), &in, 1);
+    }
+    td_ec2_instances_free(&got);
+    if (st != TD_OK) {
+        TD_LOG_WARN("run %s: the controller %s could not put itself in the run's record: %s",
+                    c->run_id, c->self, td_error_msg());
+        td_error_clear();
+    }
+}
+
+/* The switch's file (TD_ORPHAN_HEARD_PATH): its time is when the supervisor promised to speak
+ * again; at the end the promise is now, and the watch ends the instance. */
+static void promise(td_exec_controller *c, double until_s) {
+    int fd = open(c->heard, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return; /* not an instance of tandem's (no switch here) */
+    struct timespec t[2];
+    t[0].tv_sec = t[1].tv_sec = (time_t)until_s;
+    t[0].tv_nsec = t[1].tv_nsec = 0;
+    futimens(fd, t);
+    close(fd);
+}
+
+static void push_now(td_exec_controller *c, const char *when) {
+    if (td__remote_push(&c->push, c->run_dir) != TD_OK) {
+        TD_LOG_WARN("run store: pushing %s to s3://%s/%s %s: %s; tried again in %.0f s", c->run_dir,
+                    c->bucket, c->prefix, when, td_error_msg(), CTL_PUSH_PERIOD_S);
+        td_error_clear();
+    }
+}
+
+/* A stop asked from the submitter: recorded as a user's stop, then the SIGTERM tandem stop
+ * would send (the supervisor reads it from its signalfd; every thread has it blocked). */
+static void check_stop(td_exec_controller *c) {
+    if (c->stop_seen) return;
+    char *key = td_xasprintf("%s/stop", c->prefix);
+    td_s3_object o = {0};
+    td_status st = td_s3_head(c->aws, c->bucket, key, &o);
+    td_s3_object_free(&o);
+    free(key);
+    if (st == TD_ERR_NOTFOUND || st != TD_OK) {
+        td_error_clear();
+        return;
+    }
+    c->stop_seen = true;
+    TD_LOG_INFO("run %s: a stop was asked through its store (s3://%s/%s/stop)", c->run_id,
+                c->bucket, c->prefix);
+    td_rundb *db = NULL;
+    if (td_rundb_open(c->project_dir, &db) == TD_OK) {
+        if (td_run_request_stop(db, c->run_id, 1) != TD_OK) td_error_clear();
+        td_rundb_close(db);
+    } else {
+        td_error_clear();
+    }
+    kill(getpid(), SIGTERM);
+}
+
+static void *controller_main(void *arg) {
+    td_exec_controller *c = arg;
+    double heartbeat = td_orphan_heartbeat_s(c->orphan_s), next_push = 0, next_beat = 0;
+    while (!atomic_load(&c->quit)) {
+        double now = td_now_s();
+        if (now >= next_beat) {
+            promise(c, td_wall_s() + c->orphan_s);
+            next_beat = now + heartbeat;
+        }
+        if (now >= next_push) {
+            push_now(c, "as it runs");
+            check_stop(c);
+            next_push = td_now_s() + CTL_PUSH_PERIOD_S;
+        }
+        nap_s(0.1);
+    }
+    return NULL;
+}
+
+td_status td_exec_controller_start(const td_run *run, const char *project_dir,
+                                   const td_aws_options *aws, const char *store_url,
+                                   td_exec_controller **out) {
+    *out = NULL;
+    td_s3_url u;
+    TD_CHECK(td_s3_url_parse(store_url, &u));
+    td_exec_controller *c = td_xcalloc(1, sizeof *c);
+    c->bucket = u.bucket;
+    c->prefix = u.key;
+    c->project_dir = td_xstrdup(project_dir);
+    c->run_id = td_xstrdup(run->id);
+    c->run_dir = td_xstrdup(run->run_dir);
+    const char *heard = getenv("TANDEM_ORPHAN_HEARD");
+    c->heard = td_xstrdup(heard && *heard ? heard : TD_ORPHAN_HEARD_PATH);
+    const char *self = getenv("TANDEM_CONTROLLER_INSTANCE");
+    c->self = self && *self ? td_xstrdup(self) : NULL;
+    c->prices = aws && aws->prices ? td_xstrdup(aws->prices) : NULL;
+    c->orphan_s = aws && aws->orphan_timeout_s > 0 ? aws->orphan_timeout_s
+                                                   : TD_AWS_ORPHAN_TIMEOUT_S;
+    char tmpl[] = "/tmp/tandem-push-XXXXXX";
+    td_status st = mkdtemp(tmpl) ? TD_OK : td_error_errno(TD_ERR_IO, "a staging directory");
+    c->stage = td_xstrdup(tmpl);
+    td_aws_opts ao = {.profile = aws ? aws->profile : NULL, .region = aws ? aws->region : NULL};
+    if (st == TD_OK) st = td_aws_new(&ao, &c->aws);
+    c->push = (td__push){.aws = c->aws, .bucket = c->bucket, .prefix = c->prefix,
+                         .staging = c->stage};
+    if (st == TD_OK) {
+        promise(c, td_wall_s() + c->orphan_s);
+        if (pthread_create(&c->thread, NULL, controller_main, c) != 0)
+            st = td_error(TD_ERR_SYS, "cannot start the controller's thread");
+        else
+            c->thread_live = true;
+    }
+    if (st != TD_OK) {
+        td_exec_controller_finish(c);
+        return st;
+    }
+    TD_LOG_INFO("run %s: controller: the run directory goes to %s as it runs; a stop is asked "
+                "with %s/stop",
+                run->id, store_url, store_url);
+    *out = c;
+    return TD_OK;
+}
+
+void td_exec_controller_finish(td_exec_controller *c) {
+    if (!c) return;
+    if (c->thread_live) {
+        atomic_store(&c->quit, 1);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->aws) {
+        record_self(c);
+        /* the last state, pushed until it went (the end is what the submitter waits for) */
+        for (int i = 0; i < 5; i++) {
+            if (td__remote_push(&c->push, c->run_dir) == TD_OK) break;
+            TD_LOG_WARN("run store: the last push to s3://%s/%s: %s", c->bucket, c->prefix,
+                        td_error_msg());
+            td_error_clear();
+            nap_s(2.0 * (i + 1));
+        }
+        TD_LOG_INFO("run %s: controller: the run has ended and its store is pushed; this "
+                    "instance ends itself now (its dead-man's switch)",
+                    c->run_id);
+        promise(c, td_wall_s() - 1);
+    }
+    td__remote_push_free(&c->push);
+    td_aws_free(c->aws);
+    if (c->stage) rmdir(c->stage);
+    free(c->stage);
+    free(c->bucket);
+    free(c->prefix);
+    free(c->project_dir);
+    free(c->run_id);
+    free(c->run_dir);
+    free(c->heard);
+    free(c->self);
+    free(c->prices);
+    free(c);
+}
+
+/* ---- the submitter's verbs: attach ---- */
+static td_status remote_client(const td_run *run, remote_info *ri, td_s3_url *u, td_aws_t **aws) {
+    *aws = NULL;
+    memset(u, 0, sizeof *u);
+    TD_CHECK(remote_read(run, ri));
+    td_status st = td_s3_url_parse(ri->store, u);
+    td_aws_opts ao = {.profile = ri->profile, .region = ri->region};
+    if (st == TD_OK) st = td_aws_new(&ao, aws);
+    return st;
+}
+
+td_status td_exec_remote_refresh(td_rundb *store, td_run *run) {
+    if (!td_run_is_remote(run)) return TD_OK;
+    remote_info ri;
+    td_s3_url u;
+    td_aws_t *aws = NULL;
+    size_t n = 0;
+    td_status st = remote_client(run, &ri, &u, &aws);
+    if (st == TD_OK) st = td__remote_pull(aws, u.bucket, u.key, run->run_dir, &n);
+    if (st != TD_OK)
+        st = td_error(st, "run %s lives in the cloud (its controller %s); its store %s could not "
+                          "be read: %s",
+                      run->id, ri.controller[0] ? ri.controller : "?",
+                      ri.store ? ri.store : "(remote.json)", td_error_msg());
+    if (st == TD_OK) st = td_run_adopt_remote(store, run);
+    td_aws_free(aws);
+    td_s3_url_free(&u);
+    remote_info_clear(&ri);
+    return st;
+}
+
+td_status td_exec_remote_stop(td_rundb *store, td_run *run, double wait_s) {
+    remote_info ri;
+    td_s3_url u;
+    td_aws_t *aws = NULL;
+    td_status st = remote_client(run, &ri, &u, &aws);
+    if (st == TD_OK) {
+        char *key = td_xasprintf("%s/stop", u.key);
+        char *body = td_xasprintf("{\"run\": \"%s\", \"requested_s\": %.1f}\n", run->id,
+                                  td_wall_s());
+        st = td_s3_put_buffer(aws, u.bucket, key, body, strlen(body));
+        free(body);
+        free(key);
+    }
+    td_aws_free(aws);
+    td_s3_url_free(&u);
+    remote_info_clear(&ri);
+    double end = td_now_s() + wait_s;
+    while (st == TD_OK && !td_run_status_is_final(run->status) && td_now_s() < end) {
+        nap_s(1.0);
+        st = td_exec_remote_refresh(store, run);
+    }
+    return st;
+}
