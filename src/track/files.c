@@ -58,3 +58,14 @@ int td__runs_dir_has_runs(const char *store_dir) {
     free(runs);
     return found;
 }
+
+/* A run supervised elsewhere (its controller: remote.c) has RUN/remote.json; liveness asks it
+ * too, so it lives here, below both. */
+int td_run_is_remote(const td_run *run) {
+    if (!run || !run->run_dir) return 0;
+    char *path = td_run_path(run->run_dir, TD_RUN_PATH_REMOTE);
+    struct stat sb;
+    int remote = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    free(path);
+    return remote;
+}

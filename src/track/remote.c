@@ -6,16 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-int td_run_is_remote(const td_run *run) {
-    if (!run || !run->run_dir) return 0;
-    char *path = td_run_path(run->run_dir, TD_RUN_PATH_REMOTE);
-    struct stat sb;
-    int remote = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-    free(path);
-    return remote;
-}
 
 td_status td_run_adopt_remote(td_rundb *store, td_run *run) {
     td_run disk;
