@@ -163,6 +163,7 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out);
 void td_aws_options_clear(td_aws_options *o);
 
 /* ---- a job, as `tandem run` hands it to an executor ---- */
+struct td_loop; /* loop.h: the supervisor's event loop */
 typedef struct td_exec_job {
     td_rundb *store;
     const td_run *run;      /* created or resumed, and locked, by tandem run */
@@ -195,6 +196,13 @@ typedef struct td_exec_job {
     /* The job's secrets: NULL-terminated "NAME=VALUE" strings (td_exec_secrets below) that reach
      * the workers' and the node agents' environment and nothing else; never part of env. */
     char *const *secrets;
+    /* More periodic work for the supervisor's event loop (NULL: none): called once, on the
+     * loop's thread, when the loop exists and before the run's first attempt starts. What it
+     * adds there (timers, td_loop_queue_work) lives until the loop ends: td_loop_free cancels
+     * the timers and the work left. The controller of a detached aws run puts its store push,
+     * stop poll and switch there (td_exec_controller_on_loop). */
+    void (*on_loop)(struct td_loop *loop, void *user);
+    void *on_loop_user;
 } td_exec_job;
 
 /* ---- secrets: values the workers need that are written nowhere ----
@@ -465,15 +473,19 @@ typedef struct td_exec_handoff {
  * says what failed. Progress lines go to job->out. */
 td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_handoff *h);
 
-/* The controller's part, in its detached supervisor: a thread that pushes the run directory to
- * the store every few seconds, polls STORE/stop (a stop asked from the submitter: the run's stop
- * request and a SIGTERM to this process, as tandem stop does), and keeps the controller's own
- * dead-man's switch fed. td_exec_controller_finish, after the run ended: the last push, then the
- * switch told that the run is over (the instance ends itself within seconds). */
+/* The controller's part, in its detached supervisor. td_exec_controller_start: the store's
+ * client made and the controller's own dead-man's switch fed once. td_exec_controller_on_loop
+ * (the job's on_loop, its user the controller): a timer on the supervisor's loop that, every few
+ * seconds, has a work thread push the run directory to the store and look for STORE/stop, and,
+ * back on the loop, acts on a stop asked from the submitter (the run's stop request and a
+ * SIGTERM to this process, as tandem stop does) and keeps the switch fed.
+ * td_exec_controller_finish, after the supervisor's loop ended: the last push (synchronous),
+ * then the switch told that the run is over (the instance ends itself within seconds). */
 typedef struct td_exec_controller td_exec_controller;
 td_status td_exec_controller_start(const td_run *run, const char *project_dir,
                                    const td_aws_options *aws, const char *store_url,
                                    td_exec_controller **out);
+void td_exec_controller_on_loop(struct td_loop *loop, void *controller);
 void td_exec_controller_finish(td_exec_controller *c);
 
 /* For a run supervised by its controller (td_run_is_remote): its store pulled into the run

@@ -12,19 +12,18 @@
  * - the submitter (td_exec_controller_handoff): creates the controller, ships it the workflow,
  *   the code and the credentials over ssh, starts `tandem run -d` there with the run's own id,
  *   writes RUN/remote.json and returns. Nothing of tandem stays on its machine.
- * - the controller's supervisor (td_exec_controller_start/finish, on a thread of the detached
- *   supervisor): pushes the run directory to S3 as it goes, polls STORE/stop, feeds its own
- *   switch, and at the end pushes the last state and lets the switch end the instance.
+ * - the controller's supervisor (td_exec_controller_start/on_loop/finish, in the detached
+ *   supervisor, a timer on its event loop): pushes the run directory to S3 as it goes, polls
+ *   STORE/stop, feeds its own switch, and at the end pushes the last state and lets the switch
+ *   end the instance.
  * - the submitter's verbs later (td_exec_remote_refresh/stop): pull the store back; a stop is a
  *   request object in S3, because the laptop may not reach the controller (no inbound port to
  *   open, no ssh key needed on whoever stops it), and S3 is what both ends reach already. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +34,14 @@
 #include "exec/aws_internal.h"
 #include "exec/bundle.h"
 #include "exec/controller.h"
+#include "tandem/loop.h"
 #include "tandem/os.h"
 
 #define CTL_TYPE          "t3.micro" /* small, on demand: the controller only supervises */
 #define CTL_RUNNING_S     600.0      /* RunInstances to "running" */
 #define CTL_SSH_S         300.0      /* "running" to sshd answering */
 #define CTL_SETUP_S       3600.0     /* aws.setup on the controller */
+#define CTL_BEFORE_LOOP_S 900.0      /* the run's setup: before its supervisor's loop runs */
 #define CTL_START_S       120.0      /* `tandem run -d` there, to its run id */
 #define CTL_PUSH_PERIOD_S 2.0        /* the store's freshness on the submitter */
 #define STORE_SUFFIX      ".tandem-run"
@@ -169,7 +170,7 @@ static td_status create_controller(handoff *c, double orphan_s) {
     td_aws_sha256_hex(token_src, strlen(token_src), token);
     token[40] = '\0';
     /* the switch's patience before the supervisor's first word: the setup and the start */
-    double first = orphan_s + 900 + (o->nsetup ? CTL_SETUP_S : 0);
+    double first = orphan_s + CTL_BEFORE_LOOP_S + (o->nsetup ? CTL_SETUP_S : 0);
     char *user_data = td_orphan_user_data(orphan_s, first, NULL);
     td_ec2_run_spec spec = {
         .image_id = o->image,
@@ -538,11 +539,17 @@ td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_hando
     return st;
 }
 
-/* ---- the controller: push, stop requests, its own switch ---- */
+/* ---- the controller: push, stop requests, its own switch ----
+ * On the supervisor's event loop (ARCHITECTURE.md: periodic work is a timer on the one loop):
+ * every CTL_PUSH_PERIOD_S a tick queues one pass, the S3 push and the stop poll, which block, on
+ * the loop's work threads (td_loop_queue_work); its after(), back on the loop's thread, acts on
+ * a stop and feeds the switch. One pass at a time: a tick while one runs is skipped, so a slow
+ * S3 delays the store rather than piling up passes over the same files (td__push is not shared
+ * between passes running at once). */
 struct td_exec_controller {
-    pthread_t thread;
-    bool thread_live;
-    atomic_int quit;
+    uint64_t pass;    /* the pass queued or running (0: none) */
+    bool stop_found;  /* the pass found STORE/stop (written by the pass, read in its after()) */
+    double next_beat; /* monotonic: when the switch is fed next */
     char *project_dir, *run_id, *run_dir, *bucket, *prefix, *heard, *stage;
     double orphan_s;
     td_aws_t *aws;
@@ -604,19 +611,21 @@ static void push_now(td_exec_controller *c, const char *when) {
     }
 }
 
-/* A stop asked from the submitter: recorded as a user's stop, then the SIGTERM tandem stop
- * would send (the supervisor reads it from its signalfd; every thread has it blocked). */
-static void check_stop(td_exec_controller *c) {
-    if (c->stop_seen) return;
+/* Whether the submitter asked for a stop (STORE/stop exists). Blocks: on a work thread. */
+static bool stop_asked(td_exec_controller *c) {
     char *key = td_xasprintf("%s/stop", c->prefix);
     td_s3_object o = {0};
     td_status st = td_s3_head(c->aws, c->bucket, key, &o);
     td_s3_object_free(&o);
     free(key);
-    if (st == TD_ERR_NOTFOUND || st != TD_OK) {
-        td_error_clear();
-        return;
-    }
+    if (st != TD_OK) td_error_clear(); /* absent, or unreadable now: asked again next pass */
+    return st == TD_OK;
+}
+
+/* A stop asked from the submitter: recorded as a user's stop, then the SIGTERM tandem stop
+ * would send (the supervisor reads it from its signalfd; every thread has it blocked). On the
+ * loop's thread; once. */
+static void act_on_stop(td_exec_controller *c) {
     c->stop_seen = true;
     TD_LOG_INFO("run %s: a stop was asked through its store (s3://%s/%s/stop)", c->run_id,
                 c->bucket, c->prefix);
@@ -630,23 +639,46 @@ static void check_stop(td_exec_controller *c) {
     kill(getpid(), SIGTERM);
 }
 
-static void *controller_main(void *arg) {
-    td_exec_controller *c = arg;
-    double heartbeat = td_orphan_heartbeat_s(c->orphan_s), next_push = 0, next_beat = 0;
-    while (!atomic_load(&c->quit)) {
-        double now = td_now_s();
-        if (now >= next_beat) {
-            promise(c, td_wall_s() + c->orphan_s);
-            next_beat = now + heartbeat;
-        }
-        if (now >= next_push) {
-            push_now(c, "as it runs");
-            check_stop(c);
-            next_push = td_now_s() + CTL_PUSH_PERIOD_S;
-        }
-        nap_s(0.1);
+/* One pass, on a work thread: touches only the pass's own state (push, stop_found), never the
+ * loop. */
+static void pass_work(void *user) {
+    td_exec_controller *c = user;
+    push_now(c, "as it runs");
+    c->stop_found = !c->stop_seen && stop_asked(c);
+}
+
+/* The pass done, on the loop's thread: the stop acted on, the switch fed (a controller whose
+ * passes stopped coming back has a supervisor that no longer works: the switch ends it). */
+static void pass_after(td_loop *l, void *user) {
+    (void)l;
+    td_exec_controller *c = user;
+    c->pass = 0;
+    if (c->stop_found && !c->stop_seen) act_on_stop(c);
+    double now = td_now_s();
+    if (now >= c->next_beat) {
+        promise(c, td_wall_s() + c->orphan_s);
+        c->next_beat = now + td_orphan_heartbeat_s(c->orphan_s);
     }
-    return NULL;
+}
+
+static void on_tick(td_loop *l, void *user) {
+    td_exec_controller *c = user;
+    if (c->pass) return; /* the last pass still runs: this tick is skipped */
+    c->pass = td_loop_queue_work(l, pass_work, pass_after, c);
+    if (!c->pass) {
+        TD_LOG_WARN("run %s: the controller's push to s3://%s/%s could not be queued: %s; tried "
+                    "again in %.0f s",
+                    c->run_id, c->bucket, c->prefix, td_error_msg(), CTL_PUSH_PERIOD_S);
+        td_error_clear();
+    }
+}
+
+void td_exec_controller_on_loop(td_loop *loop, void *controller) {
+    td_exec_controller *c = controller;
+    if (!c) return;
+    c->pass = 0;
+    /* the first pass now, as the run starts; td_loop_free ends the timer and a pass left */
+    td_loop_timer(loop, 0, CTL_PUSH_PERIOD_S, on_tick, c);
 }
 
 td_status td_exec_controller_start(const td_run *run, const char *project_dir,
@@ -676,11 +708,10 @@ td_status td_exec_controller_start(const td_run *run, const char *project_dir,
     c->push = (td__push){.aws = c->aws, .bucket = c->bucket, .prefix = c->prefix,
                          .staging = c->stage};
     if (st == TD_OK) {
-        promise(c, td_wall_s() + c->orphan_s);
-        if (pthread_create(&c->thread, NULL, controller_main, c) != 0)
-            st = td_error(TD_ERR_SYS, "cannot start the controller's thread");
-        else
-            c->thread_live = true;
+        /* until the supervisor's loop feeds it: the workflow's setup: and the executor's
+         * preparation run first (as patient as the switch is before a supervisor's first word) */
+        promise(c, td_wall_s() + c->orphan_s + CTL_BEFORE_LOOP_S);
+        c->next_beat = td_now_s() + td_orphan_heartbeat_s(c->orphan_s);
     }
     if (st != TD_OK) {
         td_exec_controller_finish(c);
@@ -695,10 +726,8 @@ td_status td_exec_controller_start(const td_run *run, const char *project_dir,
 
 void td_exec_controller_finish(td_exec_controller *c) {
     if (!c) return;
-    if (c->thread_live) {
-        atomic_store(&c->quit, 1);
-        pthread_join(c->thread, NULL);
-    }
+    /* the supervisor's loop has ended (its td_loop_free waited for a pass left running): the
+     * push below is the only one */
     if (c->aws) {
         record_self(c);
         /* the last state, pushed until it went (the end is what the submitter waits for) */

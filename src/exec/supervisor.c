@@ -3,7 +3,8 @@
  * The loop watches the stop signals (a signalfd) and whatever the carrier watches (its nodes'
  * pipes, children, sockets, its own timers); its timers are the metrics ingest (with the Python
  * SDK's sdk.json, read when it changed) and the
- * system-metrics sample (periodic), and the machine's deadlines (a stop's grace, the pause before
+ * system-metrics sample (periodic), whatever periodic work the job brings (job->on_loop: the
+ * cloud controller's store push), and the machine's deadlines (a stop's grace, the pause before
  * a restart, max_duration: one-shot). Every event becomes one call of the machine; what it
  * returns is done here, in one place (act). The loop ends when the machine does. */
 #include <signal.h>
@@ -358,6 +359,10 @@ int td__supervise(const td_exec_job *job, td__carrier *c, int max_restarts, doub
     }
     td_loop_timer(s.loop, 0, INGEST_PERIOD_S, on_ingest, &s);
     if (c->ops->sample) td_loop_timer(s.loop, 0.5, SYSMON_PERIOD_S, on_sample, &s);
+    /* The job's own periodic work (the cloud controller's store push): a field of the job, not
+     * of this function, because the job reaches every carrier's td__supervise unchanged from
+     * tandem run; td_loop_free below ends it with the loop. */
+    if (job->on_loop) job->on_loop(s.loop, job->on_loop_user);
 
     act(&s, td__sup_begin(&s.m, td_now_s()));
     if (job->stop_signal) { /* a stop that came during the setup, before the loop */

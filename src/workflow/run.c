@@ -179,6 +179,7 @@ typedef struct {
     int quiet_output;        /* detached: nothing to a terminal */
     int tty;                 /* our stderr is a terminal: the workers may draw progress bars */
     td_exec_secrets secrets; /* values for the workers' environment only (exec.h) */
+    td_exec_controller *controller; /* on a detached aws run's controller: its store's push */
 } supervisor;
 
 static void progress(supervisor *s, const char *fmt, ...) TD_PRINTF(2, 3);
@@ -422,6 +423,8 @@ static td_exec_job job_of(const supervisor *s, char *const *env, char *const *en
         .quiet_output = s->quiet_output,
         .term_tty = s->tty,
         .secrets = s->secrets.v,
+        .on_loop = s->controller ? td_exec_controller_on_loop : NULL,
+        .on_loop_user = s->controller,
     };
 }
 
@@ -604,16 +607,17 @@ static void detached_supervisor(supervisor *s, const td_run_options *opts, const
         ssize_t wr = write(ready_fd, "k", 1);
         (void)wr;
         close(ready_fd);
-        /* on the controller of a detached aws run: the store kept in S3 as the run goes */
-        td_exec_controller *ctl = NULL;
+        /* on the controller of a detached aws run: the store kept in S3 as the run goes (a
+         * timer on the supervisor's loop, through the job's on_loop), the last state after */
         if (opts->controller_store &&
             td_exec_controller_start(&s->run, td_rundb_project_dir(s->store), &s->w->aws,
-                                     opts->controller_store, &ctl) != TD_OK) {
+                                     opts->controller_store, &s->controller) != TD_OK) {
             td_error_print(TD_ERR_IO);
             td_error_clear();
         }
         code = supervise(s);
-        td_exec_controller_finish(ctl);
+        td_exec_controller_finish(s->controller);
+        s->controller = NULL;
     } else {
         td_error_print(TD_ERR_IO);
         close(ready_fd);
