@@ -1243,6 +1243,14 @@ static void mark_restart(const agent *a, const attempt *t) {
     for (int i = 0; i < o->nproc_per_node; i++) {
         char *name = td_metrics_file_name(t->rz.rank_offset + i);
         char *path = td_xasprintf("%s/%s", o->metrics_dir, name);
+        /* the mark goes into a stream the rank has; a rank that never logged (an SDK script logs
+         * from rank 0 only) gets none, not a file of its own */
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            free(name);
+            free(path);
+            continue;
+        }
         td_metrics_sink *sink = NULL;
         td_status st = td_metrics_sink_open(path, &sink);
         if (st == TD_OK) st = td_metrics_sink_event(sink, TD_RUN_EVENT_RESTART, step);
