@@ -204,9 +204,11 @@ static td_status collect_one(td_rundb *store, int64_t seq, const td_run *run, co
         return TD_OK;
     }
     /* Runs of a workflow share its working directory: a file nobody wrote since this run was
-     * created is what an earlier run left (say this one failed before saving), not its output. */
-    double mtime = (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec;
-    if (run->created_s > 0 && mtime < run->created_s) {
+     * created is what an earlier run left (say this one failed before saving), not its output.
+     * Compared in whole seconds: a file fetched from a remote node comes through tar, which
+     * keeps its mtime to the second only (a file written 0.3 s after the run began, at X.9,
+     * arrives as X.0, before a creation at X.6). */
+    if (run->created_s > 0 && sb.st_mtim.tv_sec < (time_t)run->created_s) {
         TD_LOG_WARN("artifact %s was last written before run %s was created (left by an earlier "
                     "run?); not stored",
                     name, run->id);

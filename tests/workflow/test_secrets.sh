@@ -235,7 +235,7 @@ EOF
     touch "$GO/go"
     wait $sup || fail "tandem run viassh: exit $?: $(cat ssh.log)"
     got=$(cat .tandem/runs/viassh-1/artifacts/out/hash.txt 2>/dev/null)
-    [ "$got" = "$WANT" ] || fail "the remote worker saw a MY_TOKEN whose sha256 is '$got', want $WANT"
+    [ "$got" = "$WANT" ] || fail "the remote worker saw a MY_TOKEN whose sha256 is '$got', want $WANT: $(tail -8 ssh.log)"
     sshd_host_exec 1 test -s "$REMOTE/viassh-1/work/out/hash.txt" || fail "no remote run directory"
     hits=$(sshd_host_exec 1 grep -rlaF -f "$PAT" "$REMOTE")
     [ -z "$hits" ] || fail "the remote run directory holds the value: $hits"
