@@ -28,7 +28,7 @@ set_tests_properties(cloud/test_aws_ckpt_sdk PROPERTIES TIMEOUT 600 FIXTURES_REQ
 # interrupted while the first attempt holds at step 10, resumed from S3 (root, namespaces, the
 # fixture's and the frameworks' venvs; skips with 77 without them): three runs, three references.
 # The instances run the SDK from the pip wheel (fw_remote_python): issue 33.
-set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1200 FIXTURES_REQUIRED tandem_wheel)
+set_tests_properties(cloud/test_aws_ckpt_fw PROPERTIES TIMEOUT 1800 FIXTURES_REQUIRED tandem_wheel)
 # the dead-man's switch on the EC2 fixture (root, namespaces, the venv; skips with 77 without
 # them): a quiet live run of 45 s (orphan_timeout 10 s) untouched, then a supervisor killed -9
 # whose 2 instances terminate themselves (15 s): about 2 min on the shared 2-core machine.
@@ -48,3 +48,11 @@ target_link_libraries(cloud_test_bundle PRIVATE td_exec)
 # zones and architectures on the EC2 fixture (root, namespaces, the venv; skips with 77 without
 # them): one short run and four plans, 100-150 s on the loaded shared 2-core machine.
 set_tests_properties(cloud/test_aws_zones PROPERTIES TIMEOUT 600)
+# the detached run's store push and its bound (src/exec/remote_store.c, td__push_due): the
+# decision, and the bytes a 20 MiB metrics file costs with and without it; no network.
+target_include_directories(cloud_test_push_schedule PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(cloud_test_push_schedule PRIVATE td_exec)
+# tandem run --resume -d of a detached aws run, on the EC2 fixture (root, namespaces, the venv;
+# skips with 77 without them): a 1-node run stopped from the submitter, resumed through a new
+# controller to its end.
+set_tests_properties(cloud/test_aws_detach_resume PROPERTIES TIMEOUT 900)

@@ -3,8 +3,9 @@
 # through tandem.lightning.ckpt_path() / tandem.hf.last_checkpoint()) each on 2 spot instances of
 # the EC2 fixture (tests/lib/cloud.sh; the project hidden from the instances) with
 # checkpoint_dir: s3://..., node 0 (the only node whose rank writes checkpoints) interrupted
-# mid-run once the checkpoint of step HOLD=10 is committed in S3; and the SDK script
-# (sdk_resume_train.py) on 1 spot instance, interrupted and replaced. The interruption always
+# mid-run once the checkpoint of step HOLD=10 is committed in S3; and the same three scripts (the
+# SDK's is sdk_resume_train.py) each on 1 spot instance, interrupted and replaced: there the
+# replacement finds nothing of the run on any node and everything comes back from S3. The interruption always
 # lands mid-run: on the first attempt (no resume, restart count 0) the scripts' --hold makes
 # every rank wait after step HOLD's checkpoint until the interruption's SIGTERM (exit 1 after
 # 600 s without one); the replacement run resumes and trains to the end. For each leg:
@@ -15,7 +16,7 @@
 #   - each step of the loss is stored once, the final weights (the run's out/w.pt artifact)
 #     equal an uninterrupted local run's (torch.equal on every tensor), config and summary are
 #     in the store and the artifact is listed by `tandem artifacts`.
-# One fixture for the three legs. Skips (77) without root, namespaces, the fixture's venv or
+# One fixture for the five legs. Skips (77) without root, namespaces, the fixture's venv or
 # the frameworks' venv (torch, lightning, transformers).
 set -uo pipefail
 : "${TANDEM_BIN:?}"
@@ -76,6 +77,8 @@ EOF2
     wf lit 2 "spot_fw_train.py lightning --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf hft 2 "spot_fw_train.py hf --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf sdk1 1 "sdk_resume_train.py --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
+    wf lit1 1 "spot_fw_train.py lightning --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
+    wf hft1 1 "spot_fw_train.py hf --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
 } >"$P/.tandem/workflows.yaml"
 
 # leg NAME NODES SED REF KEY: runs workflow NAME (1 worker per node), interrupts node 0 once the
@@ -152,3 +155,5 @@ show_section() { "$B" show "$1" 2>/dev/null | awk -v t="$2:" '$0 == t {on = 1; n
 leg lit 2 's/.*step=\([0-9]*\)\.ckpt\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py lightning" train/loss
 leg hft 2 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf" loss
 leg sdk1 1 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' "$SRC/tests/lib/sdk_resume_train.py" train/loss
+leg lit1 1 's/.*step=\([0-9]*\)\.ckpt\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py lightning" train/loss
+leg hft1 1 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf" loss
