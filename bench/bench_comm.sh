@@ -3,8 +3,10 @@
 # tandem tcp vs PyTorch gloo, all in one invocation (numbers drift between runs and machines;
 # the ratios are what to read). gloo is measured from two interpreters: Debian's PyTorch 1.13
 # and PyPI's 2.x from the frameworks venv (bench/peers/torch_pythons.sh; a missing one is
-# skipped with a line), both with OMP_NUM_THREADS=1 and torch.set_num_threads(1). Prints one
-# table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
+# skipped with a line), both with OMP_NUM_THREADS=1 and torch.set_num_threads(1). The ceiling,
+# memcpy bandwidth with as many processes copying at once as there are ranks
+# (bench/peers/memcpy_bw.c), is measured in the same invocation, and shm's busbw is given as a
+# share of it. Prints one table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
 # Usage: bench/bench_comm.sh [path/to/tandem]   (default: $TANDEM_BIN, then build*/tandem)
 # Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3), PYTHON2
 #      (default the frameworks venv's python; none: skip).
@@ -39,6 +41,11 @@ col "$tmp/tcp.txt" 5 > "$tmp/tcp.col"
 awk '!/^#/ && NF >= 6 && $6 != 0 {bad=1} END {exit bad}' "$tmp/shm.txt" "$tmp/tcp.txt" ||
   { echo "bench_comm.sh: tandem reported wrong elements" >&2; cat "$tmp"/*.txt >&2; exit 1; }
 
+echo "== memcpy, $n processes at once" >&2
+cc -O2 -pthread -o "$tmp/memcpy_bw" "$here/peers/memcpy_bw.c"
+"$tmp/memcpy_bw" "$min" "$max" "$n" > "$tmp/memcpy.txt"
+awk '!/^#/ && NF >= 3 {print $1, $3}' "$tmp/memcpy.txt" > "$tmp/memcpy.col"
+
 : > "$tmp/mpi.col"
 if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
   echo "== Open MPI" >&2
@@ -70,22 +77,26 @@ for i in "${!PEER_PY[@]}"; do
 done
 
 echo "# allreduce float32 sum, $n ranks on $(hostname), busbw GB/s (nccl-tests factor); load average $(cut -d' ' -f1-3 /proc/loadavg)"
-# one awk over: shm, mpi, tcp, then each gloo column (files separated by an end marker line)
+# one awk over: shm, mpi, tcp, memcpy, then each gloo column (files separated by an end marker line)
 awk -v names="${gloo_names[*]}" '
   BEGIN { ng = split(names, gname, " ") }
   /^__end$/ { file++; next }
   file == 0 { shm[$1] = $2; order[++n] = $1 }
   file == 1 { mpi[$1] = $2 }
   file == 2 { tcp[$1] = $2 }
-  file >= 3 { g[file - 2, $1] = $2 }
+  file == 3 { mc[$1] = $2 }
+  file >= 4 { g[file - 3, $1] = $2 }
   END {
-    h = sprintf("%12s %12s %12s %8s %12s", "bytes", "tandem_shm", "open_mpi", "ratio", "tandem_tcp")
+    h = sprintf("%12s %12s %12s %8s %10s %8s %12s", "bytes", "tandem_shm", "open_mpi", "ratio",
+                "memcpy", "shm/mc", "tandem_tcp")
     for (j = 1; j <= ng; j++) h = h sprintf(" %12s %8s", gname[j], "ratio")
     print h
     for (i = 1; i <= n; i++) {
       b = order[i]
       r1 = (b in mpi && mpi[b] > 0) ? sprintf("%.2fx", shm[b] / mpi[b]) : "-"
-      line = sprintf("%12s %12.3f %12s %8s %12.3f", b, shm[b], (b in mpi) ? mpi[b] : "-", r1, tcp[b])
+      r3 = (b in mc && mc[b] > 0) ? sprintf("%.0f%%", 100 * shm[b] / mc[b]) : "-"
+      line = sprintf("%12s %12.3f %12s %8s %10s %8s %12.3f", b, shm[b], (b in mpi) ? mpi[b] : "-", r1,
+                     (b in mc) ? mc[b] : "-", r3, tcp[b])
       for (j = 1; j <= ng; j++) {
         v = ((j, b) in g) ? g[j, b] : ""
         r2 = (v != "" && v > 0) ? sprintf("%.2fx", tcp[b] / v) : "-"
@@ -94,5 +105,5 @@ awk -v names="${gloo_names[*]}" '
       print line
     }
   }' <(cat "$tmp/shm.col"; echo "__end") <(cat "$tmp/mpi.col"; echo "__end") \
-     <(cat "$tmp/tcp.col"; echo "__end") \
+     <(cat "$tmp/tcp.col"; echo "__end") <(cat "$tmp/memcpy.col"; echo "__end") \
      <(for c in "${gloo_cols[@]}"; do cat "$c"; echo "__end"; done)
