@@ -45,6 +45,8 @@ typedef struct {
     float *stats;    /* layernorm: per-sample mean, 1/std [max_batch][2]; batchnorm: the last
                       * forward's mean[C], 1/std[C] */
     double *dpart;   /* batchnorm: per-chunk partial sums [nchunks][2C] */
+    double *psum;    /* batchnorm: per-sample sums of x and x^2 per channel [max_batch][2C] */
+    bool psum_fresh; /* batchnorm: psum holds this forward's rows (td__bn_sample_sums) */
     bool wino;       /* conv2d: Winograd F(2x2,3x3) forward and input gradient (conv_winograd.c) */
     float *wino_u;   /* transformed filter [16, out_c, in_c], refreshed by every forward */
     float *wino_ub;  /* input-gradient filter [16, in_c, out_c], refreshed by every backward */
@@ -105,6 +107,9 @@ static inline bool td__batch_level(td_layer_kind k) {
 }
 /* Batchnorm over the whole batch (norm.c); nt threads over fixed chunks of TD_NN_CHUNK. */
 void td__bn_forward(td_model_t *m, int li, int batch, int nt);
+/* Batchnorm li's per-sample statistics sums of rows [s0, s1) of its input, into l->psum
+ * (training forward; td__bn_forward combines them in sample order). */
+void td__bn_sample_sums(td_model_t *m, int li, int s0, int s1);
 void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
                      float *din, size_t ldi);
 /* Layernorm over rows [s0, s1) (norm.c). */

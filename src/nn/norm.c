@@ -1,9 +1,9 @@
 /* Normalisation layers. LayerNorm is per sample (chunked like conv, with per-chunk parameter
- * gradient partials). BatchNorm's statistics span the batch, so it runs batch-level: every sum
- * over the batch is taken per TD_NN_CHUNK chunk of samples (in double; each sample's plane in 8
- * fixed lanes, below) and the chunks are added in chunk order, which gives the same bits for any
- * thread count. Running statistics are not touched here (td_model_update_running_stats; nn.h
- * says why). */
+ * gradient partials). BatchNorm's statistics span the batch, so it runs batch-level: the forward's
+ * sums are taken per sample (in double; each plane in 8 fixed lanes, below) and added in sample
+ * order, the backward's per TD_NN_CHUNK chunk of samples and added in chunk order, which gives
+ * the same bits for any thread count. Running statistics are not touched here
+ * (td_model_update_running_stats; nn.h says why). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -45,42 +45,48 @@ static double plane_sum(const float *x, size_t n, const double *center) {
     return lanes_total(acc);
 }
 
-/* The gradient reaching batchnorm's output: dy, or with a folded ReLU (gate: relu_out) dy where
- * the output y is positive, else 0: what ReLU's backward would have written. Both loads are
- * unconditional and gate is a constant where this is inlined, so the loops stay branch-free
- * and vectorised. */
-static inline __attribute__((always_inline)) float gated(const float *dy, const float *y, bool gate,
-                                                         size_t e) {
-    float d = dy[e];
+/* Batchnorm's output before a folded ReLU, from xhat = (x - mu) rstd: one explicit fused
+ * multiply-add, so that the backward recomputes the forward's value bit for bit (a contraction
+ * left to the compiler could differ between the two loops). */
+static inline __attribute__((always_inline)) float bn_affine(float xhat, float gamma, float beta) {
+    return fmaf(xhat, gamma, beta);
+}
+
+/* The gradient reaching batchnorm's output: dy, or with a folded ReLU (gate) dy where the output
+ * v = bn_affine(xhat) is positive, else 0: what ReLU's backward would have written. v is
+ * recomputed from x rather than read back from the output, one stream fewer from L3 in both
+ * backward passes. gate is a constant where this is inlined, so the loops stay branch-free and
+ * vectorised. */
+static inline __attribute__((always_inline)) float gated(float d, float v, bool gate) {
     if (!gate) return d;
     /* a bit mask, not a select: gcc turns the select into a branch here and gives up on the
      * loop (the sums then took 3x as long) */
     uint32_t bits;
     memcpy(&bits, &d, sizeof bits);
-    bits &= -(uint32_t)(y[e] > 0.0f);
+    bits &= -(uint32_t)(v > 0.0f);
     memcpy(&d, &bits, sizeof d);
     return d;
 }
 
-/* sum of g and of g * xhat, xhat = (x - mu) r, g = gated(dy, y, gate), over one plane. Inlined
- * with gate constant. */
+/* sum of g and of g * xhat, xhat = (x - mu) r, g = gated(dy, bn_affine(xhat, gm, bt), gate),
+ * over one plane. Inlined with gate constant. */
 static inline __attribute__((always_inline)) void plane_dy_sums(const float *x, const float *dy,
-                                                                const float *y, bool gate,
-                                                                size_t n, float mu, float r,
+                                                                bool gate, size_t n, float mu,
+                                                                float r, float gm, float bt,
                                                                 double *sdy, double *sdyx) {
     double a[BN_LANES] = {0}, b[BN_LANES] = {0};
     size_t e = 0;
     for (; e + BN_LANES <= n; e += BN_LANES)
 #pragma omp simd
         for (int j = 0; j < BN_LANES; j++) {
-            float g = gated(dy, y, gate, e + j);
+            float xh = (x[e + j] - mu) * r, g = gated(dy[e + j], bn_affine(xh, gm, bt), gate);
             a[j] += (double)g;
-            b[j] += (double)g * (double)((x[e + j] - mu) * r);
+            b[j] += (double)g * (double)xh;
         }
     for (int j = 0; e < n; e++, j++) {
-        float g = gated(dy, y, gate, e);
+        float xh = (x[e] - mu) * r, g = gated(dy[e], bn_affine(xh, gm, bt), gate);
         a[j] += (double)g;
-        b[j] += (double)g * (double)((x[e] - mu) * r);
+        b[j] += (double)g * (double)xh;
     }
     *sdy = lanes_total(a), *sdyx = lanes_total(b);
 }
@@ -159,37 +165,41 @@ static int nchunks_of(int batch) {
     return (batch + TD_NN_CHUNK - 1) / TD_NN_CHUNK;
 }
 
-/* part[c][0..C) = sum over chunk c's rows of x (center == NULL) or of (x - center)^2; each
- * plane's lane sum is added in row order. */
-static void bn_chunk_sums(const td_layer *l, const float *x0, int batch, int nt,
-                          const double *center, double *part) {
-    int C = l->in_c, nch = nchunks_of(batch);
+/* Sum of x and of x^2 over one plane of n values, in double, in the 8 fixed lanes. */
+static void plane_sums(const float *x, size_t n, double *sum, double *sq) {
+    double a[BN_LANES] = {0}, b[BN_LANES] = {0};
+    size_t e = 0;
+    for (; e + BN_LANES <= n; e += BN_LANES)
+#pragma omp simd
+        for (int j = 0; j < BN_LANES; j++) {
+            double d = (double)x[e + j];
+            a[j] += d;
+            b[j] += d * d;
+        }
+    for (int j = 0; e < n; e++, j++) a[j] += (double)x[e], b[j] += (double)x[e] * (double)x[e];
+    *sum = lanes_total(a), *sq = lanes_total(b);
+}
+
+/* One pass per sample: psum[s] = (sum of x per channel [C], sum of x^2 per channel [C]). A
+ * float's square is exact in double and the sums run in double, so E[x^2] - mean^2 loses about
+ * (|mean| / std)^2 x 1e-16 relative, below a float's rounding up to |mean| = 1e4 std
+ * (tests/nn/test_bn_stats checks there against a two-pass reference; batchnorm's inputs are
+ * conv or linear outputs, nowhere near). The forward calls this right after the layer before
+ * writes the rows (td_model_forward), while they are still in L2: the two passes over the
+ * whole batch's activations that the statistics took (the mean, then the squares about it)
+ * were a fifth of resnet-small's batchnorm time, all of it waiting on L3. */
+void td__bn_sample_sums(td_model_t *m, int li, int s0, int s1) {
+    td_layer *l = &m->layers[li];
+    int C = l->in_c;
     size_t hw = (size_t)l->in_h * l->in_w;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
-    for (int c = 0; c < nch; c++) {
-        int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
-        double *p = part + (size_t)c * 2 * C;
-        if (hw == 1) { /* after a linear layer: rows of C values, summed across rows in order */
-            for (int ch = 0; ch < C; ch++) p[ch] = 0;
-            for (int s = s0; s < s1; s++) {
-                const float *x = x0 + (size_t)s * l->in_size;
-                if (center)
+    for (int s = s0; s < s1; s++) {
+        const float *x = m->acts[l->src] + (size_t)s * l->in_size;
+        double *p = l->psum + (size_t)s * 2 * C;
+        if (hw == 1) /* after a linear layer: the plane is one value (plane_sums' bits too) */
 #pragma omp simd
-                    for (int ch = 0; ch < C; ch++)
-                        p[ch] += ((double)x[ch] - center[ch]) * ((double)x[ch] - center[ch]);
-                else
-#pragma omp simd
-                    for (int ch = 0; ch < C; ch++) p[ch] += (double)x[ch];
-            }
-            continue;
-        }
-        for (int ch = 0; ch < C; ch++) {
-            double acc = 0;
-            for (int s = s0; s < s1; s++)
-                acc += plane_sum(x0 + (size_t)s * l->in_size + (size_t)ch * hw, hw,
-                                 center ? center + ch : NULL);
-            p[ch] = acc;
-        }
+            for (int ch = 0; ch < C; ch++) p[ch] = (double)x[ch], p[C + ch] = (double)x[ch] * x[ch];
+        else
+            for (int ch = 0; ch < C; ch++) plane_sums(x + (size_t)ch * hw, hw, p + ch, p + C + ch);
     }
 }
 
@@ -200,27 +210,31 @@ void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
     const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
     float *mean = l->stats, *rstd = l->stats + C;
     if (m->training) {
-        double n = (double)batch * (double)hw, mu[4096], *mup = C <= 4096 ? mu : NULL;
-        double *heap = NULL;
-        if (!mup) mup = heap = td_xmalloc(sizeof(double) * (size_t)C);
-        bn_chunk_sums(l, x0, batch, nt, NULL, l->dpart);
-        for (int ch = 0; ch < C; ch++) {
-            double acc = 0;
-            for (int c = 0; c < nch; c++) acc += l->dpart[(size_t)c * 2 * C + ch];
-            mup[ch] = acc / n;
+        /* unless td_model_forward took them as the layer before wrote its rows (psum_fresh):
+         * the same per-sample sums, here */
+        if (!l->psum_fresh) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
+            for (int c = 0; c < nch; c++) {
+                td__bn_sample_sums(m, li, c * TD_NN_CHUNK, TD_MIN(batch, (c + 1) * TD_NN_CHUNK));
+            }
         }
-        bn_chunk_sums(l, x0, batch, nt, mup, l->dpart); /* two passes: no cancellation */
+        l->psum_fresh = false;
+        /* the samples' sums added in sample order: the same bits for any thread count */
+        double n = (double)batch * (double)hw, *tot = l->dpart;
+        for (int ch = 0; ch < 2 * C; ch++) tot[ch] = 0;
+        for (int s = 0; s < batch; s++) {
+            const double *p = l->psum + (size_t)s * 2 * C;
+#pragma omp simd
+            for (int ch = 0; ch < 2 * C; ch++) tot[ch] += p[ch];
+        }
         float *bs = m->batch_stats + l->buf_offset;
         for (int ch = 0; ch < C; ch++) {
-            double acc = 0;
-            for (int c = 0; c < nch; c++) acc += l->dpart[(size_t)c * 2 * C + ch];
-            double var = acc / n;
-            mean[ch] = (float)mup[ch];
+            double mu = tot[ch] / n, var = TD_MAX(0.0, tot[C + ch] / n - mu * mu);
+            mean[ch] = (float)mu;
             rstd[ch] = (float)(1.0 / sqrt(var + l->eps));
-            bs[ch] = (float)mup[ch];
+            bs[ch] = (float)mu;
             bs[C + ch] = (float)(n > 1 ? var * n / (n - 1) : var); /* unbiased, as torch keeps */
         }
-        free(heap);
     } else {
         const float *rm = m->buffers + l->buf_offset, *rv = rm + C;
         for (int ch = 0; ch < C; ch++) {
@@ -239,66 +253,66 @@ void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
                 if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
 #pragma omp simd
                     for (size_t e = 0; e < hw; e++) {
-                        float v = (x[e] - mu) * r * g + b;
+                        float v = bn_affine((x[e] - mu) * r, g, b);
                         y[e] = v > 0.0f ? v : 0.0f;
                     }
                 else
 #pragma omp simd
-                    for (size_t e = 0; e < hw; e++) y[e] = (x[e] - mu) * r * g + b;
+                    for (size_t e = 0; e < hw; e++) y[e] = bn_affine((x[e] - mu) * r, g, b);
             }
     }
 }
 
 /* dgamma += sum(dy xhat), dbeta += sum(dy); training: dx = gamma rstd (dy - mean(dy) -
  * xhat mean(dy xhat)) (the batch statistics depend on x); eval: dx = gamma rstd dy. With a
- * folded ReLU (relu_out) dy is first gated by the output, element by element as it is read. */
+ * folded ReLU (relu_out) dy is first gated by the output (recomputed from x), element by
+ * element as it is read. */
 void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
                      float *din, size_t ldi) {
     td_layer *l = &m->layers[li];
     int C = l->in_c, nch = nchunks_of(batch);
     size_t hw = (size_t)l->in_h * l->in_w;
-    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset;
+    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
     float *gg = m->grads + l->param_offset, *gb = gg + C;
     const float *mean = l->stats, *rstd = l->stats + C;
-    const float *y0 = l->relu_out ? l->out : NULL; /* the gate of a folded ReLU */
+    bool gate = l->relu_out; /* a folded ReLU */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
     for (int c = 0; c < nch; c++) {
         int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
         double *p = l->dpart + (size_t)c * 2 * C;
-        if (hw == 1) { /* rows of C values, as in bn_chunk_sums */
+        if (hw == 1) { /* rows of C values (after a linear layer), vectorised across channels */
             for (int ch = 0; ch < 2 * C; ch++) p[ch] = 0;
             for (int s = s0; s < s1; s++) {
                 const float *x = x0 + (size_t)s * l->in_size, *dy = dout + (size_t)s * ldo;
-                const float *y = y0 ? y0 + (size_t)s * l->out_size : dy;
-                if (y0)
+                if (gate)
 #pragma omp simd
                     for (int ch = 0; ch < C; ch++) {
-                        float g = gated(dy, y, true, (size_t)ch);
+                        float xh = (x[ch] - mean[ch]) * rstd[ch];
+                        float g = gated(dy[ch], bn_affine(xh, gamma[ch], beta[ch]), true);
                         p[ch] += (double)g;
-                        p[C + ch] += (double)g * (double)((x[ch] - mean[ch]) * rstd[ch]);
+                        p[C + ch] += (double)g * (double)xh;
                     }
                 else
 #pragma omp simd
                     for (int ch = 0; ch < C; ch++) {
-                        float g = gated(dy, y, false, (size_t)ch);
-                        p[ch] += (double)g;
-                        p[C + ch] += (double)g * (double)((x[ch] - mean[ch]) * rstd[ch]);
+                        float xh = (x[ch] - mean[ch]) * rstd[ch];
+                        p[ch] += (double)dy[ch];
+                        p[C + ch] += (double)dy[ch] * (double)xh;
                     }
             }
             continue;
         }
         for (int ch = 0; ch < C; ch++) {
             double sdy = 0, sdyx = 0;
-            float mu = mean[ch], r = rstd[ch];
+            float mu = mean[ch], r = rstd[ch], gm = gamma[ch], bt = beta[ch];
             for (int s = s0; s < s1; s++) {
                 double a, b;
                 const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
                 const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
-                if (y0)
-                    plane_dy_sums(x, dy, y0 + (size_t)s * l->out_size + (size_t)ch * hw, true, hw,
-                                  mu, r, &a, &b);
+                if (gate)
+                    plane_dy_sums(x, dy, true, hw, mu, r, gm, bt, &a, &b);
                 else
-                    plane_dy_sums(x, dy, dy, false, hw, mu, r, &a, &b);
+                    plane_dy_sums(x, dy, false, hw, mu, r, gm, bt, &a, &b);
                 sdy += a, sdyx += b;
             }
             p[ch] = sdy, p[C + ch] = sdyx;
@@ -329,14 +343,14 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
                     const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
                     float *dx = din + (size_t)s * ldi + (size_t)ch * hw;
                     float mu = mean[ch], r = rstd[ch], k = gamma[ch] * r;
+                    float gm = gamma[ch], bt = beta[ch];
                     float md = mdy[ch], mdx = mdyx[ch]; /* locals: dx could alias them */
                     /* element-wise (dx may be dy: each element is read before it is written) */
-                    if (y0) {
-                        const float *y = y0 + (size_t)s * l->out_size + (size_t)ch * hw;
+                    if (gate) {
 #pragma omp simd
                         for (size_t e = 0; e < hw; e++) {
                             float xh = (x[e] - mu) * r;
-                            dx[e] = k * (gated(dy, y, true, e) - md - xh * mdx);
+                            dx[e] = k * (gated(dy[e], bn_affine(xh, gm, bt), true) - md - xh * mdx);
                         }
                     } else {
 #pragma omp simd
@@ -346,6 +360,9 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
                         }
                     }
                 }
+            /* the other consumer's part of the input gradient (a residual block's input),
+             * added while these rows are in cache */
+            td__grad_add_rows(m, l, s0, s1, din, ldi);
         }
     }
     if (mdy != ady) free(mdy);

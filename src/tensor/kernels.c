@@ -54,7 +54,13 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                         const float *sx = srow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox];
-                    } else { /* strided loads: gathers or permutes, still one copy each */
+                    } else if (stride == 2) { /* a constant stride: two loads and a permute
+                                                * per vector (a variable one was 8 scalar
+                                                * loads and inserts, 8% of resnet-small) */
+                        const float *sx = srow - pad + kj;
+#pragma omp simd
+                        for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[2 * ox];
+                    } else { /* other strides: gathers, still one copy each */
                         const float *sx = srow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox * stride];
