@@ -246,6 +246,10 @@ const td_aws_error *td_aws_last_error(const td_aws_t *aws);
 #define TD_EC2_TAG_RUN     "tandem:run"
 #define TD_EC2_TAG_PROJECT "tandem:project"
 #define TD_EC2_TAG_NODE    "tandem:node"
+/* A detached run's controller (src/exec/controller.c): tandem:controller=RUN_ID instead of
+ * tandem:run, and tandem:store=s3://... its run's store, which tandem gc reads to decide. */
+#define TD_EC2_TAG_CONTROLLER "tandem:controller"
+#define TD_EC2_TAG_STORE      "tandem:store"
 typedef struct td_ec2_tag {
     const char *key;
     const char *value;
@@ -290,6 +294,8 @@ typedef struct td_ec2_instance {
     char subnet_id[48];
     char project[1024]; /* its tandem:project tag (the project's absolute path), "" when none */
     int node;           /* its tandem:node tag, -1 when none */
+    char controller_of[96]; /* its tandem:controller tag (a detached run's id), "" when none */
+    char store[257];        /* its tandem:store tag (that run's store, s3://...), "" when none */
 } td_ec2_instance;
 
 typedef struct td_ec2_instances {
@@ -309,6 +315,9 @@ td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int n
  * nstates 0: all): what `tandem gc` sweeps. Follows NextToken. */
 td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
                                  td_ec2_instances *out) TD_NODISCARD;
+/* The same for any tag key (TD_EC2_TAG_CONTROLLER: the detached runs' controllers). */
+td_status td_ec2_describe_tagged(td_aws_t *aws, const char *tag_key, const char *const *states,
+                                 int nstates, td_ec2_instances *out) TD_NODISCARD;
 /* out (may be NULL): each instance's id and new state. */
 td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,
                                      td_ec2_instances *out) TD_NODISCARD;

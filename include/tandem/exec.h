@@ -43,10 +43,25 @@ typedef struct td_slurm_options {
      * travel over a connection each node's agent opens back to tandem run (docs/executors.md). */
     char *work_dir;
     char *link_host; /* how the nodes reach this machine; NULL: its host name */
+    /* GPUs the job asks for on each node (#SBATCH --gres=gpu:N): set by td_slurm_count_nproc
+     * when nproc_per_node: gpu or auto counted the partition's GPUs, so that the workers the
+     * run records are given the GPUs they were counted from; 0: none asked */
+    int gpus_per_node;
 } td_slurm_options;
 
 void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src);
 void td_slurm_options_clear(td_slurm_options *o);
+/* nproc_per_node: gpu|auto|cpu (torchrun's words) for executor slurm, counted on the cluster
+ * before the job is submitted, as executor ssh counts on its hosts: the nodes the job may get
+ * (sinfo: the partition, slurm.partition or the default one, with a --partition, --nodelist or
+ * --constraint of slurm: sbatch_args) with tandem launch's rule applied to what Slurm says each
+ * has (gpu: its GRES gpu count, refused naming the partition when it has none; cpu: its CPUs;
+ * auto: gpu where it has GPUs, else cpu). The run records one count per node, so the nodes must
+ * agree: TD_ERR_USAGE naming two that differ. A count of GPUs sets o->gpus_per_node. *out the
+ * count, note (nbytes) what was counted ("auto: 2 workers, one per GPU of partition gpu's 4
+ * nodes (GRES gpu:a100:2)"). TD_ERR_NOTFOUND without sinfo or without nodes. */
+td_status td_slurm_count_nproc(td_slurm_options *o, const char *spec, int *out, char *note,
+                               size_t nbytes);
 
 /* Slurm's --time formats with a ':' or a '-', to seconds: "M:S", "H:M:S", "D-H", "D-H:M",
  * "D-H:M:S" (and "M", which the workflow parser refuses before it gets here: Slurm reads a
@@ -133,6 +148,12 @@ typedef struct td_aws_options {
         double gpu_memory_gib; /* per GPU */
         int disk_gib;          /* the root volume (volume_gb when that is not given) */
         char *arch;            /* "x86_64" (NULL: the default), "arm64" or "any" */
+        /* nproc_per_node: gpu|cpu|auto (set by td_aws_count_nproc, not the workflow file):
+         * only types on which that word counts nproc_count workers are chosen (any count but
+         * none when nproc_count is 0), so that the run's one count per node holds on every
+         * instance, a capacity fallback's or a replacement's too */
+        char nproc_spec[8];
+        int nproc_count;
     } resources;
     char **zones; /* aws.zones: the zones allowed (NULL: any); spot: the cheapest of them */
     size_t nzones;
@@ -147,6 +168,16 @@ typedef struct td_aws_options {
 } td_aws_options;
 
 void td_aws_options_copy(td_aws_options *dst, const td_aws_options *src);
+/* nproc_per_node: gpu|auto|cpu for executor aws, counted before any instance exists from the
+ * instance type, as EC2's catalog (DescribeInstanceTypes) gives it, by tandem launch's rule
+ * (td_launch_nproc_resolve): gpu its GPUs (TD_ERR_USAGE naming the type and the fix when it has
+ * none), cpu its vCPUs, auto gpu when it has GPUs, else cpu. aws.instance_types (tried in turn)
+ * must agree: TD_ERR_USAGE naming two that differ. With aws.resources, the type the choice
+ * makes now (aws_choose.c) among those where the word counts, and o->resources.nproc_spec and
+ * nproc_count are set so that the run's own choice keeps that count. *out the count, note
+ * (nbytes) what was counted ("auto: 4 workers, one per GPU of g5.12xlarge (4 x A10G)"). */
+td_status td_aws_count_nproc(td_aws_options *o, const char *spec, int *out, char *note,
+                             size_t nbytes);
 
 /* tandem run --dry-run of an aws workflow (aws_plan.c): the instances, market, region and
  * subnets, the hourly price (spot: EC2's now; on demand: aws.prices or tandem's table) and an
@@ -158,6 +189,7 @@ typedef struct td_aws_plan_in {
     int nodes, nproc_per_node;
     double max_duration_s; /* 0: none */
     int s3;                /* checkpoints or artifacts in S3 */
+    const char *nproc_note; /* how nproc_per_node was counted (gpu|cpu|auto), or NULL */
 } td_aws_plan_in;
 td_status td_aws_plan(const td_aws_plan_in *in, FILE *out);
 void td_aws_options_clear(td_aws_options *o);
@@ -465,6 +497,8 @@ typedef struct td_exec_handoff {
     char *const *forward_env; /* "NAME=VALUE" more for the controller's environment (the
                                  credentials, the workflow's secrets), written to a 0600 file
                                  there, never to a command line */
+    int resume; /* tandem run --resume -d: the controller resumes the run from its store and its
+                   S3 checkpoints (a stop asked of the run's last life is cleared first) */
 } td_exec_handoff;
 
 /* The submitter's part: the controller created (on demand; aws.controller_type, else t3.micro),
@@ -487,6 +521,17 @@ td_status td_exec_controller_start(const td_run *run, const char *project_dir,
                                    td_exec_controller **out);
 void td_exec_controller_on_loop(struct td_loop *loop, void *controller);
 void td_exec_controller_finish(td_exec_controller *c);
+/* On a resumed run's new controller (tandem run --resume RUN -d ... --controller-of RUN), before
+ * the run is looked up: the run's store (store_url) pulled into this project's run directory of
+ * run_id and indexed (td_rundb_rebuild), as its last life left it, so the resume continues its
+ * record, metrics, logs and instances. TD_ERR_NOTFOUND when the store has no run.json. */
+td_status td_exec_controller_adopt(td_rundb *store, const td_aws_options *aws,
+                                   const char *store_url, const char *run_id);
+/* tandem run --resume RUN -d of an aws run that lived here (attached, or resumed attached since):
+ * its run directory as its last life left it (before it is marked resumed) sent whole to its
+ * store, for the new controller to take (td_exec_controller_adopt). */
+td_status td_exec_remote_seed(const td_aws_options *aws, const char *store_url,
+                              const td_run *run);
 
 /* For a run supervised by its controller (td_run_is_remote): its store pulled into the run
  * directory and the row brought up to it (td_run_adopt_remote). Nothing for another run. A store

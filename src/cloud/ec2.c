@@ -42,6 +42,10 @@ static void parse_instance(const td__xml *it, td_ec2_instance *o) {
             td__xml_copy(o->run_id, sizeof o->run_id, t, "value");
         } else if (!strcmp(key, TD_EC2_TAG_PROJECT)) {
             td__xml_copy(o->project, sizeof o->project, t, "value");
+        } else if (!strcmp(key, TD_EC2_TAG_CONTROLLER)) {
+            td__xml_copy(o->controller_of, sizeof o->controller_of, t, "value");
+        } else if (!strcmp(key, TD_EC2_TAG_STORE)) {
+            td__xml_copy(o->store, sizeof o->store, t, "value");
         } else if (!strcmp(key, TD_EC2_TAG_NODE)) {
             /* Anyone may edit a tag: a value that is not a small index stays unknown. */
             const char *v = td__xml_text(t, "value");
@@ -274,15 +278,21 @@ td_status td_ec2_describe_instances(td_aws_t *aws, const char *const *ids, int n
     return st;
 }
 
-td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
-                                 td_ec2_instances *out) {
+td_status td_ec2_describe_tagged(td_aws_t *aws, const char *tag_key, const char *const *states,
+                                 int nstates, td_ec2_instances *out) {
     char *q = NULL;
-    const char *tag = RUN_TAG;
-    add_filter(&q, 1, "tag-key", &tag, 1);
+    add_filter(&q, 1, "tag-key", &tag_key, 1);
     if (nstates > 0) add_filter(&q, 2, "instance-state-name", states, nstates);
-    td_status st = describe_pages(aws, "(every instance tagged " RUN_TAG ")", q, false, out);
+    char what[160];
+    snprintf(what, sizeof what, "(every instance tagged %s)", tag_key);
+    td_status st = describe_pages(aws, what, q, false, out);
     free(q);
     return st;
+}
+
+td_status td_ec2_describe_tandem(td_aws_t *aws, const char *const *states, int nstates,
+                                 td_ec2_instances *out) {
+    return td_ec2_describe_tagged(aws, RUN_TAG, states, nstates, out);
 }
 
 td_status td_ec2_terminate_instances(td_aws_t *aws, const char *const *ids, int nids,

@@ -11,8 +11,9 @@
  *   subnet of the workflow in turn on a capacity refusal, spot first and on-demand after where
  *   `fallback: on-demand` says so, and repeats after a pause; any other refusal (credentials,
  *   key pair, image, instance type) ends it at once with AWS's words. The calls block (AWS, ssh),
- *   so they run on a thread of their own, which wakes the supervisor's loop through a pipe when
- *   it is done; a stop meanwhile cancels it between two calls.
+ *   so the whole provisioning is one item of work on the supervisor's loop's threads
+ *   (td_loop_queue_work, loop.h), whose after() starts the agents or ends the attempt, on the
+ *   loop's thread; a stop meanwhile cancels it between two calls.
  * - an agent's `interrupted` note (its spot watch read IMDSv2's instance-action): the node is
  *   marked for replacement and the supervisor told (td__sup_node_interrupted): the workers
  *   checkpoint, and the next attempt resumes on a replacement.
@@ -26,7 +27,6 @@
  * Every instance is in RUN/instances.json (aws_record.c) from the moment RunInstances answers. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -154,12 +154,11 @@ typedef struct {
     node_slot *nodes;
     int n;
 
-    /* the provisioning thread of an attempt's start; the slots are its own while it runs (the
-     * loop reads them only once it has said it is done) */
-    pthread_t thread;
-    bool thread_live, resume, stopping;
+    /* the provisioning of an attempt's start, as work on the supervisor's loop's threads; the
+     * slots are the work's own while it is queued or runs (the loop reads them only in its
+     * after()) */
+    bool provisioning, resume, stopping;
     atomic_int cancel;
-    int wake[2];
     td_status prov_st;
     char prov_why[1536];
 
@@ -180,7 +179,7 @@ static double provision_grace_s(const td_aws_options *o, double orphan_s) {
     return orphan_s + RUNNING_WAIT_S + SSH_WAIT_S + (o->nsetup ? SETUP_ALLOWANCE_S : 0);
 }
 
-/* A progress line, from the thread too: stdio's lock keeps lines whole. */
+/* A progress line, from the provisioning work too: stdio's lock keeps lines whole. */
 static void say_line(aws_carrier *ac, const char *fmt, ...) TD_PRINTF(2, 3);
 static void say_line(aws_carrier *ac, const char *fmt, ...) {
     va_list ap;
@@ -552,8 +551,9 @@ static td_status provision(aws_carrier *ac, td_aws_t *aws) {
     return TD_OK;
 }
 
-static void *provision_main(void *arg) {
-    aws_carrier *ac = arg;
+/* The work: an attempt's instances, on a thread of the loop's. */
+static void provision_work(void *user) {
+    aws_carrier *ac = user;
     td_aws_opts ao = {.profile = ac->o->profile, .region = ac->region};
     td_aws_t *aws = NULL;
     td_status st = td_aws_new(&ao, &aws);
@@ -562,21 +562,13 @@ static void *provision_main(void *arg) {
     if (st != TD_OK) snprintf(ac->prov_why, sizeof ac->prov_why, "%s", td_error_msg());
     td_error_clear();
     td_aws_free(aws);
-    char b = 1;
-    ssize_t w = write(ac->wake[1], &b, 1); /* the loop takes it from here */
-    (void)w;
-    return NULL;
 }
 
-/* The thread is done: the attempt's agents, or how it ended. */
-static void on_provisioned(td_loop *l, int fd, unsigned events, void *user) {
-    (void)events;
+/* Its after(), on the supervisor's loop: the attempt's agents, or how it ended. */
+static void provisioned(td_loop *l, void *user) {
+    (void)l;
     aws_carrier *ac = user;
-    char b;
-    if (read(fd, &b, 1) != 1) return;
-    pthread_join(ac->thread, NULL);
-    ac->thread_live = false;
-    td_loop_unwatch(l, fd);
+    ac->provisioning = false;
     td__sup_exit e = {.code = 1, .worker_code = -1};
     if (ac->stopping || ac->prov_st == TD_ERR_INTERRUPTED) {
         e.code = -1; /* stopped before anything ran */
@@ -618,19 +610,16 @@ static td_status aws_start(td__carrier *base, td__sup *sup, bool resume) {
     atomic_store(&ac->cancel, 0);
     ac->prov_st = TD_OK;
     ac->prov_why[0] = '\0';
-    td_loop *l = td__sup_loop(sup);
-    TD_CHECK(td_loop_watch(l, ac->wake[0], TD_LOOP_READ, on_provisioned, ac));
-    if (pthread_create(&ac->thread, NULL, provision_main, ac) != 0) {
-        td_loop_unwatch(l, ac->wake[0]);
-        return td_error(TD_ERR_SYS, "cannot start the thread that creates the instances");
-    }
-    ac->thread_live = true;
+    if (!td_loop_queue_work(td__sup_loop(sup), provision_work, provisioned, ac))
+        return td_error(TD_ERR_SYS, "cannot start the work that creates the instances: %s",
+                        td_error_msg());
+    ac->provisioning = true;
     return TD_OK;
 }
 
 static void aws_stop(td__carrier *base, bool hard) {
     aws_carrier *ac = (aws_carrier *)base;
-    if (ac->thread_live) { /* nothing runs yet: the thread ends at its next step */
+    if (ac->provisioning) { /* nothing runs yet: the work ends at its next step */
         ac->stopping = true;
         atomic_store(&ac->cancel, 1);
         return;
@@ -641,7 +630,7 @@ static void aws_stop(td__carrier *base, bool hard) {
 /* What an agent's spot watch says (src/launch/spot_watch.c). */
 static void on_agent_note(void *user, int node, const char *key, const char *value) {
     aws_carrier *ac = user;
-    if (node < 0 || node >= ac->n || ac->thread_live) return;
+    if (node < 0 || node >= ac->n || ac->provisioning) return;
     node_slot *sl = &ac->nodes[node];
     if (!strcmp(key, "interrupted")) {
         if (sl->interrupted) return;
@@ -703,11 +692,11 @@ static void terminate_all(aws_carrier *ac) {
 
 static void aws_finish(td__carrier *base) {
     aws_carrier *ac = (aws_carrier *)base;
-    if (ac->thread_live) { /* the loop ended with the thread at work: let it end first */
-        atomic_store(&ac->cancel, 1);
-        pthread_join(ac->thread, NULL);
-        ac->thread_live = false;
-    }
+    /* No provisioning is left: the supervisor's loop is gone (td__supervise frees it before
+     * this), and it ends only once an attempt has ended, which an attempt that provisions does
+     * in provisioned() above. (Were one left, td_loop_free would have waited for it; a stop
+     * sets cancel first, so it returns between two calls.) */
+    ac->provisioning = false;
     /* node 0 writes what a run saves; a node never set up has no host to ask */
     if (ac->n && ac->nodes[0].ready && ac->inner->ops->finish) ac->inner->ops->finish(ac->inner);
     terminate_all(ac);
@@ -870,7 +859,7 @@ static int aws_run(const td_exec_job *job) {
                              "executor aws: aws.ssh_key %s cannot be read (%s); give the private "
                              "key of the key pair '%s'",
                              o->ssh_key, strerror(errno), o->key_name);
-    aws_carrier ac = {.base = {&aws_ops}, .job = job, .o = o, .n = run->nodes, .wake = {-1, -1}};
+    aws_carrier ac = {.base = {&aws_ops}, .job = job, .o = o, .n = run->nodes};
     ac.orphan_s = o->orphan_timeout_s > 0 ? o->orphan_timeout_s : TD_AWS_ORPHAN_TIMEOUT_S;
     ac.alive_s = ac.orphan_s;
     if (check_account(job, ac.region, sizeof ac.region) != TD_OK) {
@@ -919,10 +908,6 @@ static int aws_run(const td_exec_job *job) {
     char note[512];
     snprintf(note, sizeof note, "on %d aws instance%s (%s%s, %s)", run->nodes,
              run->nodes > 1 ? "s" : "", o->instance_types[0], o->spot ? " spot" : "", ac.region);
-    if (pipe2(ac.wake, O_CLOEXEC) != 0) {
-        cli = td__exec_fail(job, t0, "supervisor error: pipe: %s", strerror(errno));
-        goto out;
-    }
     td__exec_say(job->out, "run %s: %d %s%s instance%s in %s, %d worker%s each", run->id,
                  run->nodes, o->instance_types[0], o->spot ? " spot" : "",
                  run->nodes > 1 ? "s" : "", ac.region, run->nproc_per_node,
@@ -937,8 +922,6 @@ static int aws_run(const td_exec_job *job) {
      * (after a failure, max_restarts; after an interruption, on a replacement). */
     cli = td__supervise(job, &ac.base, job->max_restarts, TD__SSH_CUT_AFTER_S, note, t0);
 out:
-    if (ac.wake[0] >= 0) close(ac.wake[0]);
-    if (ac.wake[1] >= 0) close(ac.wake[1]);
     free(ac.nodes);
     free(ac.user_data);
     td__bundle_clear(&ac.bundle);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/utsname.h>
 
 #include "exec/aws_internal.h"
 #include "exec/internal.h"
@@ -102,6 +103,15 @@ const char *td__aws_wanted_arch(const td_aws_options *o, const char *ship_arch, 
     return arch;
 }
 
+/* The workers spec (gpu|cpu|auto) counts on t by tandem launch's rule (td_launch_nproc_resolve)
+ * applied to what the instance will have: its GPUs, or its vCPUs (the CPUs its kernel shows,
+ * which is what the rule counts there); 0 for gpu on a type without GPUs. */
+static int type_count(const td_ec2_type *t, const char *spec) {
+    if (!strcmp(spec, "gpu")) return t->gpus > 0 ? t->gpus : 0;
+    if (strcmp(spec, "cpu") && t->gpus > 0) return t->gpus;
+    return t->vcpus > 0 ? t->vcpus : 1;
+}
+
 /* What t lacks of the request, in words ("" when it has it all); the count of what it lacks. */
 static int lacks(const td_aws_options *o, const td_ec2_type *t, char *out, size_t nbytes) {
     td__buf b = {0};
@@ -116,6 +126,14 @@ static int lacks(const td_aws_options *o, const td_ec2_type *t, char *out, size_
         n++, td__buf_addf(&b, "%s%s", n > 1 ? ", " : "", t->gpu_model[0] ? t->gpu_model : "no GPU");
     if (t->gpu_memory_gib + 1e-9 < o->resources.gpu_memory_gib)
         n++, td__buf_addf(&b, "%s%.0f GiB per GPU", n > 1 ? ", " : "", t->gpu_memory_gib);
+    if (o->resources.nproc_spec[0]) { /* the run's one count per node (td_aws_count_nproc) */
+        int count = type_count(t, o->resources.nproc_spec);
+        if (count < 1)
+            n++, td__buf_addf(&b, "%sno GPU for nproc_per_node: gpu", n > 1 ? ", " : "");
+        else if (o->resources.nproc_count > 0 && count != o->resources.nproc_count)
+            n++, td__buf_addf(&b, "%s%d workers for nproc_per_node: %s, not %d", n > 1 ? ", " : "",
+                              count, o->resources.nproc_spec, o->resources.nproc_count);
+    }
     snprintf(out, nbytes, "%s", b.s ? b.s : "");
     free(b.s);
     return n;
@@ -134,6 +152,11 @@ void td__aws_resources_text(const td_aws_options *o, char *out, size_t nbytes) {
     if (o->resources.arch) td__buf_addf(&b, "arch: %s, ", o->resources.arch);
     if (b.len > 2) b.len -= 2;
     td__buf_addf(&b, "}");
+    if (o->resources.nproc_spec[0] && o->resources.nproc_count > 0)
+        td__buf_addf(&b, " and nproc_per_node: %s = %d", o->resources.nproc_spec,
+                     o->resources.nproc_count);
+    else if (!strcmp(o->resources.nproc_spec, "gpu"))
+        td__buf_addf(&b, " and nproc_per_node: gpu");
     snprintf(out, nbytes, "%.*s", (int)b.len, b.s);
     free(b.s);
 }
@@ -266,5 +289,141 @@ td_status td__aws_choose(td_aws_t *aws, const char *region, const td_aws_options
     }
     free(fit);
     free(all);
+    return st;
+}
+
+/* ---- nproc_per_node: gpu|cpu|auto from the instance type ---- */
+td_status td__aws_type_nproc(const td_ec2_type *t, const char *spec, int *out, char *why,
+                             size_t nbytes) {
+    *out = 0;
+    if (why && nbytes) why[0] = '\0';
+    bool cpu = !strcmp(spec, "cpu");
+    if (!cpu && strcmp(spec, "gpu") && strcmp(spec, "auto"))
+        return td_error(TD_ERR_USAGE, "nproc_per_node: '%s' is not gpu, cpu or auto", spec);
+    *out = type_count(t, spec);
+    if (!*out)
+        return td_error(TD_ERR_USAGE,
+                        "nproc_per_node: gpu counts the GPUs of the instance type, and %s has "
+                        "none (%d vCPU, %.4g GiB, no GPU in EC2's catalog); give a number of "
+                        "workers, cpu (one per vCPU) or auto, or a type with GPUs "
+                        "(aws.instance_type: g5.xlarge, or aws.resources: {gpu: 1})",
+                        t->name, t->vcpus, t->memory_gib);
+    if (why && !cpu && t->gpus > 0)
+        snprintf(why, nbytes, "one per GPU of %s (%d x %s)", t->name, t->gpus,
+                 t->gpu_model[0] ? t->gpu_model : "GPU");
+    else if (why)
+        snprintf(why, nbytes, "one per vCPU of %s (%d vCPU%s)", t->name, t->vcpus,
+                 t->gpus ? "" : ", no GPU");
+    return TD_OK;
+}
+
+static const td_ec2_type *find_type(const td_ec2_type *all, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(all[i].name, name)) return &all[i];
+    return NULL;
+}
+
+td_status td_aws_count_nproc(td_aws_options *o, const char *spec, int *out, char *note,
+                             size_t nbytes) {
+    *out = 0;
+    if (note && nbytes) note[0] = '\0';
+    if (!o->ninstance_types && !o->resources.set)
+        return td_error(TD_ERR_USAGE, "nproc_per_node: %s counts from the instance type, and "
+                                      "the workflow names none (aws.instance_type or "
+                                      "aws.resources)",
+                        spec);
+    td_aws_opts ao = {.profile = o->profile, .region = o->region};
+    td_aws_t *aws = NULL;
+    if (td_aws_new(&ao, &aws) != TD_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", td_error_msg());
+        td_error_clear();
+        return td_error(TD_ERR_AUTH,
+                        "nproc_per_node: %s counts the GPUs or vCPUs of the instance type from "
+                        "EC2's catalog (DescribeInstanceTypes), which needs AWS: %s; give a "
+                        "number of workers per node",
+                        spec, why);
+    }
+    const char *region = td_aws_region(aws);
+    td_status st = TD_OK;
+    char why[300] = "", from[400] = "";
+    if (o->resources.set) {
+        /* the type the run would choose now, among those the word counts on; the run's own
+         * choice (aws.c, a moment later) then keeps that count: its candidates are narrowed to
+         * the types of the same count (lacks above) */
+        snprintf(o->resources.nproc_spec, sizeof o->resources.nproc_spec, "%s", spec);
+        o->resources.nproc_count = 0;
+        char **types = NULL, **zones = NULL, *chosen_why = NULL, arch[64];
+        size_t ntypes = 0, nzones = 0;
+        struct utsname u; /* tandem ships itself (no aws.tandem): the instances need its arch */
+        const char *ship = NULL;
+        if (!o->tandem && uname(&u) == 0) {
+            snprintf(arch, sizeof arch, "%.63s", u.machine);
+            ship = arch;
+        }
+        td_ec2_type *all = NULL;
+        size_t nall = 0;
+        st = td__aws_choose(aws, region, o, o->spot, ship, &types, &ntypes, &zones, &nzones,
+                            &chosen_why);
+        if (st == TD_OK) st = td_ec2_describe_instance_types(aws, &all, &nall);
+        const td_ec2_type *t = st == TD_OK ? find_type(all, nall, types[0]) : NULL;
+        if (st == TD_OK && !t)
+            st = td_error(TD_ERR_PEER, "EC2's catalog lost instance type %s", types[0]);
+        if (st == TD_OK) st = td__aws_type_nproc(t, spec, out, why, sizeof why);
+        if (st == TD_OK) {
+            o->resources.nproc_count = *out;
+            snprintf(from, sizeof from, "the type aws.resources chooses now; the run chooses "
+                                        "among the types of that count");
+        } else {
+            o->resources.nproc_spec[0] = '\0';
+        }
+        for (size_t i = 0; i < ntypes; i++) free(types[i]);
+        free(types);
+        for (size_t i = 0; i < nzones; i++) free(zones[i]);
+        free(zones);
+        free(chosen_why);
+        free(all);
+    } else {
+        /* aws.instance_types are tried in turn on capacity refusals: any of them may be a
+         * node's, so they must agree, as ssh hosts must */
+        td_ec2_type *all = NULL;
+        size_t nall = 0;
+        st = td_ec2_describe_instance_types(aws, &all, &nall);
+        for (size_t i = 0; st == TD_OK && i < o->ninstance_types; i++) {
+            const td_ec2_type *t = find_type(all, nall, o->instance_types[i]);
+            if (!t) {
+                st = td_error(TD_ERR_INVALID,
+                              "nproc_per_node: %s: aws.instance_type%s %s is not an instance "
+                              "type of %s (EC2's DescribeInstanceTypes has no such type); "
+                              "check its spelling, or give a number of workers",
+                              spec, o->ninstance_types > 1 ? "s'" : "", o->instance_types[i],
+                              region);
+                break;
+            }
+            int n = 0;
+            char w[300];
+            st = td__aws_type_nproc(t, spec, &n, w, sizeof w);
+            if (st != TD_OK) break;
+            if (!i) {
+                *out = n;
+                snprintf(why, sizeof why, "%s", w);
+            } else if (n != *out) {
+                st = td_error(TD_ERR_USAGE,
+                              "nproc_per_node: %s counts %d worker%s on %s but %d on %s "
+                              "(aws.instance_types, tried in turn on capacity refusals); a run "
+                              "has one count per node: give a number, or list types that agree",
+                              spec, *out, *out == 1 ? "" : "s", o->instance_types[0], n,
+                              o->instance_types[i]);
+            }
+        }
+        if (st == TD_OK)
+            snprintf(from, sizeof from, "aws.instance_type%s, EC2's catalog in %s",
+                     o->ninstance_types > 1 ? "s" : "", region);
+        free(all);
+    }
+    if (st == TD_OK && note)
+        snprintf(note, nbytes, "nproc_per_node %s: %d worker%s per instance, %s; %s", spec, *out,
+                 *out == 1 ? "" : "s", why, from);
+    td_aws_free(aws);
     return st;
 }

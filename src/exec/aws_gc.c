@@ -6,22 +6,27 @@
  *     instance still alive and nobody holds its RUN/lock; otherwise no AWS call at all, so ps
  *     stays fast and works offline;
  *   - tandem gc (td_gc_instances): every instance of the region tagged tandem:run, whatever the
- *     records say (a supervisor killed between RunInstances and writing its record).
+ *     records say (a supervisor killed between RunInstances and writing its record); and every
+ *     controller of a detached run (tagged tandem:controller) whose run has ended or whose
+ *     dead-man's switch failed, as its store in S3 says (gc_controllers, below).
  *
  * "The supervisor is gone" is "nobody holds RUN/lock": tandem run takes that flock before it
  * touches the run and its supervisor holds it to its end (src/workflow/run.c, lock_run), so a
  * free lock means no supervisor, and taking it keeps a resume from starting while instances are
  * being terminated under it. */
 #include <dirent.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/aws_internal.h"
+#include "exec/controller.h"
 
 #define END_ORPHAN TD__AWS_END_GC " (its supervisor was gone)"
 
@@ -328,6 +333,313 @@ void td_gc_orphans(td_rundb *store, FILE *out, int *nterminated) {
     free(runs);
 }
 
+/* ---- tandem gc: the controllers of detached runs ----
+ * A controller (tandem run -d, controller.c) is tagged tandem:controller=RUN, not tandem:run, and
+ * its supervisor lives in the cloud: no lock here says whether it lives. Its run's store in S3
+ * does (the tandem:store tag, else RUN/remote.json here): the run's record as the controller
+ * pushed it (run/run.json) and the controller's own word (controller.json: which instance, when
+ * it last spoke, until when it promised to speak again; written each time it feeds its
+ * dead-man's switch, and at its end with a promise in the past). One is terminated when:
+ *   - its run has ended (run.json final) and it was launched before that end (a controller
+ *     launched later is a resume's, the next life of the run);
+ *   - another controller of the run spoke after this one was launched (the run was resumed with
+ *     a new controller: this one is an older life's, left behind);
+ *   - it is the one that spoke, and its promise passed more than its orphan timeout and
+ *     CTL_GC_GRACE_S ago: its supervisor went silent (or ended) and its switch, which fires at
+ *     that promise, did not end it (the timeout once more: a live controller whose S3 writes
+ *     fail a while still feeds its switch, and must not be taken for a dead one);
+ *   - no store can be read for it and its run ended here (the run's status final, nobody holds
+ *     its lock): a handoff that failed, a run resumed here since.
+ * Otherwise it is left, saying why: a live controller is never touched. As for nodes, only this
+ * project's, unless --all (then any whose store says so, never a live one). */
+#define CTL_GC_GRACE_S 120.0 /* the switch checks every 2 s; a shutdown takes up to a minute */
+
+/* A JSON object of the store (caller decrefs); NULL when absent or unreadable (*why says). */
+static json_t *store_json(td_aws_t *aws, const char *bucket, const char *key, char *why,
+                          size_t why_nbytes) {
+    char dir[] = "/tmp/tandem-gc-XXXXXX";
+    if (!mkdtemp(dir)) {
+        snprintf(why, why_nbytes, "no temporary directory: %s", strerror(errno));
+        return NULL;
+    }
+    char *path = td_xasprintf("%s/obj.json", dir);
+    json_t *j = NULL;
+    td_status st = td_s3_get_file(aws, bucket, key, path, NULL);
+    if (st == TD_OK) {
+        json_error_t je;
+        j = json_load_file(path, 0, &je);
+        if (!j || !json_is_object(j)) {
+            snprintf(why, why_nbytes, "s3://%s/%s is not a JSON object (%s)", bucket, key,
+                     j ? "another type" : je.text);
+            json_decref(j);
+            j = NULL;
+        }
+    } else {
+        snprintf(why, why_nbytes, "%s", st == TD_ERR_NOTFOUND ? "absent" : td_error_msg());
+        td_error_clear();
+    }
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    return j;
+}
+
+/* What the store says of the run and its controllers. */
+typedef struct {
+    int read;            /* the store was reached */
+    char why[512];       /* why not (read 0) */
+    int ended;           /* run.json has a final status */
+    char status[24];     /* run.json's */
+    double ended_s;      /* run.json's end */
+    char speaker[32];    /* controller.json's instance, "" when none */
+    double heard_s, promise_s, orphan_s;
+} store_view;
+
+static void store_read(td_aws_t *aws, const char *store_url, store_view *v) {
+    memset(v, 0, sizeof *v);
+    td_s3_url u;
+    if (td_s3_url_parse(store_url, &u) != TD_OK) {
+        snprintf(v->why, sizeof v->why, "%s", td_error_msg());
+        td_error_clear();
+        return;
+    }
+    char *key = td_xasprintf("%s/run/%s", u.key, td_run_path_name(TD_RUN_PATH_RECORD));
+    char why[512] = "";
+    json_t *rj = store_json(aws, u.bucket, key, why, sizeof why);
+    free(key);
+    /* an absent run.json is a store not pushed yet (the run's supervisor has not started) */
+    if (rj || !strcmp(why, "absent")) {
+        v->read = 1;
+        const char *status = rj ? json_string_value(json_object_get(rj, "status")) : NULL;
+        td_run_status rs;
+        if (status && td_run_status_parse(status, &rs) == TD_OK) {
+            snprintf(v->status, sizeof v->status, "%s", status);
+            v->ended = td_run_status_is_final(rs);
+            v->ended_s = json_number_value(json_object_get(rj, "ended"));
+        }
+        td_error_clear();
+        json_decref(rj);
+        key = td_xasprintf("%s/%s", u.key, TD_CONTROLLER_WORD);
+        json_t *cj = store_json(aws, u.bucket, key, why, sizeof why);
+        free(key);
+        const char *who = cj ? json_string_value(json_object_get(cj, "instance")) : NULL;
+        if (who) {
+            snprintf(v->speaker, sizeof v->speaker, "%s", who);
+            v->heard_s = json_number_value(json_object_get(cj, "heard_s"));
+            v->promise_s = json_number_value(json_object_get(cj, "promise_s"));
+            v->orphan_s = json_number_value(json_object_get(cj, "orphan_timeout_s"));
+        }
+        json_decref(cj);
+    } else {
+        snprintf(v->why, sizeof v->why, "%s", why);
+    }
+    td_s3_url_free(&u);
+}
+
+static void fmt_utc(double t, char *out, size_t nbytes) {
+    time_t s = (time_t)t;
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    strftime(out, nbytes, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* "t3.micro on-demand, controller of run X, up 0.40 h" */
+static void describe_ctl(const td_ec2_instance *e, double now, char *out, size_t nbytes) {
+    char up[32] = "";
+    double launched = td__aws_parse_time(e->launch_time);
+    if (launched > 0) td__aws_fmt_lifetime(now > launched ? now - launched : 0, up, sizeof up);
+    snprintf(out, nbytes, "%s %s, controller of run %s%s%s", e->type[0] ? e->type : "?",
+             !strcmp(e->lifecycle, "spot") ? "spot" : "on-demand",
+             e->controller_of[0] ? e->controller_of : "?", *up ? ", " : "", up);
+    printable(out);
+}
+
+/* The verdict on one controller: 1 (terminate) or 0 (leave), why in why. */
+static int ctl_verdict(const td_ec2_instance *e, const store_view *v, const char *store_url,
+                       int local_ended, const char *local_status, double now, char *why,
+                       size_t nbytes) {
+    double launched = td__aws_parse_time(e->launch_time);
+    char t1[32], t2[32];
+    if (v->read && v->ended && (launched <= 0 || launched < v->ended_s)) {
+        fmt_utc(v->ended_s, t1, sizeof t1);
+        snprintf(why, nbytes, "its run ended (%s at %s, as its store %s/run/run.json says)",
+                 v->status, t1, store_url);
+        return 1;
+    }
+    if (v->read && v->speaker[0] && strcmp(v->speaker, e->id) && launched > 0 &&
+        v->heard_s > launched) {
+        fmt_utc(v->heard_s, t1, sizeof t1);
+        snprintf(why, nbytes,
+                 "the run has a newer controller, %s (heard at %s, after this one started): "
+                 "this one is left from before a resume",
+                 v->speaker, t1);
+        return 1;
+    }
+    if (v->read && !strcmp(v->speaker, e->id) &&
+        v->promise_s + v->orphan_s + CTL_GC_GRACE_S < now) {
+        fmt_utc(v->heard_s, t1, sizeof t1);
+        fmt_utc(v->promise_s, t2, sizeof t2);
+        snprintf(why, nbytes,
+                 "its dead-man's switch failed: its supervisor last spoke at %s and promised to "
+                 "speak again by %s (%s/%s); it should have ended itself then",
+                 t1, t2, store_url, TD_CONTROLLER_WORD);
+        return 1;
+    }
+    if (!v->read && local_ended) {
+        snprintf(why, nbytes, "its run ended here (%s) and nobody holds its lock%s%s", local_status,
+                 store_url ? "; its store could not be read: " : "", store_url ? v->why : "");
+        return 1;
+    }
+    if (v->read && !strcmp(v->speaker, e->id)) {
+        fmt_utc(v->heard_s, t1, sizeof t1);
+        fmt_utc(v->promise_s, t2, sizeof t2);
+        snprintf(why, nbytes, "it is live: it last spoke at %s, promising to speak by %s", t1, t2);
+    } else if (v->read) {
+        snprintf(why, nbytes,
+                 "it is starting: the run has not ended and no word of this controller is in "
+                 "its store %s yet",
+                 store_url);
+    } else {
+        snprintf(why, nbytes, "its run's store %s%s%s; its run has not ended here",
+                 store_url ? store_url : "is unknown (no tandem:store tag, no RUN/remote.json)",
+                 store_url ? " could not be read: " : "", store_url ? v->why : "");
+    }
+    printable(why);
+    return 0;
+}
+
+/* The store's URL as RUN/remote.json names it (caller frees), or NULL. */
+static char *remote_store_of(const char *run_dir) {
+    if (!run_dir) return NULL;
+    char *path = td_run_path(run_dir, TD_RUN_PATH_REMOTE);
+    json_t *j = json_load_file(path, 0, NULL);
+    free(path);
+    const char *v = j ? json_string_value(json_object_get(j, "store")) : NULL;
+    char *out = v ? td_xstrdup(v) : NULL;
+    json_decref(j);
+    return out;
+}
+
+static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts *o, FILE *out,
+                                td_gc_counts *c) {
+    static const char *const states[] = {"pending", "running", "stopping", "stopped"};
+    td_ec2_instances all = {0};
+    TD_CHECK(td_ec2_describe_tagged(aws, TD_EC2_TAG_CONTROLLER, states, 4, &all));
+    const char *project = td_rundb_project_dir(store);
+    int *done = td_xcalloc((size_t)all.count + 1, sizeof *done);
+    double now = td_wall_s();
+    int seen = 0, terminated = 0, left = 0, failed = 0;
+    for (int i = 0; i < all.count; i++) {
+        if (done[i]) continue;
+        const td_ec2_instance *first = &all.items[i];
+        td_ec2_instances group = {0};
+        for (int j = i; j < all.count; j++) {
+            if (done[j] || strcmp(all.items[j].controller_of, first->controller_of) ||
+                strcmp(all.items[j].project, first->project))
+                continue;
+            done[j] = 1;
+            group.items = td_xrealloc(group.items, (size_t)(group.count + 1) * sizeof *group.items);
+            group.items[group.count++] = all.items[j];
+        }
+        seen += group.count;
+        const char *rid = first->controller_of;
+        td_run known = {0};
+        int in_store = td_run_find(store, rid, &known) == TD_OK && !strcmp(known.id, rid);
+        td_error_clear();
+        int ours = first->project[0] ? !strcmp(first->project, project) : in_store;
+        char *run_dir = ours && in_store ? td_xstrdup(known.run_dir)
+                                         : run_dir_of(first->project, rid);
+        /* ended here: a final status in this project's store, and no group of it alive here
+         * (an attached resume holds the lock) */
+        int fd = -1, local_ended = 0;
+        char local_status[24] = "";
+        if (ours && in_store && td_run_status_is_final(known.status)) {
+            snprintf(local_status, sizeof local_status, "%s", td_run_status_str(known.status));
+            char *lock = td_run_path(known.run_dir, TD_RUN_PATH_LOCK);
+            fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+            free(lock);
+            local_ended = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
+        }
+        td_run_clear(&known);
+        char *store_url = NULL;
+        for (int j = 0; j < group.count && !store_url; j++)
+            if (group.items[j].store[0]) store_url = td_xstrdup(group.items[j].store);
+        if (!store_url) store_url = remote_store_of(run_dir);
+        store_view v = {0};
+        if (store_url) store_read(aws, store_url, &v);
+        else snprintf(v.why, sizeof v.why, "unknown");
+        td_ec2_instance *kill_list = td_xcalloc((size_t)group.count, sizeof *kill_list);
+        int nkill = 0;
+        for (int j = 0; j < group.count; j++) {
+            const td_ec2_instance *e = &group.items[j];
+            char why[1400], what[256];
+            int verdict = ctl_verdict(e, &v, store_url, local_ended, local_status, now, why,
+                                      sizeof why);
+            describe_ctl(e, now, what, sizeof what);
+            /* whose: as for nodes, another project's (or an unknown run's) only with --all */
+            if (verdict && !ours && !o->all) {
+                char rid_p[sizeof first->run_id];
+                snprintf(rid_p, sizeof rid_p, "%s", rid);
+                snprintf(why, sizeof why, "run %s of %s; 'tandem gc --all' terminates it",
+                         printable(rid_p),
+                         first->project[0] ? first->project : "an unknown project");
+                verdict = 0;
+                printable(why);
+            }
+            if (!verdict) {
+                fprintf(out, "left %s (%s): %s\n", e->id, what, why);
+                left++;
+            } else if (o->dry_run) {
+                fprintf(out, "would terminate %s (%s): %s\n", e->id, what, why);
+                terminated++;
+            } else {
+                fprintf(out, "terminating %s (%s): %s\n", e->id, what, why);
+                kill_list[nkill++] = *e;
+            }
+        }
+        if (nkill) {
+            const char **ids = td_xcalloc((size_t)nkill, sizeof *ids);
+            for (int j = 0; j < nkill; j++) ids[j] = kill_list[j].id;
+            td_ec2_instances res = {0};
+            td_status ts = td_ec2_terminate_instances(aws, ids, nkill, &res);
+            free(ids);
+            td_ec2_instances_free(&res);
+            if (ts == TD_OK) {
+                for (int j = 0; j < nkill; j++) {
+                    char what[256];
+                    describe_ctl(&kill_list[j], now, what, sizeof what);
+                    fprintf(out, "terminated %s (%s)\n", kill_list[j].id, what);
+                }
+                terminated += nkill;
+            } else {
+                char rid_p[sizeof first->run_id];
+                snprintf(rid_p, sizeof rid_p, "%s", rid);
+                fprintf(out, "failed to terminate %d controller%s of run %s: %s\n", nkill,
+                        nkill == 1 ? "" : "s", printable(rid_p), td_error_msg());
+                td_error_clear();
+                failed += nkill;
+            }
+        }
+        free(kill_list);
+        free(store_url);
+        if (fd >= 0) close(fd);
+        free(run_dir);
+        td_ec2_instances_free(&group);
+    }
+    free(done);
+    if (all.count)
+        fprintf(out, "%d controller%s tagged %s in %s: %d %s, %d left%s\n", seen,
+                seen == 1 ? "" : "s", TD_EC2_TAG_CONTROLLER, td_aws_region(aws), terminated,
+                o->dry_run ? "would be terminated" : "terminated", left,
+                failed ? ", some failed (above)" : "");
+    c->seen += seen;
+    c->terminated += terminated;
+    c->left += left;
+    c->failed += failed;
+    td_ec2_instances_free(&all);
+    return TD_OK;
+}
+
 /* ---- tandem gc ---- */
 typedef enum { GC_OURS, GC_LIVE, GC_UNKNOWN, GC_OTHER } gc_kind;
 
@@ -433,6 +745,9 @@ td_status td_gc_instances(td_rundb *store, const td_gc_opts *o, td_gc_counts *co
                 c.seen == 1 ? "" : "s", region, c.terminated,
                 o->dry_run ? "would be terminated" : "terminated", c.left,
                 c.failed ? ", some failed (above)" : "");
+    /* the detached runs' controllers (tagged tandem:controller, not tandem:run) */
+    st = gc_controllers(aws, store, o, out, &c);
+    if (st != TD_OK) goto out;
     if (c.failed)
         st = td_error(TD_ERR_PEER, "tandem gc: %d instance%s could not be terminated (above)",
                       c.failed, c.failed == 1 ? "" : "s");

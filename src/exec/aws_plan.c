@@ -124,6 +124,8 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out) {
         fprintf(out, ", the default subnet (EC2 picks the zone)");
     }
     fprintf(out, "; %d worker%s each\n", in->nproc_per_node, in->nproc_per_node == 1 ? "" : "s");
+    /* nproc_per_node: gpu|cpu|auto, counted from the type (td_aws_count_nproc) */
+    if (in->nproc_note && in->nproc_note[0]) fprintf(out, "  workers     %s\n", in->nproc_note);
     if (o->ninstance_types > 1) {
         fprintf(out, "  on capacity refusals, in turn:");
         for (size_t i = 1; i < o->ninstance_types; i++) fprintf(out, " %s", o->instance_types[i]);

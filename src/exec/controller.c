@@ -18,7 +18,10 @@
  *   end the instance.
  * - the submitter's verbs later (td_exec_remote_refresh/stop): pull the store back; a stop is a
  *   request object in S3, because the laptop may not reach the controller (no inbound port to
- *   open, no ssh key needed on whoever stops it), and S3 is what both ends reach already. */
+ *   open, no ssh key needed on whoever stops it), and S3 is what both ends reach already.
+ * A resume with -d (tandem run --resume RUN -d) is the same handoff to a new controller, whose
+ * fresh project first takes the run's last life from the store (td_exec_controller_adopt) and
+ * then resumes it as tandem run --resume does anywhere. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -157,16 +160,23 @@ static td_status create_controller(handoff *c, double orphan_s) {
     const td_run *run = c->job->run;
     char name[160];
     snprintf(name, sizeof name, "tandem-%s-controller", run->id);
-    td_ec2_tag tags[3 + 16];
+    td_ec2_tag tags[4 + 16];
     int ntags = 0;
-    tags[ntags++] = (td_ec2_tag){"tandem:controller", run->id};
+    tags[ntags++] = (td_ec2_tag){TD_EC2_TAG_CONTROLLER, run->id};
     tags[ntags++] = (td_ec2_tag){TD_EC2_TAG_PROJECT,
                                  c->job->project_dir ? c->job->project_dir : ""};
     tags[ntags++] = (td_ec2_tag){"Name", name};
+    /* where tandem gc reads whether its run ended (aws_gc.c), from any project's machine; EC2
+     * takes values of 256 characters at most (a longer store: gc reads RUN/remote.json) */
+    if (strlen(c->h->store_url) <= 256)
+        tags[ntags++] = (td_ec2_tag){TD_EC2_TAG_STORE, c->h->store_url};
     for (size_t k = 0; k < o->ntags && ntags < (int)TD_ARRAY_LEN(tags); k++)
         tags[ntags++] = (td_ec2_tag){o->tags[k].key, o->tags[k].value};
     char token_src[256], token[65];
-    snprintf(token_src, sizeof token_src, "%s/%s/controller", c->job->project_dir, run->id);
+    /* one per life of the run: a resumed run's new controller is not its first one's (EC2 would
+     * answer a token used before with that instance, terminated) */
+    snprintf(token_src, sizeof token_src, "%s/%s/controller/%d", c->job->project_dir, run->id,
+             run->restarts);
     td_aws_sha256_hex(token_src, strlen(token_src), token);
     token[40] = '\0';
     /* the switch's patience before the supervisor's first word: the setup and the start */
@@ -408,7 +418,12 @@ static td_status ship_and_start(handoff *c) {
     td__buf_quote(&b, tandem);
     td__buf_addf(&b, " run -f ../workflow.yaml ");
     td__buf_quote(&b, c->h->workflow_name);
-    for (char *const *p = c->h->params; p && *p; p++) {
+    if (c->h->resume) { /* the run's next life: from its store and its S3 checkpoints */
+        td__buf_addf(&b, " --resume ");
+        td__buf_quote(&b, run->id);
+    }
+    /* a resume runs the run's stored command (its parameters in it): none given again */
+    for (char *const *p = c->h->resume ? NULL : c->h->params; p && *p; p++) {
         td__buf_addf(&b, " --param ");
         td__buf_quote(&b, *p);
     }
@@ -469,6 +484,16 @@ td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_hando
                           h->store_url, td_error_msg(), u.bucket);
     }
     free(key);
+    /* a resume: the stop that ended the last life would stop this one at its first poll */
+    if (st == TD_OK && h->resume) {
+        key = td_xasprintf("%s/stop", u.key);
+        st = td_s3_delete(c.aws, u.bucket, key);
+        if (st != TD_OK)
+            st = td_error(st, "the stop request of run %s's last life (s3://%s/%s) cannot be "
+                              "cleared: %s; the resumed run would stop at once",
+                          job->run->id, u.bucket, key, td_error_msg());
+        free(key);
+    }
     double launched = td_wall_s();
     if (st == TD_OK) st = create_controller(&c, orphan_s);
     if (st == TD_OK) st = stage(&c);
@@ -548,6 +573,7 @@ td_status td_exec_controller_handoff(const td_exec_job *job, const td_exec_hando
  * between passes running at once). */
 struct td_exec_controller {
     uint64_t pass;    /* the pass queued or running (0: none) */
+    bool beat;        /* this pass feeds the switch and puts the controller's word */
     bool stop_found;  /* the pass found STORE/stop (written by the pass, read in its after()) */
     double next_beat; /* monotonic: when the switch is fed next */
     char *project_dir, *run_id, *run_dir, *bucket, *prefix, *heard, *stage;
@@ -604,7 +630,7 @@ static void promise(td_exec_controller *c, double until_s) {
 }
 
 static void push_now(td_exec_controller *c, const char *when) {
-    if (td__remote_push(&c->push, c->run_dir) != TD_OK) {
+    if (td__remote_push(&c->push, c->run_dir, td_now_s(), false) != TD_OK) {
         TD_LOG_WARN("run store: pushing %s to s3://%s/%s %s: %s; tried again in %.0f s", c->run_dir,
                     c->bucket, c->prefix, when, td_error_msg(), CTL_PUSH_PERIOD_S);
         td_error_clear();
@@ -639,12 +665,33 @@ static void act_on_stop(td_exec_controller *c) {
     kill(getpid(), SIGTERM);
 }
 
+/* The controller's word in the store (TD_CONTROLLER_WORD): which instance it is, when it spoke,
+ * until when its switch waits (until_s). tandem gc reads it to tell a live controller from one
+ * whose switch failed. Blocks: on a work thread, or at the end. */
+static void put_word(td_exec_controller *c, double until_s, bool ended) {
+    json_t *j = json_pack("{s:i, s:s, s:s?, s:f, s:f, s:f, s:b}", "format", 1, "run", c->run_id,
+                          "instance", c->self, "heard_s", td_wall_s(), "promise_s", until_s,
+                          "orphan_timeout_s", c->orphan_s, "ended", ended);
+    char *text = json_dumps(j, JSON_SORT_KEYS);
+    json_decref(j);
+    char *key = td_xasprintf("%s/%s", c->prefix, TD_CONTROLLER_WORD);
+    if (td_s3_put_buffer(c->aws, c->bucket, key, text, strlen(text)) != TD_OK) {
+        TD_LOG_WARN("run %s: the controller's word to s3://%s/%s: %s; said again at its next "
+                    "heartbeat",
+                    c->run_id, c->bucket, key, td_error_msg());
+        td_error_clear();
+    }
+    free(key);
+    free(text);
+}
+
 /* One pass, on a work thread: touches only the pass's own state (push, stop_found), never the
  * loop. */
 static void pass_work(void *user) {
     td_exec_controller *c = user;
     push_now(c, "as it runs");
     c->stop_found = !c->stop_seen && stop_asked(c);
+    if (c->beat) put_word(c, td_wall_s() + c->orphan_s, false);
 }
 
 /* The pass done, on the loop's thread: the stop acted on, the switch fed (a controller whose
@@ -654,16 +701,17 @@ static void pass_after(td_loop *l, void *user) {
     td_exec_controller *c = user;
     c->pass = 0;
     if (c->stop_found && !c->stop_seen) act_on_stop(c);
-    double now = td_now_s();
-    if (now >= c->next_beat) {
+    if (c->beat) {
         promise(c, td_wall_s() + c->orphan_s);
-        c->next_beat = now + td_orphan_heartbeat_s(c->orphan_s);
+        c->next_beat = td_now_s() + td_orphan_heartbeat_s(c->orphan_s);
+        c->beat = false;
     }
 }
 
 static void on_tick(td_loop *l, void *user) {
     td_exec_controller *c = user;
     if (c->pass) return; /* the last pass still runs: this tick is skipped */
+    c->beat = td_now_s() >= c->next_beat;
     c->pass = td_loop_queue_work(l, pass_work, pass_after, c);
     if (!c->pass) {
         TD_LOG_WARN("run %s: the controller's push to s3://%s/%s could not be queued: %s; tried "
@@ -711,6 +759,7 @@ td_status td_exec_controller_start(const td_run *run, const char *project_dir,
         /* until the supervisor's loop feeds it: the workflow's setup: and the executor's
          * preparation run first (as patient as the switch is before a supervisor's first word) */
         promise(c, td_wall_s() + c->orphan_s + CTL_BEFORE_LOOP_S);
+        put_word(c, td_wall_s() + c->orphan_s + CTL_BEFORE_LOOP_S, false);
         c->next_beat = td_now_s() + td_orphan_heartbeat_s(c->orphan_s);
     }
     if (st != TD_OK) {
@@ -732,7 +781,7 @@ void td_exec_controller_finish(td_exec_controller *c) {
         record_self(c);
         /* the last state, pushed until it went (the end is what the submitter waits for) */
         for (int i = 0; i < 5; i++) {
-            if (td__remote_push(&c->push, c->run_dir) == TD_OK) break;
+            if (td__remote_push(&c->push, c->run_dir, td_now_s(), true) == TD_OK) break;
             TD_LOG_WARN("run store: the last push to s3://%s/%s: %s", c->bucket, c->prefix,
                         td_error_msg());
             td_error_clear();
@@ -741,6 +790,7 @@ void td_exec_controller_finish(td_exec_controller *c) {
         TD_LOG_INFO("run %s: controller: the run has ended and its store is pushed; this "
                     "instance ends itself now (its dead-man's switch)",
                     c->run_id);
+        put_word(c, td_wall_s() - 1, true);
         promise(c, td_wall_s() - 1);
     }
     td__remote_push_free(&c->push);
@@ -756,6 +806,64 @@ void td_exec_controller_finish(td_exec_controller *c) {
     free(c->self);
     free(c->prices);
     free(c);
+}
+
+/* ---- a resume of a run that lived here: its last life sent to the store first ---- */
+td_status td_exec_remote_seed(const td_aws_options *aws, const char *store_url,
+                              const td_run *run) {
+    td_s3_url u;
+    TD_CHECK(td_s3_url_parse(store_url, &u));
+    td_aws_opts ao = {.profile = aws ? aws->profile : NULL, .region = aws ? aws->region : NULL};
+    td_aws_t *client = NULL;
+    char tmpl[] = "/tmp/tandem-push-XXXXXX";
+    td_status st = td_aws_new(&ao, &client);
+    if (st == TD_OK && !mkdtemp(tmpl)) st = td_error_errno(TD_ERR_IO, "a staging directory");
+    td__push p = {.aws = client, .bucket = u.bucket, .prefix = u.key, .staging = tmpl};
+    if (st == TD_OK) st = td__remote_push(&p, run->run_dir, td_now_s(), true);
+    if (st != TD_OK)
+        st = td_error(st, "run %s's directory could not be sent to its store %s for the "
+                          "controller that resumes it: %s",
+                      run->id, store_url, td_error_msg());
+    td__remote_push_free(&p);
+    rmdir(tmpl);
+    td_aws_free(client);
+    td_s3_url_free(&u);
+    return st;
+}
+
+/* ---- the resumed run's new controller: its last life pulled from the store ---- */
+td_status td_exec_controller_adopt(td_rundb *store, const td_aws_options *aws,
+                                   const char *store_url, const char *run_id) {
+    if (!run_id[0] || strchr(run_id, '/') || run_id[0] == '.')
+        return td_error(TD_ERR_INVALID, "--controller-of '%s': not a run id", run_id);
+    td_s3_url u;
+    TD_CHECK(td_s3_url_parse(store_url, &u));
+    char *run_dir = td_xasprintf("%s/runs/%s", td_rundb_dir(store), run_id);
+    td_aws_opts ao = {.profile = aws ? aws->profile : NULL, .region = aws ? aws->region : NULL};
+    td_aws_t *client = NULL;
+    size_t n = 0;
+    td_status st = td_mkdirs(run_dir);
+    if (st == TD_OK) st = td_aws_new(&ao, &client);
+    if (st == TD_OK) st = td__remote_pull(client, u.bucket, u.key, run_dir, &n);
+    /* the pull's own bookkeeping: this machine's run is no pulled copy, it pushes */
+    char *etags = td_xasprintf("%s/.remote-etags", run_dir);
+    unlink(etags);
+    free(etags);
+    char *record = td_run_path(run_dir, TD_RUN_PATH_RECORD);
+    if (st == TD_OK && access(record, F_OK) != 0)
+        st = td_error(TD_ERR_NOTFOUND,
+                      "run %s's store %s has no run/%s: nothing of its last life to resume "
+                      "(was it ever started by a controller?)",
+                      run_id, store_url, td_run_path_name(TD_RUN_PATH_RECORD));
+    free(record);
+    if (st == TD_OK) st = td_rundb_rebuild(store, NULL, NULL, NULL);
+    if (st == TD_OK)
+        TD_LOG_INFO("run %s: its last life pulled from %s (%zu files) to be resumed here", run_id,
+                    store_url, n);
+    td_aws_free(client);
+    free(run_dir);
+    td_s3_url_free(&u);
+    return st;
 }
 
 /* ---- the submitter's verbs: attach ---- */

@@ -115,6 +115,42 @@ char *td__slurm_batch_script(const td_exec_job *job, const char *token_path, con
  * given; NULL-terminated, caller frees each string and the array. */
 char **td__slurm_sbatch_argv(const char *sbatch, const td_slurm_options *o, const char *script);
 
+/* ---- nproc_per_node: gpu|cpu|auto counted before a run (td_slurm_count_nproc, slurm.c) ----
+ * One node as `sinfo -h -N -o '%N|%P|%c|%G|%f'` prints it (a node in two partitions: two lines). */
+typedef struct {
+    char name[128];
+    char partition[128]; /* without the '*' that marks the default partition */
+    int is_default;      /* the '*' */
+    int cpus;            /* %c */
+    int gpus;            /* the gpu entries of %G, summed (td__slurm_gres_gpus) */
+    char gres[160];      /* %G as printed, for messages */
+    char features[256];  /* %f: comma-separated, "(null)" for none */
+} td__slurm_node;
+
+/* The GPUs a GRES text gives a node: the counts of its gpu entries ("gpu:2", "gpu:a100:2",
+ * "gpu:a100:2(S:0-1),gpu:v100:1,mps:400", a bare "gpu" is 1), 0 for "(null)", "" or none. */
+int td__slurm_gres_gpus(const char *gres);
+/* The lines of sinfo's output (above) for the nodes a job may get: those of `partitions` (a
+ * comma-separated list, as --partition takes; NULL: the default partition) that have every
+ * feature of `constraint` when it is a plain AND of names ("a100&ib"; NULL, or an expression
+ * with |, [, *, ! or counts, filters nothing: counting a superset of the nodes can refuse for a
+ * disagreement, never count wrong). *out (caller frees) may be empty; TD_ERR_FORMAT naming a
+ * malformed line. */
+td_status td__slurm_nodes_parse(const char *sinfo_out, const char *partitions,
+                                const char *constraint, td__slurm_node **out, size_t *count);
+/* tandem launch's rule (td_launch_nproc_resolve) over those nodes, which must agree; `where`
+ * names them in messages ("partition gpu"). *gpus_out: the count when it is of GPUs, else 0. */
+td_status td__slurm_count_nodes(const td__slurm_node *nodes, size_t count, const char *where,
+                                const char *spec, int *out, int *gpus_out, char *note,
+                                size_t nbytes);
+
+/* The workers spec (gpu|cpu|auto) counts on an instance of type t (aws_choose.c): GPUs, vCPUs,
+ * or GPUs when it has them else vCPUs. TD_ERR_USAGE naming the type and the fix for gpu on a
+ * type without GPUs; why (nbytes): "one per GPU of g5.12xlarge (4 x A10G)". */
+struct td_ec2_type;
+td_status td__aws_type_nproc(const struct td_ec2_type *t, const char *spec, int *out, char *why,
+                             size_t nbytes);
+
 /* ---- ssh's carrier, for hosts found one by one (the aws executor's instances) ----
  * The ssh executor's agents and supervision (ssh.c) over hosts the caller sets node by node;
  * its soft stop's grace. */

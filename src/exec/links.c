@@ -10,25 +10,24 @@
  * land in RUN/work, where the run's end collects them as for a local run. A connection that
  * drops is dialled again by the agent; a requeued job's agents connect anew.
  *
- * The links live on the supervisor's event loop (td__links_attach): the listening socket, each
- * connection past its handshake, and a pipe the handshake threads wake it by are watched
- * descriptors; a tick checks the deadlines. No peer can hold the supervisor up: the port is open
- * to anyone who can reach it, so a connection's handshake (the token's challenge-response and
- * the hello) runs on a small thread of its own, which gives up at the connection's deadline,
- * while the loop goes on serving everyone else; the opening is sent without blocking, as the
- * connection takes it; connections still in the handshake are bounded, and when the slots are
- * full the oldest one that has had a tenth of its deadline is cut short. So a run's agents join
- * however many strangers connect and say nothing. (The handshake's HMAC lives in mirror.c
- * behind a blocking call with a deadline; a thread per handshake keeps that one
- * implementation.) */
+ * The links live on the supervisor's event loop (td__links_attach): the listening socket and
+ * every connection are watched descriptors; a tick checks the deadlines. No peer can hold the
+ * supervisor up: the port is open to anyone who can reach it, so nothing here waits for a
+ * peer. A connection's handshake (the token's challenge-response, mirror.h's exchange in steps,
+ * td_mirror_auth_step, then the hello) goes as far as its socket allows at each turn, and is
+ * refused at its deadline, while the loop serves everyone else; the opening is sent the same
+ * way, as the connection takes it. Connections still in the handshake are bounded, and when the
+ * slots are full the oldest one that has had a tenth of its deadline is cut short. So a run's
+ * agents join however many strangers connect and say nothing. (No thread: the handshake used
+ * to be mirror.c's blocking call on a thread per connection; thousands of strangers would be
+ * thousands of threads, or, on the loop's few work threads (td_loop_queue_work), a handful of
+ * silent ones would keep the run's agents waiting for a thread.) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netdb.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
@@ -48,10 +47,9 @@
  * this: the agent waits as long for it (agent_link.c, OPENING_TIMEOUT_MS). */
 #define OPENING_MS 120000
 #define MAX_CONNS  1024
-/* Connections in the handshake, each with a thread (blocked in poll, a few KiB touched): a
- * job's connect storm fits, as in the rendezvous store's server (comm/store_server.c). */
+/* Connections in the handshake (a few hundred bytes of state each): a job's connect storm
+ * fits, as in the rendezvous store's server (comm/store_server.c). */
 #define MAX_PENDING 256
-#define HS_STACK    (256 * 1024)
 /* The listen queue: a job's nodes connect at once (the kernel holds them until accepted). */
 #define BACKLOG 512
 /* Refused connections: the first few are said one by one, then summed up this often. */
@@ -61,23 +59,10 @@
 #define TICK_S 0.1
 
 typedef enum {
-    C_HANDSHAKE, /* its thread proves the token and reads the hello */
+    C_HANDSHAKE, /* it proves the token (td_mirror_auth_step) and says its hello */
     C_OPENING,   /* we send the manifest, code, checkpoint, artifacts and go */
     C_LIVE,      /* its mirror stream arrives */
 } conn_state;
-
-/* What a handshake thread works on and finds; the connection points to it until it is joined. */
-typedef struct {
-    pthread_t thread;
-    int fd;
-    const char *token; /* the links' own: threads are joined before it goes */
-    int nodes;
-    int notify_fd; /* a byte here wakes the loop */
-    atomic_bool done;
-    td_status st; /* what it found, once done */
-    int node, first;
-    char why[400];
-} handshake;
 
 /* One piece of the opening: bytes of ours, or a file's bytes [off, end) sent from its fd. */
 typedef struct {
@@ -94,8 +79,12 @@ typedef struct {
     char peer[80];        /* "10.0.0.5:41234", for messages */
     uint64_t since_ns;    /* accepted */
     uint64_t deadline_ns; /* of the opening */
-    const char *cut;      /* we cut its handshake short: why */
-    handshake *hs;
+    /* the handshake: the token's exchange until it is done (then NULL), then the hello's bytes */
+    bool pending; /* counted in npending */
+    td_mirror_auth *auth;
+    unsigned wants; /* what the handshake waits for: TD_LOOP_READ or TD_LOOP_WRITE */
+    char hello[64];
+    size_t hello_len;
     piece *pieces;
     size_t npieces, next;
     int node; /* -1 before "hello" */
@@ -112,7 +101,6 @@ typedef struct {
 struct td__links {
     const td_exec_job *job;
     int listen_fd, port;
-    int wake[2];   /* handshake threads -> the loop */
     td_loop *loop; /* the supervisor's, once attached */
     uint64_t tick;
     int listen_watched;
@@ -216,7 +204,7 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
     *out = NULL;
     td__links *l = td_xcalloc(1, sizeof *l);
     l->job = job;
-    l->listen_fd = l->wake[0] = l->wake[1] = -1;
+    l->listen_fd = -1;
     snprintf(l->token, sizeof l->token, "%s", token);
     l->seen = td_xcalloc((size_t)job->run->nodes, 1);
     l->node_lines = td_xcalloc((size_t)job->run->nodes, sizeof *l->node_lines);
@@ -249,8 +237,6 @@ td_status td__links_open(const td_exec_job *job, const char *token, const char *
     free(sh.s);
     free(o);
     free(e);
-    if (st == TD_OK && pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) != 0)
-        st = td_error_errno(TD_ERR_SYS, "links: a pipe for the handshakes");
     if (st == TD_OK) st = td_listen_tcp(NULL, 0, BACKLOG, &l->listen_fd, &l->port);
     if (st != TD_OK) {
         td__links_free(l);
@@ -299,31 +285,46 @@ static void refused(td__links *l, const char *peer, const char *why) {
     }
 }
 
-/* ---- the handshake, on a thread per connection ---- */
-static td_status read_hello(int fd, int nodes, uint64_t deadline_ns, int *node, int *first) {
-    char line[64];
-    TD_CHECK(td_mirror_read_line(fd, line, sizeof line, deadline_ns, "a node's hello"));
-    char end;
-    if (sscanf(line, "hello %d %d%c", node, first, &end) != 2 || *node < 0 || *node >= nodes ||
-        (*first != 0 && *first != 1))
-        return td_error(TD_ERR_PROTOCOL,
-                        "a node's link said '%.40s', not hello NODE 0|1 with a node below %d", line,
-                        nodes);
-    return TD_OK;
-}
-
-static void *handshake_main(void *arg) {
-    handshake *h = arg;
-    uint64_t deadline_ns = td_now_ns() + (uint64_t)HANDSHAKE_MS * 1000000;
-    td_status st = td_mirror_auth_accept(h->fd, h->token, HANDSHAKE_MS);
-    if (st == TD_OK) st = read_hello(h->fd, h->nodes, deadline_ns, &h->node, &h->first);
-    if (st != TD_OK) snprintf(h->why, sizeof h->why, "%s", td_error_msg());
-    td_error_clear();
-    h->st = st;
-    atomic_store(&h->done, true);
-    ssize_t w = write(h->notify_fd, "x", 1); /* full pipe: the loop has wakes pending anyway */
-    (void)w;
-    return NULL;
+/* ---- the handshake, on the loop: the token's exchange, then the hello ---- */
+/* "hello NODE FIRST" read so far, a byte at a time (nothing after its newline is the
+ * handshake's: the agent waits for our opening). 1: the line is whole (*node, *first); 0: more
+ * later; -1: refused (the error set). */
+static int read_hello(conn *c, int nodes, int *node, int *first) {
+    for (;;) {
+        char ch;
+        ssize_t r = recv(c->fd, &ch, 1, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (r < 0) {
+            td_error_errno(TD_ERR_IO, "link: reading a node's hello");
+            return -1;
+        }
+        if (r == 0) {
+            td_error(TD_ERR_IO, "link: the connection closed while waiting for a node's hello");
+            return -1;
+        }
+        if (ch != '\n') {
+            if (c->hello_len + 1 >= sizeof c->hello) {
+                char quoted[96];
+                td_escape_text(quoted, sizeof quoted, c->hello, c->hello_len);
+                td_error(TD_ERR_PROTOCOL, "a node's link said '%s...', not hello NODE 0|1",
+                         quoted);
+                return -1;
+            }
+            c->hello[c->hello_len++] = ch;
+            continue;
+        }
+        c->hello[c->hello_len] = '\0';
+        char end;
+        if (sscanf(c->hello, "hello %d %d%c", node, first, &end) != 2 || *node < 0 ||
+            *node >= nodes || (*first != 0 && *first != 1)) {
+            td_error(TD_ERR_PROTOCOL,
+                     "a node's link said '%.40s', not hello NODE 0|1 with a node below %d",
+                     c->hello, nodes);
+            return -1;
+        }
+        return 1;
+    }
 }
 
 static void conn_free_pieces(conn *c) {
@@ -337,27 +338,23 @@ static void conn_free_pieces(conn *c) {
     c->npieces = c->next = 0;
 }
 
-/* Waits for a connection's handshake thread (cut short first when it still runs) and takes
- * what it found (the join orders its writes before our reads). Caller frees; NULL: none. */
-static handshake *handshake_end(td__links *l, conn *c) {
-    handshake *h = c->hs;
-    if (!h) return NULL;
-    if (!atomic_load(&h->done)) shutdown(c->fd, SHUT_RDWR);
-    pthread_join(h->thread, NULL);
-    c->hs = NULL;
-    l->npending--;
-    return h;
+/* A connection leaves the handshake (passed, refused or closed): its slot frees. */
+static void handshake_end(td__links *l, conn *c) {
+    td_mirror_auth_free(c->auth);
+    c->auth = NULL;
+    if (c->pending) l->npending--;
+    c->pending = false;
 }
 
-/* What the loop watches a connection for: nothing in the handshake (its thread reads it), its
- * opening's room and its bytes while the opening goes out, its bytes once it joined. */
+/* What the loop watches a connection for: what its handshake waits for, its opening's room and
+ * its bytes while the opening goes out, its bytes once it joined. */
 static void conn_watch(td__links *l, conn *c);
 static void listen_update(td__links *l);
 
 static void conn_close(td__links *l, size_t i, const char *why) {
     conn *c = &l->conns[i];
     if (l->loop) td_loop_unwatch(l->loop, c->fd);
-    free(handshake_end(l, c));
+    handshake_end(l, c);
     if (why && c->node >= 0 && !c->ended)
         TD_LOG_WARN("the link of node %d closed (%s); its agent dials again while it runs", c->node,
                     why);
@@ -493,19 +490,10 @@ static int progress_opening(td__links *l, size_t i, uint64_t now) {
     return 0;
 }
 
-/* A handshake thread is done: the connection sends its opening, or it is refused. */
-static void handshake_done(td__links *l, size_t i) {
+/* The handshake passed: the connection sends its opening. */
+static void handshake_done(td__links *l, size_t i, int node, int first) {
     conn *c = &l->conns[i];
-    handshake *h = handshake_end(l, c);
-    td_status st = h->st;
-    int node = h->node, first = h->first;
-    if (st != TD_OK || c->cut) {
-        refused(l, c->peer, c->cut ? c->cut : h->why);
-        free(h);
-        conn_close(l, i, NULL);
-        return;
-    }
-    free(h);
+    handshake_end(l, c);
     c->node = node;
     c->state = C_OPENING;
     conn_watch(l, c);
@@ -525,21 +513,73 @@ static void handshake_done(td__links *l, size_t i) {
     progress_opening(l, i, td_now_ns());
 }
 
+/* A connection's handshake failed (the error set, or why): refused and closed. */
+static void handshake_refused(td__links *l, size_t i, const char *why) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s", why ? why : td_error_msg());
+    td_error_clear();
+    refused(l, l->conns[i].peer, msg);
+    conn_close(l, i, NULL);
+}
+
 /* The handshake slots are full: cuts short the oldest handshake if it has had a tenth of its
  * deadline (a real agent needs one round trip), so strangers that connect and say nothing
- * cannot keep the run's agents out. Returns whether one was cut (its slot frees when its thread
- * returns, at once). */
+ * cannot keep the run's agents out. Returns whether one was cut (its slot is free). */
 static int cut_oldest(td__links *l, uint64_t now) {
-    conn *oldest = NULL;
+    size_t oldest = SIZE_MAX;
     for (size_t i = 0; i < l->nconns; i++)
-        if (l->conns[i].state == C_HANDSHAKE && !l->conns[i].cut &&
-            (!oldest || l->conns[i].since_ns < oldest->since_ns))
-            oldest = &l->conns[i];
-    if (!oldest || now < oldest->since_ns + (uint64_t)HANDSHAKE_MS * 100000) return 0;
-    oldest->cut = "the oldest of the connections still in the handshake when the slots were "
-                  "full; cut short";
-    shutdown(oldest->fd, SHUT_RDWR);
+        if (l->conns[i].state == C_HANDSHAKE &&
+            (oldest == SIZE_MAX || l->conns[i].since_ns < l->conns[oldest].since_ns))
+            oldest = i;
+    if (oldest == SIZE_MAX || now < l->conns[oldest].since_ns + (uint64_t)HANDSHAKE_MS * 100000)
+        return 0;
+    handshake_refused(l, oldest,
+                      "the oldest of the connections still in the handshake when the slots were "
+                      "full; cut short");
     return 1;
+}
+
+/* Takes the handshake as far as the connection allows now: the token's exchange, then the
+ * hello; then the opening. A handshake that fails closes the connection (refused). */
+static void handshake_progress(td__links *l, size_t i) {
+    conn *c = &l->conns[i];
+    if (c->auth) {
+        unsigned wants = 0;
+        if (td_mirror_auth_step(c->auth, &wants) != TD_OK) {
+            handshake_refused(l, i, NULL);
+            return;
+        }
+        if (wants) {
+            c->wants = wants;
+            conn_watch(l, c);
+            return;
+        }
+        td_mirror_auth_free(c->auth); /* the peer knows the token */
+        c->auth = NULL;
+    }
+    int node = -1, first = 0;
+    int r = read_hello(c, l->job->run->nodes, &node, &first);
+    if (r < 0) {
+        handshake_refused(l, i, NULL);
+        return;
+    }
+    if (r == 0) {
+        c->wants = TD_LOOP_READ;
+        conn_watch(l, c);
+        return;
+    }
+    handshake_done(l, i, node, first);
+}
+
+/* A handshake past its deadline: refused, naming what it did not say. */
+static void handshake_late(td__links *l, size_t i) {
+    const conn *c = &l->conns[i];
+    char why[300];
+    snprintf(why, sizeof why,
+             "link: %s did not come within %d ms of the connection (is the other end a tandem "
+             "of this version, and not stalled?)",
+             c->auth ? td_mirror_auth_waiting_for(c->auth) : "a node's hello", HANDSHAKE_MS);
+    handshake_refused(l, i, why);
 }
 
 static void peer_name(int fd, char *out, size_t nbytes) {
@@ -554,32 +594,16 @@ static void peer_name(int fd, char *out, size_t nbytes) {
     td_escape_text(out, nbytes, raw, strlen(raw));
 }
 
-/* Starts a connection's handshake on its thread (all signals blocked: they belong to the
- * supervisor's signalfd). */
+/* Starts a connection's handshake: our challenge, sent when the socket takes it. */
 static int handshake_start(td__links *l, conn *c) {
-    handshake *h = td_xcalloc(1, sizeof *h);
-    h->fd = c->fd;
-    h->token = l->token;
-    h->nodes = l->job->run->nodes;
-    h->notify_fd = l->wake[1];
-    h->node = -1;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, HS_STACK);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int err = pthread_create(&h->thread, &attr, handshake_main, h);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (err) {
-        free(h);
-        char why[200];
-        snprintf(why, sizeof why, "no thread for its handshake (%s)", strerror(err));
+    if (td_mirror_auth_begin(&c->auth, c->fd, l->token, TD_MIRROR_AUTH_ACCEPT) != TD_OK) {
+        char why[500];
+        snprintf(why, sizeof why, "no handshake: %s", td_error_msg());
+        td_error_clear();
         refused(l, c->peer, why);
         return -1;
     }
-    c->hs = h;
+    c->pending = true;
     l->npending++;
     return 0;
 }
@@ -629,6 +653,7 @@ static void accept_all(td__links *l, bool readable) {
             continue;
         }
         l->nconns++;
+        handshake_progress(l, l->nconns - 1); /* the challenge goes out now */
     }
 }
 
@@ -680,7 +705,7 @@ static void conn_watch(td__links *l, conn *c) {
     if (!l->loop) return;
     unsigned ev = c->state == C_OPENING ? TD_LOOP_READ | TD_LOOP_WRITE
                   : c->state == C_LIVE  ? TD_LOOP_READ
-                                        : 0;
+                                        : c->wants;
     td_status st = ev ? td_loop_watch(l->loop, c->fd, ev, on_conn, l) : TD_OK;
     if (!ev) td_loop_unwatch(l->loop, c->fd);
     if (st != TD_OK) { /* unwatched, it would hang: the agent dials again */
@@ -701,7 +726,9 @@ static void on_conn(td_loop *loop, int fd, unsigned events, void *user) {
     for (size_t i = 0; i < l->nconns; i++) {
         conn *c = &l->conns[i];
         if (c->fd != fd) continue;
-        if (c->state == C_OPENING) {
+        if (c->state == C_HANDSHAKE) {
+            handshake_progress(l, i);
+        } else if (c->state == C_OPENING) {
             size_t before = l->nconns;
             if (events & TD_LOOP_READ) read_conn(l, i);
             if (l->nconns == before) progress_opening(l, i, td_now_ns());
@@ -712,29 +739,19 @@ static void on_conn(td_loop *loop, int fd, unsigned events, void *user) {
     }
 }
 
-/* A handshake thread is done (it wrote a byte): its connection goes on or is refused. */
-static void on_wake(td_loop *loop, int fd, unsigned events, void *user) {
-    (void)loop, (void)events;
-    td__links *l = user;
-    char drain[256];
-    while (read(fd, drain, sizeof drain) > 0) {
-    }
-    /* From the end: closing swaps the last connection into the closed one's place. */
-    for (size_t i = l->nconns; i-- > 0;)
-        if (l->conns[i].state == C_HANDSHAKE && atomic_load(&l->conns[i].hs->done))
-            handshake_done(l, i);
-    listen_update(l);
-}
-
-/* The deadlines: openings not taken in time, the oldest handshake when the slots are full,
- * accepting again after running out of descriptors, the refusals' sum. */
+/* The deadlines: handshakes and openings not done in time, the oldest handshake when the
+ * slots are full, accepting again after running out of descriptors, the refusals' sum. */
 static void on_tick(td_loop *loop, void *user) {
     (void)loop;
     td__links *l = user;
     uint64_t now = td_now_ns();
+    /* From the end: closing swaps the last connection into the closed one's place. */
     for (size_t i = l->nconns; i-- > 0;)
         if (l->conns[i].state == C_OPENING && now >= l->conns[i].deadline_ns)
             progress_opening(l, i, now);
+        else if (l->conns[i].state == C_HANDSHAKE &&
+                 now >= l->conns[i].since_ns + (uint64_t)HANDSHAKE_MS * 1000000)
+            handshake_late(l, i);
     if (l->queue_full || (l->accept_resume_ns && now >= l->accept_resume_ns)) {
         if (l->accept_resume_ns && now >= l->accept_resume_ns) l->accept_resume_ns = 0;
         accept_all(l, false);
@@ -747,21 +764,14 @@ static void on_tick(td_loop *loop, void *user) {
 td_status td__links_attach(td__links *l, td_loop *loop) {
     td__links_detach(l);
     l->loop = loop;
-    td_status st = td_loop_watch(loop, l->wake[0], TD_LOOP_READ, on_wake, l);
-    if (st != TD_OK) {
-        l->loop = NULL;
-        return st;
-    }
     l->tick = td_loop_timer(loop, TICK_S, TICK_S, on_tick, l);
     for (size_t i = 0; i < l->nconns; i++) conn_watch(l, &l->conns[i]);
     listen_update(l);
-    /* a handshake that ended before: its byte is in the pipe, read on the first turn */
     return TD_OK;
 }
 
 void td__links_detach(td__links *l) {
     if (!l->loop) return;
-    td_loop_unwatch(l->loop, l->wake[0]);
     if (l->listen_watched) td_loop_unwatch(l->loop, l->listen_fd);
     l->listen_watched = 0;
     for (size_t i = 0; i < l->nconns; i++) td_loop_unwatch(l->loop, l->conns[i].fd);
@@ -792,8 +802,6 @@ void td__links_free(td__links *l) {
     while (l->nconns) conn_close(l, l->nconns - 1, NULL);
     refusals_say(l);
     if (l->listen_fd >= 0) close(l->listen_fd);
-    if (l->wake[0] >= 0) close(l->wake[0]);
-    if (l->wake[1] >= 0) close(l->wake[1]);
     if (l->node_lines)
         for (int i = 0; i < l->job->run->nodes; i++) free(l->node_lines[i].line.s);
     free(l->node_lines);

@@ -3,7 +3,8 @@
  * submitter pulls it back into its own run directory, whose row then follows it
  * (td_run_adopt_remote of track).
  *
- * Every file goes whole (whole-file replacement, never an append piece): a metrics or log file
+ * Every file goes whole (whole-file replacement, never an append piece), and a large one less
+ * often (td__push_due, controller.h: its bytes per second bounded): a metrics or log file
  * only grows on the controller, so each copy in S3 is a longer prefix of the same file, and the
  * submitter's ingest, which reads past its stored offset, takes each line once whichever copies
  * it saw. A file is copied aside before it is sent (a file that grows under td_s3_put_file is
@@ -70,7 +71,16 @@ static td__pushed *pushed_find(td__push *p, const char *rel) {
     return f;
 }
 
-static td_status push_one(td__push *p, const char *run_dir, const char *rel) {
+bool td__push_due(const td__pushed *f, int64_t size, double now_s, double bytes_per_s,
+                  bool final) {
+    if (final || f->size < 0 || bytes_per_s < 0) return true; /* the end; never sent; no bound */
+    if (bytes_per_s == 0) bytes_per_s = TD__PUSH_BYTES_PER_S;
+    /* sending size bytes again is paid for by the time since the last send */
+    return (double)size <= bytes_per_s * (now_s - f->sent_s);
+}
+
+static td_status push_one(td__push *p, const char *run_dir, const char *rel, double now_s,
+                          bool final) {
     char *path = td_xasprintf("%s/%s", run_dir, rel);
     struct stat sb;
     td_status st = TD_OK;
@@ -78,12 +88,19 @@ static td_status push_one(td__push *p, const char *run_dir, const char *rel) {
     td__pushed *f = pushed_find(p, rel);
     int64_t mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     if (f->size == (int64_t)sb.st_size && f->mtime_ns == mtime) goto out;
+    if (!td__push_due(f, (int64_t)sb.st_size, now_s, p->bytes_per_s, final)) {
+        p->ndeferred++;
+        goto out;
+    }
     /* a copy aside: what the file held when it was read, sent whole */
     char *aside = td_xasprintf("%s/push.%d", p->staging, (int)getpid());
     st = td_copy_file(path, aside, "the run store's copy");
+    struct stat asb;
+    int64_t nbytes = st == TD_OK && stat(aside, &asb) == 0 ? (int64_t)asb.st_size : 0;
     if (st == TD_OK) {
         char *key = td_xasprintf("%s/run/%s", p->prefix, rel);
-        st = td_s3_put_file(p->aws, p->bucket, key, aside, NULL);
+        st = p->put ? p->put(p->put_user, key, aside, nbytes)
+                    : td_s3_put_file(p->aws, p->bucket, key, aside, NULL);
         free(key);
     }
     unlink(aside);
@@ -91,14 +108,17 @@ static td_status push_one(td__push *p, const char *run_dir, const char *rel) {
     if (st == TD_OK) {
         f->size = (int64_t)sb.st_size;
         f->mtime_ns = mtime;
+        f->sent_s = now_s;
         p->nsent++;
+        p->nbytes_sent += nbytes;
     }
 out:
     free(path);
     return st;
 }
 
-static td_status push_walk(td__push *p, const char *run_dir, const char *rel, int depth) {
+static td_status push_walk(td__push *p, const char *run_dir, const char *rel, int depth,
+                           double now_s, bool final) {
     char *dir = rel[0] ? td_xasprintf("%s/%s", run_dir, rel) : td_xstrdup(run_dir);
     DIR *d = opendir(dir);
     free(dir);
@@ -114,9 +134,9 @@ static td_status push_walk(td__push *p, const char *run_dir, const char *rel, in
         struct stat sb;
         if (rel_ok(sub) && lstat(path, &sb) == 0) {
             if (S_ISDIR(sb.st_mode) && depth < 8)
-                st = push_walk(p, run_dir, sub, depth + 1);
+                st = push_walk(p, run_dir, sub, depth + 1, now_s, final);
             else if (S_ISREG(sb.st_mode))
-                st = push_one(p, run_dir, sub);
+                st = push_one(p, run_dir, sub, now_s, final);
         }
         free(path);
         free(sub);
@@ -125,10 +145,10 @@ static td_status push_walk(td__push *p, const char *run_dir, const char *rel, in
     return st;
 }
 
-td_status td__remote_push(td__push *p, const char *run_dir) {
-    p->nsent = 0;
-    TD_CHECK(push_walk(p, run_dir, "", 0));
-    return push_one(p, run_dir, td_run_path_name(TD_RUN_PATH_RECORD));
+td_status td__remote_push(td__push *p, const char *run_dir, double now_s, bool final) {
+    p->nsent = p->ndeferred = 0;
+    TD_CHECK(push_walk(p, run_dir, "", 0, now_s, final));
+    return push_one(p, run_dir, td_run_path_name(TD_RUN_PATH_RECORD), now_s, final);
 }
 
 void td__remote_push_free(td__push *p) {

@@ -59,6 +59,284 @@ void td_slurm_options_copy(td_slurm_options *dst, const td_slurm_options *src) {
     }
 }
 
+/* ---- nproc_per_node: gpu|cpu|auto, counted on the cluster before the job ----
+ * Why sinfo before submission rather than srun inside the allocation: the count is part of the
+ * job's request itself (--cpus-per-task, --gres=gpu:N in the batch script) and of the run's
+ * record, which exist before any node is allocated; a count taken inside the allocation would
+ * come after the request it has to size. sinfo answers from slurmctld's view of the nodes
+ * (their configured CPUs and GRES), which is what the scheduler allocates from. */
+
+int td__slurm_gres_gpus(const char *gres) {
+    if (!gres) return 0;
+    int total = 0;
+    const char *p = gres;
+    while (*p) {
+        /* one entry: up to a ',' outside parentheses ("gpu:a100:2(S:0,1)" has one inside) */
+        const char *start = p;
+        int depth = 0;
+        while (*p && (depth || *p != ',')) {
+            if (*p == '(') depth++;
+            if (*p == ')' && depth) depth--;
+            p++;
+        }
+        size_t len = (size_t)(p - start);
+        const char *paren = memchr(start, '(', len);
+        if (paren) len = (size_t)(paren - start);
+        if (len >= 3 && !strncmp(start, "gpu", 3) && (len == 3 || start[3] == ':')) {
+            /* gpu[:TYPE][:COUNT]: the count is the last field when it is a number */
+            const char *colon = NULL;
+            for (const char *q = start; q < start + len; q++)
+                if (*q == ':') colon = q;
+            long n = 1;
+            if (colon && colon + 1 < start + len) {
+                char digits[16];
+                size_t nd = (size_t)(start + len - colon - 1);
+                if (nd < sizeof digits) {
+                    memcpy(digits, colon + 1, nd);
+                    digits[nd] = '\0';
+                    char *end = NULL;
+                    long v = strtol(digits, &end, 10);
+                    if (end != digits && !*end && v >= 0) n = v;
+                }
+            }
+            total += (int)n;
+        }
+        if (*p == ',') p++;
+    }
+    return total;
+}
+
+/* name is one of the comma-separated list */
+static int in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        p = e ? e + 1 : p + len;
+    }
+    return 0;
+}
+
+/* constraint as a plain AND of feature names, or 0 when it is more (then it filters nothing) */
+static int plain_and(const char *constraint) {
+    if (!constraint || !*constraint) return 0;
+    for (const char *p = constraint; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("_.-&", *p)) return 0;
+    return 1;
+}
+
+static int has_features(const char *features, const char *constraint) {
+    char want[256];
+    snprintf(want, sizeof want, "%s", constraint);
+    for (char *save = NULL, *f = strtok_r(want, "&", &save); f; f = strtok_r(NULL, "&", &save))
+        if (!in_list(features, f)) return 0;
+    return 1;
+}
+
+td_status td__slurm_nodes_parse(const char *sinfo_out, const char *partitions,
+                                const char *constraint, td__slurm_node **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    size_t cap = 0;
+    int lineno = 0;
+    int filter_features = plain_and(constraint);
+    for (const char *p = sinfo_out ? sinfo_out : ""; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        p = e ? e + 1 : p + len;
+        lineno++;
+        size_t l = strlen(line);
+        while (l && (line[l - 1] == '\r' || line[l - 1] == ' ')) line[--l] = '\0';
+        if (!l) continue;
+        char orig[1024]; /* for a message: the fields are cut out of line below */
+        snprintf(orig, sizeof orig, "%s", line);
+        char *field[5] = {0};
+        int nf = 0;
+        char *cur = line;
+        for (; nf < 5; nf++) {
+            char *bar = strchr(cur, '|');
+            field[nf] = cur;
+            if (!bar) {
+                nf++;
+                break;
+            }
+            *bar = '\0';
+            cur = bar + 1;
+        }
+        char *end = NULL;
+        long cpus = nf == 5 ? strtol(field[2], &end, 10) : -1;
+        if (nf != 5 || end == field[2] || *end || cpus < 1 || !field[0][0] || !field[1][0]) {
+            free(*out);
+            *out = NULL;
+            *count = 0;
+            return td_error(TD_ERR_FORMAT,
+                            "sinfo line %d: expected NODE|PARTITION|CPUS|GRES|FEATURES "
+                            "(sinfo -h -N -o '%%N|%%P|%%c|%%G|%%f'), got '%.200s'",
+                            lineno, orig);
+        }
+        td__slurm_node nd = {0};
+        snprintf(nd.name, sizeof nd.name, "%s", field[0]);
+        size_t pl = strlen(field[1]);
+        nd.is_default = field[1][pl - 1] == '*';
+        snprintf(nd.partition, sizeof nd.partition, "%.*s", (int)(pl - (size_t)nd.is_default),
+                 field[1]);
+        nd.cpus = (int)cpus;
+        snprintf(nd.gres, sizeof nd.gres, "%s", field[3]);
+        nd.gpus = td__slurm_gres_gpus(field[3]);
+        snprintf(nd.features, sizeof nd.features, "%s", field[4]);
+        if (partitions ? !in_list(partitions, nd.partition) : !nd.is_default) continue;
+        if (filter_features && !has_features(nd.features, constraint)) continue;
+        int seen = 0; /* a node of two listed partitions: once */
+        for (size_t i = 0; i < *count && !seen; i++) seen = !strcmp((*out)[i].name, nd.name);
+        if (seen) continue;
+        if (*count == cap) {
+            cap = cap ? cap * 2 : 16;
+            *out = td_xrealloc(*out, cap * sizeof **out);
+        }
+        (*out)[(*count)++] = nd;
+    }
+    return TD_OK;
+}
+
+td_status td__slurm_count_nodes(const td__slurm_node *nodes, size_t count, const char *where,
+                                const char *spec, int *out, int *gpus_out, char *note,
+                                size_t nbytes) {
+    *out = 0;
+    *gpus_out = 0;
+    if (note && nbytes) note[0] = '\0';
+    if (!count)
+        return td_error(TD_ERR_NOTFOUND,
+                        "nproc_per_node: %s counts the CPUs or GPUs of the Slurm nodes the job "
+                        "may get, and sinfo lists no node for %s; check slurm: partition (and "
+                        "sbatch_args' --nodelist or --constraint), or give a number of workers",
+                        spec, where);
+    int gpu = !strcmp(spec, "gpu"), cpu = !strcmp(spec, "cpu");
+    if (gpu) {
+        size_t with = 0;
+        for (size_t i = 0; i < count; i++) with += nodes[i].gpus > 0;
+        if (!with)
+            return td_error(TD_ERR_USAGE,
+                            "nproc_per_node: gpu counts the GPUs of the Slurm nodes, and %s has "
+                            "none (sinfo's GRES of %s: %s); give a number of workers, cpu (one "
+                            "per CPU) or auto, or a partition with GPUs (slurm: partition)",
+                            where, nodes[0].name, nodes[0].gres[0] ? nodes[0].gres : "(null)");
+    }
+    /* each node's count by the rule; the first node's is the run's */
+    int first = 0;
+    for (size_t i = 0; i < count; i++) {
+        const td__slurm_node *nd = &nodes[i];
+        int by_gpu = !cpu && nd->gpus > 0;
+        int n = by_gpu ? nd->gpus : nd->cpus;
+        if (gpu && !nd->gpus)
+            return td_error(TD_ERR_USAGE,
+                            "nproc_per_node: gpu counts %d worker%s on Slurm node %s but none "
+                            "on %s, which has no GPU (GRES %s) (%s); a run has one count per "
+                            "node: give a number, or narrow the nodes (slurm: partition, or "
+                            "sbatch_args: [--nodelist=...] or [--constraint=...])",
+                            first, first == 1 ? "" : "s", nodes[0].name, nd->name,
+                            nd->gres[0] ? nd->gres : "(null)", where);
+        if (!i) {
+            first = n;
+            *gpus_out = by_gpu ? n : 0;
+        } else if (n != first || (by_gpu ? n : 0) != *gpus_out)
+            return td_error(TD_ERR_USAGE,
+                            "nproc_per_node: %s counts %d worker%s on Slurm node %s (%s) but %d "
+                            "on %s (%s) (%s); a run has one count per node: give a number, or "
+                            "narrow the nodes (slurm: partition, or sbatch_args: "
+                            "[--nodelist=...] or [--constraint=...])",
+                            spec, first, first == 1 ? "" : "s", nodes[0].name,
+                            *gpus_out ? "GPUs" : "CPUs", n, nd->name, by_gpu ? "GPUs" : "CPUs",
+                            where);
+    }
+    *out = first;
+    if (note && *gpus_out)
+        snprintf(note, nbytes, "nproc_per_node %s: %d worker%s, one per GPU of each of %s's %zu "
+                               "node%s (sinfo: GRES %s)",
+                 spec, first, first == 1 ? "" : "s", where, count, count == 1 ? "" : "s",
+                 nodes[0].gres);
+    else if (note)
+        snprintf(note, nbytes, "nproc_per_node %s: %d worker%s, one per CPU of each of %s's %zu "
+                               "node%s (sinfo: %d CPUs, GRES %s)",
+                 spec, first, first == 1 ? "" : "s", where, count, count == 1 ? "" : "s",
+                 nodes[0].cpus, nodes[0].gres[0] ? nodes[0].gres : "(null)");
+    return TD_OK;
+}
+
+/* The value of the last of sbatch_args' options named long_name (--x=V, --x V) or short_name
+ * (-c V, -cV): sbatch takes the last, and sbatch_args come after tandem's own. NULL: none. */
+static const char *sbatch_option(const td_slurm_options *o, const char *long_name,
+                                 char short_name) {
+    const char *val = NULL;
+    size_t ln = strlen(long_name);
+    for (size_t i = 0; i < o->nsbatch_args; i++) {
+        const char *a = o->sbatch_args[i];
+        const char *next = i + 1 < o->nsbatch_args ? o->sbatch_args[i + 1] : NULL;
+        if (!strncmp(a, long_name, ln) && a[ln] == '=')
+            val = a + ln + 1;
+        else if (!strcmp(a, long_name) && next)
+            val = next, i++;
+        else if (a[0] == '-' && a[1] == short_name && a[2])
+            val = a + 2;
+        else if (a[0] == '-' && a[1] == short_name && !a[2] && next)
+            val = next, i++;
+    }
+    return val;
+}
+
+td_status td_slurm_count_nproc(td_slurm_options *o, const char *spec, int *out, char *note,
+                               size_t nbytes) {
+    const char *partitions = sbatch_option(o, "--partition", 'p');
+    if (!partitions) partitions = o->partition;
+    const char *nodelist = sbatch_option(o, "--nodelist", 'w');
+    const char *constraint = sbatch_option(o, "--constraint", 'C');
+    char *sinfo = td__exec_which("sinfo");
+    if (!sinfo)
+        return td_error(TD_ERR_NOTFOUND,
+                        "nproc_per_node: %s counts the CPUs or GPUs of the Slurm nodes the job "
+                        "may get, with sinfo, which is not on PATH; give a number of workers "
+                        "per node",
+                        spec);
+    char *nodes_arg = nodelist ? td_xasprintf("--nodes=%s", nodelist) : NULL;
+    char *argv[] = {sinfo, "-h", "-N", "-o", "%N|%P|%c|%G|%f", nodes_arg, NULL};
+    char *sout = NULL, *serr = NULL;
+    int code = 0;
+    td_status st = td__exec_capture(argv, NULL, 60, &sout, &serr, &code);
+    if (st == TD_OK && code != 0) {
+        char why[400];
+        td__exec_joined_lines(serr && *serr ? serr : sout, why, sizeof why);
+        st = td_error(TD_ERR_IO,
+                      "nproc_per_node: %s: counting the Slurm nodes: sinfo failed (exit code "
+                      "%d): %s; run tandem run where sinfo reaches the cluster (a login node), "
+                      "or give a number of workers per node",
+                      spec, code, why);
+    }
+    td__slurm_node *nodes = NULL;
+    size_t n = 0;
+    if (st == TD_OK) st = td__slurm_nodes_parse(sout, partitions, constraint, &nodes, &n);
+    if (st == TD_OK) {
+        /* without slurm: partition, the nodes kept are the default partition's: its name */
+        char where[512];
+        snprintf(where, sizeof where, "%s%s%s%s%s%s%s",
+                 partitions ? "partition " : "the default partition",
+                 partitions ? partitions : n ? " " : "", partitions ? "" : n ? nodes[0].partition : "",
+                 nodelist ? ", nodes " : "", nodelist ? nodelist : "",
+                 plain_and(constraint) ? ", constraint " : "",
+                 plain_and(constraint) ? constraint : "");
+        int gpus = 0;
+        st = td__slurm_count_nodes(nodes, n, where, spec, out, &gpus, note, nbytes);
+        if (st == TD_OK) o->gpus_per_node = gpus;
+    }
+    free(nodes);
+    free(sout);
+    free(serr);
+    free(nodes_arg);
+    free(sinfo);
+    return st;
+}
+
 /* A whole non-negative decimal number of at most 9 digits at *p; advances p. */
 static int time_part(const char **p, long *out) {
     const char *s = *p;
@@ -448,6 +726,10 @@ static void script_directives(td__buf *b, const td_exec_job *job, const char *li
     td__buf_addf(b, "#SBATCH --job-name=%s\n", run->id);
     td__buf_addf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", nodes);
     td__buf_addf(b, "#SBATCH --cpus-per-task=%d\n", nproc);
+    /* nproc_per_node: gpu|auto counted the nodes' GPUs (td_slurm_count_nproc): the job asks
+     * for them, or a cluster that hides unrequested GPUs (ConstrainDevices) gives it none; its
+     * steps get the job's GRES */
+    if (o && o->gpus_per_node > 0) td__buf_addf(b, "#SBATCH --gres=gpu:%d\n", o->gpus_per_node);
     td__buf_addf(b, "#SBATCH --requeue\n");
     td__buf_addf(b, "#SBATCH --signal=B:USR1@%.0f\n", lead);
     td__buf_addf(b, "#SBATCH --open-mode=append\n");

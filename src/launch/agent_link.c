@@ -624,7 +624,17 @@ static td_status send_tree(td_agent_link *l, const char *dir, const char *name, 
  * arrive on the watched in_fd, and a timer every LINK_PERIOD_MS redials a TCP link that is down,
  * sends a new checkpoint and the files' new bytes, and ends the loop once the agent is closing
  * (a TCP link that is down after FINAL_REDIAL_S more of redialling).
- * The link's descriptor changes when it is dialled again: the watch follows it. */
+ * The link's descriptor changes when it is dialled again: the watch follows it.
+ *
+ * Why a thread and a loop of its own, and not work queued on the agent's loop (launch.c's, the
+ * one the spot watch and the S3 mirror use): the link lives longer than that loop and must run
+ * while it does not turn. It opens before td_launch_run (the opening brings the token, the
+ * secrets and the code the agent starts with) and closes after it returns (the last
+ * checkpoint, the artifacts, the end record); in between, the agent blocks outside its loop
+ * (the node's setup, the rendezvous, the pause between attempts), and the supervisor's "stop"
+ * and "alive" lines (the dead-man's switch, orphan.c) must still be read then. Nor is it a
+ * blocking call handed off and back: it is the link's whole life, which reaches the agent only
+ * through a signal (stop_self), an atomic (lost) and the lock. */
 typedef struct {
     td_agent_link *l;
     char buf[512];

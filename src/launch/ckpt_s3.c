@@ -10,9 +10,10 @@
  *     it is newer than the local newest (a fresh machine, or local copies deleted), and each
  *     committed one without a step (last.ckpt) the directory lacks; every node does, so a
  *     framework whose every rank reads its own directory finds the same checkpoint;
- *   - while the workers train, each new checkpoint is uploaded on a thread of its own (the AWS
- *     calls block; the agent's loop must not), its result coming back through a pipe the loop
- *     watches; a failure is a warning and the next checkpoint tries again;
+ *   - while the workers train, each new checkpoint is uploaded as work on the agent's loop's
+ *     threads (td_loop_queue_work, loop.h: the AWS calls block; the loop must not), one upload
+ *     at a time, its result reported in its after(), on the loop's thread; a failure is a
+ *     warning and the next checkpoint tries again;
  *   - at the agent's end, the checkpoint a stop or preemption made is uploaded before it exits.
  * Write-then-commit: PREFIX/NAME (a file) or PREFIX/NAME/REL (each file of a directory) first,
  * then PREFIX/NAME.commit naming the size and SHA-256 of each. A restore takes the newest commit
@@ -31,7 +32,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +56,13 @@ struct td__ckpt_s3 {
     char *prefix;   /* "prefix/" or "" */
     char *dir;      /* the local TANDEM_CHECKPOINT_DIR */
     bool uploader;  /* the node of rank 0: it uploads; every node restores */
+    td__ckpt_ranks *ranks; /* another node: its own files of directory checkpoints */
     td_loop *loop;
     uint64_t timer;
-    int pipe_rd, pipe_wr; /* the upload thread's "done" byte */
-    /* The upload in flight: owned by its thread until the done byte is read. */
-    pthread_t thread;
-    bool busy;
+    /* The upload in flight, as work on the loop's threads (0: none). The job_* fields are the
+     * work's own from its queueing until its after() ran or td_loop_cancel_work returned. */
+    uint64_t job;
+    bool job_started; /* the work began (set by the work): an upload was at least tried */
     char job_name[256];
     td_ckpt_name job_n;
     int64_t job_sig[3];
@@ -341,17 +342,16 @@ out:
     return st;
 }
 
-static void *upload_thread(void *arg) {
-    td__ckpt_s3 *s = arg;
+/* The work: one checkpoint's upload and commit, on a thread of the loop's. Its error stays
+ * in job_msg (td_error is per thread). */
+static void upload_work(void *user) {
+    td__ckpt_s3 *s = user;
+    s->job_started = true;
     double t0 = td_now_s();
     s->job_st = upload(s, s->job_name, &s->job_n, &s->job_nbytes);
     s->job_s = td_now_s() - t0;
     snprintf(s->job_msg, sizeof s->job_msg, "%s", s->job_st == TD_OK ? "" : td_error_msg());
     td_error_clear();
-    char one = 1;
-    while (write(s->pipe_wr, &one, 1) < 0 && errno == EINTR) {
-    }
-    return NULL;
 }
 
 /* last: the agent's own upload as it ends (nothing comes after it). */
@@ -383,20 +383,22 @@ static void report(td__ckpt_s3 *s, td_status st, const char *msg, double secs, b
     }
 }
 
-/* The upload thread is done: join it, say how it went. */
-static void join_upload(td__ckpt_s3 *s) {
-    if (!s->busy) return;
-    pthread_join(s->thread, NULL);
-    s->busy = false;
-    char buf[16];
-    while (read(s->pipe_rd, buf, sizeof buf) > 0) {
-    }
+/* The after(), on the agent's loop: says how the upload went. */
+static void upload_done(td_loop *l, void *user) {
+    (void)l;
+    td__ckpt_s3 *s = user;
+    s->job = 0;
     report(s, s->job_st, s->job_msg, s->job_s, false);
 }
 
-static void on_done(td_loop *l, int fd, unsigned events, void *user) {
-    (void)l, (void)fd, (void)events;
-    join_upload(user);
+/* Off the loop (the agent's own steps: a restart's resume, its end, its teardown): the upload
+ * in flight finishes, for it may be the checkpoint a resume needs, and is said as its after()
+ * would have; one still queued never starts (the next upload takes the newest anyway). */
+static void join_upload(td__ckpt_s3 *s) {
+    if (!s->job) return;
+    td_loop_cancel_work(s->loop, s->job); /* waits for it when it runs */
+    s->job = 0;
+    if (s->job_started) report(s, s->job_st, s->job_msg, s->job_s, false);
 }
 
 /* The next checkpoint to upload into s->job_*: the newest committed one S3 does not hold as
@@ -421,17 +423,16 @@ static bool next_job(td__ckpt_s3 *s) {
 }
 
 static void on_scan(td_loop *l, void *user) {
-    (void)l;
     td__ckpt_s3 *s = user;
-    if (s->busy || !next_job(s)) return;
+    if (s->job || !next_job(s)) return;
     s->job_nbytes = 0;
-    int rc = pthread_create(&s->thread, NULL, upload_thread, s);
-    if (rc != 0) {
-        TD_LOG_WARN("s3 checkpoints: cannot start the upload thread (%s); trying again",
-                    strerror(rc));
-        return;
+    s->job_started = false;
+    s->job = td_loop_queue_work(l, upload_work, upload_done, s);
+    if (!s->job) {
+        TD_LOG_WARN("s3 checkpoints: cannot queue the upload of %s (%s); trying again",
+                    s->job_name, td_error_msg());
+        td_error_clear();
     }
-    s->busy = true;
 }
 
 /* Says what is wrong with the bucket or the credentials, and what to do. */
@@ -455,8 +456,7 @@ static td_status check_error(td__ckpt_s3 *s, td_aws_t *aws, td_status st) {
                     s->bucket, detail);
 }
 
-/* The whole of a small file (a commit object), NUL-terminated; NULL when unreadable. */
-static char *slurp(const char *path) {
+char *td__ckpt_slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, len = 0;
@@ -476,8 +476,7 @@ static char *next_line(char *line) {
     return nl ? nl + 1 : NULL;
 }
 
-/* A relative path inside a directory checkpoint: no "..", no leading '/'. */
-static bool safe_rel(const char *rel) {
+bool td__ckpt_safe_rel(const char *rel) {
     if (!rel[0] || rel[0] == '/') return false;
     for (const char *p = rel; p;) {
         if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) return false;
@@ -503,7 +502,7 @@ static bool restore_one(td__ckpt_s3 *s, td_aws_t *aws, const commit_ref *c, int6
         snprintf(why, why_n, "%s", td_error_msg());
         goto out;
     }
-    if (!(text = slurp(tmp))) {
+    if (!(text = td__ckpt_slurp(tmp))) {
         snprintf(why, why_n, "reading the commit %s: %s", tmp, strerror(errno));
         goto out;
     }
@@ -547,7 +546,7 @@ static bool restore_one(td__ckpt_s3 *s, td_aws_t *aws, const commit_ref *c, int6
         char fsha[65], rel[1024];
         if (sscanf(line, "files %d", &nfiles) == 1) continue;
         if (sscanf(line, "file %lld %64[0-9a-f] %1023[^\n]", &fb, fsha, rel) != 3) continue;
-        if (!safe_rel(rel) || strlen(fsha) != 64) {
+        if (!td__ckpt_safe_rel(rel) || strlen(fsha) != 64) {
             snprintf(why, why_n, "the commit names a file %.200s that tandem would not write", rel);
             ok = false;
             break;
@@ -716,7 +715,6 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s
     s->uploader = uploader;
     s->loop = loop;
     s->committed = -1;
-    s->pipe_rd = s->pipe_wr = -1;
     td_aws_t *aws = NULL;
     td_status st = td_mkdirs(s->dir);
     if (st == TD_OK) remove_leftovers(s->dir);
@@ -740,14 +738,6 @@ td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s
         td_s3_list_free(&l);
     }
     td_aws_free(aws);
-    int fds[2];
-    if (st == TD_OK && uploader && pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
-        st = td_error_errno(TD_ERR_SYS, "s3 checkpoints: pipe");
-    if (st == TD_OK && uploader) {
-        s->pipe_rd = fds[0];
-        s->pipe_wr = fds[1];
-        st = td_loop_watch(loop, s->pipe_rd, TD_LOOP_READ, on_done, s);
-    }
     if (st != TD_OK && !uploader) {
         /* another node: its workers then read what rank 0 gives them (the SDK) or their own
          * directory; the run goes on */
@@ -869,13 +859,23 @@ td_status td__ckpt_s3_restore_step(td__ckpt_s3 *s, int64_t step) {
                     "workers get it from rank 0; a framework reading its own directory does not",
                     s->url, step, tried, s->dir);
     }
+    /* this node's own files of that step's directory checkpoints (ckpt_s3_ranks.c) */
+    for (int i = 0; st == TD_OK && i < n; i++)
+        if (c[i].n.is_dir && c[i].n.step == step)
+            td__ckpt_ranks_restore(s->ranks, aws, c[i].name, step);
     free(c);
     td_s3_list_free(&all);
     td_aws_free(aws);
     return TD_OK;
 }
 
+void td__ckpt_s3_set_node(td__ckpt_s3 *s, int node) {
+    if (s && !s->uploader && !s->ranks)
+        s->ranks = td__ckpt_ranks_start(s->loop, s->url, s->bucket, s->prefix, s->dir, node);
+}
+
 void td__ckpt_s3_end(td__ckpt_s3 *s) {
+    if (s && !s->uploader) td__ckpt_ranks_end(s->ranks);
     if (!s || !s->uploader) return;
     td_loop_cancel(s->loop, s->timer);
     s->timer = 0;
@@ -885,17 +885,14 @@ void td__ckpt_s3_end(td__ckpt_s3 *s) {
 
 void td__ckpt_s3_free(td__ckpt_s3 *s) {
     if (!s) return;
-    if (s->busy) {
-        pthread_join(s->thread, NULL);
-        s->busy = false;
-    }
     if (s->loop) {
+        /* an upload in flight ends first (its own client; nothing here aborts it): the agent
+         * frees this before its loop, whose td_loop_free would wait for it as well */
+        if (s->job) td_loop_cancel_work(s->loop, s->job);
         if (s->timer) td_loop_cancel(s->loop, s->timer);
-        if (s->pipe_rd >= 0) td_loop_unwatch(s->loop, s->pipe_rd);
     }
-    if (s->pipe_rd >= 0) close(s->pipe_rd);
-    if (s->pipe_wr >= 0) close(s->pipe_wr);
     for (int i = 0; i < s->ndone; i++) free(s->done[i].name);
+    td__ckpt_ranks_free(s->ranks);
     for (int i = 0; i < s->nfailed; i++) free(s->failed[i].name);
     free(s->done);
     free(s->failed);

@@ -1180,10 +1180,12 @@ static td_status decide_resume(agent *a, attempt *t, int *exit_code, bool *stopp
     bool resume = (rv && !strcmp(rv, "1")) || t->restart > 0;
     bool node0 = t->rz.group_rank == 0;
     t->resume_step = -1;
-    if (a->s3)
+    if (a->s3) {
         TD_CHECK(td__ckpt_s3_resume(a->s3));
-    else
+    } else {
         TD_CHECK(td__ckpt_s3_open(a->loop, resume, node0, &a->s3));
+        td__ckpt_s3_set_node(a->s3, t->rz.group_rank); /* another node's own files (HF's RNG) */
+    }
     if (!resume) return TD_OK;
     int64_t step;
     TD_CHECK(named_step(&step));

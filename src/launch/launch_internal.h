@@ -111,7 +111,8 @@ int64_t td__ckpt_newest_step(const char *dir);
  * and the fix); on the uploader (the node of rank 0), on a resume, restores the newest
  * committed checkpoint when it is newer than the local newest and then uploads each local one
  * S3 lacks (so S3 holds the step it resumes from), and from then on uploads each new committed
- * checkpoint from a thread, its result read on loop. *out NULL when the variable is unset. */
+ * checkpoint as work on loop's threads (td_loop_queue_work), one at a time, its result said on
+ * loop's thread. *out NULL when the variable is unset. Free it before loop. */
 td_status td__ckpt_s3_open(td_loop *loop, bool resume, bool uploader, td__ckpt_s3 **out);
 /* Before a restart's workers start: the uploader uploads what S3 lacks, then restores a newer
  * one from S3 if any (warns, never fails); another node: nothing (restore_step follows). */
@@ -124,6 +125,36 @@ td_status td__ckpt_s3_restore_step(td__ckpt_s3 *s, int64_t step);
  * checkpoint when S3 does not hold it yet (the one a stop or preemption made). */
 void td__ckpt_s3_end(td__ckpt_s3 *s);
 void td__ckpt_s3_free(td__ckpt_s3 *s);
+/* After td__ckpt_s3_open, once the rendezvous gave this node its group rank: a node that is
+ * not the uploader starts mirroring its own files of directory checkpoints (ckpt_s3_ranks.c). */
+void td__ckpt_s3_set_node(td__ckpt_s3 *s, int node);
+/* The whole of a small file (a commit object), NUL-terminated; NULL when unreadable. */
+char *td__ckpt_slurp(const char *path);
+/* A relative path inside a directory checkpoint: no "..", no leading '/'. */
+bool td__ckpt_safe_rel(const char *rel);
+
+/* ---- another node's own files of directory checkpoints in S3 (ckpt_s3_ranks.c) ----
+ * The files of a local directory checkpoint (tandem/ckpt.h) that node 0's commit of it does not
+ * list (the HF Trainer's rng_state_R.pth of this node's ranks) are this node's: they go up to
+ * PREFIX/NAME/.tandem-node-NODE/REL, then the addendum PREFIX/NAME/.tandem-node-NODE.commit
+ * names each one's size and SHA-256 (below PREFIX/NAME/: pruned with the checkpoint). */
+typedef struct td__ckpt_ranks td__ckpt_ranks;
+struct td_aws;
+/* Scans dir every 0.5 s on loop's timer; the newest directory checkpoint goes up once node 0's
+ * commit of it is in S3 and this node's files of it did not change between two scans, as work
+ * on loop's threads (a failure warns and is tried again). prefix: "P/" or "". */
+td__ckpt_ranks *td__ckpt_ranks_start(td_loop *loop, const char *url, const char *bucket,
+                                     const char *prefix, const char *dir, int node);
+/* The agent ends (its workers are gone, so every file is whole): the upload in flight finishes,
+ * then the newest checkpoint's files go up if node 0's commit is in S3 (blocking). */
+void td__ckpt_ranks_end(td__ckpt_ranks *r);
+/* Before the workers start on a resume, after node 0's copy of name (of step) was restored or
+ * found here: downloads this node's files of it from the addendum into dir/name, each checked
+ * against the addendum's size and SHA-256 (one this node holds with that SHA-256 stays). A
+ * missing or mismatched addendum or file is a warning naming what is lost, never a failure. */
+void td__ckpt_ranks_restore(td__ckpt_ranks *r, struct td_aws *aws, const char *name,
+                            int64_t step);
+void td__ckpt_ranks_free(td__ckpt_ranks *r);
 
 /* ---- the spot watch (spot_watch.c) ----
  * With TANDEM_SPOT_WATCH=1, the agent's loop asks IMDSv2 every TANDEM_SPOT_WATCH_PERIOD seconds

@@ -518,24 +518,40 @@ static td_status lock_run(const td_run *run, int *fd_out) {
 /* tandem run --resume: the run found, locked, checked resumable, and marked resumed; its own
  * command and parameters come back (and its workflow, when none was given: *synth). */
 static td_status resume_run(td_rundb *store, const char *id, supervisor *s, const td_workflow **w,
-                            td_workflow **synth, int *lock_fd) {
+                            td_workflow **synth, int *lock_fd, int in_cloud) {
     TD_CHECK(td_run_find(store, id, &s->run));
     TD_CHECK(lock_run(&s->run, lock_fd));
     TD_CHECK(td_run_reap_stale(store, &s->run));
+    /* a run that lived in the cloud: how its last life ended is in its store, not here yet */
+    if (td_run_is_remote(&s->run) && td_exec_remote_refresh(store, &s->run) != TD_OK) {
+        if (in_cloud) return td_error(TD_ERR_PEER, "%s", td_error_msg());
+        TD_LOG_WARN("%s; resuming it from what this machine has", td_error_msg());
+        td_error_clear();
+    }
     if (!td_run_status_is_final(s->run.status) || s->run.status == TD_RUN_SUCCEEDED)
         return td_error(TD_ERR_INVALID,
                         "run %s is %s; only preempted, stopped or failed runs can be resumed%s",
                         s->run.id, td_run_status_str(s->run.status),
                         s->run.status == TD_RUN_SUCCEEDED ? "" : " (tandem stop it first)");
     /* a run that lived in the cloud (tandem run -d of an aws run), resumed attached: its
-     * supervisor is this process from now on, no longer its controller */
-    if (td_run_is_remote(&s->run)) {
+     * supervisor is this process from now on, no longer its controller (resumed with -d: a new
+     * controller's, whose handoff rewrites remote.json) */
+    if (td_run_is_remote(&s->run) && !in_cloud) {
         char *remote = td_run_path(s->run.run_dir, TD_RUN_PATH_REMOTE);
         char *etags = td_xasprintf("%s/.remote-etags", s->run.run_dir);
         unlink(remote);
         unlink(etags);
         free(remote);
         free(etags);
+    }
+    /* resumed in the cloud, a run that lived here: the new controller takes its last life from
+     * the store, so it goes there first, as it ended (before it is marked resumed below) */
+    if (in_cloud && !td_run_is_remote(&s->run)) {
+        char *url = NULL;
+        TD_CHECK(td_exec_remote_store_url((*w)->checkpoint_dir, s->run.id, &url));
+        td_status st = td_exec_remote_seed(&(*w)->aws, url, &s->run);
+        free(url);
+        TD_CHECK(st);
     }
     if (!*w) *w = *synth = workflow_from_run(&s->run);
     s->script = td_xstrdup(s->run.command ? s->run.command : "true");
@@ -738,7 +754,8 @@ static td_status run_in_cloud(supervisor *s) {
                              .workflow_name = w->name,
                              .params = params.v,
                              .store_url = url,
-                             .forward_env = fwd.v};
+                             .forward_env = fwd.v,
+                             .resume = s->resuming};
         st = td_exec_controller_handoff(&job, &h);
     }
     if (st != TD_OK) {
@@ -808,23 +825,26 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
     *exit_code = 1;
     if (run_id_out) *run_id_out = NULL;
     if ((opts->controller_of || opts->controller_store) &&
-        (!opts->controller_of || !opts->controller_store || !opts->detach || opts->resume_run))
+        (!opts->controller_of || !opts->controller_store || !opts->detach ||
+         (opts->resume_run && strcmp(opts->resume_run, opts->controller_of))))
         return td_error(TD_ERR_USAGE,
-                        "--controller-of RUN and --controller-store S3URL go together, with -d and "
-                        "without --resume: tandem run -d of an aws run sets them on its "
-                        "controller");
-    if (opts->resume_run && opts->detach && !opts->controller_of && w && w->executor &&
-        !strcmp(w->executor, "aws"))
-        return td_error(TD_ERR_USAGE,
-                        "tandem run --resume -d of an aws run is not built yet: resume run %s "
-                        "attached (without -d)",
-                        opts->resume_run);
+                        "--controller-of RUN and --controller-store S3URL go together, with -d "
+                        "(and --resume RUN, the same run, for a resumed run): tandem run -d of an "
+                        "aws run sets them on its controller");
+    /* tandem run -d of an aws run, a resume too: handed to a controller in the cloud */
+    int in_cloud = opts->detach && !opts->controller_of && w && w->executor &&
+                   !strcmp(w->executor, "aws");
     /* Before anything starts: a secret that is not set stops the run before it exists. */
     TD_CHECK(td_workflow_secrets(w, &s.secrets));
     st = td_rundb_open(opts->project_dir, &store);
     if (st != TD_OK) goto out;
+    /* the controller of a resumed run: the run's last life, as its store in S3 keeps it, made
+     * this project's run first (the controller's project is fresh) */
+    if (opts->resume_run && opts->controller_of && w)
+        st = td_exec_controller_adopt(store, &w->aws, opts->controller_store, opts->resume_run);
+    if (st != TD_OK) goto out;
     if (opts->resume_run)
-        st = resume_run(store, opts->resume_run, &s, &w, &synth, &lock_fd);
+        st = resume_run(store, opts->resume_run, &s, &w, &synth, &lock_fd, in_cloud);
     else
         st = create_run(store, w, opts, &s, &lock_fd);
     if (st != TD_OK) goto out;
@@ -844,8 +864,6 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
 
     td_sigwatch sigs = {.fd = -1};
     s.sigs = &sigs;
-    int in_cloud = opts->detach && !opts->controller_of && w->executor &&
-                   !strcmp(w->executor, "aws");
     if (in_cloud) {
         s.store = store;
         st = run_in_cloud(&s);

@@ -16,7 +16,8 @@ if(TARGET td_cloud)
   set_tests_properties(cloud/test_moto PROPERTIES TIMEOUT 180)
 endif()
 # tandem gc and the orphan check of tandem ps against moto_server (venv; skips with 77 without
-# it), three local runs and five instances: about 22 s on the shared 2-core machine.
+# it), three local runs and five instances, then nine controllers and their stores in moto's S3:
+# 40-60 s on the shared 2-core machine.
 set_tests_properties(cloud/test_gc PROPERTIES TIMEOUT 180)
 # executor aws end to end on the EC2 fixture (root, namespaces, the venv; skips with 77
 # without them): five legs, ten runs, the two references: about 150 s on 2 idle cores.
@@ -54,5 +55,5 @@ target_include_directories(cloud_test_push_schedule PRIVATE ${CMAKE_SOURCE_DIR}/
 target_link_libraries(cloud_test_push_schedule PRIVATE td_exec)
 # tandem run --resume -d of a detached aws run, on the EC2 fixture (root, namespaces, the venv;
 # skips with 77 without them): a 1-node run stopped from the submitter, resumed through a new
-# controller to its end.
+# controller to its end; an attached run stopped and resumed the same way: 78-80 s on 2 cores.
 set_tests_properties(cloud/test_aws_detach_resume PROPERTIES TIMEOUT 900)

@@ -6,6 +6,15 @@ resuming through the integrations' own helpers (tandem.lightning.ckpt_path(),
 tandem.hf.last_checkpoint()) with no resume logic of its own. Prints "rank R resumed from step S
 (TANDEM_RESUME_STEP=V)" when it resumes; rank 0 writes the final weights to out/w.pt.
 
+--dropout P: a dropout layer (probability P) between the two linear layers, drawing its masks
+from torch's global RNG, the common case that makes each rank's RNG state part of the
+checkpoint: the HF Trainer saves it per rank (checkpoint-N/rng_state_R.pth, written on the node
+of rank R) and loads it on resume; a rank that lacks it goes on with a fresh RNG and the run ends
+on other bits. With --dropout the HF Trainer logs at info on every rank, so that its "Didn't find
+an RNG file for process R" reaches the rank's log; each rank also says whether the checkpoint it
+resumes from holds its RNG state ("rank R resumes with its RNG state rng_state_R.pth" or "rank R
+resumes without its RNG state ...").
+
 --hold N (the cloud test's first attempt only: not a resume, restart count 0): once step N is
 trained, logged and checkpointed, every rank holds before step N+1 until SIGTERM (the spot
 interruption's stop) ends it with exit 143, so the interruption always lands mid-run; after
@@ -13,8 +22,9 @@ interruption's stop) ends it with exit 143, so the interruption always lands mid
 
 Deterministic whatever the data loader's position after a resume: the inputs of a step depend
 on the optimizer step and the rank only (the loaders hand out dummy indices), and gradients are
-averaged over 2 ranks (a sum of two is order-free), so an interrupted run ends on the bits of an
-uninterrupted one."""
+averaged over 2 ranks by DDP (a sum of two is order-free; the HF loss goes through the DDP
+wrapper, whose forward arms the allreduce), so an interrupted run ends on the bits of an
+uninterrupted one, and only if every rank resumed where it should."""
 import argparse
 import os
 import signal
@@ -33,6 +43,7 @@ ap.add_argument("--every", type=int, default=5)
 ap.add_argument("--sleep", type=float, default=0.3)
 ap.add_argument("--hold", type=int, default=0)
 ap.add_argument("--hold-cap", type=float, default=600)
+ap.add_argument("--dropout", type=float, default=0.0)
 args = ap.parse_args()
 torch.set_num_threads(1)
 RANK = int(os.environ.get("RANK", "0"))
@@ -48,7 +59,8 @@ def batch(step):
 
 def net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    drop = [nn.Dropout(args.dropout)] if args.dropout > 0 else []
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), *drop, nn.Linear(16, 1))
 
 
 class Dummy(torch.utils.data.Dataset):
@@ -155,14 +167,16 @@ def hf():
             super().__init__()
             self.net = net()
 
-        def forward(self, idx=None):
-            return {}
+        def forward(self, idx=None, x=None):
+            return {} if x is None else {"out": self.net(x)}
 
     class T(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, **kw):
             x, y = batch(self.state.global_step + 1)
-            loss = nn.functional.mse_loss(model.module.net(x) if hasattr(model, "module")
-                                          else model.net(x), y)
+            # through the DDP wrapper, whose forward arms the gradients' allreduce: rank 1's
+            # batches (and dropout masks) reach rank 0's weights
+            out = model(x=x)["out"]
+            loss = nn.functional.mse_loss(out, y)
             return (loss, {}) if return_outputs else loss
 
     class Slow(TrainerCallback):
@@ -181,11 +195,18 @@ def hf():
         output_dir=out, max_steps=args.steps, per_device_train_batch_size=1, learning_rate=0.01,
         lr_scheduler_type="constant", logging_steps=1, save_steps=args.every,
         report_to="none", use_cpu=True, seed=0, data_seed=0, dataloader_num_workers=0,
-        disable_tqdm=True, ddp_backend="gloo", remove_unused_columns=False)
+        disable_tqdm=True, ddp_backend="gloo", remove_unused_columns=False,
+        **({"log_level": "info", "log_level_replica": "info"} if args.dropout > 0 else {}))
     model = Model()
     cb = TandemCallback()
     trainer = T(model=model, args=targs, train_dataset=Dummy(), callbacks=[cb, Slow()])
-    trainer.train(resume_from_checkpoint=last_checkpoint(out))
+    resume = last_checkpoint(out)
+    if resume and args.dropout > 0:
+        rng = f"rng_state_{RANK}.pth" if WORLD > 1 else "rng_state.pth"
+        have = os.path.isfile(os.path.join(resume, rng))
+        print(f"rank {RANK} resumes {'with' if have else 'without'} its RNG state {rng} "
+              f"({os.path.basename(resume)})", flush=True)
+    trainer.train(resume_from_checkpoint=resume)
     if cb.stopped:
         raise SystemExit(tandem.STOPPED)
     save_weights(model.net.state_dict())

@@ -16,7 +16,14 @@
 #   - each step of the loss is stored once, the final weights (the run's out/w.pt artifact)
 #     equal an uninterrupted local run's (torch.equal on every tensor), config and summary are
 #     in the store and the artifact is listed by `tandem artifacts`.
-# One fixture for the five legs. Skips (77) without root, namespaces, the fixture's venv or
+# Leg hftd: the HF Trainer script with dropout drawn from torch's global RNG (--dropout) on 2
+# spot instances, NODE 1 interrupted once step HOLD is committed: rank 1's RNG state
+# (checkpoint-N/rng_state_1.pth) is written on node 1 only, so it reaches S3 only as node 1's own
+# files (src/launch/ckpt_s3_ranks.c: PREFIX/checkpoint-N/.tandem-node-1.commit, listed by the AWS
+# CLI); the replacement node 1 restores it, rank 1 resumes with it (the Trainer, logging at info,
+# never says "Didn't find an RNG file") and the final weights equal the uninterrupted run's
+# (without the file rank 1 draws other dropout masks and they differ).
+# One fixture for the six legs; TANDEM_AWSFW_LEGS="hftd lit ..." runs only those named. Skips (77) without root, namespaces, the fixture's venv or
 # the frameworks' venv (torch, lightning, transformers).
 set -uo pipefail
 : "${TANDEM_BIN:?}"
@@ -76,17 +83,19 @@ EOF2
     echo "workflows:"
     wf lit 2 "spot_fw_train.py lightning --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf hft 2 "spot_fw_train.py hf --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
+    wf hftd 2 "spot_fw_train.py hf --dropout 0.5 --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf sdk1 1 "sdk_resume_train.py --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf lit1 1 "spot_fw_train.py lightning --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
     wf hft1 1 "spot_fw_train.py hf --steps $STEPS --every 5 --sleep 0 --hold $HOLD"
 } >"$P/.tandem/workflows.yaml"
 
-# leg NAME NODES SED REF KEY: runs workflow NAME (1 worker per node), interrupts node 0 once the
-# commit of step HOLD (where the first attempt holds) is in S3 (SED: a commit key's step),
-# checks the resume against REF (the script and its arguments) run uninterrupted as NODES local
-# workers, and that each step of metric KEY is stored once.
+# leg NAME NODES SED REF KEY [NODE]: runs workflow NAME (1 worker per node), interrupts node NODE
+# (0 unless given) once the commit of step HOLD (where the first attempt holds) is in S3 (SED: a
+# commit key's step), checks the resume against REF (the script and its arguments) run
+# uninterrupted as NODES local workers, and that each step of metric KEY is stored once.
 leg() {
-    local name=$1 nodes=$2 sedx=$3 ref_args=$4 mkey=$5 c before old0 new0 r s rs steps uniq R
+    local name=$1 nodes=$2 sedx=$3 ref_args=$4 mkey=$5 inode=${6:-0} c before oldn newn r s rs steps uniq R
+    case " ${TANDEM_AWSFW_LEGS:-$name} " in *" $name "*) ;; *) echo "$name: skipped (TANDEM_AWSFW_LEGS)"; return 0 ;; esac
     RUN=$name-1
     R=$P/.tandem/runs/$RUN
     commits() { aws s3 ls "s3://tandem-ckfw/$name/$RUN/" | sed -n "$sedx" | sort -n; }
@@ -100,16 +109,16 @@ leg() {
     done
     before=$(commits | tail -1)
     [ "${before:-0}" = $HOLD ] || fail "$name: the newest checkpoint in S3 after 300 s is not step $HOLD ('$before'): $(aws s3 ls --recursive "s3://tandem-ckfw/$name/")"
-    old0=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=$RUN Name=tag:tandem:node,Values=0 \
+    oldn=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=$RUN Name=tag:tandem:node,Values=$inode \
         Name=instance-state-name,Values=running --query 'Reservations[].Instances[].InstanceId' --output text)
-    [ -n "$old0" ] || fail "$name: no running instance of node 0"
-    cloud_interrupt "$old0" 30 || fail "cloud_interrupt"
-    echo "$name: step $before committed in S3 (the first attempt holds there); spot interruption notice on node 0 ($old0)"
+    [ -n "$oldn" ] || fail "$name: no running instance of node $inode"
+    cloud_interrupt "$oldn" 30 || fail "cloud_interrupt"
+    echo "$name: step $before committed in S3 (the first attempt holds there); spot interruption notice on node $inode ($oldn)"
     wait $sup || fail "$name: tandem run: exit $?"
     grep -q '^status  *succeeded' <<<"$("$B" show $RUN)" || fail "$RUN did not succeed: $("$B" show $RUN)"
-    new0=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=$RUN Name=tag:tandem:node,Values=0 \
-        --query 'Reservations[].Instances[].InstanceId' --output text | tr '\t' '\n' | grep -v "^$old0$")
-    [ -n "$new0" ] || fail "$name: node 0 was not replaced"
+    newn=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=$RUN Name=tag:tandem:node,Values=$inode \
+        --query 'Reservations[].Instances[].InstanceId' --output text | tr '\t' '\n' | grep -v "^$oldn$")
+    [ -n "$newn" ] || fail "$name: node $inode was not replaced"
     # every rank resumed from one step (> 0), the TANDEM_RESUME_STEP its agent handed it
     rs=
     for ((r = 0; r < nodes; r++)); do
@@ -127,8 +136,10 @@ leg() {
         grep -rq "s3 checkpoints: downloaded .*: the step node 0 resumes from" "$R/logs" "$P/$name.log" ||
             fail "$name: node 1 did not restore step $rs from S3: $(grep -rh 's3 checkpoints\|resum' "$R/logs" "$P/$name.log" | tail -8)"
     fi
-    grep -rq "s3 checkpoints: downloaded .*newer than the local directory" "$R/logs" "$P/$name.log" ||
-        fail "$name: the replacement node 0 did not restore from S3: $(grep -rh 's3 checkpoints' "$R/logs" "$P/$name.log" | tail -5)"
+    if [ "$inode" = 0 ]; then
+        grep -rq "s3 checkpoints: downloaded .*newer than the local directory" "$R/logs" "$P/$name.log" ||
+            fail "$name: the replacement node 0 did not restore from S3: $(grep -rh 's3 checkpoints' "$R/logs" "$P/$name.log" | tail -5)"
+    fi
     steps=$("$B" metrics $RUN --key "$mkey" --csv | tail -n +2 | cut -d, -f3 | sort -n)
     uniq=$(sort -un <<<"$steps")
     [ "$steps" = "$uniq" ] && [ "$(wc -l <<<"$steps")" = $STEPS ] ||
@@ -148,12 +159,35 @@ assert a.keys() == b.keys(), (a.keys(), b.keys())
 bad = [k for k in a if not torch.equal(a[k], b[k])]
 assert not bad, f"differ: {bad}"
 PY
-    echo "$name: replacement $new0; every rank resumed from step $rs (from S3); $STEPS steps stored once; weights equal the uninterrupted run's; config, summary, artifact in the store"
+    if [[ $ref_args == *--dropout* ]]; then
+        # (after the weights: without rank 1's RNG state they differ, and the leg says so first)
+        # every rank's RNG state is in S3 (rank 1's as node 1's own files) and every rank resumed
+        # with its own: the Trainer, logging at info (its "Resuming training from checkpoint"
+        # line is there), never went on with a fresh RNG
+        local keys
+        keys=$(aws s3 ls --recursive "s3://tandem-ckfw/$name/$RUN/checkpoint-$rs/") || fail "$name: aws s3 ls"
+        grep -q "checkpoint-$rs/\.tandem-node-1\.commit$" <<<"$keys" ||
+            fail "$name: S3 holds no node 1 addendum of checkpoint-$rs: $keys"
+        grep -q "checkpoint-$rs/\.tandem-node-1/rng_state_1\.pth$" <<<"$keys" ||
+            fail "$name: rank 1's rng_state_1.pth of checkpoint-$rs is not in S3: $keys"
+        for ((r = 0; r < nodes; r++)); do
+            grep -q "rank $r resumes with its RNG state rng_state_$r.pth (checkpoint-$rs)" "$R/logs/rank-$r.log" ||
+                fail "$name: rank $r resumed without its RNG state: $(grep 'resumes with' "$R/logs/rank-$r.log")"
+            grep -q "Resuming training from checkpoint with epoch" "$R/logs/rank-$r.log" ||
+                fail "$name: rank $r's log has no Trainer info line (Resuming training from checkpoint): is it logging at info?"
+            ! grep -q "Didn't find an RNG file" "$R/logs/rank-$r.log" ||
+                fail "$name: $(grep -h "Didn't find an RNG file" "$R/logs/rank-$r.log" | head -1)"
+        done
+        grep -rq "s3 checkpoints: downloaded this node's 1 file(s) of checkpoint-$rs" "$R/logs" "$P/$name.log" ||
+            fail "$name: the replacement node 1 did not restore its own files of checkpoint-$rs: $(grep -rh 's3 checkpoints' "$R/logs" "$P/$name.log" | tail -8)"
+    fi
+    echo "$name: replacement $newn of node $inode; every rank resumed from step $rs (from S3); $STEPS steps stored once; weights equal the uninterrupted run's; config, summary, artifact in the store"
 }
 show_section() { "$B" show "$1" 2>/dev/null | awk -v t="$2:" '$0 == t {on = 1; next} on && /^$/ {exit} on'; }
 
 leg lit 2 's/.*step=\([0-9]*\)\.ckpt\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py lightning" train/loss
 leg hft 2 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf" loss
+leg hftd 2 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf --dropout 0.5" loss 1
 leg sdk1 1 's/.*step-0*\([0-9][0-9]*\)\.pt\.commit$/\1/p' "$SRC/tests/lib/sdk_resume_train.py" train/loss
 leg lit1 1 's/.*step=\([0-9]*\)\.ckpt\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py lightning" train/loss
 leg hft1 1 's/.*checkpoint-\([0-9]*\)\.commit$/\1/p' "$SRC/tests/cloud/spot_fw_train.py hf" loss

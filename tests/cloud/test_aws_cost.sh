@@ -18,6 +18,13 @@
 #    request is refused naming it and the closest types.
 # 6. resources: in a real run: the instance EC2 (moto) reports is of the type computed the same
 #    way (a request above every type of tandem's table but p4d.24xlarge, which the file prices).
+# 7. nproc_per_node: gpu|cpu|auto (issue 30), plans only: counted from the instance type, with
+#    the counts computed here from boto3's DescribeInstanceTypes: gpu on g5.12xlarge is its
+#    GPUs, cpu on t3.nano its vCPUs, both said on the `tandem run:` line and in the plan; gpu on
+#    t3.nano is refused naming the type, before any run; instance types tried in turn that count
+#    differently are refused; with resources:, gpu chooses the cheapest type that has GPUs, and
+#    auto narrows the types that fit to those of the chosen type's count. One real run: auto on
+#    a t3.micro (no GPU) records its vCPUs and starts that many workers on the instance.
 set -uo pipefail
 : "${TANDEM_BIN:?}"
 SRC=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -87,6 +94,42 @@ workflows:
     aws: {$aws_block, prices: $P/east-big.txt, resources: {cpu: 96, memory: 1000, disk: 30}}
     command: "true"
   - name: localplan
+    command: "true"
+  - name: gpuplan
+    executor: aws
+    nodes: 2
+    nproc_per_node: gpu
+    aws: {$aws_block, instance_type: g5.12xlarge}
+    command: "true"
+  - name: cpuplan
+    executor: aws
+    nproc_per_node: cpu
+    aws: {$aws_block, instance_type: t3.nano, prices: $P/prices.txt}
+    command: "true"
+  - name: gpunone
+    executor: aws
+    nproc_per_node: gpu
+    aws: {$aws_block, instance_type: t3.nano, prices: $P/prices.txt}
+    command: "true"
+  - name: gpumixed
+    executor: aws
+    nproc_per_node: gpu
+    aws: {$aws_block, instance_types: [g5.12xlarge, g5.xlarge]}
+    command: "true"
+  - name: autorun
+    executor: aws
+    nproc_per_node: auto
+    aws: {$aws_block, instance_type: t3.micro}
+    command: echo "where rank \$RANK local \$LOCAL_WORLD_SIZE world \$WORLD_SIZE"
+  - name: gpupick
+    executor: aws
+    nproc_per_node: gpu
+    aws: {image: $CLOUD_AMI, key_name: tk, region: us-west-2, prices: $P/west.txt, resources: {cpu: 2}}
+    command: "true"
+  - name: autopick
+    executor: aws
+    nproc_per_node: auto
+    aws: {image: $CLOUD_AMI, key_name: tk, region: us-west-2, prices: $P/west.txt, resources: {cpu: 2}}
     command: "true"
   - name: badprices
     executor: aws
@@ -189,4 +232,81 @@ got=$(aws ec2 describe-instances --filters Name=tag:tandem:run,Values=big-1 \
 [ "$got" = "$want" ] || fail "resources {cpu: 96, memory: 1000}: the run made '$got', not $want"
 grep -q "chose $want" "$P/big.log" || fail "the run did not say what it chose"
 echo "a run with resources {cpu: 96, memory: 1000}: EC2 has a $got, the cheapest that fits"
+
+# --- 7. nproc_per_node: gpu|cpu|auto, counted from the type (plans: nothing created)
+# The count by tandem launch's rule from boto3's catalog: ARGS: REGION SPEC TYPE, or REGION SPEC
+# - FILE CPU (resources: the cheapest type of the file with >= CPU vCPUs on which SPEC counts;
+# then how many of those count as many). Prints TYPE COUNT NFIT, COUNT "none" for gpu without.
+nproc_ref() {
+    sshd_exec "$CLOUD_PYTHON" - "$@" <<'PY'
+import sys
+import boto3
+region, spec, name = sys.argv[1:4]
+ec2 = boto3.client("ec2", region_name=region)
+def count(t):
+    gpus = sum(g["Count"] for g in (t.get("GpuInfo") or {}).get("Gpus") or [])
+    vcpus = t["VCpuInfo"]["DefaultVCpus"]
+    if spec == "gpu":
+        return gpus or None
+    return gpus if spec == "auto" and gpus else vcpus
+if name != "-":
+    t = ec2.describe_instance_types(InstanceTypes=[name])["InstanceTypes"][0]
+    print(name, count(t) or "none", 1)
+    sys.exit(0)
+path, cpu = sys.argv[4], float(sys.argv[5])
+prices = {l.split()[1]: float(l.split()[2]) for l in open(path) if l.split()[0] == region}
+types = ec2.describe_instance_types(InstanceTypes=sorted(prices))["InstanceTypes"]
+fit = [(prices[t["InstanceType"]], t["InstanceType"], count(t)) for t in types
+       if "x86_64" in t["ProcessorInfo"]["SupportedArchitectures"]
+       and t["VCpuInfo"]["DefaultVCpus"] >= cpu and count(t)]
+_, best, n = min(fit)
+print(best, n, sum(1 for f in fit if f[2] == n))
+PY
+}
+before=$(count_all)
+read -r _ want _ < <(nproc_ref us-east-1 gpu g5.12xlarge) || fail "the reference count (g5.12xlarge)"
+[ "$want" -gt 1 ] 2>/dev/null || fail "the reference itself: g5.12xlarge has '$want' GPUs in the fixture"
+sshd_exec "$B" run gpuplan --dry-run >"$P/gpuplan.log" 2>"$P/gpuplan.err" || fail "tandem run gpuplan --dry-run: exit $?: $(cat "$P/gpuplan.err")"
+grep -q "^tandem run: nproc_per_node gpu: $want workers per instance, one per GPU of g5.12xlarge ($want x " "$P/gpuplan.err" ||
+    fail "gpu on g5.12xlarge: not $want workers on the tandem run: line: $(cat "$P/gpuplan.err")"
+grep -q "^  instances   2 x g5.12xlarge, on-demand, in us-east-1, .*; $want workers each$" "$P/gpuplan.log" ||
+    fail "the plan does not say $want workers each: $(cat "$P/gpuplan.log")"
+grep -q "^  workers     nproc_per_node gpu: $want workers per instance, one per GPU of g5.12xlarge" "$P/gpuplan.log" ||
+    fail "the plan does not say how the workers were counted: $(cat "$P/gpuplan.log")"
+read -r _ want _ < <(nproc_ref us-east-1 cpu t3.nano) || fail "the reference count (t3.nano)"
+sshd_exec "$B" run cpuplan --dry-run >"$P/cpuplan.log" 2>&1 || fail "tandem run cpuplan --dry-run: exit $?"
+grep -q "^tandem run: nproc_per_node cpu: $want workers\\? per instance, one per vCPU of t3.nano ($want vCPU, no GPU)" "$P/cpuplan.log" &&
+    grep -q "; $want workers\\? each$" "$P/cpuplan.log" || fail "cpu on t3.nano: not its $want vCPUs: $(cat "$P/cpuplan.log")"
+out=$(sshd_exec "$B" run gpunone --dry-run 2>&1) && fail "gpu on t3.nano was planned: $out"
+grep -q "nproc_per_node: gpu counts the GPUs of the instance type, and t3.nano has none .*give a number of workers, cpu (one per vCPU) or auto, or a type with GPUs" <<<"$out" ||
+    fail "the refusal of gpu on t3.nano: $out"
+out=$(sshd_exec timeout -k 5 120 "$B" run gpunone 2>&1) && fail "a run of gpu on t3.nano ran: $out"
+grep -q "and t3.nano has none" <<<"$out" || fail "the run's refusal of gpu on t3.nano: $out"
+[ ! -d "$P/.tandem/runs/gpunone-1" ] || fail "a run was made for gpu on t3.nano"
+read -r _ small _ < <(nproc_ref us-east-1 gpu g5.xlarge) || fail "the reference count (g5.xlarge)"
+out=$(sshd_exec "$B" run gpumixed --dry-run 2>&1) && fail "types of different counts were planned: $out"
+grep -q "nproc_per_node: gpu counts [0-9]* workers on g5.12xlarge but $small on g5.xlarge (aws.instance_types, tried in turn on capacity refusals); a run has one count per node: give a number" <<<"$out" ||
+    fail "the refusal of disagreeing types: $out"
+read -r type want nfit < <(nproc_ref us-west-2 gpu - "$P/west.txt" 2) || fail "the reference (gpu, resources)"
+sshd_exec "$B" run gpupick --dry-run >"$P/gpupick.log" 2>&1 || fail "tandem run gpupick --dry-run: exit $?: $(cat "$P/gpupick.log")"
+grep -q "^resources: chose $type (.*) for {cpu: 2} and nproc_per_node: gpu = $want: .*the cheapest of $nfit types\\? that fit" "$P/gpupick.log" &&
+    grep -q "^  instances   1 x $type, .*; $want workers\\? each$" "$P/gpupick.log" ||
+    fail "gpu with resources {cpu: 2}: not $type ($want workers, $nfit of that count): $(cat "$P/gpupick.log")"
+read -r type want nfit < <(nproc_ref us-west-2 auto - "$P/west.txt" 2) || fail "the reference (auto, resources)"
+sshd_exec "$B" run autopick --dry-run >"$P/autopick.log" 2>&1 || fail "tandem run autopick --dry-run: exit $?: $(cat "$P/autopick.log")"
+grep -q "^resources: chose $type (.*) for {cpu: 2} and nproc_per_node: auto = $want: .*the cheapest of $nfit types\\? that fit" "$P/autopick.log" ||
+    fail "auto with resources {cpu: 2}: not $type of $nfit types with $want workers: $(cat "$P/autopick.log")"
+[ "$(count_all)" = "$before" ] || fail "the nproc plans created instances: $before before, $(count_all) after"
+read -r _ want _ < <(nproc_ref us-east-1 auto t3.micro) || fail "the reference count (t3.micro)"
+sshd_exec timeout -k 5 300 "$B" run autorun >"$P/autorun.log" 2>&1 || fail "tandem run autorun: exit $?: $(tail -5 "$P/autorun.log")"
+grep -q "^tandem run: nproc_per_node auto: $want workers\\? per instance, one per vCPU of t3.micro" "$P/autorun.log" ||
+    fail "auto on t3.micro: not its $want vCPUs: $(grep nproc "$P/autorun.log")"
+"$B" show autorun-1 | grep -qE "^workers  *1 node\(s\) x $want process\(es\)$" ||
+    fail "the record is not 1 x $want workers: $("$B" show autorun-1 | head -15)"
+for ((r = 0; r < want; r++)); do
+    grep -qx "where rank $r local $want world $want" "$P/.tandem/runs/autorun-1/logs/rank-$r.log" ||
+        fail "autorun: rank $r's log: $(cat "$P/.tandem/runs/autorun-1/logs/rank-$r.log" 2>&1)"
+done
+[ ! -e "$P/.tandem/runs/autorun-1/logs/rank-$want.log" ] || fail "autorun: more than $want workers"
+echo "nproc_per_node: $(grep "^tandem run:" "$P/gpuplan.err"); gpu on t3.nano refused; $(grep "^resources:" "$P/gpupick.log" | cut -c1-200)"
 echo "costs equal price x hours from the fixture's prices; a malformed aws.prices is named; --dry-run plans and creates nothing; resources picks the cheapest fitting type"

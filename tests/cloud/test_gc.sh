@@ -12,7 +12,9 @@
 # naming each, and records their ends (the unrecorded one added); ps terminates (d)'s through its
 # check, and then makes no AWS call (a closed endpoint, no warning), nor for the live (b); show
 # and the ui's run object (GET /api/runs/{id}) give the record and its instance-hours; gc --all terminates (c) and still leaves (b); without
-# a region, or credentials, gc fails naming the fix.
+# a region, or credentials, gc fails naming the fix. Then the controllers of detached runs
+# (tandem:controller): terminated when their run's store says the run ended, their switch failed
+# or a newer controller took over; live and starting ones, and other projects', left.
 # Skips (77) without the venv (scripts/venv.sh: moto[server], boto3).
 set -uo pipefail
 venv=${TANDEM_VENV:-$TANDEM_SOURCE_DIR/.venv}
@@ -228,4 +230,108 @@ grep -q "^1 instance tagged tandem:run in us-east-1: 0 terminated, 1 left$" <<<"
 out=$(env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$B" gc 2>&1) &&
   fail "gc without credentials succeeded: $out"
 grep -q "AWS_ACCESS_KEY_ID" <<<"$out" || fail "no-credentials error: $out"
+
+# ---- the controllers of detached runs (tandem:controller), decided by their run's store ----
+# Instances tagged as controller.c tags a controller (tandem:controller, tandem:project,
+# tandem:store), their stores written with boto3 as a controller writes them (run/run.json,
+# controller.json); moto's S3 on the same endpoint:
+#   (e) dx-1: its run ended (run.json stopped, after the controller started)   -> terminated
+#   (f) dx-2: running, its controller spoke now, promising 5 min               -> left (live)
+#   (g) dx-3: running, its controller's promise passed 700 s ago (switch failed) -> terminated
+#   (h, i) dx-4: i spoke after h started (a resume's controller): h            -> terminated,
+#       i live                                                                  -> left
+#   (j) dx-5: run.json ended before j started (a resume's, no word yet)        -> left (starting)
+#   (k) dx-6 of another project, ended                       -> left; terminated by gc --all
+#   (l) w-3: no store tag, no remote.json; ended here, nobody holds its lock   -> terminated
+#   (m) w-2: no store tag; live here (its lock held)                           -> left
+ctl() { # ctl KEY RUN PROJECT [STORE]: prints "KEY ID"
+  CT_KEY=$1 CT_RUN=$2 CT_PROJECT=$3 CT_STORE=${4:-} "$py" - <<'PY'
+import os, boto3
+ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+image = ec2.describe_images()["Images"][0]["ImageId"]
+run = os.environ["CT_RUN"]
+tags = [{"Key": "tandem:controller", "Value": run}, {"Key": "tandem:project",
+        "Value": os.environ["CT_PROJECT"]}, {"Key": "Name", "Value": f"tandem-{run}-controller"}]
+if os.environ["CT_STORE"]:
+    tags.append({"Key": "tandem:store", "Value": os.environ["CT_STORE"]})
+r = ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1,
+                      TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+print(os.environ["CT_KEY"], r["Instances"][0]["InstanceId"])
+PY
+}
+store() { # store RUN STATUS [SPEAKER HEARD_AGO PROMISE_IN]: run.json (ended now when final)
+  ST_RUN=$1 ST_STATUS=$2 ST_WHO=${3:-} ST_AGO=${4:-0} ST_IN=${5:-0} "$py" - <<'PY'
+import json, os, time, boto3
+s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+try:
+    s3.create_bucket(Bucket="gcstore")
+except s3.exceptions.BucketAlreadyOwnedByYou:
+    pass
+run, status, now = os.environ["ST_RUN"], os.environ["ST_STATUS"], time.time()
+final = status in ("succeeded", "failed", "stopped", "preempted")
+s3.put_object(Bucket="gcstore", Key=f"p/{run}/.tandem-run/run/run.json", Body=json.dumps(
+    {"id": run, "status": status, "created": now - 900, "started": now - 890,
+     "ended": now if final else 0}))
+if os.environ["ST_WHO"]:
+    heard = now - float(os.environ["ST_AGO"])
+    s3.put_object(Bucket="gcstore", Key=f"p/{run}/.tandem-run/controller.json", Body=json.dumps(
+        {"format": 1, "run": run, "instance": os.environ["ST_WHO"], "heard_s": heard,
+         "promise_s": now + float(os.environ["ST_IN"]), "orphan_timeout_s": 300, "ended": False}))
+PY
+}
+url() { echo "s3://gcstore/p/$1/.tandem-run"; }
+{
+  ctl e dx-1 "$P" "$(url dx-1)"
+  ctl f dx-2 "$P" "$(url dx-2)"
+  ctl g dx-3 "$P" "$(url dx-3)"
+  ctl h dx-4 "$P" "$(url dx-4)"
+  ctl k dx-6 /srv/another-project "$(url dx-6)"
+} > "$P/ctl-ids" || fail "boto3: controllers"
+cid() { awk -v k="$1" '$1 == k {print $2}' "$P/ctl-ids"; }
+sleep 1.1 # launch times are in whole seconds: i starts a second after h, which the word follows
+ctl i dx-4 "$P" "$(url dx-4)" >> "$P/ctl-ids" || fail "boto3: controller i"
+store dx-1 stopped || fail "store dx-1"
+store dx-2 running "$(cid f)" 0 300 || fail "store dx-2"
+store dx-3 running "$(cid g)" 1000 -700 || fail "store dx-3"
+store dx-4 running "$(cid i)" 0 300 || fail "store dx-4"
+store dx-5 stopped || fail "store dx-5"
+store dx-6 succeeded || fail "store dx-6"
+sleep 1.1 # j starts after dx-5's end (a resumed run's new controller)
+{
+  ctl j dx-5 "$P" "$(url dx-5)"
+  ctl l w-3 "$P"
+  ctl m w-2 "$P"
+} >> "$P/ctl-ids" || fail "boto3: controllers j, l, m"
+ce=$(cid e) cf=$(cid f) cg=$(cid g) ch=$(cid h) ci=$(cid i) cj=$(cid j) ck=$(cid k) cl=$(cid l) cm=$(cid m)
+all_running "$ce" "$cf" "$cg" "$ch" "$ci" "$cj" "$ck" "$cl" "$cm"
+out=$("$B" gc --dry-run 2>&1) || fail "tandem gc --dry-run (controllers): exit $?: $out"
+echo "$out" | grep controller
+all_running "$ce" "$cf" "$cg" "$ch" "$ci" "$cj" "$ck" "$cl" "$cm"
+grep -q "^would terminate $ce (t3.micro on-demand, controller of run dx-1, up [0-9.]* h): its run ended (stopped at " <<<"$out" ||
+  fail "dry run: $ce (dx-1 ended)"
+out=$("$B" gc 2>&1) || fail "tandem gc (controllers): exit $?: $out"
+echo "$out" | grep controller
+ok_line() { grep -q "$1" <<<"$out" || fail "gc: no line '$1'"; }
+ok_line "^terminating $ce (t3.micro on-demand, controller of run dx-1, up [0-9.]* h): its run ended (stopped at .*s3://gcstore/p/dx-1/.tandem-run/run/run.json"
+ok_line "^terminated $ce (t3.micro on-demand, controller of run dx-1"
+ok_line "^left $cf (.*controller of run dx-2.*): it is live: it last spoke at "
+ok_line "^terminating $cg (.*controller of run dx-3.*): its dead-man's switch failed: its supervisor last spoke at "
+ok_line "^terminating $ch (.*controller of run dx-4.*): the run has a newer controller, $ci "
+ok_line "^left $ci (.*controller of run dx-4.*): it is live"
+ok_line "^left $cj (.*controller of run dx-5.*): it is starting"
+ok_line "^left $ck (.*controller of run dx-6.*): run dx-6 of /srv/another-project; 'tandem gc --all' terminates it"
+ok_line "^terminating $cl (.*controller of run w-3.*): its run ended here (succeeded) and nobody holds its lock"
+ok_line "^left $cm (.*controller of run w-2.*): its run's store is unknown"
+ok_line "^9 controllers tagged tandem:controller in us-east-1: 4 terminated, 5 left$"
+for i in "$ce" "$cg" "$ch" "$cl"; do
+  s=$(state_of "$i")
+  [ "$s" = terminated ] || [ "$s" = shutting-down ] || fail "controller $i is $s after gc"
+done
+all_running "$cf" "$ci" "$cj" "$ck" "$cm" "$b0"
+out=$("$B" gc --all 2>&1) || fail "tandem gc --all (controllers): exit $?: $out"
+ok_line "^terminated $ck (t3.micro on-demand, controller of run dx-6"
+s=$(state_of "$ck")
+[ "$s" = terminated ] || [ "$s" = shutting-down ] || fail "controller $ck is $s after gc --all"
+all_running "$cf" "$ci" "$cj" "$cm" "$b0"
+echo "controllers: ended, switch failed and superseded ones terminated (boto3 says so); live, starting and unknown-store ones left"
 echo "PASS"

@@ -6,8 +6,9 @@ set_tests_properties(executors/test_slurm_cluster PROPERTIES TIMEOUT 240 SKIP_RE
 
 # The slurm executor (src/exec/slurm.c). test_slurm_unit reads the layer's internals (parsing,
 # state mapping, the batch script) and needs no cluster. The three cluster tests each bring up
-# their own 2-node cluster (1-2 s) and train BasicNet for 40-120 steps on 2 workers; the requeue
-# test waits out cred_expire (10 s) twice. 20 s (run), 30 s (stop) and 42 s (requeue) on 2 idle
+# their own 2-node cluster (1-2 s) and train BasicNet for 40-120 steps on 2 workers (test_slurm_run
+# also counts nproc_per_node: auto on the cluster and runs one more short job); the requeue
+# test waits out cred_expire (10 s) twice. 30-40 s (run), 30 s (stop) and 42 s (requeue) on 2 idle
 # cores; up to 60 s each when they run at once with test_slurm_cluster (ctest -j4), about 110 s
 # under AddressSanitizer.
 target_include_directories(executors_test_slurm_unit PRIVATE ${CMAKE_SOURCE_DIR}/src)
@@ -98,3 +99,6 @@ set_tests_properties(executors/test_restarts_before PROPERTIES TIMEOUT 60)
 # ... and on a cluster whose nodes share the run directory: BasicNet 120 steps on 2 nodes, node
 # 1's launcher SIGKILLed after the first checkpoint, and the local reference: 25-40 s.
 set_tests_properties(executors/test_lost_launcher_slurm_shared PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77)
+# nproc_per_node: gpu|cpu|auto counted for Slurm (sinfo's lines, a fake sinfo) and aws (a
+# catalog entry), reading the layer's internals: no cluster, no network, well under a second.
+target_include_directories(executors_test_nproc_count PRIVATE ${CMAKE_SOURCE_DIR}/src)

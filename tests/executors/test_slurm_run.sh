@@ -6,7 +6,10 @@
 # metrics in the run store. 2. The workers' environment under Slurm is the local executor's
 # (the same TANDEM_* variables and values, the workflow's env and params, PATH), the token
 # file is private, and a workflow's secret reaches node 2's worker without being in the batch
-# script.
+# script. 4. nproc_per_node: auto (issue 30) is counted on the cluster before the job (sinfo):
+# each node runs as many workers as its CPUs in `scontrol show node` (CPUTot), the batch script
+# asks for that many CPUs per task and no GPU, the record holds the count; gpu on a partition
+# without GPUs, and auto where no node matches a constraint, are refused before any run.
 set -uo pipefail
 . "$(dirname "$0")/exec_test.sh" run
 t0=$SECONDS
@@ -40,6 +43,22 @@ workflows:
     command: |
       if [ "\$GROUP_RANK" = 1 ]; then exec tandem train --model basicnet --lr abc; fi
       sleep 30
+  # issue 30: the count taken on the cluster
+  - name: nproc-auto
+    nodes: 2
+    executor: slurm
+    nproc_per_node: auto
+    command: echo "where rank \$RANK host \$(hostname) local \$LOCAL_WORLD_SIZE world \$WORLD_SIZE"
+  - name: nproc-gpu
+    nodes: 2
+    executor: slurm
+    nproc_per_node: gpu
+    command: "true"
+  - name: nproc-none
+    executor: slurm
+    nproc_per_node: auto
+    slurm: {sbatch_args: [--constraint=nosuchfeature]}
+    command: "true"
   - name: env-local
     nodes: 2
     env: {TD_WF_VAR: "a b'c"}
@@ -131,4 +150,36 @@ slurm_exec timeout -k 5 120 "$B" run badarg >"$P/badarg.log" 2>&1 && fail "a run
 . "$SRC/tests/lib/bad_argument.sh"
 expect_bad_argument badarg-1 1
 echo "a worker's bad argument on $n2: the run's note and exit code are that worker's"
+
+# --- 4. nproc_per_node: auto counted on the cluster (sinfo), against scontrol's CPUTot
+c1=$(slurm_exec scontrol show node "$n1" | grep -o 'CPUTot=[0-9]*' | cut -d= -f2)
+c2=$(slurm_exec scontrol show node "$n2" | grep -o 'CPUTot=[0-9]*' | cut -d= -f2)
+[ -n "$c1" ] && [ "$c1" = "$c2" ] || fail "the fixture's nodes: CPUTot '$c1' and '$c2'"
+c=$c1
+slurm_exec timeout -k 5 120 "$B" run nproc-auto >"$P/nproc-auto.log" 2>&1 || fail "nproc-auto: exit $?: $(cat "$P/nproc-auto.log")"
+grep -q "^tandem run: nproc_per_node auto: $c workers\\?, one per CPU of each of the default partition tandem's 2 nodes (sinfo: $c CPUs, GRES " "$P/nproc-auto.log" ||
+    fail "the count is not said as $c (CPUTot): $(cat "$P/nproc-auto.log")"
+R=$P/.tandem/runs/nproc-auto-1
+grep -qx "#SBATCH --cpus-per-task=$c" "$R/job.sbatch" || fail "the job does not ask $c CPUs per task: $(grep SBATCH "$R/job.sbatch")"
+! grep -q -- "--gres" "$R/job.sbatch" || fail "a CPU count asked for GPUs: $(grep gres "$R/job.sbatch")"
+"$B" show nproc-auto-1 | grep -qE "^workers  *2 node\(s\) x $c process\(es\)$" ||
+    fail "the record is not 2 x $c workers: $("$B" show nproc-auto-1 | head -15)"
+for ((r = 0; r < 2 * c; r++)); do
+    want=$n1
+    [ "$r" -ge "$c" ] && want=$n2
+    grep -qx "where rank $r host $want local $c world $((2 * c))" "$R/logs/rank-$r.log" ||
+        fail "nproc-auto: rank $r's log: $(cat "$R/logs/rank-$r.log" 2>&1), want host $want local $c world $((2 * c))"
+done
+[ ! -e "$R/logs/rank-$((2 * c)).log" ] || fail "nproc-auto: more than $((2 * c)) ranks"
+out=$(slurm_exec timeout -k 5 60 "$B" run nproc-gpu 2>&1) && fail "nproc_per_node: gpu without GPUs ran: $out"
+grep -q "nproc_per_node: gpu counts the GPUs of the Slurm nodes, and the default partition tandem has none" <<<"$out" ||
+    fail "the gpu refusal does not name the partition: $out"
+out=$(slurm_exec timeout -k 5 60 "$B" run --executor slurm --nproc-per-node gpu -- true 2>&1) &&
+    fail "tandem run --executor slurm --nproc-per-node gpu ran: $out"
+grep -q "and the default partition tandem has none" <<<"$out" || fail "the command's gpu refusal: $out"
+out=$(slurm_exec timeout -k 5 60 "$B" run nproc-none 2>&1) && fail "a constraint no node has was counted: $out"
+grep -q "sinfo lists no node for the default partition, constraint nosuchfeature" <<<"$out" ||
+    fail "the refusal of a constraint no node has: $out"
+[ -z "$("$B" ps -a 2>/dev/null | grep -E 'nproc-(gpu|none)|^true-')" ] || fail "a refused count made a run: $("$B" ps -a)"
+echo "nproc_per_node: auto on Slurm: $c workers per node (CPUTot), cpus-per-task $c; gpu refused naming partition tandem"
 echo "ok: $((SECONDS - t0)) s"

@@ -31,3 +31,21 @@ set_tests_properties(launch/test_launch_stall launch/test_launch_stall_nodes lau
 set_tests_properties(launch/test_numerics PROPERTIES RUN_SERIAL TRUE TIMEOUT 300)
 # Four short jobs against a fake IMDS; the agent's stop after the notice is timed (< 10 s).
 set_tests_properties(launch/test_spot_watch PROPERTIES RUN_SERIAL TRUE TIMEOUT 180)
+# test_ckpt_s3_queue.c drives the S3 checkpoint mirror's internals (src/launch/ckpt_s3.c)
+# against moto behind tests/launch/s3_gate.py (the venv's; skips with 77 without it): three
+# checkpoints of a few hundred KB, about 10 s on the shared 2-core machine.
+if(TARGET launch_test_ckpt_s3_queue)
+  target_include_directories(launch_test_ckpt_s3_queue PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(launch_test_ckpt_s3_queue PRIVATE
+                             TD_TEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  set_tests_properties(launch/test_ckpt_s3_queue PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
+# test_ckpt_s3_ranks.c drives another node's own files of directory checkpoints in S3
+# (src/launch/ckpt_s3_ranks.c) against moto behind tests/launch/s3_gate.py, boto3 through
+# tests/launch/ckpt_ranks_ref.py as the reference (the venv's; skips with 77 without it).
+if(TARGET launch_test_ckpt_s3_ranks)
+  target_include_directories(launch_test_ckpt_s3_ranks PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(launch_test_ckpt_s3_ranks PRIVATE
+                             TD_TEST_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  set_tests_properties(launch/test_ckpt_s3_ranks PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

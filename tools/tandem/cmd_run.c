@@ -514,7 +514,9 @@ int cmd_run(int argc, char **argv) {
         if (st == TD_OK) st = td_workflow_check(w, "tandem run");
         for (size_t i = 0; st == TD_OK && i < nparams; i++)
             st = td_workflow_set_param(w, params[i]);
-    } else if (resume) {
+    } else if (resume && !controller_of) {
+        /* (a resumed run's controller has no such run yet: it loads the workflow it was sent by
+         * name, below, and makes the run from its store: td_exec_controller_adopt) */
         /* The workflow file, when it still defines the run's workflow, supplies setup, env and
          * artifacts; the command itself always comes from the stored run. */
         td_rundb *store = NULL;
@@ -592,11 +594,12 @@ int cmd_run(int argc, char **argv) {
         if (!group) group = w->group;
     }
     /* nproc_per_node: gpu|auto|cpu, counted where the workers run (tandem launch's rule,
-     * td_launch_nproc_resolve): here for this machine's executor; on every host, before the
-     * run starts, for executor ssh (the record holds the count). A Slurm job's or an EC2
-     * run's nodes do not exist until the run starts. */
+     * td_launch_nproc_resolve), before the run starts, and recorded: here for this machine's
+     * executor; on every host for executor ssh; on the partition's nodes (sinfo) for Slurm; from
+     * the instance type (EC2's catalog) for aws, whose instances do not exist yet. */
+    char nproc_note[768] = "";
     if (st == TD_OK && w && w->nproc_spec[0]) {
-        char note[512] = "";
+        char *note = nproc_note;
         if (w->executor && !strcmp(w->executor, "ssh")) {
             const char *cuda = NULL;
             for (size_t i = 0; i < w->nenv; i++)
@@ -619,18 +622,22 @@ int cmd_run(int argc, char **argv) {
             td_rundb_close(pstore);
             if (st == TD_OK)
                 st = td_ssh_count_nproc(&w->ssh, project, exe, w->nproc_spec, cuda,
-                                        &w->nproc_per_node, note, sizeof note);
+                                        &w->nproc_per_node, note, sizeof nproc_note);
             free(project);
-        } else if (w->executor)
+        } else if (w->executor && !strcmp(w->executor, "slurm"))
+            st = td_slurm_count_nproc(&w->slurm, w->nproc_spec, &w->nproc_per_node, note,
+                                      sizeof nproc_note);
+        else if (w->executor && !strcmp(w->executor, "aws"))
+            st = td_aws_count_nproc(&w->aws, w->nproc_spec, &w->nproc_per_node, note,
+                                    sizeof nproc_note);
+        else if (w->executor)
             st = td_error(TD_ERR_USAGE,
-                          "nproc_per_node: %s counts the GPUs (or cores) of the machine the "
-                          "workers run on; the %s executor's nodes do not exist until the run "
-                          "starts, so it cannot count them beforehand: give a number of workers "
-                          "per node",
+                          "nproc_per_node: %s: the %s executor cannot count the machines its "
+                          "workers run on beforehand: give a number of workers per node",
                           w->nproc_spec, w->executor);
         else
             st = td_launch_nproc_resolve("nproc_per_node", w->nproc_spec, td_gpu_device_count,
-                                         &w->nproc_per_node, note, sizeof note);
+                                         &w->nproc_per_node, note, sizeof nproc_note);
         if (st == TD_OK && note[0]) fprintf(stderr, "tandem run: %s\n", note);
     }
     if (st == TD_OK && dry_run) { /* the plan, and nothing made (src/exec/aws_plan.c) */
@@ -646,7 +653,8 @@ int cmd_run(int argc, char **argv) {
                                    .max_duration_s = w->max_duration_s,
                                    .s3 = (w->checkpoint_dir &&
                                           !strncmp(w->checkpoint_dir, "s3://", 5)) ||
-                                         w->artifacts_to};
+                                         w->artifacts_to,
+                                   .nproc_note = nproc_note};
             st = td_aws_plan(&plan, stdout);
         }
         exit_code = 0;
