@@ -9,10 +9,12 @@
 #                 instance over ssh, the replacement included (a fresh instance: a real send)
 # Each run: 2 spot nodes train BasicNet with checkpoints every 10 steps in S3; once step 20 is
 # committed, node 1 gets a notice 40 s ahead; the time is the resumed attempt's first train/loss
-# point's time minus the notice's. Building tandem from source in aws.setup (the path before
-# shipping for an image without tandem) adds minutes of apt and compile and is not run here.
-# Figures are printed, never asserted.
-#   TANDEM_BUILD_DIR=build bash bench/bench_replace.sh [REPEATS=1]
+# point's time minus the notice's. With FROM_SOURCE=1 a third way is measured too, the one an
+# image without tandem had before shipping: aws.setup builds tandem from this source tree on each
+# new instance, the replacement included (configure and compile into the instance's own /root;
+# the Debian packages are the machine's, so apt's minutes are not in it: a lower bound). It takes
+# minutes (the two first nodes build too, untimed). Figures are printed, never asserted.
+#   TANDEM_BUILD_DIR=build [FROM_SOURCE=1] bash bench/bench_replace.sh [REPEATS=1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
@@ -42,13 +44,19 @@ wf() { # NAME EXTRA
     command: $train --checkpoint-dir "\$TANDEM_CHECKPOINT_DIR" --checkpoint-every 10
 EOF
 }
-{ echo "workflows:"; wf image ", tandem: $B"; wf shipped ""; } >"$P/.tandem/workflows.yaml"
+src_build=/root/tandem-src-build # each instance's own /root: a replacement builds again
+{
+    echo "workflows:"
+    wf image ", tandem: $B"
+    wf shipped ""
+    wf source ", tandem: $src_build/tandem, setup: [\"cmake -S $SRC -B $src_build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build $src_build -j$(nproc) --target tandem >/dev/null\"]"
+} >"$P/.tandem/workflows.yaml"
 
 measure() { # NAME: prints the seconds from the notice to the first resumed step
     local name=$1 n run sup before old1 t_notice after t_first
     n=$(($(ls "$P/.tandem/runs" 2>/dev/null | grep -c "^$name-") + 1))
     run=$name-$n
-    sshd_exec timeout -k 5 600 "$B" run "$name" >"$P/$run.log" 2>&1 &
+    sshd_exec timeout -k 5 2400 "$B" run "$name" >"$P/$run.log" 2>&1 &
     sup=$!
     commits() { aws s3 ls "s3://bench/$name/$run/" | sed -n 's/.*ckpt-\([0-9]*\)\.tdck\.commit$/\1/p' | sort -n; }
     for _ in $(seq 1 1500); do
@@ -77,4 +85,9 @@ for r in $(seq 1 "$reps"); do
     printf '%-10s %-10s %s\n' "$r" "shipped" "$shp"
     grep -h "tandem shipped to\|has this tandem already\|tandem ships to" "$P"/shipped-*.log | tail -3 | sed 's/^/  /'
     awk "BEGIN{printf \"  shipped / in-image: %.2f\n\", $shp / $img}"
+    if [ "${FROM_SOURCE:-0}" = 1 ]; then
+        src=$(measure source) || exit 1
+        printf '%-10s %-10s %s\n' "$r" "source" "$src"
+        awk "BEGIN{printf \"  source / shipped: %.1f\n\", $src / $shp}"
+    fi
 done
