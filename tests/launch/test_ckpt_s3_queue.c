@@ -12,6 +12,7 @@
  *    committed, and leaves no work on the loop to call back into the freed mirror.
  * Skips (77) without the venv's moto_server and boto3 (scripts/venv.sh). */
 #include "test.h"
+#include "launch/s3_gate.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -150,46 +151,9 @@ int main(void) {
     snprintf(requests, sizeof requests, "%s/requests", dir);
     ASSERT_EQ(mkdir(ckdir, 0755), 0);
 
-    /* moto's fake credentials, for tandem and boto3 alike; none of the machine's */
-    setenv("AWS_ACCESS_KEY_ID", "test", 1);
-    setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
-    setenv("AWS_REGION", "us-east-1", 1);
-    setenv("HOME", dir, 1); /* no ~/.aws of the machine's */
-    unsetenv("AWS_PROFILE");
-    unsetenv("AWS_SESSION_TOKEN");
-    unsetenv("AWS_ENDPOINT_URL_S3");
-    pid_t gate_pid = fork();
-    ASSERT(gate_pid >= 0);
-    if (gate_pid == 0) {
-        /* gone with this test, however it ends (a failed assertion exits at once); its output
-         * to a file, so that ctest does not wait for the pipe */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        char log[300];
-        snprintf(log, sizeof log, "%s/gate.log", dir);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execl(python, python, script, "serve", dir, (char *)NULL);
-        _exit(127);
-    }
-    char ports_path[300];
-    snprintf(ports_path, sizeof ports_path, "%s/ports", dir);
-    int proxy_port = 0;
-    for (double t0 = td_now_s(); proxy_port == 0;) {
-        FILE *f = fopen(ports_path, "r");
-        if (f) {
-            if (fscanf(f, "%d %d", &proxy_port, &moto_port) != 2) proxy_port = 0;
-            fclose(f);
-        }
-        int status;
-        if (waitpid(gate_pid, &status, WNOHANG) == gate_pid)
-            TEST_FAIL("s3_gate.py exited (status %d): see %s/gate.log", status, dir);
-        if (!proxy_port && td_now_s() - t0 > 120) TEST_FAIL("s3_gate.py did not start");
-        if (!proxy_port) usleep(50000);
-    }
-    char endpoint[64], url[64];
-    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", proxy_port);
+    pid_t gate_pid = s3_gate_start(python, script, dir, &moto_port);
+    char url[64];
     snprintf(url, sizeof url, "s3://ckpts/run");
-    setenv("AWS_ENDPOINT_URL", endpoint, 1);
     setenv(td_var_name(TD_VAR_TANDEM_CHECKPOINT_URL), url, 1);
     setenv(td_var_name(TD_VAR_TANDEM_CHECKPOINT_DIR), ckdir, 1);
 
@@ -237,8 +201,7 @@ int main(void) {
     verify("ckpt-30.tdck");
 
     td_loop_free(loop);
-    kill(gate_pid, SIGKILL);
-    waitpid(gate_pid, NULL, 0);
+    s3_gate_stop(gate_pid);
     char rm[400];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);

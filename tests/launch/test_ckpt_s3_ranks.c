@@ -14,6 +14,7 @@
  * 5. the agent's end uploads the newest checkpoint's files at once (its workers are gone).
  * Skips (77) without the venv's moto_server and boto3 (scripts/venv.sh). */
 #include "test.h"
+#include "launch/s3_gate.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -103,43 +104,8 @@ int main(void) {
     snprintf(requests, sizeof requests, "%s/requests", dir);
     ASSERT_EQ(mkdir(ckdir, 0755), 0);
 
-    /* moto's fake credentials, for tandem and boto3 alike; none of the machine's */
-    setenv("AWS_ACCESS_KEY_ID", "test", 1);
-    setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
-    setenv("AWS_REGION", "us-east-1", 1);
-    setenv("HOME", dir, 1);
-    unsetenv("AWS_PROFILE");
-    unsetenv("AWS_SESSION_TOKEN");
-    unsetenv("AWS_ENDPOINT_URL_S3");
-    pid_t gate_pid = fork();
-    ASSERT(gate_pid >= 0);
-    if (gate_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        char log[300];
-        snprintf(log, sizeof log, "%s/gate.log", dir);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execl(python, python, gate_py, "serve", dir, (char *)NULL);
-        _exit(127);
-    }
-    char ports_path[300];
-    snprintf(ports_path, sizeof ports_path, "%s/ports", dir);
-    int proxy_port = 0;
-    for (double t0 = td_now_s(); proxy_port == 0;) {
-        FILE *f = fopen(ports_path, "r");
-        if (f) {
-            if (fscanf(f, "%d %d", &proxy_port, &moto_port) != 2) proxy_port = 0;
-            fclose(f);
-        }
-        int status;
-        if (waitpid(gate_pid, &status, WNOHANG) == gate_pid)
-            TEST_FAIL("s3_gate.py exited (status %d): see %s/gate.log", status, dir);
-        if (!proxy_port && td_now_s() - t0 > 120) TEST_FAIL("s3_gate.py did not start");
-        if (!proxy_port) usleep(50000);
-    }
-    char endpoint[64], args[1024];
-    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", proxy_port);
-    setenv("AWS_ENDPOINT_URL", endpoint, 1);
+    pid_t gate_pid = s3_gate_start(python, gate_py, dir, &moto_port);
+    char args[1024];
 
     /* node 1's directory as the HF Trainer leaves it: its rank's RNG state in each checkpoint,
      * plus (here) a file node 0's commit names too */
@@ -212,8 +178,7 @@ int main(void) {
 
     td__ckpt_ranks_free(r);
     td_loop_free(loop);
-    kill(gate_pid, SIGKILL);
-    waitpid(gate_pid, NULL, 0);
+    s3_gate_stop(gate_pid);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     TEST_PASS();
