@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "exec/aws_internal.h"
@@ -774,13 +773,6 @@ static td_status check_account(const td_exec_job *job, char *region, size_t nbyt
     return st;
 }
 
-/* uname -m of this tandem when it ships itself to the instances (no aws.tandem), else NULL. */
-static const char *ship_arch_of(const td_aws_options *o, char *buf, size_t nbytes) {
-    struct utsname u;
-    if (o->tandem || uname(&u) != 0) return NULL;
-    snprintf(buf, nbytes, "%.63s", u.machine);
-    return buf;
-}
 
 /* o->resources: o->instance_types become the cheapest that fit (aws_choose.c), o->zones the
  * zones to try (spot: cheapest first), and the root volume the disk asked for; the choice is
@@ -791,7 +783,7 @@ static td_status choose_types(td_aws_options *o, const char *region, const td_ex
     TD_CHECK(td_aws_new(&ao, &aws));
     char **types = NULL, **zones = NULL, *why = NULL, arch[64];
     size_t n = 0, nz = 0;
-    td_status st = td__aws_choose(aws, region, o, o->spot, ship_arch_of(o, arch, sizeof arch),
+    td_status st = td__aws_choose(aws, region, o, o->spot, td__aws_ship_arch(o, arch, sizeof arch),
                                   &types, &n, &zones, &nz, &why);
     td_aws_free(aws);
     TD_CHECK(st);

@@ -355,12 +355,7 @@ td_status td_aws_count_nproc(td_aws_options *o, const char *spec, int *out, char
         o->resources.nproc_count = 0;
         char **types = NULL, **zones = NULL, *chosen_why = NULL, arch[64];
         size_t ntypes = 0, nzones = 0;
-        struct utsname u; /* tandem ships itself (no aws.tandem): the instances need its arch */
-        const char *ship = NULL;
-        if (!o->tandem && uname(&u) == 0) {
-            snprintf(arch, sizeof arch, "%.63s", u.machine);
-            ship = arch;
-        }
+        const char *ship = td__aws_ship_arch(o, arch, sizeof arch);
         td_ec2_type *all = NULL;
         size_t nall = 0;
         st = td__aws_choose(aws, region, o, o->spot, ship, &types, &ntypes, &zones, &nzones,
@@ -426,4 +421,11 @@ td_status td_aws_count_nproc(td_aws_options *o, const char *spec, int *out, char
                  *out == 1 ? "" : "s", why, from);
     td_aws_free(aws);
     return st;
+}
+
+const char *td__aws_ship_arch(const td_aws_options *o, char *buf, size_t nbytes) {
+    struct utsname u;
+    if (o->tandem || uname(&u) != 0) return NULL;
+    snprintf(buf, nbytes, "%.63s", u.machine);
+    return buf;
 }

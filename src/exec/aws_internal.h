@@ -69,6 +69,9 @@ td_status td__aws_terminate_run(td_aws_t *aws, const char *project_dir, const ch
                                 char *ids, size_t ids_nbytes);
 
 /* ---- resources: (aws_choose.c) ---- */
+/* uname -m of this tandem when it ships itself to the instances (no aws.tandem: the instances
+ * need its architecture), in buf; NULL when aws.tandem names one on the image. */
+const char *td__aws_ship_arch(const td_aws_options *o, char *buf, size_t nbytes);
 /* The cheapest types of the region (up to 3, cheapest first: the rest are tried on capacity
  * refusals) that have what o->resources asks, of its architecture (resources.arch; ship_arch:
  * uname -m of a tandem that ships itself, NULL when aws.tandem names one on the image: a request

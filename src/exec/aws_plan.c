@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 
 #include "exec/aws_internal.h"
 #include "tandem/cloud.h"
@@ -61,12 +60,7 @@ td_status td_aws_plan(const td_aws_plan_in *in, FILE *out) {
         td_aws_options_copy(&chosen, o);
         char **types = NULL, **zones = NULL, *why = NULL, arch[64];
         size_t n = 0, nz = 0;
-        struct utsname u; /* tandem ships itself (no aws.tandem): the instances need its arch */
-        const char *ship = NULL;
-        if (!o->tandem && uname(&u) == 0) {
-            snprintf(arch, sizeof arch, "%.63s", u.machine);
-            ship = arch;
-        }
+        const char *ship = td__aws_ship_arch(o, arch, sizeof arch);
         td_status st = td__aws_choose(aws, region, o, o->spot, ship, &types, &n, &zones, &nz, &why);
         if (st != TD_OK) {
             td_aws_options_clear(&chosen);

@@ -258,11 +258,9 @@ static void walk(const char *base, const char *rel, file_list *out) {
     closedir(d);
 }
 
-/* Uploads one file to key, held aside by a hard link first: a writer deletes all but its
- * newest few checkpoints, and a fast one could delete this one mid-upload. */
-static td_status put_held(td__ckpt_s3 *s, td_aws_t *aws, const char *path, const char *key,
-                          int64_t *nbytes, char sha[65]) {
-    char *held = td_xasprintf("%s/.s3up-%ld", s->dir, (long)getpid());
+td_status td__ckpt_put_held(td_aws_t *aws, const char *bucket, const char *dir, const char *tag,
+                           const char *path, const char *key, int64_t *nbytes, char sha[65]) {
+    char *held = td_xasprintf("%s/.s3up-%s%ld", dir, tag, (long)getpid());
     const char *from = held;
     td_status st = TD_OK;
     (void)unlink(held);
@@ -281,7 +279,7 @@ static td_status put_held(td__ckpt_s3 *s, td_aws_t *aws, const char *path, const
         goto out;
     }
     *nbytes = (int64_t)sb.st_size;
-    TD_CHECK_GOTO(td_s3_put_file(aws, s->bucket, key, from, sha), st, out);
+    TD_CHECK_GOTO(td_s3_put_file(aws, bucket, key, from, sha), st, out);
 out:
     if (from == held) (void)unlink(held); /* the hard link, never the checkpoint itself */
     free(held);
@@ -303,7 +301,7 @@ static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
     if (!n->is_dir) {
         char sha[65];
         char *key = td_xasprintf("%s%s", s->prefix, name);
-        st = put_held(s, aws, path, key, nbytes, sha);
+        st = td__ckpt_put_held(aws, s->bucket, s->dir, "", path, key, nbytes, sha);
         free(key);
         if (st != TD_OK) goto out;
         commit = td_xasprintf("tandem-checkpoint-commit 1\nobject %s\nstep %" PRId64
@@ -319,7 +317,7 @@ static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
             int64_t nb = 0;
             char *fp = td_xasprintf("%s/%s", path, files.rel[i]);
             char *key = td_xasprintf("%s%s/%s", s->prefix, name, files.rel[i]);
-            st = put_held(s, aws, fp, key, &nb, sha);
+            st = td__ckpt_put_held(aws, s->bucket, s->dir, "", fp, key, &nb, sha);
             free(fp);
             free(key);
             if (st != TD_OK) goto out;

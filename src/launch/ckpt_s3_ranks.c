@@ -216,7 +216,6 @@ static job_result upload_own(td__ckpt_ranks *r, const char *name, int64_t step, 
     memset(&o, 0, sizeof o);
     char *ckey = td_xasprintf("%s%s.commit", r->prefix, name);
     char *base = td_xasprintf("%s/%s", r->dir, name);
-    char *held = td_xasprintf("%s/.s3up-node-%ld", r->dir, (long)getpid());
     char *node0 = NULL, *addendum = td_xstrdup("");
     file_sigs files = {0};
     job_result res = JOB_FAILED;
@@ -237,25 +236,18 @@ static job_result upload_own(td__ckpt_ranks *r, const char *name, int64_t step, 
         char *path = td_xasprintf("%s/%s", base, files.v[i].rel);
         char *key = td_xasprintf("%s%s/.tandem-node-%d/%s", r->prefix, name, r->node,
                                  files.v[i].rel);
-        const char *from = held;
         char sha[65];
-        struct stat sb;
-        (void)unlink(held);
-        /* no hard links here (EPERM, EXDEV, ...): the file itself (a change under the upload
-         * is still refused by td_s3_put_file) */
-        if (link(path, held) != 0) from = path;
-        td_status st = stat(from, &sb) != 0 ? td_error_errno(TD_ERR_IO, "s3 checkpoints: %s", path)
-                                            : td_s3_put_file(aws, r->bucket, key, from, sha);
-        if (from == held) (void)unlink(held);
+        int64_t size = 0;
+        td_status st = td__ckpt_put_held(aws, r->bucket, r->dir, "node-", path, key, &size, sha);
         free(path);
         free(key);
         if (st != TD_OK) goto out;
-        char *more = td_xasprintf("%sfile %" PRId64 " %s %s\n", addendum, (int64_t)sb.st_size,
-                                  sha, files.v[i].rel);
+        char *more = td_xasprintf("%sfile %" PRId64 " %s %s\n", addendum, size, sha,
+                                  files.v[i].rel);
         free(addendum);
         addendum = more;
         (*count)++;
-        *nbytes += (int64_t)sb.st_size;
+        *nbytes += size;
         names_add(names, names_n, files.v[i].rel);
     }
     if (!*count) {
@@ -276,7 +268,6 @@ out:
     td_aws_free(aws);
     free(node0);
     free(addendum);
-    free(held);
     free(base);
     free(ckey);
     return res;

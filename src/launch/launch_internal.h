@@ -132,6 +132,14 @@ void td__ckpt_s3_set_node(td__ckpt_s3 *s, int node);
 char *td__ckpt_slurp(const char *path);
 /* A relative path inside a directory checkpoint: no "..", no leading '/'. */
 bool td__ckpt_safe_rel(const char *rel);
+/* Uploads path to bucket/key (blocking), held aside by a hard link dir/.s3up-TAG-PID first: a
+ * writer deletes all but its newest few checkpoints, and a fast one could delete this one
+ * mid-upload (no hard links there: the file itself; td_s3_put_file refuses a change under it).
+ * *nbytes its size, sha its SHA-256 in hex. */
+struct td_aws;
+td_status td__ckpt_put_held(struct td_aws *aws, const char *bucket, const char *dir,
+                            const char *tag, const char *path, const char *key, int64_t *nbytes,
+                            char sha[65]);
 
 /* ---- another node's own files of directory checkpoints in S3 (ckpt_s3_ranks.c) ----
  * The files of a local directory checkpoint (tandem/ckpt.h) that node 0's commit of it does not
@@ -139,7 +147,6 @@ bool td__ckpt_safe_rel(const char *rel);
  * PREFIX/NAME/.tandem-node-NODE/REL, then the addendum PREFIX/NAME/.tandem-node-NODE.commit
  * names each one's size and SHA-256 (below PREFIX/NAME/: pruned with the checkpoint). */
 typedef struct td__ckpt_ranks td__ckpt_ranks;
-struct td_aws;
 /* Scans dir every 0.5 s on loop's timer; the newest directory checkpoint goes up once node 0's
  * commit of it is in S3 and this node's files of it did not change between two scans, as work
  * on loop's threads (a failure warns and is tried again). prefix: "P/" or "". */
