@@ -13,7 +13,9 @@
 #   3. a bucket that does not exist: the run fails before any worker starts, naming the bucket
 #      and the fix;
 #   4. S3 gone for a while mid-run (moto killed, then started again on its port): the agent
-#      warns, training goes on, and the checkpoints after S3 is back are committed, the last too;
+#      warns, training goes on, and the checkpoints after S3 is back are committed, the last too
+#      (the workers are frozen from the warning until S3 is back, so that training cannot end
+#      while it is away, however fast it runs);
 #   5. ssh (tests/lib/sshd.sh; skipped without root or namespaces): a run on one ssh host whose
 #      credentials are its own ~/.aws files, moto in the fixture's login namespace: its
 #      checkpoints are committed in S3.
@@ -90,7 +92,7 @@ workflows:
   - name: flaky
     nproc_per_node: 2
     checkpoint_dir: s3://ckpts/runs
-    command: $train --steps 240 --checkpoint-every 10
+    command: $train --steps 480 --checkpoint-every 10
   - name: nobucket
     nproc_per_node: 2
     checkpoint_dir: s3://no-such-bucket-$$/x
@@ -255,12 +257,17 @@ for _ in $(seq 300); do
 done
 warn=$(grep -rhs "s3 checkpoints: uploading ckpt-[0-9]*.tdck to .* failed after" "$P/.tandem/runs/flaky-1/logs" | head -1)
 [ -n "$warn" ] || fail "4: no warning of a failed upload while S3 was away"
+# the run's workers (not its agent, whose uploads must go on), frozen until S3 is back
+workers=$(pgrep -f -- "^[^ ]*tandem train .*--steps 480 --checkpoint-every 10")
+[ -n "$workers" ] || fail "4: the run's workers ended while S3 was away (training too fast for the test)"
+kill -STOP $workers
 MOTO_BIND_PORT=${AWS_ENDPOINT_URL##*:} start_moto "$P/moto.out" 127.0.0.1
 moto_pid=$MOTO_PID
 make_buckets
+kill -CONT $workers
 [ "$(wait_final flaky-1)" = succeeded ] || fail "4: status $(field flaky-1 status), note $(field flaky-1 note)"
 steps=$(committed runs/flaky-1/) || fail "4: boto3 sees bad commits"
-case " $steps" in *" 240") ;; *) fail "4: the last checkpoint (240) is not committed after S3 came back: '$steps'" ;; esac
+case " $steps" in *" 480") ;; *) fail "4: the last checkpoint (480) is not committed after S3 came back: '$steps'" ;; esac
 # not only the agent's last upload at its end: the checkpoints after S3 came back went up too
 [ "$(wc -w <<<"$steps")" -ge 2 ] || fail "4: only '$steps' committed: no upload after S3 came back"
 note "4. S3 away mid-run: '${warn#*tandem: }'; the run succeeded and S3 holds $steps"
