@@ -6,7 +6,12 @@
 # skipped with a line), both with OMP_NUM_THREADS=1 and torch.set_num_threads(1). The ceiling,
 # memcpy bandwidth with as many processes copying at once as there are ranks
 # (bench/peers/memcpy_bw.c), is measured in the same invocation, and shm's busbw is given as a
-# share of it. Prints one table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
+# share of it. In cache that ceiling says little: memcpy runs from the core's own L1/L2, while an
+# allreduce must read every byte the other ranks contributed out of their cores' caches (busbw
+# counts exactly those bytes per rank). So the other ceiling, the rate at which a core reads what
+# another core has just written (bench/peers/xcore_bw.c, 2 processes), is measured too and shm's
+# busbw given as a share of it ("shm/xc"). Prints one table of busbw (GB/s, nccl-tests factor
+# 2(n-1)/n).
 # Usage: bench/bench_comm.sh [path/to/tandem]   (default: $TANDEM_BIN, then build*/tandem)
 # Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3), PYTHON2
 #      (default the frameworks venv's python; none: skip).
@@ -45,6 +50,14 @@ echo "== memcpy, $n processes at once" >&2
 cc -O2 -pthread -o "$tmp/memcpy_bw" "$here/peers/memcpy_bw.c"
 "$tmp/memcpy_bw" "$min" "$max" "$n" > "$tmp/memcpy.txt"
 awk '!/^#/ && NF >= 3 {print $1, $3}' "$tmp/memcpy.txt" > "$tmp/memcpy.col"
+
+echo "== cross-core reads, 2 processes" >&2
+: > "$tmp/xcore.col"
+if cc -O2 -mavx2 -pthread -o "$tmp/xcore_bw" "$here/peers/xcore_bw.c" 2> "$tmp/xcore.err"; then
+  "$tmp/xcore_bw" "$min" "$max" > "$tmp/xcore.txt" && awk '!/^#/ && NF >= 3 {print $1, $3}' "$tmp/xcore.txt" > "$tmp/xcore.col"
+else
+  echo "bench_comm.sh: cannot build xcore_bw (not x86-64 with AVX2?); skipping that ceiling" >&2
+fi
 
 : > "$tmp/mpi.col"
 if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
@@ -85,18 +98,21 @@ awk -v names="${gloo_names[*]}" '
   file == 1 { mpi[$1] = $2 }
   file == 2 { tcp[$1] = $2 }
   file == 3 { mc[$1] = $2 }
-  file >= 4 { g[file - 3, $1] = $2 }
+  file == 4 { xc[$1] = $2 }
+  file >= 5 { g[file - 4, $1] = $2 }
   END {
-    h = sprintf("%12s %12s %12s %8s %10s %8s %12s", "bytes", "tandem_shm", "open_mpi", "ratio",
-                "memcpy", "shm/mc", "tandem_tcp")
+    h = sprintf("%12s %12s %12s %8s %10s %8s %8s %8s %12s", "bytes", "tandem_shm", "open_mpi",
+                "ratio", "memcpy", "shm/mc", "xcore", "shm/xc", "tandem_tcp")
     for (j = 1; j <= ng; j++) h = h sprintf(" %12s %8s", gname[j], "ratio")
     print h
     for (i = 1; i <= n; i++) {
       b = order[i]
       r1 = (b in mpi && mpi[b] > 0) ? sprintf("%.2fx", shm[b] / mpi[b]) : "-"
       r3 = (b in mc && mc[b] > 0) ? sprintf("%.0f%%", 100 * shm[b] / mc[b]) : "-"
-      line = sprintf("%12s %12.3f %12s %8s %10s %8s %12.3f", b, shm[b], (b in mpi) ? mpi[b] : "-", r1,
-                     (b in mc) ? mc[b] : "-", r3, tcp[b])
+      r4 = (b in xc && xc[b] > 0) ? sprintf("%.0f%%", 100 * shm[b] / xc[b]) : "-"
+      line = sprintf("%12s %12.3f %12s %8s %10s %8s %8s %8s %12.3f", b, shm[b],
+                     (b in mpi) ? mpi[b] : "-", r1, (b in mc) ? mc[b] : "-", r3,
+                     (b in xc) ? sprintf("%.2f", xc[b]) : "-", r4, tcp[b])
       for (j = 1; j <= ng; j++) {
         v = ((j, b) in g) ? g[j, b] : ""
         r2 = (v != "" && v > 0) ? sprintf("%.2fx", tcp[b] / v) : "-"
@@ -106,4 +122,5 @@ awk -v names="${gloo_names[*]}" '
     }
   }' <(cat "$tmp/shm.col"; echo "__end") <(cat "$tmp/mpi.col"; echo "__end") \
      <(cat "$tmp/tcp.col"; echo "__end") <(cat "$tmp/memcpy.col"; echo "__end") \
+     <(cat "$tmp/xcore.col"; echo "__end") \
      <(for c in "${gloo_cols[@]}"; do cat "$c"; echo "__end"; done)

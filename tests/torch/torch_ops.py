@@ -188,6 +188,31 @@ if not work.is_completed() or not work.is_success():
     failures.append("rank %d: async all_reduce: the Work is not completed and successful" % rank)
 log("ok async all_reduce, Work.get_future().then(), wait(), is_completed()")
 
+# A thread that waits on a Work runs the queued ops up to it itself (tandem_c10d.cpp): ops still
+# run one at a time in call order whichever thread runs them, and every rank runs the same
+# sequence (an op run out of order is a fingerprint mismatch). Waited last-first, from the main
+# thread and from two others at once, with a broadcast in between; integers, so exact.
+import threading  # noqa: E402
+
+ts = [inputs(torch.int64, 1000 + 97 * i, 950 + i) for i in range(6)]
+got = [t.clone() for t in ts]
+works = [dist.all_reduce(t, async_op=True) for t in got[:3]]
+bc = torch.arange(64, dtype=torch.int64) * (rank + 1)
+works.append(dist.broadcast(bc, src=W - 1, async_op=True))
+works += [dist.all_reduce(t, async_op=True) for t in got[3:]]
+waiters = [threading.Thread(target=works[i].wait) for i in (2, 4)]
+for th in waiters:
+    th.start()
+for w in reversed(works):
+    w.wait()
+for th in waiters:
+    th.join()
+for i, t in enumerate(got):
+    xs = [inputs(torch.int64, 1000 + 97 * i, 950 + i, r=j) for j in range(W)]
+    compare("all_reduce waited out of order", t, local_reduce(xs, R.SUM), True)
+compare("broadcast waited out of order", bc, torch.arange(64, dtype=torch.int64) * W, True)
+log("ok async ops waited last-first and from other threads (run in call order, exact)")
+
 # coalesced: several all_reduces as one collective, as DDP buckets and FSDP issue them
 xs = [inputs(torch.float32, n, 910 + i) for i, n in enumerate((3, 5000, 17))]
 got = [x.clone() for x in xs]
