@@ -32,6 +32,17 @@ enum { VEC = 8 }; /* tiles per vectorised block: one AVX2 register of floats */
  * tiles (16 x 144 x 32 floats) and gemm results (16 x 144 x 64) near L2 size; a whole 4-sample
  * chunk (3.5 MB) measured ~6% slower end to end on the 1 MiB-L2 EPYC. */
 enum { PASS = 1 };
+/* Tiles per pass below which a pass takes more samples: the 16 gemms of a small plane (64
+ * tiles of a 16x16 output, 16 of an 8x8) are too narrow for the gemm kernel to run at speed;
+ * up to this many tiles per pass keep V and M within L2 as a 32x32 plane's single sample
+ * does. A function of the plane's shape only, so a chunk's arithmetic never depends on the
+ * thread count; planes of this many tiles or more (basicnet's 12x12 tiles) keep PASS. */
+enum { PASS_TILES = 256 };
+
+static int pass_samples(int oh, int ow) {
+    int tps = ((oh + 1) / 2) * ((ow + 1) / 2);
+    return tps >= PASS_TILES ? PASS : TD_MAX(PASS, PASS_TILES / tps);
+}
 
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
@@ -49,7 +60,7 @@ static size_t slot_floats(size_t n) {
 }
 
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
-    ns = TD_MIN(ns, PASS);
+    ns = TD_MIN(ns, pass_samples(oh, ow));
     size_t th = (size_t)(oh + 1) / 2, tw = (size_t)(ow + 1) / 2, t = (size_t)ns * th * tw;
     size_t plane = (2 * th + 2) * (2 * tw + 2);
     (void)h, (void)w;
@@ -239,8 +250,9 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
 
 void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int pad, const float *u,
                    int k, int oh, int ow, const float *bias, float *y, size_t ldy, float *scratch) {
-    for (int s0 = 0; s0 < ns; s0 += PASS) {
-        int nb = TD_MIN(PASS, ns - s0);
+    int pass = pass_samples(oh, ow);
+    for (int s0 = 0; s0 < ns; s0 += pass) {
+        int nb = TD_MIN(pass, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, ms = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
@@ -286,8 +298,9 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
                     const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch) {
     size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
-    for (int s0 = 0; s0 < ns; s0 += PASS) {
-        int nb = TD_MIN(PASS, ns - s0);
+    int pass = pass_samples(oh, ow);
+    for (int s0 = 0; s0 < ns; s0 += pass) {
+        int nb = TD_MIN(pass, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
