@@ -106,31 +106,53 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
         }
 }
 
+/* d[i] = s[2 i] for i in [0, n), in whole vectors of 8: the run's last block overlaps its
+ * predecessor (rewriting the same values) instead of ending in a scalar tail (td_im2col's
+ * copy_run does the same; a padded 32-wide row's halves are 15 or 16 floats, and the scalar
+ * tails and edge loop were most of pad_plane's time). Only a copy: the same bits. */
+static inline __attribute__((always_inline)) void copy_evens(float *restrict d,
+                                                             const float *restrict s, int n) {
+    if (n < VEC) {
+        for (int i = 0; i < n; i++) d[i] = s[2 * i];
+        return;
+    }
+    for (int b = 0;; b += VEC) {
+        if (b > n - VEC) b = n - VEC;
+#pragma omp simd simdlen(VEC)
+        for (int i = 0; i < VEC; i++) d[b + i] = s[2 * (b + i)];
+        if (b == n - VEC) break;
+    }
+}
+
+static int floor_half(int a) {
+    return a >= 0 ? a / 2 : -((1 - a) / 2);
+}
+
 /* Copies plane x [h, w] into the zero-padded plane p [ph, pw], p[py][px] = x[py - pad][px - pad],
  * with each row split into its even columns then its odd columns (pw / 2 each), so that the
- * tile transforms below read only contiguous runs. */
+ * tile transforms below read only contiguous runs. pad may be negative (a cropped input). */
 static void pad_plane(const float *x, int h, int w, int pad, float *p, int ph, int pw) {
     int half = pw / 2;
+    /* half q (0 even, 1 odd) holds columns 2i + q - pad of x: inside for i in [lo[q], hi[q]) */
+    int lo[2], hi[2];
+    for (int q = 0; q < 2; q++) {
+        lo[q] = TD_MAX(0, TD_MIN(half, -floor_half(q - pad)));          /* ceil((pad - q) / 2) */
+        hi[q] = TD_MAX(lo[q], TD_MIN(half, floor_half(w - 1 + pad - q) + 1));
+    }
     for (int py = 0; py < ph; py++) {
-        float *pe = p + (size_t)py * pw, *po = pe + half;
+        float *row = p + (size_t)py * pw;
         int iy = py - pad;
         if (iy < 0 || iy >= h) {
-            memset(pe, 0, sizeof(float) * (size_t)pw);
+            memset(row, 0, sizeof(float) * (size_t)pw);
             continue;
         }
         const float *xr = x + (size_t)iy * w;
-        /* [lo, hi): both columns 2i - pad and 2i - pad + 1 inside the row, copied without a
-         * test per element; the few columns at the edges take the checked loop */
-        int lo = TD_MIN((pad + 1) / 2, half), hi = TD_MAX(lo, TD_MIN(half, (w + pad) / 2));
-        for (int i = 0; i < half; i++) {
-            if (i == lo) i = hi;
-            if (i >= half) break;
-            int j0 = 2 * i - pad, j1 = j0 + 1;
-            pe[i] = j0 >= 0 && j0 < w ? xr[j0] : 0.0f;
-            po[i] = j1 >= 0 && j1 < w ? xr[j1] : 0.0f;
+        for (int q = 0; q < 2; q++) {
+            float *d = row + q * half;
+            for (int i = 0; i < lo[q]; i++) d[i] = 0.0f;
+            if (hi[q] > lo[q]) copy_evens(d + lo[q], xr + 2 * lo[q] + q - pad, hi[q] - lo[q]);
+            for (int i = hi[q]; i < half; i++) d[i] = 0.0f;
         }
-#pragma omp simd
-        for (int i = lo; i < hi; i++) pe[i] = xr[2 * i - pad], po[i] = xr[2 * i - pad + 1];
     }
 }
 
