@@ -354,9 +354,29 @@ void td_gc_orphans(td_rundb *store, FILE *out, int *nterminated) {
  * project's, unless --all (then any whose store says so, never a live one). */
 #define CTL_GC_GRACE_S 120.0 /* the switch checks every 2 s; a shutdown takes up to a minute */
 
+/* A run record or a controller's word is a few KiB; a larger object under those keys was not
+ * written by tandem and is not read (gc downloads it to /tmp, and parses it whole). */
+#define STORE_JSON_MAX_BYTES (1 << 20)
+
 /* A JSON object of the store (caller decrefs); NULL when absent or unreadable (*why says). */
 static json_t *store_json(td_aws_t *aws, const char *bucket, const char *key, char *why,
                           size_t why_nbytes) {
+    td_s3_object head = {0};
+    td_status hs = td_s3_head(aws, bucket, key, &head);
+    int64_t size = head.nbytes;
+    td_s3_object_free(&head);
+    if (hs != TD_OK) {
+        snprintf(why, why_nbytes, "%s", hs == TD_ERR_NOTFOUND ? "absent" : td_error_msg());
+        td_error_clear();
+        return NULL;
+    }
+    if (size > STORE_JSON_MAX_BYTES) {
+        snprintf(why, why_nbytes,
+                 "s3://%s/%s is %lld bytes, more than the %d a run's record or a controller's "
+                 "word can be; left unread (was it written by something other than tandem?)",
+                 bucket, key, (long long)size, STORE_JSON_MAX_BYTES);
+        return NULL;
+    }
     char dir[] = "/tmp/tandem-gc-XXXXXX";
     if (!mkdtemp(dir)) {
         snprintf(why, why_nbytes, "no temporary directory: %s", strerror(errno));

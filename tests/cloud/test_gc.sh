@@ -244,6 +244,8 @@ grep -q "AWS_ACCESS_KEY_ID" <<<"$out" || fail "no-credentials error: $out"
 #   (k) dx-6 of another project, ended                       -> left; terminated by gc --all
 #   (l) w-3: no store tag, no remote.json; ended here, nobody holds its lock   -> terminated
 #   (m) w-2: no store tag; live here (its lock held)                           -> left
+#   (n) dx-7: its run.json says stopped but is 2 MiB (not tandem's: a record is a few KiB)
+#       -> left unread (HEAD first), not terminated on what it says
 ctl() { # ctl KEY RUN PROJECT [STORE]: prints "KEY ID"
   CT_KEY=$1 CT_RUN=$2 CT_PROJECT=$3 CT_STORE=${4:-} "$py" - <<'PY'
 import os, boto3
@@ -259,7 +261,8 @@ r = ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCou
 print(os.environ["CT_KEY"], r["Instances"][0]["InstanceId"])
 PY
 }
-store() { # store RUN STATUS [SPEAKER HEARD_AGO PROMISE_IN]: run.json (ended now when final)
+store() { # store RUN STATUS [SPEAKER HEARD_AGO PROMISE_IN]: run.json (ended now when final);
+  # ST_PAD=N pads run.json with N bytes
   ST_RUN=$1 ST_STATUS=$2 ST_WHO=${3:-} ST_AGO=${4:-0} ST_IN=${5:-0} "$py" - <<'PY'
 import json, os, time, boto3
 s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
@@ -271,7 +274,8 @@ run, status, now = os.environ["ST_RUN"], os.environ["ST_STATUS"], time.time()
 final = status in ("succeeded", "failed", "stopped", "preempted")
 s3.put_object(Bucket="gcstore", Key=f"p/{run}/.tandem-run/run/run.json", Body=json.dumps(
     {"id": run, "status": status, "created": now - 900, "started": now - 890,
-     "ended": now if final else 0}))
+     "ended": now if final else 0, **({"pad": "x" * int(os.environ["ST_PAD"])}
+                                      if os.environ.get("ST_PAD") else {})}))
 if os.environ["ST_WHO"]:
     heard = now - float(os.environ["ST_AGO"])
     s3.put_object(Bucket="gcstore", Key=f"p/{run}/.tandem-run/controller.json", Body=json.dumps(
@@ -296,14 +300,17 @@ store dx-3 running "$(cid g)" 1000 -700 || fail "store dx-3"
 store dx-4 running "$(cid i)" 0 300 || fail "store dx-4"
 store dx-5 stopped || fail "store dx-5"
 store dx-6 succeeded || fail "store dx-6"
+ST_PAD=$((2 << 20)) store dx-7 stopped || fail "store dx-7"
 sleep 1.1 # j starts after dx-5's end (a resumed run's new controller)
 {
   ctl j dx-5 "$P" "$(url dx-5)"
   ctl l w-3 "$P"
   ctl m w-2 "$P"
-} >> "$P/ctl-ids" || fail "boto3: controllers j, l, m"
+  ctl n dx-7 "$P" "$(url dx-7)"
+} >> "$P/ctl-ids" || fail "boto3: controllers j, l, m, n"
 ce=$(cid e) cf=$(cid f) cg=$(cid g) ch=$(cid h) ci=$(cid i) cj=$(cid j) ck=$(cid k) cl=$(cid l) cm=$(cid m)
-all_running "$ce" "$cf" "$cg" "$ch" "$ci" "$cj" "$ck" "$cl" "$cm"
+cn=$(cid n)
+all_running "$ce" "$cf" "$cg" "$ch" "$ci" "$cj" "$ck" "$cl" "$cm" "$cn"
 out=$("$B" gc --dry-run 2>&1) || fail "tandem gc --dry-run (controllers): exit $?: $out"
 echo "$out" | grep controller
 all_running "$ce" "$cf" "$cg" "$ch" "$ci" "$cj" "$ck" "$cl" "$cm"
@@ -322,16 +329,17 @@ ok_line "^left $cj (.*controller of run dx-5.*): it is starting"
 ok_line "^left $ck (.*controller of run dx-6.*): run dx-6 of /srv/another-project; 'tandem gc --all' terminates it"
 ok_line "^terminating $cl (.*controller of run w-3.*): its run ended here (succeeded) and nobody holds its lock"
 ok_line "^left $cm (.*controller of run w-2.*): its run's store is unknown"
-ok_line "^9 controllers tagged tandem:controller in us-east-1: 4 terminated, 5 left$"
+ok_line "^left $cn (.*controller of run dx-7.*): its run's store s3://gcstore/p/dx-7/.tandem-run could not be read: s3://gcstore/p/dx-7/.tandem-run/run/run.json is 20[0-9]* bytes, more than the 1048576 "
+ok_line "^10 controllers tagged tandem:controller in us-east-1: 4 terminated, 6 left$"
 for i in "$ce" "$cg" "$ch" "$cl"; do
   s=$(state_of "$i")
   [ "$s" = terminated ] || [ "$s" = shutting-down ] || fail "controller $i is $s after gc"
 done
-all_running "$cf" "$ci" "$cj" "$ck" "$cm" "$b0"
+all_running "$cf" "$ci" "$cj" "$ck" "$cm" "$cn" "$b0"
 out=$("$B" gc --all 2>&1) || fail "tandem gc --all (controllers): exit $?: $out"
 ok_line "^terminated $ck (t3.micro on-demand, controller of run dx-6"
 s=$(state_of "$ck")
 [ "$s" = terminated ] || [ "$s" = shutting-down ] || fail "controller $ck is $s after gc --all"
-all_running "$cf" "$ci" "$cj" "$cm" "$b0"
+all_running "$cf" "$ci" "$cj" "$cm" "$cn" "$b0"
 echo "controllers: ended, switch failed and superseded ones terminated (boto3 says so); live, starting and unknown-store ones left"
 echo "PASS"
