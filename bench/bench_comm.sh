@@ -6,12 +6,12 @@
 # skipped with a line), both with OMP_NUM_THREADS=1 and torch.set_num_threads(1). The ceiling,
 # memcpy bandwidth with as many processes copying at once as there are ranks
 # (bench/peers/memcpy_bw.c), is measured in the same invocation, and shm's busbw is given as a
-# share of it. In cache that ceiling says little: memcpy runs from the core's own L1/L2, while an
-# allreduce must read every byte the other ranks contributed out of their cores' caches (busbw
-# counts exactly those bytes per rank). So the other ceiling, the rate at which a core reads what
-# another core has just written (bench/peers/xcore_bw.c, 2 processes), is measured too and shm's
-# busbw given as a share of it ("shm/xc"). Prints one table of busbw (GB/s, nccl-tests factor
-# 2(n-1)/n).
+# share of it. In cache that ceiling says little: memcpy runs from the core's own L1/L2, while
+# each rank of a 2-rank allreduce of B bytes must write B bytes into lines its peer's core holds
+# (the rings it sends through) and read B bytes out of its peer's core (what the peer sent). That
+# exchange, alone, is measured too (bench/peers/xcore_bw.c: 2 processes, B / the exchange's time)
+# and shm's busbw given as a share of it ("shm/xc"): a 2-rank allreduce through shared memory does
+# that exchange and more, so it stays near or below it. Prints one table of busbw (GB/s, nccl-tests factor 2(n-1)/n).
 # Usage: bench/bench_comm.sh [path/to/tandem]   (default: $TANDEM_BIN, then build*/tandem)
 # Env: MIN_BYTES, MAX_BYTES, NRANKS (default 2), PYTHON (default /usr/bin/python3), PYTHON2
 #      (default the frameworks venv's python; none: skip).
@@ -51,10 +51,10 @@ cc -O2 -pthread -o "$tmp/memcpy_bw" "$here/peers/memcpy_bw.c"
 "$tmp/memcpy_bw" "$min" "$max" "$n" > "$tmp/memcpy.txt"
 awk '!/^#/ && NF >= 3 {print $1, $3}' "$tmp/memcpy.txt" > "$tmp/memcpy.col"
 
-echo "== cross-core reads, 2 processes" >&2
+echo "== cross-core exchange, 2 processes" >&2
 : > "$tmp/xcore.col"
 if cc -O2 -mavx2 -pthread -o "$tmp/xcore_bw" "$here/peers/xcore_bw.c" 2> "$tmp/xcore.err"; then
-  "$tmp/xcore_bw" "$min" "$max" > "$tmp/xcore.txt" && awk '!/^#/ && NF >= 3 {print $1, $3}' "$tmp/xcore.txt" > "$tmp/xcore.col"
+  "$tmp/xcore_bw" "$min" "$max" > "$tmp/xcore.txt" && awk '!/^#/ && NF >= 5 {print $1, $5}' "$tmp/xcore.txt" > "$tmp/xcore.col"
 else
   echo "bench_comm.sh: cannot build xcore_bw (not x86-64 with AVX2?); skipping that ceiling" >&2
 fi
