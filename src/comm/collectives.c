@@ -540,17 +540,6 @@ static td_status send_pieces(td_pg_t *pg, uint8_t *buf, const seg_plan *p, size_
     return TD_OK;
 }
 
-/* Step k's reduced pieces from their owners, into place. */
-static td_status recv_results(td_pg_t *pg, uint8_t *buf, const seg_plan *p, size_t k) {
-    int W = pg->world, r = pg->rank;
-    for (int i = 1; i < W; i++) {
-        int j = (r + W - i) % W;
-        size_t jl, jo = piece(p, j, k, &jl);
-        RECV_INTO(j, buf + jo * p->esize, jl * p->esize);
-    }
-    return TD_OK;
-}
-
 static td_status allreduce_large(td_pg_t *pg, const reduction *rd, void *vbuf, size_t count) {
     int W = pg->world, r = pg->rank;
     uint8_t *buf = vbuf;
@@ -558,14 +547,8 @@ static td_status allreduce_large(td_pg_t *pg, const reduction *rd, void *vbuf, s
     seg_plan p = plan(pg, count, es);
     const void *srcs[64];
     if (W > 64) return td_error(TD_ERR_UNSUPPORTED, "allreduce on more than 64 ranks");
-    /* Pieces run two steps ahead and results are taken one step late, so a rank never waits
-     * for what its peers produce in the same step (in a 2-rank allreduce on one host that wait
-     * had been a quarter of the time). Each ring then carries p0 p1 r0 p2 r1 p3 r2 ...: what
-     * the receiver reads in step k is p_k, then r_(k-1). At most five chunks of a ring are
-     * unread, far below its size, so two senders never wait on each other. */
     TD_CHECK(send_pieces(pg, buf, &p, 0));
     TD_CHECK(recv_fps(pg));
-    if (p.nsteps > 1) TD_CHECK(send_pieces(pg, buf, &p, 1));
     for (size_t k = 0; k < p.nsteps; k++) {
         size_t len, off = piece(&p, r, k, &len);
         size_t nb = len * es;
@@ -585,11 +568,16 @@ static td_status allreduce_large(td_pg_t *pg, const reduction *rd, void *vbuf, s
             if (j != r) pg->tp[j]->ops->recv_done(pg->tp[j], j, nb);
         if (rd->op == TD_REDUCE_AVG) divide(mine, len, W, rd->dtype);
         for (int i = 1; i < W; i++) SEND((r + i) % W, mine, nb);
-        if (k + 2 < p.nsteps) TD_CHECK(send_pieces(pg, buf, &p, k + 2));
-        if (k > 0) TD_CHECK(recv_results(pg, buf, &p, k - 1));
+        /* next step's pieces go out before this step's results come in (pipelining) */
+        if (k + 1 < p.nsteps) TD_CHECK(send_pieces(pg, buf, &p, k + 1));
+        for (int i = 1; i < W; i++) {
+            int j = (r + W - i) % W;
+            size_t jl, jo = piece(&p, j, k, &jl);
+            RECV_INTO(j, buf + jo * es, jl * es);
+        }
         step_done(pg);
     }
-    return recv_results(pg, buf, &p, p.nsteps - 1);
+    return TD_OK;
 }
 
 static td_status allreduce_run(td_pg_t *pg, td_coll_kind kind, int root, void *buf, size_t count,
