@@ -213,6 +213,18 @@ for i, t in enumerate(got):
 compare("broadcast waited out of order", bc, torch.arange(64, dtype=torch.int64) * W, True)
 log("ok async ops waited last-first and from other threads (run in call order, exact)")
 
+# A future callback that runs a synchronous collective of the same group (a comm hook could):
+# the callback runs on the thread that ran the first op, which then runs the second, nested.
+first = torch.full((8,), rank + 1, dtype=torch.int64)
+second = torch.full((8,), 10 * (rank + 1), dtype=torch.int64)
+w = dist.all_reduce(first, async_op=True)
+nested = w.get_future().then(lambda f: (dist.all_reduce(second), f.value()[0] + second)[1])
+got = nested.wait()
+tri = W * (W + 1) // 2
+compare("all_reduce inside a future callback", got, torch.full((8,), 11 * tri, dtype=torch.int64),
+        True)
+log("ok a synchronous all_reduce inside another's future callback")
+
 # coalesced: several all_reduces as one collective, as DDP buckets and FSDP issue them
 xs = [inputs(torch.float32, n, 910 + i) for i, n in enumerate((3, 5000, 17))]
 got = [x.clone() for x in xs]

@@ -189,11 +189,14 @@ struct OpQueue {
     std::condition_variable cv;
     std::deque<std::function<void()>> q;
     bool stopping = false;
-    std::mutex running; // held while an op runs: one at a time, in queue order
+    // Held while an op runs: one at a time, in queue order. Recursive: an op's future callbacks
+    // run on the thread that ran it, and one that waits on a later op of the group (a comm hook
+    // calling a synchronous collective) runs it there, nested, after the first has finished.
+    std::recursive_mutex running;
 
     // Runs the next queued op on this thread; false when none was queued.
     bool run_next() {
-        std::lock_guard<std::mutex> run(running);
+        std::lock_guard<std::recursive_mutex> run(running);
         std::function<void()> job;
         {
             std::lock_guard<std::mutex> lk(mu);
@@ -959,7 +962,7 @@ class TandemBackend : public c10d::Backend {
         }
         // Stopping with nothing queued: an op a waiting thread took may still be running; the
         // group is freed after this returns.
-        std::lock_guard<std::mutex> run(ops_->running);
+        std::lock_guard<std::recursive_mutex> run(ops_->running);
     }
 
     void release() {
