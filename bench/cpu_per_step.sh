@@ -3,7 +3,10 @@
 # before/after comparison of a kernel change on a machine other work is loading, where wall-clock
 # samples/s mostly measure the neighbours. Each figure is perf's task-clock of a run of LONG steps
 # minus that of a run of SHORT steps, over LONG - SHORT: process start, data loading and the first
-# steps cancel. 1 thread (--threads 1), batch 64; REPS rounds, each runs both binaries.
+# steps cancel. 1 thread (--threads 1), batch 64; REPS rounds, each runs both binaries, in
+# alternating order (odd rounds BEFORE first, even rounds AFTER first): on the shared 2-core
+# machine the binary that ran first in a round measured ~5% faster whichever it was (resnet-small,
+# 2026-11-29), so a fixed order reads as a change. Columns stay BEFORE, AFTER; medians at the end.
 #
 # PEER_DATA (the peer's data options, e.g. "--npy x.npy,y.npy" or "--data DIR") adds PyTorch 2.x
 # in the same rounds: bench/peers/torch_train.py (the bench_train.sh peer, OMP_NUM_THREADS=1),
@@ -42,16 +45,33 @@ peer_ms() { # steps -> task-clock ms of a whole peer run
     "$src/bench/peers/torch_train.py" --model "$model" --threads 1 --steps "$1" --warmup 5 \
     $peer_data 2>&1 > /dev/null | awk -F, '/task-clock/ {print $1}'
 }
+per_step() { awk -v s="$1" -v l="$2" -v n=$((long - short)) 'BEGIN {printf "%.2f", (l - s) / n}'; }
+median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "model $model, data $data, CPU ms per step (1 thread, batch 64), $reps rounds, load average $(cut -d' ' -f1 /proc/loadavg)"
+all_b= all_a= all_p=
 for r in $(seq 1 "$reps"); do
-  line="round $r:"
-  for b in "$before" "$after"; do
+  order=("$before" "$after")
+  [ $((r % 2)) -eq 0 ] && order=("$after" "$before")
+  declare -A ms=()
+  for b in "${order[@]}"; do
     s=$(task_ms "$b" "$short" "$@") l=$(task_ms "$b" "$long" "$@")
-    line+=" $(awk -v s="$s" -v l="$l" -v n=$((long - short)) 'BEGIN {printf "%.2f", (l - s) / n}') ($b)"
+    ms[$b]=$(per_step "$s" "$l")
   done
+  line="round $r: ${ms[$before]} ($before) ${ms[$after]} ($after)"
+  all_b+=" ${ms[$before]}" all_a+=" ${ms[$after]}"
   if [ -n "$py" ]; then
     s=$(peer_ms "$short") l=$(peer_ms "$long")
-    line+=" $(awk -v s="$s" -v l="$l" -v n=$((long - short)) 'BEGIN {printf "%.2f", (l - s) / n}') (torch $peer_v)"
+    p=$(per_step "$s" "$l")
+    line+=" $p (torch $peer_v)" all_p+=" $p"
   fi
+  [ $((r % 2)) -eq 0 ] && line+=" [after ran first]"
   echo "$line (load $(cut -d' ' -f1 /proc/loadavg))"
+  unset ms
 done
+mb=$(echo $all_b | median) ma=$(echo $all_a | median)
+line="median: $mb ($before) $ma ($after), after/before $(awk -v a="$ma" -v b="$mb" 'BEGIN {printf "%.3f", a / b}')"
+if [ -n "$py" ]; then
+  mp=$(echo $all_p | median)
+  line+="; $mp (torch $peer_v): torch/after $(awk -v a="$ma" -v p="$mp" 'BEGIN {printf "%.2f", p / a}')x, torch/before $(awk -v b="$mb" -v p="$mp" 'BEGIN {printf "%.2f", p / b}')x"
+fi
+echo "$line"

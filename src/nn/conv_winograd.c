@@ -32,17 +32,6 @@ enum { VEC = 8 }; /* tiles per vectorised block: one AVX2 register of floats */
  * tiles (16 x 144 x 32 floats) and gemm results (16 x 144 x 64) near L2 size; a whole 4-sample
  * chunk (3.5 MB) measured ~6% slower end to end on the 1 MiB-L2 EPYC. */
 enum { PASS = 1 };
-/* Tiles per pass below which a pass takes more samples: the 16 gemms of a small plane (64
- * tiles of a 16x16 output, 16 of an 8x8) are too narrow for the gemm kernel to run at speed;
- * up to this many tiles per pass keep V and M within L2 as a 32x32 plane's single sample
- * does. A function of the plane's shape only, so a chunk's arithmetic never depends on the
- * thread count; planes of this many tiles or more (basicnet's 12x12 tiles) keep PASS. */
-enum { PASS_TILES = 256 };
-
-static int pass_samples(int oh, int ow) {
-    int tps = ((oh + 1) / 2) * ((ow + 1) / 2);
-    return tps >= PASS_TILES ? PASS : TD_MAX(PASS, PASS_TILES / tps);
-}
 
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
@@ -60,7 +49,7 @@ static size_t slot_floats(size_t n) {
 }
 
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
-    ns = TD_MIN(ns, pass_samples(oh, ow));
+    ns = TD_MIN(ns, PASS);
     size_t th = (size_t)(oh + 1) / 2, tw = (size_t)(ow + 1) / 2, t = (size_t)ns * th * tw;
     size_t plane = (2 * th + 2) * (2 * tw + 2);
     (void)h, (void)w;
@@ -106,53 +95,31 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
         }
 }
 
-/* d[i] = s[2 i] for i in [0, n), in whole vectors of 8: the run's last block overlaps its
- * predecessor (rewriting the same values) instead of ending in a scalar tail (td_im2col's
- * copy_run does the same; a padded 32-wide row's halves are 15 or 16 floats, and the scalar
- * tails and edge loop were most of pad_plane's time). Only a copy: the same bits. */
-static inline __attribute__((always_inline)) void copy_evens(float *restrict d,
-                                                             const float *restrict s, int n) {
-    if (n < VEC) {
-        for (int i = 0; i < n; i++) d[i] = s[2 * i];
-        return;
-    }
-    for (int b = 0;; b += VEC) {
-        if (b > n - VEC) b = n - VEC;
-#pragma omp simd simdlen(VEC)
-        for (int i = 0; i < VEC; i++) d[b + i] = s[2 * (b + i)];
-        if (b == n - VEC) break;
-    }
-}
-
-static int floor_half(int a) {
-    return a >= 0 ? a / 2 : -((1 - a) / 2);
-}
-
 /* Copies plane x [h, w] into the zero-padded plane p [ph, pw], p[py][px] = x[py - pad][px - pad],
  * with each row split into its even columns then its odd columns (pw / 2 each), so that the
- * tile transforms below read only contiguous runs. pad may be negative (a cropped input). */
+ * tile transforms below read only contiguous runs. */
 static void pad_plane(const float *x, int h, int w, int pad, float *p, int ph, int pw) {
     int half = pw / 2;
-    /* half q (0 even, 1 odd) holds columns 2i + q - pad of x: inside for i in [lo[q], hi[q]) */
-    int lo[2], hi[2];
-    for (int q = 0; q < 2; q++) {
-        lo[q] = TD_MAX(0, TD_MIN(half, -floor_half(q - pad)));          /* ceil((pad - q) / 2) */
-        hi[q] = TD_MAX(lo[q], TD_MIN(half, floor_half(w - 1 + pad - q) + 1));
-    }
     for (int py = 0; py < ph; py++) {
-        float *row = p + (size_t)py * pw;
+        float *pe = p + (size_t)py * pw, *po = pe + half;
         int iy = py - pad;
         if (iy < 0 || iy >= h) {
-            memset(row, 0, sizeof(float) * (size_t)pw);
+            memset(pe, 0, sizeof(float) * (size_t)pw);
             continue;
         }
         const float *xr = x + (size_t)iy * w;
-        for (int q = 0; q < 2; q++) {
-            float *d = row + q * half;
-            for (int i = 0; i < lo[q]; i++) d[i] = 0.0f;
-            if (hi[q] > lo[q]) copy_evens(d + lo[q], xr + 2 * lo[q] + q - pad, hi[q] - lo[q]);
-            for (int i = hi[q]; i < half; i++) d[i] = 0.0f;
+        /* [lo, hi): both columns 2i - pad and 2i - pad + 1 inside the row, copied without a
+         * test per element; the few columns at the edges take the checked loop */
+        int lo = TD_MIN((pad + 1) / 2, half), hi = TD_MAX(lo, TD_MIN(half, (w + pad) / 2));
+        for (int i = 0; i < half; i++) {
+            if (i == lo) i = hi;
+            if (i >= half) break;
+            int j0 = 2 * i - pad, j1 = j0 + 1;
+            pe[i] = j0 >= 0 && j0 < w ? xr[j0] : 0.0f;
+            po[i] = j1 >= 0 && j1 < w ? xr[j1] : 0.0f;
         }
+#pragma omp simd
+        for (int i = lo; i < hi; i++) pe[i] = xr[2 * i - pad], po[i] = xr[2 * i - pad + 1];
     }
 }
 
@@ -272,9 +239,8 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
 
 void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int pad, const float *u,
                    int k, int oh, int ow, const float *bias, float *y, size_t ldy, float *scratch) {
-    int pass = pass_samples(oh, ow);
-    for (int s0 = 0; s0 < ns; s0 += pass) {
-        int nb = TD_MIN(pass, ns - s0);
+    for (int s0 = 0; s0 < ns; s0 += PASS) {
+        int nb = TD_MIN(PASS, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, ms = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
@@ -320,9 +286,8 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
                     const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch) {
     size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
-    int pass = pass_samples(oh, ow);
-    for (int s0 = 0; s0 < ns; s0 += pass) {
-        int nb = TD_MIN(pass, ns - s0);
+    for (int s0 = 0; s0 < ns; s0 += PASS) {
+        int nb = TD_MIN(PASS, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);

@@ -24,8 +24,6 @@
 #include <unistd.h>
 
 #include "nn_internal.h"
-#include <stdio.h>
-static double prof_t[128];
 
 static const char *kind_prefix(td_layer_kind kind) {
     switch (kind) {
@@ -584,7 +582,7 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
             l->stats = alloc_floats(2 * (size_t)max_batch);
         }
         if (l->kind == TD_LAYER_BATCHNORM) {
-            l->stats = alloc_floats(4 * (size_t)l->in_c);
+            l->stats = alloc_floats(2 * (size_t)l->in_c);
             l->dpart = td_xcalloc(nchunks * 2 * (size_t)l->in_c, sizeof(double));
             l->psum = td_xcalloc((size_t)max_batch * 2 * (size_t)l->in_c, sizeof(double));
         }
@@ -908,27 +906,18 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         if (m->layers[i].wino)
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
                             m->layers[i].in_c, false, m->layers[i].wino_u);
-    /* A batchnorm followed by a segment of per-sample layers normalises its rows inside that
-     * segment's chunks, each chunk right before the segment's first layer reads it: the rows
-     * then come from L2 instead of a whole-batch pass out to L3 and back. Only the order of
-     * independent row work changes, never the arithmetic: the same bits. */
-    int bn_rows = -1;
     for (int i = 0; i < m->num_layers;) {
         td_layer *l = &m->layers[i];
         if (l->kind == TD_LAYER_LINEAR || l->kind == TD_LAYER_BATCHNORM) {
-            if (l->kind == TD_LAYER_LINEAR) {
+            if (l->kind == TD_LAYER_LINEAR)
                 linear_forward(m, i, batch, nt);
-            } else if (i + 1 < m->num_layers && !td__batch_level(m->layers[i + 1].kind)) {
-                td__bn_forward_stats(m, i, batch, nt);
-                bn_rows = i;
-            } else {
+            else
                 td__bn_forward(m, i, batch, nt);
-            }
             i++;
             continue;
         }
         int end = l->seg_end;
-        bool work = bn_rows >= 0;
+        bool work = false;
         for (int j = i; j < end; j++) work |= !m->layers[j].noop;
         /* a training batchnorm right after the segment, reading its output: its statistics'
          * sums are taken chunk by chunk here, while the rows are still in cache */
@@ -938,19 +927,15 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         for (int c = 0; c < (work ? nchunks : 0); c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
             int tid = omp_get_thread_num();
-            if (bn_rows >= 0) td__bn_forward_rows(m, bn_rows, s0, s1);
-            for (int j = i; j < end; j++) { double t0 = td_now_s(); td__layer_forward_rows(m, j, s0, s1, tid); prof_t[j] += td_now_s() - t0; }
+            for (int j = i; j < end; j++) td__layer_forward_rows(m, j, s0, s1, tid);
             if (bn_sums) td__bn_sample_sums(m, end, s0, s1);
         }
         if (bn_sums) m->layers[end].psum_fresh = true;
-        bn_rows = -1;
         i = end;
     }
     return m->acts[m->num_layers];
 }
 
-static void prof_dump(void) { for (int i = 0; i < 64; i++) if (prof_t[i] > 0 || prof_t[64+i] > 0) fprintf(stderr, "PROF %d %.1f %.1f\n", i, prof_t[i] * 1e3, prof_t[64 + i] * 1e3); }
-__attribute__((constructor)) static void prof_init(void) { atexit(prof_dump); }
 void td_model_backward(td_model_t *m, const float *dout, int batch) {
     if (!m || !m->finalized || batch != m->batch) {
         TD_LOG_ERROR("td_model_backward: batch=%d does not match the last forward's batch=%d; "
@@ -967,8 +952,6 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
         if (m->layers[i].wino && m->layers[i].need_din)
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
                             m->layers[i].in_c, true, m->layers[i].wino_ub);
-    int bn_dx = -1;   /* a batchnorm whose dx rows the next segment's chunks compute */
-    int bn_sums = -1; /* a batchnorm whose dy sums the last segment's chunks took */
 #define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id]) /* -2 (never used) reads as dout */
 #define GLD(id)  ((id) < 0 ? (size_t)td_model_output_size(m) : m->gstride)
     for (int i = m->num_layers - 1; i >= first;) {
@@ -981,56 +964,26 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
         }
         if (l->kind == TD_LAYER_BATCHNORM) {
             /* (td__bn_backward adds gadd's part itself, chunk by chunk) */
-            if (l->need_din && i - 1 >= first && !td__batch_level(m->layers[i - 1].kind)) {
-                /* dx row by row inside the chunks of the segment before, as in the forward */
-                td__bn_backward_sums(m, i, batch, nt, GBUF(l->gout), GLD(l->gout),
-                                     bn_sums == i);
-                bn_dx = i;
-            } else if (bn_sums == i) {
-                td__bn_backward_sums(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), true);
-                if (l->need_din) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nchunks > 1)
-                    for (int c = 0; c < nchunks; c++)
-                        td__bn_backward_rows(m, i, c * TD_NN_CHUNK,
-                                             TD_MIN(batch, (c + 1) * TD_NN_CHUNK), GBUF(l->gout),
-                                             GLD(l->gout), GBUF(l->gin), GLD(l->gin));
-                }
-            } else {
-                td__bn_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
-                                GLD(l->gin));
-            }
-            bn_sums = -1;
+            td__bn_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
+                            GLD(l->gin));
             grad_ready(m, i);
             i--;
             continue;
         }
         int begin = i;
         while (begin > first && !td__batch_level(m->layers[begin - 1].kind)) begin--;
-        /* a batchnorm right before this segment, whose output gradient the segment's first
-         * layer completes: its sums are taken chunk by chunk here, while the rows are in cache */
-        if (begin - 1 >= first && m->layers[begin - 1].kind == TD_LAYER_BATCHNORM)
-            bn_sums = begin - 1;
-        bool work = bn_dx >= 0 || bn_sums >= 0;
+        bool work = false;
         for (int j = begin; j <= i; j++) work |= !m->layers[j].noop;
-        const td_layer *bl = bn_dx >= 0 ? &m->layers[bn_dx] : NULL;
-        const td_layer *sl = bn_sums >= 0 ? &m->layers[bn_sums] : NULL;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nchunks > 1 && work)
         for (int c = 0; c < (work ? nchunks : 0); c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
             int tid = omp_get_thread_num();
-            if (bl)
-                td__bn_backward_rows(m, bn_dx, s0, s1, GBUF(bl->gout), GLD(bl->gout),
-                                     GBUF(bl->gin), GLD(bl->gin));
             for (int j = i; j >= begin; j--) {
                 td_layer *lj = &m->layers[j];
-                double t0 = td_now_s();
                 td__layer_backward_rows(m, j, s0, s1, c, tid, GBUF(lj->gout), GLD(lj->gout),
                                         GBUF(lj->gin), GLD(lj->gin));
-                prof_t[64 + j] += td_now_s() - t0;
             }
-            if (sl) td__bn_backward_chunk_sums(m, bn_sums, c, s0, s1, GBUF(sl->gout), GLD(sl->gout));
         }
-        bn_dx = -1;
         for (int j = i; j >= begin; j--) {
             if (!m->layers[j].partial) continue;
             reduce_partials(m, &m->layers[j], nchunks, nt);

@@ -43,8 +43,7 @@ typedef struct {
     uint8_t *aux;    /* maxpool argmax / dropout keep mask, [max_batch * out_size] */
     float *partial;  /* conv2d, layernorm: per-chunk parameter-gradient partial sums */
     float *stats;    /* layernorm: per-sample mean, 1/std [max_batch][2]; batchnorm: the last
-                      * forward's mean[C], 1/std[C], then the last backward's batch means of
-                      * dy[C] and dy xhat[C] */
+                      * forward's mean[C], 1/std[C] */
     double *dpart;   /* batchnorm: per-chunk partial sums [nchunks][2C] */
     double *psum;    /* batchnorm: per-sample sums of x and x^2 per channel [max_batch][2C] */
     bool psum_fresh; /* batchnorm: psum holds this forward's rows (td__bn_sample_sums) */
@@ -108,31 +107,11 @@ static inline bool td__batch_level(td_layer_kind k) {
 }
 /* Batchnorm over the whole batch (norm.c); nt threads over fixed chunks of TD_NN_CHUNK. */
 void td__bn_forward(td_model_t *m, int li, int batch, int nt);
-/* td__bn_forward in its two parts: the statistics (batch-level, into l->stats), then the
- * normalise (+ folded ReLU) of rows [s0, s1), which td_model_forward runs inside the next
- * segment's chunks, right before the layer after reads those rows (td__bn_forward runs both). */
-void td__bn_forward_stats(td_model_t *m, int li, int batch, int nt);
-void td__bn_forward_rows(td_model_t *m, int li, int s0, int s1);
 /* Batchnorm li's per-sample statistics sums of rows [s0, s1) of its input, into l->psum
  * (training forward; td__bn_forward combines them in sample order). */
 void td__bn_sample_sums(td_model_t *m, int li, int s0, int s1);
 void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
                      float *din, size_t ldi);
-/* td__bn_backward in its two parts: the parameter gradients and the batch means of dy and
- * dy xhat (per-chunk sums added in chunk order: the same bits wherever the chunks' sums were
- * taken), then dx of rows [s0, s1) (with
- * the residual's other part, gadd), which td_model_backward runs inside the chunks of the
- * segment before the batchnorm, right before that segment's last layer reads those rows as its
- * output gradient. */
-void td__bn_backward_sums(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
-                          bool chunks_done);
-/* Chunk c's (rows [s0, s1)) sums of dy and dy xhat into l->dpart[c], which td__bn_backward_sums
- * adds in chunk order (it takes them itself unless chunks_done). td_model_backward calls this
- * inside the chunks of the segment after the batchnorm, right after they wrote dy's rows. */
-void td__bn_backward_chunk_sums(td_model_t *m, int li, int c, int s0, int s1, const float *dout,
-                                size_t ldo);
-void td__bn_backward_rows(td_model_t *m, int li, int s0, int s1, const float *dout, size_t ldo,
-                          float *din, size_t ldi);
 /* Layernorm over rows [s0, s1) (norm.c). */
 void td__ln_forward_rows(td_model_t *m, td_layer *l, int s0, int s1);
 void td__ln_backward_rows(td_model_t *m, td_layer *l, int s0, int s1, int chunk, const float *dout,

@@ -203,10 +203,11 @@ void td__bn_sample_sums(td_model_t *m, int li, int s0, int s1) {
     }
 }
 
-void td__bn_forward_stats(td_model_t *m, int li, int batch, int nt) {
+void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
     td_layer *l = &m->layers[li];
     int C = l->in_c, nch = nchunks_of(batch);
     size_t hw = (size_t)l->in_h * l->in_w;
+    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
     float *mean = l->stats, *rstd = l->stats + C;
     if (m->training) {
         /* unless td_model_forward took them as the layer before wrote its rows (psum_fresh):
@@ -241,105 +242,86 @@ void td__bn_forward_stats(td_model_t *m, int li, int batch, int nt) {
             rstd[ch] = (float)(1.0 / sqrt((double)rv[ch] + l->eps));
         }
     }
-}
-
-void td__bn_forward_rows(td_model_t *m, int li, int s0, int s1) {
-    td_layer *l = &m->layers[li];
-    int C = l->in_c;
-    size_t hw = (size_t)l->in_h * l->in_w;
-    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
-    const float *mean = l->stats, *rstd = l->stats + C;
-    for (int s = s0; s < s1; s++)
-        for (int ch = 0; ch < C; ch++) {
-            const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
-            float *y = l->out + (size_t)s * l->out_size + (size_t)ch * hw;
-            float mu = mean[ch], r = rstd[ch], g = gamma[ch], b = beta[ch];
-            if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
-#pragma omp simd
-                for (size_t e = 0; e < hw; e++) {
-                    float v = bn_affine((x[e] - mu) * r, g, b);
-                    y[e] = v > 0.0f ? v : 0.0f;
-                }
-            else
-#pragma omp simd
-                for (size_t e = 0; e < hw; e++) y[e] = bn_affine((x[e] - mu) * r, g, b);
-        }
-}
-
-void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
-    int nch = nchunks_of(batch);
-    td__bn_forward_stats(m, li, batch, nt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
-    for (int c = 0; c < nch; c++)
-        td__bn_forward_rows(m, li, c * TD_NN_CHUNK, TD_MIN(batch, (c + 1) * TD_NN_CHUNK));
+    for (int c = 0; c < nch; c++) {
+        int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
+        for (int s = s0; s < s1; s++)
+            for (int ch = 0; ch < C; ch++) {
+                const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
+                float *y = l->out + (size_t)s * l->out_size + (size_t)ch * hw;
+                float mu = mean[ch], r = rstd[ch], g = gamma[ch], b = beta[ch];
+                if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
+#pragma omp simd
+                    for (size_t e = 0; e < hw; e++) {
+                        float v = bn_affine((x[e] - mu) * r, g, b);
+                        y[e] = v > 0.0f ? v : 0.0f;
+                    }
+                else
+#pragma omp simd
+                    for (size_t e = 0; e < hw; e++) y[e] = bn_affine((x[e] - mu) * r, g, b);
+            }
+    }
 }
 
 /* dgamma += sum(dy xhat), dbeta += sum(dy); training: dx = gamma rstd (dy - mean(dy) -
  * xhat mean(dy xhat)) (the batch statistics depend on x); eval: dx = gamma rstd dy. With a
  * folded ReLU (relu_out) dy is first gated by the output (recomputed from x), element by
  * element as it is read. */
-void td__bn_backward_chunk_sums(td_model_t *m, int li, int c, int s0, int s1, const float *dout,
-                                size_t ldo) {
-    td_layer *l = &m->layers[li];
-    int C = l->in_c;
-    size_t hw = (size_t)l->in_h * l->in_w;
-    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
-    const float *mean = l->stats, *rstd = l->stats + C;
-    bool gate = l->relu_out; /* a folded ReLU */
-    double *p = l->dpart + (size_t)c * 2 * C;
-    if (hw == 1) { /* rows of C values (after a linear layer), vectorised across channels */
-        for (int ch = 0; ch < 2 * C; ch++) p[ch] = 0;
-        for (int s = s0; s < s1; s++) {
-            const float *x = x0 + (size_t)s * l->in_size, *dy = dout + (size_t)s * ldo;
-            if (gate)
-#pragma omp simd
-                for (int ch = 0; ch < C; ch++) {
-                    float xh = (x[ch] - mean[ch]) * rstd[ch];
-                    float g = gated(dy[ch], bn_affine(xh, gamma[ch], beta[ch]), true);
-                    p[ch] += (double)g;
-                    p[C + ch] += (double)g * (double)xh;
-                }
-            else
-#pragma omp simd
-                for (int ch = 0; ch < C; ch++) {
-                    float xh = (x[ch] - mean[ch]) * rstd[ch];
-                    p[ch] += (double)dy[ch];
-                    p[C + ch] += (double)dy[ch] * (double)xh;
-                }
-        }
-        return;
-    }
-    for (int ch = 0; ch < C; ch++) {
-        double sdy = 0, sdyx = 0;
-        float mu = mean[ch], r = rstd[ch], gm = gamma[ch], bt = beta[ch];
-        for (int s = s0; s < s1; s++) {
-            double a, b;
-            const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
-            const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
-            if (gate)
-                plane_dy_sums(x, dy, true, hw, mu, r, gm, bt, &a, &b);
-            else
-                plane_dy_sums(x, dy, false, hw, mu, r, gm, bt, &a, &b);
-            sdy += a, sdyx += b;
-        }
-        p[ch] = sdy, p[C + ch] = sdyx;
-    }
-}
-
-void td__bn_backward_sums(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
-                          bool chunks_done) {
+void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
+                     float *din, size_t ldi) {
     td_layer *l = &m->layers[li];
     int C = l->in_c, nch = nchunks_of(batch);
     size_t hw = (size_t)l->in_h * l->in_w;
+    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
     float *gg = m->grads + l->param_offset, *gb = gg + C;
-    if (!chunks_done) {
+    const float *mean = l->stats, *rstd = l->stats + C;
+    bool gate = l->relu_out; /* a folded ReLU */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
-        for (int c = 0; c < nch; c++)
-            td__bn_backward_chunk_sums(m, li, c, c * TD_NN_CHUNK,
-                                       TD_MIN(batch, (c + 1) * TD_NN_CHUNK), dout, ldo);
+    for (int c = 0; c < nch; c++) {
+        int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
+        double *p = l->dpart + (size_t)c * 2 * C;
+        if (hw == 1) { /* rows of C values (after a linear layer), vectorised across channels */
+            for (int ch = 0; ch < 2 * C; ch++) p[ch] = 0;
+            for (int s = s0; s < s1; s++) {
+                const float *x = x0 + (size_t)s * l->in_size, *dy = dout + (size_t)s * ldo;
+                if (gate)
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float xh = (x[ch] - mean[ch]) * rstd[ch];
+                        float g = gated(dy[ch], bn_affine(xh, gamma[ch], beta[ch]), true);
+                        p[ch] += (double)g;
+                        p[C + ch] += (double)g * (double)xh;
+                    }
+                else
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float xh = (x[ch] - mean[ch]) * rstd[ch];
+                        p[ch] += (double)dy[ch];
+                        p[C + ch] += (double)dy[ch] * (double)xh;
+                    }
+            }
+            continue;
+        }
+        for (int ch = 0; ch < C; ch++) {
+            double sdy = 0, sdyx = 0;
+            float mu = mean[ch], r = rstd[ch], gm = gamma[ch], bt = beta[ch];
+            for (int s = s0; s < s1; s++) {
+                double a, b;
+                const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
+                const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
+                if (gate)
+                    plane_dy_sums(x, dy, true, hw, mu, r, gm, bt, &a, &b);
+                else
+                    plane_dy_sums(x, dy, false, hw, mu, r, gm, bt, &a, &b);
+                sdy += a, sdyx += b;
+            }
+            p[ch] = sdy, p[C + ch] = sdyx;
+        }
     }
     double n = (double)batch * (double)hw;
-    float *mdy = l->stats + 2 * C, *mdyx = l->stats + 3 * C;
+    float ady[4096], adyx[4096];
+    float *mdy = C <= 4096 ? ady : td_xmalloc(sizeof(float) * (size_t)C);
+    float *mdyx = C <= 4096 ? adyx : td_xmalloc(sizeof(float) * (size_t)C);
     for (int ch = 0; ch < C; ch++) {
         double sdy = 0, sdyx = 0;
         for (int c = 0; c < nch; c++) {
@@ -351,52 +333,38 @@ void td__bn_backward_sums(td_model_t *m, int li, int batch, int nt, const float 
         mdy[ch] = m->training ? (float)(sdy / n) : 0.0f;
         mdyx[ch] = m->training ? (float)(sdyx / n) : 0.0f;
     }
-}
-
-void td__bn_backward_rows(td_model_t *m, int li, int s0, int s1, const float *dout, size_t ldo,
-                          float *din, size_t ldi) {
-    td_layer *l = &m->layers[li];
-    int C = l->in_c;
-    size_t hw = (size_t)l->in_h * l->in_w;
-    const float *x0 = m->acts[l->src], *gamma = m->params + l->param_offset, *beta = gamma + C;
-    const float *mean = l->stats, *rstd = l->stats + C;
-    const float *mdy = l->stats + 2 * C, *mdyx = l->stats + 3 * C;
-    bool gate = l->relu_out; /* a folded ReLU */
-    for (int s = s0; s < s1; s++)
-        for (int ch = 0; ch < C; ch++) {
-            const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
-            const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
-            float *dx = din + (size_t)s * ldi + (size_t)ch * hw;
-            float mu = mean[ch], r = rstd[ch], k = gamma[ch] * r;
-            float gm = gamma[ch], bt = beta[ch];
-            float md = mdy[ch], mdx = mdyx[ch]; /* locals: dx could alias them */
-            /* element-wise (dx may be dy: each element is read before it is written) */
-            if (gate) {
-#pragma omp simd
-                for (size_t e = 0; e < hw; e++) {
-                    float xh = (x[e] - mu) * r;
-                    dx[e] = k * (gated(dy[e], bn_affine(xh, gm, bt), true) - md - xh * mdx);
-                }
-            } else {
-#pragma omp simd
-                for (size_t e = 0; e < hw; e++) {
-                    float xh = (x[e] - mu) * r;
-                    dx[e] = k * (dy[e] - md - xh * mdx);
-                }
-            }
-        }
-    /* the other consumer's part of the input gradient (a residual block's input), added while
-     * these rows are in cache */
-    td__grad_add_rows(m, l, s0, s1, din, ldi);
-}
-
-void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout, size_t ldo,
-                     float *din, size_t ldi) {
-    int nch = nchunks_of(batch);
-    td__bn_backward_sums(m, li, batch, nt, dout, ldo, false);
-    if (!m->layers[li].need_din) return;
+    if (l->need_din) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
-    for (int c = 0; c < nch; c++)
-        td__bn_backward_rows(m, li, c * TD_NN_CHUNK, TD_MIN(batch, (c + 1) * TD_NN_CHUNK), dout,
-                             ldo, din, ldi);
+        for (int c = 0; c < nch; c++) {
+            int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
+            for (int s = s0; s < s1; s++)
+                for (int ch = 0; ch < C; ch++) {
+                    const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
+                    const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
+                    float *dx = din + (size_t)s * ldi + (size_t)ch * hw;
+                    float mu = mean[ch], r = rstd[ch], k = gamma[ch] * r;
+                    float gm = gamma[ch], bt = beta[ch];
+                    float md = mdy[ch], mdx = mdyx[ch]; /* locals: dx could alias them */
+                    /* element-wise (dx may be dy: each element is read before it is written) */
+                    if (gate) {
+#pragma omp simd
+                        for (size_t e = 0; e < hw; e++) {
+                            float xh = (x[e] - mu) * r;
+                            dx[e] = k * (gated(dy[e], bn_affine(xh, gm, bt), true) - md - xh * mdx);
+                        }
+                    } else {
+#pragma omp simd
+                        for (size_t e = 0; e < hw; e++) {
+                            float xh = (x[e] - mu) * r;
+                            dx[e] = k * (dy[e] - md - xh * mdx);
+                        }
+                    }
+                }
+            /* the other consumer's part of the input gradient (a residual block's input),
+             * added while these rows are in cache */
+            td__grad_add_rows(m, l, s0, s1, din, ldi);
+        }
+    }
+    if (mdy != ady) free(mdy);
+    if (mdyx != adyx) free(mdyx);
 }

@@ -33,29 +33,6 @@ static void valid_range(int in, int out, int stride, int pad, int ki, int *lo, i
     *hi = h;
 }
 
-/* d[i] = s[i * stride] for i in [0, n), in whole vectors of RUN_BLOCK: a run's last block
- * overlaps its predecessor (rewriting the same values) instead of ending in a scalar tail.
- * Conv rows are short (resnet-small's 32, 16 and 15 or 31 floats where padding cuts them), and
- * the 7-element scalar tails of the vectorised copies were most of a short run's time. Inlined
- * with the stride a constant, so the loads stay contiguous (stride 1) or two loads and a
- * permute (stride 2). Only a copy: the same bits in any order. */
-enum { RUN_BLOCK = 8 };
-
-static inline __attribute__((always_inline)) void copy_run(float *restrict d,
-                                                           const float *restrict s, int n,
-                                                           int stride) {
-    if (n < RUN_BLOCK) {
-        for (int i = 0; i < n; i++) d[i] = s[i * stride];
-        return;
-    }
-    for (int b = 0;; b += RUN_BLOCK) {
-        if (b > n - RUN_BLOCK) b = n - RUN_BLOCK;
-#pragma omp simd simdlen(RUN_BLOCK)
-        for (int i = 0; i < RUN_BLOCK; i++) d[b + i] = s[(b + i) * stride];
-        if (b == n - RUN_BLOCK) break;
-    }
-}
-
 void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
                int ow, float *col) {
     size_t plane = (size_t)oh * ow;
@@ -75,12 +52,14 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                     for (int ox = 0; ox < xlo; ox++) d[ox] = 0.0f;
                     if (stride == 1) { /* rows are short (24 floats for basicnet): no memcpy call */
                         const float *sx = srow - pad + kj;
-                        copy_run(d + xlo, sx + xlo, xhi - xlo, 1);
+#pragma omp simd
+                        for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox];
                     } else if (stride == 2) { /* a constant stride: two loads and a permute
                                                 * per vector (a variable one was 8 scalar
                                                 * loads and inserts, 8% of resnet-small) */
                         const float *sx = srow - pad + kj;
-                        copy_run(d + xlo, sx + 2 * xlo, xhi - xlo, 2);
+#pragma omp simd
+                        for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[2 * ox];
                     } else { /* other strides: gathers, still one copy each */
                         const float *sx = srow - pad + kj;
 #pragma omp simd

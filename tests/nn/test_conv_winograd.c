@@ -73,7 +73,12 @@ int main(void) {
         {3, 9, 4, 6, 5, 0, 5},    /* valid conv, odd output width */
         {1, 4, 5, 5, 6, 2, 4},    /* input-gradient padding 0 */
         {2, 3, 2, 4, 3, 3, 3},    /* input-gradient padding -1 (cropping) */
-        {4, 32, 16, 12, 12, 0, 4} /* basicnet-like channel counts */
+        {4, 32, 16, 12, 12, 0, 4}, /* basicnet-like channel counts */
+        /* resnet-small's 16x16 and 8x8 stages (power-of-two planes: slot_floats' spacing) with
+         * a partial last chunk, and an odd 17x17 plane */
+        {16, 32, 32, 16, 16, 1, 5},
+        {32, 64, 64, 8, 8, 1, 6},
+        {3, 8, 5, 17, 17, 1, 4},
     };
     for (size_t i = 0; i < TD_ARRAY_LEN(shapes); i++) {
         const shape *s = &shapes[i];
