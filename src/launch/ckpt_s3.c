@@ -226,36 +226,50 @@ out:
     td_s3_list_free(&all);
 }
 
-typedef struct {
-    char **rel;
-    int n;
-} file_list;
-
-/* The regular files below base/rel (links and tandem's own marker are left out). */
-static void walk(const char *base, const char *rel, file_list *out) {
+static void walk(const char *base, const char *rel, bool (*keep)(const char *, bool),
+                 td__ckpt_files *out) {
     char *p = rel[0] ? td_xasprintf("%s/%s", base, rel) : td_xstrdup(base);
     DIR *d = opendir(p);
     free(p);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-            (!rel[0] && !strcmp(e->d_name, TD_CKPT_MARKER)))
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !keep(e->d_name, !rel[0]))
             continue;
         char *r = rel[0] ? td_xasprintf("%s/%s", rel, e->d_name) : td_xstrdup(e->d_name);
         char *full = td_xasprintf("%s/%s", base, r);
         struct stat sb;
         if (lstat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            walk(base, r, out);
+            walk(base, r, keep, out);
             free(r);
         } else if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            out->rel = td_xrealloc(out->rel, (size_t)(out->n + 1) * sizeof *out->rel);
-            out->rel[out->n++] = r;
+            out->v = td_xrealloc(out->v, (size_t)(out->n + 1) * sizeof *out->v);
+            td__ckpt_file *f = &out->v[out->n++];
+            f->rel = r;
+            f->sig[0] = (int64_t)sb.st_size;
+            f->sig[1] = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+            f->sig[2] = (int64_t)sb.st_ino;
         } else {
             free(r);
         }
         free(full);
     }
     closedir(d);
+}
+
+void td__ckpt_walk(const char *dir, bool (*keep)(const char *name, bool top), td__ckpt_files *out) {
+    walk(dir, "", keep, out);
+}
+
+void td__ckpt_files_free(td__ckpt_files *f) {
+    for (int i = 0; i < f->n; i++) free(f->v[i].rel);
+    free(f->v);
+    f->v = NULL;
+    f->n = 0;
+}
+
+/* What a checkpoint's upload takes: everything but tandem's own marker. */
+static bool not_marker(const char *name, bool top) {
+    return !top || strcmp(name, TD_CKPT_MARKER);
 }
 
 td_status td__ckpt_put_held(td_aws_t *aws, const char *bucket, const char *dir, const char *tag,
@@ -294,7 +308,7 @@ static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
     char *commit_key = td_xasprintf("%s%s.commit", s->prefix, name);
     char *commit = NULL;
     td_aws_t *aws = NULL;
-    file_list files = {0};
+    td__ckpt_files files = {0};
     td_status st = TD_OK;
     *nbytes = 0;
     TD_CHECK_GOTO(new_client(&aws), st, out);
@@ -308,21 +322,21 @@ static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
                               "\nnbytes %" PRId64 "\nsha256 %s\n",
                               name, n->step, *nbytes, sha);
     } else {
-        walk(path, "", &files);
+        td__ckpt_walk(path, not_marker, &files);
         commit = td_xasprintf("tandem-checkpoint-commit 1\nobject %s/\nstep %" PRId64
                               "\nfiles %d\n",
                               name, n->step, files.n);
         for (int i = 0; i < files.n; i++) {
             char sha[65];
             int64_t nb = 0;
-            char *fp = td_xasprintf("%s/%s", path, files.rel[i]);
-            char *key = td_xasprintf("%s%s/%s", s->prefix, name, files.rel[i]);
+            char *fp = td_xasprintf("%s/%s", path, files.v[i].rel);
+            char *key = td_xasprintf("%s%s/%s", s->prefix, name, files.v[i].rel);
             st = td__ckpt_put_held(aws, s->bucket, s->dir, "", fp, key, &nb, sha);
             free(fp);
             free(key);
             if (st != TD_OK) goto out;
             *nbytes += nb;
-            char *more = td_xasprintf("%sfile %" PRId64 " %s %s\n", commit, nb, sha, files.rel[i]);
+            char *more = td_xasprintf("%sfile %" PRId64 " %s %s\n", commit, nb, sha, files.v[i].rel);
             free(commit);
             commit = more;
         }
@@ -331,8 +345,7 @@ static td_status upload(td__ckpt_s3 *s, const char *name, const td_ckpt_name *n,
     TD_CHECK_GOTO(td_s3_put_buffer(aws, s->bucket, commit_key, commit, strlen(commit)), st, out);
     prune(s, aws);
 out:
-    for (int i = 0; i < files.n; i++) free(files.rel[i]);
-    free(files.rel);
+    td__ckpt_files_free(&files);
     td_aws_free(aws);
     free(commit);
     free(commit_key);

@@ -50,16 +50,6 @@
 /* The longest wait after failed uploads (doubling from 1 s). */
 #define RETRY_MAX_S 30.0
 
-typedef struct {
-    char *rel;      /* below the checkpoint's directory */
-    int64_t sig[3]; /* size, mtime (ns), inode */
-} file_sig;
-
-typedef struct {
-    file_sig *v;
-    int n;
-} file_sigs;
-
 typedef enum { JOB_UPLOADED, JOB_NOT_YET, JOB_NOTHING, JOB_FAILED } job_result;
 
 struct td__ckpt_ranks {
@@ -70,7 +60,7 @@ struct td__ckpt_ranks {
     int64_t floor; /* the newest step whose files are settled (up, restored, or none): -1 none */
     /* the previous scan's view of the newest checkpoint above floor */
     char cand[256];
-    file_sigs prev;
+    td__ckpt_files prev;
     double next_try_s, backoff_s;
     /* the upload in flight (0: none); job_* are the work's until its after() ran or
      * td_loop_cancel_work returned */
@@ -86,49 +76,19 @@ struct td__ckpt_ranks {
     char job_msg[1024];
 };
 
-static void sigs_free(file_sigs *s) {
-    for (int i = 0; i < s->n; i++) free(s->v[i].rel);
-    free(s->v);
-    s->v = NULL;
-    s->n = 0;
-}
-
-/* The regular files below base/rel whose names along the way do not begin with '.' (tandem's
- * marker, writers' temporaries), with their signatures; td_s3_get_file's own temporaries
- * (NAME.tdpart.XXXXXX, left by a restore killed mid-download) are none of the node's files. */
-static void walk(const char *base, const char *rel, file_sigs *out) {
-    char *p = rel[0] ? td_xasprintf("%s/%s", base, rel) : td_xstrdup(base);
-    DIR *d = opendir(p);
-    free(p);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.' || strstr(e->d_name, ".tdpart.")) continue;
-        char *r = rel[0] ? td_xasprintf("%s/%s", rel, e->d_name) : td_xstrdup(e->d_name);
-        char *full = td_xasprintf("%s/%s", base, r);
-        struct stat sb;
-        if (lstat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            walk(base, r, out);
-            free(r);
-        } else if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            out->v = td_xrealloc(out->v, (size_t)(out->n + 1) * sizeof *out->v);
-            file_sig *f = &out->v[out->n++];
-            f->rel = r;
-            f->sig[0] = (int64_t)sb.st_size;
-            f->sig[1] = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-            f->sig[2] = (int64_t)sb.st_ino;
-        } else {
-            free(r);
-        }
-        free(full);
-    }
-    closedir(d);
+/* A node's own files: none whose name along the way begins with '.' (tandem's marker, writers'
+ * temporaries); td_s3_get_file's own temporaries (NAME.tdpart.XXXXXX, left by a restore killed
+ * mid-download) are none of the node's files either. */
+static bool own_name(const char *name, bool top) {
+    (void)top;
+    return name[0] != '.' && !strstr(name, ".tdpart.");
 }
 
 static int cmp_sig(const void *a, const void *b) {
-    return strcmp(((const file_sig *)a)->rel, ((const file_sig *)b)->rel);
+    return strcmp(((const td__ckpt_file *)a)->rel, ((const td__ckpt_file *)b)->rel);
 }
 
-static bool sigs_same(const file_sigs *a, const file_sigs *b) {
+static bool sigs_same(const td__ckpt_files *a, const td__ckpt_files *b) {
     if (a->n != b->n) return false;
     for (int i = 0; i < a->n; i++)
         if (strcmp(a->v[i].rel, b->v[i].rel) ||
@@ -140,7 +100,7 @@ static bool sigs_same(const file_sigs *a, const file_sigs *b) {
 /* The newest directory checkpoint in dir above floor that holds any file (name: 256 bytes),
  * its files sorted; false when none. */
 static bool newest_above(const char *dir, int64_t floor, char name[256], int64_t *step,
-                         file_sigs *files) {
+                         td__ckpt_files *files) {
     DIR *d = opendir(dir);
     if (!d) return false;
     *step = -1;
@@ -155,7 +115,7 @@ static bool newest_above(const char *dir, int64_t floor, char name[256], int64_t
     closedir(d);
     if (*step < 0) return false;
     char *p = td_xasprintf("%s/%s", dir, name);
-    walk(p, "", files);
+    td__ckpt_walk(p, own_name, files);
     free(p);
     qsort(files->v, (size_t)files->n, sizeof *files->v, cmp_sig);
     return files->n > 0;
@@ -217,7 +177,7 @@ static job_result upload_own(td__ckpt_ranks *r, const char *name, int64_t step, 
     char *ckey = td_xasprintf("%s%s.commit", r->prefix, name);
     char *base = td_xasprintf("%s/%s", r->dir, name);
     char *node0 = NULL, *addendum = td_xstrdup("");
-    file_sigs files = {0};
+    td__ckpt_files files = {0};
     job_result res = JOB_FAILED;
     *count = 0;
     *nbytes = 0;
@@ -229,7 +189,7 @@ static job_result upload_own(td__ckpt_ranks *r, const char *name, int64_t step, 
         res = JOB_NOT_YET;
     }
     if (gst != TD_OK) goto out;
-    walk(base, "", &files);
+    td__ckpt_walk(base, own_name, &files);
     qsort(files.v, (size_t)files.n, sizeof *files.v, cmp_sig);
     for (int i = 0; i < files.n; i++) {
         if (commit_lists(node0, files.v[i].rel)) continue;
@@ -264,7 +224,7 @@ static job_result upload_own(td__ckpt_ranks *r, const char *name, int64_t step, 
     free(text);
     if (st == TD_OK) res = JOB_UPLOADED;
 out:
-    sigs_free(&files);
+    td__ckpt_files_free(&files);
     td_aws_free(aws);
     free(node0);
     free(addendum);
@@ -338,16 +298,16 @@ static void on_scan(td_loop *l, void *user) {
     if (r->job || td_now_s() < r->next_try_s) return;
     char name[256];
     int64_t step;
-    file_sigs now = {0};
+    td__ckpt_files now = {0};
     if (!newest_above(r->dir, r->floor, name, &step, &now)) {
-        sigs_free(&now);
-        sigs_free(&r->prev);
+        td__ckpt_files_free(&now);
+        td__ckpt_files_free(&r->prev);
         r->cand[0] = '\0';
         return;
     }
     /* whole once unchanged since the last scan (and node 0's commit is in S3: the work asks) */
     bool settled = !strcmp(name, r->cand) && sigs_same(&now, &r->prev);
-    sigs_free(&r->prev);
+    td__ckpt_files_free(&r->prev);
     r->prev = now;
     snprintf(r->cand, sizeof r->cand, "%s", name);
     if (!settled) return;
@@ -382,7 +342,7 @@ void td__ckpt_ranks_end(td__ckpt_ranks *r) {
     td_loop_cancel(r->loop, r->timer);
     r->timer = 0;
     join(r);
-    file_sigs files = {0};
+    td__ckpt_files files = {0};
     char name[256];
     int64_t step;
     if (newest_above(r->dir, r->floor, name, &step, &files)) {
@@ -397,17 +357,17 @@ void td__ckpt_ranks_end(td__ckpt_ranks *r) {
         td_error_clear();
         report(r, true);
     }
-    sigs_free(&files);
+    td__ckpt_files_free(&files);
 }
 
 /* Whether dir/name holds a file that node0 (node 0's commit's text, may be NULL) lacks. */
 static bool holds_own(const char *dir, const char *name, const char *node0) {
     char *base = td_xasprintf("%s/%s", dir, name);
-    file_sigs files = {0};
-    walk(base, "", &files);
+    td__ckpt_files files = {0};
+    td__ckpt_walk(base, own_name, &files);
     bool own = false;
     for (int i = 0; i < files.n && !own; i++) own = !node0 || !commit_lists(node0, files.v[i].rel);
-    sigs_free(&files);
+    td__ckpt_files_free(&files);
     free(base);
     return own;
 }
@@ -515,7 +475,7 @@ void td__ckpt_ranks_free(td__ckpt_ranks *r) {
     if (!r) return;
     if (r->job) td_loop_cancel_work(r->loop, r->job);
     if (r->timer) td_loop_cancel(r->loop, r->timer);
-    sigs_free(&r->prev);
+    td__ckpt_files_free(&r->prev);
     free(r->url);
     free(r->bucket);
     free(r->prefix);

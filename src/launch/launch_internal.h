@@ -132,6 +132,19 @@ void td__ckpt_s3_set_node(td__ckpt_s3 *s, int node);
 char *td__ckpt_slurp(const char *path);
 /* A relative path inside a directory checkpoint: no "..", no leading '/'. */
 bool td__ckpt_safe_rel(const char *rel);
+/* A regular file below a directory checkpoint: its path relative to it, its signature. */
+typedef struct {
+    char *rel;
+    int64_t sig[3]; /* size, mtime (ns), inode */
+} td__ckpt_file;
+typedef struct {
+    td__ckpt_file *v;
+    int n;
+} td__ckpt_files;
+/* Appends the regular files below dir (links left out) whose names along the way keep(name,
+ * top) takes (top: directly in dir), in directory order. */
+void td__ckpt_walk(const char *dir, bool (*keep)(const char *name, bool top), td__ckpt_files *out);
+void td__ckpt_files_free(td__ckpt_files *f);
 /* Uploads path to bucket/key (blocking), held aside by a hard link dir/.s3up-TAG-PID first: a
  * writer deletes all but its newest few checkpoints, and a fast one could delete this one
  * mid-upload (no hard links there: the file itself; td_s3_put_file refuses a change under it).
