@@ -333,6 +333,25 @@ void td_gc_orphans(td_rundb *store, FILE *out, int *nterminated) {
     free(runs);
 }
 
+/* The instances of all from i on that belong where item i does: its run (tandem:run) or, with
+ * controllers, the run it controls; in the same project. Each is marked in done. */
+static td_ec2_instances take_group(const td_ec2_instances *all, int *done, int i,
+                                   bool controllers) {
+    const td_ec2_instance *first = &all->items[i];
+    td_ec2_instances group = {0};
+    for (int j = i; j < all->count; j++) {
+        const td_ec2_instance *e = &all->items[j];
+        if (done[j] || strcmp(controllers ? e->controller_of : e->run_id,
+                              controllers ? first->controller_of : first->run_id) ||
+            strcmp(e->project, first->project))
+            continue;
+        done[j] = 1;
+        group.items = td_xrealloc(group.items, (size_t)(group.count + 1) * sizeof *group.items);
+        group.items[group.count++] = *e;
+    }
+    return group;
+}
+
 /* ---- tandem gc: the controllers of detached runs ----
  * A controller (tandem run -d, controller.c) is tagged tandem:controller=RUN, not tandem:run, and
  * its supervisor lives in the cloud: no lock here says whether it lives. Its run's store in S3
@@ -552,15 +571,7 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
     for (int i = 0; i < all.count; i++) {
         if (done[i]) continue;
         const td_ec2_instance *first = &all.items[i];
-        td_ec2_instances group = {0};
-        for (int j = i; j < all.count; j++) {
-            if (done[j] || strcmp(all.items[j].controller_of, first->controller_of) ||
-                strcmp(all.items[j].project, first->project))
-                continue;
-            done[j] = 1;
-            group.items = td_xrealloc(group.items, (size_t)(group.count + 1) * sizeof *group.items);
-            group.items[group.count++] = all.items[j];
-        }
+        td_ec2_instances group = take_group(&all, done, i, true);
         seen += group.count;
         const char *rid = first->controller_of;
         td_run known = {0};
@@ -688,15 +699,7 @@ td_status td_gc_instances(td_rundb *store, const td_gc_opts *o, td_gc_counts *co
     for (int i = 0; i < all.count; i++) {
         if (done[i]) continue;
         const td_ec2_instance *first = &all.items[i];
-        td_ec2_instances group = {0};
-        for (int j = i; j < all.count; j++) {
-            if (done[j] || strcmp(all.items[j].run_id, first->run_id) ||
-                strcmp(all.items[j].project, first->project))
-                continue;
-            done[j] = 1;
-            group.items = td_xrealloc(group.items, (size_t)(group.count + 1) * sizeof *group.items);
-            group.items[group.count++] = all.items[j];
-        }
+        td_ec2_instances group = take_group(&all, done, i, false);
         c.seen += group.count;
         /* Whose run: the tag's project, else (untagged) this project's when its store has it. */
         td_run known = {0};
