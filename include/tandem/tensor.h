@@ -63,6 +63,15 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                int ow, float *col);
 void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
                int ow, float *x);
+/* Stride 2 (square kernel k, padding pad): td_im2col's col, and td_col2im's bits, from x split
+ * once into its four (row, column) parity planes, from which every kernel tap is a contiguous
+ * copy; planes is scratch of td_parity_floats(c, h, w, k, pad). td_col2im_s2 *writes* x (no
+ * need to zero it first). */
+size_t td_parity_floats(int c, int h, int w, int k, int pad);
+void td_im2col_s2(const float *x, int c, int h, int w, int k, int pad, int oh, int ow,
+                  float *planes, float *col);
+void td_col2im_s2(const float *col, int c, int h, int w, int k, int pad, int oh, int ow,
+                  float *planes, float *x);
 /* Output size of a convolution or pooling window along one axis; <= 0 when it does not fit. */
 int td_conv_out_size(int in, int kernel, int stride, int pad);
 

@@ -3,7 +3,7 @@
  * Every 2x2 output tile is computed from a 4x4 input tile d as A^T [(G g G^T) . (B^T d B)] A,
  * so the channel sums become 16 independent gemms, one per position xi of the 4x4 tile:
  *     M[xi] [k, T] = U[xi] [k, c] x V[xi] [c, T]
- * with T the tiles of one sample (see PASS). 16 * c * k
+ * with T the tiles of one pass (see pass_samples). 16 * c * k
  * multiplies per 4 outputs instead of 36 * c * k: 2.25x fewer in the gemms. The transforms use
  * only adds (and halves in G), are fixed sequences per element, and so are as deterministic as
  * the gemm calls themselves. Odd output sizes pad the tile grid: the input plane is copied into
@@ -28,10 +28,19 @@ td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out) {
 }
 
 enum { VEC = 8 }; /* tiles per vectorised block: one AVX2 register of floats */
-/* Samples per pass (transforms + 16 gemms). One: conv2 of basicnet then keeps its transformed
+/* Samples per pass (transforms + 16 gemms), from the tiles of one sample, so the same on every
+ * rank and thread count. One for large planes: conv2 of basicnet then keeps its transformed
  * tiles (16 x 144 x 32 floats) and gemm results (16 x 144 x 64) near L2 size; a whole 4-sample
- * chunk (3.5 MB) measured ~6% slower end to end on the 1 MiB-L2 EPYC. */
-enum { PASS = 1 };
+ * chunk (3.5 MB) measured ~6% slower end to end on the 1 MiB-L2 EPYC. Small planes batch
+ * samples until a pass has PASS_TILES tiles: resnet-small's 8x8 stage has 16 tiles a sample,
+ * gemms of N = 16 and weight-gradient gemms of K = 16. */
+#ifndef PASS_TILES
+#define PASS_TILES 256
+#endif
+static int pass_samples(int oh, int ow) {
+    int tps = ((oh + 1) / 2) * ((ow + 1) / 2);
+    return TD_MAX(1, PASS_TILES / tps);
+}
 
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
@@ -49,7 +58,7 @@ static size_t slot_floats(size_t n) {
 }
 
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
-    ns = TD_MIN(ns, PASS);
+    ns = TD_MIN(ns, pass_samples(oh, ow));
     size_t th = (size_t)(oh + 1) / 2, tw = (size_t)(ow + 1) / 2, t = (size_t)ns * th * tw;
     size_t plane = (2 * th + 2) * (2 * tw + 2);
     (void)h, (void)w;
@@ -239,8 +248,9 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
 
 void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int pad, const float *u,
                    int k, int oh, int ow, const float *bias, float *y, size_t ldy, float *scratch) {
-    for (int s0 = 0; s0 < ns; s0 += PASS) {
-        int nb = TD_MIN(PASS, ns - s0);
+    int pass = pass_samples(oh, ow);
+    for (int s0 = 0; s0 < ns; s0 += pass) {
+        int nb = TD_MIN(pass, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, ms = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
@@ -286,8 +296,9 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
                     const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch) {
     size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
-    for (int s0 = 0; s0 < ns; s0 += PASS) {
-        int nb = TD_MIN(PASS, ns - s0);
+    int pass = pass_samples(oh, ow);
+    for (int s0 = 0; s0 < ns; s0 += pass) {
+        int nb = TD_MIN(pass, ns - s0);
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
@@ -302,12 +313,15 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
     }
-    /* dW = G^T dU G, G^T rows (1, 1/2, 1/2, 0), (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1) */
+    /* dW = G^T dU G, G^T rows (1, 1/2, 1/2, 0), (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1), each of a
+     * filter's 16 values read once straight from its slot (gathered into a stack array first,
+     * the reloads stalled on store forwarding: ~1% of resnet-small's step) */
     for (size_t f = 0; f < kc; f++) {
-        float u[16], r[3][4];
-        for (int xi = 0; xi < TD_WINO_POS; xi++) u[xi] = du[xi * us + f];
+        const float *uf = du + f;
+        float r[3][4];
         for (int j = 0; j < 4; j++) {
-            float u0 = u[j], u1 = u[4 + j], u2 = u[8 + j], u3 = u[12 + j];
+            float u0 = uf[j * us], u1 = uf[(4 + j) * us], u2 = uf[(8 + j) * us],
+                  u3 = uf[(12 + j) * us];
             r[0][j] = u0 + 0.5f * (u1 + u2);
             r[1][j] = 0.5f * (u1 - u2);
             r[2][j] = 0.5f * (u1 + u2) + u3;

@@ -13,6 +13,27 @@ static bool conv_is_pointwise(const td_layer *l) {
     return l->kernel == 1 && l->stride == 1 && l->pad == 0;
 }
 
+size_t td__conv_col_floats(const td_layer *l) {
+    size_t n = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
+    return (n + 15) & ~(size_t)15;
+}
+
+size_t td__conv_scratch_floats(const td_layer *l) {
+    size_t n = td__conv_col_floats(l);
+    if (l->stride == 2) n += td_parity_floats(l->in_c, l->in_h, l->in_w, l->kernel, l->pad);
+    return n;
+}
+
+/* One sample's column matrix into col; stride 2 builds it from parity planes kept after it. */
+static void lower(const td_layer *l, const float *x, float *col) {
+    if (l->stride == 2)
+        td_im2col_s2(x, l->in_c, l->in_h, l->in_w, l->kernel, l->pad, l->out_h, l->out_w,
+                     col + td__conv_col_floats(l), col);
+    else
+        td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
+                  l->out_h, l->out_w, col);
+}
+
 /* x [in_c, in_h, in_w] -> y [out_c, out_h * out_w]; W [out_c, in_c * k * k], b [out_c]. */
 static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
     const float *w = m->params + l->param_offset, *bias = w + l->weight_count;
@@ -29,8 +50,7 @@ static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
         float *y = l->out + (size_t)s * l->out_size;
         const float *col = x;
         if (!conv_is_pointwise(l)) {
-            td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
-                      l->out_h, l->out_w, m->scratch[tid]);
+            lower(l, x, m->scratch[tid]);
             col = m->scratch[tid];
         }
         td_sgemm(false, false, l->out_c, n, kk, 1.0f, w, kk, col, n, 0.0f, y, n);
@@ -74,8 +94,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
         float *col = m->scratch[tid];
         const float *xcol = x;
         if (!pointwise) {
-            td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
-                      l->out_h, l->out_w, col);
+            lower(l, x, col);
             xcol = col;
         }
         float beta = s == s0 ? 0.0f : 1.0f;
@@ -90,9 +109,14 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
             td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, dx, n);
         } else {
             td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, col, n);
-            memset(dx, 0, sizeof(float) * l->in_size);
-            td_col2im(col, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
-                      l->out_h, l->out_w, dx);
+            if (l->stride == 2) {
+                td_col2im_s2(col, l->in_c, l->in_h, l->in_w, l->kernel, l->pad, l->out_h,
+                             l->out_w, col + td__conv_col_floats(l), dx);
+            } else {
+                memset(dx, 0, sizeof(float) * l->in_size);
+                td_col2im(col, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride,
+                          l->pad, l->out_h, l->out_w, dx);
+            }
         }
     }
 }
@@ -485,7 +509,7 @@ void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
         global_avgpool_forward(m, l, s0, s1);
         break;
     case TD_LAYER_RESIDUAL:
-        residual_forward(m, l, s0, s1);
+        if (!l->sum_by_bn) residual_forward(m, l, s0, s1);
         break;
     case TD_LAYER_LINEAR:
     case TD_LAYER_BATCHNORM:

@@ -588,8 +588,7 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
         }
         if (l->kind == TD_LAYER_CONV2D) {
             l->partial = alloc_floats(nchunks * l->param_count);
-            size_t col = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
-            m->col_floats = TD_MAX(m->col_floats, col);
+            m->col_floats = TD_MAX(m->col_floats, td__conv_scratch_floats(l));
             td_status st = td__conv_use_winograd(l->in_c, l->kernel, l->stride, &l->wino);
             if (st != TD_OK) { /* a bad TANDEM_CONV_ALGO: td_model_free releases the rest */
                 free(ncons);
@@ -627,6 +626,16 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
         else if (i > 0 && (m->layers[i - 1].kind == TD_LAYER_LINEAR ||
                            m->layers[i - 1].kind == TD_LAYER_BATCHNORM))
             l->relu_fused = m->layers[i - 1].relu_out = true;
+    }
+    /* A residual whose first input is a batchnorm's output and nothing else's: the batchnorm's
+     * normalising pass adds the skip as it writes, when the skip is ready by then */
+    for (int i = 0; i < L; i++) {
+        td_layer *l = &m->layers[i], *bn = &m->layers[TD_MAX(l->src - 1, 0)];
+        if (l->kind != TD_LAYER_RESIDUAL || l->src < 1 || bn->kind != TD_LAYER_BATCHNORM ||
+            ncons[l->src] != 1 || bn->relu_out || l->src2 > l->src - 1)
+            continue;
+        bn->sum_into = i;
+        l->sum_by_bn = true;
     }
     free(ncons);
     free(up);

@@ -34,6 +34,10 @@ typedef struct {
     bool relu_out;   /* linear, batchnorm: applies the following relu itself */
     bool noop;       /* nothing to do forward or backward (fused relu, in-place flatten) */
     bool relu_in;    /* maxpool: applies the preceding relu itself */
+    /* A residual sum taken by the batchnorm feeding it: the normalising pass writes bn(x) +
+     * skip into the residual's output (one pass over the batch's activations fewer). */
+    int sum_into;    /* batchnorm: that residual layer's index, 0 for none */
+    bool sum_by_bn;  /* residual: its forward is done by the batchnorm before it */
     int gout, gin;   /* backward: gradient buffers (-1 = caller's dout, >= 0 = model's gbuf) */
     int gin2;        /* residual: gradient buffer of the second input */
     int gadd, gadd2; /* >= 0: the input's gradient already holds another consumer's part (a
@@ -101,6 +105,10 @@ struct td_model {
 void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid);
 void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, int tid,
                              const float *dout, size_t ldo, float *din, size_t ldi);
+/* A conv2d's per-thread scratch: its column matrix (td__conv_col_floats, rounded to whole
+ * cache lines), then for stride 2 the parity planes it is built from. */
+size_t td__conv_col_floats(const td_layer *l);
+size_t td__conv_scratch_floats(const td_layer *l);
 /* Layers that run over the whole batch at once (model.c, norm.c), not chunk by chunk. */
 static inline bool td__batch_level(td_layer_kind k) {
     return k == TD_LAYER_LINEAR || k == TD_LAYER_BATCHNORM;

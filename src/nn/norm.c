@@ -242,15 +242,24 @@ void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
             rstd[ch] = (float)(1.0 / sqrt((double)rv[ch] + l->eps));
         }
     }
+    /* the residual sum this pass takes (sum_into): written to the residual's output, as
+     * bn_affine(..) + skip, the residual's own a + b */
+    const td_layer *res = l->sum_into ? &m->layers[l->sum_into] : NULL;
+    float *y0 = res ? res->out : l->out;
+    const float *skip0 = res ? m->acts[res->src2] : NULL;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
     for (int c = 0; c < nch; c++) {
         int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
         for (int s = s0; s < s1; s++)
             for (int ch = 0; ch < C; ch++) {
                 const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
-                float *y = l->out + (size_t)s * l->out_size + (size_t)ch * hw;
+                float *y = y0 + (size_t)s * l->out_size + (size_t)ch * hw;
                 float mu = mean[ch], r = rstd[ch], g = gamma[ch], b = beta[ch];
-                if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
+                if (skip0) {
+                    const float *k = skip0 + (size_t)s * l->out_size + (size_t)ch * hw;
+#pragma omp simd
+                    for (size_t e = 0; e < hw; e++) y[e] = bn_affine((x[e] - mu) * r, g, b) + k[e];
+                } else if (l->relu_out) /* the folded ReLU: the same bits as its own pass */
 #pragma omp simd
                     for (size_t e = 0; e < hw; e++) {
                         float v = bn_affine((x[e] - mu) * r, g, b);

@@ -15,6 +15,7 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     float *r = malloc(sizeof(float) * ncol), *back = calloc(nx, sizeof(float));
     for (size_t i = 0; i < nx; i++) x[i] = rnd(i);
     for (size_t i = 0; i < ncol; i++) r[i] = rnd(10000 + i);
+    for (size_t i = 0; i < ncol; i += 7) r[i] = -0.0f; /* comes out +0.0 from a zeroed x */
     td_im2col(x, c, h, w, k, k, stride, pad, oh, ow, col);
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
@@ -36,6 +37,22 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     td_col2im(r, c, h, w, k, k, stride, pad, oh, ow, back);
     double lhs = td_dot_f64(back, x, nx), rhs = td_dot_f64(r, col, ncol);
     ASSERT_NEAR(lhs, rhs, 1e-4 * (1 + fabs(rhs)));
+    if (stride == 2) { /* the parity-plane path: the same col, and col2im's very bits */
+        size_t np = td_parity_floats(c, h, w, k, pad);
+        float *planes = malloc(sizeof(float) * np), *col2 = malloc(sizeof(float) * ncol);
+        float *back2 = malloc(sizeof(float) * nx);
+        for (size_t i = 0; i < np; i++) planes[i] = NAN; /* scratch holds anything */
+        for (size_t i = 0; i < nx; i++) back2[i] = NAN;  /* written, not added to */
+        td_im2col_s2(x, c, h, w, k, pad, oh, ow, planes, col2);
+        ASSERT(memcmp(col2, col, sizeof(float) * ncol) == 0);
+        for (size_t i = 0; i < np; i++) planes[i] = NAN;
+        td_col2im_s2(r, c, h, w, k, pad, oh, ow, planes, back2);
+        for (size_t i = 0; i < nx; i++)
+            if (memcmp(&back2[i], &back[i], sizeof(float)))
+                TEST_FAIL("col2im_s2 c=%d h=%d w=%d k=%d p=%d at %zu: %.9g vs td_col2im %.9g", c,
+                          h, w, k, pad, i, back2[i], back[i]);
+        free(planes), free(col2), free(back2);
+    }
     free(x), free(col), free(r), free(back);
 }
 
@@ -71,6 +88,15 @@ int main(void) {
     check_im2col(3, 32, 32, 3, 2, 1);
     check_im2col(4, 16, 17, 1, 2, 0);
     check_im2col(2, 9, 7, 4, 3, 2);
+    /* the parity-plane stride-2 path: odd and even sizes, kernels 1-5, padding 0-2 */
+    for (int k2 = 1; k2 <= 5; k2++)
+        for (int p2 = 0; p2 <= 2; p2++) {
+            check_im2col(2, 7, 9, k2, 2, p2);
+            check_im2col(3, 8, 6, k2, 2, p2);
+            check_im2col(1, 5, 5, k2, 2, p2);
+        }
+    check_im2col(3, 16, 16, 3, 2, 1);
+    check_im2col(2, 16, 16, 1, 2, 0);
     check_im2col(4, 5, 5, 1, 1, 0);
     ASSERT_EQ(td_conv_out_size(28, 3, 1, 0), 26);
     ASSERT_EQ(td_conv_out_size(2, 5, 1, 0), 0);
