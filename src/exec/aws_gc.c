@@ -92,14 +92,18 @@ static char *printable(char *s) {
 }
 
 /* "t3.micro spot, node 1 of run X, up 0.40 h" */
+/* "t3.micro on-demand, node 0 of run X, up 0.40 h"; a controller (tandem:controller) says
+ * "controller of run X". */
 static void describe(const td_ec2_instance *e, double now, char *out, size_t nbytes) {
-    char up[32] = "", node[24] = "node ?";
+    char up[32] = "", role[24] = "node ?";
     double launched = td__aws_parse_time(e->launch_time);
     if (launched > 0) td__aws_fmt_lifetime(now > launched ? now - launched : 0, up, sizeof up);
-    if (e->node >= 0) snprintf(node, sizeof node, "node %d", e->node);
+    if (e->controller_of[0]) snprintf(role, sizeof role, "controller");
+    else if (e->node >= 0) snprintf(role, sizeof role, "node %d", e->node);
+    const char *run = e->controller_of[0] ? e->controller_of : e->run_id;
     snprintf(out, nbytes, "%s %s, %s of run %s%s%s", e->type[0] ? e->type : "?",
-             !strcmp(e->lifecycle, "spot") ? "spot" : "on-demand", node,
-             e->run_id[0] ? e->run_id : "?", *up ? ", " : "", up);
+             !strcmp(e->lifecycle, "spot") ? "spot" : "on-demand", role, run[0] ? run : "?",
+             *up ? ", " : "", up);
     printable(out);
 }
 
@@ -156,9 +160,20 @@ static td_status terminate_list(td_aws_t *aws, const td_ec2_instance *list, int 
         }
         if (have_rec) {
             if (!td__aws_record_find(&rec, e->id)) {
-                /* Its supervisor died before it recorded the instance: it is recorded now. */
+                /* Its supervisor died before it recorded the instance, or it is the run's
+                 * controller, which records itself only when it ends itself: it is recorded
+                 * now, a controller (no node) at its on-demand price as it would have. */
                 td_run_instance in;
                 td__aws_instance_from_ec2(e, &in);
+                if (e->controller_of[0]) {
+                    in.node = -1;
+                    char source[160] = "";
+                    if (td_aws_on_demand_price(td_aws_region(aws), in.type, NULL, &in.usd_per_hour,
+                                               source, sizeof source) == TD_OK)
+                        snprintf(in.price_source, sizeof in.price_source, "%s", source);
+                    else
+                        td_error_clear(); /* unpriced: the cost says so */
+                }
                 td__aws_record_put(&rec, &in);
             }
             td__aws_record_end(&rec, e->id, now, end, state);
@@ -482,17 +497,6 @@ static void fmt_utc(double t, char *out, size_t nbytes) {
     strftime(out, nbytes, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* "t3.micro on-demand, controller of run X, up 0.40 h" */
-static void describe_ctl(const td_ec2_instance *e, double now, char *out, size_t nbytes) {
-    char up[32] = "";
-    double launched = td__aws_parse_time(e->launch_time);
-    if (launched > 0) td__aws_fmt_lifetime(now > launched ? now - launched : 0, up, sizeof up);
-    snprintf(out, nbytes, "%s %s, controller of run %s%s%s", e->type[0] ? e->type : "?",
-             !strcmp(e->lifecycle, "spot") ? "spot" : "on-demand",
-             e->controller_of[0] ? e->controller_of : "?", *up ? ", " : "", up);
-    printable(out);
-}
-
 /* The verdict on one controller: 1 (terminate) or 0 (leave), why in why. */
 static int ctl_verdict(const td_ec2_instance *e, const store_view *v, const char *store_url,
                        int local_ended, const char *local_status, double now, char *why,
@@ -582,14 +586,14 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
                                          : run_dir_of(first->project, rid);
         /* ended here: a final status in this project's store, and no group of it alive here
          * (an attached resume holds the lock) */
-        int fd = -1, local_ended = 0;
+        int fd = -1, local_ended = 0, local_locked = 0; /* locked: no lock file, or it is ours */
         char local_status[24] = "";
         if (ours && in_store && td_run_status_is_final(known.status)) {
             snprintf(local_status, sizeof local_status, "%s", td_run_status_str(known.status));
             char *lock = td_run_path(known.run_dir, TD_RUN_PATH_LOCK);
             fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
             free(lock);
-            local_ended = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
+            local_ended = local_locked = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
         }
         td_run_clear(&known);
         char *store_url = NULL;
@@ -600,13 +604,14 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
         if (store_url) store_read(aws, store_url, &v);
         else snprintf(v.why, sizeof v.why, "unknown");
         td_ec2_instance *kill_list = td_xcalloc((size_t)group.count, sizeof *kill_list);
+        char(*kill_why)[1440] = td_xcalloc((size_t)group.count, sizeof *kill_why);
         int nkill = 0;
         for (int j = 0; j < group.count; j++) {
             const td_ec2_instance *e = &group.items[j];
             char why[1400], what[256];
             int verdict = ctl_verdict(e, &v, store_url, local_ended, local_status, now, why,
                                       sizeof why);
-            describe_ctl(e, now, what, sizeof what);
+            describe(e, now, what, sizeof what);
             /* whose: as for nodes, another project's (or an unknown run's) only with --all */
             if (verdict && !ours && !o->all) {
                 char rid_p[sizeof first->run_id];
@@ -625,32 +630,48 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
                 terminated++;
             } else {
                 fprintf(out, "terminating %s (%s): %s\n", e->id, what, why);
+                snprintf(kill_why[nkill], sizeof kill_why[nkill], "terminated by tandem gc: %s",
+                         why);
                 kill_list[nkill++] = *e;
             }
         }
-        if (nkill) {
-            const char **ids = td_xcalloc((size_t)nkill, sizeof *ids);
-            for (int j = 0; j < nkill; j++) ids[j] = kill_list[j].id;
-            td_ec2_instances res = {0};
-            td_status ts = td_ec2_terminate_instances(aws, ids, nkill, &res);
-            free(ids);
-            td_ec2_instances_free(&res);
-            if (ts == TD_OK) {
-                for (int j = 0; j < nkill; j++) {
-                    char what[256];
-                    describe_ctl(&kill_list[j], now, what, sizeof what);
-                    fprintf(out, "terminated %s (%s)\n", kill_list[j].id, what);
-                }
-                terminated += nkill;
-            } else {
-                char rid_p[sizeof first->run_id];
-                snprintf(rid_p, sizeof rid_p, "%s", rid);
-                fprintf(out, "failed to terminate %d controller%s of run %s: %s\n", nkill,
-                        nkill == 1 ? "" : "s", printable(rid_p), td_error_msg());
-                td_error_clear();
-                failed += nkill;
+        /* Each end goes into the run's record when it is here and its lock can be had, as a
+         * node's does: a controller records itself only when it ends itself, so one ended by
+         * gc would otherwise be missing from the run's instances and cost. */
+        const char *rec_dir = NULL;
+        if (nkill && run_dir) {
+            if (fd < 0) {
+                char *lock = td_run_path(run_dir, TD_RUN_PATH_LOCK);
+                fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                free(lock);
+                local_locked = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
             }
+            if (local_locked) rec_dir = run_dir;
+            else
+                TD_LOG_WARN("run %s is in use here (its lock is held): the ends of its controllers "
+                            "terminated now are not recorded in its instances.json",
+                            run_dir);
         }
+        for (int j = 0; j < nkill; j++) {
+            int n = 0;
+            td_status ts = terminate_list(aws, &kill_list[j], 1, rec_dir, kill_why[j], out, &n,
+                                          NULL, 0);
+            if (n) { /* terminated; a record that could not be written is only a warning */
+                if (ts != TD_OK) {
+                    TD_LOG_WARN("%s", td_error_msg());
+                    td_error_clear();
+                }
+                terminated += n;
+                continue;
+            }
+            char rid_p[sizeof first->run_id];
+            snprintf(rid_p, sizeof rid_p, "%s", rid);
+            fprintf(out, "failed to terminate controller %s of run %s: %s\n", kill_list[j].id,
+                    printable(rid_p), td_error_msg());
+            td_error_clear();
+            failed++;
+        }
+        free(kill_why);
         free(kill_list);
         free(store_url);
         if (fd >= 0) close(fd);

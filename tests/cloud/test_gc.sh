@@ -336,6 +336,22 @@ for i in "$ce" "$cg" "$ch" "$cl"; do
   [ "$s" = terminated ] || [ "$s" = shutting-down ] || fail "controller $i is $s after gc"
 done
 all_running "$cf" "$ci" "$cj" "$ck" "$cm" "$cn" "$b0"
+# w-3's controller is in w-3's record now, ended, no node, at t3.micro's on-demand price (a
+# controller records itself only when it ends itself: one gc ended would be missing from the
+# run's instances and cost); botocore's own account of the instance is the reference
+REC=$R/w-3/instances.json CL=$cl "$py" - <<'PY' || fail "w-3's record lacks its controller: $(cat "$R/w-3/instances.json")"
+import json, os, boto3
+rec = json.load(open(os.environ["REC"]))
+mine = [e for e in rec["instances"] if e["id"] == os.environ["CL"]]
+assert len(mine) == 1, rec
+e = mine[0]
+assert e["node"] is None and e["ended_s"] and e["state"] in ("shutting-down", "terminated"), e
+assert e["end"].startswith("terminated by tandem gc: its run ended here (succeeded)"), e["end"]
+assert e["usd_per_hour"] == 0.0104 and e["price_source"], e
+ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+inst = ec2.describe_instances(InstanceIds=[e["id"]])["Reservations"][0]["Instances"][0]
+assert e["type"] == inst["InstanceType"] and abs(e["launched_s"] - inst["LaunchTime"].timestamp()) < 1, (e, inst)
+PY
 out=$("$B" gc --all 2>&1) || fail "tandem gc --all (controllers): exit $?: $out"
 ok_line "^terminated $ck (t3.micro on-demand, controller of run dx-6"
 s=$(state_of "$ck")
