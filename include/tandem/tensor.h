@@ -34,19 +34,23 @@ int td_get_num_threads(void);
  * OpenBLAS's core (picked when the library loads, from the CPU or from OPENBLAS_CORETYPE, and
  * fixed for the process's life) and the instruction set tandem's own kernels were compiled for
  * (-march decides FMA contraction and vector width) by which compiler. The thread count does not
- * matter (see above). Ranks compare these before their first step (train.h), and `tandem launch`
- * pins every node's workers to node 0's OpenBLAS core (launch.h). */
+ * matter (see above). Nor do tandem's own kernels, which change from build to build: kernels
+ * is a hash of the sources that decide a step's bits, taken when tandem is built (CMakeLists.txt).
+ * Ranks compare these before their first step (train.h), and `tandem launch` pins every node's
+ * workers to node 0's OpenBLAS core (launch.h). */
 #define TD_NUMERICS_FIELD 64
 typedef struct {
     char blas_core[TD_NUMERICS_FIELD]; /* OpenBLAS's core: "Haswell", "SkylakeX", "Zen", ... */
     char isa[TD_NUMERICS_FIELD];       /* tandem's kernels: "x86-64 avx2 fma", "aarch64 neon" */
     char compiler[TD_NUMERICS_FIELD];  /* "gcc 12.2.0" */
+    char kernels[TD_NUMERICS_FIELD];   /* the sources' hash, 12 hex digits: "3f2a9c1d04be" */
 } td_numerics;
 void td_numerics_get(td_numerics *out);
-/* "OpenBLAS core Haswell, kernels for x86-64 avx2 fma, gcc 12.2.0" */
+/* "OpenBLAS core Haswell, kernels for x86-64 avx2 fma, gcc 12.2.0, tandem kernels 3f2a9c1d04be" */
 void td_numerics_describe(const td_numerics *n, char *buf, size_t cap);
 /* Whether a and b differ; buf[cap] (cap may be 0) says in what: "the OpenBLAS core differs",
- * "the OpenBLAS core and compiler differ", or nothing when they are the same. */
+ * "the OpenBLAS core and the compiler differ", "tandem's kernels differ", or nothing when they
+ * are the same. */
 bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, size_t cap);
 
 /* ---- BLAS ----

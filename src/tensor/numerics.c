@@ -7,6 +7,17 @@
 
 #include "tandem/tensor.h"
 
+#ifndef TD_KERNELS_ID /* set by CMakeLists.txt: the hash of the sources that decide the bits */
+#define TD_KERNELS_ID "unknown"
+#endif
+
+/* The id as one object in the binary's writable data, read where it is: a constant string would
+ * be folded into the code that copies it (immediate stores), so that the bytes the ranks
+ * compare would be nowhere one could point at; tests/launch/test_numerics.sh changes them in a
+ * copy of the binary to make a build of other kernels. External, so no unit may assume it. */
+extern char td__kernels_id[TD_NUMERICS_FIELD];
+char td__kernels_id[TD_NUMERICS_FIELD] = TD_KERNELS_ID;
+
 /* Not in every cblas.h: OpenBLAS's extension. */
 char *openblas_get_corename(void);
 
@@ -53,27 +64,32 @@ void td_numerics_get(td_numerics *out) {
 #else
     snprintf(out->compiler, sizeof out->compiler, "unknown compiler");
 #endif
+    snprintf(out->kernels, sizeof out->kernels, "%s", td__kernels_id);
 }
 
 void td_numerics_describe(const td_numerics *n, char *buf, size_t cap) {
-    snprintf(buf, cap, "OpenBLAS core %s, kernels for %s, %s", n->blas_core, n->isa, n->compiler);
+    snprintf(buf, cap, "OpenBLAS core %s, kernels for %s, %s, tandem kernels %s", n->blas_core,
+             n->isa, n->compiler, n->kernels);
 }
 
 bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, size_t cap) {
-    const char *what[3];
+    const char *what[4];
     int k = 0;
-    if (strncmp(a->blas_core, b->blas_core, sizeof a->blas_core)) what[k++] = "OpenBLAS core";
-    if (strncmp(a->isa, b->isa, sizeof a->isa)) what[k++] = "instruction set";
-    if (strncmp(a->compiler, b->compiler, sizeof a->compiler)) what[k++] = "compiler";
+    bool plural = false; /* "differ" */
+    if (strncmp(a->blas_core, b->blas_core, sizeof a->blas_core)) what[k++] = "the OpenBLAS core";
+    if (strncmp(a->isa, b->isa, sizeof a->isa)) what[k++] = "the instruction set";
+    if (strncmp(a->compiler, b->compiler, sizeof a->compiler)) what[k++] = "the compiler";
+    if (strncmp(a->kernels, b->kernels, sizeof a->kernels))
+        what[k++] = "tandem's kernels", plural = true;
     if (!cap) return k > 0;
     buf[0] = '\0';
     for (int i = 0; i < k; i++) {
         size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s%s", i ? " and " : "the ", what[i]);
+        snprintf(buf + len, cap - len, "%s%s", i ? " and " : "", what[i]);
     }
     if (k) {
         size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, k > 1 ? " differ" : " differs");
+        snprintf(buf + len, cap - len, k > 1 || plural ? " differ" : " differs");
     }
     return k > 0;
 }

@@ -659,6 +659,10 @@ static td_status numerics_agree(trainer *t) {
                  "pin one BLAS kernel: OPENBLAS_CORETYPE=%s in every worker's environment (tandem "
                  "launch sets node 0's on every node)",
                  all[0].blas_core);
+    else if (strcmp(all[0].kernels, all[first].kernels))
+        snprintf(fix, sizeof fix,
+                 "run one tandem build everywhere: these were built from different sources "
+                 "(`tandem --version` names the kernels of each)");
     else
         snprintf(fix, sizeof fix,
                  "run one tandem build everywhere (for nodes of different CPU generations, built "

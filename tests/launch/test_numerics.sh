@@ -8,6 +8,10 @@
 #   2. two nodes (network namespaces) whose environments pick different cores, as a login shell
 #      and an ssh session can: tandem launch pins node 1's workers to node 0's core, and the two
 #      nodes write the bits of one node with two workers under node 0's core.
+#   0. first, tandem's own kernels: `tandem --version` names the hash of the sources that decide
+#      the bits, which Python's hashlib recomputes from the tree; rank 1 running a build whose
+#      hash differs (a copy of the binary with its id changed) stops both ranks before the first
+#      step, naming rank 1, tandem's kernels and the fix.
 set -u
 TANDEM=${TANDEM_BIN:?TANDEM_BIN not set}
 DATA=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
@@ -23,6 +27,44 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 case $(uname -m) in x86_64) ;; *) echo "SKIP: the cores named here are x86-64's"; exit 77 ;; esac
 
 train=(train --data "$DATA" --steps 8 --batch 16 --seed 5 --threads 1 --no-progress)
+
+# --- 0. tandem's own kernels
+id=$("$TANDEM" --version | sed -n 's/^tandem .* (kernels \([0-9a-f]\{12\}\))$/\1/p')
+[ ${#id} = 12 ] || fail "tandem --version names no kernels: $("$TANDEM" --version)"
+python3 - "$SRC" "$id" <<'PY' || fail "the kernels id is not the hash of the sources that decide the bits"
+import glob, hashlib, os, sys
+src, want = sys.argv[1], sys.argv[2]
+dirs = ["src/tensor", "src/nn", "src/optim", "src/ddp", "src/comm", "src/train", "src/data"]
+files = [p for d in dirs for p in glob.glob(os.path.join(src, d, "**", "*.[ch]"), recursive=True)]
+files += glob.glob(os.path.join(src, "include", "tandem", "**", "*.h"), recursive=True)
+rel = sorted(os.path.relpath(p, src) for p in files)
+text = "".join(hashlib.sha256(open(os.path.join(src, f), "rb").read()).hexdigest() + "  " + f + "\n"
+               for f in rel)
+got = hashlib.sha256(text.encode()).hexdigest()[:12]
+print(f"kernels {want}: the hash of {len(rel)} sources is {got}")
+sys.exit(got != want)
+PY
+other=$(tr '0-9a-f' '1-9a-f0' <<<"$id")
+python3 - "$TANDEM" "$D/tandem-other" "$id" "$other" <<'PY' || fail "could not make the other build"
+import os, sys
+data = open(sys.argv[1], "rb").read()
+assert data.count(sys.argv[3].encode()) >= 1
+open(sys.argv[2], "wb").write(data.replace(sys.argv[3].encode(), sys.argv[4].encode()))
+os.chmod(sys.argv[2], 0o755)
+PY
+"$D/tandem-other" --version | grep -q "(kernels $other)$" ||
+    fail "the other build does not name its kernels: $("$D/tandem-other" --version)"
+other_build="if [ \"\$LOCAL_RANK\" = 1 ]; then exec $D/tandem-other \"\$@\"; fi; exec \"\$0\" \"\$@\""
+"$TANDEM" launch --standalone --nproc-per-node 2 -- /bin/sh -c "$other_build" "$TANDEM" \
+    "${train[@]}" >"$D/kern.out" 2>"$D/kern.err"
+rc=$?
+[ $rc != 0 ] || fail "ranks of two tandem builds trained: $(tail -3 "$D/kern.err")"
+grep -q "rank 1 runs .*tandem kernels $other" "$D/kern.err" &&
+    grep -q "tandem's kernels differ" "$D/kern.err" &&
+    grep -q "run one tandem build everywhere: these were built from different sources" "$D/kern.err" ||
+    fail "the error does not name rank 1, tandem's kernels and the fix: $(cat "$D/kern.err")"
+grep -q "step 1/" "$D/kern.err" && fail "a step ran before the ranks agreed"
+echo "rank 1 a build of other sources (kernels $other, rank 0 $id): both stop before the first step (exit $rc)"
 OPENBLAS_CORETYPE= "$TANDEM" "${train[@]}" --save "$D/own.st" >"$D/own.log" 2>&1 \
     || fail "training under the default core: $(tail -3 "$D/own.log")"
 OPENBLAS_CORETYPE=Prescott "$TANDEM" "${train[@]}" --save "$D/prescott.st" >"$D/pr.log" 2>&1 \

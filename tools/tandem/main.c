@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "tandem/core.h"
+#include "tandem/tensor.h"
 
 static const struct command {
     const char *name;
@@ -33,7 +34,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("tandem %s\n", TANDEM_VERSION_STRING);
+        /* the kernels: the hash of the sources that decide a step's bits (tensor.h, numerics) */
+        td_numerics n;
+        td_numerics_get(&n);
+        printf("tandem %s (kernels %s)\n", TANDEM_VERSION_STRING, n.kernels);
         return 0;
     }
     for (size_t i = 0; i < TD_ARRAY_LEN(commands); i++)
