@@ -91,8 +91,7 @@ static char *printable(char *s) {
     return s;
 }
 
-/* "t3.micro spot, node 1 of run X, up 0.40 h" */
-/* "t3.micro on-demand, node 0 of run X, up 0.40 h"; a controller (tandem:controller) says
+/* "t3.micro spot, node 1 of run X, up 0.40 h"; a controller (tandem:controller) says
  * "controller of run X". */
 static void describe(const td_ec2_instance *e, double now, char *out, size_t nbytes) {
     char up[32] = "", role[24] = "node ?";
@@ -164,16 +163,10 @@ static td_status terminate_list(td_aws_t *aws, const td_ec2_instance *list, int 
                  * controller, which records itself only when it ends itself: it is recorded
                  * now, a controller (no node) at its on-demand price as it would have. */
                 td_run_instance in;
-                td__aws_instance_from_ec2(e, &in);
-                if (e->controller_of[0]) {
-                    in.node = -1;
-                    char source[160] = "";
-                    if (td_aws_on_demand_price(td_aws_region(aws), in.type, NULL, &in.usd_per_hour,
-                                               source, sizeof source) == TD_OK)
-                        snprintf(in.price_source, sizeof in.price_source, "%s", source);
-                    else
-                        td_error_clear(); /* unpriced: the cost says so */
-                }
+                if (e->controller_of[0])
+                    td__aws_controller_from_ec2(e, td_aws_region(aws), NULL, &in);
+                else
+                    td__aws_instance_from_ec2(e, &in);
                 td__aws_record_put(&rec, &in);
             }
             td__aws_record_end(&rec, e->id, now, end, state);
@@ -365,6 +358,17 @@ static td_ec2_instances take_group(const td_ec2_instances *all, int *done, int i
         group.items[group.count++] = *e;
     }
     return group;
+}
+
+/* Takes run_dir's lock without waiting, the fd into *fd (kept open, -1 when there is no lock
+ * file): whether nobody else holds it. Unlike lock_take (the nodes' side) it creates no lock
+ * file (none means nobody holds it) and does not pass over a detached run: a controller's run
+ * is one. */
+static int lock_run(const char *run_dir, int *fd) {
+    char *lock = td_run_path(run_dir, TD_RUN_PATH_LOCK);
+    *fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    free(lock);
+    return *fd < 0 || flock(*fd, LOCK_EX | LOCK_NB) == 0;
 }
 
 /* ---- tandem gc: the controllers of detached runs ----
@@ -590,10 +594,7 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
         char local_status[24] = "";
         if (ours && in_store && td_run_status_is_final(known.status)) {
             snprintf(local_status, sizeof local_status, "%s", td_run_status_str(known.status));
-            char *lock = td_run_path(known.run_dir, TD_RUN_PATH_LOCK);
-            fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-            free(lock);
-            local_ended = local_locked = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
+            local_ended = local_locked = lock_run(known.run_dir, &fd);
         }
         td_run_clear(&known);
         char *store_url = NULL;
@@ -640,12 +641,7 @@ static td_status gc_controllers(td_aws_t *aws, td_rundb *store, const td_gc_opts
          * gc would otherwise be missing from the run's instances and cost. */
         const char *rec_dir = NULL;
         if (nkill && run_dir) {
-            if (fd < 0) {
-                char *lock = td_run_path(run_dir, TD_RUN_PATH_LOCK);
-                fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-                free(lock);
-                local_locked = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0;
-            }
+            if (fd < 0) local_locked = lock_run(run_dir, &fd);
             if (local_locked) rec_dir = run_dir;
             else
                 TD_LOG_WARN("run %s is in use here (its lock is held): the ends of its controllers "

@@ -42,6 +42,11 @@ td_status td__aws_record_update(const char *run_dir, const char *region, const t
 /* An instance as EC2 describes it, for the record: market from its lifecycle, node from its
  * tandem:node tag, launched_s from its launch time, no end. */
 void td__aws_instance_from_ec2(const td_ec2_instance *e, td_run_instance *out);
+/* A run's controller (tandem run -d) as its record holds it, however it ended (by itself,
+ * controller.c, or by tandem gc): no node, at its on-demand price in region (prices: the
+ * aws.prices file, NULL for tandem's table; unpriced when neither has the type), no end. */
+void td__aws_controller_from_ec2(const td_ec2_instance *e, const char *region, const char *prices,
+                                 td_run_instance *out);
 /* EC2's launchTime ("2026-11-26T15:00:00.000Z") as epoch seconds; 0 when unreadable. */
 double td__aws_parse_time(const char *iso8601);
 /* "up 0.40 h" / "up 12.5 h" for a lifetime in seconds. */

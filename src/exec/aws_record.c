@@ -305,6 +305,18 @@ void td__aws_instance_from_ec2(const td_ec2_instance *e, td_run_instance *out) {
     snprintf(out->state, sizeof out->state, "%s", e->state);
 }
 
+void td__aws_controller_from_ec2(const td_ec2_instance *e, const char *region, const char *prices,
+                                 td_run_instance *out) {
+    td__aws_instance_from_ec2(e, out);
+    out->node = -1;
+    char source[160] = "";
+    if (td_aws_on_demand_price(region, out->type, prices, &out->usd_per_hour, source,
+                               sizeof source) == TD_OK)
+        snprintf(out->price_source, sizeof out->price_source, "%s", source);
+    else
+        td_error_clear(); /* unpriced: the cost says so */
+}
+
 void td__aws_fmt_lifetime(double s, char *out, size_t nbytes) {
     /* In hours, as AWS bills and as the record totals them; two decimals below an hour. */
     snprintf(out, nbytes, s < 3600 ? "up %.2f h" : "up %.1f h", s / 3600);

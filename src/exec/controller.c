@@ -596,17 +596,10 @@ static void record_self(td_exec_controller *c) {
     td_status st = td_ec2_describe_instances(c->aws, ids, 1, NULL, NULL, &got);
     if (st == TD_OK && got.count == 1) {
         td_run_instance in;
-        td__aws_instance_from_ec2(&got.items[0], &in);
-        in.node = -1;
+        td__aws_controller_from_ec2(&got.items[0], td_aws_region(c->aws), c->prices, &in);
         in.ended_s = td_wall_s();
         in.end = (char *)"the run's controller: it ended itself after the run";
         snprintf(in.state, sizeof in.state, "shutting-down");
-        char source[160] = "";
-        if (td_aws_on_demand_price(td_aws_region(c->aws), in.type, c->prices, &in.usd_per_hour,
-                                   source, sizeof source) == TD_OK)
-            snprintf(in.price_source, sizeof in.price_source, "%s", source);
-        else
-            td_error_clear(); /* unpriced: the cost says so */
         st = td__aws_record_update(c->run_dir, td_aws_region(c->aws), &in, 1);
     }
     td_ec2_instances_free(&got);

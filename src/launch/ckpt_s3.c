@@ -238,10 +238,11 @@ static void walk(const char *base, const char *rel, bool (*keep)(const char *, b
         char *r = rel[0] ? td_xasprintf("%s/%s", rel, e->d_name) : td_xstrdup(e->d_name);
         char *full = td_xasprintf("%s/%s", base, r);
         struct stat sb;
-        if (lstat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        bool got = lstat(full, &sb) == 0;
+        if (got && S_ISDIR(sb.st_mode)) {
             walk(base, r, keep, out);
             free(r);
-        } else if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        } else if (got && S_ISREG(sb.st_mode)) {
             out->v = td_xrealloc(out->v, (size_t)(out->n + 1) * sizeof *out->v);
             td__ckpt_file *f = &out->v[out->n++];
             f->rel = r;

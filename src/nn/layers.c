@@ -13,13 +13,13 @@ static bool conv_is_pointwise(const td_layer *l) {
     return l->kernel == 1 && l->stride == 1 && l->pad == 0;
 }
 
-size_t td__conv_col_floats(const td_layer *l) {
+static size_t conv_col_floats(const td_layer *l) {
     size_t n = (size_t)l->in_c * l->kernel * l->kernel * l->out_h * l->out_w;
     return (n + 15) & ~(size_t)15;
 }
 
 size_t td__conv_scratch_floats(const td_layer *l) {
-    size_t n = td__conv_col_floats(l);
+    size_t n = conv_col_floats(l);
     if (l->stride == 2) n += td_parity_floats(l->in_c, l->in_h, l->in_w, l->kernel, l->pad);
     return n;
 }
@@ -28,10 +28,23 @@ size_t td__conv_scratch_floats(const td_layer *l) {
 static void lower(const td_layer *l, const float *x, float *col) {
     if (l->stride == 2)
         td_im2col_s2(x, l->in_c, l->in_h, l->in_w, l->kernel, l->pad, l->out_h, l->out_w,
-                     col + td__conv_col_floats(l), col);
+                     col + conv_col_floats(l), col);
     else
         td_im2col(x, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad,
                   l->out_h, l->out_w, col);
+}
+
+/* lower's adjoint: one sample's input gradient dx written from the column gradient col (the
+ * parity planes after col again for stride 2). */
+static void lift(const td_layer *l, float *col, float *dx) {
+    if (l->stride == 2) {
+        td_col2im_s2(col, l->in_c, l->in_h, l->in_w, l->kernel, l->pad, l->out_h, l->out_w,
+                     col + conv_col_floats(l), dx);
+        return;
+    }
+    memset(dx, 0, sizeof(float) * l->in_size);
+    td_col2im(col, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride, l->pad, l->out_h,
+              l->out_w, dx);
 }
 
 /* x [in_c, in_h, in_w] -> y [out_c, out_h * out_w]; W [out_c, in_c * k * k], b [out_c]. */
@@ -109,14 +122,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
             td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, dx, n);
         } else {
             td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, col, n);
-            if (l->stride == 2) {
-                td_col2im_s2(col, l->in_c, l->in_h, l->in_w, l->kernel, l->pad, l->out_h,
-                             l->out_w, col + td__conv_col_floats(l), dx);
-            } else {
-                memset(dx, 0, sizeof(float) * l->in_size);
-                td_col2im(col, l->in_c, l->in_h, l->in_w, l->kernel, l->kernel, l->stride,
-                          l->pad, l->out_h, l->out_w, dx);
-            }
+            lift(l, col, dx);
         }
     }
 }

@@ -105,9 +105,8 @@ struct td_model {
 void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid);
 void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, int tid,
                              const float *dout, size_t ldo, float *din, size_t ldi);
-/* A conv2d's per-thread scratch: its column matrix (td__conv_col_floats, rounded to whole
- * cache lines), then for stride 2 the parity planes it is built from. */
-size_t td__conv_col_floats(const td_layer *l);
+/* A conv2d's per-thread scratch: its column matrix (rounded to whole cache lines), then for
+ * stride 2 the parity planes it is built from. */
 size_t td__conv_scratch_floats(const td_layer *l);
 /* Layers that run over the whole batch at once (model.c, norm.c), not chunk by chunk. */
 static inline bool td__batch_level(td_layer_kind k) {

@@ -54,13 +54,7 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                         const float *sx = srow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox];
-                    } else if (stride == 2) { /* a constant stride: two loads and a permute
-                                                * per vector (a variable one was 8 scalar
-                                                * loads and inserts, 8% of resnet-small) */
-                        const float *sx = srow - pad + kj;
-#pragma omp simd
-                        for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[2 * ox];
-                    } else { /* other strides: gathers, still one copy each */
+                    } else { /* other strides (stride 2 has td_im2col_s2): gathers, one copy each */
                         const float *sx = srow - pad + kj;
 #pragma omp simd
                         for (int ox = xlo; ox < xhi; ox++) d[ox] = sx[ox * stride];
@@ -186,6 +180,12 @@ static size_t parity_row(parity p, int c, int q, int ci, int a) {
     return ((size_t)q * c + ci) * p.plane + (size_t)a * p.pw;
 }
 
+/* Where kernel tap (ki, kj) of channel ci reads its first value: plane 2 (ki & 1) + (kj & 1),
+ * shifted by (ki >> 1, kj >> 1). */
+static size_t tap_at(parity p, int c, int ci, int ki, int kj) {
+    return parity_row(p, c, 2 * (ki & 1) + (kj & 1), ci, ki >> 1) + (size_t)(kj >> 1);
+}
+
 static void split_parities(const float *x, int c, int h, int w, int pad, parity p, float *planes) {
     for (int ci = 0; ci < c; ci++)
         for (int py = 0; py < 2 * p.ph; py++) {
@@ -214,9 +214,7 @@ void td_im2col_s2(const float *x, int c, int h, int w, int k, int pad, int oh, i
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
-                int q = 2 * (ki & 1) + (kj & 1);
-                const float *src = planes + ((size_t)q * c + ci) * p.plane +
-                                   (size_t)(ki >> 1) * p.pw + (kj >> 1);
+                const float *src = planes + tap_at(p, c, ci, ki, kj);
                 float *dst = col + ((size_t)(ci * k + ki) * k + kj) * n;
                 for (int oy = 0; oy < oh; oy++) {
                     const float *s = src + (size_t)oy * p.pw;
@@ -236,9 +234,7 @@ static void add_taps(const float *col, int c, int k, int oh, int ow, parity p, f
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
-                int q = 2 * (ki & 1) + (kj & 1);
-                float *dst = planes + ((size_t)q * c + ci) * p.plane + (size_t)(ki >> 1) * p.pw +
-                             (kj >> 1);
+                float *dst = planes + tap_at(p, c, ci, ki, kj);
                 const float *src = col + ((size_t)(ci * k + ki) * k + kj) * n;
                 for (int oy = 0; oy < oh; oy++) {
                     float *d = dst + (size_t)oy * p.pw;

@@ -84,7 +84,7 @@ int main(void) {
     check_im2col(1, 5, 5, 3, 1, 0);
     check_im2col(3, 7, 6, 3, 1, 1);
     check_im2col(2, 8, 8, 3, 2, 1);
-    /* stride 2 at resnet-small's shapes (its own vectorised loop): 3x3 pad 1, 1x1 shortcut */
+    /* stride 2 at resnet-small's shapes (3x3 pad 1, 1x1 shortcut), also through parity planes */
     check_im2col(3, 32, 32, 3, 2, 1);
     check_im2col(4, 16, 17, 1, 2, 0);
     check_im2col(2, 9, 7, 4, 3, 2);
