@@ -1,13 +1,22 @@
-/* Winograd F(2x2, 3x3) (Lavin & Gray 2015) for 3x3 stride-1 convolutions.
+/* Winograd F(4x4, 3x3) (Lavin & Gray 2015) for 3x3 stride-1 convolutions.
  *
- * Every 2x2 output tile is computed from a 4x4 input tile d as A^T [(G g G^T) . (B^T d B)] A,
- * so the channel sums become 16 independent gemms, one per position xi of the 4x4 tile:
+ * Every 4x4 output tile is computed from a 6x6 input tile d as A^T [(G g G^T) . (B^T d B)] A,
+ * so the channel sums become 36 independent gemms, one per position xi of the 6x6 tile:
  *     M[xi] [k, T] = U[xi] [k, c] x V[xi] [c, T]
- * with T the tiles of one pass (see pass_samples). 16 * c * k
- * multiplies per 4 outputs instead of 36 * c * k: 2.25x fewer in the gemms. The transforms use
- * only adds (and halves in G), are fixed sequences per element, and so are as deterministic as
- * the gemm calls themselves. Odd output sizes pad the tile grid: the input plane is copied into
- * a zero-padded buffer covering every tile, and the output transform drops what lies outside. */
+ * with T the tiles of one pass (see pass_samples). 36 * c * k multiplies per 16 outputs instead
+ * of 144 * c * k: 4x fewer in the gemms, and the transforms move 2.25 floats per output and
+ * channel where F(2x2, 3x3) moved 4 (the step that bounded resnet-small). The interpolation
+ * points are 0, +-1, +-2 and infinity; the constants (4, 5, 8, 1/6, 1/24) make it less exact
+ * than F(2x2): ~1e-6 relative against a float64 direct conv where F(2x2) is ~2e-7
+ * (docs/benchmarks.md), far inside what the comparisons with PyTorch allow. The transforms are
+ * fixed sequences per element, as deterministic as the gemm calls themselves.
+ *
+ * Each 2-D transform runs as two 1-D passes, each a flat loop over every tile of the pass (so
+ * vectorised however few tiles a row has: resnet-small's 8x8 planes have two): the plane is
+ * split so that the six columns of a tile, and its rows, lie at the same index of different
+ * slots (transform_input, grad_tiles), the 1-D transforms are then elementwise across slots.
+ * Output sizes that are not a multiple of 4 pad the tile grid with zeros; the output transform
+ * drops what lies outside. */
 #include <string.h>
 
 #include "conv_winograd.h"
@@ -27,31 +36,32 @@ td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out) {
     return TD_OK;
 }
 
-enum { VEC = 8 }; /* tiles per vectorised block: one AVX2 register of floats */
-/* Samples per pass (transforms + 16 gemms), from the tiles of one sample, so the same on every
- * rank and thread count. One for large planes: conv2 of basicnet then keeps its transformed
- * tiles (16 x 144 x 32 floats) and gemm results (16 x 144 x 64) near L2 size; a whole 4-sample
- * chunk (3.5 MB) measured ~6% slower end to end on the 1 MiB-L2 EPYC. Small planes batch
- * samples until a pass has PASS_TILES tiles: resnet-small's 8x8 stage has 16 tiles a sample,
- * gemms of N = 16 and weight-gradient gemms of K = 16. */
+enum { TILE = 4, SPAN = 6 }; /* outputs per tile side; inputs per tile side (TILE + 2) */
+
+/* Samples per pass (transforms + 36 gemms), from the tiles of one sample, so the same on every
+ * rank and thread count: small planes batch samples until a pass has PASS_TILES tiles (the
+ * 16x16 and 8x8 stages of resnet-small have 16 and 4 tiles a sample), so that the gemms are not
+ * all edge. */
 #ifndef PASS_TILES
-#define PASS_TILES 256
+#define PASS_TILES 64
 #endif
+static int tiles(int n) {
+    return (n + TILE - 1) / TILE;
+}
 static int pass_samples(int oh, int ow) {
-    int tps = ((oh + 1) / 2) * ((ow + 1) / 2);
-    return TD_MAX(1, PASS_TILES / tps);
+    return TD_MAX(1, PASS_TILES / (tiles(oh) * tiles(ow)));
 }
 
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-/* Distance in floats between the 16 tile-position slots of V, M and dU, each holding n floats:
+/* Distance in floats between the tile-position slots of V, M, dU and H, each holding n floats:
  * rounded up to whole cache lines, and to an odd number of them. The transforms write (or
- * read) all 16 slots at once; slots a multiple of 4 KiB apart (c x T = 16 x 256 floats for a
- * 32x32 plane, 32 x 64 for 16x16: every power-of-two shape) put all 16 streams into one L1 set,
- * more than it has ways, and resnet-small's transforms ran ~2x slower for it. An odd number of
- * lines puts the 16 slots in 16 different sets. Only addresses change: the same bits. */
+ * read) several slots at once; slots a multiple of 4 KiB apart (every power-of-two shape) put
+ * all the streams into one L1 set, more than it has ways, and resnet-small's transforms ran ~2x
+ * slower for it. An odd number of lines puts them in different sets. Only addresses change: the
+ * same bits. */
 static size_t slot_floats(size_t n) {
     size_t s = round16(n);
     return (s / 16) % 2 ? s : s + 16;
@@ -59,190 +69,212 @@ static size_t slot_floats(size_t n) {
 
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
     ns = TD_MIN(ns, pass_samples(oh, ow));
-    size_t th = (size_t)(oh + 1) / 2, tw = (size_t)(ow + 1) / 2, t = (size_t)ns * th * tw;
-    size_t plane = (2 * th + 2) * (2 * tw + 2);
+    size_t th = (size_t)tiles(oh), tw = (size_t)tiles(ow), t = (size_t)ns * th * tw;
     (void)h, (void)w;
     return TD_WINO_POS * (slot_floats((size_t)c * t) + slot_floats((size_t)k * t) +
                           slot_floats((size_t)c * k)) +
-           round16(plane);
+           48 * slot_floats((size_t)ns * (th + 1) * tw) + (TILE * th + TILE) * (TILE * tw + TILE);
 }
 
-/* u [4][4] = G g G^T, g [3][3] read with row stride rs and column stride cs (negative strides
- * read it rotated). */
-static void filter_tile(const float *g, int rs, int cs, float u[16]) {
-    float gg[4][3];
-    for (int j = 0; j < 3; j++) {
-        float g0 = g[j * cs], g1 = g[rs + j * cs], g2 = g[2 * rs + j * cs];
-        gg[0][j] = g0;
-        gg[1][j] = 0.5f * (g0 + g1 + g2);
-        gg[2][j] = 0.5f * (g0 - g1 + g2);
-        gg[3][j] = g2;
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = gg[i][0];
-        u[4 * i + 1] = 0.5f * (gg[i][0] + gg[i][1] + gg[i][2]);
-        u[4 * i + 2] = 0.5f * (gg[i][0] - gg[i][1] + gg[i][2]);
-        u[4 * i + 3] = gg[i][2];
-    }
-}
+/* The 1-D transforms, each a fixed sequence. */
 
+/* G g: 3 filter taps to 6 */
+#define WINO_G(g0, g1, g2, t)                                                                    \
+    do {                                                                                         \
+        float s_ = -(1.0f / 6) * ((g0) + (g2)), q_ = (1.0f / 24) * (g0) + (1.0f / 6) * (g2);    \
+        (t)[0] = 0.25f * (g0), (t)[1] = s_ - (1.0f / 6) * (g1), (t)[2] = s_ + (1.0f / 6) * (g1); \
+        (t)[3] = q_ + (1.0f / 12) * (g1), (t)[4] = q_ - (1.0f / 12) * (g1), (t)[5] = (g2);      \
+    } while (0)
+
+/* B^T d: 6 inputs to 6 */
+#define WINO_BT(d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5)                                  \
+    do {                                                                                         \
+        float p_ = (d4) - 4.0f * (d2), q_ = (d3) - 4.0f * (d1);                                  \
+        float r_ = (d4) - (d2), u_ = 2.0f * ((d3) - (d1));                                       \
+        o0 = 4.0f * (d0) - 5.0f * (d2) + (d4);                                                   \
+        o1 = p_ + q_, o2 = p_ - q_, o3 = r_ + u_, o4 = r_ - u_;                                  \
+        o5 = 4.0f * (d1) - 5.0f * (d3) + (d5);                                                   \
+    } while (0)
+
+/* A^T m: 6 to 4 outputs */
+#define WINO_AT(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3)                                          \
+    do {                                                                                         \
+        float a_ = (m1) + (m2), b_ = (m1) - (m2), c_ = (m3) + (m4), e_ = (m3) - (m4);            \
+        o0 = (m0) + a_ + c_, o1 = b_ + 2.0f * e_, o2 = a_ + 4.0f * c_;                           \
+        o3 = b_ + 8.0f * e_ + (m5);                                                              \
+    } while (0)
+
+/* A g: 4 output gradients to 6 (the adjoint of A^T) */
+#define WINO_A(g0, g1, g2, g3, o0, o1, o2, o3, o4, o5)                                           \
+    do {                                                                                         \
+        float p_ = (g0) + (g2), q_ = (g1) + (g3);                                                \
+        float r_ = (g0) + 4.0f * (g2), u_ = 2.0f * (g1) + 8.0f * (g3);                          \
+        o0 = (g0), o1 = p_ + q_, o2 = p_ - q_, o3 = r_ + u_, o4 = r_ - u_, o5 = (g3);           \
+    } while (0)
+
+/* U = G g G^T per filter, vectorised over a block of filters: their taps are gathered into
+ * g[9][BLOCK] (rotated by 180 degrees and channel-transposed for `backward`), then each of the
+ * 36 positions is stored for the whole block, contiguous in U. */
 void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
+    enum { BLOCK = 16 };
     size_t plane = (size_t)oc * ic;
-    for (int o = 0; o < oc; o++)
-        for (int i = 0; i < ic; i++) {
-            const float *g = w + ((size_t)o * ic + i) * 9;
-            float t[16];
-            size_t at;
+    for (size_t f0 = 0; f0 < plane; f0 += BLOCK) {
+        int n = (int)TD_MIN((size_t)BLOCK, plane - f0);
+        float g[9][BLOCK];
+        for (int l = 0; l < n; l++) {
+            size_t at = f0 + l; /* U's index: [o, i], or [i, o] backward */
             if (backward) {
-                filter_tile(g + 8, -3, -1, t); /* rot180 */
-                at = (size_t)i * oc + o;
+                const float *src = w + ((at % oc) * ic + at / oc) * 9;
+                for (int e = 0; e < 9; e++) g[e][l] = src[8 - e];
             } else {
-                filter_tile(g, 3, 1, t);
-                at = (size_t)o * ic + i;
+                for (int e = 0; e < 9; e++) g[e][l] = w[at * 9 + e];
             }
-            for (int xi = 0; xi < TD_WINO_POS; xi++) u[xi * plane + at] = t[xi];
-        }
-}
-
-/* Copies plane x [h, w] into the zero-padded plane p [ph, pw], p[py][px] = x[py - pad][px - pad],
- * with each row split into its even columns then its odd columns (pw / 2 each), so that the
- * tile transforms below read only contiguous runs. */
-static void pad_plane(const float *x, int h, int w, int pad, float *p, int ph, int pw) {
-    int half = pw / 2;
-    for (int py = 0; py < ph; py++) {
-        float *pe = p + (size_t)py * pw, *po = pe + half;
-        int iy = py - pad;
-        if (iy < 0 || iy >= h) {
-            memset(pe, 0, sizeof(float) * (size_t)pw);
-            continue;
-        }
-        const float *xr = x + (size_t)iy * w;
-        /* [lo, hi): both columns 2i - pad and 2i - pad + 1 inside the row, copied without a
-         * test per element; the few columns at the edges take the checked loop */
-        int lo = TD_MIN((pad + 1) / 2, half), hi = TD_MAX(lo, TD_MIN(half, (w + pad) / 2));
-        for (int i = 0; i < half; i++) {
-            if (i == lo) i = hi;
-            if (i >= half) break;
-            int j0 = 2 * i - pad, j1 = j0 + 1;
-            pe[i] = j0 >= 0 && j0 < w ? xr[j0] : 0.0f;
-            po[i] = j1 >= 0 && j1 < w ? xr[j1] : 0.0f;
         }
 #pragma omp simd
-        for (int i = lo; i < hi; i++) pe[i] = xr[2 * i - pad], po[i] = xr[2 * i - pad + 1];
-    }
-}
-
-/* V[xi][ty * tw + tx] = (B^T d B)[xi] of the tile at (ty, tx) of the split padded plane p; vs is
- * the distance between xi slots. Row tile columns 2tx..2tx+3 are e[tx], o[tx], e[tx+1],
- * o[tx+1] of the even/odd halves. */
-static void input_tiles(const float *p, int pw, int th, int tw, float *v, size_t vs) {
-    int half = pw / 2;
-    for (int ty = 0; ty < th; ty++) {
-        const float *e0 = p + (size_t)(2 * ty) * pw, *e1 = e0 + pw, *e2 = e1 + pw, *e3 = e2 + pw;
-        const float *o0 = e0 + half, *o1 = e1 + half, *o2 = e2 + half, *o3 = e3 + half;
-        float *vo = v + (size_t)ty * tw;
-        float *v0 = vo, *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs, *v4 = v3 + vs;
-        float *v5 = v4 + vs, *v6 = v5 + vs, *v7 = v6 + vs, *v8 = v7 + vs, *v9 = v8 + vs;
-        float *v10 = v9 + vs, *v11 = v10 + vs, *v12 = v11 + vs, *v13 = v12 + vs;
-        float *v14 = v13 + vs, *v15 = v14 + vs;
-        /* blocks of VEC tiles; the last one overlaps its predecessor rather than running a
-         * scalar tail (tw is 12 or 13 for a 24..26-wide plane): it rewrites the same values */
-        for (int tb = 0; tb < tw; tb += VEC) {
-            int t0 = tw >= VEC ? TD_MIN(tb, tw - VEC) : tb, n = TD_MIN(VEC, tw - t0);
-#pragma omp simd simdlen(VEC)
-            for (int tx = t0; tx < t0 + n; tx++) {
-                /* B^T d (rows d0 - d2, d1 + d2, d2 - d1, d1 - d3) for tile columns e, o, e+, o+ */
-                float a0 = e0[tx] - e2[tx], a1 = e1[tx] + e2[tx], a2 = e2[tx] - e1[tx],
-                      a3 = e1[tx] - e3[tx];
-                float b0 = o0[tx] - o2[tx], b1 = o1[tx] + o2[tx], b2 = o2[tx] - o1[tx],
-                      b3 = o1[tx] - o3[tx];
-                float c0 = e0[tx + 1] - e2[tx + 1], c1 = e1[tx + 1] + e2[tx + 1],
-                      c2 = e2[tx + 1] - e1[tx + 1], c3 = e1[tx + 1] - e3[tx + 1];
-                float d0 = o0[tx + 1] - o2[tx + 1], d1 = o1[tx + 1] + o2[tx + 1],
-                      d2 = o2[tx + 1] - o1[tx + 1], d3 = o1[tx + 1] - o3[tx + 1];
-                /* (.) B: the same on columns */
-                v0[tx] = a0 - c0, v1[tx] = b0 + c0, v2[tx] = c0 - b0, v3[tx] = b0 - d0;
-                v4[tx] = a1 - c1, v5[tx] = b1 + c1, v6[tx] = c1 - b1, v7[tx] = b1 - d1;
-                v8[tx] = a2 - c2, v9[tx] = b2 + c2, v10[tx] = c2 - b2, v11[tx] = b2 - d2;
-                v12[tx] = a3 - c3, v13[tx] = b3 + c3, v14[tx] = c3 - b3, v15[tx] = b3 - d3;
+        for (int l = 0; l < n; l++) {
+            float gg[6][3], t[6];
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++) {
+                WINO_G(g[j][l], g[3 + j][l], g[6 + j][l], t);
+#pragma GCC unroll 6
+                for (int i = 0; i < 6; i++) gg[i][j] = t[i];
+            }
+#pragma GCC unroll 6
+            for (int i = 0; i < 6; i++) {
+                WINO_G(gg[i][0], gg[i][1], gg[i][2], t);
+#pragma GCC unroll 6
+                for (int j = 0; j < 6; j++) u[(6 * i + j) * plane + f0 + l] = t[j];
             }
         }
     }
 }
 
-/* y [oh, ow] = A^T m A + b for every tile, m read from M[xi][ty * tw + tx] (slots ms apart);
- * the parts of edge tiles beyond oh / ow are dropped. */
-static void output_tiles(const float *m, size_t ms, int th, int tw, float b, float *y, int oh,
-                         int ow) {
-    int full = ow / 2; /* tiles whose two columns are both inside */
-    for (int ty = 0; ty < th; ty++) {
-        const float *m0 = m + (size_t)ty * tw, *m1 = m0 + ms, *m2 = m1 + ms, *m3 = m2 + ms;
-        const float *m4 = m3 + ms, *m5 = m4 + ms, *m6 = m5 + ms, *m7 = m6 + ms, *m8 = m7 + ms;
-        const float *m9 = m8 + ms, *m10 = m9 + ms, *m11 = m10 + ms, *m12 = m11 + ms;
-        const float *m13 = m12 + ms, *m14 = m13 + ms, *m15 = m14 + ms;
-        float *y0 = y + (size_t)(2 * ty) * ow;
-        /* a clipped bottom row goes to a dummy, then the real row 0 */
-        float dummy[2 * VEC + 2];
-        bool two = 2 * ty + 1 < oh;
-        for (int tb = 0; tb < tw; tb += VEC) {
-            int b0 = tw >= VEC ? TD_MIN(tb, tw - VEC) : tb, n = TD_MIN(VEC, tw - b0);
-            float r[4][VEC];
-#pragma omp simd simdlen(VEC)
-            for (int i = 0; i < n; i++) {
-                int tx = b0 + i;
-                /* A^T m: rows m0 + m1 + m2 and m1 - m2 - m3, for the 4 columns */
-                float a0 = m0[tx] + m4[tx] + m8[tx], a1 = m1[tx] + m5[tx] + m9[tx];
-                float a2 = m2[tx] + m6[tx] + m10[tx], a3 = m3[tx] + m7[tx] + m11[tx];
-                float c0 = m4[tx] - m8[tx] - m12[tx], c1 = m5[tx] - m9[tx] - m13[tx];
-                float c2 = m6[tx] - m10[tx] - m14[tx], c3 = m7[tx] - m11[tx] - m15[tx];
-                r[0][i] = a0 + a1 + a2 + b, r[1][i] = a1 - a2 - a3 + b;
-                r[2][i] = c0 + c1 + c2 + b, r[3][i] = c1 - c2 - c3 + b;
-            }
-            int pairs = TD_MAX(0, TD_MIN(n, full - b0)); /* tiles of this block fully inside */
-            for (int q = 0; q < 2; q++) {
-                float *yr = q == 0 ? y0 : two ? y0 + ow : dummy - 2 * b0;
-                const float *ev = r[2 * q], *od = r[2 * q + 1];
-#pragma omp simd
-                for (int i = 0; i < pairs; i++) {
-                    yr[2 * (b0 + i)] = ev[i];
-                    yr[2 * (b0 + i) + 1] = od[i];
-                }
-                if (pairs < n) yr[2 * (b0 + pairs)] = ev[pairs]; /* odd ow: the last column */
-            }
-        }
-    }
-}
-
-/* Scratch layout shared by the entry points: dU [16, k, c], V [16, c, T], M [16, k, T], plane. */
+/* Scratch layout shared by the entry points: dU [36, k, c], V [36, c, T], M [36, k, T], then the
+ * split planes P [24, ...] and the half-transformed tiles H [24, ...], slots ps apart. */
 typedef struct {
     int th, tw;
-    size_t tps, t;      /* tiles per sample, in the call */
-    size_t vs, ms, us;  /* slot distances of V, M (or Z), dU (slot_floats) */
-    float *v, *m, *du, *p;
+    size_t tps, t;          /* tiles per sample, in the pass */
+    size_t sps;             /* floats of one sample in a P or H slot: (th + 1) * tw */
+    size_t vs, ms, us, ps;  /* slot distances of V, M (or Z), dU, P and H (slot_floats) */
+    float *v, *m, *du, *p, *h;
 } wino_ws;
 
 static wino_ws workspace(int ns, int c, int k, int oh, int ow, float *scratch) {
     wino_ws ws;
-    ws.th = (oh + 1) / 2, ws.tw = (ow + 1) / 2;
+    ws.th = tiles(oh), ws.tw = tiles(ow);
     ws.tps = (size_t)ws.th * ws.tw, ws.t = (size_t)ns * ws.tps;
+    ws.sps = (size_t)(ws.th + 1) * ws.tw;
     ws.vs = slot_floats((size_t)c * ws.t), ws.ms = slot_floats((size_t)k * ws.t);
-    ws.us = slot_floats((size_t)k * c);
+    ws.us = slot_floats((size_t)k * c), ws.ps = slot_floats((size_t)ns * ws.sps);
     ws.du = scratch; /* first: its place must not depend on the tile count */
     ws.v = ws.du + TD_WINO_POS * ws.us;
     ws.m = ws.v + TD_WINO_POS * ws.vs;
     ws.p = ws.m + TD_WINO_POS * ws.ms;
+    ws.h = ws.p + 24 * ws.ps;
     return ws;
 }
 
-/* V = B^T d B of every input tile of ns samples. */
+/* V = B^T d B of every input tile of ns samples. The padded plane is first split by row mod 4
+ * (qr) and by the six columns of a tile (b): P[qr * 6 + b][s * sps + ry * tw + tx] =
+ * padded[4 ry + qr][4 tx + b] (columns 4tx + 4, 4tx + 5 are the next tile's first two, stored
+ * twice), so that both 1-D passes below are flat loops over all tiles: B^T across
+ * (H[qr * 6 + j] from P[qr * 6 + 0..5] at the same place), then B^T down (rows 4 ty + 4,
+ * 4 ty + 5 are row phases 0 and 1 one tile row, tw, further on). P's padding is zeroed once per
+ * call: every channel writes the same places. */
 static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int ns, int c, int h,
                             int w, int pad) {
-    int ph = 2 * ws->th + 2, pw = 2 * ws->tw + 2;
+    int tw = ws->tw, th = ws->th;
+    size_t ps = ws->ps, sps = ws->sps, n = (size_t)ns * sps;
+    memset(ws->p, 0, sizeof(float) * 24 * ps);
+    /* the padded plane [4 (th + 1), pw]: x's rows copied in (all of them first: splitting each
+     * row straight after its copy stalled the loads on the copy's unaligned stores), zeros
+     * around them set once here */
+    int pw = TILE * tw + TILE, rows = TILE * (th + 1);
+    int r0 = TD_MAX(0, pad), r1 = TD_MIN(rows, h + pad); /* padded rows holding x's rows */
+    int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, pw - pad);  /* x's columns that land inside */
+    float *plane = ws->h + 24 * ps;
+    memset(plane, 0, sizeof(float) * (size_t)rows * pw);
+    for (int ci = 0; ci < c; ci++) {
+        for (int s = 0; s < ns; s++) {
+            const float *xp = x + s * ldx + (size_t)ci * h * w;
+            if (c1 > c0)
+                for (int r = r0; r < r1; r++)
+                    memcpy(plane + (size_t)r * pw + c0 + pad, xp + (size_t)(r - pad) * w + c0,
+                           sizeof(float) * (c1 - c0));
+            for (int r = r0; r < r1; r++) {
+                const float *pr = plane + (size_t)r * pw;
+                float *d0 = ws->p + (size_t)(r % TILE) * 6 * ps + s * sps + (size_t)(r / TILE) * tw;
+                float *d1 = d0 + ps, *d2 = d1 + ps, *d3 = d2 + ps, *d4 = d3 + ps, *d5 = d4 + ps;
+#pragma omp simd
+                for (int tx = 0; tx < tw; tx++) {
+                    const float *rt = pr + TILE * tx;
+                    d0[tx] = rt[0], d1[tx] = rt[1], d2[tx] = rt[2];
+                    d3[tx] = rt[3], d4[tx] = rt[4], d5[tx] = rt[5];
+                }
+            }
+        }
+        for (int qr = 0; qr < TILE; qr++) {
+            const float *b0 = ws->p + (size_t)qr * 6 * ps, *b1 = b0 + ps, *b2 = b1 + ps,
+                        *b3 = b2 + ps, *b4 = b3 + ps, *b5 = b4 + ps;
+            float *o0 = ws->h + (size_t)qr * 6 * ps, *o1 = o0 + ps, *o2 = o1 + ps, *o3 = o2 + ps,
+                  *o4 = o3 + ps, *o5 = o4 + ps;
+#pragma omp simd
+            for (size_t f = 0; f < n; f++)
+                WINO_BT(b0[f], b1[f], b2[f], b3[f], b4[f], b5[f], o0[f], o1[f], o2[f], o3[f],
+                        o4[f], o5[f]);
+        }
+        size_t vs = ws->vs;
+        for (int s = 0; s < ns; s++)
+            for (int j = 0; j < 6; j++) {
+                const float *h0 = ws->h + (size_t)j * ps + s * sps, *h1 = h0 + 6 * ps,
+                            *h2 = h1 + 6 * ps, *h3 = h2 + 6 * ps, *h4 = h0 + tw, *h5 = h1 + tw;
+                float *v0 = ws->v + (size_t)j * vs + (size_t)ci * ws->t + s * ws->tps;
+                float *v1 = v0 + 6 * vs, *v2 = v1 + 6 * vs, *v3 = v2 + 6 * vs, *v4 = v3 + 6 * vs,
+                      *v5 = v4 + 6 * vs;
+#pragma omp simd
+                for (size_t i = 0; i < ws->tps; i++)
+                    WINO_BT(h0[i], h1[i], h2[i], h3[i], h4[i], h5[i], v0[i], v1[i], v2[i], v3[i],
+                            v4[i], v5[i]);
+            }
+    }
+}
+
+/* y = A^T m A + b of output channel ko's tiles (M at m, slots ms apart): A^T down the columns
+ * over the whole pass into H[r * 6 + j], then A^T across each row, written into y's rows; the
+ * parts of edge tiles beyond oh / ow are dropped. */
+static void output_tiles(const wino_ws *ws, const float *m, size_t ms, int ns, float b, float *y,
+                         size_t ldy, int oh, int ow) {
+    size_t hs = ws->ps, t = ws->t;
+    int tw = ws->tw, full = ow / TILE; /* tiles whose four columns are all inside */
+    for (int j = 0; j < 6; j++) {
+        const float *m0 = m + (size_t)j * ms, *m1 = m0 + 6 * ms, *m2 = m1 + 6 * ms,
+                    *m3 = m2 + 6 * ms, *m4 = m3 + 6 * ms, *m5 = m4 + 6 * ms;
+        float *o0 = ws->h + (size_t)j * hs, *o1 = o0 + 6 * hs, *o2 = o1 + 6 * hs,
+              *o3 = o2 + 6 * hs;
+#pragma omp simd
+        for (size_t i = 0; i < t; i++)
+            WINO_AT(m0[i], m1[i], m2[i], m3[i], m4[i], m5[i], o0[i], o1[i], o2[i], o3[i]);
+    }
     for (int s = 0; s < ns; s++)
-        for (int ci = 0; ci < c; ci++) {
-            pad_plane(x + s * ldx + (size_t)ci * h * w, h, w, pad, ws->p, ph, pw);
-            input_tiles(ws->p, pw, ws->th, ws->tw, ws->v + (size_t)ci * ws->t + (size_t)s * ws->tps,
-                        ws->vs);
+        for (int oy = 0; oy < oh; oy++) {
+            const float *a0 = ws->h + (size_t)(oy % TILE) * 6 * hs + s * ws->tps +
+                              (size_t)(oy / TILE) * tw;
+            const float *a1 = a0 + hs, *a2 = a1 + hs, *a3 = a2 + hs, *a4 = a3 + hs,
+                        *a5 = a4 + hs;
+            float *yr = y + s * ldy + (size_t)oy * ow;
+#pragma omp simd
+            for (int tx = 0; tx < full; tx++) {
+                float q0, q1, q2, q3;
+                WINO_AT(a0[tx], a1[tx], a2[tx], a3[tx], a4[tx], a5[tx], q0, q1, q2, q3);
+                yr[4 * tx] = q0 + b, yr[4 * tx + 1] = q1 + b;
+                yr[4 * tx + 2] = q2 + b, yr[4 * tx + 3] = q3 + b;
+            }
+            if (full < tw) { /* ow % 4 columns of a last, clipped tile */
+                float q[4];
+                WINO_AT(a0[full], a1[full], a2[full], a3[full], a4[full], a5[full], q[0], q[1],
+                        q[2], q[3]);
+                for (int cx = 0; cx < ow - TILE * full; cx++) yr[TILE * full + cx] = q[cx] + b;
+            }
         }
 }
 
@@ -257,38 +289,49 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
         for (int xi = 0; xi < TD_WINO_POS; xi++)
             td_sgemm(false, false, k, (int)ws.t, c, 1.0f, u + (size_t)xi * k * c, c, ws.v + xi * vs,
                      (int)ws.t, 0.0f, ws.m + xi * ms, (int)ws.t);
-        for (int s = 0; s < nb; s++)
-            for (int ko = 0; ko < k; ko++)
-                output_tiles(ws.m + (size_t)ko * ws.t + (size_t)s * ws.tps, ms, ws.th, ws.tw,
-                             bias ? bias[ko] : 0.0f, y + (s0 + s) * ldy + (size_t)ko * oh * ow, oh,
-                             ow);
+        for (int ko = 0; ko < k; ko++)
+            output_tiles(&ws, ws.m + (size_t)ko * ws.t, ms, nb, bias ? bias[ko] : 0.0f,
+                         y + s0 * ldy + (size_t)ko * oh * ow, ldy, oh, ow);
     }
 }
 
-/* Z[xi][ty * tw + tx] = (A g A^T)[xi] of the 2x2 output-gradient tiles of the split plane p
- * [2 th, 2 tw] (the adjoint of the output transform); zs is the distance between xi slots. */
-static void grad_tiles(const float *p, int th, int tw, float *z, size_t zs) {
-    int pw = 2 * tw;
-    for (int ty = 0; ty < th; ty++) {
-        const float *e0 = p + (size_t)(2 * ty) * pw, *o0 = e0 + tw, *e1 = e0 + pw, *o1 = e1 + tw;
-        float *z0 = z + (size_t)ty * tw, *z1 = z0 + zs, *z2 = z1 + zs, *z3 = z2 + zs;
-        float *z4 = z3 + zs, *z5 = z4 + zs, *z6 = z5 + zs, *z7 = z6 + zs, *z8 = z7 + zs;
-        float *z9 = z8 + zs, *z10 = z9 + zs, *z11 = z10 + zs, *z12 = z11 + zs;
-        float *z13 = z12 + zs, *z14 = z13 + zs, *z15 = z14 + zs;
-        for (int tb = 0; tb < tw; tb += VEC) {
-            int t0 = tw >= VEC ? TD_MIN(tb, tw - VEC) : tb, n = TD_MIN(VEC, tw - t0);
-#pragma omp simd simdlen(VEC)
-            for (int tx = t0; tx < t0 + n; tx++) {
-                /* A g: rows g0, g0 + g1, g0 - g1, -g1, for the even (x) and odd (y) column */
-                float x0 = e0[tx], y0 = o0[tx], x1 = e0[tx] + e1[tx], y1 = o0[tx] + o1[tx];
-                float x2 = e0[tx] - e1[tx], y2 = o0[tx] - o1[tx], x3 = -e1[tx], y3 = -o1[tx];
-                /* (.) A^T: the same on columns */
-                z0[tx] = x0, z1[tx] = x0 + y0, z2[tx] = x0 - y0, z3[tx] = -y0;
-                z4[tx] = x1, z5[tx] = x1 + y1, z6[tx] = x1 - y1, z7[tx] = -y1;
-                z8[tx] = x2, z9[tx] = x2 + y2, z10[tx] = x2 - y2, z11[tx] = -y2;
-                z12[tx] = x3, z13[tx] = x3 + y3, z14[tx] = x3 - y3, z15[tx] = -y3;
+/* Z = A g A^T of the 4x4 output-gradient tiles of ns samples' channel ko (g zero beyond oh / ow),
+ * into z (slots zs apart). The plane is split into P[a * 4 + b][s * tps + ty * tw + tx] =
+ * dy[4 ty + a][4 tx + b] (the tiles do not overlap), then A across into H[a * 6 + j] and A down,
+ * both flat over the pass's tiles. P's zeros beyond oh / ow are set once per call (`clear`). */
+static void grad_tiles(const wino_ws *ws, const float *dy, size_t ldy, int ns, int oh, int ow,
+                       bool clear, float *z, size_t zs) {
+    int tw = ws->tw, full = ow / TILE;
+    size_t ps = ws->ps, t = ws->t;
+    if (clear) memset(ws->p, 0, sizeof(float) * 16 * ps);
+    for (int s = 0; s < ns; s++)
+        for (int r = 0; r < oh; r++) {
+            const float *g = dy + s * ldy + (size_t)r * ow;
+            float *d0 = ws->p + (size_t)(r % TILE) * 4 * ps + s * ws->tps + (size_t)(r / TILE) * tw;
+            float *d1 = d0 + ps, *d2 = d1 + ps, *d3 = d2 + ps;
+#pragma omp simd
+            for (int tx = 0; tx < full; tx++) {
+                const float *gt = g + TILE * tx;
+                d0[tx] = gt[0], d1[tx] = gt[1], d2[tx] = gt[2], d3[tx] = gt[3];
             }
+            for (int cx = TILE * full; cx < ow; cx++) d0[(cx % TILE) * ps + full] = g[cx];
         }
+    for (int a = 0; a < TILE; a++) {
+        const float *g0 = ws->p + (size_t)a * 4 * ps, *g1 = g0 + ps, *g2 = g1 + ps, *g3 = g2 + ps;
+        float *o0 = ws->h + (size_t)a * 6 * ps, *o1 = o0 + ps, *o2 = o1 + ps, *o3 = o2 + ps,
+              *o4 = o3 + ps, *o5 = o4 + ps;
+#pragma omp simd
+        for (size_t i = 0; i < t; i++)
+            WINO_A(g0[i], g1[i], g2[i], g3[i], o0[i], o1[i], o2[i], o3[i], o4[i], o5[i]);
+    }
+    for (int j = 0; j < 6; j++) {
+        const float *g0 = ws->h + (size_t)j * ps, *g1 = g0 + 6 * ps, *g2 = g1 + 6 * ps,
+                    *g3 = g2 + 6 * ps;
+        float *z0 = z + (size_t)j * zs, *z1 = z0 + 6 * zs, *z2 = z1 + 6 * zs, *z3 = z2 + 6 * zs,
+              *z4 = z3 + 6 * zs, *z5 = z4 + 6 * zs;
+#pragma omp simd
+        for (size_t i = 0; i < t; i++)
+            WINO_A(g0[i], g1[i], g2[i], g3[i], z0[i], z1[i], z2[i], z3[i], z4[i], z5[i]);
     }
 }
 
@@ -302,35 +345,44 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
-        for (int s = 0; s < nb; s++)
-            for (int ko = 0; ko < k; ko++) {
-                pad_plane(dy + (s0 + s) * ldy + (size_t)ko * oh * ow, oh, ow, 0, ws.p, 2 * ws.th,
-                          2 * ws.tw);
-                grad_tiles(ws.p, ws.th, ws.tw, ws.m + (size_t)ko * ws.t + (size_t)s * ws.tps, zs);
-            }
+        for (int ko = 0; ko < k; ko++)
+            grad_tiles(&ws, dy + s0 * ldy + (size_t)ko * oh * ow, ldy, nb, oh, ow, ko == 0,
+                       ws.m + (size_t)ko * ws.t, zs);
         /* dU[xi] [k, c] += Z[xi] [k, T] x V[xi]^T: the sum over tiles is the gemm's K */
         for (int xi = 0; xi < TD_WINO_POS; xi++)
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
     }
-    /* dW = G^T dU G, G^T rows (1, 1/2, 1/2, 0), (0, 1/2, -1/2, 0), (0, 1/2, 1/2, 1), each of a
-     * filter's 16 values read once straight from its slot (gathered into a stack array first,
-     * the reloads stalled on store forwarding: ~1% of resnet-small's step) */
-    for (size_t f = 0; f < kc; f++) {
-        const float *uf = du + f;
-        float r[3][4];
-        for (int j = 0; j < 4; j++) {
-            float u0 = uf[j * us], u1 = uf[(4 + j) * us], u2 = uf[(8 + j) * us],
-                  u3 = uf[(12 + j) * us];
-            r[0][j] = u0 + 0.5f * (u1 + u2);
-            r[1][j] = 0.5f * (u1 - u2);
-            r[2][j] = 0.5f * (u1 + u2) + u3;
+    /* dW = G^T dU G (G^T rows (1/4, -1/6, -1/6, 1/24, 1/24, 0), (0, -1/6, 1/6, 1/12, -1/12, 0),
+     * (0, -1/6, -1/6, 1/6, 1/6, 1)), vectorised over filters: a slot holds filter f's value at
+     * du[xi * us + f]; dW's nine taps of each filter are interleaved at the end of a block */
+    enum { BLOCK = 16 };
+    for (size_t f0 = 0; f0 < kc; f0 += BLOCK) {
+        int n = (int)TD_MIN((size_t)BLOCK, kc - f0);
+        float g[9][BLOCK];
+#pragma omp simd
+        for (int l = 0; l < n; l++) {
+            const float *uf = du + f0 + l;
+            float r[3][6];
+#pragma GCC unroll 6
+            for (int j = 0; j < 6; j++) {
+                float u0 = uf[j * us], u1 = uf[(6 + j) * us], u2 = uf[(12 + j) * us],
+                      u3 = uf[(18 + j) * us], u4 = uf[(24 + j) * us], u5 = uf[(30 + j) * us];
+                float a = u1 + u2, b = u3 + u4;
+                r[0][j] = 0.25f * u0 - (1.0f / 6) * a + (1.0f / 24) * b;
+                r[1][j] = (1.0f / 6) * (u2 - u1) + (1.0f / 12) * (u3 - u4);
+                r[2][j] = (1.0f / 6) * (b - a) + u5;
+            }
+#pragma GCC unroll 3
+            for (int i = 0; i < 3; i++) {
+                float a = r[i][1] + r[i][2], b = r[i][3] + r[i][4];
+                g[3 * i][l] = 0.25f * r[i][0] - (1.0f / 6) * a + (1.0f / 24) * b;
+                g[3 * i + 1][l] =
+                    (1.0f / 6) * (r[i][2] - r[i][1]) + (1.0f / 12) * (r[i][3] - r[i][4]);
+                g[3 * i + 2][l] = (1.0f / 6) * (b - a) + r[i][5];
+            }
         }
-        float *g = dw + f * 9;
-        for (int i = 0; i < 3; i++) {
-            g[3 * i] = r[i][0] + 0.5f * (r[i][1] + r[i][2]);
-            g[3 * i + 1] = 0.5f * (r[i][1] - r[i][2]);
-            g[3 * i + 2] = 0.5f * (r[i][1] + r[i][2]) + r[i][3];
-        }
+        for (int l = 0; l < n; l++)
+            for (int e = 0; e < 9; e++) dw[(f0 + l) * 9 + e] = g[e][l];
     }
 }

@@ -1,4 +1,4 @@
-/* Winograd F(2x2, 3x3) convolution for 3x3 stride-1 Conv2d (forward and input gradient). */
+/* Winograd F(4x4, 3x3) convolution for 3x3 stride-1 Conv2d (forward and input gradient). */
 #ifndef TANDEM_NN_CONV_WINOGRAD_H
 #define TANDEM_NN_CONV_WINOGRAD_H
 
@@ -7,8 +7,8 @@
 
 #include "tandem/core.h"
 
-/* Filter slots of the transformed filter: 4x4 tile positions. */
-#define TD_WINO_POS 16
+/* Filter slots of the transformed filter: 6x6 tile positions. */
+#define TD_WINO_POS 36
 
 /* Whether a conv layer uses Winograd: TANDEM_CONV_ALGO (auto|im2col|winograd) and the layer
  * shape. Only 3x3 stride-1 convs are eligible; `winograd` forces it where eligible, `auto`
@@ -20,12 +20,12 @@ td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out);
  * channels, input h x w, output oh x ow. */
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow);
 
-/* Transforms W [oc, ic, 3, 3] into U [16, oc, ic] (G g G^T per filter). With `backward` it
+/* Transforms W [oc, ic, 3, 3] into U [36, oc, ic] (G g G^T per filter). With `backward` it
  * instead transforms the filter of the input-gradient convolution, the 180-degree-rotated,
- * channel-transposed W, into U [16, ic, oc]. */
+ * channel-transposed W, into U [36, ic, oc]. */
 void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u);
 
-/* y = conv(x, filter U [16, k, c]) (+ bias[k] when bias != NULL) for ns samples, 3x3 kernel,
+/* y = conv(x, filter U [36, k, c]) (+ bias[k] when bias != NULL) for ns samples, 3x3 kernel,
  * stride 1, padding pad (may be negative: the input is then cropped). Sample s's input is
  * x + s * ldx ([c, h, w]); its output y + s * ldy ([k, oh, ow]) is overwritten. */
 void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int pad, const float *u,
@@ -33,7 +33,7 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
 
 /* dW [k, c, 3, 3] = the weight gradient of that conv summed over the ns samples (overwritten),
  * given the inputs x (as above) and the output gradients dy (sample s at dy + s * ldy,
- * [k, oh, ow]): 16 gemms over all tiles in the Winograd domain, then dW = G^T dU G. */
+ * [k, oh, ow]): 36 gemms over all tiles in the Winograd domain, then dW = G^T dU G. */
 void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
                     const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch);
 

@@ -84,7 +84,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
     int kk = l->in_c * l->kernel * l->kernel, n = l->out_h * l->out_w;
     const float *x0 = m->acts[l->src];
     bool pointwise = conv_is_pointwise(l);
-    if (l->wino) { /* weight gradient of the whole chunk as 16 gemms over its tiles */
+    if (l->wino) { /* weight gradient of the whole chunk as 36 gemms over its tiles */
         for (int s = s0; s < s1; s++)
             for (int oc = 0; oc < l->out_c; oc++) {
                 float g = td_sum(dout + (size_t)s * ldo + (size_t)oc * n, (size_t)n);

@@ -1,4 +1,4 @@
-/* nn: Winograd F(2x2,3x3) convolution against the im2col path on the same weights and data:
+/* nn: Winograd F(4x4,3x3) convolution against the im2col path on the same weights and data:
  * forward output, every parameter gradient (weight gradient of the Winograd layer) and, through
  * a pointwise front layer, its input gradient. Shapes cover odd and even sizes, padding 0..3
  * (the input-gradient conv then has padding 2..-1) and a partial last chunk. Also checks the
@@ -75,10 +75,13 @@ int main(void) {
         {2, 3, 2, 4, 3, 3, 3},    /* input-gradient padding -1 (cropping) */
         {4, 32, 16, 12, 12, 0, 4}, /* basicnet-like channel counts */
         /* resnet-small's 16x16 and 8x8 stages (power-of-two planes: slot_floats' spacing) with
-         * a partial last chunk, and an odd 17x17 plane */
+         * a partial last chunk, an odd 17x17 plane (two samples a pass: two passes a chunk) and
+         * basicnet's conv2 plane (26x26 -> 24x24: 36 tiles, one sample a pass, the weight
+         * gradient added over four passes) */
         {16, 32, 32, 16, 16, 1, 5},
         {32, 64, 64, 8, 8, 1, 6},
         {3, 8, 5, 17, 17, 1, 4},
+        {4, 16, 8, 26, 26, 0, 5},
     };
     for (size_t i = 0; i < TD_ARRAY_LEN(shapes); i++) {
         const shape *s = &shapes[i];
