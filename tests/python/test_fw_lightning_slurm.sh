@@ -58,8 +58,13 @@ M=$P/offline/slurm-$jid/metrics/rank-0.jsonl
 slurm_wait 240 "the job to log step 30" sh -c "grep -q '\"step\": 3[0-9]' '$M'" ||
     fail "the job never reached step 30: $(tail -20 "$OUT" 2>&1)"
 slurm_exec scancel --signal=USR1 "$jid" || fail "scancel --signal=USR1 $jid: exit $?"
-slurm_wait 240 "the requeued attempt to finish" sh -c "grep -q 'max_steps=120. reached' '$OUT'" ||
-    fail "the requeued job did not finish: $(tail -30 "$OUT" 2>&1)"
+# Lightning prints the max_steps line before the logger's last write (its finalize, after fit's
+# loop): the job leaving the queue, its srun and Python gone, is what says the run is written.
+finished() {
+    grep -q 'max_steps=120. reached' "$OUT" && [ -z "$(slurm_exec squeue -h -j "$jid" 2>/dev/null)" ]
+}
+slurm_wait 240 "the requeued attempt to finish and leave the queue" finished ||
+    fail "the requeued job did not finish: $(tail -30 "$OUT" 2>&1); squeue: $(slurm_exec squeue 2>&1)"
 grep -q "attempt 1" "$OUT" || fail "no second attempt: $(grep attempt "$OUT")"
 [ -f "$P/hpc_ckpt_1.ckpt" ] || fail "Lightning saved no hpc_ckpt_1.ckpt: $(ls "$P")"
 grep -q "Restoring states from the checkpoint path at $P/hpc_ckpt_1.ckpt" "$OUT" ||
