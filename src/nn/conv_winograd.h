@@ -20,6 +20,10 @@ td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out);
  * channels, input h x w, output oh x ow. */
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow);
 
+/* Floats of a transformed filter U for oc x ic channels: 36 slots of oc x ic floats, each padded
+ * to an odd number of cache lines (so U [36, oc, ic] below is slot-strided, not dense). */
+size_t td__wino_filter_floats(int oc, int ic);
+
 /* Transforms W [oc, ic, 3, 3] into U [36, oc, ic] (G g G^T per filter). With `backward` it
  * instead transforms the filter of the input-gradient convolution, the 180-degree-rotated,
  * channel-transposed W, into U [36, ic, oc]. */

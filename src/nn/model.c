@@ -596,8 +596,8 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
                 return st;
             }
             if (l->wino) {
-                l->wino_u = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
-                l->wino_ub = alloc_floats(TD_WINO_POS * (size_t)l->in_c * l->out_c);
+                l->wino_u = alloc_floats(td__wino_filter_floats(l->out_c, l->in_c));
+                l->wino_ub = alloc_floats(td__wino_filter_floats(l->in_c, l->out_c));
                 size_t f = td__wino_scratch_floats(TD_NN_CHUNK, l->in_c, l->out_c, l->in_h, l->in_w,
                                                    l->out_h, l->out_w);
                 size_t b = td__wino_scratch_floats(TD_NN_CHUNK, l->out_c, l->in_c, l->out_h,
