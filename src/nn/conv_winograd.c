@@ -36,7 +36,7 @@ td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out) {
     return TD_OK;
 }
 
-enum { TILE = 4, SPAN = 6 }; /* outputs per tile side; inputs per tile side (TILE + 2) */
+enum { TILE = 4 }; /* outputs per tile side (a tile reads TILE + 2 inputs a side) */
 
 /* Samples per pass (transforms + 36 gemms), from the tiles of one sample, so the same on every
  * rank and thread count: small planes batch samples until a pass has PASS_TILES tiles (the
@@ -67,15 +67,6 @@ static size_t slot_floats(size_t n) {
     return (s / 16) % 2 ? s : s + 16;
 }
 
-size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
-    ns = TD_MIN(ns, pass_samples(oh, ow));
-    size_t th = (size_t)tiles(oh), tw = (size_t)tiles(ow), t = (size_t)ns * th * tw;
-    (void)h, (void)w;
-    return TD_WINO_POS * (slot_floats((size_t)c * t) + slot_floats((size_t)k * t) +
-                          slot_floats((size_t)c * k)) +
-           48 * slot_floats((size_t)ns * (th + 1) * tw) + (TILE * th + TILE) * (TILE * tw + TILE);
-}
-
 /* The 1-D transforms, each a fixed sequence. */
 
 /* G g: 3 filter taps to 6 */
@@ -102,6 +93,15 @@ size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int o
         float a_ = (m1) + (m2), b_ = (m1) - (m2), c_ = (m3) + (m4), e_ = (m3) - (m4);            \
         o0 = (m0) + a_ + c_, o1 = b_ + 2.0f * e_, o2 = a_ + 4.0f * c_;                           \
         o3 = b_ + 8.0f * e_ + (m5);                                                              \
+    } while (0)
+
+/* G^T u: 6 to 3 (the adjoint of G, for the weight gradient) */
+#define WINO_GT(u0, u1, u2, u3, u4, u5, o0, o1, o2)                                              \
+    do {                                                                                         \
+        float a_ = (u1) + (u2), b_ = (u3) + (u4);                                                \
+        o0 = 0.25f * (u0) - (1.0f / 6) * a_ + (1.0f / 24) * b_;                                  \
+        o1 = (1.0f / 6) * ((u2) - (u1)) + (1.0f / 12) * ((u3) - (u4));                          \
+        o2 = (1.0f / 6) * (b_ - a_) + (u5);                                                      \
     } while (0)
 
 /* A g: 4 output gradients to 6 (the adjoint of A^T) */
@@ -156,28 +156,41 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
 }
 
 /* Scratch layout shared by the entry points: dU [36, k, c], V [36, c, T], M [36, k, T], then the
- * split planes P [24, ...] and the half-transformed tiles H [24, ...], slots ps apart. */
+ * split planes P [24, ...] and the half-transformed tiles H [24, ...] (slots ps apart), and the
+ * padded input plane [4 (th + 1), 4 (tw + 1)]. */
 typedef struct {
     int th, tw;
     size_t tps, t;          /* tiles per sample, in the pass */
     size_t sps;             /* floats of one sample in a P or H slot: (th + 1) * tw */
     size_t vs, ms, us, ps;  /* slot distances of V, M (or Z), dU, P and H (slot_floats) */
-    float *v, *m, *du, *p, *h;
+    size_t pw, rows;        /* the padded plane's row length and rows */
+    size_t floats;          /* all of it */
+    float *v, *m, *du, *p, *h, *plane;
 } wino_ws;
 
+/* The layout of a pass of ns samples; with scratch == NULL only the sizes. */
 static wino_ws workspace(int ns, int c, int k, int oh, int ow, float *scratch) {
-    wino_ws ws;
+    wino_ws ws = {0};
     ws.th = tiles(oh), ws.tw = tiles(ow);
     ws.tps = (size_t)ws.th * ws.tw, ws.t = (size_t)ns * ws.tps;
     ws.sps = (size_t)(ws.th + 1) * ws.tw;
     ws.vs = slot_floats((size_t)c * ws.t), ws.ms = slot_floats((size_t)k * ws.t);
     ws.us = slot_floats((size_t)k * c), ws.ps = slot_floats((size_t)ns * ws.sps);
-    ws.du = scratch; /* first: its place must not depend on the tile count */
-    ws.v = ws.du + TD_WINO_POS * ws.us;
-    ws.m = ws.v + TD_WINO_POS * ws.vs;
-    ws.p = ws.m + TD_WINO_POS * ws.ms;
-    ws.h = ws.p + 24 * ws.ps;
+    ws.pw = (size_t)TILE * (ws.tw + 1), ws.rows = (size_t)TILE * (ws.th + 1);
+    /* dU first: its place must not depend on the tile count */
+    size_t v = TD_WINO_POS * ws.us, m = v + TD_WINO_POS * ws.vs, p = m + TD_WINO_POS * ws.ms;
+    size_t h = p + 24 * ws.ps, plane = h + 24 * ws.ps;
+    ws.floats = plane + ws.rows * ws.pw;
+    if (scratch) {
+        ws.du = scratch, ws.v = scratch + v, ws.m = scratch + m, ws.p = scratch + p;
+        ws.h = scratch + h, ws.plane = scratch + plane;
+    }
     return ws;
+}
+
+size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow) {
+    (void)h, (void)w;
+    return workspace(TD_MIN(ns, pass_samples(oh, ow)), c, k, oh, ow, NULL).floats;
 }
 
 /* V = B^T d B of every input tile of ns samples. The padded plane is first split by row mod 4
@@ -189,17 +202,17 @@ static wino_ws workspace(int ns, int c, int k, int oh, int ow, float *scratch) {
  * call: every channel writes the same places. */
 static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int ns, int c, int h,
                             int w, int pad) {
-    int tw = ws->tw, th = ws->th;
+    int tw = ws->tw;
     size_t ps = ws->ps, sps = ws->sps, n = (size_t)ns * sps;
     memset(ws->p, 0, sizeof(float) * 24 * ps);
     /* the padded plane [4 (th + 1), pw]: x's rows copied in (all of them first: splitting each
      * row straight after its copy stalled the loads on the copy's unaligned stores), zeros
      * around them set once here */
-    int pw = TILE * tw + TILE, rows = TILE * (th + 1);
+    int pw = (int)ws->pw, rows = (int)ws->rows;
     int r0 = TD_MAX(0, pad), r1 = TD_MIN(rows, h + pad); /* padded rows holding x's rows */
     int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, pw - pad);  /* x's columns that land inside */
-    float *plane = ws->h + 24 * ps;
-    memset(plane, 0, sizeof(float) * (size_t)rows * pw);
+    float *plane = ws->plane;
+    memset(plane, 0, sizeof(float) * ws->rows * ws->pw);
     for (int ci = 0; ci < c; ci++) {
         for (int s = 0; s < ns; s++) {
             const float *xp = x + s * ldx + (size_t)ci * h * w;
@@ -250,7 +263,7 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
  * parts of edge tiles beyond oh / ow are dropped. */
 static void output_tiles(const wino_ws *ws, const float *m, size_t ms, int ns, float b, float *y,
                          size_t ldy, int oh, int ow) {
-    size_t hs = ws->ps, t = ws->t;
+    size_t hs = ws->ps, t = ws->t; /* H's slots */
     int tw = ws->tw, full = ow / TILE; /* tiles whose four columns are all inside */
     for (int j = 0; j < 6; j++) {
         const float *m0 = m + (size_t)j * ms, *m1 = m0 + 6 * ms, *m2 = m1 + 6 * ms,
@@ -359,8 +372,7 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
     }
-    /* dW = G^T dU G (G^T rows (1/4, -1/6, -1/6, 1/24, 1/24, 0), (0, -1/6, 1/6, 1/12, -1/12, 0),
-     * (0, -1/6, -1/6, 1/6, 1/6, 1)), vectorised over filters: a slot holds filter f's value at
+    /* dW = G^T dU G, vectorised over filters: a slot holds filter f's value at
      * du[xi * us + f]; dW's nine taps of each filter are interleaved at the end of a block */
     enum { BLOCK = 16 };
     for (size_t f0 = 0; f0 < kc; f0 += BLOCK) {
@@ -371,22 +383,13 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
             const float *uf = du + f0 + l;
             float r[3][6];
 #pragma GCC unroll 6
-            for (int j = 0; j < 6; j++) {
-                float u0 = uf[j * us], u1 = uf[(6 + j) * us], u2 = uf[(12 + j) * us],
-                      u3 = uf[(18 + j) * us], u4 = uf[(24 + j) * us], u5 = uf[(30 + j) * us];
-                float a = u1 + u2, b = u3 + u4;
-                r[0][j] = 0.25f * u0 - (1.0f / 6) * a + (1.0f / 24) * b;
-                r[1][j] = (1.0f / 6) * (u2 - u1) + (1.0f / 12) * (u3 - u4);
-                r[2][j] = (1.0f / 6) * (b - a) + u5;
-            }
+            for (int j = 0; j < 6; j++)
+                WINO_GT(uf[j * us], uf[(6 + j) * us], uf[(12 + j) * us], uf[(18 + j) * us],
+                        uf[(24 + j) * us], uf[(30 + j) * us], r[0][j], r[1][j], r[2][j]);
 #pragma GCC unroll 3
-            for (int i = 0; i < 3; i++) {
-                float a = r[i][1] + r[i][2], b = r[i][3] + r[i][4];
-                g[3 * i][l] = 0.25f * r[i][0] - (1.0f / 6) * a + (1.0f / 24) * b;
-                g[3 * i + 1][l] =
-                    (1.0f / 6) * (r[i][2] - r[i][1]) + (1.0f / 12) * (r[i][3] - r[i][4]);
-                g[3 * i + 2][l] = (1.0f / 6) * (b - a) + r[i][5];
-            }
+            for (int i = 0; i < 3; i++)
+                WINO_GT(r[i][0], r[i][1], r[i][2], r[i][3], r[i][4], r[i][5], g[3 * i][l],
+                        g[3 * i + 1][l], g[3 * i + 2][l]);
         }
         for (int l = 0; l < n; l++)
             for (int e = 0; e < 9; e++) dw[(f0 + l) * 9 + e] = g[e][l];
