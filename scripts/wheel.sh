@@ -16,11 +16,16 @@
 #      scripts directory (<env>/bin/tandem) a small Python script that execs it: bin/ is not at a
 #      fixed path from site-packages, so the binary's RPATH could not reach tandem.libs from there.
 #
-#   scripts/wheel.sh [-o DIR] [--native] [--werror] [--build-dir DIR]
+#   scripts/wheel.sh [-o DIR] [--native] [--levels LIST] [--werror] [--build-dir DIR]
 #     -o DIR         where the repaired wheel goes (default dist/); older tandem wheels there go
 #     --native       -march=native (the build machine's instruction set, the same bits as
-#                    build/tandem: what the tests compare); without it baseline x86-64, for any
-#                    x86-64 machine (its own bits: docs/ddp.md)
+#                    build/tandem: what the tests compare), and no other level unless --levels
+#                    names some; without it the binary is baseline x86-64, for any x86-64
+#                    machine, with builds for x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512)
+#                    beside it, the one the CPU runs exec'd at start (tools/tandem/isa.c;
+#                    TANDEM_ISA pins one; each level has its own bits: docs/ddp.md)
+#     --levels LIST  the levels built beside the binary, space-separated (default
+#                    "x86-64-v3 x86-64-v4"; "" for none); each is one more whole build
 #     --werror       warnings are errors (the tests' build)
 #     --build-dir D  scikit-build-core's CMake build directory, kept so the next run compiles
 #                    only what changed (default build-wheel/, or build-wheel-native/)
@@ -30,17 +35,25 @@
 # unchanged tree gives back the same file, byte for byte.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/dist native=OFF werror=OFF build_dir=
+out=$root/dist native=OFF werror=OFF build_dir= levels=unset
 while [ $# -gt 0 ]; do
   case $1 in
     -o) out=${2:?-o needs a directory}; shift 2 ;;
     --native) native=ON; shift ;;
+    --levels) levels=${2?--levels needs a list (\"\" for none)}; shift 2 ;;
     --werror) werror=ON; shift ;;
     --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "wheel.sh: unknown argument '$1' (scripts/wheel.sh --help lists them)" >&2; exit 2 ;;
   esac
 done
+if [ "$levels" = unset ]; then
+  if [ $native = ON ]; then levels=""; else levels="x86-64-v3 x86-64-v4"; fi
+fi
+for l in $levels; do
+  [[ $l =~ ^x86-64(-v[234])?$ ]] || { echo "wheel.sh: --levels: '$l' is not an x86-64 level (x86-64, x86-64-v2, x86-64-v3, x86-64-v4)" >&2; exit 2; }
+done
+variants=$(tr ' ' ';' <<<"$(echo $levels)") # CMake's list
 [ -n "$build_dir" ] || build_dir=$root/build-wheel$([ $native = ON ] && echo -native)
 venv=${TANDEM_VENV:-$root/.venv}
 for mod in scikit_build_core auditwheel; do
@@ -58,12 +71,13 @@ out=$(cd "$out" && pwd)
 plain=$build_dir/linux-wheel # the unrepaired wheel
 rm -rf "$plain"
 log=$build_dir/wheel.log
-echo "wheel.sh: pip wheel (TANDEM_NATIVE=$native, TANDEM_WERROR=$werror), build directory $build_dir" >&2
+echo "wheel.sh: pip wheel (TANDEM_NATIVE=$native, levels beside it: ${levels:-none}, TANDEM_WERROR=$werror), build directory $build_dir" >&2
 # No build isolation: scikit-build-core is the venv's, so nothing is fetched.
 if ! "$venv/bin/python" -m pip wheel "$root" --no-build-isolation --no-deps --no-index \
     --disable-pip-version-check -w "$plain" \
     --config-settings=build-dir="$build_dir/skbuild" \
     --config-settings=cmake.define.TANDEM_NATIVE=$native \
+    --config-settings=cmake.define.TANDEM_ISA_VARIANTS="$variants" \
     --config-settings=cmake.define.TANDEM_WERROR=$werror >"$log" 2>&1; then
   tail -40 "$log" >&2
   echo "wheel.sh: pip wheel of $root failed; the whole output is in $log" >&2
@@ -73,7 +87,7 @@ whl=$(ls "$plain"/tandem-*-linux_x86_64.whl)
 
 # The contents (names, bytes, modes), not the zip's timestamps, decide whether to repair again,
 # with this script and auditwheel's version (how it repairs).
-how="$native $(sha256sum "$0" | cut -c1-64) $("$venv/bin/auditwheel" --version 2>&1)"
+how="$native $levels $(sha256sum "$0" | cut -c1-64) $("$venv/bin/auditwheel" --version 2>&1)"
 digest=$("$venv/bin/python" - "$whl" "$how" <<'PY'
 import hashlib, sys, zipfile
 h = hashlib.sha256(sys.argv[2].encode())

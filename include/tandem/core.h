@@ -193,6 +193,9 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
       "stops them and ends (0 = wait)")                                                            \
     X(SHUTDOWN_CMD, "shutdown -h now",                                                             \
       "aws: what an instance's dead-man's switch runs to end its instance (docs/cloud.md)")       \
+    X(ISA, "auto",                                                                                 \
+      "which build of tandem's own kernels runs: auto (the best this CPU runs among the builds "  \
+      "beside the binary), x86-64, x86-64-v2, x86-64-v3 or x86-64-v4 (docs/ddp.md)")              \
     X(SILENT_S, "900",                                                                             \
       "ps and ui: a live run whose workers wrote no metric or log line for this many seconds "     \
       "shows as \"silent for N min\" (0 = never)")
@@ -238,6 +241,8 @@ void td_env_print(FILE *out);
       "as inherited, else cores / LOCAL_WORLD_SIZE (torchrun: 1 with several workers)")            \
     X(OPENBLAS_CORETYPE, "launch",                                                                 \
       "several nodes: node 0's OpenBLAS core on every node, so all ranks run one BLAS kernel")     \
+    X(TANDEM_ISA, "launch",                                                                        \
+      "several nodes: the lowest x86-64 level of the nodes' tandem kernels, on every node")       \
     X(TANDEM_NUM_THREADS, "launch", "tandem's compute threads, as OMP_NUM_THREADS unless set")     \
     X(TANDEM_STORE_ADDR, "launch", "HOST:PORT of the job's rendezvous store (tandem's pg)")        \
     X(TANDEM_STORE_LISTEN_FD, "run",                                                               \

@@ -37,16 +37,20 @@ int td_get_num_threads(void);
  * matter (see above). Nor do tandem's own kernels, which change from build to build: kernels
  * is a hash of the sources that decide a step's bits, taken when tandem is built (CMakeLists.txt).
  * Ranks compare these before their first step (train.h), and `tandem launch` pins every node's
- * workers to node 0's OpenBLAS core (launch.h). */
+ * workers to node 0's OpenBLAS core and to the lowest x86-64 level of the nodes (launch.h). */
 #define TD_NUMERICS_FIELD 64
 typedef struct {
     char blas_core[TD_NUMERICS_FIELD]; /* OpenBLAS's core: "Haswell", "SkylakeX", "Zen", ... */
-    char isa[TD_NUMERICS_FIELD];       /* tandem's kernels: "x86-64 avx2 fma", "aarch64 neon" */
+    char isa[TD_NUMERICS_FIELD];       /* tandem's kernels: "x86-64-v3 avx2 fma", "aarch64 fma" */
     char compiler[TD_NUMERICS_FIELD];  /* "gcc 12.2.0" */
     char kernels[TD_NUMERICS_FIELD];   /* the sources' hash, 12 hex digits: "3f2a9c1d04be" */
 } td_numerics;
 void td_numerics_get(td_numerics *out);
-/* "OpenBLAS core Haswell, kernels for x86-64 avx2 fma, gcc 12.2.0, tandem kernels 3f2a9c1d04be" */
+/* The x86-64 level tandem's kernels were compiled for, as -march names it ("x86-64",
+ * "x86-64-v2", "x86-64-v3", "x86-64-v4"; "aarch64" elsewhere): the first word of isa. A portable
+ * install carries one build per level and runs the best the CPU takes (TANDEM_ISA pins one). */
+const char *td_isa_level(void);
+/* "OpenBLAS core Haswell, kernels for x86-64-v3 avx2 fma, gcc 12.2.0, tandem kernels 3f2a9c1d04be" */
 void td_numerics_describe(const td_numerics *n, char *buf, size_t cap);
 /* Whether a and b differ; buf[cap] (cap may be 0) says in what: "the OpenBLAS core differs",
  * "the OpenBLAS core and the compiler differ", "tandem's kernels differ", or nothing when they

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -294,6 +295,20 @@ void td_sigwatch_close(td_sigwatch *w) {
 }
 
 /* ---------------- files ---------------- */
+
+char *td_self_exe(void) {
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return td_xstrdup("tandem");
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash && !strncmp(slash + 1, "tandem-x86-64", 13)) {
+        char *main_exe = td_xasprintf("%.*s/tandem", (int)(slash - buf), buf);
+        if (access(main_exe, X_OK) == 0) return main_exe;
+        free(main_exe);
+    }
+    return td_xstrdup(buf);
+}
 
 td_status td_mkdirs(const char *path) {
     char *p = td_xstrdup(path);

@@ -74,6 +74,38 @@ static void lib_list_free(lib_list *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* bundle.h: a portable install's binaries, each level beside `tandem`. */
+size_t td__bundle_levels(char *exe, char ***paths) {
+    lib_list found = {0};
+    *paths = NULL;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    char *dir = td_xstrndup(exe, (size_t)(slash - exe));
+    char *main_exe = td_xasprintf("%s/tandem", dir);
+    if (!strncmp(slash + 1, "tandem-x86-64", 13) && access(main_exe, X_OK) == 0)
+        snprintf(exe, PATH_MAX, "%s", main_exe);
+    char *pat = td_xasprintf("%s/tandem-x86-64*", dir);
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const char *base = strrchr(g.gl_pathv[i], '/') + 1;
+            bool level = !strcmp(base, "tandem-x86-64") ||
+                         (strlen(base) == 16 && !strncmp(base, "tandem-x86-64-v", 15) &&
+                          base[15] >= '2' && base[15] <= '4');
+            if (!level || access(g.gl_pathv[i], X_OK) != 0) continue;
+            found.paths = realloc(found.paths, (found.n + 1) * sizeof *found.paths);
+            if (!found.paths) abort();
+            found.paths[found.n++] = td_xstrdup(g.gl_pathv[i]);
+        }
+        globfree(&g);
+    }
+    free(pat);
+    free(main_exe);
+    free(dir);
+    *paths = found.paths;
+    return found.n;
+}
+
 /* The highest GLIBC_x.y that an ELF file's version needs (.gnu.version_r) name, as x*1000+y; 0
  * for none (or a file that is no 64-bit ELF: then the check cannot say, and the run-check on
  * the host does). */
@@ -212,8 +244,8 @@ static td_status file_entry(json_t *files, const char *path, const char *rel) {
 
 /* Makes CACHE/KEY.tar.gz: a staging directory with the wrapper, bin/tandem, lib/, python/tandem
  * and manifest.json, packed by tar (which every host has: the code goes to it the same way). */
-static td_status make_tarball(const td__bundle *b, const char *exe, const lib_list *libs,
-                              const char *sdk, const char *root) {
+static td_status make_tarball(const td__bundle *b, const char *exe, const lib_list *levels,
+                              const lib_list *libs, const char *sdk, const char *root) {
     char hex[17];
     TD_CHECK(td_random_hex(hex, 8));
     char *stage = td_xasprintf("%s/.stage-%s-%s", root, b->key, hex);
@@ -224,6 +256,11 @@ static td_status make_tarball(const td__bundle *b, const char *exe, const lib_li
     td__buf_addf(&s, "\nmkdir -p \"$S/bin\" \"$S/lib\" \"$S/python\"\ncp ");
     td__buf_quote(&s, exe);
     td__buf_addf(&s, " \"$S/bin/tandem\"\n");
+    for (size_t i = 0; i < levels->n; i++) {
+        td__buf_addf(&s, "cp ");
+        td__buf_quote(&s, levels->paths[i]);
+        td__buf_addf(&s, " \"$S/bin/\"\n");
+    }
     for (size_t i = 0; i < libs->n; i++) {
         td__buf_addf(&s, "cp -L ");
         td__buf_quote(&s, libs->paths[i]);
@@ -263,6 +300,14 @@ static td_status make_tarball(const td__bundle *b, const char *exe, const lib_li
         char *p = td_xasprintf("%s/bin/tandem", stage);
         st = file_entry(files, p, "bin/tandem");
         free(p);
+    }
+    for (size_t i = 0; st == TD_OK && i < levels->n; i++) {
+        const char *base = strrchr(levels->paths[i], '/') + 1;
+        char *p = td_xasprintf("%s/bin/%s", stage, base);
+        char *rel = td_xasprintf("bin/%s", base);
+        st = file_entry(files, p, rel);
+        free(p);
+        free(rel);
     }
     for (size_t i = 0; st == TD_OK && i < libs->n; i++) {
         const char *base = strrchr(libs->paths[i], '/') + 1;
@@ -339,7 +384,13 @@ td_status td__bundle_get(td__bundle *b) {
     if (!root)
         return td_error(TD_ERR_INVALID, "bundle: neither XDG_CACHE_HOME nor HOME is an absolute "
                                         "path; set HOME (the bundle of tandem is cached there)");
-    TD_CHECK(td_aws_sha256_file(exe, 0, -1, b->exe_sha256));
+    lib_list levels = {0};
+    levels.n = td__bundle_levels(exe, &levels.paths);
+    td_status hst = td_aws_sha256_file(exe, 0, -1, b->exe_sha256);
+    if (hst != TD_OK) {
+        lib_list_free(&levels);
+        return hst;
+    }
     lib_list libs = {0};
     dl_iterate_phdr(add_loaded, &libs);
     char *sdk = sdk_dir_of(exe);
@@ -349,6 +400,13 @@ td_status td__bundle_get(td__bundle *b) {
     td__buf k = {0};
     td__buf_addf(&k, "tandem-bundle 1\nexe %s\narch %s\n", b->exe_sha256, b->arch);
     int glibc = elf_glibc_needed(exe);
+    for (size_t i = 0; i < levels.n; i++) {
+        char lhex[65];
+        if (td_aws_sha256_file(levels.paths[i], 0, -1, lhex) == TD_OK)
+            td__buf_addf(&k, "level %s %s\n", strrchr(levels.paths[i], '/') + 1, lhex);
+        int g = elf_glibc_needed(levels.paths[i]);
+        if (g > glibc) glibc = g;
+    }
     for (size_t i = 0; i < libs.n; i++) {
         struct stat sb;
         if (stat(libs.paths[i], &sb) == 0)
@@ -373,12 +431,13 @@ td_status td__bundle_get(td__bundle *b) {
     struct stat sb;
     if (stat(b->tarball, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = td_mkdirs(root);
-        if (st == TD_OK) st = make_tarball(b, exe, &libs, sdk, root);
+        if (st == TD_OK) st = make_tarball(b, exe, &levels, &libs, sdk, root);
         if (st == TD_OK && stat(b->tarball, &sb) != 0)
             st = td_error_errno(TD_ERR_IO, "bundle: %s", b->tarball);
     }
     if (st == TD_OK) b->nbytes = (int64_t)sb.st_size;
     lib_list_free(&libs);
+    lib_list_free(&levels);
     free(sdk);
     if (st != TD_OK) td__bundle_clear(b);
     return st;

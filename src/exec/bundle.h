@@ -30,6 +30,15 @@ typedef struct {
     bool has_sdk;          /* python/tandem found beside this binary and bundled */
 } td__bundle;
 
+/* A portable install's binaries (tools/tandem/isa.c): `tandem` and the builds of its sources per
+ * x86-64 level beside it (tandem-x86-64, tandem-x86-64-v2, -v3, -v4), of which the running
+ * process may be any. The bundle holds them all, `tandem` as bin/tandem, so a host runs the
+ * level its own CPU takes: an AVX-512 build sent alone would not start on a host without
+ * AVX-512. Rewrites exe (PATH_MAX bytes) to DIR/tandem when it is DIR/tandem-x86-64* and DIR/tandem
+ * exists; returns how many executable level builds DIR holds, their paths in *paths (the caller
+ * frees each and the array; NULL for none: a plain build). */
+size_t td__bundle_levels(char *exe, char ***paths);
+
 /* The bundle of the running tandem: the cached one when it exists (the key covers the binary,
  * the libraries loaded and the SDK's files), else made now (a second or two). The cache is
  * $TANDEM_BUNDLE_CACHE, else $XDG_CACHE_HOME/tandem/bundles, else ~/.cache/tandem/bundles. */

@@ -517,11 +517,12 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
     const char *tok = td_var_name(TD_VAR_TANDEM_TOKEN);
     const char *resume_name = td_var_name(TD_VAR_TANDEM_RESUME);
     const char *project = td_var_name(TD_VAR_TANDEM_PROJECT_DIR);
-    /* What decides the bits travels too: a login environment's OpenBLAS kernel choice reaches
-     * the hosts (an ssh session starts without it), so the nodes compute what this machine
-     * would (tandem launch then pins node 0's on every node). Before the job's own variables,
-     * which win where they set these. */
-    static const char *const numerics[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"};
+    /* What decides the bits travels too: a login environment's OpenBLAS kernel choice (and
+     * TANDEM_ISA, tandem's own) reaches the hosts (an ssh session starts without it), so the
+     * nodes compute what this machine would (tandem launch then pins node 0's core and the
+     * lowest level on every node). Before the job's own variables, which win where they set
+     * these. */
+    static const char *const numerics[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TANDEM_ISA"};
     for (size_t i = 0; i < TD_ARRAY_LEN(numerics); i++) {
         const char *v = getenv(numerics[i]);
         if (!v || !*v) continue;

@@ -237,6 +237,10 @@ static char **worker_env(const agent *a, const attempt *t, int local_rank) {
      * pin: its workers share the launcher's environment. */
     if (t->rz.nnodes > 1 && t->rz.blas_core[0] && strcmp(t->rz.blas_core, "unknown"))
         v[n++] = var(TD_VAR_OPENBLAS_CORETYPE, "%s", t->rz.blas_core);
+    /* And one build of tandem's kernels: the lowest x86-64 level among the nodes (a node whose
+     * tandem has no build of it says so as its workers start: isa.c). */
+    if (t->rz.nnodes > 1 && !strncmp(t->rz.isa_level, "x86-64", 6))
+        v[n++] = var(TD_VAR_TANDEM_ISA, "%s", t->rz.isa_level);
     if (o->metrics_dir)
         v[n++] = var(TD_VAR_TANDEM_METRICS, "%s/rank-%d.jsonl", o->metrics_dir, rank);
     /* Every rank resumes from one step, whatever its own directory holds (decide_resume). */
@@ -1060,6 +1064,11 @@ static void describe_group(const agent *a, const attempt *t) {
                         "OPENBLAS_CORETYPE=%s, so every rank runs one BLAS kernel",
                         t->rz.blas_core, num.blas_core, mine ? " (OPENBLAS_CORETYPE=" : "",
                         mine ? mine : "", mine ? ")" : "", t->rz.blas_core);
+        if (strcmp(td_isa_level(), t->rz.isa_level))
+            TD_LOG_INFO("the lowest x86-64 level among the nodes is %s, this node's tandem runs "
+                        "%s: its workers get TANDEM_ISA=%s, so every rank runs one build of "
+                        "tandem's kernels",
+                        t->rz.isa_level, td_isa_level(), t->rz.isa_level);
     }
     td_log(a->multi && t->restart == o->restarts_before ? TD_LOG_INFO : TD_LOG_DEBUG,
            "node %d of %d: ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d, store "

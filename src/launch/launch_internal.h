@@ -206,6 +206,7 @@ typedef struct {
     char master_addr[256];
     int master_port;
     char blas_core[64]; /* node 0's OpenBLAS core, every node's workers' (tensor.h, numerics) */
+    char isa_level[32]; /* the lowest x86-64 level of the nodes' kernels, every node's workers' */
 } td__rdzv_result;
 
 typedef struct {

@@ -2,8 +2,9 @@
  *
  * Keys of one attempt, under p->ns:
  *   count        atomic counter; each agent's add() gives it a 1-based arrival slot
- *   slot/<s>     "node_rank nproc addr hostname blas_core" of the agent in slot s (blas_core:
- *                its OpenBLAS core, tensor.h; the group adopts node 0's)
+ *   slot/<s>     "node_rank nproc addr hostname blas_core level" of the agent in slot s
+ *                (blas_core: its OpenBLAS core, tensor.h, the group adopts node 0's; level: the
+ *                x86-64 level of its kernels, the group runs the lowest)
  *   final        the agreed number of nodes (first compare_set wins)
  *   master_port  published by the node with group rank 0
  *   resume_step  on a resume: the step every rank resumes from ("-1": none), published by node
@@ -178,6 +179,7 @@ typedef struct {
     char addr[256];
     char host[256];
     char blas_core[64];
+    char level[32];
 } node_info;
 
 /* Registers this node: takes the next arrival slot and publishes what the others need of it. */
@@ -191,8 +193,8 @@ static td_status register_node(const td__rdzv_params *p, int64_t *slot) {
     char info[700];
     td_numerics num;
     td_numerics_get(&num);
-    int ilen = snprintf(info, sizeof info, "%d %d %s %s %s", p->node_rank, p->nproc, addr, hostname,
-                        num.blas_core);
+    int ilen = snprintf(info, sizeof info, "%d %d %s %s %s %s", p->node_rank, p->nproc, addr,
+                        hostname, num.blas_core, td_isa_level());
     snprintf(key, sizeof key, "%s/slot/%lld", p->ns, (long long)*slot);
     return td_store_set(p->store, key, info, (size_t)ilen);
 }
@@ -243,10 +245,10 @@ static td_status read_nodes(const td__rdzv_params *p, int nnodes, node_info *nod
         TD_CHECK(wait_key(p, key, p->timeout_s, false, false, &val));
         node_info *ni = &nodes[s - 1];
         ni->slot = s;
-        int got = sscanf(val, "%d %d %255s %255s %63s", &ni->node_rank, &ni->nproc, ni->addr,
-                         ni->host, ni->blas_core);
+        int got = sscanf(val, "%d %d %255s %255s %63s %31s", &ni->node_rank, &ni->nproc, ni->addr,
+                         ni->host, ni->blas_core, ni->level);
         td_status st = TD_OK;
-        if (got != 5)
+        if (got != 6)
             st = td_error(TD_ERR_PROTOCOL, "rendezvous: malformed registration '%s' at %s", val,
                           key);
         free(val);
@@ -282,7 +284,10 @@ static td_status rank_nodes(const node_info *nodes, int nnodes, int *order) {
     return TD_OK;
 }
 
-/* This node's place in the ranked group; node 0's address and BLAS core are the group's. */
+/* This node's place in the ranked group; node 0's address and BLAS core are the group's, and the
+ * lowest level of the nodes' kernels ("x86-64" < "x86-64-v2" < ... as strings too): every node
+ * runs it or has a build of it beside its binary (the portable wheel carries each level), where
+ * node 0's could be one another node's CPU lacks. */
 static void place_node(const node_info *nodes, const int *order, int nnodes, int64_t slot,
                        td__rdzv_result *out) {
     int offset = 0, world = 0;
@@ -300,6 +305,10 @@ static void place_node(const node_info *nodes, const int *order, int nnodes, int
     out->world_size = world;
     snprintf(out->master_addr, sizeof out->master_addr, "%s", nodes[order[0]].addr);
     snprintf(out->blas_core, sizeof out->blas_core, "%s", nodes[order[0]].blas_core);
+    const char *lowest = nodes[0].level;
+    for (int i = 1; i < nnodes; i++)
+        if (strcmp(nodes[i].level, lowest) < 0) lowest = nodes[i].level;
+    snprintf(out->isa_level, sizeof out->isa_level, "%s", lowest);
 }
 
 /* Node 0 picks MASTER_PORT on its host and publishes it; every node reads it. */

@@ -21,10 +21,34 @@ char td__kernels_id[TD_NUMERICS_FIELD] = TD_KERNELS_ID;
 /* Not in every cblas.h: OpenBLAS's extension. */
 char *openblas_get_corename(void);
 
-static const char *isa(void) {
-    return
+/* The x86-64 micro-architecture level this file was compiled for, by the psABI's feature sets
+ * (gcc defines a macro per feature -march enables), named as -march takes it. */
 #if defined(__x86_64__)
-        "x86-64"
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512CD__) &&                      \
+    defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX2__) && defined(__FMA__)
+#define LEVEL "x86-64-v4"
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__BMI2__) && defined(__F16C__) &&           \
+    defined(__LZCNT__) && defined(__MOVBE__)
+#define LEVEL "x86-64-v3"
+#elif defined(__SSE4_2__) && defined(__POPCNT__) && defined(__SSSE3__)
+#define LEVEL "x86-64-v2"
+#else
+#define LEVEL "x86-64"
+#endif
+#elif defined(__aarch64__)
+#define LEVEL "aarch64"
+#else
+#define LEVEL "other"
+#endif
+
+const char *td_isa_level(void) {
+    return LEVEL;
+}
+
+/* The level, then the features beyond it that decide bits (vector width, FMA contraction). */
+static const char *isa(void) {
+    return LEVEL
+#if defined(__x86_64__)
 #if defined(__AVX512F__)
         " avx512f"
 #endif
@@ -37,15 +61,12 @@ static const char *isa(void) {
         " fma"
 #endif
 #elif defined(__aarch64__)
-        "aarch64"
 #if defined(__ARM_FEATURE_SVE)
         " sve"
 #endif
 #if defined(__ARM_FEATURE_FMA)
         " fma"
 #endif
-#else
-        "other"
 #endif
         ;
 }

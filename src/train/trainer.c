@@ -653,7 +653,7 @@ static td_status numerics_agree(trainer *t) {
         return TD_OK;
     }
     td_numerics_describe(&all[first], other, sizeof other);
-    char fix[256];
+    char fix[384];
     if (strcmp(all[0].blas_core, all[first].blas_core))
         snprintf(fix, sizeof fix,
                  "pin one BLAS kernel: OPENBLAS_CORETYPE=%s in every worker's environment (tandem "
@@ -663,10 +663,19 @@ static td_status numerics_agree(trainer *t) {
         snprintf(fix, sizeof fix,
                  "run one tandem build everywhere: these were built from different sources "
                  "(`tandem --version` names the kernels of each)");
-    else
+    else if (strcmp(all[0].isa, all[first].isa)) {
+        /* the lower level of the two (the first word: "x86-64" < "x86-64-v2" < ...), which
+         * both CPUs run */
+        char a[TD_NUMERICS_FIELD], b[TD_NUMERICS_FIELD];
+        sscanf(all[0].isa, "%63s", a);
+        sscanf(all[first].isa, "%63s", b);
         snprintf(fix, sizeof fix,
-                 "run one tandem build everywhere (for nodes of different CPU generations, built "
-                 "with -DTANDEM_NATIVE=OFF)");
+                 "run one build of tandem's kernels: TANDEM_ISA=%s in every worker's environment "
+                 "(the portable wheel carries one per x86-64 level; tandem launch sets the nodes' "
+                 "lowest), or one tandem build everywhere",
+                 strcmp(a, b) <= 0 ? a : b);
+    } else
+        snprintf(fix, sizeof fix, "run one tandem build everywhere (the compilers differ)");
     free(all);
     if (cfg->nondeterministic_ok) {
         TD_LOG_WARN("ranks will not compute the same bits (--nondeterministic-ok): rank 0 runs "

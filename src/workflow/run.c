@@ -468,14 +468,6 @@ static int supervise(supervisor *s) {
     return cli_code;
 }
 
-static char *self_exe(void) {
-    char buf[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return td_xstrdup("tandem");
-    buf[n] = '\0';
-    return td_xstrdup(buf);
-}
-
 /* A workflow standing in for one that is gone from the file: the stored command only. */
 static td_workflow *workflow_from_run(const td_run *r) {
     td_workflow *w = td_xcalloc(1, sizeof *w);
@@ -849,7 +841,7 @@ td_status td_workflow_run(const td_workflow *w, const td_run_options *opts, char
         st = create_run(store, w, opts, &s, &lock_fd);
     if (st != TD_OK) goto out;
     s.w = w;
-    s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : self_exe();
+    s.tandem_bin = opts->tandem_bin ? td_xstrdup(opts->tandem_bin) : td_self_exe();
     s.out = opts->out ? opts->out : stdout;
     /* another executor's workers draw no progress bar: their output reaches no terminal */
     s.tty = !opts->detach && isatty(STDERR_FILENO) && !w->executor;

@@ -1,9 +1,14 @@
 /* The bundle's decisions without a host (src/exec/bundle.c): a host's probe answer read as typed
  * lines, and the refusal of a host the bundle cannot run on (another architecture, an older
  * glibc, none) naming both sides and the fix; the per-zone spot price parser that the zone choice
- * ranks (src/cloud/ec2.c). The ship itself is checked end to end by test_aws_run.sh. */
+ * ranks (src/cloud/ec2.c); which binaries of a portable install go in (each x86-64 level's
+ * build beside `tandem`). The ship itself is checked end to end by test_aws_run.sh. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -103,7 +108,76 @@ static void test_zone_prices(void) {
     td_error_clear();
 }
 
+static void touch(const char *dir, const char *name, mode_t mode) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    ASSERT(f != NULL);
+    fputs("#!/bin/sh\n", f);
+    fclose(f);
+    ASSERT(chmod(p, mode) == 0);
+}
+
+/* A portable install's directory: tandem, its level builds, and files that are none of them. */
+static void test_levels(void) {
+    char dir[] = "/tmp/tandem-bundle-levels-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    touch(dir, "tandem", 0755);
+    touch(dir, "tandem-x86-64", 0755);
+    touch(dir, "tandem-x86-64-v3", 0755);
+    touch(dir, "tandem-x86-64-v4", 0755);
+    touch(dir, "tandem-x86-64-v2", 0644);     /* not executable */
+    touch(dir, "tandem-x86-64-v5", 0755);     /* no such level */
+    touch(dir, "tandem-x86-64-v3.bak", 0755); /* not a level's name */
+    char exe[PATH_MAX], want[PATH_MAX];
+    char **paths = NULL;
+    /* the process is the v4 build: the bundle's bin/tandem is the install's tandem */
+    snprintf(exe, sizeof exe, "%s/tandem-x86-64-v4", dir);
+    snprintf(want, sizeof want, "%s/tandem", dir);
+    size_t n = td__bundle_levels(exe, &paths);
+    ASSERT_STREQ(exe, want);
+    ASSERT_EQ(n, 3);
+    const char *names[] = {"tandem-x86-64", "tandem-x86-64-v3", "tandem-x86-64-v4"};
+    for (size_t i = 0; i < n; i++) { /* glob's order: sorted */
+        ASSERT_STREQ(strrchr(paths[i], '/') + 1, names[i]);
+        free(paths[i]);
+    }
+    free(paths);
+    /* the process is tandem itself: unchanged, the same levels */
+    snprintf(exe, sizeof exe, "%s/tandem", dir);
+    ASSERT_EQ(td__bundle_levels(exe, &paths), 3);
+    ASSERT_STREQ(exe, want);
+    for (size_t i = 0; i < 3; i++) free(paths[i]);
+    free(paths);
+    /* a level build with no tandem beside it ships as itself, with the levels there */
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/tandem", dir);
+    ASSERT(unlink(p) == 0);
+    snprintf(exe, sizeof exe, "%s/tandem-x86-64-v3", dir);
+    snprintf(want, sizeof want, "%s", exe);
+    n = td__bundle_levels(exe, &paths);
+    ASSERT_STREQ(exe, want);
+    ASSERT_EQ(n, 3);
+    for (size_t i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    /* a plain build: nothing beside it */
+    const char *gone[] = {"tandem-x86-64", "tandem-x86-64-v2", "tandem-x86-64-v3", "tandem-x86-64-v4",
+                          "tandem-x86-64-v5", "tandem-x86-64-v3.bak"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, gone[i]);
+        ASSERT(unlink(p) == 0);
+    }
+    touch(dir, "tandem", 0755);
+    snprintf(exe, sizeof exe, "%s/tandem", dir);
+    ASSERT_EQ(td__bundle_levels(exe, &paths), 0);
+    ASSERT(paths == NULL);
+    snprintf(p, sizeof p, "%s/tandem", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_levels();
     test_probe();
     test_check();
     test_zone_prices();

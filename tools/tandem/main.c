@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "isa.h"
 #include "tandem/core.h"
 #include "tandem/tensor.h"
 
@@ -25,6 +26,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    td_cli_pick_kernels(argv); /* may exec the build of these sources for this CPU (isa.c) */
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
         td_numerics n;
         td_numerics_get(&n);
         printf("tandem %s (kernels %s)\n", TANDEM_VERSION_STRING, n.kernels);
+        /* which build runs (TANDEM_ISA, isa.c) and what else decides the bits */
+        printf("kernels for %s, OpenBLAS core %s, %s\n", n.isa, n.blas_core, n.compiler);
         return 0;
     }
     for (size_t i = 0; i < TD_ARRAY_LEN(commands); i++)

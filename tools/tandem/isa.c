@@ -1,0 +1,146 @@
+/* Which build of tandem's own kernels runs. tandem's kernels (Winograd transforms, batchnorm,
+ * AdamW, the loader's conversions...) are compiled, not dispatched: a baseline x86-64 build runs
+ * them with SSE2 and software fmaf, 1.3x-1.9x the CPU time of an AVX-512 build per training step
+ * (docs/benchmarks.md). A wheel for every x86-64 machine therefore holds one binary per level
+ * (scripts/wheel.sh, CMake's TANDEM_ISA_VARIANTS), and the baseline one, the `tandem` users run,
+ * execs the best of them before doing anything else. One process runs one build through and
+ * through, so a level's bits are the bits of a plain build for that level (-march=x86-64-v4 ...),
+ * and ranks compare which one they run before their first step (tensor.h, numerics). */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "isa.h"
+#include "tandem/core.h"
+#include "tandem/tensor.h"
+
+/* Set across our own exec to the level the exec'd build must be (and removed by it at once, so
+ * the processes it starts choose afresh): a sibling whose build does not match its name stops
+ * here instead of exec'ing again. */
+#define HOP_VAR "TANDEM__ISA_EXEC"
+
+#if defined(__x86_64__)
+
+static const char *const level_name[] = {"", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+#define MAX_LEVEL 4
+
+static int parse_level(const char *s) {
+    for (int l = 1; l <= MAX_LEVEL; l++)
+        if (!strcmp(s, level_name[l])) return l;
+    return 0;
+}
+
+/* The level this binary's kernels were compiled for (tensor.h). */
+static int built_level(void) {
+    return parse_level(td_isa_level());
+}
+
+/* The highest level this CPU (and the kernel: libgcc checks XCR0 for the AVX state) runs. */
+static int cpu_level(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return 4;
+    if (__builtin_cpu_supports("x86-64-v3")) return 3;
+    if (__builtin_cpu_supports("x86-64-v2")) return 2;
+    return 1;
+}
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tandem: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+/* DIR/tandem-<level> for this binary's DIR, or "" when /proc/self/exe cannot be read. */
+static void sibling_path(int level, char *out, size_t cap) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    out[0] = '\0';
+    if (n <= 0) return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = '\0';
+    snprintf(out, cap, "%s/tandem-%s", exe, level_name[level]);
+}
+
+static bool sibling_exists(int level, char *path, size_t cap) {
+    sibling_path(level, path, cap);
+    return path[0] && access(path, X_OK) == 0;
+}
+
+void td_cli_pick_kernels(char **argv) {
+    const int own = built_level();
+    const char *hop = getenv(HOP_VAR);
+    if (hop) {
+        int want = parse_level(hop);
+        unsetenv(HOP_VAR);
+        if (want != own)
+            die("this tandem binary was exec'd as the build for %s but is built for %s: the "
+                "files beside it are mixed up; reinstall tandem (or set TANDEM_ISA=%s)",
+                want ? level_name[want] : hop, level_name[own], level_name[own]);
+        return;
+    }
+    const int cpu = cpu_level();
+    const char *pin = td_env_str(TD_ENV_ISA);
+    char path[PATH_MAX + 32];
+    int want = 0;
+    if (strcmp(pin, "auto")) {
+        want = parse_level(pin);
+        if (!want)
+            die("TANDEM_ISA=%s is not a level: use auto, x86-64, x86-64-v2, x86-64-v3 or "
+                "x86-64-v4 (this CPU runs up to %s)",
+                pin, level_name[cpu]);
+        if (want > cpu)
+            die("TANDEM_ISA=%s: this CPU runs x86-64 up to %s; set TANDEM_ISA=%s or lower (every "
+                "rank must run one level to compute the same bits), or unset it",
+                pin, level_name[cpu], level_name[cpu]);
+        if (want == own) return;
+        if (!sibling_exists(want, path, sizeof path))
+            die("TANDEM_ISA=%s: this tandem is built for %s only (no %s beside it); unset "
+                "TANDEM_ISA or set it to %s, or install the portable wheel (scripts/wheel.sh), "
+                "which carries x86-64, x86-64-v3 and x86-64-v4",
+                pin, level_name[own], path[0] ? path : "tandem-<level>", level_name[own]);
+    } else {
+        /* The highest level the CPU runs that this binary is or that a sibling is built for. */
+        for (int l = cpu; l >= 1 && !want; l--) {
+            if (l == own) return;
+            if (sibling_exists(l, path, sizeof path)) want = l;
+        }
+        if (!want) {
+            /* A build above the CPU's level (-march=native on another machine): said, in case
+             * CPUID understates what the CPU runs, rather than refused. */
+            fprintf(stderr,
+                    "tandem: warning: this tandem is built for %s, but this CPU runs x86-64 up to "
+                    "%s: it may stop on an illegal instruction; build tandem on this machine "
+                    "(scripts/build.sh) or install the portable wheel (scripts/wheel.sh)\n",
+                    level_name[own], level_name[cpu]);
+            return;
+        }
+    }
+    setenv(HOP_VAR, level_name[want], 1);
+    execv(path, argv);
+    die("cannot run %s (the build of tandem for %s): %s; reinstall tandem, or set TANDEM_ISA=%s "
+        "to run this binary's own kernels",
+        path, level_name[want], strerror(errno), level_name[own]);
+}
+
+
+#else /* not x86-64: one build per architecture, nothing to pick */
+
+void td_cli_pick_kernels(char **argv) {
+    (void)argv;
+    unsetenv(HOP_VAR);
+}
+
+
+#endif
