@@ -18,7 +18,17 @@
 # per round in the same invocation; "% peak" divides tandem's GFLOP/s, counted over conv and
 # linear layers only (the compute-bound ones; FLOPs per sample counted by the peer from the
 # PyTorch modules: forward, weight gradient, input gradient but the first layer's), by the
-# median peak. The CPU class (model name, AVX2/AVX-512, OpenBLAS core) heads the output.
+# median peak. "layers %" is the same ratio measured inside tandem: `tandem train --profile`
+# times each layer (thread time), and the conv and linear layers' FLOPs over their time alone,
+# per thread, are divided by the peak per thread: how close the compute-bound layers run to the
+# gemm, with the optimizer, normalisation and elementwise layers left out. The CPU class (model
+# name, AVX2/AVX-512, OpenBLAS core) heads the output.
+#
+# ISA_CLASS=avx2 measures the AVX2 class on an AVX-512 machine: both sides restricted to AVX2
+# code, tandem a build for x86-64-v3 (BUILD_DIR configured with -DTANDEM_NATIVE=OFF
+# -DTANDEM_MARCH=x86-64-v3) with OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=Haswell, for the
+# sgemm peak too), PyTorch with ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and
+# MKL_ENABLE_INSTRUCTIONS=AVX2. Not an AVX2 machine's caches or clocks, but its code paths.
 #
 # BASELINE=PATH/tandem adds a column for another tandem binary (e.g. a build before a kernel
 # change) run in the same rounds, for before/after figures from one invocation.
@@ -27,7 +37,7 @@
 # env:   TANDEM_DATA (Fashion-MNIST dir), REPEATS (default 3), STEPS_SCALE (default 1),
 #        MODELS (default "basicnet mlp7 resnet-small mlp"), THREADS (default "1 2"),
 #        PYTHON / PYTHON2 (bench/peers/torch_pythons.sh; PYTHON defaults to none here),
-#        BASELINE (a second tandem binary)
+#        BASELINE (a second tandem binary), ISA_CLASS (avx2, above)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-${TANDEM_BUILD_DIR:-$src/build}}" && pwd)
@@ -42,6 +52,15 @@ tandem=$build/tandem
 [ -x "$engine" ] || { echo "bench_train: $engine not built (cmake --build $build --target bench_engine)" >&2; exit 2; }
 [ -x "$tandem" ] || { echo "bench_train: $tandem not built (scripts/build.sh)" >&2; exit 2; }
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench_train: BASELINE=$baseline is not an executable tandem" >&2; exit 2; }
+isa_class=${ISA_CLASS:-}
+case $isa_class in
+  "") ;;
+  avx2)
+    "$tandem" --version | grep -q '^kernels for x86-64-v3 ' || {
+      echo "bench_train: ISA_CLASS=avx2 needs a tandem built for x86-64-v3 (cmake -B DIR -DTANDEM_NATIVE=OFF -DTANDEM_MARCH=x86-64-v3); $tandem: $("$tandem" --version | tail -1)" >&2; exit 2; }
+    export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
+  *) echo "bench_train: ISA_CLASS=$isa_class: only avx2 (or unset)" >&2; exit 2 ;;
+esac
 [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "bench_train: no Fashion-MNIST IDX files in $fmnist (set TANDEM_DATA)" >&2; exit 2; }
 
 # shellcheck source=peers/torch_pythons.sh
@@ -95,10 +114,11 @@ torch_steps_for() { # timed steps after the 5 warm-up ones
 }
 
 run_tandem() { # side binary model threads round
-  local side=$1 bin=$2 model=$3 t=$4 r=$5
+  local side=$1 bin=$2 model=$3 t=$4 r=$5 profile=
+  [ "$side" != tandem ] || profile=--profile # (a baseline binary may predate it)
   # shellcheck disable=SC2046
   if ! "$bin" train --model "$model" $(tandem_data "$model") --steps "$(steps_for "$model")" \
-       --batch 64 --threads "$t" --no-eval-every-epoch --no-progress --json 2> "$out/err.txt" \
+       --batch 64 --threads "$t" --no-eval-every-epoch --no-progress --json $profile 2> "$out/err.txt" \
        | tail -n 1 | sed "s/^/{\"side\": \"$side\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": /; s/\$/}/" \
        >> "$out/runs.jsonl"; then
     echo "bench_train: $bin train --model $model failed:" >&2; cat "$out/err.txt" >&2; exit 1
@@ -132,7 +152,7 @@ done
 import json, os, re, statistics, sys
 out, repeats, peers = sys.argv[1], int(sys.argv[2]), ["torch " + v for v in sys.argv[3:]]
 med = statistics.median
-peak, core, runs, flops, tflops = {}, "?", {}, {}, {}
+peak, core, runs, flops, tflops, layers = {}, "?", {}, {}, {}, {}
 for line in open(os.path.join(out, "peak.jsonl")):
     r = json.loads(line)
     peak.setdefault(r["threads"], []).append(r["gflops"])
@@ -146,6 +166,12 @@ for line in open(os.path.join(out, "runs.jsonl")):
         flops[r["model"]] = res["flops_per_sample"]
     elif r["side"] == "tandem":
         tflops[r["model"]] = res["flops_per_sample"]
+        prof = res.get("profile")
+        if prof:  # conv and linear layers: FLOPs per step over their thread ms per step
+            rows = [x for x in prof["rows"] if x["kind"] in ("conv2d", "linear")]
+            ms = sum(x["fwd_ms"] + x["bwd_ms"] for x in rows)
+            if ms > 0:
+                layers.setdefault(key, []).append(sum(x["flops"] for x in rows) / ms / 1e6)
 cpu = "?"
 flags = ""
 for line in open("/proc/cpuinfo"):
@@ -154,6 +180,8 @@ for line in open("/proc/cpuinfo"):
     if line.startswith("flags") and not flags:
         flags = line.split(":", 1)[1].split()
 simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+if os.environ.get("ISA_CLASS") == "avx2":
+    simd += ", both sides restricted to AVX2 code (ISA_CLASS=avx2: tandem built for x86-64-v3)"
 print()
 print(f"CPU: {cpu}; {simd}; OpenBLAS core {core}; {os.cpu_count()} cores; "
       f"load average at the end {open('/proc/loadavg').read().split()[0]}")
@@ -168,7 +196,7 @@ if has_base:
     head += f" {'baseline':>9s} {'new/base':>8s}"
 for p in peers:
     head += f" {p:>13s} {'ratio':>6s}"
-print(head + f" {'GFLOP/s':>8s} {'% peak':>7s}  tandem runs")
+print(head + f" {'GFLOP/s':>8s} {'% peak':>7s} {'layers %':>8s}  tandem runs")
 for model in models:
     for t in threads:
         td = runs[("tandem", model, t)]
@@ -180,12 +208,16 @@ for model in models:
             pt = runs[(p, model, t)]
             line += f" {med(pt):13.1f} {med(td) / med(pt):6.2f}"
         gf = med(td) * flops.get(model, 0) / 1e9
-        line += f" {gf:8.1f} {100 * gf / med(peak[t]):6.1f}%  " + " ".join(f"{x:.0f}" for x in td)
+        lay = layers.get(("tandem", model, t))
+        lay = f"{100 * med(lay) / (med(peak[t]) / t):7.1f}%" if lay else f"{'-':>8s}"
+        line += f" {gf:8.1f} {100 * gf / med(peak[t]):6.1f}% {lay}  " + " ".join(f"{x:.0f}" for x in td)
         print(line)
 print()
 print("FLOPs per sample (conv + linear, counted by the peer from the PyTorch modules; tandem's own "
       "count, which adds normalisation and elementwise layers, in brackets): " + ", ".join(
           f"{m} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)" for m in models if m in flops))
+print("layers %: tandem's conv and linear layers alone (`tandem train --profile`: their FLOPs "
+      "over their thread time) against the sgemm peak per thread")
 print("tandem: `tandem train --json`, AdamW lr 1e-3, batch 64, samples_per_s_steady; "
       f"pytorch ({', '.join(peers)}): bench/peers/torch_train.py, AdamW lr 1e-3 weight decay 0.01, "
       "batch 64, warm-up excluded; ratio = tandem / that peer; medians of " + str(repeats) + " rounds")

@@ -128,8 +128,24 @@ td_layer_info td_model_layer(const td_model_t *m, int i);
 int td_model_output_size(const td_model_t *m);         /* floats per sample of the last layer */
 int td_model_input_size(const td_model_t *m);          /* floats per sample of the input */
 double td_model_flops_per_sample(const td_model_t *m); /* forward + backward */
+/* Layer i's part of it: its forward's, or its backward's (the weight gradient's for a layer with
+ * parameters, and the input gradient's when a layer before it has parameters too). */
+double td_model_layer_flops(const td_model_t *m, int i, bool backward);
 float *td_model_params(td_model_t *m);
 float *td_model_grads(td_model_t *m);
+
+/* ---- profile ----
+ * td_model_set_profiling(m, true) starts per-layer timers (from zero the first time; false
+ * pauses them, an evaluation's forwards say, and keeps the sums): each layer's forward
+ * and backward (its Winograd filter transform, im2col, gemms, the partial sums' reduction...)
+ * add the thread time their work takes. A layer run across T threads at once (linear,
+ * batchnorm) counts its wall time T times; layers run sample by sample count each thread's time
+ * per chunk of samples, and a thread idle at such a segment's end counts for no layer. Off (the
+ * default): one branch per layer and chunk. */
+void td_model_set_profiling(td_model_t *m, bool on);
+/* Thread-seconds per layer since profiling was turned on: fwd_s[i] and bwd_s[i], num_layers
+ * each. */
+void td_model_profile(const td_model_t *m, double *fwd_s, double *bwd_s);
 
 /* ---- batchnorm state ----
  * Buffers: every batchnorm layer's running mean[C] then running variance[C], in layer order

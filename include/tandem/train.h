@@ -114,6 +114,7 @@ typedef struct {
     bool nondeterministic_ok;   /* CPU ranks whose numerics differ (tensor.h) train anyway,
                                  * with a warning, instead of stopping before the first step */
     const char *save_path;      /* final weights as safetensors; NULL: none */
+    bool profile; /* time each layer and phase of the steps after the first 10 (out->profile) */
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int64_t checkpoint_every;   /* steps; 0: at epoch ends (and on a stop signal) only */
     bool resume;                /* continue from the newest valid checkpoint, if any */
@@ -128,6 +129,18 @@ typedef struct {
     void *make_reducer_user;
     td_train_callbacks callbacks;
 } td_train_config;
+
+/* --profile: where a step's time goes, over the steps after this process's first 10 (the
+ * warm-up samples_per_s_steady leaves out too). One row per layer (nn.h's profile: thread time
+ * of its forward and backward) and per phase of the step outside the model. */
+typedef struct {
+    char name[48];  /* the layer's name ("conv1"), or the phase: "loss", "optimizer", "data",
+                     * "gradient wait" (the reducer's allreduce left after the backward) */
+    char kind[24];  /* the layer's kind ("conv2d", "linear"...); the optimizer's name; "" */
+    double fwd_ms;  /* per step: thread milliseconds of the layer's forward, or of the phase */
+    double bwd_ms;  /* per step: of the layer's backward (0 for a phase) */
+    double flops;   /* per step: the layer's forward + backward FLOPs over the batch (nn.h) */
+} td_train_profile_row;
 
 typedef struct {
     int64_t steps;        /* optimizer steps done, including those before a resume */
@@ -150,7 +163,16 @@ typedef struct {
     int norm_count;
     float norm_mean[TD_DATA_MAX_CHANNELS], norm_std[TD_DATA_MAX_CHANNELS];
     int outputs; /* classes, or target values per sample */
+    /* --profile: rows (malloc'd; td_train_result_release frees them), the steps they cover, the
+     * threads, and the wall milliseconds of one of those steps; NULL / 0 when not profiled */
+    td_train_profile_row *profile;
+    int profile_rows;
+    int64_t profile_steps;
+    int profile_threads;
+    double profile_step_ms;
 } td_train_result;
+
+void td_train_result_release(td_train_result *r);
 
 /* Defaults: adamw lr 1e-3, batch 64, accum 1, seed 0, 1 epoch, eval every epoch, W=1. */
 void td_train_config_defaults(td_train_config *cfg);

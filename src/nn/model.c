@@ -106,6 +106,7 @@ void td_model_free(td_model_t *m) {
     }
     for (int t = 0; t < m->scratch_threads; t++) free(m->scratch[t]);
     free(m->scratch);
+    free(m->prof);
     free(m->layers);
     free(m->params);
     free(m->grads);
@@ -695,16 +696,22 @@ int td_model_output_size(const td_model_t *m) {
 int td_model_input_size(const td_model_t *m) {
     return m->in_c * m->in_h * m->in_w;
 }
+double td_model_layer_flops(const td_model_t *m, int i, bool backward) {
+    if (i < 0 || i >= m->num_layers) return 0;
+    const td_layer *l = &m->layers[i];
+    if (!backward) return l->flops_fwd;
+    bool params_before = false;
+    for (int j = 0; j < i; j++) params_before |= m->layers[j].param_count > 0;
+    double f = 0;
+    if (l->param_count) f += l->flops_fwd;                  /* weight gradient */
+    if (l->param_count && params_before) f += l->flops_fwd; /* input gradient */
+    return f;
+}
+
 double td_model_flops_per_sample(const td_model_t *m) {
     double f = 0;
-    bool params_before = false;
-    for (int i = 0; i < m->num_layers; i++) {
-        const td_layer *l = &m->layers[i];
-        f += l->flops_fwd;                                      /* forward */
-        if (l->param_count) f += l->flops_fwd;                  /* weight gradient */
-        if (l->param_count && params_before) f += l->flops_fwd; /* input gradient */
-        params_before |= l->param_count > 0;
-    }
+    for (int i = 0; i < m->num_layers; i++)
+        f += td_model_layer_flops(m, i, false) + td_model_layer_flops(m, i, true);
     return f;
 }
 float *td_model_params(td_model_t *m) {
@@ -793,6 +800,12 @@ void td_model_zero_grads(td_model_t *m) {
 
 /* ---- execution ---- */
 static void ensure_scratch(td_model_t *m, int nt) {
+    if (m->prof_on && nt > m->prof_threads) {
+        m->prof = td_xrealloc(m->prof, sizeof(double) * m->prof_stride * (size_t)nt);
+        memset(m->prof + m->prof_stride * (size_t)m->prof_threads, 0,
+               sizeof(double) * m->prof_stride * (size_t)(nt - m->prof_threads));
+        m->prof_threads = nt;
+    }
     if (nt <= m->scratch_threads) return;
     m->scratch = td_xrealloc(m->scratch, sizeof(float *) * (size_t)nt);
     for (int t = m->scratch_threads; t < nt; t++) m->scratch[t] = alloc_floats(m->col_floats);
@@ -803,14 +816,53 @@ static int ntasks(int n, int per) {
     return (n + per - 1) / per;
 }
 
+/* ---- profiling: one branch per layer when off ---- */
+void td_model_set_profiling(td_model_t *m, bool on) {
+    m->prof_on = on;
+    if (!on || m->prof_stride) return;
+    m->prof_stride = ((size_t)2 * (size_t)m->num_layers + 7) / 8 * 8; /* whole cache lines */
+    ensure_scratch(m, td_get_num_threads());
+}
+
+void td_model_profile(const td_model_t *m, double *fwd_s, double *bwd_s) {
+    for (int i = 0; i < m->num_layers; i++) {
+        fwd_s[i] = bwd_s[i] = 0;
+        for (int t = 0; t < m->prof_threads; t++) {
+            fwd_s[i] += m->prof[(size_t)t * m->prof_stride + 2 * (size_t)i];
+            bwd_s[i] += m->prof[(size_t)t * m->prof_stride + 2 * (size_t)i + 1];
+        }
+    }
+}
+
+static inline double prof_now(const td_model_t *m) {
+    return m->prof_on ? td_now_s() : 0.0;
+}
+
+/* Layer li's forward (bwd 0) or backward (1) took the time since t0 on `threads` threads. */
+static inline void prof_add(td_model_t *m, int tid, int li, int bwd, double t0, int threads) {
+    if (m->prof_on)
+        m->prof[(size_t)tid * m->prof_stride + 2 * (size_t)li + (size_t)bwd] +=
+            (td_now_s() - t0) * threads;
+}
+
+/* Output features per task of a linear layer's gemms (forward, weight gradient): each task's
+ * gemm packs all of x again, so wider layers take wider blocks (mlp7's 1024-wide forward 10%
+ * faster in blocks of 128 than of 64, the same bits: each output's sum runs over all of `in`
+ * either way), up to 256, while a layer keeps 8 tasks for the threads where it can. A function
+ * of the shape alone, never of the thread count. */
+static int linear_cols(int out) {
+    int cols = (out / 8) / TD_NN_LINEAR_COLS * TD_NN_LINEAR_COLS;
+    return TD_MAX(TD_NN_LINEAR_COLS, TD_MIN(4 * TD_NN_LINEAR_COLS, cols));
+}
+
 /* y [B, out] = x [B, in] W^T + b, split over blocks of output features. */
 static void linear_forward(td_model_t *m, int li, int batch, int nt) {
     td_layer *l = &m->layers[li];
     const float *x = m->acts[l->src], *w = m->params + l->param_offset, *b = w + l->weight_count;
-    int in = l->in_c, out = l->out_c, nb = ntasks(out, TD_NN_LINEAR_COLS);
+    int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
     for (int t = 0; t < nb; t++) {
-        int j0 = t * TD_NN_LINEAR_COLS, nf = TD_MIN(TD_NN_LINEAR_COLS, out - j0);
+        int j0 = t * cols, nf = TD_MIN(cols, out - j0);
         float *y = l->out + j0;
         td_sgemm(false, true, batch, nf, in, 1.0f, x, in, w + (size_t)j0 * in, in, 0.0f, y, out);
         for (int s = 0; s < batch; s++) {
@@ -833,10 +885,10 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     td_layer *l = &m->layers[li];
     const float *x = m->acts[l->src], *w = m->params + l->param_offset;
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
-    int in = l->in_c, out = l->out_c, nb = ntasks(out, TD_NN_LINEAR_COLS);
+    int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
     for (int t = 0; t < nb; t++) {
-        int j0 = t * TD_NN_LINEAR_COLS, nf = TD_MIN(TD_NN_LINEAR_COLS, out - j0);
+        int j0 = t * cols, nf = TD_MIN(cols, out - j0);
         if (l->relu_out) /* the folded relu's backward, in place (its gin == gout) */
             for (int s = 0; s < batch; s++)
                 td_relu_backward(dy + (size_t)s * ldo + j0, l->out + (size_t)s * out + j0,
@@ -851,10 +903,10 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     }
     grad_ready(m, li);
     if (!l->need_din) return;
-    int cols = 4 * TD_NN_LINEAR_COLS, nc = ntasks(in, cols);
+    int dcols = 4 * TD_NN_LINEAR_COLS, nc = ntasks(in, dcols);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nc > 1)
     for (int t = 0; t < nc; t++) {
-        int c0 = t * cols, n = TD_MIN(cols, in - c0);
+        int c0 = t * dcols, n = TD_MIN(dcols, in - c0);
         td_sgemm(false, false, batch, n, out, 1.0f, dy, (int)ldo, w + c0, in, 0.0f, dx + c0,
                  (int)ldi);
     }
@@ -912,16 +964,21 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
     int nchunks = ntasks(batch, TD_NN_CHUNK);
     /* Winograd filters follow the parameters, which the optimizer changed since last time */
     for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].wino)
+        if (m->layers[i].wino) {
+            double t0 = prof_now(m);
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
                             m->layers[i].in_c, false, m->layers[i].wino_u);
+            prof_add(m, 0, i, 0, t0, 1);
+        }
     for (int i = 0; i < m->num_layers;) {
         td_layer *l = &m->layers[i];
         if (l->kind == TD_LAYER_LINEAR || l->kind == TD_LAYER_BATCHNORM) {
+            double t0 = prof_now(m);
             if (l->kind == TD_LAYER_LINEAR)
                 linear_forward(m, i, batch, nt);
             else
                 td__bn_forward(m, i, batch, nt);
+            prof_add(m, 0, i, 0, t0, nt);
             i++;
             continue;
         }
@@ -936,8 +993,16 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         for (int c = 0; c < (work ? nchunks : 0); c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
             int tid = omp_get_thread_num();
-            for (int j = i; j < end; j++) td__layer_forward_rows(m, j, s0, s1, tid);
-            if (bn_sums) td__bn_sample_sums(m, end, s0, s1);
+            for (int j = i; j < end; j++) {
+                double t0 = prof_now(m);
+                td__layer_forward_rows(m, j, s0, s1, tid);
+                prof_add(m, tid, j, 0, t0, 1);
+            }
+            if (bn_sums) {
+                double t0 = prof_now(m);
+                td__bn_sample_sums(m, end, s0, s1);
+                prof_add(m, tid, end, 0, t0, 1);
+            }
         }
         if (bn_sums) m->layers[end].psum_fresh = true;
         i = end;
@@ -958,23 +1023,30 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
     while (first < m->num_layers && !m->layers[first].param_count) first++;
     int nchunks = ntasks(batch, TD_NN_CHUNK);
     for (int i = first; i < m->num_layers; i++)
-        if (m->layers[i].wino && m->layers[i].need_din)
+        if (m->layers[i].wino && m->layers[i].need_din) {
+            double t0 = prof_now(m);
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
                             m->layers[i].in_c, true, m->layers[i].wino_ub);
+            prof_add(m, 0, i, 1, t0, 1);
+        }
 #define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id]) /* -2 (never used) reads as dout */
 #define GLD(id)  ((id) < 0 ? (size_t)td_model_output_size(m) : m->gstride)
     for (int i = m->num_layers - 1; i >= first;) {
         td_layer *l = &m->layers[i];
         if (l->kind == TD_LAYER_LINEAR) {
+            double t0 = prof_now(m);
             linear_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
                             GLD(l->gin));
+            prof_add(m, 0, i, 1, t0, nt);
             i--;
             continue;
         }
         if (l->kind == TD_LAYER_BATCHNORM) {
             /* (td__bn_backward adds gadd's part itself, chunk by chunk) */
+            double t0 = prof_now(m);
             td__bn_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
                             GLD(l->gin));
+            prof_add(m, 0, i, 1, t0, nt);
             grad_ready(m, i);
             i--;
             continue;
@@ -989,13 +1061,17 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
             int tid = omp_get_thread_num();
             for (int j = i; j >= begin; j--) {
                 td_layer *lj = &m->layers[j];
+                double t0 = prof_now(m);
                 td__layer_backward_rows(m, j, s0, s1, c, tid, GBUF(lj->gout), GLD(lj->gout),
                                         GBUF(lj->gin), GLD(lj->gin));
+                prof_add(m, tid, j, 1, t0, 1);
             }
         }
         for (int j = i; j >= begin; j--) {
             if (!m->layers[j].partial) continue;
+            double t0 = prof_now(m);
             reduce_partials(m, &m->layers[j], nchunks, nt);
+            prof_add(m, 0, j, 1, t0, nt);
             grad_ready(m, j);
         }
         i = begin - 1;

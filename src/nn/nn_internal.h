@@ -9,7 +9,8 @@
 /* Samples per chunk for per-sample layers. A constant (never derived from the thread count) so
  * that per-chunk partial sums, combined in chunk order, give the same bits on any team size. */
 #define TD_NN_CHUNK 4
-/* Feature columns per task for Linear layers' gemm partitions; also thread-count independent. */
+/* The smallest block of feature columns per task of a Linear layer's gemms (model.c, linear_cols);
+ * also thread-count independent. */
 #define TD_NN_LINEAR_COLS 64
 
 typedef struct {
@@ -95,6 +96,12 @@ struct td_model {
     const uint64_t *sample_ids;
     td_grad_ready_fn hook;
     void *hook_user;
+    /* td_model_set_profiling: per thread (rows of prof_stride doubles, whole cache lines apart),
+     * thread-seconds of each layer's forward [2 i] and backward [2 i + 1] */
+    bool prof_on;
+    double *prof;
+    int prof_threads;
+    size_t prof_stride;
 };
 
 /* Per-sample layers (everything but Linear) over rows [s0, s1) of the batch; tid indexes the

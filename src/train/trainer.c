@@ -108,6 +108,10 @@ typedef struct {
     double train_s;       /* seconds inside training steps (evaluation and checkpoints excluded) */
     double warm_s;        /* train_s and samples_done after this process's first WARM_STEPS */
     int64_t warm_samples;
+    /* --profile, from the step after the warm-up on: seconds of the phases outside the model */
+    bool prof_on;
+    double prof_data_s, prof_loss_s, prof_wait_s, prof_optim_s, prof_t0;
+    int64_t prof_step0;
     int64_t ckpt_steps[2]; /* the steps of the last two checkpoints written (-1: none) */
     /* --device cuda: the engine, the epoch whose order it holds, steps enqueued so far */
     td_gpu_t *gpu;
@@ -216,7 +220,7 @@ static void emit(trainer *t, const char *key, int64_t step, double value) {
     if (cb->metric) cb->metric(cb->user, key, step, value);
 }
 
-static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *loss) {
+static td_status evaluate_model(trainer *t, int64_t step, double *acc_pct, double *loss) {
     const td_train_config *cfg = t->cfg;
     const td_train_reducer *r = t->reducer;
     *acc_pct = *loss = NAN;
@@ -249,6 +253,14 @@ static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *los
     if (t->has_acc) emit(t, "test/acc", step, *acc_pct);
     emit(t, "test/loss", step, *loss);
     return TD_OK;
+}
+
+/* An evaluation's forwards are no training step's: --profile's layer timers pause for them. */
+static td_status evaluate(trainer *t, int64_t step, double *acc_pct, double *loss) {
+    if (t->prof_on) td_model_set_profiling(t->model, false);
+    td_status st = evaluate_model(t, step, acc_pct, loss);
+    if (t->prof_on) td_model_set_profiling(t->model, true);
+    return st;
 }
 
 static td_status save_checkpoint(trainer *t, int64_t step) {
@@ -1016,13 +1028,17 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
             td_model_set_grad_ready_hook(t->model, on_grad_ready, t);
         }
         if (cnt > 0) {
+            double t0 = t->prof_on ? td_now_s() : 0;
             TD_CHECK(gather_micro_batch(t, step, j, cnt));
+            if (t->prof_on) t->prof_data_s += td_now_s() - t0;
             td_forward_ctx ctx = {
                 .training = true, .seed = cfg->seed, .step = (uint64_t)step, .sample_ids = t->ids};
             const float *out = td_model_forward(t->model, t->x, cnt, &ctx);
             if (!out) return TD_ERR_INVALID;
+            if (t->prof_on) t0 = td_now_s();
             sums[0] += loss_and_grad(t, out, cnt, scale);
             sums[1] += count_correct(t, out, cnt);
+            if (t->prof_on) t->prof_loss_s += td_now_s() - t0;
             sums[2] += cnt;
             td_model_backward(t->model, t->dout, cnt);
         }
@@ -1042,14 +1058,73 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
         for (int k = 0; k < t->nlevels; k++) t->occupied[k] = false;
     }
     sums[3] = td_train_stop_signal() ? 1 : 0;
+    double t0 = t->prof_on ? td_now_s() : 0;
     if (r) {
         TD_CHECK(r->wait(r->user));
         if (r->allreduce_sum) TD_CHECK(r->allreduce_sum(r->user, sums, 4));
     }
     if (t->bn_size) TD_CHECK(update_running_stats(t));
+    if (t->prof_on) t->prof_wait_s += td_now_s() - t0, t0 = td_now_s();
     td_optim_step(t->opt, td_model_params(t->model), td_model_grads(t->model));
+    if (t->prof_on) t->prof_optim_s += td_now_s() - t0;
     if (r && r->check_params) TD_CHECK(r->check_params(r->user, step + 1));
     return TD_OK;
+}
+
+/* ---- --profile ---- */
+static void start_profile(trainer *t, int64_t step) {
+    td_model_set_profiling(t->model, true);
+    t->prof_on = true;
+    t->prof_step0 = step;
+    t->prof_t0 = t->train_s;
+    t->prof_data_s = t->prof_loss_s = t->prof_wait_s = t->prof_optim_s = 0;
+}
+
+static void fill_profile(trainer *t, td_train_result *out) {
+    int64_t steps = t->step - t->prof_step0;
+    if (steps <= 0) return;
+    int nl = td_model_num_layers(t->model);
+    double *fwd = td_xcalloc((size_t)nl, sizeof *fwd), *bwd = td_xcalloc((size_t)nl, sizeof *bwd);
+    td_model_profile(t->model, fwd, bwd);
+    td_train_profile_row *rows = td_xcalloc((size_t)nl + 4, sizeof *rows);
+    double per = 1e3 / (double)steps;
+    double batch = (double)t->cfg->batch * t->cfg->accum; /* this rank's samples per step */
+    int n = 0;
+    for (int i = 0; i < nl; i++, n++) {
+        td_layer_info li = td_model_layer(t->model, i);
+        snprintf(rows[n].name, sizeof rows[n].name, "%s", li.name ? li.name : "?");
+        snprintf(rows[n].kind, sizeof rows[n].kind, "%s", li.kind_name);
+        rows[n].fwd_ms = fwd[i] * per, rows[n].bwd_ms = bwd[i] * per;
+        rows[n].flops = batch * (td_model_layer_flops(t->model, i, false) +
+                                 td_model_layer_flops(t->model, i, true));
+    }
+    const struct {
+        const char *name, *kind;
+        double s;
+    } phases[] = {
+        {"loss", "", t->prof_loss_s},
+        {"optimizer", td_optim_kind_name(t->cfg->optim.kind), t->prof_optim_s},
+        {"data", "", t->prof_data_s},
+        {"gradient wait", "", t->prof_wait_s},
+    };
+    for (size_t k = 0; k < TD_ARRAY_LEN(phases); k++, n++) {
+        snprintf(rows[n].name, sizeof rows[n].name, "%s", phases[k].name);
+        snprintf(rows[n].kind, sizeof rows[n].kind, "%s", phases[k].kind);
+        rows[n].fwd_ms = phases[k].s * per;
+    }
+    free(fwd);
+    free(bwd);
+    out->profile = rows;
+    out->profile_rows = n;
+    out->profile_steps = steps;
+    out->profile_threads = td_get_num_threads();
+    out->profile_step_ms = (t->train_s - t->prof_t0) * per;
+}
+
+void td_train_result_release(td_train_result *r) {
+    free(r->profile);
+    r->profile = NULL;
+    r->profile_rows = 0;
 }
 
 td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
@@ -1195,8 +1270,10 @@ td_status td_train_run(const td_train_config *cfg, td_train_result *out) {
         step++;
         t->step = step;
         t->samples_done += (int64_t)sums[2];
-        if (step - t->start_step == WARM_STEPS)
+        if (step - t->start_step == WARM_STEPS) {
             t->warm_s = t->train_s, t->warm_samples = t->samples_done;
+            if (cfg->profile && !t->gpu) start_profile(t, step);
+        }
         out->final_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
         out->final_acc = sums[2] > 0 && t->has_acc ? sums[1] / sums[2] : NAN;
         if (sums[2] > 0 && !isfinite(out->final_loss)) { /* every rank sees the same sums */
@@ -1274,6 +1351,7 @@ out:
         memcpy(out->norm_mean, t->norm_mean, (size_t)out->norm_count * sizeof(float));
         memcpy(out->norm_std, t->norm_std, (size_t)out->norm_count * sizeof(float));
     }
+    if (t->prof_on) fill_profile(t, out);
     out->wall_s = td_now_s() - t0;
     free(resumed_path);
     td_checkpoint_free(&ck);

@@ -44,6 +44,7 @@ enum {
     OPT_NO_PROGRESS,
     OPT_LOG_EVERY,
     OPT_JSON,
+    OPT_PROFILE,
     OPT_NPROC,
     OPT_NONDET_OK,
     OPT_VAL_DATA,
@@ -125,6 +126,12 @@ static const cli_opt train_opts[] = {
     {OPT_NO_PROGRESS, "no-progress", 0, NULL, "force the progress bar off", 0},
     {OPT_LOG_EVERY, "log-every", 0, "N", "steps between log lines when there is no bar", 0},
     {OPT_JSON, "json", 0, NULL, "end stdout with one JSON line of results", 0},
+    {OPT_PROFILE, "profile", 0, NULL,
+     "after training, where a step's time went (each layer's\n"
+     "forward and backward, loss, optimizer, data, gradient\n"
+     "wait; GFLOP/s of conv and linear layers), over the steps\n"
+     "after the first 10; with --json, also as \"profile\"",
+     0},
     {OPT_NPROC, "nproc-per-node", 0, "K",
      "start K local workers through 'tandem launch --standalone'", 0},
     {OPT_NONDET_OK, "nondeterministic-ok", 0, NULL,
@@ -365,6 +372,46 @@ static int exec_launcher(int argc, char **argv, const char *nproc) {
     return 1;
 }
 
+/* Whether a row is a layer whose work is a gemm (conv, linear): the compute-bound ones. */
+static bool gemm_row(const td_train_profile_row *p) {
+    return !strcmp(p->kind, "conv2d") || !strcmp(p->kind, "linear");
+}
+
+/* --profile's table, on stderr: rows with a share of the step's thread time, then the conv and
+ * linear layers together (what the sgemm peak bounds). */
+static void print_profile(const td_train_result *r, int batch) {
+    if (!r->profile_rows || r->profile_steps <= 0) return;
+    double total = 0, gemm_ms = 0, gemm_flops = 0;
+    for (int i = 0; i < r->profile_rows; i++) {
+        const td_train_profile_row *p = &r->profile[i];
+        total += p->fwd_ms + p->bwd_ms;
+        if (gemm_row(p)) gemm_ms += p->fwd_ms + p->bwd_ms, gemm_flops += p->flops;
+    }
+    fprintf(stderr,
+            "profile: %lld steps after the first 10, batch %d, %d thread%s; a step took %.2f ms "
+            "(wall), %.2f ms of thread time below\n",
+            (long long)r->profile_steps, batch, r->profile_threads,
+            r->profile_threads == 1 ? "" : "s", r->profile_step_ms, total);
+    fprintf(stderr, "  %-20s %-12s %10s %10s %10s %6s %8s\n", "layer", "kind", "fwd ms",
+            "bwd ms", "total ms", "%", "GFLOP/s");
+    for (int i = 0; i < r->profile_rows; i++) {
+        const td_train_profile_row *p = &r->profile[i];
+        double ms = p->fwd_ms + p->bwd_ms;
+        char gf[16] = "";
+        if (p->flops > 0 && ms > 0) snprintf(gf, sizeof gf, "%.1f", p->flops / ms * 1e-6);
+        char bwd[16] = "";
+        if (p->bwd_ms > 0 || p->flops > 0) snprintf(bwd, sizeof bwd, "%.3f", p->bwd_ms);
+        fprintf(stderr, "  %-20s %-12s %10.3f %10s %10.3f %5.1f%% %8s\n", p->name, p->kind,
+                p->fwd_ms, bwd, ms, total > 0 ? 100.0 * ms / total : 0.0, gf);
+    }
+    if (gemm_ms > 0)
+        fprintf(stderr,
+                "  %-20s %-12s %10s %10s %10.3f %5.1f%% %8.1f   (GFLOP/s per thread: FLOPs of "
+                "a direct conv, so Winograd's count as saved)\n",
+                "conv + linear", "", "", "", gemm_ms, total > 0 ? 100.0 * gemm_ms / total : 0.0,
+                gemm_flops / gemm_ms * 1e-6);
+}
+
 static void print_json(const td_train_config *cfg, const td_train_result *r, td_status st,
                        const td_train_dist *dist, json_t *evals) {
     json_t *o = json_object();
@@ -416,6 +463,19 @@ static void print_json(const td_train_config *cfg, const td_train_result *r, td_
         }
         json_object_set_new(o, "norm_mean", m);
         json_object_set_new(o, "norm_std", sd);
+    }
+    if (r->profile_rows) {
+        json_t *rows = json_array();
+        for (int i = 0; i < r->profile_rows; i++) {
+            const td_train_profile_row *p = &r->profile[i];
+            json_array_append_new(rows, json_pack("{s:s, s:s, s:f, s:f, s:f}", "name", p->name,
+                                                  "kind", p->kind, "fwd_ms", p->fwd_ms, "bwd_ms",
+                                                  p->bwd_ms, "flops", p->flops));
+        }
+        json_object_set_new(o, "profile",
+                            json_pack("{s:I, s:i, s:f, s:o}", "steps", (json_int_t)r->profile_steps,
+                                      "threads", r->profile_threads, "step_ms", r->profile_step_ms,
+                                      "rows", rows));
     }
     json_object_set_new(o, "status",
                         json_string(st == TD_OK                ? "ok"
@@ -563,6 +623,9 @@ int cmd_train(int argc, char **argv) {
         case OPT_JSON:
             json = true;
             break;
+        case OPT_PROFILE:
+            cfg.profile = true;
+            break;
         case OPT_EVAL_EPOCH:
             cfg.eval_every_epoch = true;
             break;
@@ -611,6 +674,9 @@ int cmd_train(int argc, char **argv) {
     cfg.norm_count = nmean, cfg.norm_mean = mean, cfg.norm_std = std;
     if (cfg.val_data && cfg.val_fraction > 0)
         return usage_error("--val-data and --val-fraction exclude each other; give one");
+    if (cfg.profile && cfg.device == TD_DEVICE_CUDA)
+        return usage_error("--profile times the CPU engine's layers; for --device cuda use "
+                           "nsys or ncu (docs/gpu.md)");
     if (cfg.precision != TD_PRECISION_FP32 && cfg.device != TD_DEVICE_CUDA)
         return usage_error("--precision %s is for --device cuda: the CPU engine trains in fp32 "
                            "(drop --precision, or add --device cuda)",
@@ -682,8 +748,16 @@ int cmd_train(int argc, char **argv) {
     } else if (st != TD_OK) {
         td_error_print(st);
     }
+    if (cfg.profile && cfg.rank == 0 && (st == TD_OK || st == TD_ERR_INTERRUPTED)) {
+        if (res.profile_rows)
+            print_profile(&res, cfg.batch);
+        else
+            TD_LOG_WARN("--profile: no step after the first 10 ran (%lld steps), nothing to show",
+                        (long long)(res.steps - res.start_step));
+    }
     if (json && cfg.rank == 0 && (st == TD_OK || st == TD_ERR_INTERRUPTED))
         print_json(&cfg, &res, st, dist, metrics.evals);
+    td_train_result_release(&res);
     td_metrics_sink_close(metrics.sink);
     json_decref(metrics.evals);
     td_train_dist_free(dist);
