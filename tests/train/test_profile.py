@@ -4,7 +4,7 @@
     steps after the first 10. (2) Each conv and linear row's FLOPs are those of a direct conv /
     matmul over the batch, counted here from the layer shapes (forward, weight gradient, input
     gradient but the first layer's). (3) conv2, BasicNet's 32 -> 64 channel 3x3 conv over 26x26
-    (most of its FLOPs), takes the most time forward and backward. (4) The rows are the step's own time: at 1 thread
+    (most of its FLOPs), takes the most time forward and backward (at 1 thread). (4) The rows are the step's own time: at 1 thread
     their sum lies within the steps' wall time (an evaluation's forwards, 10,000 test images
     here, are not counted: they would dwarf 30 training steps of 32), at 2 threads within twice
     it. (5) Profiling does not change the bits: the same weights with and without it. (6) Fewer
@@ -71,7 +71,9 @@ with tempfile.TemporaryDirectory() as d:
         total = {r["name"]: r["fwd_ms"] + r["bwd_ms"] for r in rows}
         if min(total.values()) < 0:
             fail(f"a negative time: {rows}")
-        for part in ("fwd_ms", "bwd_ms"):
+        # At 1 thread each row is the time its layer's work took; at 2 a linear layer counts its
+        # wall time twice, and on a loaded machine a descheduled partner makes that anything.
+        for part in ("fwd_ms", "bwd_ms") if threads == 1 else ():
             top = max(rows, key=lambda r: r[part])["name"]
             if top != "conv2":
                 fail(f"conv2 is not the costliest {part} (it is {top}): {rows}")
