@@ -157,8 +157,9 @@ out:
     return best;
 }
 
-/* The SDK of this binary: the source tree's python/ above it (build/tandem), or a pip
- * install's site-packages beside its bin/. NULL when neither (caller frees): the bundle goes
+/* The SDK of this binary: the source tree's python/ above it (build/tandem), the portable
+ * wheel's beside it (<site-packages>/tandem.scripts/tandem: <site-packages>/tandem), or a pip
+ * install's site-packages beside its bin/. NULL when none (caller frees): the bundle goes
  * without it, and says so. */
 static char *sdk_dir_of(const char *exe) {
     char *dir = td_xstrdup(exe);
@@ -173,6 +174,19 @@ static char *sdk_dir_of(const char *exe) {
             char *sdk = td_xasprintf("%s/python/tandem", dir);
             free(dir);
             return sdk;
+        }
+        const char *base = strrchr(dir, '/');
+        if (up == 0 && base && !strcmp(base, "/tandem.scripts")) {
+            /* the portable wheel's: <site-packages>/tandem.scripts/tandem */
+            char *wheel = td_xasprintf("%.*s/tandem", (int)(base - dir), dir);
+            char *winit = td_xasprintf("%s/__init__.py", wheel);
+            bool in_wheel = access(winit, R_OK) == 0;
+            free(winit);
+            if (in_wheel) {
+                free(dir);
+                return wheel;
+            }
+            free(wheel);
         }
         if (up == 0) { /* <env>/bin/tandem: <env>/lib/pythonX.Y/site-packages/tandem */
             char *pat = td_xasprintf("%s/../lib/python3*/site-packages/tandem/__init__.py", dir);
