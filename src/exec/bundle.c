@@ -256,6 +256,21 @@ static td_status file_entry(json_t *files, const char *path, const char *rel) {
     return TD_OK;
 }
 
+/* A manifest entry for each of list's files as staged in STAGE/DIR under its own name. */
+static td_status list_entries(json_t *files, const char *stage, const char *dir,
+                              const lib_list *list) {
+    td_status st = TD_OK;
+    for (size_t i = 0; st == TD_OK && i < list->n; i++) {
+        const char *base = strrchr(list->paths[i], '/') + 1;
+        char *p = td_xasprintf("%s/%s/%s", stage, dir, base);
+        char *rel = td_xasprintf("%s/%s", dir, base);
+        st = file_entry(files, p, rel);
+        free(p);
+        free(rel);
+    }
+    return st;
+}
+
 /* Makes CACHE/KEY.tar.gz: a staging directory with the wrapper, bin/tandem, lib/, python/tandem
  * and manifest.json, packed by tar (which every host has: the code goes to it the same way). */
 static td_status make_tarball(const td__bundle *b, const char *exe, const lib_list *levels,
@@ -315,22 +330,8 @@ static td_status make_tarball(const td__bundle *b, const char *exe, const lib_li
         st = file_entry(files, p, "bin/tandem");
         free(p);
     }
-    for (size_t i = 0; st == TD_OK && i < levels->n; i++) {
-        const char *base = strrchr(levels->paths[i], '/') + 1;
-        char *p = td_xasprintf("%s/bin/%s", stage, base);
-        char *rel = td_xasprintf("bin/%s", base);
-        st = file_entry(files, p, rel);
-        free(p);
-        free(rel);
-    }
-    for (size_t i = 0; st == TD_OK && i < libs->n; i++) {
-        const char *base = strrchr(libs->paths[i], '/') + 1;
-        char *p = td_xasprintf("%s/lib/%s", stage, base);
-        char *rel = td_xasprintf("lib/%s", base);
-        st = file_entry(files, p, rel);
-        free(p);
-        free(rel);
-    }
+    if (st == TD_OK) st = list_entries(files, stage, "bin", levels);
+    if (st == TD_OK) st = list_entries(files, stage, "lib", libs);
     if (st == TD_OK) {
         json_t *m = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:o}", "format", 1, "key",
                               b->key, "os", b->os, "arch", b->arch, "glibc_needed",

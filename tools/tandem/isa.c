@@ -60,22 +60,22 @@ static _Noreturn void die(const char *fmt, ...) {
     exit(2);
 }
 
-/* DIR/tandem-<level> for this binary's DIR, or "" when /proc/self/exe cannot be read. */
-static void sibling_path(int level, char *out, size_t cap) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    out[0] = '\0';
-    if (n <= 0) return;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash) return;
-    *slash = '\0';
-    snprintf(out, cap, "%s/tandem-%s", exe, level_name[level]);
+/* This binary's directory into dir[PATH_MAX]; "" when /proc/self/exe cannot be read. */
+static void self_dir(char *dir) {
+    ssize_t n = readlink("/proc/self/exe", dir, PATH_MAX - 1);
+    dir[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else dir[0] = '\0';
 }
 
-static bool sibling_exists(int level, char *path, size_t cap) {
-    sibling_path(level, path, cap);
-    return path[0] && access(path, X_OK) == 0;
+/* Whether DIR/tandem-<level> is there to run (dir read on the first call: a native build that
+ * is the CPU's level never looks); its path into path[cap] either way. */
+static bool sibling_exists(char *dir, bool *have_dir, int level, char *path, size_t cap) {
+    if (!*have_dir) self_dir(dir), *have_dir = true;
+    if (!dir[0]) return path[0] = '\0', false;
+    snprintf(path, cap, "%s/tandem-%s", dir, level_name[level]);
+    return access(path, X_OK) == 0;
 }
 
 void td_cli_pick_kernels(char **argv) {
@@ -92,7 +92,8 @@ void td_cli_pick_kernels(char **argv) {
     }
     const int cpu = cpu_level();
     const char *pin = td_env_str(TD_ENV_ISA);
-    char path[PATH_MAX + 32];
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    bool have_dir = false;
     int want = 0;
     if (strcmp(pin, "auto")) {
         want = parse_level(pin);
@@ -105,7 +106,7 @@ void td_cli_pick_kernels(char **argv) {
                 "rank must run one level to compute the same bits), or unset it",
                 pin, level_name[cpu], level_name[cpu]);
         if (want == own) return;
-        if (!sibling_exists(want, path, sizeof path))
+        if (!sibling_exists(dir, &have_dir, want, path, sizeof path))
             die("TANDEM_ISA=%s: this tandem is built for %s only (no %s beside it); unset "
                 "TANDEM_ISA or set it to %s, or install the portable wheel (scripts/wheel.sh), "
                 "which carries x86-64, x86-64-v3 and x86-64-v4",
@@ -114,7 +115,7 @@ void td_cli_pick_kernels(char **argv) {
         /* The highest level the CPU runs that this binary is or that a sibling is built for. */
         for (int l = cpu; l >= 1 && !want; l--) {
             if (l == own) return;
-            if (sibling_exists(l, path, sizeof path)) want = l;
+            if (sibling_exists(dir, &have_dir, l, path, sizeof path)) want = l;
         }
         if (!want) {
             /* A build above the CPU's level (-march=native on another machine): said, in case
