@@ -133,10 +133,14 @@ void td_sigwatch_close(td_sigwatch *w);
 /* ---- files ---- */
 
 /* The path to start this tandem by, in another process or on another host that shares the
- * install (newly allocated): /proc/self/exe, except that a portable install's build for one
- * x86-64 level (DIR/tandem-x86-64-v4, which DIR/tandem exec'd on this CPU: tools/tandem/isa.c)
- * is named by DIR/tandem, which picks again for the CPU it runs on. "tandem" when unreadable. */
+ * install (newly allocated): /proc/self/exe as td_install_binary names it; "tandem" when
+ * unreadable. */
 char *td_self_exe(void);
+/* The binary a tandem at `exe` is installed as (newly allocated): exe, except that a portable
+ * install's build for one x86-64 level (DIR/tandem-x86-64-v4, which DIR/tandem exec'd on this
+ * CPU: tools/tandem/isa.c) is DIR/tandem when that is there, which picks again for the CPU it
+ * runs on. */
+char *td_install_binary(const char *exe);
 
 /* mkdir -p: creates path and its missing parents (0755). A component that exists and is not a
  * directory is TD_ERR_INVALID naming it ("... is in the way"); other failures TD_ERR_IO. */

@@ -296,18 +296,22 @@ void td_sigwatch_close(td_sigwatch *w) {
 
 /* ---------------- files ---------------- */
 
+char *td_install_binary(const char *exe) {
+    const char *slash = strrchr(exe, '/');
+    if (slash && !strncmp(slash + 1, "tandem-x86-64", 13)) {
+        char *main_exe = td_xasprintf("%.*s/tandem", (int)(slash - exe), exe);
+        if (access(main_exe, X_OK) == 0) return main_exe;
+        free(main_exe);
+    }
+    return td_xstrdup(exe);
+}
+
 char *td_self_exe(void) {
     char buf[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) return td_xstrdup("tandem");
     buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (slash && !strncmp(slash + 1, "tandem-x86-64", 13)) {
-        char *main_exe = td_xasprintf("%.*s/tandem", (int)(slash - buf), buf);
-        if (access(main_exe, X_OK) == 0) return main_exe;
-        free(main_exe);
-    }
-    return td_xstrdup(buf);
+    return td_install_binary(buf);
 }
 
 td_status td_mkdirs(const char *path) {

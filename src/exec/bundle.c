@@ -81,9 +81,8 @@ size_t td__bundle_levels(char *exe, char ***paths) {
     char *slash = strrchr(exe, '/');
     if (!slash) return 0;
     char *dir = td_xstrndup(exe, (size_t)(slash - exe));
-    char *main_exe = td_xasprintf("%s/tandem", dir);
-    if (!strncmp(slash + 1, "tandem-x86-64", 13) && access(main_exe, X_OK) == 0)
-        snprintf(exe, PATH_MAX, "%s", main_exe);
+    char *main_exe = td_install_binary(exe);
+    snprintf(exe, PATH_MAX, "%s", main_exe);
     char *pat = td_xasprintf("%s/tandem-x86-64*", dir);
     glob_t g;
     if (glob(pat, 0, NULL, &g) == 0) {
