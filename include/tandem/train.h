@@ -181,11 +181,11 @@ void td_train_config_defaults(td_train_config *cfg);
  * returns TD_ERR_INTERRUPTED. */
 td_status td_train_run(const td_train_config *cfg, td_train_result *out);
 
-/* SIGTERM and SIGINT set a flag the loop checks after each step (SA_RESTART; nothing else). */
+/* SIGTERM and SIGINT set a flag the loop checks after each step (SA_RESTART; nothing else); a
+ * second one more than a second after the first kills the process. */
 void td_train_install_signal_handlers(void);
-/* The signal received since install (or set by td_train_request_stop), 0 if none. */
+/* The signal received since install, 0 if none. */
 int td_train_stop_signal(void);
-void td_train_request_stop(int sig);
 
 /* ---- data parallelism from the launcher's environment ----
  * td_train_dist_from_env joins the process group the launcher describes (RANK, WORLD_SIZE,

@@ -204,9 +204,10 @@ void td__workers_signal(td__workers *ws, int sig, bool all) {
     for (int i = 0; i < ws->n; i++) {
         td__worker *w = &ws->w[i];
         if (w->pid <= 0 || (!all && !w->running)) continue;
-        /* The group first (grandchildren), then the leader in case it left the group. */
-        kill(-w->pid, sig);
-        if (w->running) kill(w->pid, sig);
+        /* The group (the worker and what it started), and the worker alone only if it left
+         * the group: signalled twice, it may take the second as "stop now" (trainer.c). */
+        bool group = kill(-w->pid, sig) == 0;
+        if (w->running && (!group || getpgid(w->pid) != w->pid)) kill(w->pid, sig);
     }
 }
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tandem/data.h"
@@ -23,13 +24,24 @@
 
 /* ---- signals: the handler only records; the loop decides ---- */
 static volatile sig_atomic_t stop_signal;
+static struct timespec stop_signal_at; /* when the first arrived (CLOCK_MONOTONIC) */
 
+/* A second signal means "now", unless it comes within a second of the first: one stop request
+ * often arrives twice in a burst (a launcher signalling the worker's process group and the
+ * worker, wrappers such as timeout(1) and srun), and the checkpoint it asked for must be
+ * written. The launcher's agent applies the same rule (launch.c on_signal). */
 static void on_stop_signal(int sig) {
-    if (stop_signal) { /* a second signal means "now": fall back to the default action */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (stop_signal) {
+        double since = (double)(now.tv_sec - stop_signal_at.tv_sec) +
+                       1e-9 * (double)(now.tv_nsec - stop_signal_at.tv_nsec);
+        if (since < 1.0) return;
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
+    stop_signal_at = now;
     stop_signal = sig;
 }
 
@@ -39,16 +51,14 @@ void td_train_install_signal_handlers(void) {
     sa.sa_handler = on_stop_signal;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGTERM); /* one handler at a time: the burst check reads its time */
+    sigaddset(&sa.sa_mask, SIGINT);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
 }
 
 int td_train_stop_signal(void) {
     return stop_signal;
-}
-
-void td_train_request_stop(int sig) {
-    stop_signal = sig;
 }
 
 void td_train_config_defaults(td_train_config *c) {
