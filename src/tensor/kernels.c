@@ -99,125 +99,71 @@ void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride
 }
 
 /* ---- stride 2 through parity planes ----
- * The zero-padded image xp [h + 2 pad, w + 2 pad] split into its four (row, column) parity
- * planes, P[q][ci][a][b] = xp[2a + (q >> 1)][2b + (q & 1)], each [ph, pw] = half the padded size
- * rounded up. Kernel tap (ki, kj) then reads plane q = 2 (ki & 1) + (kj & 1) shifted by
- * (ki >> 1, kj >> 1): contiguous runs, where td_im2col gathers every other float for each of
- * the k * k taps. A 1x1 kernel reads only plane 0. */
+ * The zero-padded image xp [2 ph, 2 pw] (h + 2 pad by w + 2 pad, rounded up to even, zeros
+ * around) split by column parity: E[ci] = xp's even columns and O[ci] = its odd ones, each
+ * [2 ph, pw]. The (row, column) parity plane (r, t) is every other row of E (t = 0) or O (t = 1)
+ * from row r: P[r][t][ci][a][b] = xp[2a + r][2b + t], rows 2 pw floats apart. Kernel tap (ki, kj)
+ * then reads the column-parity half kj & 1 from row ki and column kj >> 1: contiguous runs, where
+ * td_im2col gathers every other float for each of the k * k taps.
+ * A whole padded plane is split in one long loop (even / odd floats of a row of even length
+ * stay even / odd across rows): per-row loops over 16 pairs ran mostly in their scalar tails. */
 typedef struct {
-    int ph, pw, nq; /* plane size; planes used (1 for a 1x1 kernel, else 4) */
-    size_t plane;   /* floats per channel of one parity */
+    int ph, pw;   /* a parity plane's size: half the padded image, rounded up */
+    size_t half;  /* floats of E (or O) per channel: 2 ph * pw */
 } parity;
 
-static parity parity_of(int h, int w, int k, int pad) {
+static parity parity_of(int h, int w, int pad) {
     parity p;
-    p.ph = (h + 2 * pad + 1) / 2, p.pw = (w + 2 * pad + 1) / 2, p.nq = k > 1 ? 4 : 1;
-    p.plane = (size_t)p.ph * p.pw;
+    p.ph = (h + 2 * pad + 1) / 2, p.pw = (w + 2 * pad + 1) / 2;
+    p.half = (size_t)2 * p.ph * p.pw;
     return p;
 }
 
+/* E and O of every channel, then one channel's padded image (the split's and merge's buffer). */
 size_t td_parity_floats(int c, int h, int w, int k, int pad) {
-    parity p = parity_of(h, w, k, pad);
-    return (size_t)p.nq * c * p.plane;
+    (void)k;
+    parity p = parity_of(h, w, pad);
+    return (size_t)2 * c * p.half + 2 * p.half;
 }
 
-/* The valid part of an even / odd parity row: b with 2b - pad (even) or 2b + 1 - pad (odd)
- * inside [0, w). */
-static int even_lo(int pad) { return (pad + 1) / 2; }
-static int even_hi(int w, int pad) { return (w + pad + 1) / 2; }
-static int odd_lo(int pad) { return pad / 2; }
-static int odd_hi(int w, int pad) { return (w + pad) / 2; }
+/* Where tap (ki, kj) of channel ci reads its first value (rows 2 pw apart). */
+static size_t tap_at(parity p, int ci, int ki, int kj) {
+    return (size_t)(2 * ci + (kj & 1)) * p.half + (size_t)ki * p.pw + (size_t)(kj >> 1);
+}
 
-/* Row xr [w] into its even and odd parity rows (odd may be NULL: a 1x1 kernel reads only even
- * columns), each read once: an unpacking loop over column pairs. */
-static void split_row(const float *xr, int w, int pad, int pw, float *even, float *odd) {
-    for (int b = 0; b < even_lo(pad); b++) even[b] = 0.0f;
-    for (int b = even_hi(w, pad); b < pw; b++) even[b] = 0.0f;
-    int ix = 0;
-    if (odd) {
-        for (int b = 0; b < odd_lo(pad); b++) odd[b] = 0.0f;
-        for (int b = odd_hi(w, pad); b < pw; b++) odd[b] = 0.0f;
-        if (pad & 1) odd[pad >> 1] = xr[0], ix = 1; /* column 0 is odd in the padded row */
-    } else if (pad & 1) {
-        ix = 1;
+/* Channel xc [h, w] into its E and O (eo: E, then O). */
+static void split_channel(const float *xc, int h, int w, int pad, parity p, float *xp,
+                          float *eo) {
+    size_t wp = (size_t)2 * p.pw, n = p.half;
+    for (size_t i = 0; i < wp * (size_t)pad; i++) xp[i] = 0.0f;
+    for (int iy = 0; iy < h; iy++) { /* short rows (32 floats): loops, not memcpy calls */
+        float *r = xp + (size_t)(iy + pad) * wp;
+        const float *sr = xc + (size_t)iy * w;
+        for (int i = 0; i < pad; i++) r[i] = 0.0f;
+#pragma omp simd
+        for (int i = 0; i < w; i++) r[pad + i] = sr[i];
+        for (size_t i = (size_t)(w + pad); i < wp; i++) r[i] = 0.0f;
     }
-    int b0 = (ix + pad) >> 1, pairs = (w - ix) / 2;
-    const float *s = xr + ix;
-    float *e = even + b0;
-    if (odd) {
-        float *o = odd + b0;
+    for (size_t i = (size_t)(h + pad) * wp; i < (size_t)2 * p.ph * wp; i++) xp[i] = 0.0f;
+    float *e = eo, *o = eo + n;
 #pragma omp simd
-        for (int j = 0; j < pairs; j++) e[j] = s[2 * j], o[j] = s[2 * j + 1];
-    } else {
-#pragma omp simd
-        for (int j = 0; j < pairs; j++) e[j] = s[2 * j];
-    }
-    if ((w - ix) & 1) e[pairs] = xr[w - 1];
-}
-
-/* The adjoint's last step: row xr [w] from its parity rows (odd NULL: zeros). Each value
- * gets + 0.0f: td_col2im's sums start from a zeroed x, so a lone -0.0 term comes out +0.0;
- * the planes' own sums already did that (adding the zero again changes no other value). */
-static void merge_row(const float *even, const float *odd, int w, int pad, float *xr) {
-    int ix = 0;
-    if (pad & 1) xr[0] = odd ? odd[pad >> 1] + 0.0f : 0.0f, ix = 1;
-    int b0 = (ix + pad) >> 1, pairs = (w - ix) / 2;
-    const float *e = even + b0;
-    float *d = xr + ix;
-    if (odd) {
-        const float *o = odd + b0;
-#pragma omp simd
-        for (int j = 0; j < pairs; j++) d[2 * j] = e[j] + 0.0f, d[2 * j + 1] = o[j] + 0.0f;
-    } else {
-#pragma omp simd
-        for (int j = 0; j < pairs; j++) d[2 * j] = e[j] + 0.0f, d[2 * j + 1] = 0.0f;
-    }
-    if ((w - ix) & 1) xr[w - 1] = e[pairs] + 0.0f;
-}
-
-/* Where row a of parity q, channel ci starts in the planes. */
-static size_t parity_row(parity p, int c, int q, int ci, int a) {
-    return ((size_t)q * c + ci) * p.plane + (size_t)a * p.pw;
-}
-
-/* Where kernel tap (ki, kj) of channel ci reads its first value: plane 2 (ki & 1) + (kj & 1),
- * shifted by (ki >> 1, kj >> 1). */
-static size_t tap_at(parity p, int c, int ci, int ki, int kj) {
-    return parity_row(p, c, 2 * (ki & 1) + (kj & 1), ci, ki >> 1) + (size_t)(kj >> 1);
-}
-
-static void split_parities(const float *x, int c, int h, int w, int pad, parity p, float *planes) {
-    for (int ci = 0; ci < c; ci++)
-        for (int py = 0; py < 2 * p.ph; py++) {
-            int r = py & 1, a = py >> 1, iy = py - pad;
-            if (r && p.nq == 1) continue;
-            float *even = planes + parity_row(p, c, 2 * r, ci, a);
-            float *odd = p.nq == 4 ? planes + parity_row(p, c, 2 * r + 1, ci, a) : NULL;
-            if (iy < 0 || iy >= h) {
-                memset(even, 0, sizeof(float) * (size_t)p.pw);
-                if (odd) memset(odd, 0, sizeof(float) * (size_t)p.pw);
-                continue;
-            }
-            split_row(x + ((size_t)ci * h + iy) * w, w, pad, p.pw, even, odd);
-        }
+    for (size_t i = 0; i < n; i++) e[i] = xp[2 * i], o[i] = xp[2 * i + 1];
 }
 
 void td_im2col_s2(const float *x, int c, int h, int w, int k, int pad, int oh, int ow,
                   float *planes, float *col) {
-    parity p = parity_of(h, w, k, pad);
-    if (k == 1) { /* the column matrix is plane 0 itself ([c][oh][ow]): no copy */
-        split_parities(x, c, h, w, pad, p, col);
-        return;
-    }
-    split_parities(x, c, h, w, pad, p, planes);
-    size_t n = (size_t)oh * ow;
+    parity p = parity_of(h, w, pad);
+    float *xp = planes + (size_t)2 * c * p.half;
+    for (int ci = 0; ci < c; ci++)
+        split_channel(x + (size_t)ci * h * w, h, w, pad, p, xp, planes + (size_t)2 * ci * p.half);
+    size_t n = (size_t)oh * ow, pitch = (size_t)2 * p.pw;
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
-                const float *src = planes + tap_at(p, c, ci, ki, kj);
+                const float *src = planes + tap_at(p, ci, ki, kj);
                 float *dst = col + ((size_t)(ci * k + ki) * k + kj) * n;
                 for (int oy = 0; oy < oh; oy++) {
-                    const float *s = src + (size_t)oy * p.pw;
+                    const float *s = src + (size_t)oy * pitch;
                     float *d = dst + (size_t)oy * ow;
 #pragma omp simd
                     for (int ox = 0; ox < ow; ox++) d[ox] = s[ox];
@@ -225,19 +171,19 @@ void td_im2col_s2(const float *x, int c, int h, int w, int k, int pad, int oh, i
             }
 }
 
-/* The sums into the parity planes, in td_col2im's order (ci, ki, kj): every element of x gets
- * its terms in the same order, from the same zero, so the bits are td_col2im's; taps landing
- * in the padding add into it and are dropped by the merge. */
+/* The sums into E and O, in td_col2im's order (ci, ki, kj): every element of x gets its terms
+ * in the same order, from the same zero, so the bits are td_col2im's; taps landing in the
+ * padding add into it and are dropped by the merge. */
 static void add_taps(const float *col, int c, int k, int oh, int ow, parity p, float *planes) {
-    memset(planes, 0, sizeof(float) * (size_t)p.nq * c * p.plane);
-    size_t n = (size_t)oh * ow;
+    memset(planes, 0, sizeof(float) * (size_t)2 * c * p.half);
+    size_t n = (size_t)oh * ow, pitch = (size_t)2 * p.pw;
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
-                float *dst = planes + tap_at(p, c, ci, ki, kj);
+                float *dst = planes + tap_at(p, ci, ki, kj);
                 const float *src = col + ((size_t)(ci * k + ki) * k + kj) * n;
                 for (int oy = 0; oy < oh; oy++) {
-                    float *d = dst + (size_t)oy * p.pw;
+                    float *d = dst + (size_t)oy * pitch;
                     const float *s = src + (size_t)oy * ow;
 #pragma omp simd
                     for (int ox = 0; ox < ow; ox++) d[ox] += s[ox];
@@ -245,25 +191,25 @@ static void add_taps(const float *col, int c, int k, int oh, int ow, parity p, f
             }
 }
 
+/* Each value gets + 0.0f: td_col2im's sums start from a zeroed x, so a lone -0.0 term comes out
+ * +0.0; the planes' own sums already did that (adding the zero again changes no other value). */
 void td_col2im_s2(const float *col, int c, int h, int w, int k, int pad, int oh, int ow,
                   float *planes, float *x) {
-    parity p = parity_of(h, w, k, pad);
-    const float *sums = col; /* a 1x1 kernel: one term per element, col is plane 0 itself */
-    if (k > 1) {
-        add_taps(col, c, k, oh, ow, p, planes);
-        sums = planes;
-    }
-    for (int ci = 0; ci < c; ci++)
+    parity p = parity_of(h, w, pad);
+    add_taps(col, c, k, oh, ow, p, planes);
+    float *xp = planes + (size_t)2 * c * p.half;
+    size_t wp = (size_t)2 * p.pw, n = p.half;
+    for (int ci = 0; ci < c; ci++) {
+        const float *e = planes + (size_t)2 * ci * p.half, *o = e + n;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) xp[2 * i] = e[i] + 0.0f, xp[2 * i + 1] = o[i] + 0.0f;
         for (int iy = 0; iy < h; iy++) {
-            int r = (iy + pad) & 1, a = (iy + pad) >> 1;
-            float *xr = x + ((size_t)ci * h + iy) * w;
-            if (r && p.nq == 1) { /* a 1x1 kernel never reads odd rows */
-                memset(xr, 0, sizeof(float) * (size_t)w);
-                continue;
-            }
-            merge_row(sums + parity_row(p, c, 2 * r, ci, a),
-                      p.nq == 4 ? sums + parity_row(p, c, 2 * r + 1, ci, a) : NULL, w, pad, xr);
+            float *d = x + ((size_t)ci * h + iy) * w;
+            const float *sr = xp + (size_t)(iy + pad) * wp + pad;
+#pragma omp simd
+            for (int i = 0; i < w; i++) d[i] = sr[i];
         }
+    }
 }
 
 void td_fill(float *y, size_t n, float v) {
