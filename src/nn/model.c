@@ -855,12 +855,26 @@ static int linear_cols(int out) {
     return TD_MAX(TD_NN_LINEAR_COLS, TD_MIN(4 * TD_NN_LINEAR_COLS, cols));
 }
 
+/* Whether a linear layer's gemms are worth a parallel region: under 2^21 multiply-adds (about
+ * 10 us of gemm) the fork, the barrier and the threads' wake-ups cost more than the second
+ * thread saves (a 26k-parameter MLP's step took 1.6x longer on 2 threads than on 1). Only
+ * where the blocks run changes, never the blocks: the same bits. */
+static bool linear_parallel(int batch, const td_layer *l) {
+    return (int64_t)batch * l->in_c * l->out_c >= (int64_t)1 << 21;
+}
+
+/* The threads a linear layer's time is charged to in the profile: those it ran on. */
+static int linear_threads(int batch, const td_layer *l, int nt) {
+    return linear_parallel(batch, l) ? nt : 1;
+}
+
 /* y [B, out] = x [B, in] W^T + b, split over blocks of output features. */
 static void linear_forward(td_model_t *m, int li, int batch, int nt) {
     td_layer *l = &m->layers[li];
     const float *x = m->acts[l->src], *w = m->params + l->param_offset, *b = w + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
+    bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
     for (int t = 0; t < nb; t++) {
         int j0 = t * cols, nf = TD_MIN(cols, out - j0);
         float *y = l->out + j0;
@@ -886,7 +900,8 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     const float *x = m->acts[l->src], *w = m->params + l->param_offset;
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nb > 1)
+    bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
     for (int t = 0; t < nb; t++) {
         int j0 = t * cols, nf = TD_MIN(cols, out - j0);
         if (l->relu_out) /* the folded relu's backward, in place (its gin == gout) */
@@ -904,7 +919,8 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     grad_ready(m, li);
     if (!l->need_din) return;
     int dcols = 4 * TD_NN_LINEAR_COLS, nc = ntasks(in, dcols);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nc > 1)
+    par = nt > 1 && nc > 1 && linear_parallel(batch, l);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
     for (int t = 0; t < nc; t++) {
         int c0 = t * dcols, n = TD_MIN(dcols, in - c0);
         td_sgemm(false, false, batch, n, out, 1.0f, dy, (int)ldo, w + c0, in, 0.0f, dx + c0,
@@ -978,7 +994,8 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
                 linear_forward(m, i, batch, nt);
             else
                 td__bn_forward(m, i, batch, nt);
-            prof_add(m, 0, i, 0, t0, nt);
+            prof_add(m, 0, i, 0, t0,
+                     l->kind == TD_LAYER_LINEAR ? linear_threads(batch, l, nt) : nt);
             i++;
             continue;
         }
@@ -1037,7 +1054,7 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
             double t0 = prof_now(m);
             linear_backward(m, i, batch, nt, GBUF(l->gout), GLD(l->gout), GBUF(l->gin),
                             GLD(l->gin));
-            prof_add(m, 0, i, 1, t0, nt);
+            prof_add(m, 0, i, 1, t0, linear_threads(batch, l, nt));
             i--;
             continue;
         }
