@@ -298,6 +298,17 @@ static td_status stage(handoff *c) {
     /* which instance it is: it puts itself in the run's record (its cost is the run's) */
     td__buf_addf(&env, "TANDEM_CONTROLLER_INSTANCE=%s\nexport TANDEM_CONTROLLER_INSTANCE\n",
                  c->inst.id);
+    /* What decides the bits: the controller's supervisor passes them on to the nodes as ours
+     * would (ssh.c), so a detached run computes what an attached one does (without them, a
+     * submitter's OPENBLAS_CORETYPE reached the nodes of `tandem run` but not of `run -d`). */
+    static const char *const numerics[] = TD__NUMERICS_ENV;
+    for (size_t i = 0; i < TD_ARRAY_LEN(numerics); i++) {
+        const char *v = getenv(numerics[i]);
+        if (!v || !*v) continue;
+        td__buf_addf(&env, "%s=", numerics[i]);
+        td__buf_quote(&env, v);
+        td__buf_addf(&env, "\nexport %s\n", numerics[i]);
+    }
     for (char *const *e = c->h->forward_env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;

@@ -522,7 +522,7 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
      * nodes compute what this machine would (tandem launch then pins node 0's core and the
      * lowest level on every node). Before the job's own variables, which win where they set
      * these. */
-    static const char *const numerics[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TANDEM_ISA"};
+    static const char *const numerics[] = TD__NUMERICS_ENV;
     for (size_t i = 0; i < TD_ARRAY_LEN(numerics); i++) {
         const char *v = getenv(numerics[i]);
         if (!v || !*v) continue;

@@ -57,7 +57,9 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     args=(train --model basicnet --data "$data" --steps 5 --batch 16 --seed 3 --threads 1 --no-progress)
     "${clean[@]}" tandem "${args[@]}" --save "$P/wheel.safetensors" >train-wheel.log 2>&1 ||
         fail "the wheel's tandem train: $(tail -5 train-wheel.log)"
-    "$TANDEM_BIN" "${args[@]}" --save "$P/build.safetensors" >train-build.log 2>&1 ||
+    # in the same clean environment: an OPENBLAS_CORETYPE of the caller's (this workplace
+    # pins Haswell) would pick another BLAS kernel on one side only
+    "${clean[@]}" "$TANDEM_BIN" "${args[@]}" --save "$P/build.safetensors" >train-build.log 2>&1 ||
         fail "$TANDEM_BIN train: $(tail -5 train-build.log)"
     cmp -s "$P/wheel.safetensors" "$P/build.safetensors" ||
         fail "the wheel's tandem and $TANDEM_BIN train to different weights (5 steps): not the same kernels"

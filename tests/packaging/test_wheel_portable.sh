@@ -74,7 +74,11 @@ case $rc in
 esac
 grep -q "error while loading shared libraries" inside.log ||
     fail "the build's binary failed in the namespace, but not for a missing library: $(cat inside.log)"
-"$B" "${args[@]}" --save "$P/build.safetensors" >train-build.log 2>&1 || fail "$B train: $(tail -5 train-build.log)"
+# a clean environment, as the wheel's run has: the caller's OPENBLAS_CORETYPE, if any, would
+# pick another BLAS kernel on this side only
+env -i "HOME=$HOME" "PATH=/usr/bin:/bin" "LANG=C.UTF-8" "$B" "${args[@]}" \
+    --save "$P/build.safetensors" >train-build.log 2>&1 ||
+    fail "$B train: $(tail -5 train-build.log)"
 cmp -s "$P/wheel.safetensors" "$P/build.safetensors" ||
     fail "the wheel's tandem (system libraries hidden) and $B train to different weights (5 steps)"
 /usr/bin/python3 "$SRC/tests/packaging/check_sdk_run.py" "$P/project/.tandem/runs.db" port-1 || fail "the store lacks the script's metrics or config"
