@@ -180,8 +180,14 @@ await step('metric columns come from what the runs logged; units are stated', as
 await step('a picked metric column is kept (localStorage) and states its unit', async () => {
   await page.click('#metric-picker summary');
   await page.type('#picker-filter', 'eval_acc');
-  await waitFor(() => document.querySelector('#metric-picker input[value="eval_accuracy"]'));
-  await page.click('#metric-picker input[value="eval_accuracy"]');
+  // Found and clicked in one task of the page: the list re-renders as the filter and the live
+  // refresh update it, and puppeteer's click of a node found a moment before once hit a
+  // detached one ("Node is either not clickable or not an Element").
+  await waitFor(() => {
+    const box = document.querySelector('#metric-picker input[value="eval_accuracy"]');
+    if (box && !box.checked) box.click();
+    return box && box.checked;
+  });
   await waitFor(() => document.querySelector('th[data-col="last:eval_accuracy"]'));
   await go('#/');
   await page.reload({ waitUntil: 'domcontentloaded' });
