@@ -301,14 +301,7 @@ static td_status stage(handoff *c) {
     /* What decides the bits: the controller's supervisor passes them on to the nodes as ours
      * would (ssh.c), so a detached run computes what an attached one does (without them, a
      * submitter's OPENBLAS_CORETYPE reached the nodes of `tandem run` but not of `run -d`). */
-    static const char *const numerics[] = TD__NUMERICS_ENV;
-    for (size_t i = 0; i < TD_ARRAY_LEN(numerics); i++) {
-        const char *v = getenv(numerics[i]);
-        if (!v || !*v) continue;
-        td__buf_addf(&env, "%s=", numerics[i]);
-        td__buf_quote(&env, v);
-        td__buf_addf(&env, "\nexport %s\n", numerics[i]);
-    }
+    td__buf_export_numerics(&env);
     for (char *const *e = c->h->forward_env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;

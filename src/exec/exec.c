@@ -82,6 +82,17 @@ void td__buf_quote(td__buf *b, const char *s) {
     td__buf_add(b, "'", 1);
 }
 
+void td__buf_export_numerics(td__buf *b) {
+    static const char *const names[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TANDEM_ISA"};
+    for (size_t i = 0; i < TD_ARRAY_LEN(names); i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        td__buf_addf(b, "export %s=", names[i]);
+        td__buf_quote(b, v);
+        td__buf_add(b, "\n", 1);
+    }
+}
+
 /* ---- client commands ---- */
 char *td__exec_which(const char *prog) {
     if (strchr(prog, '/')) return access(prog, X_OK) == 0 ? td_xstrdup(prog) : NULL;

@@ -151,11 +151,12 @@ struct td_ec2_type;
 td_status td__aws_type_nproc(const struct td_ec2_type *t, const char *spec, int *out, char *why,
                              size_t nbytes);
 
-/* What decides the bits of a worker's arithmetic, read from the environment: OpenBLAS's kernel
- * and its blocking, tandem's own level. Where a run starts processes on other machines (ssh.c's
- * hosts, controller.c's controller), these travel from the submitter's environment, so they
- * compute what this machine would. */
-#define TD__NUMERICS_ENV {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TANDEM_ISA"}
+/* What decides the bits of a worker's arithmetic, read from our environment (OpenBLAS's kernel
+ * and its blocking, tandem's own level), as `export NAME='value'` lines for a POSIX shell, those
+ * set here only. Where a run starts processes on other machines (ssh.c's hosts, controller.c's
+ * controller) these travel from the submitter's environment, so they compute what this machine
+ * would. */
+void td__buf_export_numerics(td__buf *b);
 
 /* ---- ssh's carrier, for hosts found one by one (the aws executor's instances) ----
  * The ssh executor's agents and supervision (ssh.c) over hosts the caller sets node by node;

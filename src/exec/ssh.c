@@ -522,14 +522,7 @@ static void add_env(const ssh_sup *c, const host *h, td__buf *b, int resume) {
      * nodes compute what this machine would (tandem launch then pins node 0's core and the
      * lowest level on every node). Before the job's own variables, which win where they set
      * these. */
-    static const char *const numerics[] = TD__NUMERICS_ENV;
-    for (size_t i = 0; i < TD_ARRAY_LEN(numerics); i++) {
-        const char *v = getenv(numerics[i]);
-        if (!v || !*v) continue;
-        td__buf_addf(b, "export %s=", numerics[i]);
-        td__buf_quote(b, v);
-        td__buf_add(b, "\n", 1);
-    }
+    td__buf_export_numerics(b);
     for (char *const *e = c->job->env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
