@@ -63,6 +63,31 @@ bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, siz
 void td_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 
+/* ---- tandem's own gemm, in a fixed order (gemm.c; the linear layers') ----
+ * c[r][j] = (accumulate ? c[r][j] : 0) + sum over p = 0, 1, ..., depth - 1 of
+ * a[r * a_row + p * a_step] * b[p * ldb + j], for r < rows and j < width: each term one
+ * multiply-add (fused where the build has FMA), in p order. The bits therefore depend on neither
+ * the thread count, nor how a caller splits rows or columns, nor the vector width (AVX2 and
+ * AVX-512 builds agree), nor the BLAS core. a's strides make it either operand's layout:
+ * a = x (a_row = ld, a_step = 1) or a = x^T (a_row = 1, a_step = ld). Calling thread only. */
+void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
+                     ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
+                     bool accumulate);
+/* td_gemm_ordered with b packed once for several calls (tasks sharing one b, as a weight
+ * gradient's tasks share the layer's input): td_gemm_pack_b writes b [depth, width] into
+ * packed, of td_gemm_packed_floats(depth, width) floats; the calls for [j_from, j_to) ranges that
+ * cover [0, width) at multiples of 64 split that work (0, width: all of it). The same bits as
+ * td_gemm_ordered. */
+size_t td_gemm_packed_floats(int depth, int width);
+void td_gemm_pack_b(const float *b, int depth, int width, size_t ldb, float *packed, int j_from,
+                    int j_to);
+void td_gemm_ordered_packed(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
+                            ptrdiff_t a_step, const float *packed, float *c, size_t ldc,
+                            bool accumulate);
+/* t[j][i] = x[i][j] for i < rows, j < cols, and t[j][i] = 0 for rows <= i < rows_to. */
+void td_transpose(const float *x, int rows, int cols, size_t ldx, float *t, size_t ldt,
+                  int rows_to);
+
 /* ---- convolution lowering, one image ----
  * x: [c, h, w]; col: [c * kh * kw, oh * ow] with row (ci * kh + ki) * kw + kj, column
  * oy * ow + ox holding x[ci][oy * stride - pad + ki][ox * stride - pad + kj] (0 outside).

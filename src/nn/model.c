@@ -106,6 +106,7 @@ void td_model_free(td_model_t *m) {
     }
     for (int t = 0; t < m->scratch_threads; t++) free(m->scratch[t]);
     free(m->scratch);
+    free(m->lin_t);
     free(m->prof);
     free(m->layers);
     free(m->params);
@@ -446,11 +447,34 @@ static float *alloc_floats(size_t n) {
     return p;
 }
 
+/* A linear layer's forward runs tandem's own gemm (td_gemm_ordered) over one operand as it lies
+ * and the other transposed: x^T (then y^T comes out, transposed back) when that copies fewer
+ * floats than W^T, as for layers wider than the batch; else W^T. Either way each output is the
+ * same sum in the same order, so the choice (by the batch, too) never changes a bit. */
+static size_t pad16(int n) {
+    return ((size_t)n + 15) & ~(size_t)15;
+}
+
+/* Columns of x (or W) per thread's share of a transpose or packing: a multiple of 64, so
+ * that slices start on td_gemm_pack_b's blocks. */
+#define LINEAR_SLICE 256
+
+static bool linear_by_xt(const td_layer *l, int batch) {
+    return (size_t)batch * (size_t)(l->in_c + l->out_c) <= (size_t)l->in_c * (size_t)l->out_c;
+}
+
+static size_t linear_t_floats(const td_layer *l, int batch) {
+    size_t xt = ((size_t)l->in_c + (size_t)l->out_c) * pad16(batch);
+    size_t wt = (size_t)l->in_c * pad16(l->out_c);
+    size_t xp = td_gemm_packed_floats(batch, l->in_c); /* the backward's packed x */
+    return TD_MAX(TD_MAX(xt, wt), xp); /* either path, for any batch up to this one */
+}
+
 /* What finalize is about to allocate for batches of max_batch (outputs, masks, the gradient
  * buffers, conv partial sums): checked against the machine's memory first, because the
  * allocators abort (core.h's policy) and a user's --batch must get an error instead. */
 static double finalize_bytes(const td_model_t *m, int max_batch) {
-    double b = (double)max_batch, total = 0, gmax = (double)m->in_c * m->in_h * m->in_w;
+    double b = (double)max_batch, total = 0, lin_t = 0, gmax = (double)m->in_c * m->in_h * m->in_w;
     int residuals = 0;
     for (int i = 0; i < m->num_layers; i++) {
         const td_layer *l = &m->layers[i];
@@ -459,8 +483,9 @@ static double finalize_bytes(const td_model_t *m, int max_batch) {
         total += (b / TD_NN_CHUNK + 1) * (double)l->param_count * 4 * partial;
         gmax = TD_MAX(gmax, (double)TD_MAX(l->in_size, l->out_size));
         residuals += l->kind == TD_LAYER_RESIDUAL;
+        if (l->kind == TD_LAYER_LINEAR) lin_t = TD_MAX(lin_t, (double)linear_t_floats(l, max_batch) * 4);
     }
-    return total + (2 + 2 * residuals) * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
+    return lin_t + total + (2 + 2 * residuals) * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
 }
 
 /* Picks the backward gradient buffers. gid[k] is the buffer that holds the gradient of acts[k]
@@ -615,6 +640,10 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
     assign_grad_buffers(m);
     m->gbuf = td_xcalloc((size_t)m->nbuf, sizeof(float *));
     for (int b = 0; b < m->nbuf; b++) m->gbuf[b] = alloc_floats((size_t)max_batch * m->gstride);
+    size_t lin_t = 0;
+    for (int i = 0; i < L; i++)
+        if (m->layers[i].kind == TD_LAYER_LINEAR) lin_t = TD_MAX(lin_t, linear_t_floats(&m->layers[i], max_batch));
+    if (lin_t) m->lin_t = alloc_floats(lin_t);
     /* An in-place relu is folded into the maxpool after it (4x fewer elements touched) or the
      * linear or batchnorm before it (no separate pass over the activations or their gradients,
      * no parallel region), when that neighbour is its only reader or writer. */
@@ -845,11 +874,10 @@ static inline void prof_add(td_model_t *m, int tid, int li, int bwd, double t0, 
             (td_now_s() - t0) * threads;
 }
 
-/* Output features per task of a linear layer's gemms (forward, weight gradient): each task's
- * gemm packs all of x again, so wider layers take wider blocks (mlp7's 1024-wide forward 10%
- * faster in blocks of 128 than of 64, the same bits: each output's sum runs over all of `in`
- * either way), up to 256, while a layer keeps 8 tasks for the threads where it can. A function
- * of the shape alone, never of the thread count. */
+/* Output features per task of a linear layer's gemms (forward, weight gradient): wider layers
+ * take wider blocks (fewer passes over the shared operand), up to 256, while a layer keeps 8
+ * tasks for the threads where it can. A function of the shape alone; and the bits do not depend
+ * on it (each output's sum runs over all of `in` in order either way). */
 static int linear_cols(int out) {
     int cols = (out / 8) / TD_NN_LINEAR_COLS * TD_NN_LINEAR_COLS;
     return TD_MAX(TD_NN_LINEAR_COLS, TD_MIN(4 * TD_NN_LINEAR_COLS, cols));
@@ -868,22 +896,45 @@ static int linear_threads(int batch, const td_layer *l, int nt) {
     return linear_parallel(batch, l) ? nt : 1;
 }
 
-/* y [B, out] = x [B, in] W^T + b, split over blocks of output features. */
+/* y [B, out] = x [B, in] W^T + b, split over blocks of output features; each output is
+ * sum_k x[s][k] W[j][k] in k order (td_gemm_ordered), then + b[j]. */
 static void linear_forward(td_model_t *m, int li, int batch, int nt) {
     td_layer *l = &m->layers[li];
     const float *x = m->acts[l->src], *w = m->params + l->param_offset, *b = w + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
     bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
-    for (int t = 0; t < nb; t++) {
-        int j0 = t * cols, nf = TD_MIN(cols, out - j0);
-        float *y = l->out + j0;
-        td_sgemm(false, true, batch, nf, in, 1.0f, x, in, w + (size_t)j0 * in, in, 0.0f, y, out);
-        for (int s = 0; s < batch; s++) {
-            float *yr = y + (size_t)s * out;
+    bool by_xt = linear_by_xt(l, batch);
+    size_t bp = pad16(batch), op = pad16(out);
+    float *xt = m->lin_t, *yt = m->lin_t + (size_t)in * bp, *wt = m->lin_t;
+    int slices = ntasks(in, LINEAR_SLICE);
+#pragma omp parallel num_threads(nt) if (par)
+    {
+        /* x^T [in, bp] (y^T [out, bp] comes out of the gemm), or W^T [in, op], by columns */
+#pragma omp for schedule(static)
+        for (int c = 0; c < slices; c++) {
+            int c0 = c * LINEAR_SLICE, cw = TD_MIN(LINEAR_SLICE, in - c0);
+            if (by_xt)
+                td_transpose(x + c0, batch, cw, (size_t)in, xt + c0 * bp, bp, (int)bp);
+            else
+                td_transpose(w + c0, out, cw, (size_t)in, wt + c0 * op, op, (int)op);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < nb; t++) {
+            int j0 = t * cols, nf = TD_MIN(cols, out - j0);
+            float *y = l->out + j0;
+            if (by_xt) {
+                td_gemm_ordered(nf, (int)bp, in, w + (size_t)j0 * in, in, 1, xt, bp,
+                                yt + j0 * bp, bp, false);
+                td_transpose(yt + j0 * bp, nf, batch, bp, y, (size_t)out, nf);
+            } else {
+                td_gemm_ordered(batch, nf, in, x, in, 1, wt + j0, op, y, (size_t)out, false);
+            }
+            for (int s = 0; s < batch; s++) {
+                float *yr = y + (size_t)s * out;
 #pragma omp simd
-            for (int j = 0; j < nf; j++) yr[j] += b[j0 + j];
-            if (l->relu_out) td_relu(yr, yr, (size_t)nf);
+                for (int j = 0; j < nf; j++) yr[j] += b[j0 + j];
+                if (l->relu_out) td_relu(yr, yr, (size_t)nf);
+            }
         }
     }
 }
@@ -893,7 +944,8 @@ static void grad_ready(td_model_t *m, int li) {
     if (m->hook) m->hook(m->hook_user, li, l->param_offset, l->param_count);
 }
 
-/* dW += dy^T x and db += colsum(dy) (hook), then dx = dy W. */
+/* dW += dy^T x and db += colsum(dy) (hook), then dx = dy W; each a sum in sample order, and
+ * over the output features in order, from td_gemm_ordered. */
 static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy, size_t ldo,
                             float *dx, size_t ldi) {
     td_layer *l = &m->layers[li];
@@ -901,25 +953,34 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
     bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
-    for (int t = 0; t < nb; t++) {
-        int j0 = t * cols, nf = TD_MIN(cols, out - j0);
-        if (l->relu_out) /* the folded relu's backward, in place (its gin == gout) */
-            for (int s = 0; s < batch; s++)
-                td_relu_backward(dy + (size_t)s * ldo + j0, l->out + (size_t)s * out + j0,
-                                 dy + (size_t)s * ldo + j0, (size_t)nf);
-        td_sgemm(true, false, nf, in, batch, 1.0f, dy + j0, (int)ldo, x, in, 1.0f,
-                 gw + (size_t)j0 * in, in);
-        /* db: each feature's sum over the batch in sample order from 0, as one loop per
-         * feature did, but vectorised across the block's features (rows read in order) */
-        float sum[4 * TD_NN_LINEAR_COLS];
-        for (int j = 0; j < nf; j++) sum[j] = 0.0f;
-        for (int b = 0; b < batch; b++) {
-            const float *r = dy + (size_t)b * ldo + j0;
+    float *xp = m->lin_t; /* x packed once for every task's weight gradient */
+    int slices = ntasks(in, LINEAR_SLICE);
+#pragma omp parallel num_threads(nt) if (par)
+    {
+#pragma omp for schedule(static)
+        for (int c = 0; c < slices; c++)
+            td_gemm_pack_b(x, batch, in, (size_t)in, xp, c * LINEAR_SLICE, (c + 1) * LINEAR_SLICE);
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < nb; t++) {
+            int j0 = t * cols, nf = TD_MIN(cols, out - j0);
+            if (l->relu_out) /* the folded relu's backward, in place (its gin == gout) */
+                for (int s = 0; s < batch; s++)
+                    td_relu_backward(dy + (size_t)s * ldo + j0, l->out + (size_t)s * out + j0,
+                                     dy + (size_t)s * ldo + j0, (size_t)nf);
+            /* gw[j][k] += sum_s dy[s][j] x[s][k]: a = dy^T */
+            td_gemm_ordered_packed(nf, in, batch, dy + j0, 1, (ptrdiff_t)ldo, xp,
+                                   gw + (size_t)j0 * in, (size_t)in, true);
+            /* db: each feature's sum over the batch in sample order from 0, as one loop per
+             * feature did, but vectorised across the block's features (rows read in order) */
+            float sum[4 * TD_NN_LINEAR_COLS];
+            for (int j = 0; j < nf; j++) sum[j] = 0.0f;
+            for (int b = 0; b < batch; b++) {
+                const float *r = dy + (size_t)b * ldo + j0;
 #pragma omp simd
-            for (int j = 0; j < nf; j++) sum[j] += r[j];
+                for (int j = 0; j < nf; j++) sum[j] += r[j];
+            }
+            for (int j = 0; j < nf; j++) gb[j0 + j] += sum[j];
         }
-        for (int j = 0; j < nf; j++) gb[j0 + j] += sum[j];
     }
     grad_ready(m, li);
     if (!l->need_din) return;
@@ -928,8 +989,8 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
     for (int t = 0; t < nc; t++) {
         int c0 = t * dcols, n = TD_MIN(dcols, in - c0);
-        td_sgemm(false, false, batch, n, out, 1.0f, dy, (int)ldo, w + c0, in, 0.0f, dx + c0,
-                 (int)ldi);
+        td_gemm_ordered(batch, n, out, dy, (ptrdiff_t)ldo, 1, w + c0, (size_t)in, dx + c0, ldi,
+                        false);
     }
     td__grad_add_rows(m, l, 0, batch, dx, ldi);
 }

@@ -87,6 +87,7 @@ struct td_model {
     size_t col_floats; /* per-thread im2col scratch */
     float **scratch;
     int scratch_threads;
+    float *lin_t; /* the linear layers' transposes: x^T and y^T, or W^T (model.c) */
     /* state of the last forward */
     const float *input;
     const float **acts; /* [num_layers + 1]: acts[0] input, acts[i + 1] output of layer i */

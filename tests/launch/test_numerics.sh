@@ -8,6 +8,8 @@
 #   2. two nodes (network namespaces) whose environments pick different cores, as a login shell
 #      and an ssh session can: tandem launch pins node 1's workers to node 0's core, and the two
 #      nodes write the bits of one node with two workers under node 0's core.
+#   A model of linear layers alone (mlp7) writes the same weights under both cores: tandem's own
+#   gemm computes them.
 #   0. first, tandem's own kernels: `tandem --version` names the hash of the sources that decide
 #      the bits, which Python's hashlib recomputes from the tree; rank 1 running a build whose
 #      hash differs (a copy of the binary with its id changed) stops both ranks before the first
@@ -74,6 +76,14 @@ if cmp -s "$D/own.st" "$D/prescott.st"; then
     exit 77
 fi
 echo "the default OpenBLAS core and Prescott give different weights: the hazard is real here"
+# A model of linear layers alone runs none of OpenBLAS (tandem's own gemm, in a fixed order):
+# its bits are the same under both cores
+OPENBLAS_CORETYPE= "$TANDEM" "${train[@]}" --model mlp7 --save "$D/mlp-own.st" >"$D/mo.log" 2>&1 \
+    || fail "mlp7 under the default core: $(tail -3 "$D/mo.log")"
+OPENBLAS_CORETYPE=Prescott "$TANDEM" "${train[@]}" --model mlp7 --save "$D/mlp-pr.st" >"$D/mp.log" 2>&1 \
+    || fail "mlp7 under OPENBLAS_CORETYPE=Prescott: $(tail -3 "$D/mp.log")"
+cmp "$D/mlp-own.st" "$D/mlp-pr.st" || fail "mlp7's weights depend on the OpenBLAS core"
+echo "mlp7 (linear layers only): the same weights under both cores"
 
 # --- 1. one node, rank 1 on another core
 mixed="if [ \"\$LOCAL_RANK\" = 1 ]; then export OPENBLAS_CORETYPE=Prescott; fi; exec \"\$0\" \"\$@\""
