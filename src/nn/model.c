@@ -953,8 +953,12 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
     bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
-    float *xp = m->lin_t; /* x packed once for every task's weight gradient */
-    int slices = ntasks(in, LINEAR_SLICE);
+    /* x packed once for every task's weight gradient, which then streams through the
+     * gradient's rows once, where that gradient outgrows L2 (256 KiB and more: mlp7's 1024-wide
+     * layers' took 10-20% longer walked down column blocks); a small layer's x is read as it lies
+     * (the copy cost a 26k-parameter MLP 4% of its step) */
+    float *xp = (size_t)in * (size_t)out >= 65536 ? m->lin_t : NULL;
+    int slices = xp ? ntasks(in, LINEAR_SLICE) : 0;
 #pragma omp parallel num_threads(nt) if (par)
     {
 #pragma omp for schedule(static)
@@ -968,8 +972,12 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
                     td_relu_backward(dy + (size_t)s * ldo + j0, l->out + (size_t)s * out + j0,
                                      dy + (size_t)s * ldo + j0, (size_t)nf);
             /* gw[j][k] += sum_s dy[s][j] x[s][k]: a = dy^T */
-            td_gemm_ordered_packed(nf, in, batch, dy + j0, 1, (ptrdiff_t)ldo, xp,
-                                   gw + (size_t)j0 * in, (size_t)in, true);
+            if (xp)
+                td_gemm_ordered_packed(nf, in, batch, dy + j0, 1, (ptrdiff_t)ldo, xp,
+                                       gw + (size_t)j0 * in, (size_t)in, true);
+            else
+                td_gemm_ordered(nf, in, batch, dy + j0, 1, (ptrdiff_t)ldo, x, (size_t)in,
+                                gw + (size_t)j0 * in, (size_t)in, true);
             /* db: each feature's sum over the batch in sample order from 0, as one loop per
              * feature did, but vectorised across the block's features (rows read in order) */
             float sum[4 * TD_NN_LINEAR_COLS];
