@@ -2,7 +2,7 @@
 # The tandem demo: installs what is missing (scripts/deps.sh), builds (scripts/build.sh), then
 # runs the example workflow `demo` as a tracked run: BasicNet on Fashion-MNIST, 2 data-parallel
 # workers, 2 epochs, with rank 0's progress bar: the same bits every time on a machine, and the
-# test accuracy of its OpenBLAS kernel (README.md, "The demo": 90.07% with SkylakeX's, 90.20%
+# test accuracy of its OpenBLAS kernel (README.md, "The demo": 90.16% with SkylakeX's, 90.15%
 # with Haswell's; 8.5 minutes from an empty build directory on a busy 2-core machine). Afterwards it shows the run through tandem ps / show /
 # metrics / logs. The run is stored in .tandem/ of the repository (or $TANDEM_HOME).
 #   scripts/demo.sh                      the demo
