@@ -483,7 +483,8 @@ static double finalize_bytes(const td_model_t *m, int max_batch) {
         total += (b / TD_NN_CHUNK + 1) * (double)l->param_count * 4 * partial;
         gmax = TD_MAX(gmax, (double)TD_MAX(l->in_size, l->out_size));
         residuals += l->kind == TD_LAYER_RESIDUAL;
-        if (l->kind == TD_LAYER_LINEAR) lin_t = TD_MAX(lin_t, (double)linear_t_floats(l, max_batch) * 4);
+        if (l->kind == TD_LAYER_LINEAR)
+            lin_t = TD_MAX(lin_t, (double)linear_t_floats(l, max_batch) * 4);
     }
     return lin_t + total + (2 + 2 * residuals) * b * gmax * 4 + 2.0 * (double)m->num_params * 4;
 }
@@ -642,7 +643,8 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
     for (int b = 0; b < m->nbuf; b++) m->gbuf[b] = alloc_floats((size_t)max_batch * m->gstride);
     size_t lin_t = 0;
     for (int i = 0; i < L; i++)
-        if (m->layers[i].kind == TD_LAYER_LINEAR) lin_t = TD_MAX(lin_t, linear_t_floats(&m->layers[i], max_batch));
+        if (m->layers[i].kind == TD_LAYER_LINEAR)
+            lin_t = TD_MAX(lin_t, linear_t_floats(&m->layers[i], max_batch));
     if (lin_t) m->lin_t = alloc_floats(lin_t);
     /* An in-place relu is folded into the maxpool after it (4x fewer elements touched) or the
      * linear or batchnorm before it (no separate pass over the activations or their gradients,

@@ -149,16 +149,19 @@ static const float *pack_panel(const float *b, size_t ldb, int pc, int jw, float
     return panel;
 }
 
-/* The next row tile's operands on their way into cache while this tile computes: its stretch
- * of a row-major a (a weight matrix, from memory, read a panel deep at a time: too short a
- * stream for the hardware prefetcher to get ahead of) and its rows of c (a weight gradient's
- * rows, 4 KiB apart in a 1024-wide layer). */
-static void prefetch_next(const float *a, ptrdiff_t a_row, ptrdiff_t a_step, int rt, int pc,
-                          float *c, size_t ldc, int jw) {
-    enum { LINE = 64 / sizeof(float) };
-    if (a_step == 1) /* (a^T's tile is a few lines, reused by every tile) */
-        for (int r = 0; r < rt; r++)
-            for (int p = 0; p < pc; p += LINE) __builtin_prefetch(a + r * a_row + p);
+/* Operands on their way into cache while a tile computes. The next row tile's stretch of a
+ * row-major a (rt rows, pc columns): a weight matrix comes from memory a panel deep at a time,
+ * too short a stream for the hardware prefetcher to get ahead of. */
+enum { LINE = 64 / sizeof(float) };
+
+static void prefetch_a(const float *a, ptrdiff_t a_row, int rt, int pc) {
+    for (int r = 0; r < rt; r++)
+        for (int p = 0; p < pc; p += LINE) __builtin_prefetch(a + r * a_row + p);
+}
+
+/* The next row tile's rows of c, for writing (a weight gradient's rows, 4 KiB apart in a
+ * 1024-wide layer). */
+static void prefetch_c(float *c, size_t ldc, int rt, int jw) {
     for (int r = 0; r < rt; r++)
         for (int j = 0; j < jw; j += LINE) __builtin_prefetch(c + r * ldc + j, 1);
 }
@@ -184,7 +187,8 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
             bool zero = p0 == 0 && !accumulate;
             const float *bp = b + (size_t)p0 * ldb + j0;
             size_t lb = ldb;
-            if (jw % VW || (rows > RT && ldb % 256 == 0)) bp = pack_panel(bp, ldb, pc, jw, panel), lb = JB;
+            if (jw % VW || (rows > RT && ldb % 256 == 0))
+                bp = pack_panel(bp, ldb, pc, jw, panel), lb = JB;
             /* the next panel of b (the next rows, else the next columns), a share of its rows
              * per row tile: a layer's weights come from memory a panel at a time, in rows of 256
              * bytes 4 KiB apart, a pattern the hardware prefetcher does not follow */
@@ -195,10 +199,12 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
                 int rt = TD_MIN(RT, rows - r0), next = TD_MIN(RT, rows - r0 - RT);
                 const float *ap = a + r0 * a_row + p0 * a_step;
                 float *cp = c + (size_t)r0 * ldc + j0;
-                if (next > 0) prefetch_next(ap + RT * a_row, a_row, a_step, next, pc, cp + RT * ldc, ldc, jw);
+                if (next > 0 && a_step == 1) /* (a^T's tile: a few lines, used by every tile) */
+                    prefetch_a(ap + RT * a_row, a_row, next, pc);
+                if (next > 0) prefetch_c(cp + RT * ldc, ldc, next, jw);
                 if (njw > 0 && rows > RT)
                     for (int p = t * share; p < TD_MIN(npc, (t + 1) * share); p++)
-                        for (int j = 0; j < njw; j += 16)
+                        for (int j = 0; j < njw; j += LINE)
                             __builtin_prefetch(b + (size_t)(np0 + p) * ldb + nj0 + j);
                 block(rt, jw, pc, ap, a_row, a_step, bp, lb, cp, ldc, zero);
             }
@@ -237,7 +243,7 @@ void td_gemm_ordered_packed(int rows, int width, int depth, const float *a, ptrd
     for (int r0 = 0; r0 < rows; r0 += RT) {
         int rt = TD_MIN(RT, rows - r0), next = TD_MIN(RT, rows - r0 - RT);
         float *cr = c + (size_t)r0 * ldc;
-        if (next > 0) prefetch_next(a, a_row, 0, 0, 0, cr + RT * ldc, ldc, TD_MIN(width, 4 * JB));
+        if (next > 0) prefetch_c(cr + RT * ldc, ldc, next, TD_MIN(width, 4 * JB));
         for (int p0 = 0; p0 < depth; p0 += PC) {
             int pc = TD_MIN(PC, depth - p0);
             /* copied once for every column block (a weight gradient's a is dy^T: its rows a
