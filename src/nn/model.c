@@ -459,15 +459,32 @@ static size_t pad16(int n) {
  * that slices start on td_gemm_pack_b's blocks. */
 #define LINEAR_SLICE 256
 
-static bool linear_by_xt(const td_layer *l, int batch) {
-    return (size_t)batch * (size_t)(l->in_c + l->out_c) <= (size_t)l->in_c * (size_t)l->out_c;
+/* The largest batch whose forward goes through x^T. */
+static int linear_xt_batch(const td_layer *l) {
+    return (int)((size_t)l->in_c * (size_t)l->out_c / ((size_t)l->in_c + (size_t)l->out_c));
 }
 
-static size_t linear_t_floats(const td_layer *l, int batch) {
-    size_t xt = ((size_t)l->in_c + (size_t)l->out_c) * pad16(batch);
-    size_t wt = (size_t)l->in_c * pad16(l->out_c);
-    size_t xp = td_gemm_packed_floats(batch, l->in_c); /* the backward's packed x */
-    return TD_MAX(TD_MAX(xt, wt), xp); /* either path, for any batch up to this one */
+static bool linear_by_xt(const td_layer *l, int batch) {
+    return batch <= linear_xt_batch(l);
+}
+
+/* Whether the weight gradient reads x packed once for all its tasks, which then stream through
+ * the gradient's rows once: where that gradient outgrows L2 (256 KiB and more: mlp7's 1024-wide
+ * layers' took 10-20% longer walked down column blocks), at batches of up to 256 (a larger
+ * batch's copy would cost memory, and its depth is several panels anyway). A small layer's x is
+ * read as it lies (the copy cost a 26k-parameter MLP 4% of its step). */
+static bool linear_packs_x(const td_layer *l, int batch) {
+    return batch <= 256 && (size_t)l->in_c * (size_t)l->out_c >= 65536;
+}
+
+/* lin_t's floats for a layer at batches up to max_batch: x^T and y^T or W^T in the forward,
+ * the packed x in the backward, whichever batch asks for the most. */
+static size_t linear_t_floats(const td_layer *l, int max_batch) {
+    int xt_batch = TD_MIN(max_batch, linear_xt_batch(l)), xp_batch = TD_MIN(max_batch, 256);
+    size_t xt = ((size_t)l->in_c + (size_t)l->out_c) * pad16(xt_batch);
+    size_t wt = max_batch > xt_batch ? (size_t)l->in_c * pad16(l->out_c) : 0;
+    size_t xp = linear_packs_x(l, xp_batch) ? td_gemm_packed_floats(xp_batch, l->in_c) : 0;
+    return TD_MAX(TD_MAX(xt, wt), xp);
 }
 
 /* What finalize is about to allocate for batches of max_batch (outputs, masks, the gradient
@@ -955,11 +972,7 @@ static void linear_backward(td_model_t *m, int li, int batch, int nt, float *dy,
     float *gw = m->grads + l->param_offset, *gb = gw + l->weight_count;
     int in = l->in_c, out = l->out_c, cols = linear_cols(out), nb = ntasks(out, cols);
     bool par = nt > 1 && nb > 1 && linear_parallel(batch, l);
-    /* x packed once for every task's weight gradient, which then streams through the
-     * gradient's rows once, where that gradient outgrows L2 (256 KiB and more: mlp7's 1024-wide
-     * layers' took 10-20% longer walked down column blocks); a small layer's x is read as it lies
-     * (the copy cost a 26k-parameter MLP 4% of its step) */
-    float *xp = (size_t)in * (size_t)out >= 65536 ? m->lin_t : NULL;
+    float *xp = linear_packs_x(l, batch) ? m->lin_t : NULL; /* x packed for every task */
     int slices = xp ? ntasks(in, LINEAR_SLICE) : 0;
 #pragma omp parallel num_threads(nt) if (par)
     {

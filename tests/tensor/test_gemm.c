@@ -1,8 +1,8 @@
-/* td_gemm_ordered: every output, bit for bit, is the sum its contract names (start, then one
- * multiply-add per p in order, fused where the build has FMA), at shapes that cross each of its
- * tile, vector, ragged-block and depth-panel edges, in both of a's layouts; and within a double
- * product's error bound, an independent check of the arithmetic itself. td_transpose against
- * its definition. */
+/* td_gemm_ordered and its packed variant: every output, bit for bit, is the sum the contract
+ * names (start, then one multiply-add per p in order, fused where the build has FMA), at shapes
+ * that cross each tile, vector, ragged-block and depth-panel edge, in both of a's layouts; and
+ * within a double product's error bound, an independent check of the arithmetic itself.
+ * td_transpose against its definition. */
 #include "tandem/tensor.h"
 #include "test.h"
 
@@ -20,7 +20,8 @@ static float madd(float acc, float a, float b) {
 #endif
 }
 
-static void check(int rows, int width, int depth, bool a_transposed, bool accumulate) {
+static void check(int rows, int width, int depth, bool a_transposed, bool accumulate,
+                  bool use_packed) {
     /* a is [rows, depth] with row stride lda, or stored transposed [depth, rows] */
     int lda = (a_transposed ? rows : depth) + 3, ldb = width + 5, ldc = width + 7;
     size_t na = (size_t)(a_transposed ? depth : rows) * lda + 1, nb = (size_t)depth * ldb + 1;
@@ -41,8 +42,19 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
     if (!accumulate)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < width; j++) c[(size_t)r * ldc + j] = NAN; /* written, not added */
-    td_gemm_ordered(rows, width, depth, a, a_row, a_step, b, (size_t)ldb, c, (size_t)ldc,
-                    accumulate);
+    float *packed = NULL;
+    if (!use_packed) {
+        td_gemm_ordered(rows, width, depth, a, a_row, a_step, b, (size_t)ldb, c, (size_t)ldc,
+                        accumulate);
+    } else { /* b packed in two halves' calls, as threads split it */
+        packed = malloc(sizeof(float) * (td_gemm_packed_floats(depth, width) + 1));
+        for (size_t i = 0; i <= td_gemm_packed_floats(depth, width); i++) packed[i] = NAN;
+        int half = width / 2 / 64 * 64;
+        td_gemm_pack_b(b, depth, width, (size_t)ldb, packed, 0, half);
+        td_gemm_pack_b(b, depth, width, (size_t)ldb, packed, half, width);
+        td_gemm_ordered_packed(rows, width, depth, a, a_row, a_step, packed, c, (size_t)ldc,
+                               accumulate);
+    }
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < width; j++) {
             float want = accumulate ? c0[(size_t)r * ldc + j] : 0.0f;
@@ -55,9 +67,10 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
             }
             float got = c[(size_t)r * ldc + j];
             if (memcmp(&got, &want, sizeof got))
-                TEST_FAIL("rows=%d width=%d depth=%d a%s%s: c[%d][%d] = %a, the ordered sum is %a",
-                          rows, width, depth, a_transposed ? "^T" : "",
-                          accumulate ? " accumulate" : "", r, j, got, want);
+                TEST_FAIL("rows=%d width=%d depth=%d a%s%s%s: c[%d][%d] = %a, ordered sum %a", rows,
+                          width, depth, a_transposed ? "^T" : "",
+                          accumulate ? " accumulate" : "", use_packed ? " packed" : "", r, j, got,
+                          want);
             /* n terms in float: within n ulps of the sum of |terms| (and of |c| at the start) */
             bound = (bound + fabs(c0[(size_t)r * ldc + j])) * (depth + 1) * 0x1p-24;
             ASSERT_NEAR(got, exact, bound + 1e-30);
@@ -65,7 +78,7 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
         for (int j = width; j < ldc; j++) /* the row's tail beyond width is left alone */
             ASSERT(!memcmp(&c[(size_t)r * ldc + j], &c0[(size_t)r * ldc + j], sizeof(float)));
     }
-    free(a), free(b), free(c), free(c0);
+    free(a), free(b), free(c), free(c0), free(packed);
 }
 
 static void check_transpose(int rows, int cols, int rows_to) {
@@ -92,12 +105,13 @@ int main(void) {
     for (size_t r = 0; r < TD_ARRAY_LEN(rows); r++)
         for (size_t w = 0; w < TD_ARRAY_LEN(widths); w++)
             for (size_t d = 0; d < TD_ARRAY_LEN(depths); d++)
-                for (int mode = 0; mode < 4; mode++)
-                    check(rows[r], widths[w], depths[d], mode & 1, mode & 2);
-    check(6, 64, 1100, false, false); /* several panels at every width */
-    check(13, 40, 1030, true, true);
-    check(64, 1024, 64, true, true); /* mlp7's weight gradient */
-    check(64, 256, 1024, false, false); /* its input gradient, one task */
+                for (int mode = 0; mode < 8; mode++)
+                    check(rows[r], widths[w], depths[d], mode & 1, mode & 2, mode & 4);
+    check(6, 64, 1100, false, false, false); /* several panels at every width */
+    check(13, 40, 1030, true, true, false);
+    check(13, 200, 600, true, true, true);
+    check(64, 1024, 64, true, true, true);    /* mlp7's weight gradient */
+    check(64, 256, 1024, false, false, false); /* its input gradient, one task */
 
     check_transpose(1, 1, 1);
     check_transpose(5, 3, 16);
