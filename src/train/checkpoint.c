@@ -133,6 +133,10 @@ static char *ckpt_path(const char *dir, int64_t step) {
 }
 
 td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep) {
+    char name[64];
+    if (!td_ckpt_build(TD_CKPT_TDCK, ck->step, name, sizeof name))
+        return td_error(TD_ERR_INVALID, "cannot save a checkpoint of step %lld in %s: steps run "
+                        "from 0 to 999999999999999999", (long long)ck->step, dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return td_error_errno(TD_ERR_IO, "cannot create checkpoint directory %s", dir);
     remove_stale_temporaries(dir);
@@ -223,6 +227,14 @@ static td_status parse_meta(const char *path, const char *text, size_t len, td_c
     TD_CHECK_GOTO(meta_int(o, "seed", path, &v), rc, out);
     ck->seed = (uint64_t)v;
     TD_CHECK_GOTO(meta_int(o, "step", path, &ck->step), rc, out);
+    char name[64];
+    if (!td_ckpt_build(TD_CKPT_TDCK, ck->step, name, sizeof name)) { /* a step no file is named by */
+        rc = td_error(TD_ERR_FORMAT,
+                      "checkpoint %s: \"step\" %lld is not a step (0 to 999999999999999999); the "
+                      "file is damaged or not tandem's",
+                      path, (long long)ck->step);
+        goto out;
+    }
     TD_CHECK_GOTO(meta_int(o, "epoch", path, &ck->epoch), rc, out);
     TD_CHECK_GOTO(meta_int(o, "step_in_epoch", path, &ck->step_in_epoch), rc, out);
     json_t *opt = json_object_get(o, "optimizer");
