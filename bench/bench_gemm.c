@@ -28,12 +28,9 @@ static void flush(void) {
     for (size_t i = 0; i < FLUSH_BYTES; i += 64) junk[i]++;
 }
 
-static float *randoms(size_t n, unsigned seed) {
+static float *randoms(size_t n, uint64_t seed) {
     float *p = td_xmalloc_aligned(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
-    }
+    for (size_t i = 0; i < n; i++) p[i] = td_rng_uniform(seed, 0, i) - 0.5f;
     return p;
 }
 

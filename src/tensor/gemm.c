@@ -130,8 +130,8 @@ static void block(int rt, int jw, int pc, const float *a, ptrdiff_t a_row, ptrdi
     for (int r = 0; r < rt; r++) memcpy(c + (size_t)r * ldc, t + r * JB, sizeof(float) * jw);
 }
 
-/* b's rows [0, pc) x columns [0, jw) copied into panel [pc, JB], each row padded to whole vectors
- * with zeros (lanes whose results are dropped, but stale stack bytes could be slow denormals). */
+/* b's rows [0, pc) x columns [0, jw) copied into panel [pc, JB] (pc may exceed PC for a caller's
+ * buffer), each row padded to whole vectors with zeros (lanes whose results are dropped, but stale stack bytes could be slow denormals). */
 static const float *pack_panel(const float *b, size_t ldb, int pc, int jw, float *panel) {
     if (jw == JB) { /* whole vectors, inline (a call of memcpy per 64-byte row cost AVX2's
                      * 16-float panels a fifth of their time) */
@@ -218,14 +218,9 @@ size_t td_gemm_packed_floats(int depth, int width) {
 
 void td_gemm_pack_b(const float *b, int depth, int width, size_t ldb, float *packed, int j_from,
                     int j_to) {
-    for (int j0 = (TD_MAX(j_from, 0) + JB - 1) / JB * JB; j0 < TD_MIN(width, j_to); j0 += JB) {
-        int jw = TD_MIN(JB, width - j0);
-        float *blk = packed + (size_t)(j0 / JB) * JB * depth;
-        for (int p = 0; p < depth; p++) {
-            memcpy(blk + (size_t)p * JB, b + (size_t)p * ldb + j0, sizeof(float) * jw);
-            memset(blk + (size_t)p * JB + jw, 0, sizeof(float) * (JB - jw));
-        }
-    }
+    for (int j0 = (TD_MAX(j_from, 0) + JB - 1) / JB * JB; j0 < TD_MIN(width, j_to); j0 += JB)
+        pack_panel(b + j0, ldb, depth, TD_MIN(JB, width - j0),
+                   packed + (size_t)(j0 / JB) * JB * depth);
 }
 
 void td_gemm_ordered_packed(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
