@@ -131,7 +131,8 @@ static void block(int rt, int jw, int pc, const float *a, ptrdiff_t a_row, ptrdi
 }
 
 /* b's rows [0, pc) x columns [0, jw) copied into panel [pc, JB] (pc may exceed PC for a caller's
- * buffer), each row padded to whole vectors with zeros (lanes whose results are dropped, but stale stack bytes could be slow denormals). */
+ * buffer), each row padded to whole vectors with zeros (lanes whose results are dropped, but
+ * stale bytes could be slow denormals). */
 static const float *pack_panel(const float *b, size_t ldb, int pc, int jw, float *panel) {
     if (jw == JB) { /* whole vectors, inline (a call of memcpy per 64-byte row cost AVX2's
                      * 16-float panels a fifth of their time) */
