@@ -67,7 +67,7 @@ static size_t slot_floats(size_t n) {
     return (s / 16) % 2 ? s : s + 16;
 }
 
-/* The 1-D transforms, each a fixed sequence. */
+/* The 1-D transforms, each a fixed sequence; B^T and A^T take floats or vectors of them. */
 
 /* G g: 3 filter taps to 6 */
 #define WINO_G(g0, g1, g2, t)                                                                    \
@@ -80,8 +80,8 @@ static size_t slot_floats(size_t n) {
 /* B^T d: 6 inputs to 6 */
 #define WINO_BT(d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5)                                  \
     do {                                                                                         \
-        float p_ = (d4) - 4.0f * (d2), q_ = (d3) - 4.0f * (d1);                                  \
-        float r_ = (d4) - (d2), u_ = 2.0f * ((d3) - (d1));                                       \
+        __typeof__((d0) + 0.0f) p_ = (d4) - 4.0f * (d2), q_ = (d3) - 4.0f * (d1);                \
+        __typeof__((d0) + 0.0f) r_ = (d4) - (d2), u_ = 2.0f * ((d3) - (d1));                     \
         o0 = 4.0f * (d0) - 5.0f * (d2) + (d4);                                                   \
         o1 = p_ + q_, o2 = p_ - q_, o3 = r_ + u_, o4 = r_ - u_;                                  \
         o5 = 4.0f * (d1) - 5.0f * (d3) + (d5);                                                   \
@@ -90,7 +90,8 @@ static size_t slot_floats(size_t n) {
 /* A^T m: 6 to 4 outputs */
 #define WINO_AT(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3)                                          \
     do {                                                                                         \
-        float a_ = (m1) + (m2), b_ = (m1) - (m2), c_ = (m3) + (m4), e_ = (m3) - (m4);            \
+        __typeof__((m0) + 0.0f) a_ = (m1) + (m2), b_ = (m1) - (m2), c_ = (m3) + (m4),            \
+                                e_ = (m3) - (m4);                                                \
         o0 = (m0) + a_ + c_, o1 = b_ + 2.0f * e_, o2 = a_ + 4.0f * c_;                           \
         o3 = b_ + 8.0f * e_ + (m5);                                                              \
     } while (0)
@@ -156,8 +157,9 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
 }
 
 /* Scratch layout shared by the entry points: dU [36, k, c], V [36, c, T], M [36, k, T], then the
- * split planes P [24, ...] and the half-transformed tiles H [24, ...] (slots ps apart), and the
- * padded input plane [4 (th + 1), 4 (tw + 1)]. */
+ * split planes P [24, ...] and the half-transformed tiles H [24, ...] (slots ps apart), the
+ * padded input planes [ns][4 (th + 1)][4 (tw + 1)], and a table of where each tile of a pass
+ * starts (`at`: in the planes, or in y). */
 typedef struct {
     int th, tw;
     size_t tps, t;          /* tiles per sample, in the pass */
@@ -166,6 +168,7 @@ typedef struct {
     size_t pw, rows;        /* the padded plane's row length and rows */
     size_t floats;          /* all of it */
     float *v, *m, *du, *p, *h, *plane;
+    size_t *at;             /* ns * sps entries (>= t) */
 } wino_ws;
 
 /* The layout of a pass of ns samples; with scratch == NULL only the sizes. */
@@ -180,10 +183,11 @@ static wino_ws workspace(int ns, int c, int k, int oh, int ow, float *scratch) {
     /* dU first: its place must not depend on the tile count */
     size_t v = TD_WINO_POS * ws.us, m = v + TD_WINO_POS * ws.vs, p = m + TD_WINO_POS * ws.ms;
     size_t h = p + 24 * ws.ps, plane = h + 24 * ws.ps;
-    ws.floats = plane + ws.rows * ws.pw;
+    size_t at = round16(plane + (size_t)ns * ws.rows * ws.pw);
+    ws.floats = at + (size_t)ns * ws.sps * (sizeof(size_t) / sizeof(float));
     if (scratch) {
         ws.du = scratch, ws.v = scratch + v, ws.m = scratch + m, ws.p = scratch + p;
-        ws.h = scratch + h, ws.plane = scratch + plane;
+        ws.h = scratch + h, ws.plane = scratch + plane, ws.at = (size_t *)(scratch + at);
     }
     return ws;
 }
@@ -193,44 +197,78 @@ size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int o
     return workspace(TD_MIN(ns, pass_samples(oh, ow)), c, k, oh, ow, NULL).floats;
 }
 
-/* V = B^T d B of every input tile of ns samples. The padded plane is first split by row mod 4
- * (qr) and by the six columns of a tile (b): P[qr * 6 + b][s * sps + ry * tw + tx] =
- * padded[4 ry + qr][4 tx + b] (columns 4tx + 4, 4tx + 5 are the next tile's first two, stored
- * twice), so that both 1-D passes below are flat loops over all tiles: B^T across
+/* Eight tiles' six columns into P: tile q's columns 0-3 are the four floats at t[q], columns
+ * 4 and 5 the two after them (the next tile's first two), each stored at d[b] + at. The
+ * stride-4 gather is two in-lane 4 x 4 transposes: the 128-bit halves of A..D hold tiles
+ * (0, 4), (1, 5), (2, 6), (3, 7), so unpacking pairs and then halves of pairs leaves column b
+ * of tiles 0-7 in order; columns 4 and 5 the same from t[q] + 4. Only lane-local shuffles, which
+ * every x86 level has (the scalar gather this replaced was a third of the input transform). */
+typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+static inline __attribute__((always_inline)) v8f pair(const float *lo, const float *hi) {
+    return __builtin_shufflevector(*(const v4f *)lo, *(const v4f *)hi, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+static inline __attribute__((always_inline)) void split8(const float *const t[8], int from,
+                                                         float *const d[6], size_t at) {
+    v8f a = pair(t[0] + from, t[4] + from), b = pair(t[1] + from, t[5] + from);
+    v8f c = pair(t[2] + from, t[6] + from), e = pair(t[3] + from, t[7] + from);
+    v8f ab0 = __builtin_shufflevector(a, b, 0, 8, 1, 9, 4, 12, 5, 13);
+    v8f ce0 = __builtin_shufflevector(c, e, 0, 8, 1, 9, 4, 12, 5, 13);
+    *(v8f *)(d[from] + at) = __builtin_shufflevector(ab0, ce0, 0, 1, 8, 9, 4, 5, 12, 13);
+    *(v8f *)(d[from + 1] + at) = __builtin_shufflevector(ab0, ce0, 2, 3, 10, 11, 6, 7, 14, 15);
+    if (from) return; /* columns 4 and 5: two of the four */
+    v8f ab1 = __builtin_shufflevector(a, b, 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f ce1 = __builtin_shufflevector(c, e, 2, 10, 3, 11, 6, 14, 7, 15);
+    *(v8f *)(d[2] + at) = __builtin_shufflevector(ab1, ce1, 0, 1, 8, 9, 4, 5, 12, 13);
+    *(v8f *)(d[3] + at) = __builtin_shufflevector(ab1, ce1, 2, 3, 10, 11, 6, 7, 14, 15);
+}
+
+/* V = B^T d B of every input tile of ns samples. The padded planes of the pass's samples are
+ * split by row mod 4 (qr) and by the six columns of a tile (b): P[qr * 6 + b][s * sps + ry * tw
+ * + tx] = padded[s][4 ry + qr][4 tx + b] (columns 4tx + 4, 4tx + 5 are the next tile's first
+ * two, stored twice), so that both 1-D passes below are flat loops over all tiles: B^T across
  * (H[qr * 6 + j] from P[qr * 6 + 0..5] at the same place), then B^T down (rows 4 ty + 4,
- * 4 ty + 5 are row phases 0 and 1 one tile row, tw, further on). P's padding is zeroed once per
- * call: every channel writes the same places. */
+ * 4 ty + 5 are row phases 0 and 1 one tile row, tw, further on). P's index runs over samples,
+ * tile rows and tiles alike, so the split takes eight tiles at a time across row and sample
+ * boundaries (resnet-small's 8x8 planes have two tiles a row); every place of P is written from
+ * the planes, padding rows included, so nothing is cleared. */
 static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int ns, int c, int h,
                             int w, int pad) {
     int tw = ws->tw;
     size_t ps = ws->ps, sps = ws->sps, n = (size_t)ns * sps;
-    memset(ws->p, 0, sizeof(float) * 24 * ps);
-    /* the padded plane [4 (th + 1), pw]: x's rows copied in (all of them first: splitting each
-     * row straight after its copy stalled the loads on the copy's unaligned stores), zeros
-     * around them set once here */
-    int pw = (int)ws->pw, rows = (int)ws->rows;
-    int r0 = TD_MAX(0, pad), r1 = TD_MIN(rows, h + pad); /* padded rows holding x's rows */
-    int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, pw - pad);  /* x's columns that land inside */
+    /* the padded planes [ns][4 (th + 1)][pw]: x's rows copied in (all of them first: splitting
+     * each row straight after its copy stalled the loads on the copy's unaligned stores), the
+     * zeros around them set once here */
+    size_t pw = ws->pw, rows = ws->rows, one = rows * pw;
+    int r0 = TD_MAX(0, pad), r1 = TD_MIN((int)rows, h + pad); /* padded rows holding x's rows */
+    int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, (int)pw - pad);  /* x's columns that land inside */
     float *plane = ws->plane;
-    memset(plane, 0, sizeof(float) * ws->rows * ws->pw);
+    memset(plane, 0, sizeof(float) * (size_t)ns * one);
+    /* tile f = (s, ry, tx) of the split reads plane s from row 4 ry + qr, column 4 tx */
+    size_t *at = ws->at;
+    for (size_t f = 0; f < n; f++)
+        at[f] = f / sps * one + f % sps / tw * TILE * pw + f % tw * TILE;
     for (int ci = 0; ci < c; ci++) {
-        for (int s = 0; s < ns; s++) {
+        for (int s = 0; s < ns && c1 > c0; s++) {
             const float *xp = x + s * ldx + (size_t)ci * h * w;
-            if (c1 > c0)
-                for (int r = r0; r < r1; r++)
-                    memcpy(plane + (size_t)r * pw + c0 + pad, xp + (size_t)(r - pad) * w + c0,
-                           sizeof(float) * (c1 - c0));
-            for (int r = r0; r < r1; r++) {
-                const float *pr = plane + (size_t)r * pw;
-                float *d0 = ws->p + (size_t)(r % TILE) * 6 * ps + s * sps + (size_t)(r / TILE) * tw;
-                float *d1 = d0 + ps, *d2 = d1 + ps, *d3 = d2 + ps, *d4 = d3 + ps, *d5 = d4 + ps;
-#pragma omp simd
-                for (int tx = 0; tx < tw; tx++) {
-                    const float *rt = pr + TILE * tx;
-                    d0[tx] = rt[0], d1[tx] = rt[1], d2[tx] = rt[2];
-                    d3[tx] = rt[3], d4[tx] = rt[4], d5[tx] = rt[5];
-                }
+            for (int r = r0; r < r1; r++)
+                memcpy(plane + s * one + (size_t)r * pw + c0 + pad,
+                       xp + (size_t)(r - pad) * w + c0, sizeof(float) * (c1 - c0));
+        }
+        for (int qr = 0; qr < TILE; qr++) {
+            float *d[6];
+            for (int b = 0; b < 6; b++) d[b] = ws->p + (size_t)(qr * 6 + b) * ps;
+            const float *row = plane + (size_t)qr * pw, *t[8];
+            size_t f = 0;
+            for (; f + 8 <= n; f += 8) {
+                for (int q = 0; q < 8; q++) t[q] = row + at[f + q];
+                split8(t, 0, d, f);
+                split8(t, 4, d, f);
             }
+            for (; f < n; f++)
+                for (int b = 0; b < 6; b++) d[b][f] = row[at[f] + b];
         }
         for (int qr = 0; qr < TILE; qr++) {
             const float *b0 = ws->p + (size_t)qr * 6 * ps, *b1 = b0 + ps, *b2 = b1 + ps,
@@ -242,25 +280,65 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
                 WINO_BT(b0[f], b1[f], b2[f], b3[f], b4[f], b5[f], o0[f], o1[f], o2[f], o3[f],
                         o4[f], o5[f]);
         }
-        size_t vs = ws->vs;
-        for (int s = 0; s < ns; s++)
+        size_t vs = ws->vs, tps = ws->tps;
+        int s = 0;
+        /* four tiles a sample (8x8 planes): two samples a vector, the loop below ran scalar */
+        for (; tps == 4 && s + 2 <= ns; s += 2)
             for (int j = 0; j < 6; j++) {
                 const float *h0 = ws->h + (size_t)j * ps + s * sps, *h1 = h0 + 6 * ps,
                             *h2 = h1 + 6 * ps, *h3 = h2 + 6 * ps, *h4 = h0 + tw, *h5 = h1 + tw;
-                float *v0 = ws->v + (size_t)j * vs + (size_t)ci * ws->t + s * ws->tps;
+                float *v0 = ws->v + (size_t)j * vs + (size_t)ci * ws->t + s * tps;
+                v8f o0, o1, o2, o3, o4, o5;
+                WINO_BT(pair(h0, h0 + sps), pair(h1, h1 + sps), pair(h2, h2 + sps),
+                        pair(h3, h3 + sps), pair(h4, h4 + sps), pair(h5, h5 + sps), o0, o1, o2,
+                        o3, o4, o5);
+                *(v8f *)v0 = o0, *(v8f *)(v0 + 6 * vs) = o1, *(v8f *)(v0 + 12 * vs) = o2;
+                *(v8f *)(v0 + 18 * vs) = o3, *(v8f *)(v0 + 24 * vs) = o4;
+                *(v8f *)(v0 + 30 * vs) = o5;
+            }
+        for (; s < ns; s++)
+            for (int j = 0; j < 6; j++) {
+                const float *h0 = ws->h + (size_t)j * ps + s * sps, *h1 = h0 + 6 * ps,
+                            *h2 = h1 + 6 * ps, *h3 = h2 + 6 * ps, *h4 = h0 + tw, *h5 = h1 + tw;
+                float *v0 = ws->v + (size_t)j * vs + (size_t)ci * ws->t + s * tps;
                 float *v1 = v0 + 6 * vs, *v2 = v1 + 6 * vs, *v3 = v2 + 6 * vs, *v4 = v3 + 6 * vs,
                       *v5 = v4 + 6 * vs;
 #pragma omp simd
-                for (size_t i = 0; i < ws->tps; i++)
+                for (size_t i = 0; i < tps; i++)
                     WINO_BT(h0[i], h1[i], h2[i], h3[i], h4[i], h5[i], v0[i], v1[i], v2[i], v3[i],
                             v4[i], v5[i]);
             }
     }
 }
 
+/* Eight tiles' four output rows q0..q3 (lane q: tile q) stored as four floats at y + at[q]:
+ * split8's transposes the other way round. */
+static inline __attribute__((always_inline)) void store8(v8f q0, v8f q1, v8f q2, v8f q3,
+                                                         float *y, const size_t *at) {
+    v8f u0 = __builtin_shufflevector(q0, q1, 0, 8, 1, 9, 4, 12, 5, 13);
+    v8f u1 = __builtin_shufflevector(q0, q1, 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f u2 = __builtin_shufflevector(q2, q3, 0, 8, 1, 9, 4, 12, 5, 13);
+    v8f u3 = __builtin_shufflevector(q2, q3, 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f r[4] = {__builtin_shufflevector(u0, u2, 0, 1, 8, 9, 4, 5, 12, 13),
+                __builtin_shufflevector(u0, u2, 2, 3, 10, 11, 6, 7, 14, 15),
+                __builtin_shufflevector(u1, u3, 0, 1, 8, 9, 4, 5, 12, 13),
+                __builtin_shufflevector(u1, u3, 2, 3, 10, 11, 6, 7, 14, 15)};
+    for (int q = 0; q < 4; q++) { /* r[q] holds tiles q and q + 4 */
+        *(v4f *)(y + at[q]) = __builtin_shufflevector(r[q], r[q], 0, 1, 2, 3);
+        *(v4f *)(y + at[q + 4]) = __builtin_shufflevector(r[q], r[q], 4, 5, 6, 7);
+    }
+}
+
+/* Where tile g of a pass starts in y (sample s at y + s * ldy), for output_tiles. */
+static void output_places(const wino_ws *ws, size_t ldy, int ow) {
+    for (size_t g = 0; g < ws->t; g++)
+        ws->at[g] = g / ws->tps * ldy + g % ws->tps / ws->tw * TILE * ow + g % ws->tw * TILE;
+}
+
 /* y = A^T m A + b of output channel ko's tiles (M at m, slots ms apart): A^T down the columns
  * over the whole pass into H[r * 6 + j], then A^T across each row, written into y's rows; the
- * parts of edge tiles beyond oh / ow are dropped. */
+ * parts of edge tiles beyond oh / ow are dropped. Where every tile is whole, the second pass is
+ * flat over the pass's tiles too, eight at a time, each stored at its place (output_places). */
 static void output_tiles(const wino_ws *ws, const float *m, size_t ms, int ns, float b, float *y,
                          size_t ldy, int oh, int ow) {
     size_t hs = ws->ps, t = ws->t; /* H's slots */
@@ -273,6 +351,27 @@ static void output_tiles(const wino_ws *ws, const float *m, size_t ms, int ns, f
 #pragma omp simd
         for (size_t i = 0; i < t; i++)
             WINO_AT(m0[i], m1[i], m2[i], m3[i], m4[i], m5[i], o0[i], o1[i], o2[i], o3[i]);
+    }
+    if (oh % TILE == 0 && ow % TILE == 0) {
+        for (int a = 0; a < TILE; a++) { /* output row 4 ty + a of every tile */
+            const float *a0 = ws->h + (size_t)a * 6 * hs, *a1 = a0 + hs, *a2 = a1 + hs,
+                        *a3 = a2 + hs, *a4 = a3 + hs, *a5 = a4 + hs;
+            float *ya = y + (size_t)a * ow;
+            size_t g = 0;
+            for (; g + 8 <= t; g += 8) {
+                v8f q0, q1, q2, q3;
+                WINO_AT(*(const v8f *)(a0 + g), *(const v8f *)(a1 + g), *(const v8f *)(a2 + g),
+                        *(const v8f *)(a3 + g), *(const v8f *)(a4 + g), *(const v8f *)(a5 + g),
+                        q0, q1, q2, q3);
+                store8(q0 + b, q1 + b, q2 + b, q3 + b, ya, ws->at + g);
+            }
+            for (; g < t; g++) {
+                float *yt = ya + ws->at[g];
+                WINO_AT(a0[g], a1[g], a2[g], a3[g], a4[g], a5[g], yt[0], yt[1], yt[2], yt[3]);
+                yt[0] += b, yt[1] += b, yt[2] += b, yt[3] += b;
+            }
+        }
+        return;
     }
     for (int s = 0; s < ns; s++)
         for (int oy = 0; oy < oh; oy++) {
@@ -308,6 +407,7 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
         for (int xi = 0; xi < TD_WINO_POS; xi++)
             td_sgemm(false, false, k, (int)ws.t, c, 1.0f, u + xi * ws.us, c, ws.v + xi * vs,
                      (int)ws.t, 0.0f, ws.m + xi * ms, (int)ws.t);
+        output_places(&ws, ldy, ow);
         for (int ko = 0; ko < k; ko++)
             output_tiles(&ws, ws.m + (size_t)ko * ws.t, ms, nb, bias ? bias[ko] : 0.0f,
                          y + s0 * ldy + (size_t)ko * oh * ow, ldy, oh, ow);
@@ -317,24 +417,41 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
 /* Z = A g A^T of the 4x4 output-gradient tiles of ns samples' channel ko (g zero beyond oh / ow),
  * into z (slots zs apart). The plane is split into P[a * 4 + b][s * tps + ty * tw + tx] =
  * dy[4 ty + a][4 tx + b] (the tiles do not overlap), then A across into H[a * 6 + j] and A down,
- * both flat over the pass's tiles. P's zeros beyond oh / ow are set once per call (`clear`). */
+ * both flat over the pass's tiles. Whole tiles are split eight at a time from their places in dy
+ * (output_places); otherwise row by row, P's zeros beyond oh / ow set once per call (`clear`). */
 static void grad_tiles(const wino_ws *ws, const float *dy, size_t ldy, int ns, int oh, int ow,
                        bool clear, float *z, size_t zs) {
     int tw = ws->tw, full = ow / TILE;
     size_t ps = ws->ps, t = ws->t;
-    if (clear) memset(ws->p, 0, sizeof(float) * 16 * ps);
-    for (int s = 0; s < ns; s++)
-        for (int r = 0; r < oh; r++) {
-            const float *g = dy + s * ldy + (size_t)r * ow;
-            float *d0 = ws->p + (size_t)(r % TILE) * 4 * ps + s * ws->tps + (size_t)(r / TILE) * tw;
-            float *d1 = d0 + ps, *d2 = d1 + ps, *d3 = d2 + ps;
-#pragma omp simd
-            for (int tx = 0; tx < full; tx++) {
-                const float *gt = g + TILE * tx;
-                d0[tx] = gt[0], d1[tx] = gt[1], d2[tx] = gt[2], d3[tx] = gt[3];
+    if (oh % TILE == 0 && ow % TILE == 0) { /* whole tiles: eight at a time, at output_places */
+        for (int a = 0; a < TILE; a++) {
+            float *d[6] = {NULL};
+            for (int b = 0; b < TILE; b++) d[b] = ws->p + (size_t)(a * 4 + b) * ps;
+            const float *ga = dy + (size_t)a * ow, *t8[8];
+            size_t g = 0;
+            for (; g + 8 <= t; g += 8) {
+                for (int q = 0; q < 8; q++) t8[q] = ga + ws->at[g + q];
+                split8(t8, 0, d, g);
             }
-            for (int cx = TILE * full; cx < ow; cx++) d0[(cx % TILE) * ps + full] = g[cx];
+            for (; g < t; g++)
+                for (int b = 0; b < TILE; b++) d[b][g] = ga[ws->at[g] + b];
         }
+    } else {
+        if (clear) memset(ws->p, 0, sizeof(float) * 16 * ps);
+        for (int s = 0; s < ns; s++)
+            for (int r = 0; r < oh; r++) {
+                const float *g = dy + s * ldy + (size_t)r * ow;
+                float *d0 = ws->p + (size_t)(r % TILE) * 4 * ps + s * ws->tps +
+                            (size_t)(r / TILE) * tw;
+                float *d1 = d0 + ps, *d2 = d1 + ps, *d3 = d2 + ps;
+#pragma omp simd
+                for (int tx = 0; tx < full; tx++) {
+                    const float *gt = g + TILE * tx;
+                    d0[tx] = gt[0], d1[tx] = gt[1], d2[tx] = gt[2], d3[tx] = gt[3];
+                }
+                for (int cx = TILE * full; cx < ow; cx++) d0[(cx % TILE) * ps + full] = g[cx];
+            }
+    }
     for (int a = 0; a < TILE; a++) {
         const float *g0 = ws->p + (size_t)a * 4 * ps, *g1 = g0 + ps, *g2 = g1 + ps, *g3 = g2 + ps;
         float *o0 = ws->h + (size_t)a * 6 * ps, *o1 = o0 + ps, *o2 = o1 + ps, *o3 = o2 + ps,
@@ -364,6 +481,7 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
         wino_ws ws = workspace(nb, c, k, oh, ow, scratch);
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
+        output_places(&ws, ldy, ow);
         for (int ko = 0; ko < k; ko++)
             grad_tiles(&ws, dy + s0 * ldy + (size_t)ko * oh * ow, ldy, nb, oh, ow, ko == 0,
                        ws.m + (size_t)ko * ws.t, zs);
