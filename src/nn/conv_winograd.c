@@ -205,6 +205,9 @@ size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int o
  * every x86 level has (the scalar gather this replaced was a third of the input transform). */
 typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
 typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+/* Below AVX, GCC warns that passing v8f by value has no fixed ABI: these helpers are static and
+ * always inlined, so no call ever passes one. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 static inline __attribute__((always_inline)) v8f pair(const float *lo, const float *hi) {
     return __builtin_shufflevector(*(const v4f *)lo, *(const v4f *)hi, 0, 1, 2, 3, 4, 5, 6, 7);
