@@ -53,8 +53,9 @@ bool td__push_due(const td__pushed *f, int64_t size, double now_s, double bytes_
 /* One pass at now_s (the push's clock; td_now_s in the controller): every changed file of the
  * run directory that the submitter's verbs read (the record, logs, metrics, artifacts, end
  * records, instances, sdk.json) that td__push_due allows to prefix/run/REL, whole, run.json
- * last. final: the end's pass, every change sent. The first failure is returned; the files sent
- * before it count. */
+ * last. final: the end's pass, every change sent; any other pass holds back a record that says
+ * the run has ended (counted as deferred), so the end reaches the store only with what the end
+ * adds. The first failure is returned; the files sent before it count. */
 td_status td__remote_push(td__push *p, const char *run_dir, double now_s, bool final);
 void td__remote_push_free(td__push *p);
 

@@ -7,7 +7,8 @@
  *    200 s run), pushed without the bound (as before it) and with it, in the same process. With
  *    it, the bytes sent stay within rate x duration + the file once, and the end's push leaves the
  *    whole file in the store; without it, every pass re-sends the whole file (the sum of its
- *    sizes), which the test computes independently of the push. */
+ *    sizes), which the test computes independently of the push.
+ * 3. The record's end goes only with the end's pass (record_end). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,9 +170,66 @@ static void measure(void) {
            (double)before.nbytes / (double)after.nbytes, (double)after.metrics_last / MiB);
 }
 
+/* The record's end waits for the end's pass: a pass as the run goes sends run.json while it
+ * says running, holds it back once it says the run ended (the controller adds its own line to
+ * instances.json after that, and a reader takes the end as everything), and the end's pass
+ * sends it. */
+typedef struct {
+    int record_puts;
+} record_counter;
+
+static td_status count_record(void *user, const char *key, const char *path, int64_t nbytes) {
+    (void)path, (void)nbytes;
+    record_counter *c = user;
+    size_t n = strlen(key);
+    if (n >= 13 && !strcmp(key + n - 13, "/run/run.json")) c->record_puts++;
+    return TD_OK;
+}
+
+static void write_record(const char *run_dir, const char *status) {
+    char *record = td_xasprintf("%s/run.json", run_dir);
+    FILE *f = fopen(record, "w");
+    CHECK(f != NULL, "%s: %s", record, strerror(errno));
+    if (f) {
+        fprintf(f, "{\"id\": \"end-1\", \"status\": \"%s\"}\n", status);
+        fclose(f);
+    }
+    free(record);
+}
+
+static void record_end(void) {
+    char tmpl[] = "/tmp/tandem-push-end-XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL, "mkdtemp: %s", strerror(errno));
+    char *run_dir = td_xasprintf("%s/run", tmpl), *staging = td_xasprintf("%s/staging", tmpl);
+    CHECK(td_mkdirs(run_dir) == TD_OK && td_mkdirs(staging) == TD_OK, "%s", td_error_msg());
+    record_counter c = {0};
+    td__push p = {.prefix = "store", .staging = staging, .bytes_per_s = -1,
+                  .put = count_record, .put_user = &c};
+    write_record(run_dir, "running");
+    CHECK(td__remote_push(&p, run_dir, 10.0, false) == TD_OK, "%s", td_error_msg());
+    CHECK(c.record_puts == 1, "a running record: %d puts of run.json, not 1", c.record_puts);
+    write_record(run_dir, "succeeded");
+    CHECK(td__remote_push(&p, run_dir, 12.0, false) == TD_OK, "%s", td_error_msg());
+    CHECK(c.record_puts == 1, "the ended record went with a pass as the run goes");
+    CHECK(p.ndeferred == 1, "the ended record held back: %zu deferred, not 1", p.ndeferred);
+    CHECK(td__remote_push(&p, run_dir, 14.0, true) == TD_OK, "%s", td_error_msg());
+    CHECK(c.record_puts == 2, "the end's pass did not send the ended record (%d puts)",
+          c.record_puts);
+    td__remote_push_free(&p);
+    char *record = td_xasprintf("%s/run.json", run_dir);
+    unlink(record);
+    rmdir(run_dir);
+    rmdir(staging);
+    rmdir(tmpl);
+    free(record);
+    free(run_dir);
+    free(staging);
+}
+
 int main(void) {
     decisions();
     measure();
+    record_end();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
