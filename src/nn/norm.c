@@ -250,6 +250,29 @@ void td__bn_forward(td_model_t *m, int li, int batch, int nt) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
     for (int c = 0; c < nch; c++) {
         int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
+        if (hw == 1) { /* after a linear layer: a row of C values, vectorised across channels */
+            for (int s = s0; s < s1; s++) {
+                const float *x = x0 + (size_t)s * l->in_size;
+                float *y = y0 + (size_t)s * l->out_size;
+                const float *k = skip0 ? skip0 + (size_t)s * l->out_size : NULL;
+                if (k)
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++)
+                        y[ch] = bn_affine((x[ch] - mean[ch]) * rstd[ch], gamma[ch], beta[ch]) +
+                                k[ch];
+                else if (l->relu_out)
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float v = bn_affine((x[ch] - mean[ch]) * rstd[ch], gamma[ch], beta[ch]);
+                        y[ch] = v > 0.0f ? v : 0.0f;
+                    }
+                else
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++)
+                        y[ch] = bn_affine((x[ch] - mean[ch]) * rstd[ch], gamma[ch], beta[ch]);
+            }
+            continue;
+        }
         for (int s = s0; s < s1; s++)
             for (int ch = 0; ch < C; ch++) {
                 const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
@@ -346,7 +369,24 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && nch > 1)
         for (int c = 0; c < nch; c++) {
             int s0 = c * TD_NN_CHUNK, s1 = TD_MIN(batch, s0 + TD_NN_CHUNK);
-            for (int s = s0; s < s1; s++)
+            for (int s = s0; hw == 1 && s < s1; s++) { /* rows of C values, as above */
+                const float *x = x0 + (size_t)s * l->in_size, *dy = dout + (size_t)s * ldo;
+                float *dx = din + (size_t)s * ldi;
+                if (gate)
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float r = rstd[ch], xh = (x[ch] - mean[ch]) * r;
+                        float g = gated(dy[ch], bn_affine(xh, gamma[ch], beta[ch]), true);
+                        dx[ch] = gamma[ch] * r * (g - mdy[ch] - xh * mdyx[ch]);
+                    }
+                else
+#pragma omp simd
+                    for (int ch = 0; ch < C; ch++) {
+                        float r = rstd[ch], xh = (x[ch] - mean[ch]) * r;
+                        dx[ch] = gamma[ch] * r * (dy[ch] - mdy[ch] - xh * mdyx[ch]);
+                    }
+            }
+            for (int s = s0; hw > 1 && s < s1; s++)
                 for (int ch = 0; ch < C; ch++) {
                     const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
                     const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
