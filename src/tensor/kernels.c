@@ -46,6 +46,21 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
                 int xlo, xhi;
                 valid_range(w, ow, stride, pad, kj, &xlo, &xhi);
                 if (ylo > 0) memset(dst, 0, sizeof(float) * (size_t)ylo * ow);
+                if (stride == 1 && ow == w && yhi > ylo && xhi > xlo) {
+                    /* rows as long as x's ('same' padding): the tap is x shifted by a constant,
+                     * one run from its first valid value to its last, then the columns that
+                     * fell outside x (a neighbouring row's values in the run) zeroed */
+                    float *d = dst + (size_t)ylo * ow + xlo;
+                    const float *sx = xc + (size_t)(ylo - pad + ki) * w + (xlo - pad + kj);
+                    size_t run = (size_t)(yhi - ylo - 1) * ow + (size_t)(xhi - xlo);
+#pragma omp simd
+                    for (size_t e = 0; e < run; e++) d[e] = sx[e];
+                    for (int oy = ylo; oy < yhi; oy++) {
+                        float *r = dst + (size_t)oy * ow;
+                        for (int ox = 0; ox < xlo; ox++) r[ox] = 0.0f;
+                        for (int ox = xhi; ox < ow; ox++) r[ox] = 0.0f;
+                    }
+                } else
                 for (int oy = ylo; oy < yhi; oy++) {
                     float *d = dst + (size_t)oy * ow;
                     const float *srow = xc + (size_t)(oy * stride - pad + ki) * w;

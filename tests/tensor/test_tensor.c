@@ -98,6 +98,12 @@ int main(void) {
     check_im2col(3, 16, 16, 3, 2, 1);
     check_im2col(2, 16, 16, 1, 2, 0);
     check_im2col(4, 5, 5, 1, 1, 0);
+    /* stride 1, rows as long as x's (one run per tap): resnet-small's conv1, a kernel wider than
+     * the image (taps with no valid column, or row), and a 5x5 with padding 2 */
+    check_im2col(3, 32, 32, 3, 1, 1);
+    check_im2col(2, 4, 1, 3, 1, 1);
+    check_im2col(2, 1, 3, 3, 1, 1);
+    check_im2col(2, 6, 7, 5, 1, 2);
     ASSERT_EQ(td_conv_out_size(28, 3, 1, 0), 26);
     ASSERT_EQ(td_conv_out_size(2, 5, 1, 0), 0);
 
