@@ -170,7 +170,7 @@ td_status td_checkpoint_save(const char *dir, const td_checkpoint *ck, int keep)
     int nchunks = 3;
     if (state_bytes) chunks[nchunks++] = (td_chunk){ck->optim_state, state_bytes};
     if (buffer_bytes) chunks[nchunks++] = (td_chunk){ck->buffers, buffer_bytes};
-    char *path = ckpt_path(dir, ck->step);
+    char *path = td_xasprintf("%s/%s", dir, name);
     td_status rc = td_write_atomic(path, "checkpoint", chunks, nchunks);
     free(meta_padded);
     if (rc == TD_OK && keep > 0) {
