@@ -197,6 +197,15 @@ size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int o
     return workspace(TD_MIN(ns, pass_samples(oh, ow)), c, k, oh, ow, NULL).floats;
 }
 
+/* at[g] for the n tiles of a pass, per_sample a sample, tw a tile row: where tile g starts,
+ * sample_step a sample and row_step a tile row apart (in the padded planes for the input's split,
+ * in y or dy for the output and its gradient). */
+static void tile_places(size_t *at, size_t n, size_t per_sample, int tw, size_t sample_step,
+                        size_t row_step) {
+    for (size_t g = 0; g < n; g++)
+        at[g] = g / per_sample * sample_step + g % per_sample / tw * row_step + g % tw * TILE;
+}
+
 /* Eight tiles' six columns into P: tile q's columns 0-3 are the four floats at t[q], columns
  * 4 and 5 the two after them (the next tile's first two), each stored at d[b] + at. The
  * stride-4 gather is two in-lane 4 x 4 transposes: the 128-bit halves of A..D hold tiles
@@ -250,9 +259,8 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
     float *plane = ws->plane;
     memset(plane, 0, sizeof(float) * (size_t)ns * one);
     /* tile f = (s, ry, tx) of the split reads plane s from row 4 ry + qr, column 4 tx */
-    size_t *at = ws->at;
-    for (size_t f = 0; f < n; f++)
-        at[f] = f / sps * one + f % sps / tw * TILE * pw + f % tw * TILE;
+    const size_t *at = ws->at;
+    tile_places(ws->at, n, sps, tw, one, TILE * pw);
     for (int ci = 0; ci < c; ci++) {
         for (int s = 0; s < ns && c1 > c0; s++) {
             const float *xp = x + s * ldx + (size_t)ci * h * w;
@@ -332,10 +340,10 @@ static inline __attribute__((always_inline)) void store8(v8f q0, v8f q1, v8f q2,
     }
 }
 
-/* Where tile g of a pass starts in y (sample s at y + s * ldy), for output_tiles. */
+/* Where tile g of a pass starts in y (sample s at y + s * ldy), for output_tiles and
+ * grad_tiles. */
 static void output_places(const wino_ws *ws, size_t ldy, int ow) {
-    for (size_t g = 0; g < ws->t; g++)
-        ws->at[g] = g / ws->tps * ldy + g % ws->tps / ws->tw * TILE * ow + g % ws->tw * TILE;
+    tile_places(ws->at, ws->t, ws->tps, ws->tw, ldy, (size_t)TILE * ow);
 }
 
 /* y = A^T m A + b of output channel ko's tiles (M at m, slots ms apart): A^T down the columns
