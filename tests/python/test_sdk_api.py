@@ -477,6 +477,35 @@ def test_forked_child_neither_logs_nor_finishes_the_run():
     eq(json.load(open(os.path.join(run_dir, "sdk.json")))["summary"], {"parent": 1}, "summary")
 
 
+def test_a_killed_script_leaves_every_point_it_logged():
+    # log() writes its line before it returns: a script ended right after its last log, by the
+    # SIGKILL that follows a Slurm requeue or by os._exit (no atexit, no finish()), leaves every
+    # point, its last step included, for the store.
+    import subprocess
+    d = fresh()
+    code = """if True:
+    import os, signal, sys, tandem
+    tandem.init(name="killed", dir=sys.argv[1])
+    for s in range(40):
+        tandem.log({"loss": s / 10}, step=s)
+    tandem.log({"acc": 0.5, "epoch": 3})
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(0)
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+    for how, rc in (("kill", -signal.SIGKILL), ("exit", 0)):
+        p = subprocess.run([sys.executable, "-c", code, how], cwd=d, env=env,
+                           capture_output=True, text=True, timeout=120)
+        eq(p.returncode, rc, f"the script ({how}): {p.stderr}")
+        run_dir, = [os.path.join(d, how, n) for n in os.listdir(os.path.join(d, how))]
+        got = lines(os.path.join(run_dir, "metrics", "rank-0.jsonl"))
+        eq([(l["step"], l["loss"]) for l in got[:-1]], [(s, s / 10) for s in range(40)],
+           f"the points ({how})")
+        eq({k: v for k, v in got[-1].items() if k != "time"},
+           {"step": 40, "acc": 0.5, "epoch": 3}, f"the last line ({how})")
+
+
 # ---- artifacts
 def test_artifact_streams_a_file_larger_than_it_may_hold():
     import hashlib
