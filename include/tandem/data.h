@@ -213,9 +213,16 @@ const float *td_dataset_std(const td_dataset_t *ds);
  * [count, h*w] and labels, or NULL when the data set is anything else. */
 const uint8_t *td_dataset_pixels(const td_dataset_t *ds);
 const int32_t *td_dataset_labels(const td_dataset_t *ds); /* class targets; NULL otherwise */
-/* The table td_dataset_gather maps a byte of channel 0 through: lut[v] = (v / 255 - mean) / std.
- * An engine on another device gathers with the same table and so computes the same floats. */
-void td_dataset_lut(const td_dataset_t *ds, float lut[256]);
+/* The tables td_dataset_gather maps the bytes of uint8 features through, [channels][256]:
+ * lut[ch][v] = (v / 255 - mean[ch]) / std[ch]. An engine on another device gathers with the same
+ * tables and so computes the same floats. Nothing is written for other dtypes. */
+void td_dataset_lut(const td_dataset_t *ds, float *lut);
+/* For an engine on another device: every sample's features in sample order (a split's index
+ * and a file-backed set resolved), *values [count, c*h*w] of uint8 when *u8, else of float32
+ * (the file's values as floats, not normalised: x' = (x - mean[ch]) / std[ch] remains, as
+ * td_dataset_gather computes it), and the class targets *labels [count]. Both malloc'ed.
+ * TD_ERR_UNSUPPORTED for real-valued targets; I/O errors as td_dataset_gather's. */
+td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels);
 
 /* Gathers samples ids[0..n) into x [n, c*h*w] (normalised float32) and their targets: y [n] for
  * class targets, t [n, target_dim] for real ones (either may be NULL). Every id must be < count.

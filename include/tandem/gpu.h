@@ -85,11 +85,22 @@ void td_gpu_free(td_gpu_t *g);
 /* "NVIDIA H100 80GB HBM3 (device 0, sm_90, 132 SMs)" */
 const char *td_gpu_describe(const td_gpu_t *g);
 
-/* Uploads a data set: pixels [count, sample_size] bytes, labels [count], and the table mapping
- * a pixel byte to its normalised float (data.h), so the device computes the CPU's floats.
- * which: 0 training set, 1 test set. */
-td_status td_gpu_set_dataset(td_gpu_t *g, int which, const uint8_t *pixels, const int32_t *labels,
-                             uint64_t count, int sample_size, const float lut[256]);
+/* A data set as the device holds it (td_dataset_pack): values [count, sample_size], bytes when
+ * u8 (each normalised through its channel's table, lut [channels][256]) or float32 (normalised
+ * as (v - mean[ch]) / std[ch]), the channel being element / (sample_size / channels), and class
+ * labels [count]: data.h's arithmetic, so the device computes the CPU's floats. */
+typedef struct {
+    const void *values;
+    bool u8;
+    const int32_t *labels;
+    uint64_t count;
+    int sample_size, channels;
+    const float *lut;        /* u8: [channels][256] */
+    const float *mean, *std; /* float32: [channels] */
+} td_gpu_dataset;
+
+/* Uploads a data set; which: 0 training set, 1 test set. */
+td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d);
 /* The permutation of the epoch the next steps belong to (data.h sampler), [count] indices. */
 td_status td_gpu_set_epoch(td_gpu_t *g, const uint64_t *perm, uint64_t count);
 
@@ -116,6 +127,15 @@ td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *a, bool apply_optimiz
  * samples} of it. Steps must be asked for in the order they were enqueued; the last few (4) can
  * be asked for. */
 td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]);
+/* After td_gpu_step_stats of the same step: the BatchNorm statistics of each of this rank's
+ * micro-batch slots, out [accum][td_model_num_buffers] (nn.h's td_model_batch_stats layout; a
+ * slot without samples holds nothing meaningful: its count is the caller's to know). */
+td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out);
+/* The BatchNorm statistics of the last td_gpu_model_forward in training mode, out [nbuf]. */
+td_status td_gpu_batch_stats(td_gpu_t *g, float *out);
+/* The model's BatchNorm running statistics (td_model_buffers) to the device, for evaluation;
+ * td_gpu_upload_state does it too. */
+td_status td_gpu_upload_buffers(td_gpu_t *g);
 /* Waits for the device, then copies this rank's step gradient into the model's host grads. */
 td_status td_gpu_grads_to_host(td_gpu_t *g);
 /* Uploads the model's host grads (the cross-rank sum) and updates the parameters. */

@@ -1215,6 +1215,50 @@ const uint8_t *td_dataset_pixels(const td_dataset_t *ds) {
 const int32_t *td_dataset_labels(const td_dataset_t *ds) {
     return ds->index ? NULL : ds->st->labels;
 }
-void td_dataset_lut(const td_dataset_t *ds, float lut[256]) {
-    if (ds->lut) memcpy(lut, ds->lut, 256 * sizeof(float));
+void td_dataset_lut(const td_dataset_t *ds, float *lut) {
+    if (ds->lut) memcpy(lut, ds->lut, (size_t)ds->st->c * 256 * sizeof(float));
+}
+
+td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels) {
+    const storage *st = ds->st;
+    *values = NULL, *labels = NULL;
+    *u8 = st->dtype == TD_DTYPE_U8;
+    if (!st->labels)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "%s has real-valued targets; packing for a device takes class targets",
+                        st->source);
+    size_t esize = *u8 ? 1 : sizeof(float);
+    uint8_t *v = malloc(ds->count * st->elems * esize + 1);
+    int32_t *y = malloc(ds->count * sizeof(int32_t) + 1);
+    uint8_t *rec = st->mem ? NULL : malloc(st->rec_bytes);
+    if (!v || !y || (!st->mem && !rec)) {
+        free(v), free(y), free(rec);
+        return td_error(TD_ERR_NOMEM, "%s: no memory for a packed copy of %llu samples (%zu MiB)",
+                        st->source, (unsigned long long)ds->count,
+                        (size_t)(ds->count * st->elems * esize) >> 20);
+    }
+    for (uint64_t i = 0; i < ds->count; i++) {
+        uint64_t r = record_of(ds, i);
+        const uint8_t *src = st->mem ? st->mem + r * st->rec_bytes : rec;
+        if (!st->mem) {
+            td_status rc = read_records(st, r, 1, rec);
+            if (rc == TD_OK) rc = check_record(st, st->path, rec, r);
+            if (rc != TD_OK) {
+                free(v), free(y), free(rec);
+                return rc;
+            }
+        }
+        uint8_t *dst = v + i * st->elems * esize;
+        if (*u8 || st->dtype == TD_DTYPE_F32)
+            memcpy(dst, src, st->rec_bytes);
+        else /* as convert() does: the value as a float, then normalised on the device */
+            for (size_t e = 0; e < st->elems; e++) {
+                float f = (float)element(src, st->dtype, e);
+                memcpy(dst + e * sizeof f, &f, sizeof f);
+            }
+        y[i] = st->labels[r];
+    }
+    free(rec);
+    *values = v, *labels = y;
+    return TD_OK;
 }

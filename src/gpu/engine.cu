@@ -71,15 +71,20 @@ typedef struct glayer {
     struct glayer *din_conv; /* maxpool: writes its input gradient as this conv's dy, in its cn
                                 (and cn16) layout, so the conv needs no layout change of dy */
     bool dy_in_cn;           /* conv: its dy arrives in cn already (the pool after it wrote it) */
-    bool need_din;           /* an earlier layer has parameters */
+    bool need_din;           /* a layer upstream of its input has parameters */
+    bool need_din2;          /* residual: the same for its second input */
+    float *din2;             /* residual: its second input's gradient (a copy of dy) */
+    float *red;              /* batchnorm: [2C] the backward's means of dy and dy xhat */
     int dropout_idx;         /* dropout: index into td_gpu_args.dropout_key */
+    float *stats; /* layernorm: [max_batch][2] (mean, rstd) of the last forward; batchnorm: [2C] */
 } glayer;
 
 typedef struct {
-    uint8_t *pixels;
+    void *values; /* [count, size] bytes or float32 */
     int32_t *labels;
+    float *norm; /* lut [channels][256], or mean [channels] then std [channels] */
     uint64_t count;
-    int size;
+    td_gpu_source src;
 } gdata;
 
 struct td_gpu {
@@ -104,6 +109,18 @@ struct td_gpu {
     size_t num_params;
     glayer *layers;
     bool nll; /* the model ends in log_softmax */
+    /* A chain (no residual block): every activation has one consumer, and the fusions across
+     * neighbours (a ReLU into the conv or linear before it, into the pool or conv after it, the
+     * pool's backward into the conv's gemm layout) apply. Otherwise each layer runs on its own
+     * and an activation's gradient is the sum over its consumers (backward). */
+    bool chain;
+    const float **acts; /* [nl + 1] the last forward's activations: acts[i + 1] = layer i's out */
+    float **dacts;      /* [nl + 1] backward: the gradient buffer of each activation, or NULL */
+    float *gtmp;        /* a layer's input gradient before it is added to another consumer's */
+    /* BatchNorm: running statistics (the model's buffers, uploaded), and each micro-batch slot's
+     * batch statistics [accum][nbuf], copied to bn_host [RING + 1][accum][nbuf] after a step */
+    size_t nbuf;
+    float *buffers, *bn_dev, *bn_host;
     /* flat buffers */
     float *params, *grads, *state;
     size_t state_count;
@@ -120,7 +137,6 @@ struct td_gpu {
     double *evsums; /* [3] evaluation sums */
     float *ones;    /* [max_batch] 1.0f: column sums as a gemv */
     float *rowsum;  /* conv bias gradient: per (channel, sample) sums of dy */
-    float *lut;
     gdata train, test;
     uint64_t *perm;
     uint64_t perm_count;
@@ -268,15 +284,28 @@ static td_status build_layers(td_gpu_t *g) {
     g->layers = (glayer *)td_xcalloc((size_t)g->nl, sizeof(glayer));
     int B = g->max_batch, ndrop = 0;
     bool params_before = false;
+    g->chain = true;
+    for (int i = 0; i < g->nl; i++)
+        if (td_model_layer(m, i).kind == TD_LAYER_RESIDUAL) g->chain = false;
+    bool *up = (bool *)td_xcalloc((size_t)g->nl + 1, sizeof(bool)); /* parameters upstream */
+    size_t gmax = 0;
     for (int i = 0; i < g->nl; i++) {
         glayer *l = &g->layers[i];
         l->info = td_model_layer(m, i);
         const td_layer_info *f = &l->info;
         l->in_size = (size_t)f->in_c * f->in_h * f->in_w;
         l->out_size = (size_t)f->out_c * f->out_h * f->out_w;
-        l->need_din = params_before;
+        l->need_din = up[f->input_from];
+        up[i + 1] = up[f->input_from] || f->param_count > 0;
+        if (f->kind == TD_LAYER_RESIDUAL) {
+            l->need_din2 = up[f->input2_from];
+            up[i + 1] = up[i + 1] || up[f->input2_from];
+            if (l->need_din2) TD_CHECK(DALLOC(g, l->din2, (size_t)B * l->out_size * 4));
+        }
+        gmax = TD_MAX(gmax, l->in_size);
         params_before |= f->param_count > 0;
-        bool next_relu = i + 1 < g->nl && td_model_layer(m, i + 1).kind == TD_LAYER_RELU;
+        bool next_relu =
+            g->chain && i + 1 < g->nl && td_model_layer(m, i + 1).kind == TD_LAYER_RELU;
         if ((f->kind == TD_LAYER_CONV2D || f->kind == TD_LAYER_LINEAR) && next_relu) {
             l->relu_next = true;
             g->layers[i + 1].fused = true; /* set before layer i+1 is visited; kept below */
@@ -284,6 +313,11 @@ static td_status build_layers(td_gpu_t *g) {
         if (f->kind != TD_LAYER_FLATTEN) TD_CHECK(DALLOC(g, l->out, (size_t)B * l->out_size * 4));
         if (f->kind == TD_LAYER_MAXPOOL2D || f->kind == TD_LAYER_DROPOUT)
             TD_CHECK(DALLOC(g, l->aux, (size_t)B * l->out_size));
+        if (f->kind == TD_LAYER_LAYERNORM) TD_CHECK(DALLOC(g, l->stats, (size_t)B * 2 * 4));
+        if (f->kind == TD_LAYER_BATCHNORM) {
+            TD_CHECK(DALLOC(g, l->stats, (size_t)f->in_c * 2 * 4));
+            TD_CHECK(DALLOC(g, l->red, (size_t)f->in_c * 2 * 4));
+        }
         if (f->kind == TD_LAYER_DROPOUT) {
             if (ndrop == TD_GPU_MAX_DROPOUT)
                 return td_error(TD_ERR_UNSUPPORTED,
@@ -309,14 +343,14 @@ static td_status build_layers(td_gpu_t *g) {
                 TD_CHECK(DALLOC(g, l->w16, (size_t)f->weight_count * 2));
             }
         }
-        if (f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
+        if (g->chain && f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
             td_model_layer(m, i + 1).kind == TD_LAYER_MAXPOOL2D && i > 0) {
             l->into_pool = true; /* the pool's gradient gate is this relu's backward */
             g->layers[i + 1].gate = true;
         }
         /* a conv after a relu, with parameters before both: the conv's col2im writes the
          * relu's input gradient (one pass over it instead of two) */
-        if (f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
+        if (g->chain && f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
             td_model_layer(m, i + 1).kind == TD_LAYER_CONV2D && params_before) {
             l->into_conv = true;
             g->layers[i + 1].gate_din = true;
@@ -335,11 +369,24 @@ static td_status build_layers(td_gpu_t *g) {
             c->dy_in_cn = true;
         }
     }
-    /* input gradients: only from the first parametered layer's successor on */
+    free(up);
+    /* input gradients: where parameters lie upstream (flatten and a residual's first input pass
+     * their dy on) */
     for (int i = 0; i < g->nl; i++) {
         glayer *l = &g->layers[i];
-        if (l->need_din && l->info.kind != TD_LAYER_FLATTEN)
+        td_layer_kind k = l->info.kind;
+        if (l->need_din && k != TD_LAYER_FLATTEN && k != TD_LAYER_RESIDUAL)
             TD_CHECK(DALLOC(g, l->din, (size_t)B * l->in_size * 4));
+    }
+    g->acts = (const float **)td_xcalloc((size_t)g->nl + 1, sizeof(float *));
+    g->dacts = (float **)td_xcalloc((size_t)g->nl + 1, sizeof(float *));
+    if (!g->chain) TD_CHECK(DALLOC(g, g->gtmp, (size_t)B * gmax * 4));
+    g->nbuf = td_model_num_buffers(m);
+    if (g->nbuf) {
+        TD_CHECK(DALLOC(g, g->buffers, g->nbuf * 4));
+        TD_CHECK(DALLOC(g, g->bn_dev, (size_t)g->cfg.accum * g->nbuf * 4));
+        CU_CHECK(cudaMallocHost((void **)&g->bn_host,
+                                (RING + 1) * (size_t)g->cfg.accum * g->nbuf * sizeof(float)));
     }
     return TD_OK;
 }
@@ -396,7 +443,6 @@ static td_status init(td_gpu_t *g, td_model_t *model, const td_optim_config *opt
     TD_CHECK(DALLOC(g, g->row_correct, M * B * 4));
     TD_CHECK(DALLOC(g, g->stats, 3 * 8));
     TD_CHECK(DALLOC(g, g->evsums, 3 * 8));
-    TD_CHECK(DALLOC(g, g->lut, 256 * 4));
     TD_CHECK(DALLOC(g, g->ones, B * 4));
     {
         float *ones = (float *)td_xmalloc(B * 4);
@@ -433,7 +479,7 @@ extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
     TD_CHECK(td_optim_validate(optim));
     char why[256];
     if (!td_model_gpu_supported(model, why, sizeof why))
-        return td_error(TD_ERR_UNSUPPORTED, "CUDA engine: %s", why);
+        return td_error(TD_ERR_UNSUPPORTED, "CUDA engine: %s; train it with --device cpu", why);
     int dev = 0;
     TD_CHECK(pick_device(cfg, &dev));
     CU_CHECK(cudaSetDevice(dev));
@@ -469,16 +515,21 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
             glayer *l = &g->layers[i];
             cudaFree(l->out), cudaFree(l->din), cudaFree(l->aux), cudaFree(l->col);
             cudaFree(l->cn), cudaFree(l->dcol), cudaFree(l->cn16), cudaFree(l->w16);
+            cudaFree(l->stats), cudaFree(l->din2), cudaFree(l->red);
         }
     free(g->layers);
+    free(g->acts), free(g->dacts);
+    cudaFree(g->gtmp), cudaFree(g->buffers), cudaFree(g->bn_dev);
+    if (g->bn_host) cudaFreeHost(g->bn_host);
     if (g->slot_grads)
         for (int j = 0; j + 1 < g->cfg.accum; j++) cudaFree(g->slot_grads[j]);
     free(g->slot_grads);
     void *bufs[] = {
         g->params,       g->grads,       g->state,       g->x,     g->y,       g->ids,
-        g->dout,         g->row_loss,    g->row_correct, g->stats, g->evsums,  g->lut,
-        g->ones,         g->rowsum,      g->perm,        g->args,  g->blas_ws, g->train.pixels,
-        g->train.labels, g->test.pixels, g->test.labels};
+        g->dout,        g->row_loss,      g->row_correct,  g->stats, g->evsums,
+        g->ones,        g->rowsum,        g->perm,         g->args,  g->blas_ws,
+        g->train.values, g->train.labels, g->train.norm,   g->test.values, g->test.labels,
+        g->test.norm};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
     cudaFreeHost(g->args_host);
     cudaFreeHost(g->stats_host);
@@ -505,24 +556,51 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
 }
 
 /* ---- data ---- */
-extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const uint8_t *pixels,
-                                        const int32_t *labels, uint64_t count, int sample_size,
-                                        const float lut[256]) {
-    if (sample_size != g->in_size)
+extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d) {
+    if (d->sample_size != g->in_size)
         return td_error(TD_ERR_INVALID,
                         "data set samples have %d values but the model takes %d inputs",
-                        sample_size, g->in_size);
+                        d->sample_size, g->in_size);
+    if (d->channels < 1 || d->sample_size % d->channels)
+        return td_error(TD_ERR_INVALID, "data set: %d channels do not divide %d values a sample",
+                        d->channels, d->sample_size);
     CU_CHECK(cudaSetDevice(g->device));
-    gdata *d = which ? &g->test : &g->train;
-    cudaFree(d->pixels), cudaFree(d->labels);
-    d->pixels = NULL, d->labels = NULL;
-    TD_CHECK(DALLOC(g, d->pixels, count * (size_t)sample_size));
-    TD_CHECK(DALLOC(g, d->labels, count * 4));
-    CU_CHECK(cudaMemcpy(d->pixels, pixels, count * (size_t)sample_size, cudaMemcpyHostToDevice));
-    CU_CHECK(cudaMemcpy(d->labels, labels, count * 4, cudaMemcpyHostToDevice));
-    CU_CHECK(cudaMemcpy(g->lut, lut, 256 * 4, cudaMemcpyHostToDevice));
-    d->count = count;
-    d->size = sample_size;
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    gdata *gd = which ? &g->test : &g->train;
+    cudaFree(gd->values), cudaFree(gd->labels), cudaFree(gd->norm);
+    memset(gd, 0, sizeof *gd);
+    size_t bytes = d->count * (size_t)d->sample_size * (d->u8 ? 1 : 4);
+    size_t nnorm = (size_t)d->channels * (d->u8 ? 256 : 2);
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (bytes + d->count * 4 > free_b)
+        return td_error(TD_ERR_NOMEM,
+                        "the %s set (%llu samples, %zu MiB on the device) does not fit in CUDA "
+                        "device %d's free memory (%zu of %zu MiB); train it with --device cpu, "
+                        "which reads large arrays from their files (streaming them to the device "
+                        "is not built yet)",
+                        which ? "held-out" : "training", (unsigned long long)d->count,
+                        bytes >> 20, g->device, free_b >> 20, total_b >> 20);
+    TD_CHECK(DALLOC(g, gd->values, bytes));
+    TD_CHECK(DALLOC(g, gd->labels, d->count * 4));
+    TD_CHECK(DALLOC(g, gd->norm, nnorm * 4));
+    CU_CHECK(cudaMemcpy(gd->values, d->values, bytes, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(gd->labels, d->labels, d->count * 4, cudaMemcpyHostToDevice));
+    if (d->u8) {
+        CU_CHECK(cudaMemcpy(gd->norm, d->lut, nnorm * 4, cudaMemcpyHostToDevice));
+    } else {
+        size_t c = (size_t)d->channels;
+        CU_CHECK(cudaMemcpy(gd->norm, d->mean, c * 4, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(gd->norm + c, d->std, c * 4, cudaMemcpyHostToDevice));
+    }
+    gd->count = d->count;
+    gd->src.values = gd->values;
+    gd->src.u8 = d->u8;
+    gd->src.labels = gd->labels;
+    gd->src.lut = d->u8 ? gd->norm : NULL;
+    gd->src.mean = d->u8 ? NULL : gd->norm;
+    gd->src.std = d->u8 ? NULL : gd->norm + d->channels;
+    gd->src.plane = d->sample_size / d->channels;
     return TD_OK;
 }
 
@@ -550,7 +628,7 @@ extern "C" td_status td_gpu_upload_state(td_gpu_t *g, const float *params, const
     else if (g->state_count)
         CU_CHECK(cudaMemset(g->state, 0, g->state_count * 4));
     g->optim_steps = optim_steps;
-    return TD_OK;
+    return td_gpu_upload_buffers(g);
 }
 
 extern "C" td_status td_gpu_download_state(td_gpu_t *g, float *params, float *optim_state) {
@@ -563,17 +641,28 @@ extern "C" td_status td_gpu_download_state(td_gpu_t *g, float *params, float *op
 
 /* ---- forward and backward over one batch ---- */
 
-/* x: [batch, in_size] on the device; ids: the batch's sample ids (dropout key). Returns the
- * output in *out. */
-static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int batch,
-                         const float **out) {
+static int act_kind(td_layer_kind k) {
+    return k == TD_LAYER_GELU ? TD_GPU_ACT_GELU : k == TD_LAYER_TANH ? TD_GPU_ACT_TANH
+                                                                     : TD_GPU_ACT_SIGMOID;
+}
+
+/* x: [batch, in_size] on the device; ids: the batch's sample ids (dropout key); slot: the
+ * training step's micro-batch slot (its rows that hold samples, for BatchNorm's statistics), or
+ * -1 for all rows; bn_out: where the BatchNorm layers write this batch's statistics ([nbuf], in
+ * the buffers' layout). Returns the output in *out; g->acts holds every layer's input for the
+ * backward. */
+static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int batch, int slot,
+                         float *bn_out, const float **out) {
     cudaStream_t s = g->stream;
-    const float *in = x;
+    const float **acts = g->acts;
     const float *params = g->params;
+    acts[0] = x;
     for (int i = 0; i < g->nl; i++) {
         glayer *l = &g->layers[i];
         const td_layer_info *f = &l->info;
+        const float *in = acts[f->input_from];
         const float *w = params + f->param_offset, *bias = w + f->weight_count;
+        size_t n_out = (size_t)batch * l->out_size;
         switch (f->kind) {
         case TD_LAYER_LINEAR: {
             /* y [B, out] = x [B, in] W^T, then bias (and the folded ReLU) */
@@ -607,7 +696,7 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
             break;
         }
         case TD_LAYER_RELU:
-            if (!l->fused) td_gpu_relu(s, in, (size_t)batch * l->out_size, l->out);
+            if (!l->fused) td_gpu_relu(s, in, n_out, l->out);
             break;
         case TD_LAYER_MAXPOOL2D:
             td_gpu_maxpool(s, in, batch, f->in_c, f->in_h, f->in_w, f->kernel, f->stride, f->out_h,
@@ -622,37 +711,67 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
         case TD_LAYER_LOG_SOFTMAX:
             td_gpu_log_softmax(s, in, batch, (int)l->out_size, l->out);
             break;
-        default: /* td_model_gpu_supported keeps the other kinds off the device */
+        case TD_LAYER_GELU:
+        case TD_LAYER_TANH:
+        case TD_LAYER_SIGMOID:
+            td_gpu_act(s, act_kind(f->kind), in, n_out, l->out);
+            break;
+        case TD_LAYER_AVGPOOL2D:
+            td_gpu_avgpool(s, in, batch, f->in_c, f->in_h, f->in_w, f->kernel, f->stride, f->out_h,
+                           f->out_w, l->out);
+            break;
+        case TD_LAYER_GLOBAL_AVGPOOL:
+            td_gpu_global_avgpool(s, in, batch, f->in_c, f->in_h * f->in_w, l->out);
+            break;
+        case TD_LAYER_LAYERNORM:
+            td_gpu_layernorm(s, in, w, bias, batch, (int)l->in_size, f->eps, l->out, l->stats);
+            break;
+        case TD_LAYER_BATCHNORM:
+            td_gpu_batchnorm(s, in, w, bias, batch, slot, f->in_c, f->in_h * f->in_w, f->eps,
+                             g->args, g->buffers + f->buffer_offset, l->stats,
+                             bn_out + f->buffer_offset, l->out);
+            break;
+        case TD_LAYER_RESIDUAL:
+            td_gpu_sum(s, in, acts[f->input2_from], n_out, l->out);
             break;
         }
         LAUNCHED(f->name);
-        if (f->kind != TD_LAYER_FLATTEN) in = l->out;
+        acts[i + 1] = f->kind == TD_LAYER_FLATTEN ? in : l->out;
     }
-    *out = in;
+    *out = acts[g->nl];
     return TD_OK;
 }
 
-/* The input of layer i in the last forward. */
-static const float *layer_input(td_gpu_t *g, int i, const float *x) {
-    for (int j = i - 1; j >= 0; j--)
-        if (g->layers[j].info.kind != TD_LAYER_FLATTEN) return g->layers[j].out;
-    return x;
+/* Gives the gradient dx of activation k (the input of a layer) to its buffer: the first
+ * consumer's (the last layer reading k, as the backward goes) becomes it, the others' are added
+ * to it in layer order, so the sum has the same bits on every launch. */
+static void give_gradient(td_gpu_t *g, int k, float *dx, size_t n) {
+    if (g->dacts[k])
+        td_gpu_add(g->stream, dx, g->dacts[k], n);
+    else
+        g->dacts[k] = dx;
 }
 
 /* dout: [batch, classes]; writes the parameter gradient of this batch into grads (every
- * parametered layer's slice is overwritten, so no zeroing is needed). */
-static td_status backward(td_gpu_t *g, const float *x, const float *dout, int batch, float *grads) {
+ * parametered layer's slice is overwritten, so no zeroing is needed); slot as forward's. */
+static td_status backward(td_gpu_t *g, const float *dout, int batch, int slot, float *grads) {
     cudaStream_t s = g->stream;
-    int first = 0;
-    while (first < g->nl && !g->layers[first].info.param_count) first++;
-    const float *dy = dout;
-    for (int i = g->nl - 1; i >= first; i--) {
+    const float **acts = g->acts;
+    for (int k = 0; k < g->nl; k++) g->dacts[k] = NULL;
+    g->dacts[g->nl] = (float *)dout;
+    for (int i = g->nl - 1; i >= 0; i--) {
         glayer *l = &g->layers[i];
         const td_layer_info *f = &l->info;
-        const float *in = layer_input(g, i, x);
+        const float *dy = g->dacts[i + 1];
+        if (!dy || (!l->need_din && !l->need_din2 && !f->param_count))
+            continue; /* no gradient flows here */
+        const float *in = acts[f->input_from];
         const float *w = g->params + f->param_offset;
         float *gw = grads + f->param_offset, *gb = gw + f->weight_count;
-        float *dx = l->din;
+        size_t n_in = (size_t)batch * l->in_size, n_out = (size_t)batch * l->out_size;
+        /* this layer's input gradient: its own buffer, or scratch that is then added to the
+         * buffer another consumer of the same activation wrote */
+        float *dx = g->dacts[f->input_from] ? g->gtmp : l->din;
         switch (f->kind) {
         case TD_LAYER_LINEAR:
             /* side stream: dW [out, in] = dy^T [out, B] x [B, in], db = column sums;
@@ -701,7 +820,7 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
             if (l->into_pool || l->into_conv)
                 dx = (float *)dy; /* the pool or conv after it gated the gradient already */
             else
-                td_gpu_relu_backward(s, l->out, dy, (size_t)batch * l->out_size, dx);
+                td_gpu_relu_backward(s, acts[i + 1], dy, n_out, dx);
             break;
         case TD_LAYER_MAXPOOL2D:
             if (l->din_conv) { /* into the conv's dy, two layers back (the relu passes it on) */
@@ -714,7 +833,7 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
                                     f->kernel, f->stride, f->out_h, f->out_w, dx);
             break;
         case TD_LAYER_DROPOUT:
-            td_gpu_dropout_backward(s, dy, l->aux, g->args, f->p, (size_t)batch * l->out_size, dx);
+            td_gpu_dropout_backward(s, dy, l->aux, g->args, f->p, n_out, dx);
             break;
         case TD_LAYER_FLATTEN:
             dx = (float *)dy; /* same bytes, new shape */
@@ -722,11 +841,47 @@ static td_status backward(td_gpu_t *g, const float *x, const float *dout, int ba
         case TD_LAYER_LOG_SOFTMAX:
             td_gpu_log_softmax_backward(s, l->out, dy, batch, (int)l->out_size, dx);
             break;
-        default: /* td_model_gpu_supported keeps the other kinds off the device */
+        case TD_LAYER_GELU:
+        case TD_LAYER_TANH:
+        case TD_LAYER_SIGMOID:
+            td_gpu_act_backward(s, act_kind(f->kind), in, l->out, dy, n_out, dx);
+            break;
+        case TD_LAYER_AVGPOOL2D:
+            td_gpu_avgpool_backward(s, dy, batch, f->in_c, f->in_h, f->in_w, f->kernel, f->stride,
+                                    f->out_h, f->out_w, dx);
+            break;
+        case TD_LAYER_GLOBAL_AVGPOOL:
+            td_gpu_global_avgpool_backward(s, dy, batch, f->in_c, f->in_h * f->in_w, dx);
+            break;
+        case TD_LAYER_LAYERNORM:
+            /* side stream: dw, db; this stream: dx */
+            CU_CHECK(cudaEventRecord(g->fork[i], s));
+            CU_CHECK(cudaStreamWaitEvent(g->side, g->fork[i], 0));
+            td_gpu_layernorm_backward(s, g->side, in, dy, w, l->stats, batch, (int)l->in_size,
+                                      l->need_din ? dx : NULL, gw, gb);
+            break;
+        case TD_LAYER_BATCHNORM:
+            td_gpu_batchnorm_backward(s, in, dy, w, l->stats, batch, slot, f->in_c,
+                                      f->in_h * f->in_w, g->args, l->red,
+                                      l->need_din ? dx : NULL, gw, gb);
+            break;
+        case TD_LAYER_RESIDUAL:
+            /* both inputs get dy: the second a copy (its branch's layers write their own
+             * buffers, but another consumer may add to it), the first dy itself */
+            if (l->need_din2) {
+                if (g->dacts[f->input2_from]) {
+                    td_gpu_add(s, dy, g->dacts[f->input2_from], n_out);
+                } else {
+                    CU_CHECK(cudaMemcpyAsync(l->din2, dy, n_out * 4, cudaMemcpyDeviceToDevice, s));
+                    g->dacts[f->input2_from] = l->din2;
+                }
+            }
+            dx = (float *)dy;
             break;
         }
         LAUNCHED(f->name);
-        dy = dx;
+        if (l->need_din) give_gradient(g, f->input_from, dx, n_in);
+        LAUNCHED(f->name);
     }
     /* the side stream's weight gradients join before anything reads them or reuses a buffer */
     CU_CHECK(cudaEventRecord(g->join, g->side));
@@ -769,7 +924,7 @@ static void fold_slots(td_gpu_t *g) {
 }
 
 static td_status enqueue_step(td_gpu_t *g, bool apply) {
-    if (!g->train.pixels || !g->perm)
+    if (!g->train.values || !g->perm)
         return td_error(TD_ERR_INVALID, "CUDA engine: set the training set and epoch first");
     int B = g->cfg.batch, M = g->cfg.accum, C = g->classes;
     TD_LOG_DEBUG("CUDA step: rank %d enqueues micro-batch slots %d..%d of %d rows each",
@@ -779,15 +934,15 @@ static td_status enqueue_step(td_gpu_t *g, bool apply) {
         float *x = g->x + (size_t)j * B * g->in_size;
         int32_t *y = g->y + (size_t)j * B;
         uint64_t *ids = g->ids + (size_t)j * B;
-        td_gpu_gather_step(g->stream, g->train.pixels, g->train.labels, g->lut, g->perm, g->args,
-                           slot, B, g->in_size, x, y, ids);
+        td_gpu_gather_step(g->stream, &g->train.src, g->perm, g->args, slot, B, g->in_size, x, y,
+                           ids);
         LAUNCHED("gather");
         const float *out;
-        TD_CHECK(forward(g, x, ids, B, &out));
+        TD_CHECK(forward(g, x, ids, B, slot, g->bn_dev + (size_t)j * g->nbuf, &out));
         td_gpu_loss(g->stream, g->nll, out, y, B, C, g->args, slot, 0, 0.0f, g->dout,
                     g->row_loss + (size_t)j * B, g->row_correct + (size_t)j * B);
         LAUNCHED("loss");
-        TD_CHECK(backward(g, x, g->dout, B, g->slot_grads[j]));
+        TD_CHECK(backward(g, g->dout, B, slot, g->slot_grads[j]));
     }
     fold_slots(g);
     td_gpu_stats_kernel(g->stream, g->row_loss, g->row_correct, g->args, g->cfg.rank * M, M, B,
@@ -847,6 +1002,11 @@ extern "C" td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *sa, bool a
     if (apply) g->optim_steps++;
     CU_CHECK(cudaMemcpyAsync(g->stats_host + 3 * r, g->stats, 3 * sizeof(double),
                              cudaMemcpyDeviceToHost, g->stream));
+    if (g->nbuf) {
+        size_t nb = (size_t)g->cfg.accum * g->nbuf;
+        CU_CHECK(cudaMemcpyAsync(g->bn_host + (size_t)r * nb, g->bn_dev, nb * sizeof(float),
+                                 cudaMemcpyDeviceToHost, g->stream));
+    }
     CU_CHECK(cudaEventRecord(g->done[r], g->stream));
     g->ring_step[r] = sa->step;
     return TD_OK;
@@ -873,6 +1033,32 @@ extern "C" td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]
         TD_LOG_DEBUG("CUDA step %lld: loss sum %.9g, correct %g, samples %g", (long long)step,
                      sums[0], sums[1], sums[2]);
     }
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out) {
+    int r = (int)(step % RING);
+    if (g->ring_step[r] != step)
+        return td_error(TD_ERR_INVALID, "CUDA engine: statistics of step %lld are not in flight",
+                        (long long)step);
+    CU_CHECK(cudaEventSynchronize(g->done[r]));
+    size_t nb = (size_t)g->cfg.accum * g->nbuf;
+    memcpy(out, g->bn_host + (size_t)r * nb, nb * sizeof(float));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_batch_stats(td_gpu_t *g, float *out) {
+    if (!g->nbuf) return TD_OK;
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(out, g->bn_dev, g->nbuf * 4, cudaMemcpyDeviceToHost));
+    return TD_OK;
+}
+
+extern "C" td_status td_gpu_upload_buffers(td_gpu_t *g) {
+    if (!g->nbuf) return TD_OK;
+    CU_CHECK(cudaStreamSynchronize(g->stream));
+    CU_CHECK(cudaMemcpy(g->buffers, td_model_buffers(g->model), g->nbuf * 4,
+                        cudaMemcpyHostToDevice));
     return TD_OK;
 }
 
@@ -948,7 +1134,7 @@ extern "C" td_status td_gpu_ipc_apply(td_gpu_t *g) {
 
 /* ---- evaluation ---- */
 extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, double sums[3]) {
-    if (!g->test.pixels) return td_error(TD_ERR_INVALID, "CUDA engine: no test set uploaded");
+    if (!g->test.values) return td_error(TD_ERR_INVALID, "CUDA engine: no test set uploaded");
     if (hi > g->test.count) hi = g->test.count;
     int eb = TD_MAX(g->cfg.max_eval_batch, 1);
     int r = RING; /* evaluation's own argument block: dropout off */
@@ -959,11 +1145,10 @@ extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, doub
     CU_CHECK(cudaMemsetAsync(g->evsums, 0, 3 * sizeof(double), g->stream));
     for (uint64_t b = lo; b < hi; b += (uint64_t)eb) {
         int cnt = (int)TD_MIN((uint64_t)eb, hi - b);
-        td_gpu_gather_range(g->stream, g->test.pixels, g->test.labels, g->lut, b, cnt, g->in_size,
-                            g->x, g->y, g->ids);
+        td_gpu_gather_range(g->stream, &g->test.src, b, cnt, g->in_size, g->x, g->y, g->ids);
         LAUNCHED("gather");
         const float *out;
-        TD_CHECK(forward(g, g->x, g->ids, cnt, &out));
+        TD_CHECK(forward(g, g->x, g->ids, cnt, -1, g->bn_dev, &out));
         td_gpu_loss(g->stream, g->nll, out, g->y, cnt, g->classes, NULL, 0, cnt, 0.0f, g->dout,
                     g->row_loss, g->row_correct);
         td_gpu_eval_accumulate(g->stream, g->row_loss, g->row_correct, cnt, g->evsums);
@@ -997,7 +1182,7 @@ extern "C" td_status td_gpu_model_forward(td_gpu_t *g, const float *x, int batch
     CU_CHECK(cudaMemcpy(g->args, a, sizeof *a, cudaMemcpyHostToDevice));
     CU_CHECK(cudaMemcpy(g->x, x, (size_t)batch * g->in_size * 4, cudaMemcpyHostToDevice));
     const float *out;
-    TD_CHECK(forward(g, g->x, g->ids, batch, &out));
+    TD_CHECK(forward(g, g->x, g->ids, batch, -1, g->bn_dev, &out));
     CU_CHECK(cudaStreamSynchronize(g->stream));
     CU_CHECK(cudaMemcpy(y, out, (size_t)batch * g->classes * 4, cudaMemcpyDeviceToHost));
     return TD_OK;
@@ -1006,7 +1191,7 @@ extern "C" td_status td_gpu_model_forward(td_gpu_t *g, const float *x, int batch
 extern "C" td_status td_gpu_model_backward(td_gpu_t *g, const float *dy, int batch, float *grads) {
     CU_CHECK(cudaMemcpy(g->dout, dy, (size_t)batch * g->classes * 4, cudaMemcpyHostToDevice));
     CU_CHECK(cudaMemset(g->grads, 0, g->num_params * 4));
-    TD_CHECK(backward(g, g->x, g->dout, batch, g->grads));
+    TD_CHECK(backward(g, g->dout, batch, -1, g->grads));
     CU_CHECK(cudaStreamSynchronize(g->stream));
     CU_CHECK(cudaMemcpy(grads, g->grads, g->num_params * 4, cudaMemcpyDeviceToHost));
     return TD_OK;

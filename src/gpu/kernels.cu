@@ -27,54 +27,57 @@ static unsigned blocks_for(size_t n) {
 }
 
 /* ---- data ---- */
-__global__ void gather_step_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
-                                   const uint64_t *perm, const td_gpu_args *a, int slot, int batch,
-                                   int size, float *x, int32_t *y, uint64_t *ids) {
+/* Element i of sample id, normalised as data.h's gather does: a byte through its channel's
+ * table, a float as (v - mean) / std (IEEE division: nvcc's default, as the CPU's). */
+__device__ __forceinline__ float source_value(const td_gpu_source &d, uint64_t id, int size,
+                                              int i) {
+    int ch = i / d.plane;
+    if (d.u8) return d.lut[ch * 256 + ((const uint8_t *)d.values)[id * (uint64_t)size + i]];
+    return (((const float *)d.values)[id * (uint64_t)size + i] - d.mean[ch]) / d.std[ch];
+}
+
+__global__ void gather_step_kernel(td_gpu_source d, const uint64_t *perm, const td_gpu_args *a,
+                                   int slot, int batch, int size, float *x, int32_t *y,
+                                   uint64_t *ids) {
     int rows = TD_GPU_SLOT_ROWS(a, slot, batch);
     for (int row = blockIdx.y; row < batch; row += gridDim.y) {
         bool valid = row < rows;
         uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
-        const uint8_t *src = pixels + id * (uint64_t)size;
         float *dst = x + (size_t)row * size;
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-            dst[i] = valid ? lut[src[i]] : 0.0f;
+            dst[i] = valid ? source_value(d, id, size, i) : 0.0f;
         if (blockIdx.x == 0 && threadIdx.x == 0) {
-            y[row] = valid ? labels[id] : 0;
+            y[row] = valid ? d.labels[id] : 0;
             ids[row] = id;
         }
     }
 }
 
-void td_gpu_gather_step(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
-                        const float *lut, const uint64_t *perm, const td_gpu_args *a, int slot,
-                        int batch, int size, float *x, int32_t *y, uint64_t *ids) {
+void td_gpu_gather_step(cudaStream_t s, const td_gpu_source *d, const uint64_t *perm,
+                        const td_gpu_args *a, int slot, int batch, int size, float *x, int32_t *y,
+                        uint64_t *ids) {
     dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
-    gather_step_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, perm, a, slot, batch, size, x,
-                                                y, ids);
+    gather_step_kernel<<<grid, THREADS, 0, s>>>(*d, perm, a, slot, batch, size, x, y, ids);
 }
 
-__global__ void gather_range_kernel(const uint8_t *pixels, const int32_t *labels, const float *lut,
-                                    uint64_t first, int batch, int size, float *x, int32_t *y,
-                                    uint64_t *ids) {
+__global__ void gather_range_kernel(td_gpu_source d, uint64_t first, int batch, int size, float *x,
+                                    int32_t *y, uint64_t *ids) {
     for (int row = blockIdx.y; row < batch; row += gridDim.y) {
         uint64_t id = first + (uint64_t)row;
-        const uint8_t *src = pixels + id * (uint64_t)size;
         float *dst = x + (size_t)row * size;
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-            dst[i] = lut[src[i]];
+            dst[i] = source_value(d, id, size, i);
         if (blockIdx.x == 0 && threadIdx.x == 0) {
-            y[row] = labels[id];
+            y[row] = d.labels[id];
             ids[row] = id;
         }
     }
 }
 
-void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
-                         const float *lut, uint64_t first, int batch, int size, float *x,
-                         int32_t *y, uint64_t *ids) {
+void td_gpu_gather_range(cudaStream_t s, const td_gpu_source *d, uint64_t first, int batch,
+                         int size, float *x, int32_t *y, uint64_t *ids) {
     dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
-    gather_range_kernel<<<grid, THREADS, 0, s>>>(pixels, labels, lut, first, batch, size, x, y,
-                                                 ids);
+    gather_range_kernel<<<grid, THREADS, 0, s>>>(*d, first, batch, size, x, y, ids);
 }
 
 /* ---- convolution lowering, "CN" layout ----
@@ -854,4 +857,352 @@ __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, const
 void td_gpu_sgd(cudaStream_t s, float *p, const float *g, float *buf, size_t n,
                 const td_gpu_args *a) {
     sgd_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf, n, a);
+}
+
+/* ---- element-wise activations (nn.h: GELU's exact erf form, tanh, sigmoid) ---- */
+__device__ __forceinline__ float act_value(int kind, float x) {
+    if (kind == TD_GPU_ACT_GELU) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    if (kind == TD_GPU_ACT_TANH) return tanhf(x);
+    return 1.0f / (1.0f + expf(-x));
+}
+
+__global__ void act_kernel(int kind, const float *x, size_t n, float *y) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = act_value(kind, x[i]);
+}
+
+void td_gpu_act(cudaStream_t s, int kind, const float *x, size_t n, float *y) {
+    act_kernel<<<blocks_for(n), THREADS, 0, s>>>(kind, x, n, y);
+}
+
+/* dx = dy f'(x): GELU from the input (Phi(x) + x phi(x)), tanh (1 - y^2) and sigmoid
+ * (y (1 - y)) from the output */
+__global__ void act_backward_kernel(int kind, const float *x, const float *y, const float *dy,
+                                    size_t n, float *dx) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d;
+        if (kind == TD_GPU_ACT_GELU) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+            float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
+            d = cdf + v * pdf;
+        } else if (kind == TD_GPU_ACT_TANH) {
+            d = 1.0f - y[i] * y[i];
+        } else {
+            d = y[i] * (1.0f - y[i]);
+        }
+        dx[i] = dy[i] * d;
+    }
+}
+
+void td_gpu_act_backward(cudaStream_t s, int kind, const float *x, const float *y,
+                         const float *dy, size_t n, float *dx) {
+    act_backward_kernel<<<blocks_for(n), THREADS, 0, s>>>(kind, x, y, dy, n, dx);
+}
+
+/* ---- average pooling, k x k windows, stride st, no padding ---- */
+__global__ void avgpool_kernel(const float *x, int batch, int c, int h, int w, int k, int st,
+                               int oh, int ow, float *y) {
+    size_t n = (size_t)batch * c * oh * ow;
+    float inv = 1.0f / (float)(k * k);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ox = (int)(i % ow);
+        size_t t = i / ow;
+        int oy = (int)(t % oh);
+        size_t plane = t / oh;
+        const float *win = x + plane * h * w + (size_t)oy * st * w + (size_t)ox * st;
+        float sum = 0.0f;
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) sum += win[(size_t)ki * w + kj];
+        y[i] = sum * inv;
+    }
+}
+
+void td_gpu_avgpool(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                    int stride, int oh, int ow, float *y) {
+    avgpool_kernel<<<blocks_for((size_t)batch * c * oh * ow), THREADS, 0, s>>>(x, batch, c, h, w, k,
+                                                                              stride, oh, ow, y);
+}
+
+/* The adjoint as a gather: input cell (iy, ix) adds dy / k^2 of every window that covers it,
+ * windows in (oy, ox) order; cells no window covers get 0. */
+__global__ void avgpool_backward_kernel(const float *dy, int batch, int c, int h, int w, int k,
+                                        int st, int oh, int ow, float *dx) {
+    size_t n = (size_t)batch * c * h * w;
+    float inv = 1.0f / (float)(k * k);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ix = (int)(i % w);
+        size_t t = i / w;
+        int iy = (int)(t % h);
+        size_t plane = t / h;
+        int oy0 = iy - k + 1 > 0 ? (iy - k + 1 + st - 1) / st : 0, oy1 = min(iy / st, oh - 1);
+        int ox0 = ix - k + 1 > 0 ? (ix - k + 1 + st - 1) / st : 0, ox1 = min(ix / st, ow - 1);
+        const float *d = dy + plane * oh * ow;
+        float sum = 0.0f;
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) sum += d[oy * ow + ox] * inv;
+        dx[i] = sum;
+    }
+}
+
+void td_gpu_avgpool_backward(cudaStream_t s, const float *dy, int batch, int c, int h, int w,
+                             int k, int stride, int oh, int ow, float *dx) {
+    avgpool_backward_kernel<<<blocks_for((size_t)batch * c * h * w), THREADS, 0, s>>>(
+        dy, batch, c, h, w, k, stride, oh, ow, dx);
+}
+
+/* ---- global average pooling: [c, h, w] -> [c], each plane summed in double ---- */
+__global__ void global_avgpool_kernel(const float *x, size_t planes, int hw, float *y) {
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < planes;
+         p += (size_t)gridDim.x * blockDim.x) {
+        const float *xp = x + p * hw;
+        double sum = 0;
+        for (int e = 0; e < hw; e++) sum += xp[e];
+        y[p] = (float)(sum / (double)hw);
+    }
+}
+
+void td_gpu_global_avgpool(cudaStream_t s, const float *x, int batch, int c, int hw, float *y) {
+    size_t planes = (size_t)batch * c;
+    global_avgpool_kernel<<<blocks_for(planes), THREADS, 0, s>>>(x, planes, hw, y);
+}
+
+__global__ void global_avgpool_backward_kernel(const float *dy, size_t n, int hw, float *dx) {
+    float inv = 1.0f / (float)hw;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = dy[i / hw] * inv;
+}
+
+void td_gpu_global_avgpool_backward(cudaStream_t s, const float *dy, int batch, int c, int hw,
+                                    float *dx) {
+    size_t n = (size_t)batch * c * hw;
+    global_avgpool_backward_kernel<<<blocks_for(n), THREADS, 0, s>>>(dy, n, hw, dx);
+}
+
+/* ---- layer normalisation over each sample's d values ----
+ * One block per sample; each sum is THREADS strided partials in double, then a fixed tree in
+ * shared memory: the same bits on every launch. */
+__device__ double block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int off = blockDim.x / 2; off > 0; off >>= 1) {
+        if (threadIdx.x < off) sh[threadIdx.x] += sh[threadIdx.x + off];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void layernorm_kernel(const float *x, const float *w, const float *b, int batch, int d,
+                                 float eps, float *y, float *stats) {
+    __shared__ double sh[THREADS];
+    for (int s = blockIdx.x; s < batch; s += gridDim.x) {
+        const float *xs = x + (size_t)s * d;
+        double acc = 0;
+        for (int e = threadIdx.x; e < d; e += blockDim.x) acc += xs[e];
+        double mean = block_sum(acc, sh) / (double)d;
+        acc = 0;
+        for (int e = threadIdx.x; e < d; e += blockDim.x) {
+            double t = (double)xs[e] - mean;
+            acc += t * t;
+        }
+        double sq = block_sum(acc, sh);
+        float mu = (float)mean, rstd = (float)(1.0 / sqrt(sq / (double)d + (double)eps));
+        if (threadIdx.x == 0) stats[2 * s] = mu, stats[2 * s + 1] = rstd;
+        for (int e = threadIdx.x; e < d; e += blockDim.x)
+            y[(size_t)s * d + e] = (xs[e] - mu) * rstd * w[e] + b[e];
+    }
+}
+
+void td_gpu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b, int batch,
+                      int d, float eps, float *y, float *stats) {
+    layernorm_kernel<<<grid_x((size_t)batch), THREADS, 0, s>>>(x, w, b, batch, d, eps, y, stats);
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, one block per sample */
+__global__ void layernorm_dx_kernel(const float *x, const float *dy, const float *w,
+                                    const float *stats, int batch, int d, float *dx) {
+    __shared__ double sh[THREADS];
+    for (int s = blockIdx.x; s < batch; s += gridDim.x) {
+        const float *xs = x + (size_t)s * d, *dys = dy + (size_t)s * d;
+        float mu = stats[2 * s], rstd = stats[2 * s + 1];
+        double a = 0, c = 0;
+        for (int e = threadIdx.x; e < d; e += blockDim.x) {
+            float g = dys[e] * w[e], xh = (xs[e] - mu) * rstd;
+            a += (double)g;
+            c += (double)g * (double)xh;
+        }
+        float mg = (float)(block_sum(a, sh) / (double)d);
+        float mgx = (float)(block_sum(c, sh) / (double)d);
+        for (int e = threadIdx.x; e < d; e += blockDim.x) {
+            float xh = (xs[e] - mu) * rstd;
+            dx[(size_t)s * d + e] = rstd * (dys[e] * w[e] - mg - xh * mgx);
+        }
+    }
+}
+
+/* dw[e] = sum over samples of dy xhat, db[e] = sum of dy: a thread per e, samples in order */
+__global__ void layernorm_dw_kernel(const float *x, const float *dy, const float *stats, int batch,
+                                    int d, float *dw, float *db) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)d;
+         e += (size_t)gridDim.x * blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int s = 0; s < batch; s++) {
+            size_t i = (size_t)s * d + e;
+            sw += dy[i] * ((x[i] - stats[2 * s]) * stats[2 * s + 1]);
+            sb += dy[i];
+        }
+        dw[e] = sw, db[e] = sb;
+    }
+}
+
+void td_gpu_layernorm_backward(cudaStream_t s, cudaStream_t side, const float *x, const float *dy,
+                               const float *w, const float *stats, int batch, int d, float *dx,
+                               float *dw, float *db) {
+    layernorm_dw_kernel<<<blocks_for((size_t)d), THREADS, 0, side>>>(x, dy, stats, batch, d, dw,
+                                                                     db);
+    if (dx) layernorm_dx_kernel<<<grid_x((size_t)batch), THREADS, 0, s>>>(x, dy, w, stats, batch, d,
+                                                                          dx);
+}
+
+/* ---- residual: out = a + b ---- */
+__global__ void sum_kernel(const float *a, const float *b, size_t n, float *out) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+void td_gpu_sum(cudaStream_t s, const float *a, const float *b, size_t n, float *out) {
+    sum_kernel<<<blocks_for(n), THREADS, 0, s>>>(a, b, n, out);
+}
+
+/* ---- batch normalisation, per channel over batch x hw values ----
+ * One block per channel: the sums in double (THREADS strided partials, then the fixed tree), as
+ * the CPU takes them in double: mean, biased variance = E[x^2] - mean^2 (clamped at 0). */
+/* The rows of a batch that hold samples: a training step's slot may be short (the epoch's tail)
+ * and its padding rows must not enter the statistics; slot < 0: all of them. */
+__device__ __forceinline__ int valid_rows(const td_gpu_args *a, int slot, int batch) {
+    return a->training && slot >= 0 ? TD_GPU_SLOT_ROWS(a, slot, batch) : batch;
+}
+
+__global__ void batchnorm_stats_kernel(const float *x, int batch, int slot, int c, int hw,
+                                       float eps, const td_gpu_args *a, const float *running,
+                                       float *stats, float *batch_stats) {
+    __shared__ double sh[THREADS];
+    int rows = valid_rows(a, slot, batch);
+    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        if (!a->training) { /* evaluation: the running statistics */
+            if (threadIdx.x == 0) {
+                stats[ch] = running[ch];
+                stats[c + ch] = (float)(1.0 / sqrt((double)running[c + ch] + (double)eps));
+            }
+            continue;
+        }
+        if (rows == 0) { /* a slot without samples: finite statistics, no running update */
+            if (threadIdx.x == 0) {
+                stats[ch] = 0.0f, stats[c + ch] = 1.0f;
+                batch_stats[ch] = batch_stats[c + ch] = 0.0f;
+            }
+            continue;
+        }
+        double sum = 0, sq = 0;
+        size_t n = (size_t)rows * hw;
+        for (size_t k = threadIdx.x; k < n; k += blockDim.x) {
+            size_t sidx = k / hw, e = k % hw;
+            double v = x[(sidx * c + ch) * hw + e];
+            sum += v, sq += v * v;
+        }
+        sum = block_sum(sum, sh);
+        sq = block_sum(sq, sh);
+        if (threadIdx.x == 0) {
+            double dn = (double)n, mu = sum / dn, var = fmax(0.0, sq / dn - mu * mu);
+            stats[ch] = (float)mu;
+            stats[c + ch] = (float)(1.0 / sqrt(var + (double)eps));
+            batch_stats[ch] = (float)mu;
+            batch_stats[c + ch] = (float)(n > 1 ? var * dn / (dn - 1) : var);
+        }
+    }
+}
+
+__global__ void batchnorm_apply_kernel(const float *x, const float *gamma, const float *beta,
+                                       const float *stats, int c, int hw, size_t n, float *y) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ch = (int)(i / hw % c);
+        float xh = (x[i] - stats[ch]) * stats[c + ch];
+        y[i] = __fmaf_rn(xh, gamma[ch], beta[ch]);
+    }
+}
+
+void td_gpu_batchnorm(cudaStream_t s, const float *x, const float *gamma, const float *beta,
+                      int batch, int slot, int c, int hw, float eps, const td_gpu_args *a,
+                      const float *running, float *stats, float *batch_stats, float *y) {
+    batchnorm_stats_kernel<<<grid_x((size_t)c), THREADS, 0, s>>>(x, batch, slot, c, hw, eps, a,
+                                                                 running, stats, batch_stats);
+    size_t n = (size_t)batch * c * hw;
+    batchnorm_apply_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, gamma, beta, stats, c, hw, n, y);
+}
+
+/* dgamma = sum dy xhat, dbeta = sum dy (overwritten); red = the means of both over the n values
+ * in training (the batch statistics depend on x), 0 in evaluation */
+__global__ void batchnorm_reduce_kernel(const float *x, const float *dy, const float *stats,
+                                        int batch, int slot, int c, int hw,
+                                        const td_gpu_args *a, float *dgamma, float *dbeta,
+                                        float *red) {
+    __shared__ double sh[THREADS];
+    int rows = valid_rows(a, slot, batch);
+    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float mu = stats[ch], r = stats[c + ch];
+        double sdy = 0, sdyx = 0;
+        size_t n = (size_t)rows * hw;
+        for (size_t k = threadIdx.x; k < n; k += blockDim.x) {
+            size_t i = (k / hw * c + ch) * hw + k % hw;
+            float xh = (x[i] - mu) * r;
+            sdy += (double)dy[i];
+            sdyx += (double)dy[i] * (double)xh;
+        }
+        sdy = block_sum(sdy, sh);
+        sdyx = block_sum(sdyx, sh);
+        if (threadIdx.x == 0) {
+            dgamma[ch] = (float)sdyx, dbeta[ch] = (float)sdy;
+            red[ch] = a->training && n ? (float)(sdy / (double)n) : 0.0f;
+            red[c + ch] = a->training && n ? (float)(sdyx / (double)n) : 0.0f;
+        }
+    }
+}
+
+/* padding rows (past the slot's) get 0: nothing flows from them into the weight gradients */
+__global__ void batchnorm_dx_kernel(const float *x, const float *dy, const float *gamma,
+                                    const float *stats, const float *red, int batch, int slot,
+                                    int c, int hw, const td_gpu_args *a, float *dx) {
+    size_t n = (size_t)batch * c * hw, valid = (size_t)valid_rows(a, slot, batch) * c * hw;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (i >= valid) {
+            dx[i] = 0.0f;
+            continue;
+        }
+        int ch = (int)(i / hw % c);
+        float mu = stats[ch], r = stats[c + ch], k = gamma[ch] * r;
+        float xh = (x[i] - mu) * r;
+        dx[i] = k * (dy[i] - red[ch] - xh * red[c + ch]);
+    }
+}
+
+void td_gpu_batchnorm_backward(cudaStream_t s, const float *x, const float *dy,
+                               const float *gamma, const float *stats, int batch, int slot, int c,
+                               int hw, const td_gpu_args *a, float *red, float *dx, float *dgamma,
+                               float *dbeta) {
+    batchnorm_reduce_kernel<<<grid_x((size_t)c), THREADS, 0, s>>>(x, dy, stats, batch, slot, c,
+                                                                  hw, a, dgamma, dbeta, red);
+    size_t n = (size_t)batch * c * hw;
+    if (dx)
+        batchnorm_dx_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, dy, gamma, stats, red, batch,
+                                                              slot, c, hw, a, dx);
 }

@@ -28,12 +28,23 @@ typedef struct {
 #define TD_GPU_SLOT_ROWS(a, k, B)                                                                  \
     ((int)max((int64_t)0, min((int64_t)(B), (a)->n - (int64_t)(k) * (B))))
 
-void td_gpu_gather_step(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
-                        const float *lut, const uint64_t *perm, const td_gpu_args *a, int slot,
-                        int batch, int size, float *x, int32_t *y, uint64_t *ids);
-void td_gpu_gather_range(cudaStream_t s, const uint8_t *pixels, const int32_t *labels,
-                         const float *lut, uint64_t first, int batch, int size, float *x,
-                         int32_t *y, uint64_t *ids);
+/* A data set on the device (td_gpu_dataset): values [count, size] bytes or float32, labels,
+ * and the normalisation (lut [channels][256], or mean/std [channels]); plane = size / channels. */
+typedef struct {
+    const void *values;
+    bool u8;
+    const int32_t *labels;
+    const float *lut, *mean, *std;
+    int plane;
+} td_gpu_source;
+
+/* x [batch, size] = the normalised samples perm[base + slot*batch + row] of the step (rows past
+ * the slot's get 0), y their labels, ids their indices; gather_range: samples first + row. */
+void td_gpu_gather_step(cudaStream_t s, const td_gpu_source *d, const uint64_t *perm,
+                        const td_gpu_args *a, int slot, int batch, int size, float *x, int32_t *y,
+                        uint64_t *ids);
+void td_gpu_gather_range(cudaStream_t s, const td_gpu_source *d, uint64_t first, int batch,
+                         int size, float *x, int32_t *y, uint64_t *ids);
 
 /* Convolution lowering in the "CN" layout: col [c*k*k][batch * oh*ow] (row (ci*k + ki)*k + kj),
  * so one gemm convolves the whole batch into [out_c][batch * oh*ow]. col2im is the adjoint
@@ -110,5 +121,47 @@ void td_gpu_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, 
                   const td_gpu_args *a);
 void td_gpu_sgd(cudaStream_t s, float *p, const float *g, float *buf, size_t n,
                 const td_gpu_args *a);
+
+/* Element-wise activations: kind TD_GPU_ACT_*. The backward reads the input x (GELU) or the
+ * output y (tanh, sigmoid); dx may be dy. */
+enum { TD_GPU_ACT_GELU, TD_GPU_ACT_TANH, TD_GPU_ACT_SIGMOID };
+void td_gpu_act(cudaStream_t s, int kind, const float *x, size_t n, float *y);
+void td_gpu_act_backward(cudaStream_t s, int kind, const float *x, const float *y,
+                         const float *dy, size_t n, float *dx);
+/* Average pooling, k x k windows, stride, no padding; the backward overwrites every cell of dx. */
+void td_gpu_avgpool(cudaStream_t s, const float *x, int batch, int c, int h, int w, int k,
+                    int stride, int oh, int ow, float *y);
+void td_gpu_avgpool_backward(cudaStream_t s, const float *dy, int batch, int c, int h, int w,
+                             int k, int stride, int oh, int ow, float *dx);
+/* Global average pooling: y [batch, c] = the means of x's [batch, c, hw] planes. */
+void td_gpu_global_avgpool(cudaStream_t s, const float *x, int batch, int c, int hw, float *y);
+void td_gpu_global_avgpool_backward(cudaStream_t s, const float *dy, int batch, int c, int hw,
+                                    float *dx);
+/* LayerNorm over each sample's d values with weight and bias [d]: y = (x - mu) rstd w + b;
+ * stats [batch][2] = (mu, rstd) for the backward. The backward's dw, db (overwritten) go on
+ * `side`, dx (when not NULL) on s; both only read x, dy and stats. */
+void td_gpu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b, int batch,
+                      int d, float eps, float *y, float *stats);
+void td_gpu_layernorm_backward(cudaStream_t s, cudaStream_t side, const float *x, const float *dy,
+                               const float *w, const float *stats, int batch, int d, float *dx,
+                               float *dw, float *db);
+
+/* out = a + b (a residual block's sum) */
+void td_gpu_sum(cudaStream_t s, const float *a, const float *b, size_t n, float *out);
+/* BatchNorm per channel over [batch, c, hw]: in training (a->training) the mean and biased
+ * variance of the rows that hold samples (slot >= 0: TD_GPU_SLOT_ROWS of that micro-batch slot;
+ * slot < 0: all), also written as batch_stats (mean[c], unbiased variance[c]) for the running
+ * statistics; in evaluation the running ones (running: mean[c], variance[c]). stats [2c] =
+ * (mean, rstd) for the backward; y = xhat gamma + beta. */
+void td_gpu_batchnorm(cudaStream_t s, const float *x, const float *gamma, const float *beta,
+                      int batch, int slot, int c, int hw, float eps, const td_gpu_args *a,
+                      const float *running, float *stats, float *batch_stats, float *y);
+/* dgamma, dbeta (overwritten) over the same rows and, when dx is not NULL, dx = gamma rstd (dy -
+ * mean(dy) - xhat mean(dy xhat)) (those means 0 in evaluation), 0 in the padding rows; red: [2c]
+ * scratch. */
+void td_gpu_batchnorm_backward(cudaStream_t s, const float *x, const float *dy,
+                               const float *gamma, const float *stats, int batch, int slot, int c,
+                               int hw, const td_gpu_args *a, float *red, float *dx, float *dgamma,
+                               float *dbeta);
 
 #endif

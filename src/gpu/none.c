@@ -39,9 +39,8 @@ size_t td_gpu_memory_bytes(const td_gpu_t *g) {
 }
 
 #define UNSUPPORTED return td_error(TD_ERR_UNSUPPORTED, "%s", NO_CUDA)
-td_status td_gpu_set_dataset(td_gpu_t *g, int which, const uint8_t *pixels, const int32_t *labels,
-                             uint64_t count, int sample_size, const float lut[256]) {
-    (void)g, (void)which, (void)pixels, (void)labels, (void)count, (void)sample_size, (void)lut;
+td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d) {
+    (void)g, (void)which, (void)d;
     UNSUPPORTED;
 }
 td_status td_gpu_set_epoch(td_gpu_t *g, const uint64_t *perm, uint64_t count) {
@@ -63,6 +62,18 @@ td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *a, bool apply_optimiz
 }
 td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]) {
     (void)g, (void)step, (void)sums;
+    UNSUPPORTED;
+}
+td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out) {
+    (void)g, (void)step, (void)out;
+    UNSUPPORTED;
+}
+td_status td_gpu_batch_stats(td_gpu_t *g, float *out) {
+    (void)g, (void)out;
+    UNSUPPORTED;
+}
+td_status td_gpu_upload_buffers(td_gpu_t *g) {
+    (void)g;
     UNSUPPORTED;
 }
 td_status td_gpu_grads_to_host(td_gpu_t *g) {

@@ -244,6 +244,7 @@ static td_status evaluate_model(trainer *t, int64_t step, double *acc_pct, doubl
     }
     int max_batch = TD_MAX(cfg->batch, EVAL_BATCH);
     double sums[3] = {0, 0, 0}; /* correct, loss, count */
+    if (t->gpu && t->bn_size) TD_CHECK(td_gpu_upload_buffers(t->gpu));
     if (t->gpu) TD_CHECK(td_gpu_evaluate(t->gpu, lo, hi, sums));
     td_forward_ctx ctx = {.training = false, .seed = cfg->seed, .step = (uint64_t)step};
     for (uint64_t b = lo; b < hi && !t->gpu; b += (uint64_t)max_batch) {
@@ -513,16 +514,27 @@ static td_status gpu_ipc_setup(trainer *t) {
         TD_LOG_INFO("%d ranks reduce gradients on the device through CUDA IPC", cfg->world_size);
     return TD_OK;
 }
-/* The training and test images to the device with the normalisation's table (again after a
- * resume restores another normalisation). */
+/* The training and test sets to the device with their normalisation (again after a resume
+ * restores another one): packed in sample order, so a split or a file-backed set goes too. */
 static td_status gpu_upload_data(trainer *t) {
     td_dataset_t *sets[2] = {t->train, t->test};
-    float lut[256];
-    for (int i = 0; i < 2; i++) {
-        td_dataset_lut(sets[i], lut);
-        TD_CHECK(td_gpu_set_dataset(t->gpu, i, td_dataset_pixels(sets[i]),
-                                    td_dataset_labels(sets[i]), td_dataset_count(sets[i]),
-                                    td_dataset_sample_size(sets[i]), lut));
+    for (int i = 0; i < 2 && sets[i]; i++) {
+        int C = td_dataset_channels(sets[i]);
+        float *lut = td_xmalloc((size_t)C * 256 * sizeof(float));
+        td_gpu_dataset d = {.labels = NULL, .count = td_dataset_count(sets[i]),
+                            .sample_size = td_dataset_sample_size(sets[i]), .channels = C,
+                            .lut = lut, .mean = td_dataset_mean(sets[i]),
+                            .std = td_dataset_std(sets[i])};
+        void *values = NULL;
+        int32_t *labels = NULL;
+        td_status rc = td_dataset_pack(sets[i], &values, &d.u8, &labels);
+        if (rc == TD_OK) {
+            td_dataset_lut(sets[i], lut);
+            d.values = values, d.labels = labels;
+            rc = td_gpu_set_dataset(t->gpu, i, &d);
+        }
+        free(values), free(labels), free(lut);
+        TD_CHECK(rc);
     }
     return TD_OK;
 }
@@ -548,13 +560,11 @@ static td_status gpu_setup(trainer *t, int max_batch) {
                         "--device cuda trains with cross-entropy only so far, not --loss %s; "
                         "train it with --device cpu",
                         td_loss_name(cfg->loss));
-    td_dataset_t *sets[2] = {t->train, t->test};
-    for (int i = 0; i < 2; i++)
-        if (!sets[i] || !td_dataset_pixels(sets[i]))
-            return td_error(TD_ERR_UNSUPPORTED,
-                            "--device cuda gathers single-channel uint8 images held in memory "
-                            "with a test split, so far; %s is not: train it with --device cpu",
-                            sets[i] ? td_dataset_describe(sets[i]) : "a run without a test set");
+    if (td_dataset_num_classes(t->train) == 0)
+        return td_error(TD_ERR_UNSUPPORTED,
+                        "--device cuda trains on class targets so far; %s has real-valued "
+                        "targets: train it with --device cpu",
+                        td_dataset_describe(t->train));
     TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
     TD_CHECK(gpu_upload_data(t));
     t->gpu_epoch = -1;
@@ -599,6 +609,31 @@ static void grads_digest(trainer *t, int64_t step, const char *what) {
     TD_LOG_DEBUG("step %lld: %s digest %016llx", (long long)step, what, (unsigned long long)h);
 }
 
+static td_status update_running_stats(trainer *t);
+static int micro_batch_count(const trainer *t, int64_t step, int j);
+
+/* BatchNorm on the device: its slots' statistics come back with the step's, and the running
+ * statistics follow them on the host as the CPU's do (update_running_stats), every rank alike;
+ * they go to the device before an evaluation. */
+static td_status gpu_running_stats(trainer *t, int64_t step) {
+    const int M = t->cfg->accum;
+    size_t S = t->bn_size;
+    float *dev = td_xmalloc((size_t)M * S * sizeof(float));
+    td_status rc = td_gpu_step_bn_stats(t->gpu, step, dev);
+    for (int j = 0; rc == TD_OK && j < M; j++) {
+        float *slot = t->bn_local + (size_t)j * (S + 1);
+        int cnt = micro_batch_count(t, step, j);
+        slot[0] = (float)cnt;
+        if (cnt > 0)
+            memcpy(slot + 1, dev + (size_t)j * S, S * sizeof(float));
+        else
+            memset(slot + 1, 0, S * sizeof(float));
+    }
+    free(dev);
+    TD_CHECK(rc);
+    return update_running_stats(t);
+}
+
 /* One step on the device. Between ranks the rank's gradient comes to the host, the ddp reducer
  * sums it over the transports (the fixed tree), and the sum goes back for the update. */
 static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
@@ -633,6 +668,7 @@ static td_status train_step_gpu(trainer *t, int64_t step, double sums[4]) {
             TD_CHECK(td_gpu_download_state(t->gpu, td_model_params(t->model), NULL));
         TD_CHECK(r->check_params(r->user, step + 1));
     }
+    if (t->bn_size) TD_CHECK(gpu_running_stats(t, step));
     td_optim_set_step_count(t->opt, td_optim_step_count(t->opt) + 1);
     return TD_OK;
 }

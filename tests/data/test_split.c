@@ -7,7 +7,8 @@
  *     exactly the last ceil(F * n) of the split's fixed permutation (data.h), the same on both
  *     storage paths.
  *   - The statistics must be those of the training part alone (computed here in double from the
- *     gathered samples), and the same bits in memory and file-backed. */
+ *     gathered samples), and the same bits in memory and file-backed.
+ *   - td_dataset_pack gives the training part's records in its order with their labels. */
 #include <stdlib.h>
 
 #include "tandem/data.h"
@@ -19,6 +20,8 @@
 
 enum { N = 203, FEAT = 3 };
 static char tmpdir[] = "/tmp/td_test_split_XXXXXX";
+static float xf[N][FEAT];        /* the float table's rows */
+static uint8_t xb[N][1][2][2];   /* the uint8 images */
 
 static char *write_npy(const char *name, const char *descr, const char *shape, const void *data,
                        size_t nbytes) {
@@ -106,6 +109,26 @@ static void check_split(const char *spec, bool u8) {
         qsort(perm + (N - nval), nval, sizeof *perm, cmp_u64);
         qsort(va_ids, nval, sizeof *va_ids, cmp_u64);
         for (uint64_t i = 0; i < nval; i++) ASSERT_EQ(va_ids[i], perm[N - nval + i]);
+
+        /* (c) td_dataset_pack (what the CUDA engine uploads): the training part's samples in
+         * its order, each the file's values of its record (as bytes or floats) and its label */
+        void *packed = NULL;
+        int32_t *plabels = NULL;
+        bool packed_u8 = !u8;
+        ASSERT_OK(td_dataset_pack(tr, &packed, &packed_u8, &plabels));
+        ASSERT_EQ(packed_u8, u8);
+        for (uint64_t i = 0; i < ntr; i++) {
+            uint64_t id = tr_ids[i];
+            ASSERT_EQ(plabels[i], (int32_t)(id % 3));
+            for (int k = 0; k < S; k++) {
+                size_t e = i * (size_t)S + (size_t)k;
+                if (u8 ? ((const uint8_t *)packed)[e] != xb[id][0][k / 2][k % 2]
+                       : memcmp((const float *)packed + e, &xf[id][k], sizeof(float)))
+                    TEST_FAIL("%s: packed sample %llu (record %llu) element %d differs", spec,
+                              (unsigned long long)i, (unsigned long long)id, k);
+            }
+        }
+        free(packed), free(plabels);
         if (pass == 1)
             for (uint64_t i = 0; i < nval; i++) ASSERT_EQ(va_ids[i], val_saved[i]);
         memcpy(val_saved, va_ids, nval * sizeof *va_ids);
@@ -143,8 +166,6 @@ static void check_split(const char *spec, bool u8) {
 
 int main(void) {
     ASSERT(mkdtemp(tmpdir));
-    static float xf[N][FEAT];
-    static uint8_t xb[N][1][2][2];
     static int64_t y[N];
     for (int i = 0; i < N; i++) {
         xf[i][0] = (float)i;

@@ -108,8 +108,20 @@ int main(int argc, char **argv) {
     }
     size_t nb = td_model_num_buffers(m);
     if (train && nb) {
-        rc |= write_file(dir, "batch_stats.bin", td_model_batch_stats(m), sizeof(float) * nb);
-        td_model_update_running_stats(m, td_model_batch_stats(m));
+        const float *bstats = td_model_batch_stats(m);
+        float *gstats = NULL;
+        if (cuda) { /* the device's statistics, as the trainer takes them (td_gpu_step_bn_stats) */
+            gstats = malloc(sizeof(float) * nb);
+            st = td_gpu_batch_stats(g, gstats);
+            if (st != TD_OK) {
+                td_error_print(st);
+                return 1;
+            }
+            bstats = gstats;
+        }
+        rc |= write_file(dir, "batch_stats.bin", bstats, sizeof(float) * nb);
+        td_model_update_running_stats(m, bstats);
+        free(gstats);
         rc |= write_file(dir, "buffers.bin", td_model_buffers(m), sizeof(float) * nb);
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -100,11 +100,12 @@ def parse_safetensors(path):
     return out
 
 
-def run_spec(model_arg, spec_path, shape, outputs, batch, train, build_dir):
+def run_spec(model_arg, spec_path, shape, outputs, batch, train, build_dir, device="cpu"):
     """model_arg: what nn_dump loads (a preset or the spec); spec_path: the twin's spec."""
     helper = os.path.join(build_dir, "tests", "nn", "nn_dump")
     dims = ",".join(str(v) for v in shape) + f",{outputs}"
-    args = [helper, model_arg, "5", str(batch), None, "2", "cpu", dims] + (["train"] if train else [])
+    args = [helper, model_arg, "5", str(batch), None, "2", device, dims]
+    args += ["train"] if train else []
     with tempfile.TemporaryDirectory() as d:
         args[4] = d
         p = subprocess.run(args, stdout=subprocess.PIPE, text=True)
@@ -204,20 +205,20 @@ def main(device="cpu"):
     except NoDevice as e:
         print(e)
         return 77
-    if device == "cpu":
-        here = os.path.dirname(os.path.abspath(__file__))
-        resnet = os.path.join(SOURCE_DIR, "examples", "models", "resnet-small.yaml")
-        mix = os.path.join(here, "specs", "mix.yaml")
-        tabular = os.path.join(SOURCE_DIR, "examples", "models", "tabular.yaml")
-        torch.manual_seed(0)
-        ok &= run_spec("resnet-small", resnet, (3, 16, 16), 10, 10, True, build_dir)
-        # odd planes (143, 42, 12 values): batchnorm's lane sums end in a partial row of lanes,
-        # and Winograd's padded planes have odd widths
-        ok &= run_spec("resnet-small", resnet, (3, 13, 11), 10, 9, True, build_dir)
-        ok &= run_spec(mix, mix, (2, 8, 8), 7, 11, True, build_dir)
-        ok &= run_spec(mix, mix, (2, 8, 8), 7, 11, False, build_dir)
-        # tabular has dropout: compared in eval mode only (masks are tandem's own)
-        ok &= run_spec(tabular, tabular, (20, 1, 1), 3, 9, False, build_dir)
+    # the layers of the user's models, on either engine
+    here = os.path.dirname(os.path.abspath(__file__))
+    resnet = os.path.join(SOURCE_DIR, "examples", "models", "resnet-small.yaml")
+    mix = os.path.join(here, "specs", "mix.yaml")
+    tabular = os.path.join(SOURCE_DIR, "examples", "models", "tabular.yaml")
+    torch.manual_seed(0)
+    ok &= run_spec("resnet-small", resnet, (3, 16, 16), 10, 10, True, build_dir, device)
+    # odd planes (143, 42, 12 values): batchnorm's lane sums end in a partial row of lanes,
+    # and Winograd's padded planes have odd widths
+    ok &= run_spec("resnet-small", resnet, (3, 13, 11), 10, 9, True, build_dir, device)
+    ok &= run_spec(mix, mix, (2, 8, 8), 7, 11, True, build_dir, device)
+    ok &= run_spec(mix, mix, (2, 8, 8), 7, 11, False, build_dir, device)
+    # tabular has dropout: compared in eval mode only (masks are tandem's own)
+    ok &= run_spec(tabular, tabular, (20, 1, 1), 3, 9, False, build_dir, device)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
