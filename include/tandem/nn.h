@@ -117,10 +117,6 @@ td_status td_model_load_for(const char *name_or_path, int in_c, int in_h, int in
  * spec must then give its input: and cannot use `out: outputs`. */
 td_status td_model_load(const char *name_or_path, td_model_t **out);
 
-/* Whether the CUDA engine (src/gpu) runs every layer of m; false with why naming the first
- * layer it lacks, so --device cuda fails before training instead of in it. */
-bool td_model_gpu_supported(const td_model_t *m, char *why, size_t n);
-
 /* ---- inspection ---- */
 size_t td_model_num_params(const td_model_t *m);
 int td_model_num_layers(const td_model_t *m);

@@ -477,9 +477,6 @@ extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
         return td_error(TD_ERR_INVALID, "CUDA engine: batch %d and accum %d must be >= 1",
                         cfg->batch, cfg->accum);
     TD_CHECK(td_optim_validate(optim));
-    char why[256];
-    if (!td_model_gpu_supported(model, why, sizeof why))
-        return td_error(TD_ERR_UNSUPPORTED, "CUDA engine: %s; train it with --device cpu", why);
     int dev = 0;
     TD_CHECK(pick_device(cfg, &dev));
     CU_CHECK(cudaSetDevice(dev));

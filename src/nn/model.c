@@ -822,12 +822,6 @@ void td_model_set_batches_tracked(td_model_t *m, int64_t n) {
     m->batches_tracked = n;
 }
 
-bool td_model_gpu_supported(const td_model_t *m, char *why, size_t n) {
-    (void)m; /* every layer kind, chains and residual blocks alike, since 2026-11-30 */
-    if (why && n) why[0] = '\0';
-    return true;
-}
-
 void td_model_set_grad_ready_hook(td_model_t *m, td_grad_ready_fn fn, void *user) {
     m->hook = fn;
     m->hook_user = user;

@@ -552,9 +552,6 @@ static td_status gpu_setup(trainer *t, int max_batch) {
         .graph = !cfg->gpu_no_graph && td_env_int(TD_ENV_CUDA_GRAPH) != 0,
         .precision = cfg->precision,
     };
-    char why[256];
-    if (!td_model_gpu_supported(t->model, why, sizeof why))
-        return td_error(TD_ERR_UNSUPPORTED, "--device cuda: %s; train it with --device cpu", why);
     if (cfg->loss != TD_LOSS_CROSS_ENTROPY)
         return td_error(TD_ERR_UNSUPPORTED,
                         "--device cuda trains with cross-entropy only so far, not --loss %s; "
