@@ -7,8 +7,9 @@
 #     each learns its data (test accuracy above 90% where chance is 33%), as the CPU does;
 #   - 20 steps on the GPU end where 20 on the CPU do, to float rounding (within 2% of how far
 #     steps 2-20 move the weights): each channel or feature normalised as the CPU does;
-#   - each is bitwise reproducible: two runs, and 1 process (accum 2) == 2 processes sharing
-#     the GPU, the same weights.
+#   - each is bitwise reproducible: two runs, and 1 process (accum 4) == 2 and 4 processes
+#     sharing the GPU, with epochs that end in a short and an empty micro-batch;
+#   - a GPU checkpoint resumes on the CPU and ends near the all-GPU run.
 # The data are made here (awk and Python's standard library): separable classes, fixed seeds.
 # Skips (77) without a CUDA device or without the CUDA backend.
 set -euo pipefail
@@ -105,11 +106,37 @@ print(f"ok: {name}: 20 steps on the GPU end {diff:.2e} (mean |w|) from the CPU's
       f"{travel:.2e} in steps 2-20")
 assert travel > 0 and diff < 0.02 * travel, f"{name}: GPU and CPU apart: {diff} vs {travel}"
 PY
-  local half=(--model "$model" --data "$@" --seed 3 --lr 3e-3 --steps 40 --batch 16 --no-progress)
-  run "$name-w1" "$TANDEM_BIN" train --device cuda "${half[@]}" --accum 2 --save "$work/$name-w1.st"
+  # micro-batches of 14, global batch 56: an epoch's 480 samples end in a step of 32, slots of
+  # 14, 14, 4 and 0 (a short one and an empty one for BatchNorm's statistics)
+  local w=(--model "$model" --data "$@" --seed 3 --lr 3e-3 --batch 14 --no-progress)
+  run "$name-w1" "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 --accum 4 \
+      --save "$work/$name-w1.st"
   run "$name-w2" "$TANDEM_BIN" launch --standalone --nproc-per-node 2 -- \
-      "$TANDEM_BIN" train --device cuda "${half[@]}" --save "$work/$name-w2.st"
-  same "$name-w1.st" "$name-w2.st" "$name: 1 process (accum 2) == 2 processes sharing the GPU"
+      "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 --accum 2 --save "$work/$name-w2.st"
+  run "$name-w4" "$TANDEM_BIN" launch --standalone --nproc-per-node 4 -- \
+      "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 --save "$work/$name-w4.st"
+  same "$name-w1.st" "$name-w2.st" "$name: 1 process (accum 4) == 2 processes sharing the GPU"
+  same "$name-w1.st" "$name-w4.st" "$name: 1 process (accum 4) == 4 processes sharing the GPU"
+  # a GPU checkpoint at step 12 resumed on the CPU (weights, optimizer, running statistics)
+  run "$name-h" "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 12 --accum 4 \
+      --checkpoint-dir "$work/$name-ck" --save "$work/$name-h.st"
+  run "$name-oncpu" "$TANDEM_BIN" train --device cpu "${w[@]}" --steps 24 --accum 4 \
+      --checkpoint-dir "$work/$name-ck" --resume --save "$work/$name-oncpu.st"
+  grep -q "resuming from .*ckpt-12.tdck at step 12" "$work/$name-oncpu.log" \
+    || { echo "FAIL: $name: the CPU did not resume the GPU checkpoint"; cat "$work/$name-oncpu.log"
+         exit 1; }
+  "${PYTHON:-python3}" - "$work" "$GPU_LIB_DIR" "$name" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from st_load import flat, load
+d, name = sys.argv[1], sys.argv[3]
+ref, half, got = (flat(load(f"{d}/{name}-{k}.st")) for k in ("w1", "h", "oncpu"))
+travel, diff = float(np.abs(ref - half).mean()), float(np.abs(got - ref).mean())
+print(f"ok: {name}: steps 13-24 on the CPU after the GPU's checkpoint end {diff:.2e} (mean |w|) "
+      f"from the all-GPU run, which moved {travel:.2e} in those steps")
+assert travel > 0 and diff < 0.1 * travel, f"{name}: the CPU's resume drifted: {diff} vs {travel}"
+PY
 }
 check table "$work/table.yaml" "$work/table.csv" --val-fraction 0.2
 check images "$work/images.yaml" "$work/x.npy,$work/y.npy" --val-fraction 0.2
