@@ -209,8 +209,9 @@ bool td_dataset_file_backed(const td_dataset_t *ds);
 const char *td_dataset_describe(const td_dataset_t *ds); /* "csv wine/train.csv: 133 x [13]" */
 const float *td_dataset_mean(const td_dataset_t *ds);    /* [channels] */
 const float *td_dataset_std(const td_dataset_t *ds);
-/* For the CUDA engine, which gathers single-channel uint8 images in memory only: the pixels
- * [count, h*w] and labels, or NULL when the data set is anything else. */
+/* A single-channel uint8 set held in memory, unsplit (IDX, a grayscale image folder): the pixels
+ * [count, h*w] and labels in place, or NULL when the data set is anything else (the tests read
+ * Fashion-MNIST through it; td_dataset_pack serves every kind). */
 const uint8_t *td_dataset_pixels(const td_dataset_t *ds);
 const int32_t *td_dataset_labels(const td_dataset_t *ds); /* class targets; NULL otherwise */
 /* The tables td_dataset_gather maps the bytes of uint8 features through, [channels][256]:

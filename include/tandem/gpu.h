@@ -128,9 +128,10 @@ td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *a, bool apply_optimiz
  * be asked for. */
 td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]);
 /* After td_gpu_step_stats of the same step: the BatchNorm statistics of each of this rank's
- * micro-batch slots, out [accum][td_model_num_buffers] (nn.h's td_model_batch_stats layout; a
- * slot without samples holds nothing meaningful: its count is the caller's to know). */
-td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out);
+ * micro-batch slots, slot j's td_model_num_buffers floats at out + j * ld (nn.h's
+ * td_model_batch_stats layout; a slot without samples holds nothing meaningful: its count is the
+ * caller's to know). */
+td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out, size_t ld);
 /* The BatchNorm statistics of the last td_gpu_model_forward in training mode, out [nbuf]. */
 td_status td_gpu_batch_stats(td_gpu_t *g, float *out);
 /* The model's BatchNorm running statistics (td_model_buffers) to the device, for evaluation;

@@ -79,12 +79,12 @@ typedef struct glayer {
     float *stats; /* layernorm: [max_batch][2] (mean, rstd) of the last forward; batchnorm: [2C] */
 } glayer;
 
+/* A data set on the device: src's values, labels and norm are its three allocations (norm: the
+ * lut [channels][256], or mean [channels] then std [channels]). */
 typedef struct {
-    void *values; /* [count, size] bytes or float32 */
-    int32_t *labels;
-    float *norm; /* lut [channels][256], or mean [channels] then std [channels] */
-    uint64_t count;
     td_gpu_source src;
+    float *norm;
+    uint64_t count;
 } gdata;
 
 struct td_gpu {
@@ -283,7 +283,6 @@ static td_status build_layers(td_gpu_t *g) {
     g->nl = td_model_num_layers(m);
     g->layers = (glayer *)td_xcalloc((size_t)g->nl, sizeof(glayer));
     int B = g->max_batch, ndrop = 0;
-    bool params_before = false;
     g->chain = true;
     for (int i = 0; i < g->nl; i++)
         if (td_model_layer(m, i).kind == TD_LAYER_RESIDUAL) g->chain = false;
@@ -303,7 +302,6 @@ static td_status build_layers(td_gpu_t *g) {
             if (l->need_din2) TD_CHECK(DALLOC(g, l->din2, (size_t)B * l->out_size * 4));
         }
         gmax = TD_MAX(gmax, l->in_size);
-        params_before |= f->param_count > 0;
         bool next_relu =
             g->chain && i + 1 < g->nl && td_model_layer(m, i + 1).kind == TD_LAYER_RELU;
         if ((f->kind == TD_LAYER_CONV2D || f->kind == TD_LAYER_LINEAR) && next_relu) {
@@ -351,7 +349,7 @@ static td_status build_layers(td_gpu_t *g) {
         /* a conv after a relu, with parameters before both: the conv's col2im writes the
          * relu's input gradient (one pass over it instead of two) */
         if (g->chain && f->kind == TD_LAYER_RELU && i + 1 < g->nl &&
-            td_model_layer(m, i + 1).kind == TD_LAYER_CONV2D && params_before) {
+            td_model_layer(m, i + 1).kind == TD_LAYER_CONV2D && l->need_din) {
             l->into_conv = true;
             g->layers[i + 1].gate_din = true;
         }
@@ -523,10 +521,10 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
     free(g->slot_grads);
     void *bufs[] = {
         g->params,       g->grads,       g->state,       g->x,     g->y,       g->ids,
-        g->dout,        g->row_loss,      g->row_correct,  g->stats, g->evsums,
-        g->ones,        g->rowsum,        g->perm,         g->args,  g->blas_ws,
-        g->train.values, g->train.labels, g->train.norm,   g->test.values, g->test.labels,
-        g->test.norm};
+        g->dout,     g->row_loss, g->row_correct, g->stats, g->evsums, g->ones,   g->rowsum,
+        g->perm,     g->args,     g->blas_ws,     g->train.norm,       g->test.norm,
+        (void *)g->train.src.values, (void *)g->train.src.labels,
+        (void *)g->test.src.values,  (void *)g->test.src.labels};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
     cudaFreeHost(g->args_host);
     cudaFreeHost(g->stats_host);
@@ -564,7 +562,7 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
     CU_CHECK(cudaSetDevice(g->device));
     CU_CHECK(cudaStreamSynchronize(g->stream));
     gdata *gd = which ? &g->test : &g->train;
-    cudaFree(gd->values), cudaFree(gd->labels), cudaFree(gd->norm);
+    cudaFree((void *)gd->src.values), cudaFree((void *)gd->src.labels), cudaFree(gd->norm);
     memset(gd, 0, sizeof *gd);
     size_t bytes = d->count * (size_t)d->sample_size * (d->u8 ? 1 : 4);
     size_t nnorm = (size_t)d->channels * (d->u8 ? 256 : 2);
@@ -578,11 +576,16 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
                         "is not built yet)",
                         which ? "held-out" : "training", (unsigned long long)d->count,
                         bytes >> 20, g->device, free_b >> 20, total_b >> 20);
-    TD_CHECK(DALLOC(g, gd->values, bytes));
-    TD_CHECK(DALLOC(g, gd->labels, d->count * 4));
-    TD_CHECK(DALLOC(g, gd->norm, nnorm * 4));
-    CU_CHECK(cudaMemcpy(gd->values, d->values, bytes, cudaMemcpyHostToDevice));
-    CU_CHECK(cudaMemcpy(gd->labels, d->labels, d->count * 4, cudaMemcpyHostToDevice));
+    void *values = NULL;
+    int32_t *labels = NULL;
+    td_status st = DALLOC(g, values, bytes);
+    gd->src.values = values; /* owned from here on: td_gpu_free or the next upload frees it */
+    if (st == TD_OK) st = DALLOC(g, labels, d->count * 4);
+    gd->src.labels = labels;
+    if (st == TD_OK) st = DALLOC(g, gd->norm, nnorm * 4);
+    TD_CHECK(st);
+    CU_CHECK(cudaMemcpy(values, d->values, bytes, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(labels, d->labels, d->count * 4, cudaMemcpyHostToDevice));
     if (d->u8) {
         CU_CHECK(cudaMemcpy(gd->norm, d->lut, nnorm * 4, cudaMemcpyHostToDevice));
     } else {
@@ -591,9 +594,7 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
         CU_CHECK(cudaMemcpy(gd->norm + c, d->std, c * 4, cudaMemcpyHostToDevice));
     }
     gd->count = d->count;
-    gd->src.values = gd->values;
     gd->src.u8 = d->u8;
-    gd->src.labels = gd->labels;
     gd->src.lut = d->u8 ? gd->norm : NULL;
     gd->src.mean = d->u8 ? NULL : gd->norm;
     gd->src.std = d->u8 ? NULL : gd->norm + d->channels;
@@ -921,7 +922,7 @@ static void fold_slots(td_gpu_t *g) {
 }
 
 static td_status enqueue_step(td_gpu_t *g, bool apply) {
-    if (!g->train.values || !g->perm)
+    if (!g->train.src.values || !g->perm)
         return td_error(TD_ERR_INVALID, "CUDA engine: set the training set and epoch first");
     int B = g->cfg.batch, M = g->cfg.accum, C = g->classes;
     TD_LOG_DEBUG("CUDA step: rank %d enqueues micro-batch slots %d..%d of %d rows each",
@@ -1033,14 +1034,15 @@ extern "C" td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]
     return TD_OK;
 }
 
-extern "C" td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out) {
+extern "C" td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out, size_t ld) {
     int r = (int)(step % RING);
     if (g->ring_step[r] != step)
         return td_error(TD_ERR_INVALID, "CUDA engine: statistics of step %lld are not in flight",
                         (long long)step);
     CU_CHECK(cudaEventSynchronize(g->done[r]));
-    size_t nb = (size_t)g->cfg.accum * g->nbuf;
-    memcpy(out, g->bn_host + (size_t)r * nb, nb * sizeof(float));
+    const float *ring = g->bn_host + (size_t)r * g->cfg.accum * g->nbuf;
+    for (int j = 0; j < g->cfg.accum; j++)
+        memcpy(out + (size_t)j * ld, ring + (size_t)j * g->nbuf, g->nbuf * sizeof(float));
     return TD_OK;
 }
 
@@ -1131,7 +1133,7 @@ extern "C" td_status td_gpu_ipc_apply(td_gpu_t *g) {
 
 /* ---- evaluation ---- */
 extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, double sums[3]) {
-    if (!g->test.values) return td_error(TD_ERR_INVALID, "CUDA engine: no test set uploaded");
+    if (!g->test.src.values) return td_error(TD_ERR_INVALID, "CUDA engine: no test set uploaded");
     if (hi > g->test.count) hi = g->test.count;
     int eb = TD_MAX(g->cfg.max_eval_batch, 1);
     int r = RING; /* evaluation's own argument block: dropout off */

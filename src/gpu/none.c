@@ -64,8 +64,8 @@ td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]) {
     (void)g, (void)step, (void)sums;
     UNSUPPORTED;
 }
-td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out) {
-    (void)g, (void)step, (void)out;
+td_status td_gpu_step_bn_stats(td_gpu_t *g, int64_t step, float *out, size_t ld) {
+    (void)g, (void)step, (void)out, (void)ld;
     UNSUPPORTED;
 }
 td_status td_gpu_batch_stats(td_gpu_t *g, float *out) {

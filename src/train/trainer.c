@@ -608,26 +608,14 @@ static void grads_digest(trainer *t, int64_t step, const char *what) {
 
 static td_status update_running_stats(trainer *t);
 static int micro_batch_count(const trainer *t, int64_t step, int j);
+static void bn_slot_set(trainer *t, int j, int cnt, const float *stats);
 
-/* BatchNorm on the device: its slots' statistics come back with the step's, and the running
- * statistics follow them on the host as the CPU's do (update_running_stats), every rank alike;
- * they go to the device before an evaluation. */
+/* BatchNorm on the device: its slots' statistics come back with the step's, into bn_local's
+ * slots, and the running statistics follow them on the host as the CPU's do
+ * (update_running_stats), every rank alike; they go to the device before an evaluation. */
 static td_status gpu_running_stats(trainer *t, int64_t step) {
-    const int M = t->cfg->accum;
-    size_t S = t->bn_size;
-    float *dev = td_xmalloc((size_t)M * S * sizeof(float));
-    td_status rc = td_gpu_step_bn_stats(t->gpu, step, dev);
-    for (int j = 0; rc == TD_OK && j < M; j++) {
-        float *slot = t->bn_local + (size_t)j * (S + 1);
-        int cnt = micro_batch_count(t, step, j);
-        slot[0] = (float)cnt;
-        if (cnt > 0)
-            memcpy(slot + 1, dev + (size_t)j * S, S * sizeof(float));
-        else
-            memset(slot + 1, 0, S * sizeof(float));
-    }
-    free(dev);
-    TD_CHECK(rc);
+    TD_CHECK(td_gpu_step_bn_stats(t->gpu, step, t->bn_local + 1, t->bn_size + 1));
+    for (int j = 0; j < t->cfg->accum; j++) bn_slot_set(t, j, micro_batch_count(t, step, j), NULL);
     return update_running_stats(t);
 }
 
@@ -977,6 +965,17 @@ static void teardown(trainer *t) {
     free(t->ids);
 }
 
+/* Micro-batch slot j's BatchNorm statistics in bn_local: {count, stats}, the stats copied from
+ * `stats` (NULL: already in place) where the slot held samples, zeros where it held none. */
+static void bn_slot_set(trainer *t, int j, int cnt, const float *stats) {
+    float *slot = t->bn_local + (size_t)j * (t->bn_size + 1);
+    slot[0] = (float)cnt;
+    if (cnt == 0)
+        memset(slot + 1, 0, t->bn_size * sizeof(float));
+    else if (stats)
+        memcpy(slot + 1, stats, t->bn_size * sizeof(float));
+}
+
 /* BatchNorm's running statistics follow every micro-batch of the global batch in slot order
  * (slot k = rank * M + j), on every rank alike: the same update as one process taking the
  * micro-batches one after another, whatever the number of ranks. */
@@ -1085,14 +1084,7 @@ static td_status train_step(trainer *t, int64_t step, double sums[4]) {
             sums[2] += cnt;
             td_model_backward(t->model, t->dout, cnt);
         }
-        if (t->bn_size) { /* this slot's BatchNorm statistics: {count, stats} */
-            float *slot = t->bn_local + (size_t)j * (t->bn_size + 1);
-            slot[0] = (float)cnt;
-            if (cnt > 0)
-                memcpy(slot + 1, td_model_batch_stats(t->model), t->bn_size * sizeof(float));
-            else
-                memset(slot + 1, 0, t->bn_size * sizeof(float));
-        }
+        if (t->bn_size) bn_slot_set(t, j, cnt, td_model_batch_stats(t->model));
         if (!last) push(t);
     }
     if (hook) {

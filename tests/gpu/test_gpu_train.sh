@@ -62,19 +62,7 @@ run ongpu "$TANDEM_BIN" train "${common[@]}" --steps 50 --batch 64 --checkpoint-
     --resume --save "$work/ongpu.st"
 grep -q "resuming from .*ckpt-25.tdck at step 25" "$work/ongpu.log" \
   || { echo "FAIL: the GPU did not resume the CPU checkpoint"; cat "$work/ongpu.log"; exit 1; }
-"${PYTHON:-python3}" - "$work" "$GPU_LIB_DIR" <<'PY'
-import sys
-import numpy as np
-sys.path.insert(0, sys.argv[2])
-from st_load import flat, load
-d = sys.argv[1]
-ref, half = flat(load(f"{d}/full.st")), flat(load(f"{d}/half.st"))
-travel = float(np.abs(ref - half).mean())  # how far steps 25..50 moved the weights
-for name in ("oncpu", "ongpu"):
-    got = flat(load(f"{d}/{name}.st"))
-    diff = float(np.abs(got - ref).mean())
-    print(f"ok: {name}: steps 26-50 on the other device end {diff:.2e} (mean |w|) from the "
-          f"all-GPU run, which moved {travel:.2e} in those steps")
-    assert travel > 0 and diff < 0.1 * travel, f"{name} drifted: {diff} vs {travel}"
-PY
+# steps 26-50 on the other device end near the all-GPU run, against how far those steps moved it
+near oncpu.st full.st half.st 0.1 "oncpu: steps 26-50 on the CPU after the GPU's checkpoint"
+near ongpu.st full.st half.st 0.1 "ongpu: steps 26-50 on the GPU after the CPU's checkpoint"
 echo "GPU training: bitwise reproducible across runs, worker counts, graph/eager and resume"
