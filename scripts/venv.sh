@@ -14,20 +14,26 @@
 #    It holds no tandem: the frameworks' tests add the wheel of their own checkout in a small
 #    venv of the build directory that sees this one (tests/lib/frameworks.sh, fw_overlay),
 #    remade only when the wheel's hash changes.
+#  - nvcc and the CUDA C++ headers (tests/requirements-cuda.txt, ~350 MB, kept once per machine
+#    like the frameworks): with the CUDA runtime, cuBLAS and NCCL wheels PyTorch brings, the CUDA
+#    backend builds and its kernels' host test runs where there is no GPU (scripts/cuda-check.sh).
 #
 # Debian's own python3-torch (1.13) stays the quick peer of the other tests (/usr/bin/python3).
 #   scripts/venv.sh               creates or updates both; prints nothing when they are current
 #   scripts/venv.sh --print-frameworks   prints the frameworks environment's path (no install)
+#   scripts/venv.sh --print-cuda         prints nvcc's environment's path (no install)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 fw_req=$root/tests/requirements-frameworks.txt
 fw_hash=$(sha256sum "$fw_req" | cut -c1-12)
 fw_venv=${TANDEM_FRAMEWORKS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem/frameworks-$fw_hash}
-if [ "${1:-}" = --print-frameworks ]; then
-  echo "$fw_venv"
-  exit 0
-fi
+cuda_req=$root/tests/requirements-cuda.txt
+cuda_venv=${TANDEM_CUDA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem/cuda-$(sha256sum "$cuda_req" | cut -c1-12)}
+case ${1:-} in
+  --print-frameworks) echo "$fw_venv"; exit 0 ;;
+  --print-cuda) echo "$cuda_venv"; exit 0 ;;
+esac
 
 # make_venv DIR REQUIREMENTS WHAT: a venv at DIR holding REQUIREMENTS, the file's copy as the stamp
 make_venv() {
@@ -49,3 +55,7 @@ mkdir -p "$(dirname "$fw_venv")"
 exec 9>"$fw_venv.lock"
 flock 9
 make_venv "$fw_venv" "$fw_req" "the frameworks' Python environment (once per machine, several GB)"
+mkdir -p "$(dirname "$cuda_venv")"
+exec 9>"$cuda_venv.lock"
+flock 9
+make_venv "$cuda_venv" "$cuda_req" "nvcc from PyPI, for the CUDA build check (once per machine)"
