@@ -221,9 +221,11 @@ void td_dataset_lut(const td_dataset_t *ds, float *lut);
 /* For an engine on another device: every sample's features in sample order (a split's index
  * and a file-backed set resolved), *values [count, c*h*w] of uint8 when *u8, else of float32
  * (the file's values as floats, not normalised: x' = (x - mean[ch]) / std[ch] remains, as
- * td_dataset_gather computes it), and the class targets *labels [count]. Both malloc'ed.
- * TD_ERR_UNSUPPORTED for real-valued targets; I/O errors as td_dataset_gather's. */
-td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels);
+ * td_dataset_gather computes it), and its targets: class indices *labels [count] (targets
+ * NULL), or real values *targets [count, target_dim] (labels NULL). All malloc'ed. I/O errors as
+ * td_dataset_gather's. */
+td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels,
+                          float **targets);
 
 /* Gathers samples ids[0..n) into x [n, c*h*w] (normalised float32) and their targets: y [n] for
  * class targets, t [n, target_dim] for real ones (either may be NULL). Every id must be < count.

@@ -74,6 +74,7 @@ typedef struct {
     uint64_t seed;        /* dropout key */
     bool graph;           /* replay the step as a CUDA graph (false: launch kernel by kernel) */
     td_precision precision;
+    td_loss_kind loss; /* cross-entropy on class labels; mse, bce on real targets (nn.h) */
 } td_gpu_config;
 
 /* Builds the device mirror of a finalized model with an optimizer of the given config. The
@@ -87,12 +88,15 @@ const char *td_gpu_describe(const td_gpu_t *g);
 
 /* A data set as the device holds it (td_dataset_pack): values [count, sample_size], bytes when
  * u8 (each normalised through its channel's table, lut [channels][256]) or float32 (normalised
- * as (v - mean[ch]) / std[ch]), the channel being element / (sample_size / channels), and class
- * labels [count]: data.h's arithmetic, so the device computes the CPU's floats. */
+ * as (v - mean[ch]) / std[ch]), the channel being element / (sample_size / channels), and the
+ * targets: class labels [count] (cross-entropy) or real targets [count, target_dim] (mse, bce;
+ * target_dim the model's outputs): data.h's arithmetic, so the device computes the CPU's floats. */
 typedef struct {
     const void *values;
     bool u8;
-    const int32_t *labels;
+    const int32_t *labels;  /* class targets, or NULL */
+    const float *targets;   /* real targets, or NULL */
+    int target_dim;
     uint64_t count;
     int sample_size, channels;
     const float *lut;        /* u8: [channels][256] */
@@ -124,8 +128,9 @@ typedef struct {
  * once the gradients are reduced across ranks). */
 td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *a, bool apply_optimizer);
 /* Waits for the step enqueued with this step number and returns this rank's {loss sum, correct,
- * samples} of it. Steps must be asked for in the order they were enqueued; the last few (4) can
- * be asked for. */
+ * samples} of it (correct as the CPU counts: rows whose argmax is the label, the fraction of
+ * right labels summed over rows for bce, 0 for mse). Steps must be asked for in the order
+ * they were enqueued; the last few (4) can be asked for. */
 td_status td_gpu_step_stats(td_gpu_t *g, int64_t step, double sums[3]);
 /* After td_gpu_step_stats of the same step: the BatchNorm statistics of each of this rank's
  * micro-batch slots, slot j's td_model_num_buffers floats at out + j * ld (nn.h's

@@ -205,6 +205,12 @@ void td_model_zero_grads(td_model_t *m);
 uint64_t td_dropout_key(uint64_t seed, uint64_t step, int layer);
 
 /* ---- losses ----
+ * What the model's output is trained against: class indices (cross-entropy; NLL when the
+ * model ends in log_softmax), real values (mean squared error) or 0/1 labels (binary
+ * cross-entropy on logits). Every engine computes the same three. */
+typedef enum { TD_LOSS_CROSS_ENTROPY, TD_LOSS_MSE, TD_LOSS_BCE } td_loss_kind;
+
+/*
  * All return the *sum* of per-sample losses over the batch (as double) and write
  * dinput = grad_scale * d(sum of losses)/d(input). The trainer passes grad_scale = 1/global_batch
  * so every micro-batch's gradient is already scaled for the mean over the global batch and

@@ -78,10 +78,7 @@ typedef struct {
                        const float *std);
 } td_train_callbacks;
 
-/* What the model's output is trained against: class indices (cross-entropy; NLL when the
- * model ends in log_softmax), real values (mean squared error) or 0/1 labels (binary
- * cross-entropy on logits). The data's targets must fit: see td_dataset_open's class_targets. */
-typedef enum { TD_LOSS_CROSS_ENTROPY, TD_LOSS_MSE, TD_LOSS_BCE } td_loss_kind;
+/* td_loss_kind (nn.h): the data's targets must fit, see td_dataset_open's class_targets. */
 const char *td_loss_name(td_loss_kind k); /* "cross-entropy", "mse", "bce" */
 td_status td_loss_parse(const char *s, td_loss_kind *out);
 

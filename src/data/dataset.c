@@ -1219,20 +1219,18 @@ void td_dataset_lut(const td_dataset_t *ds, float *lut) {
     if (ds->lut) memcpy(lut, ds->lut, (size_t)ds->st->c * 256 * sizeof(float));
 }
 
-td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels) {
+td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels,
+                          float **targets) {
     const storage *st = ds->st;
-    *values = NULL, *labels = NULL;
+    *values = NULL, *labels = NULL, *targets = NULL;
     *u8 = st->dtype == TD_DTYPE_U8;
-    if (!st->labels)
-        return td_error(TD_ERR_UNSUPPORTED,
-                        "%s has real-valued targets; packing for a device takes class targets",
-                        st->source);
-    size_t esize = *u8 ? 1 : sizeof(float);
+    size_t esize = *u8 ? 1 : sizeof(float), tdim = st->labels ? 0 : (size_t)st->target_dim;
     uint8_t *v = malloc(ds->count * st->elems * esize + 1);
-    int32_t *y = malloc(ds->count * sizeof(int32_t) + 1);
+    int32_t *y = st->labels ? malloc(ds->count * sizeof(int32_t) + 1) : NULL;
+    float *t = st->labels ? NULL : malloc(ds->count * tdim * sizeof(float) + 1);
     uint8_t *rec = st->mem ? NULL : malloc(st->rec_bytes);
-    if (!v || !y || (!st->mem && !rec)) {
-        free(v), free(y), free(rec);
+    if (!v || (!y && !t) || (!st->mem && !rec)) {
+        free(v), free(y), free(t), free(rec);
         return td_error(TD_ERR_NOMEM, "%s: no memory for a packed copy of %llu samples (%zu MiB)",
                         st->source, (unsigned long long)ds->count,
                         (size_t)(ds->count * st->elems * esize) >> 20);
@@ -1244,7 +1242,7 @@ td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32
             td_status rc = read_records(st, r, 1, rec);
             if (rc == TD_OK) rc = check_record(st, st->path, rec, r);
             if (rc != TD_OK) {
-                free(v), free(y), free(rec);
+                free(v), free(y), free(t), free(rec);
                 return rc;
             }
         }
@@ -1256,9 +1254,12 @@ td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32
                 float f = (float)element(src, st->dtype, e);
                 memcpy(dst + e * sizeof f, &f, sizeof f);
             }
-        y[i] = st->labels[r];
+        if (y)
+            y[i] = st->labels[r];
+        else
+            memcpy(t + i * tdim, st->targets + r * tdim, tdim * sizeof(float));
     }
     free(rec);
-    *values = v, *labels = y;
+    *values = v, *labels = y, *targets = t;
     return TD_OK;
 }

@@ -108,7 +108,7 @@ struct td_gpu {
     bool bf16; /* --precision bf16: conv operands stored in bf16 */
     size_t num_params;
     glayer *layers;
-    bool nll; /* the model ends in log_softmax */
+    td_gpu_loss_kind loss; /* cfg.loss; cross-entropy is NLL where the model ends in log_softmax */
     /* A chain (no residual block): every activation has one consumer, and the fusions across
      * neighbours (a ReLU into the conv or linear before it, into the pool or conv after it, the
      * pool's backward into the conv's gemm layout) apply. Otherwise each layer runs on its own
@@ -128,11 +128,11 @@ struct td_gpu {
     float **slot_grads; /* [accum]: slot j's gradient; the last is grads */
     /* batch buffers, one set per slot so a slot's ids survive until its backward */
     float *x;
-    int32_t *y;
+    int32_t *y; /* labels (cross-entropy) */
+    float *t;   /* real targets [accum][max_batch][classes] (mse, bce) */
     uint64_t *ids;
     float *dout;
-    double *row_loss;
-    int *row_correct;
+    double *row_loss, *row_correct;
     double *stats;  /* [3] the step's statistics */
     double *evsums; /* [3] evaluation sums */
     float *ones;    /* [max_batch] 1.0f: column sums as a gemv */
@@ -423,7 +423,11 @@ static td_status init(td_gpu_t *g, td_model_t *model, const td_optim_config *opt
         CU_CHECK(cudaEventCreateWithFlags(&g->fork[i], cudaEventDisableTiming));
     CU_CHECK(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
     int nl = td_model_num_layers(model);
-    g->nll = nl > 0 && td_model_layer(model, nl - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    bool nll = nl > 0 && td_model_layer(model, nl - 1).kind == TD_LAYER_LOG_SOFTMAX;
+    g->loss = cfg->loss == TD_LOSS_MSE   ? TD_GPU_LOSS_MSE
+              : cfg->loss == TD_LOSS_BCE ? TD_GPU_LOSS_BCE
+              : nll                      ? TD_GPU_LOSS_NLL
+                                         : TD_GPU_LOSS_CE;
     TD_CHECK(build_layers(g));
     size_t P = g->num_params, B = (size_t)g->max_batch, M = (size_t)cfg->accum;
     TD_CHECK(DALLOC(g, g->params, P * 4));
@@ -435,10 +439,12 @@ static td_status init(td_gpu_t *g, td_model_t *model, const td_optim_config *opt
     g->slot_grads[M - 1] = g->grads;
     TD_CHECK(DALLOC(g, g->x, M * B * (size_t)g->in_size * 4));
     TD_CHECK(DALLOC(g, g->y, M * B * 4));
+    if (g->loss == TD_GPU_LOSS_MSE || g->loss == TD_GPU_LOSS_BCE)
+        TD_CHECK(DALLOC(g, g->t, M * B * (size_t)g->classes * 4));
     TD_CHECK(DALLOC(g, g->ids, M * B * 8));
     TD_CHECK(DALLOC(g, g->dout, B * (size_t)g->classes * 4));
     TD_CHECK(DALLOC(g, g->row_loss, M * B * 8));
-    TD_CHECK(DALLOC(g, g->row_correct, M * B * 4));
+    TD_CHECK(DALLOC(g, g->row_correct, M * B * 8));
     TD_CHECK(DALLOC(g, g->stats, 3 * 8));
     TD_CHECK(DALLOC(g, g->evsums, 3 * 8));
     TD_CHECK(DALLOC(g, g->ones, B * 4));
@@ -520,11 +526,11 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
         for (int j = 0; j + 1 < g->cfg.accum; j++) cudaFree(g->slot_grads[j]);
     free(g->slot_grads);
     void *bufs[] = {
-        g->params,       g->grads,       g->state,       g->x,     g->y,       g->ids,
+        g->params,       g->grads,       g->state,       g->x,     g->y,  g->t,    g->ids,
         g->dout,     g->row_loss, g->row_correct, g->stats, g->evsums, g->ones,   g->rowsum,
         g->perm,     g->args,     g->blas_ws,     g->train.norm,       g->test.norm,
-        (void *)g->train.src.values, (void *)g->train.src.labels,
-        (void *)g->test.src.values,  (void *)g->test.src.labels};
+        (void *)g->train.src.values, (void *)g->train.src.labels, (void *)g->train.src.targets,
+        (void *)g->test.src.values,  (void *)g->test.src.labels,  (void *)g->test.src.targets};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
     cudaFreeHost(g->args_host);
     cudaFreeHost(g->stats_host);
@@ -562,13 +568,25 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
     CU_CHECK(cudaSetDevice(g->device));
     CU_CHECK(cudaStreamSynchronize(g->stream));
     gdata *gd = which ? &g->test : &g->train;
-    cudaFree((void *)gd->src.values), cudaFree((void *)gd->src.labels), cudaFree(gd->norm);
+    bool real = g->loss == TD_GPU_LOSS_MSE || g->loss == TD_GPU_LOSS_BCE;
+    if (real ? !d->targets || d->target_dim != g->classes : !d->labels) {
+        char has[64] = "class labels";
+        if (!d->labels) snprintf(has, sizeof has, "%d real targets a sample", d->target_dim);
+        return td_error(TD_ERR_INVALID,
+                        "CUDA engine: the %s set has %s, but the loss (%s) needs %s",
+                        which ? "held-out" : "training", has,
+                        real ? "mse or bce" : "cross-entropy",
+                        real ? "one real target per model output" : "class labels");
+    }
+    cudaFree((void *)gd->src.values), cudaFree((void *)gd->src.labels);
+    cudaFree((void *)gd->src.targets), cudaFree(gd->norm);
     memset(gd, 0, sizeof *gd);
     size_t bytes = d->count * (size_t)d->sample_size * (d->u8 ? 1 : 4);
     size_t nnorm = (size_t)d->channels * (d->u8 ? 256 : 2);
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (bytes + d->count * 4 > free_b)
+    size_t tbytes = real ? d->count * (size_t)d->target_dim * 4 : d->count * 4;
+    if (bytes + tbytes > free_b)
         return td_error(TD_ERR_NOMEM,
                         "the %s set (%llu samples, %zu MiB on the device) does not fit in CUDA "
                         "device %d's free memory (%zu of %zu MiB); train it with --device cpu, "
@@ -576,16 +594,19 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
                         "is not built yet)",
                         which ? "held-out" : "training", (unsigned long long)d->count,
                         bytes >> 20, g->device, free_b >> 20, total_b >> 20);
-    void *values = NULL;
-    int32_t *labels = NULL;
+    void *values = NULL, *targets = NULL;
     td_status st = DALLOC(g, values, bytes);
     gd->src.values = values; /* owned from here on: td_gpu_free or the next upload frees it */
-    if (st == TD_OK) st = DALLOC(g, labels, d->count * 4);
-    gd->src.labels = labels;
+    if (st == TD_OK) st = DALLOC(g, targets, tbytes);
+    if (real)
+        gd->src.targets = (const float *)targets, gd->src.target_dim = d->target_dim;
+    else
+        gd->src.labels = (const int32_t *)targets;
     if (st == TD_OK) st = DALLOC(g, gd->norm, nnorm * 4);
     TD_CHECK(st);
     CU_CHECK(cudaMemcpy(values, d->values, bytes, cudaMemcpyHostToDevice));
-    CU_CHECK(cudaMemcpy(labels, d->labels, d->count * 4, cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(targets, real ? (const void *)d->targets : (const void *)d->labels, tbytes,
+                        cudaMemcpyHostToDevice));
     if (d->u8) {
         CU_CHECK(cudaMemcpy(gd->norm, d->lut, nnorm * 4, cudaMemcpyHostToDevice));
     } else {
@@ -931,13 +952,14 @@ static td_status enqueue_step(td_gpu_t *g, bool apply) {
         int slot = g->cfg.rank * M + j;
         float *x = g->x + (size_t)j * B * g->in_size;
         int32_t *y = g->y + (size_t)j * B;
+        float *t = g->t ? g->t + (size_t)j * B * C : NULL;
         uint64_t *ids = g->ids + (size_t)j * B;
         td_gpu_gather_step(g->stream, &g->train.src, g->perm, g->args, slot, B, g->in_size, x, y,
-                           ids);
+                           t, ids);
         LAUNCHED("gather");
         const float *out;
         TD_CHECK(forward(g, x, ids, B, slot, g->bn_dev + (size_t)j * g->nbuf, &out));
-        td_gpu_loss(g->stream, g->nll, out, y, B, C, g->args, slot, 0, 0.0f, g->dout,
+        td_gpu_loss(g->stream, g->loss, out, y, t, B, C, g->args, slot, 0, 0.0f, g->dout,
                     g->row_loss + (size_t)j * B, g->row_correct + (size_t)j * B);
         LAUNCHED("loss");
         TD_CHECK(backward(g, g->dout, B, slot, g->slot_grads[j]));
@@ -1144,12 +1166,13 @@ extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, doub
     CU_CHECK(cudaMemsetAsync(g->evsums, 0, 3 * sizeof(double), g->stream));
     for (uint64_t b = lo; b < hi; b += (uint64_t)eb) {
         int cnt = (int)TD_MIN((uint64_t)eb, hi - b);
-        td_gpu_gather_range(g->stream, &g->test.src, b, cnt, g->in_size, g->x, g->y, g->ids);
+        td_gpu_gather_range(g->stream, &g->test.src, b, cnt, g->in_size, g->x, g->y, g->t,
+                            g->ids);
         LAUNCHED("gather");
         const float *out;
         TD_CHECK(forward(g, g->x, g->ids, cnt, -1, g->bn_dev, &out));
-        td_gpu_loss(g->stream, g->nll, out, g->y, cnt, g->classes, NULL, 0, cnt, 0.0f, g->dout,
-                    g->row_loss, g->row_correct);
+        td_gpu_loss(g->stream, g->loss, out, g->y, g->t, cnt, g->classes, NULL, 0, cnt, 0.0f,
+                    g->dout, g->row_loss, g->row_correct);
         td_gpu_eval_accumulate(g->stream, g->row_loss, g->row_correct, cnt, g->evsums);
         LAUNCHED("evaluation");
     }

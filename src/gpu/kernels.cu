@@ -26,58 +26,99 @@ static unsigned blocks_for(size_t n) {
     return grid_x((n + THREADS - 1) / THREADS);
 }
 
+/* Where a thread is in its launch. The bodies of the gather, lowering and pooling kernels below
+ * take it as an argument, so the same code runs on the host over every (block, thread):
+ * tests/gpu/test_gpu_kernels_host.cu checks their index arithmetic that way, in any CUDA build,
+ * without a GPU (the loss's row body too, against nn/loss.c). */
+typedef struct {
+    unsigned bx, by, gx, gy, tx, bd;
+} tix;
+#define TIX()                                                                                      \
+    tix {                                                                                          \
+        blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, threadIdx.x, blockDim.x                      \
+    }
+
 /* ---- data ---- */
 /* Element i of sample id, normalised as data.h's gather does: a byte through its channel's
  * table, a float as (v - mean) / std (IEEE division: nvcc's default, as the CPU's). */
-__device__ __forceinline__ float source_value(const td_gpu_source &d, uint64_t id, int size,
-                                              int i) {
+__host__ __device__ static inline float source_value(const td_gpu_source &d, uint64_t id,
+                                                     int size, int i) {
     int ch = i / d.plane;
     if (d.u8) return d.lut[ch * 256 + ((const uint8_t *)d.values)[id * (uint64_t)size + i]];
     return (((const float *)d.values)[id * (uint64_t)size + i] - d.mean[ch]) / d.std[ch];
 }
 
-__global__ void gather_step_kernel(td_gpu_source d, const uint64_t *perm, const td_gpu_args *a,
-                                   int slot, int batch, int size, float *x, int32_t *y,
-                                   uint64_t *ids) {
+/* One thread of a gather: grid.x over a sample's values, grid.y over rows (strided past 65,535).
+ * Row `row` takes sample id (valid) or zeros (a short slot's padding rows); block x = 0 also
+ * copies its targets (the threads over the target row) and thread 0 its label and id. */
+__host__ __device__ static inline void gather_row_thread(tix t, const td_gpu_source &d, int row,
+                                                         bool valid, uint64_t id, int size,
+                                                         float *x, int32_t *y, float *tg,
+                                                         uint64_t *ids) {
+    float *dst = x + (size_t)row * size;
+    for (int i = (int)(t.bx * t.bd + t.tx); i < size; i += (int)(t.gx * t.bd))
+        dst[i] = valid ? source_value(d, id, size, i) : 0.0f;
+    if (t.bx != 0) return;
+    if (d.targets) {
+        int k = d.target_dim;
+        for (int j = (int)t.tx; j < k; j += (int)t.bd)
+            tg[(size_t)row * k + j] = valid ? d.targets[id * (uint64_t)k + j] : 0.0f;
+    }
+    if (t.tx == 0) {
+        if (d.labels) y[row] = valid ? d.labels[id] : 0;
+        ids[row] = id;
+    }
+}
+
+__host__ __device__ static inline void gather_step_thread(tix t, const td_gpu_source &d,
+                                                          const uint64_t *perm,
+                                                          const td_gpu_args *a, int slot,
+                                                          int batch, int size, float *x,
+                                                          int32_t *y, float *tg, uint64_t *ids) {
     int rows = TD_GPU_SLOT_ROWS(a, slot, batch);
-    for (int row = blockIdx.y; row < batch; row += gridDim.y) {
+    for (int row = (int)t.by; row < batch; row += (int)t.gy) {
         bool valid = row < rows;
         uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
-        float *dst = x + (size_t)row * size;
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-            dst[i] = valid ? source_value(d, id, size, i) : 0.0f;
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            y[row] = valid ? d.labels[id] : 0;
-            ids[row] = id;
-        }
+        gather_row_thread(t, d, row, valid, id, size, x, y, tg, ids);
     }
+}
+
+__global__ void gather_step_kernel(td_gpu_source d, const uint64_t *perm, const td_gpu_args *a,
+                                   int slot, int batch, int size, float *x, int32_t *y, float *tg,
+                                   uint64_t *ids) {
+    gather_step_thread(TIX(), d, perm, a, slot, batch, size, x, y, tg, ids);
+}
+
+/* Threads a gather block: a sample's values, and at least its target row in block x = 0. */
+static dim3 gather_grid(const td_gpu_source *d, int batch, int size) {
+    return dim3(blocks_for((size_t)(size > d->target_dim ? size : d->target_dim)),
+                grid_y((size_t)batch));
 }
 
 void td_gpu_gather_step(cudaStream_t s, const td_gpu_source *d, const uint64_t *perm,
                         const td_gpu_args *a, int slot, int batch, int size, float *x, int32_t *y,
-                        uint64_t *ids) {
-    dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
-    gather_step_kernel<<<grid, THREADS, 0, s>>>(*d, perm, a, slot, batch, size, x, y, ids);
+                        float *t, uint64_t *ids) {
+    gather_step_kernel<<<gather_grid(d, batch, size), THREADS, 0, s>>>(*d, perm, a, slot, batch,
+                                                                        size, x, y, t, ids);
+}
+
+__host__ __device__ static inline void gather_range_thread(tix t, const td_gpu_source &d,
+                                                           uint64_t first, int batch, int size,
+                                                           float *x, int32_t *y, float *tg,
+                                                           uint64_t *ids) {
+    for (int row = (int)t.by; row < batch; row += (int)t.gy)
+        gather_row_thread(t, d, row, true, first + (uint64_t)row, size, x, y, tg, ids);
 }
 
 __global__ void gather_range_kernel(td_gpu_source d, uint64_t first, int batch, int size, float *x,
-                                    int32_t *y, uint64_t *ids) {
-    for (int row = blockIdx.y; row < batch; row += gridDim.y) {
-        uint64_t id = first + (uint64_t)row;
-        float *dst = x + (size_t)row * size;
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += gridDim.x * blockDim.x)
-            dst[i] = source_value(d, id, size, i);
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            y[row] = d.labels[id];
-            ids[row] = id;
-        }
-    }
+                                    int32_t *y, float *tg, uint64_t *ids) {
+    gather_range_thread(TIX(), d, first, batch, size, x, y, tg, ids);
 }
 
 void td_gpu_gather_range(cudaStream_t s, const td_gpu_source *d, uint64_t first, int batch,
-                         int size, float *x, int32_t *y, uint64_t *ids) {
-    dim3 grid(blocks_for((size_t)size), grid_y((size_t)batch));
-    gather_range_kernel<<<grid, THREADS, 0, s>>>(*d, first, batch, size, x, y, ids);
+                         int size, float *x, int32_t *y, float *t, uint64_t *ids) {
+    gather_range_kernel<<<gather_grid(d, batch, size), THREADS, 0, s>>>(*d, first, batch, size, x,
+                                                                         y, t, ids);
 }
 
 /* ---- convolution lowering, "CN" layout ----
@@ -128,17 +169,6 @@ __device__ static inline float load(const __nv_bfloat16 *p) {
 __host__ __device__ static inline int imin(int a, int b) {
     return a < b ? a : b;
 }
-
-/* Where a thread is in its launch. The bodies of the row kernels below take it as an argument,
- * so the same code runs on the host over every (block, thread): tests/gpu/test_gpu_kernels_host.cu
- * checks their index arithmetic that way, in any CUDA build, without a GPU. */
-typedef struct {
-    unsigned bx, by, gx, gy, tx, bd;
-} tix;
-#define TIX()                                                                                      \
-    tix {                                                                                          \
-        blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, threadIdx.x, blockDim.x                      \
-    }
 
 /* The sample groups of a rows_grid block: first sample b0 = g * SPB of groups g = t.by,
  * t.by + t.gy, ... (more than one only past 65,535 groups), nb = the samples in the group. */
@@ -699,57 +729,92 @@ void td_gpu_log_softmax_backward(cudaStream_t s, const float *y, const float *dy
                                                                               dx);
 }
 
-__global__ void loss_kernel(bool nll, const float *out, const int32_t *labels, int batch,
-                            int classes, const td_gpu_args *a, int slot, int rows, float scale,
-                            float *dout, double *row_loss, int *row_correct) {
+/* One row's loss, its correct count and its gradient dx [dim] (scaled by scale): nn/loss.c's
+ * formulas in its precisions and order (per-row sums in double; the gradient's last operation
+ * a float multiply, as the CPU's), so the device writes the CPU's gradient bits where exp and
+ * log agree. y: the label (CE, NLL); t: the target row (MSE, BCE). */
+__host__ __device__ static inline void loss_row(td_gpu_loss_kind kind, const float *x, int dim,
+                                                int y, const float *t, float scale, float *dx,
+                                                double *loss, double *correct) {
+    if (kind == TD_GPU_LOSS_MSE) { /* mean over dim of (x - t)^2; d/dx = 2 (x - t) / dim */
+        float k = 2.0f * scale / (float)dim;
+        double s = 0;
+        for (int j = 0; j < dim; j++) {
+            double d = (double)x[j] - t[j];
+            s += d * d;
+            dx[j] = k * (x[j] - t[j]);
+        }
+        *loss = s / dim, *correct = 0;
+        return;
+    }
+    if (kind == TD_GPU_LOSS_BCE) { /* max(x, 0) - x t + log1p(exp(-|x|)); d/dx = sigmoid(x) - t */
+        float k = scale / (float)dim;
+        double s = 0;
+        int hits = 0;
+        for (int j = 0; j < dim; j++) {
+            double xj = x[j];
+            s += (xj > 0 ? xj : 0) - xj * t[j] + log1p(exp(-fabs(xj)));
+            double sig = xj >= 0 ? 1.0 / (1.0 + exp(-xj)) : exp(xj) / (1.0 + exp(xj));
+            dx[j] = k * (float)(sig - t[j]);
+            hits += (x[j] > 0.0f) == (t[j] > 0.5f);
+        }
+        *loss = s / dim, *correct = (double)hits / dim;
+        return;
+    }
+    int best = 0;
+    for (int j = 1; j < dim; j++)
+        if (x[j] > x[best]) best = j;
+    *correct = best == y;
+    if (y < 0 || y >= dim) { /* a bad label is loud: NaN loss, zero gradient */
+        for (int j = 0; j < dim; j++) dx[j] = 0.0f;
+        *loss = nan("");
+        return;
+    }
+    if (kind == TD_GPU_LOSS_NLL) {
+        for (int j = 0; j < dim; j++) dx[j] = j == y ? -scale : 0.0f;
+        *loss = -(double)x[y];
+        return;
+    }
+    float mx = x[0];
+    for (int j = 1; j < dim; j++) mx = x[j] > mx ? x[j] : mx;
+    double se = 0;
+    for (int j = 0; j < dim; j++) se += exp((double)x[j] - mx);
+    double lse = mx + log(se);
+    *loss = lse - x[y];
+    for (int j = 0; j < dim; j++) dx[j] = scale * (float)exp((double)x[j] - lse);
+    dx[y] -= scale;
+}
+
+__global__ void loss_kernel(td_gpu_loss_kind kind, const float *out, const int32_t *labels,
+                            const float *targets, int batch, int dim, const td_gpu_args *a,
+                            int slot, int rows, float scale, float *dout, double *row_loss,
+                            double *row_correct) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= batch) return;
     if (a) {
         rows = TD_GPU_SLOT_ROWS(a, slot, batch);
         scale = a->scale;
     }
-    const float *x = out + (size_t)r * classes;
-    float *dx = dout + (size_t)r * classes;
+    float *dx = dout + (size_t)r * dim;
     if (r >= rows) {
-        for (int j = 0; j < classes; j++) dx[j] = 0.0f;
+        for (int j = 0; j < dim; j++) dx[j] = 0.0f;
         row_loss[r] = 0;
         row_correct[r] = 0;
         return;
     }
-    int y = labels[r];
-    int best = 0;
-    for (int j = 1; j < classes; j++)
-        if (x[j] > x[best]) best = j;
-    row_correct[r] = best == y;
-    if (y < 0 || y >= classes) { /* a bad label is loud: NaN loss, zero gradient */
-        for (int j = 0; j < classes; j++) dx[j] = 0.0f;
-        row_loss[r] = nan("");
-        return;
-    }
-    if (nll) {
-        for (int j = 0; j < classes; j++) dx[j] = j == y ? -scale : 0.0f;
-        row_loss[r] = -(double)x[y];
-        return;
-    }
-    float mx = x[0];
-    for (int j = 1; j < classes; j++) mx = x[j] > mx ? x[j] : mx;
-    double se = 0;
-    for (int j = 0; j < classes; j++) se += exp((double)x[j] - mx);
-    double lse = mx + log(se);
-    row_loss[r] = lse - x[y];
-    for (int j = 0; j < classes; j++) dx[j] = scale * (float)exp((double)x[j] - lse);
-    dx[y] -= scale;
+    loss_row(kind, out + (size_t)r * dim, dim, labels ? labels[r] : 0,
+             targets ? targets + (size_t)r * dim : NULL, scale, dx, &row_loss[r], &row_correct[r]);
 }
 
-void td_gpu_loss(cudaStream_t s, bool nll, const float *out, const int32_t *labels, int batch,
-                 int classes, const td_gpu_args *a, int slot, int rows, float scale, float *dout,
-                 double *row_loss, int *row_correct) {
+void td_gpu_loss(cudaStream_t s, td_gpu_loss_kind kind, const float *out, const int32_t *labels,
+                 const float *targets, int batch, int dim, const td_gpu_args *a, int slot,
+                 int rows, float scale, float *dout, double *row_loss, double *row_correct) {
     loss_kernel<<<blocks_for((size_t)batch), THREADS, 0, s>>>(
-        nll, out, labels, batch, classes, a, slot, rows, scale, dout, row_loss, row_correct);
+        kind, out, labels, targets, batch, dim, a, slot, rows, scale, dout, row_loss, row_correct);
 }
 
 /* One warp: lane l adds rows l, l + 32, ... of each slot, then a fixed butterfly. */
-__global__ void step_stats_kernel(const double *row_loss, const int *row_correct,
+__global__ void step_stats_kernel(const double *row_loss, const double *row_correct,
                                   const td_gpu_args *a, int first_slot, int slots, int batch,
                                   double *stats) {
     int lane = threadIdx.x;
@@ -770,14 +835,14 @@ __global__ void step_stats_kernel(const double *row_loss, const int *row_correct
     if (lane == 0) stats[0] = loss, stats[1] = correct, stats[2] = count;
 }
 
-void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const int *row_correct,
+void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const double *row_correct,
                          const td_gpu_args *a, int first_slot, int slots, int batch,
                          double *stats) {
     step_stats_kernel<<<1, 32, 0, s>>>(row_loss, row_correct, a, first_slot, slots, batch, stats);
 }
 
-__global__ void eval_accumulate_kernel(const double *row_loss, const int *row_correct, int rows,
-                                       double *sums) {
+__global__ void eval_accumulate_kernel(const double *row_loss, const double *row_correct,
+                                       int rows, double *sums) {
     double l = 0, c = 0;
     for (int r = 0; r < rows; r++) {
         l += row_loss[r];
@@ -786,7 +851,7 @@ __global__ void eval_accumulate_kernel(const double *row_loss, const int *row_co
     sums[0] += c, sums[1] += l, sums[2] += rows;
 }
 
-void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const int *row_correct,
+void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const double *row_correct,
                             int rows, double *sums) {
     eval_accumulate_kernel<<<1, 1, 0, s>>>(row_loss, row_correct, rows, sums);
 }

@@ -28,23 +28,27 @@ typedef struct {
 #define TD_GPU_SLOT_ROWS(a, k, B)                                                                  \
     ((int)max((int64_t)0, min((int64_t)(B), (a)->n - (int64_t)(k) * (B))))
 
-/* A data set on the device (td_gpu_dataset): values [count, size] bytes or float32, labels,
- * and the normalisation (lut [channels][256], or mean/std [channels]); plane = size / channels. */
+/* A data set on the device (td_gpu_dataset): values [count, size] bytes or float32, the
+ * targets (class labels [count], or real targets [count, target_dim]) and the normalisation
+ * (lut [channels][256], or mean/std [channels]); plane = size / channels. */
 typedef struct {
     const void *values;
     bool u8;
-    const int32_t *labels;
+    const int32_t *labels; /* or NULL */
+    const float *targets;  /* or NULL */
+    int target_dim;
     const float *lut, *mean, *std;
     int plane;
 } td_gpu_source;
 
 /* x [batch, size] = the normalised samples perm[base + slot*batch + row] of the step (rows past
- * the slot's get 0), y their labels, ids their indices; gather_range: samples first + row. */
+ * the slot's get 0), their targets (y [batch] labels, or t [batch, target_dim] real targets, as
+ * the source has them), ids their indices; gather_range: samples first + row. */
 void td_gpu_gather_step(cudaStream_t s, const td_gpu_source *d, const uint64_t *perm,
                         const td_gpu_args *a, int slot, int batch, int size, float *x, int32_t *y,
-                        uint64_t *ids);
+                        float *t, uint64_t *ids);
 void td_gpu_gather_range(cudaStream_t s, const td_gpu_source *d, uint64_t first, int batch,
-                         int size, float *x, int32_t *y, uint64_t *ids);
+                         int size, float *x, int32_t *y, float *t, uint64_t *ids);
 
 /* Convolution lowering in the "CN" layout: col [c*k*k][batch * oh*ow] (row (ci*k + ki)*k + kj),
  * so one gemm convolves the whole batch into [out_c][batch * oh*ow]. col2im is the adjoint
@@ -99,18 +103,24 @@ void td_gpu_dropout_backward(cudaStream_t s, const float *dy, const uint8_t *mas
 void td_gpu_log_softmax(cudaStream_t s, const float *x, int batch, int classes, float *y);
 void td_gpu_log_softmax_backward(cudaStream_t s, const float *y, const float *dy, int batch,
                                  int classes, float *dx);
-/* Loss over rows of a micro-batch. With a (training): rows = TD_GPU_SLOT_ROWS(a, slot, batch)
- * and scale a->scale; else rows and scale as given. Rows past `rows` get zero gradient and
- * no loss. Writes row_loss[batch] (double) and row_correct[batch]. nll: out is log-probabilities;
- * otherwise out is logits (fused log_softmax + NLL). */
-void td_gpu_loss(cudaStream_t s, bool nll, const float *out, const int32_t *labels, int batch,
-                 int classes, const td_gpu_args *a, int slot, int rows, float scale, float *dout,
-                 double *row_loss, int *row_correct);
+/* The loss a model's output is trained with: cross-entropy on logits (log_softmax fused) or on
+ * log-probabilities (NLL, a model ending in log_softmax) against labels; mean squared error or
+ * binary cross-entropy on logits against real targets. nn/loss.c's formulas and precisions. */
+typedef enum { TD_GPU_LOSS_CE, TD_GPU_LOSS_NLL, TD_GPU_LOSS_MSE, TD_GPU_LOSS_BCE } td_gpu_loss_kind;
+
+/* Loss over rows of a micro-batch: out [batch, dim], labels [batch] (CE, NLL) or targets
+ * [batch, dim] (MSE, BCE). With a (training): rows = TD_GPU_SLOT_ROWS(a, slot, batch) and scale
+ * a->scale; else rows and scale as given. Rows past `rows` get zero gradient and no loss. Writes
+ * row_loss[batch] and row_correct[batch]: 1 or 0 for the argmax against the label, the fraction
+ * of right labels (BCE), 0 (MSE), as the CPU counts. */
+void td_gpu_loss(cudaStream_t s, td_gpu_loss_kind kind, const float *out, const int32_t *labels,
+                 const float *targets, int batch, int dim, const td_gpu_args *a, int slot,
+                 int rows, float scale, float *dout, double *row_loss, double *row_correct);
 /* stats[0..3) = {loss sum, correct, samples} over the step's slots (a: rows per slot), or,
  * for evaluation (a NULL), stats += {correct, loss, rows} of one batch of `rows` rows. */
-void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const int *row_correct,
+void td_gpu_stats_kernel(cudaStream_t s, const double *row_loss, const double *row_correct,
                          const td_gpu_args *a, int first_slot, int slots, int batch, double *stats);
-void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const int *row_correct,
+void td_gpu_eval_accumulate(cudaStream_t s, const double *row_loss, const double *row_correct,
                             int rows, double *sums);
 /* out = the fixed-tree sum of src[0..count) (device array of device pointers), count <= 16:
  * adjacent pairs level by level, an odd one carried up, as comm's td_allreduce adds. */

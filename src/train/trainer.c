@@ -527,13 +527,15 @@ static td_status gpu_upload_data(trainer *t) {
                             .std = td_dataset_std(sets[i])};
         void *values = NULL;
         int32_t *labels = NULL;
-        td_status rc = td_dataset_pack(sets[i], &values, &d.u8, &labels);
+        float *targets = NULL;
+        td_status rc = td_dataset_pack(sets[i], &values, &d.u8, &labels, &targets);
         if (rc == TD_OK) {
             td_dataset_lut(sets[i], lut);
-            d.values = values, d.labels = labels;
+            d.values = values, d.labels = labels, d.targets = targets;
+            d.target_dim = td_dataset_target_dim(sets[i]);
             rc = td_gpu_set_dataset(t->gpu, i, &d);
         }
-        free(values), free(labels), free(lut);
+        free(values), free(labels), free(targets), free(lut);
         TD_CHECK(rc);
     }
     return TD_OK;
@@ -551,17 +553,8 @@ static td_status gpu_setup(trainer *t, int max_batch) {
         .seed = cfg->seed,
         .graph = !cfg->gpu_no_graph && td_env_int(TD_ENV_CUDA_GRAPH) != 0,
         .precision = cfg->precision,
+        .loss = cfg->loss,
     };
-    if (cfg->loss != TD_LOSS_CROSS_ENTROPY)
-        return td_error(TD_ERR_UNSUPPORTED,
-                        "--device cuda trains with cross-entropy only so far, not --loss %s; "
-                        "train it with --device cpu",
-                        td_loss_name(cfg->loss));
-    if (td_dataset_num_classes(t->train) == 0)
-        return td_error(TD_ERR_UNSUPPORTED,
-                        "--device cuda trains on class targets so far; %s has real-valued "
-                        "targets: train it with --device cpu",
-                        td_dataset_describe(t->train));
     TD_CHECK(td_gpu_new(t->model, &cfg->optim, &gc, &t->gpu));
     TD_CHECK(gpu_upload_data(t));
     t->gpu_epoch = -1;

@@ -8,7 +8,8 @@
  *     storage paths.
  *   - The statistics must be those of the training part alone (computed here in double from the
  *     gathered samples), and the same bits in memory and file-backed.
- *   - td_dataset_pack gives the training part's records in its order with their labels. */
+ *   - td_dataset_pack gives the training part's records in its order with their labels, and
+ *     a set with real targets (regression, multi-label) its target rows. */
 #include <stdlib.h>
 
 #include "tandem/data.h"
@@ -114,9 +115,11 @@ static void check_split(const char *spec, bool u8) {
          * its order, each the file's values of its record (as bytes or floats) and its label */
         void *packed = NULL;
         int32_t *plabels = NULL;
+        float *ptargets = (float *)&packed; /* must come back NULL for class targets */
         bool packed_u8 = !u8;
-        ASSERT_OK(td_dataset_pack(tr, &packed, &packed_u8, &plabels));
+        ASSERT_OK(td_dataset_pack(tr, &packed, &packed_u8, &plabels, &ptargets));
         ASSERT_EQ(packed_u8, u8);
+        ASSERT(ptargets == NULL);
         for (uint64_t i = 0; i < ntr; i++) {
             uint64_t id = tr_ids[i];
             ASSERT_EQ(plabels[i], (int32_t)(id % 3));
@@ -164,6 +167,43 @@ static void check_split(const char *spec, bool u8) {
     unsetenv("TANDEM_DATA_IN_MEMORY");
 }
 
+/* Real targets [N, 2] (row i: i / 2, -i): td_dataset_pack of a held-out split's training part
+ * gives each sample's own row, in memory and file-backed, and no labels. */
+static void check_pack_real_targets(const char *xpath) {
+    static float yr[N][2];
+    for (int i = 0; i < N; i++) yr[i][0] = (float)i * 0.5f, yr[i][1] = -(float)i;
+    char shape[64];
+    snprintf(shape, sizeof shape, "(%d, 2)", N);
+    char *yp = write_npy("yr.npy", "<f4", shape, yr, sizeof yr);
+    char *spec = td_xasprintf("%s,%s", xpath, yp);
+    for (int pass = 0; pass < 2; pass++) {
+        setenv("TANDEM_DATA_IN_MEMORY", pass == 0 ? "1" : "0", 1);
+        td_data_options o = {.class_targets = false};
+        td_dataset_t *all = NULL, *test = NULL, *tr = NULL, *va = NULL;
+        ASSERT_OK(td_dataset_open(spec, &o, &all, &test));
+        ASSERT_EQ(td_dataset_target_dim(all), 2);
+        ASSERT_OK(td_dataset_split(all, 0.3, &tr, &va));
+        void *packed = NULL;
+        int32_t *plabels = (int32_t *)&packed; /* must come back NULL for real targets */
+        float *pt = NULL;
+        bool u8 = true;
+        ASSERT_OK(td_dataset_pack(tr, &packed, &u8, &plabels, &pt));
+        ASSERT(!u8 && plabels == NULL && pt != NULL);
+        uint64_t n = td_dataset_count(tr);
+        for (uint64_t i = 0; i < n; i++) {
+            int id = (int)((const float *)packed)[i * FEAT]; /* feature 0 is the sample's index */
+            if (memcmp(&pt[2 * i], yr[id], sizeof yr[id]))
+                TEST_FAIL("pass %d: packed sample %llu (record %d) has targets %g %g, not %g %g",
+                          pass, (unsigned long long)i, id, (double)pt[2 * i],
+                          (double)pt[2 * i + 1], (double)yr[id][0], (double)yr[id][1]);
+        }
+        free(packed), free(pt);
+        td_dataset_free(tr), td_dataset_free(va);
+    }
+    unsetenv("TANDEM_DATA_IN_MEMORY");
+    free(spec), free(yp);
+}
+
 int main(void) {
     ASSERT(mkdtemp(tmpdir));
     static int64_t y[N];
@@ -187,6 +227,7 @@ int main(void) {
     spec = td_xasprintf("%s,%s", bp, yp);
     check_split(spec, true);
     free(spec);
+    check_pack_real_targets(xp);
     free(xp), free(bp), free(yp);
     char *cmd = td_xasprintf("rm -rf %s", tmpdir);
     ASSERT_EQ(system(cmd), 0);

@@ -9,8 +9,9 @@
  *  - the GPU kernels pass a finite-difference gradient check on their own;
  *  - AdamW and SGD (momentum, nesterov, weight decay) give the CPU's bits, step after step;
  *  - a whole device step (gather from a uint8 data set of 1 or 3 channels or a float table,
- *    forward, NLL after log_softmax or the fused cross-entropy on logits, backward, accumulation
- *    over 2 micro-batches, a short last micro-batch) matches the CPU's loss and gradients.
+ *    forward, NLL after log_softmax or the fused cross-entropy on logits, MSE and BCE on real
+ *    targets, backward, accumulation over 2 micro-batches, a short last micro-batch) matches the
+ *    CPU's loss and gradients.
  * Skips (exit 77) where there is no CUDA device or no CUDA backend, printing why. */
 #include <math.h>
 
@@ -60,6 +61,9 @@ static bool close_enough(const float *got, const float *ref, size_t n, double to
 }
 
 /* An engine for model m with its current parameters; seed keys the step's dropout. */
+/* The loss of the engines engine_for builds (check_step sets it). */
+static td_loss_kind loss_kind = TD_LOSS_CROSS_ENTROPY;
+
 static td_gpu_t *engine_for(td_model_t *m, int batch, int accum, const td_optim_config *o,
                             uint64_t seed, bool graph) {
     td_gpu_config gc = {.device = -1,
@@ -69,7 +73,8 @@ static td_gpu_t *engine_for(td_model_t *m, int batch, int accum, const td_optim_
                         .max_eval_batch = batch,
                         .seed = seed,
                         .graph = graph,
-                        .precision = precision};
+                        .precision = precision,
+                        .loss = loss_kind};
     td_gpu_t *g = NULL;
     ASSERT_OK(td_gpu_new(m, o, &gc, &g));
     ASSERT_OK(td_gpu_upload_state(g, td_model_params(m), NULL, 0));
@@ -370,8 +375,10 @@ static void test_optimizers(void) {
 /* One device step (accum 2) against the CPU doing the same by hand; m is not finalized yet.
  * The data set: uint8 values through one table per channel, or float32 values (floats)
  * normalised by each channel's mean and std, as data.h's gather computes them. */
-static void check_step(const char *model, td_model_t *m, int batch, bool floats) {
+static void check_step(const char *model, td_model_t *m, int batch, bool floats,
+                       td_loss_kind loss_k) {
     finalized(m, batch);
+    bool real = loss_k != TD_LOSS_CROSS_ENTROPY;
     int in = td_model_input_size(m), classes = td_model_output_size(m);
     int C = td_model_layer(m, 0).in_c, plane = in / C;
     bool nll = td_model_layer(m, td_model_num_layers(m) - 1).kind == TD_LAYER_LOG_SOFTMAX;
@@ -379,6 +386,7 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
     uint8_t *pixels = malloc(count * (size_t)in);
     float *values = malloc(sizeof(float) * count * (size_t)in);
     int32_t *labels = malloc(sizeof(int32_t) * count);
+    float *targets = malloc(sizeof(float) * count * (size_t)classes); /* mse, bce */
     uint64_t perm[100];
     for (size_t i = 0; i < count * (size_t)in; i++) {
         pixels[i] = (uint8_t)(td_rng_uniform(8, 0, i) * 256.0f);
@@ -388,6 +396,10 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
         labels[i] = (int32_t)(td_rng_uniform(8, 1, i) * (float)classes);
         perm[i] = (i * 37 + 11) % count;
     }
+    static const float soft[] = {0.0f, 1.0f, 0.3f}; /* bce: hard and soft labels */
+    for (size_t i = 0; i < count * (size_t)classes; i++)
+        targets[i] = loss_k == TD_LOSS_BCE ? soft[(i * 7 + i / 5) % 3]
+                                           : td_rng_uniform(8, 3, i) * 4.0f - 2.0f;
     float *lut = malloc(sizeof(float) * 256 * (size_t)C), *mean = malloc(sizeof(float) * C);
     float *std = malloc(sizeof(float) * C);
     for (int c = 0; c < C; c++) {
@@ -399,10 +411,13 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
     const int64_t step = 6, base = 30, n = 2 * batch - 3; /* a short last micro-batch */
     const float scale = 1.0f / (float)n;
     td_optim_config o = td_optim_defaults(TD_OPTIM_ADAMW);
+    loss_kind = loss_k;
     td_gpu_t *g = engine_for(m, batch, M, &o, 99, true);
+    loss_kind = TD_LOSS_CROSS_ENTROPY;
     td_gpu_dataset d = {.values = floats ? (const void *)values : pixels, .u8 = !floats,
-                        .labels = labels, .count = count, .sample_size = in, .channels = C,
-                        .lut = lut, .mean = mean, .std = std};
+                        .labels = real ? NULL : labels, .targets = real ? targets : NULL,
+                        .target_dim = real ? classes : 0, .count = count, .sample_size = in,
+                        .channels = C, .lut = lut, .mean = mean, .std = std};
     ASSERT_OK(td_gpu_set_dataset(g, 0, &d));
     ASSERT_OK(td_gpu_set_epoch(g, perm, count));
     td_gpu_step_args a = {.step = step, .base = base, .n = n, .scale = scale};
@@ -418,6 +433,7 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
     float *x = malloc(sizeof(float) * (size_t)batch * in);
     float *dout = malloc(sizeof(float) * (size_t)batch * classes);
     int32_t y[64];
+    float *t = malloc(sizeof(float) * (size_t)batch * classes);
     uint64_t ids[64];
     double loss = 0, correct = 0;
     for (int j = 0; j < M; j++) {
@@ -425,6 +441,7 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
         for (int r = 0; r < rows; r++) {
             ids[r] = perm[base + j * batch + r];
             y[r] = labels[ids[r]];
+            memcpy(t + (size_t)r * classes, targets + ids[r] * classes, sizeof(float) * classes);
             for (int k = 0; k < in; k++) {
                 size_t e = ids[r] * in + k;
                 int c = k / plane;
@@ -434,15 +451,23 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
         }
         td_forward_ctx ctx = {.training = true, .seed = 99, .step = step, .sample_ids = ids};
         const float *out = td_model_forward(m, x, rows, &ctx);
-        loss += nll ? td_nll_loss(out, y, rows, classes, scale, dout)
-                    : td_cross_entropy(out, y, rows, classes, scale, dout);
-        correct += td_count_correct(out, y, rows, classes);
+        if (loss_k == TD_LOSS_MSE) {
+            loss += td_mse_loss(out, t, rows, classes, scale, dout);
+        } else if (loss_k == TD_LOSS_BCE) {
+            loss += td_bce_with_logits(out, t, rows, classes, scale, dout);
+            correct += td_count_correct_multilabel(out, t, rows, classes);
+        } else {
+            loss += nll ? td_nll_loss(out, y, rows, classes, scale, dout)
+                        : td_cross_entropy(out, y, rows, classes, scale, dout);
+            correct += td_count_correct(out, y, rows, classes);
+        }
         td_model_zero_grads(m);
         td_model_backward(m, dout, rows);
         for (size_t i = 0; i < np; i++) acc[i] += td_model_grads(m)[i];
     }
-    printf("  %-8s step: loss %.6f (GPU %.6f), correct %.0f (GPU %.0f), samples %.0f\n", model,
-           loss, sums[0], correct, sums[1], sums[2]);
+    printf("  %-8s step (%s): loss %.6f (GPU %.6f), correct %.2f (GPU %.2f), samples %.0f\n",
+           model, (const char *[]){"cross-entropy", "mse", "bce"}[loss_k], loss, sums[0], correct,
+           sums[1], sums[2]);
     ASSERT_NEAR(sums[0], loss, 1e-4 * fabs(loss));
     ASSERT(fabs(sums[1] - correct) <= 1);
     ASSERT_NEAR(sums[2], (double)n, 0);
@@ -450,21 +475,22 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats)
     printf("  %-8s step: gradient max|diff|/max|cpu| %.2e\n", model, e);
     if (!(e <= 1e-4)) TEST_FAIL("%s: device step gradient differs from the CPU's: %.3g", model, e);
     td_model_free(m);
-    free(pixels), free(values), free(labels), free(gpu_grads), free(acc), free(x), free(dout);
+    free(pixels), free(values), free(labels), free(targets), free(t), free(gpu_grads), free(acc);
+    free(x), free(dout);
     free(lut), free(mean), free(std);
 }
 
 static void test_step(void) {
     td_model_t *m;
     ASSERT_OK(td_model_load("basicnet", &m)); /* ends in log_softmax: NLL */
-    check_step("basicnet", m, 16, false);
+    check_step("basicnet", m, 16, false, TD_LOSS_CROSS_ENTROPY);
     m = td_model_new(1, 28, 28); /* ends in logits: the fused cross-entropy */
     ASSERT_OK(td_model_add_flatten(m));
     ASSERT_OK(td_model_add_linear(m, 96));
     ASSERT_OK(td_model_add_relu(m));
     ASSERT_OK(td_model_add_dropout(m, 0.2f));
     ASSERT_OK(td_model_add_linear(m, 10));
-    check_step("mlp, CE", m, 32, false);
+    check_step("mlp, CE", m, 32, false, TD_LOSS_CROSS_ENTROPY);
     /* three uint8 channels, each through its own table; the new layers in a device step */
     m = td_model_new(3, 8, 8);
     ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
@@ -474,7 +500,7 @@ static void test_step(void) {
     ASSERT_OK(td_model_add_global_avgpool(m));
     ASSERT_OK(td_model_add_flatten(m));
     ASSERT_OK(td_model_add_linear(m, 5));
-    check_step("rgb", m, 16, false);
+    check_step("rgb", m, 16, false, TD_LOSS_CROSS_ENTROPY);
     /* a table of float features with per-feature mean and std (a CSV's) */
     m = td_model_new(13, 1, 1);
     ASSERT_OK(td_model_add_flatten(m));
@@ -482,10 +508,25 @@ static void test_step(void) {
     ASSERT_OK(td_model_add_tanh(m));
     ASSERT_OK(td_model_add_layernorm(m, 1e-5f));
     ASSERT_OK(td_model_add_linear(m, 3));
-    check_step("table", m, 24, true);
+    check_step("table", m, 24, true, TD_LOSS_CROSS_ENTROPY);
+    /* real targets: regression (mse) on a float table, multi-label (bce, soft labels too) on
+     * images, each gathered with its rows on the device */
+    m = td_model_new(13, 1, 1);
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 24));
+    ASSERT_OK(td_model_add_gelu(m));
+    ASSERT_OK(td_model_add_linear(m, 3));
+    check_step("table", m, 24, true, TD_LOSS_MSE);
+    m = td_model_new(3, 8, 8);
+    ASSERT_OK(td_model_add_conv2d(m, 4, 3, 1, 1));
+    ASSERT_OK(td_model_add_relu(m));
+    ASSERT_OK(td_model_add_global_avgpool(m));
+    ASSERT_OK(td_model_add_flatten(m));
+    ASSERT_OK(td_model_add_linear(m, 4));
+    check_step("rgb", m, 16, false, TD_LOSS_BCE);
     /* BatchNorm's statistics per micro-batch, residual blocks */
     ASSERT_OK(td_model_load_for("resnet-small", 3, 12, 12, 10, &m));
-    check_step("resnet-small", m, 8, false);
+    check_step("resnet-small", m, 8, false, TD_LOSS_CROSS_ENTROPY);
 }
 
 int main(void) {

@@ -8,6 +8,7 @@
  * (2x2, overlapping windows, and the 2x2 tiling path), the conv output's return to NCHW. Built with
  * the CUDA backend; needs no GPU. */
 #include "kernels.cu"
+#include "tandem/nn.h"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -197,8 +198,147 @@ static void check_pool(int batch, int c, int h, int w, int k, int stride, unsign
         }
     }
 }
+/* The gathers (a step's slot, an evaluation range) over every (block, thread): x normalised as
+ * data.h's gather does (a byte through its channel's table, a float as (v - mean) / std), the
+ * labels or target rows and ids of each row's sample, zeros past a short slot's samples. gx_cap
+ * below the launch's grid.x forces the strided loop; tdim 300 needs more threads than a block. */
+static void check_gather(bool u8, int tdim, int batch, int size, unsigned gy_cap,
+                         unsigned gx_cap) {
+    const int count = 23, channels = 2;
+    std::vector<uint8_t> vb((size_t)count * size);
+    std::vector<float> vf((size_t)count * size), lut(channels * 256), mean{0.25f, -1.5f},
+        sd{0.5f, 3.0f}, targets((size_t)count * (tdim ? tdim : 1));
+    std::vector<int32_t> labels(count);
+    unsigned s = 7;
+    for (size_t i = 0; i < vb.size(); i++) vb[i] = (uint8_t)(i * 37 % 251), vf[i] = rndf(s) * 9;
+    for (auto &v : lut) v = rndf(s);
+    for (auto &v : targets) v = rndf(s);
+    for (int i = 0; i < count; i++) labels[i] = (i * 5 + 3) % 7; // a padding row's id 0: not 0
+    td_gpu_source d{};
+    d.values = u8 ? (const void *)vb.data() : (const void *)vf.data();
+    d.u8 = u8;
+    d.labels = tdim ? NULL : labels.data();
+    d.targets = tdim ? targets.data() : NULL;
+    d.target_dim = tdim;
+    d.lut = lut.data(), d.mean = mean.data(), d.std = sd.data();
+    d.plane = size / channels;
+    std::vector<uint64_t> perm(count);
+    for (int i = 0; i < count; i++) perm[i] = (uint64_t)(i * 11 % count); // 11 is prime to 23
+    td_gpu_args a{};
+    a.base = 3, a.n = batch + batch / 2; // slot 0 full, slot 1 short, slot 2 empty
+    dim3 grid = gather_grid(&d, batch, size);
+    unsigned gx = grid.x < gx_cap ? grid.x : gx_cap, gy = grid.y < gy_cap ? grid.y : gy_cap;
+    int k = tdim ? tdim : 1;
+    for (int slot = -1; slot < 3; slot++) { // -1: gather_range from sample 5
+        std::vector<float> x((size_t)batch * size, -99.f), t((size_t)batch * k, -99.f),
+            xr(x.size()), tr(t.size(), -99.f);
+        std::vector<int32_t> y(batch, -99), yr(batch, -99);
+        std::vector<uint64_t> ids(batch, 99), idr(batch);
+        int rows = slot < 0 ? batch : TD_GPU_SLOT_ROWS(&a, slot, batch);
+        for (int r = 0; r < batch; r++) {
+            bool valid = r < rows;
+            uint64_t id = slot < 0 ? 5 + (uint64_t)r : valid ? perm[a.base + slot * batch + r] : 0;
+            for (int i = 0; i < size; i++) {
+                int ch = i / d.plane;
+                size_t e = id * (size_t)size + i;
+                xr[(size_t)r * size + i] = !valid ? 0.f
+                                           : u8   ? lut[ch * 256 + vb[e]]
+                                                  : (vf[e] - mean[ch]) / sd[ch];
+            }
+            if (tdim)
+                for (int j = 0; j < tdim; j++)
+                    tr[(size_t)r * tdim + j] = valid ? targets[id * tdim + j] : 0.f;
+            else
+                yr[r] = valid ? labels[id] : 0;
+            idr[r] = id;
+        }
+        for (unsigned bx = 0; bx < gx; bx++)
+            for (unsigned by = 0; by < gy; by++)
+                for (unsigned tx = 0; tx < THREADS; tx++) {
+                    tix th{bx, by, gx, gy, tx, THREADS};
+                    if (slot < 0)
+                        gather_range_thread(th, d, 5, batch, size, x.data(), y.data(), t.data(),
+                                            ids.data());
+                    else
+                        gather_step_thread(th, d, perm.data(), &a, slot, batch, size, x.data(),
+                                           y.data(), t.data(), ids.data());
+                }
+        if (memcmp(x.data(), xr.data(), x.size() * 4) ||
+            memcmp(t.data(), tr.data(), t.size() * 4) || y != yr || ids != idr) {
+            printf("FAIL gather u8 %d tdim %d batch %d size %d slot %d gy %u gx %u\n", u8, tdim,
+                   batch, size, slot, gy, gx);
+            fails++;
+        }
+    }
+}
+
+/* One row's loss body (the device's loss_row) against nn/loss.c, the CPU engine's losses: the
+ * gradient bit for bit, the loss sum to double rounding, the correct count exactly; a short
+ * batch's rows past `rows` are the kernel's (zeros), not the body's. */
+static void check_loss(td_gpu_loss_kind kind, int batch, int dim) {
+    std::vector<float> x((size_t)batch * dim), t(x.size()), dx(x.size()), ref(x.size());
+    std::vector<int32_t> y(batch);
+    unsigned s = 11;
+    for (size_t i = 0; i < x.size(); i++) x[i] = i % 5 == 2 ? 0.f : rndf(s) * 12; // some 0 logits
+    static const float soft[] = {0.f, 1.f, 0.3f, 0.7f, 0.5f}; // BCE: hard and soft labels
+    for (size_t i = 0; i < t.size(); i++)
+        t[i] = kind == TD_GPU_LOSS_BCE ? soft[(i * 3 + i / 7) % 5] : rndf(s) * 4;
+    for (int r = 0; r < batch; r++) y[r] = (r * 7) % dim;
+    if (kind == TD_GPU_LOSS_NLL) // log-probabilities: x - logsumexp(x) per row
+        for (int r = 0; r < batch; r++) {
+            double se = 0;
+            for (int j = 0; j < dim; j++) se += exp((double)x[(size_t)r * dim + j]);
+            for (int j = 0; j < dim; j++) x[(size_t)r * dim + j] -= (float)log(se);
+        }
+    const float scale = 1.0f / 3.0f;
+    double loss = 0, correct = 0;
+    for (int r = 0; r < batch; r++) {
+        double l, c;
+        loss_row(kind, &x[(size_t)r * dim], dim, y[r], &t[(size_t)r * dim], scale,
+                 &dx[(size_t)r * dim], &l, &c);
+        loss += l, correct += c;
+    }
+    double rl = 0, rc = 0;
+    switch (kind) {
+    case TD_GPU_LOSS_CE:
+        rl = td_cross_entropy(x.data(), y.data(), batch, dim, scale, ref.data());
+        rc = td_count_correct(x.data(), y.data(), batch, dim);
+        break;
+    case TD_GPU_LOSS_NLL:
+        rl = td_nll_loss(x.data(), y.data(), batch, dim, scale, ref.data());
+        rc = td_count_correct(x.data(), y.data(), batch, dim);
+        break;
+    case TD_GPU_LOSS_MSE:
+        rl = td_mse_loss(x.data(), t.data(), batch, dim, scale, ref.data());
+        break;
+    case TD_GPU_LOSS_BCE:
+        rl = td_bce_with_logits(x.data(), t.data(), batch, dim, scale, ref.data());
+        rc = td_count_correct_multilabel(x.data(), t.data(), batch, dim);
+        break;
+    }
+    if (memcmp(dx.data(), ref.data(), dx.size() * 4) || fabs(loss - rl) > 1e-12 * fabs(rl) ||
+        correct != rc) {
+        printf("FAIL loss kind %d batch %d dim %d: loss %.17g vs %.17g, correct %g vs %g\n",
+               (int)kind, batch, dim, loss, rl, correct, rc);
+        fails++;
+    }
+}
+
 int main(void) {
+    for (int kind = TD_GPU_LOSS_CE; kind <= TD_GPU_LOSS_BCE; kind++) {
+        check_loss((td_gpu_loss_kind)kind, 9, 10);
+        check_loss((td_gpu_loss_kind)kind, 4, 1);
+        check_loss((td_gpu_loss_kind)kind, 5, 37);
+    }
     unsigned caps[] = {65535, 3, 1};
+    for (unsigned cap : caps)
+        for (int u8 = 0; u8 < 2; u8++)
+            for (unsigned gx : {1u << 30, 1u}) {
+                check_gather(u8, 0, 6, 8, cap, gx);
+                check_gather(u8, 3, 6, 8, cap, gx);
+                check_gather(u8, 300, 4, 10, cap, gx); // a target row wider than a block
+                check_gather(u8, 1, 5, 600, cap, gx);  // a sample wider than a block
+            }
     for (unsigned cap : caps) {
         check_conv(5, 3, 9, 9, 3, 1, 0, cap);
         check_conv(7, 4, 9, 9, 3, 2, 1, cap);
