@@ -16,6 +16,10 @@
 #                         CUDA graph (30 warm-up + 300 timed steps at batch 64 and 512, 10 + 100
 #                         at 4096)
 #                ratios tandem/eager and tandem/graph at the same batch and precision
+#                resnet-small (BatchNorm, residual blocks, cross-entropy) on CIFAR-shaped data,
+#                2,048 uint8 images [3, 32, 32] with 10 classes written here as a .npy pair
+#                (throughput does not depend on the pixels), at RESNET_BATCHES x PRECISIONS:
+#                tandem --data X.npy,Y.npy; the peer --npy (each channel normalised as tandem's)
 #   peak share   tandem's flops_per_sample x samples_per_s against torch.mm's TFLOP/s (8192^2) at
 #                the same precision, measured in the BasicNet peer's process
 #   time to 90%  fp32, BasicNet batch 64: tandem --epochs 2 (evaluation after each epoch) vs
@@ -34,7 +38,8 @@
 #        $OUT/bench_gpu.log and the measurements to $OUT/bench_gpu_results.jsonl), TIMEOUT_S (per
 #        command, default 300), TORCH_CUDNN_BENCHMARK=1 (cudnn.benchmark on for PyTorch),
 #        PRECISIONS (default "fp32 tf32 bf16"), BATCHES (BasicNet's, default "64 512 4096"),
-#        MLP7_BATCHES (fp32 only, default "64 512"; empty: no mlp7), REPORT_ONLY=FILE (measure
+#        MLP7_BATCHES (fp32 only, default "64 512"; empty: no mlp7), RESNET_BATCHES (resnet-small's,
+#        default "64 256"; empty: no resnet-small), REPORT_ONLY=FILE (measure
 #        nothing: print the report of a saved bench_gpu_results.jsonl), and step counts, for
 #        batch < 512, < 4096 and >= 4096 (--quick's in brackets): TANDEM_STEPS_64 1000 (300),
 #        TANDEM_STEPS_512 300 (100), TANDEM_STEPS_4096 60 (30); torch warm-up + timed steps:
@@ -59,6 +64,7 @@ limit=${TIMEOUT_S:-300}
 precisions=${PRECISIONS-fp32 tf32 bf16}
 batches=${BATCHES-64 512 4096}
 mlp7_batches=${MLP7_BATCHES-64 512}
+resnet_batches=${RESNET_BATCHES-64 256}
 if [ $quick = 1 ]; then
   td_steps_64=${TANDEM_STEPS_64:-300} td_steps_512=${TANDEM_STEPS_512:-100}
   td_steps_4096=${TANDEM_STEPS_4096:-30}
@@ -81,9 +87,10 @@ for p in $precisions; do
     echo "bench_gpu: PRECISIONS: unknown precision '$p' (fp32, tf32, bf16)" >&2; exit 2 ;;
   esac
 done
-for b in $batches $mlp7_batches; do
+for b in $batches $mlp7_batches $resnet_batches; do
   case $b in '' | *[!0-9]* | 0*)
-    echo "bench_gpu: BATCHES/MLP7_BATCHES: '$b' is not a positive batch size" >&2; exit 2 ;;
+    echo "bench_gpu: BATCHES/MLP7_BATCHES/RESNET_BATCHES: '$b' is not a positive batch size" >&2
+    exit 2 ;;
   esac
 done
 
@@ -189,10 +196,31 @@ csv() { # words -> a,b,c
   echo "$*"
 }
 
+# resnet-small's data: CIFAR-shaped uint8 images and labels, the same files for both sides
+cifar_x=$tmp/cifar_x.npy cifar_y=$tmp/cifar_y.npy
+write_cifar() {
+  "$py" - "$cifar_x" "$cifar_y" <<'PY'
+import sys
+import numpy as np
+rng = np.random.default_rng(0)
+np.save(sys.argv[1], rng.integers(0, 256, (2048, 3, 32, 32), dtype=np.uint8))
+np.save(sys.argv[2], rng.integers(0, 10, 2048).astype(np.int64))
+PY
+}
+
+data_args() { # model -> tandem's data flags for it
+  if [ "$1" = resnet-small ]; then
+    echo "--data $cifar_x,$cifar_y"
+  else
+    echo "--data $data --mean 0.2860 --std 0.3530"
+  fi
+}
+
 measure_tandem() { # model batch precision
   local model=$1 batch=$2 precision=$3
+  # shellcheck disable=SC2046  # data_args is words (paths without spaces: mktemp's and TANDEM_DATA)
   run "tandem-$model-$batch-$precision" "$tandem" train --device cuda --precision "$precision" \
-    --model "$model" --data "$data" --mean 0.2860 --std 0.3530 --batch "$batch" --steps "$(steps_for td steps "$batch")" \
+    --model "$model" $(data_args "$model") --batch "$batch" --steps "$(steps_for td steps "$batch")" \
     --no-eval-every-epoch --no-progress --json
 }
 
@@ -212,6 +240,7 @@ measure_torch() { # model "batches" "precisions"
     sgemm_pending=0
   fi
   # shellcheck disable=SC2086  # the precision list is words
+  [ "$model" = resnet-small ] && extra+=(--npy "$cifar_x,$cifar_y")
   run "torch-$model" "$py" "$peer" --model "$model" --batch "$(csv "${bs[@]}")" \
     --precision "$(csv $3)" --mode eager,graph --steps "$(csv "${steps[@]}")" \
     --warmup "$(csv "${warmups[@]}")" --data "$data" "${extra[@]}" "${pt_extra[@]}"
@@ -232,6 +261,18 @@ measure_throughput() {
       measure_tandem mlp7 "$b" fp32
     done
     measure_torch mlp7 "$mlp7_batches" fp32
+  fi
+  if [ -n "${resnet_batches// /}" ] && [ -n "${precisions// /}" ]; then
+    if ! write_cifar; then
+      echo "bench_gpu: could not write resnet-small's data with $py (NumPy?)" >&2
+      return
+    fi
+    for b in $resnet_batches; do
+      for p in $precisions; do
+        measure_tandem resnet-small "$b" "$p"
+      done
+    done
+    measure_torch resnet-small "$resnet_batches" "$precisions"
   fi
 }
 
@@ -271,10 +312,10 @@ for line in open(results):
 # forward + backward FLOPs per sample as tandem's td_model_flops_per_sample counts them (forward,
 # weight gradient, input gradient except below the first layer with parameters); used when
 # tandem's JSON has no flops_per_sample
-DEFAULT_FLOPS = {"basicnet": 71.57e6, "mlp7": 21.31e6}
-MODELS = ("basicnet", "mlp7")
+DEFAULT_FLOPS = {"basicnet": 71.57e6, "mlp7": 21.31e6, "resnet-small": 76.22e6}
+MODELS = ("basicnet", "mlp7", "resnet-small")
 PRECISIONS = ("fp32", "tf32", "bf16")
-NAMES = {"basicnet": "BasicNet", "mlp7": "mlp7"}
+NAMES = {"basicnet": "BasicNet", "mlp7": "mlp7", "resnet-small": "resnet-small"}
 
 
 def last(tag):
@@ -324,9 +365,8 @@ for tag, r in recs.items():
             key = (o["model"], o.get("batch"), prec)
             torch_lines[key + (o.get("mode"),)] = o
             torch_tags[key] = tag
-    if tag.startswith("torch-") and tag != "torch-tta":
-        m = tag[len("torch-"):].split("-")[0]
-        torch_tags.setdefault((m, None, None), tag)
+    if tag.startswith("torch-") and tag != "torch-tta" and tag[len("torch-"):] in MODELS:
+        torch_tags.setdefault((tag[len("torch-"):], None, None), tag)
 
 
 def torch_mode(model, batch, precision, mode):
@@ -381,7 +421,7 @@ if versions:
 
 print()
 print("throughput (samples/s; steps in us; % of torch.mm's peak at the same precision)")
-print(f"{'model':9s} {'batch':>5s} {'prec':4s} {'tandem':>10s} {'torch eager':>12s}"
+print(f"{'model':12s} {'batch':>5s} {'prec':4s} {'tandem':>10s} {'torch eager':>12s}"
       f" {'torch graph':>12s} {'t/eager':>8s} {'t/graph':>8s} {'tandem step':>12s}"
       f" {'graph step':>11s} {'tandem %pk':>10s} {'graph %pk':>10s}")
 flops_src = set()
@@ -420,7 +460,7 @@ for model, batch, prec in rows:
     td_pk = 100 * fps * td_sps / (peak * 1e12) if td_sps and peak else None
     g_pk = 100 * fps * g_sps / (peak * 1e12) if g_sps and peak else None
     ratios[(model, batch, prec)] = (ratio(td_sps, g_sps), note)
-    print(f"{model:9s} {batch:5d} {prec:4s} {fmt(td_sps, '.0f', 10)} {fmt(e_sps, '.0f', 12)}"
+    print(f"{model:12s} {batch:5d} {prec:4s} {fmt(td_sps, '.0f', 10)} {fmt(e_sps, '.0f', 12)}"
           f" {fmt(g_sps, '.0f', 12)} {fmt(ratio(td_sps, e_sps), '.2f', 8)}"
           f" {fmt(ratio(td_sps, g_sps), '.2f', 8)} {fmt(td_step, '.1f', 12)}"
           f" {fmt(g['step_us'] if ok(g, 'step_us') else None, '.1f', 11)}"
@@ -438,8 +478,8 @@ for prec in sorted({k[2] for k in rows} - set(peaks), key=PRECISIONS.index):
     problems.append(f"gemm peak {prec}: not measured")
 if "default" in flops_src:
     print("FLOPs per sample (forward + backward): from tandem's JSON where present, else "
-          "71.57 M for basicnet and 21.31 M for mlp7 (tandem's count: forward, weight gradient, "
-          "input gradient except at the first layer)")
+          "71.57 M for basicnet, 21.31 M for mlp7 and 76.22 M for resnet-small (tandem's count: "
+          "forward, weight gradient, input gradient except at the first layer)")
 
 # time to 90%
 print()

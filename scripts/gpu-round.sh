@@ -48,7 +48,7 @@ engine=$(find build-gpu -name gpu_test_gpu_engine -type f | head -1)
 [ -n "$engine" ] && "$engine" >"$logs/test_gpu_engine.log" 2>&1
 if [ $bench = 1 ]; then
   say bench
-  OUT=$logs TIMEOUT_S=120 timeout 240 bash bench/bench_gpu.sh --quick >"$logs/bench.log" 2>&1
+  OUT=$logs TIMEOUT_S=120 timeout 300 bash bench/bench_gpu.sh --quick >"$logs/bench.log" 2>&1
   say "bench exit $?"
   grep -E '^(basicnet|mlp7) |PASS|FAIL|tandem / torch' "$logs/bench.log" | tee -a "$summary"
 fi

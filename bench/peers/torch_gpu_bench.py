@@ -1,5 +1,6 @@
-"""PyTorch peer on CUDA for bench_gpu.sh: BasicNet or mlp7 on Fashion-MNIST with the data resident
-on the GPU, AdamW lr 1e-3, at three precisions. Prints one JSON line per measurement.
+"""PyTorch peer on CUDA for bench_gpu.sh: BasicNet or mlp7 on Fashion-MNIST, or resnet-small on
+CIFAR-shaped images (--npy), with the data resident on the GPU, AdamW lr 1e-3, at three
+precisions. Prints one JSON line per measurement.
 
 Precisions (--precision, every JSON line says which in "precision"):
   fp32  plain fp32: TF32 off for matmuls and cuDNN convolutions.
@@ -38,11 +39,16 @@ Precisions (--precision, every JSON line says which in "precision"):
 
 Models: BasicNet (PyTorch's examples/mnist Net, NLL loss on log_softmax) and mlp7
 (784-1024-1024-1024-512-512-256-10, ReLU between, NLL loss on log_softmax), the same
-layers, in the same order, as tandem's presets and bench/peers/torch_models.py.
+layers, in the same order, as tandem's presets and bench/peers/torch_models.py; resnet-small
+(torch_models.ResNetSmall: BatchNorm, residual blocks, cross-entropy on logits) on --npy X,Y:
+uint8 images [n, C, H, W] and class labels, normalised per channel (/255, then the channel's mean
+and std over the set), as tandem normalises them. Throughput only: --time-to-acc reads
+Fashion-MNIST.
 
-usage: torch_gpu_bench.py [--model basicnet,mlp7] [--batch 64,512,4096]
+usage: torch_gpu_bench.py [--model basicnet,mlp7,resnet-small] [--batch 64,512,4096]
                           [--precision fp32,tf32,bf16] [--mode eager,graph]
                           [--steps 300[,300,100]] [--warmup 30[,30,10]] [--data DIR] [--seed S]
+                          [--npy X.npy,Y.npy (resnet-small's data)]
                           [--time-to-acc 90 [--epochs 3]] [--sgemm] [--cudnn-benchmark]
        with --time-to-acc, --precision takes one value (default fp32)
        --device cpu (hidden): a smoke test of the model and data paths without a GPU; graph
@@ -66,14 +72,21 @@ MEAN, STD = 0.2860, 0.3530  # the same normalisation as tandem's data layer
 
 # tandem's presets' twins (both end in log_softmax, trained with NLL, as tandem's are)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_models import MLP7, BasicNet  # noqa: E402
+from torch_models import MLP7, BasicNet, ResNetSmall  # noqa: E402
+
+# name -> (module, its loss): the presets ending in log_softmax train with NLL, resnet-small's
+# logits with cross-entropy, as tandem trains them
+MODELS = {"basicnet": (BasicNet, F.nll_loss), "mlp7": (MLP7, F.nll_loss),
+          "resnet-small": (ResNetSmall, F.cross_entropy)}
+IMAGE_MODELS = ("resnet-small",)  # trained on --npy's images, the others on Fashion-MNIST
 
 
-def loss_fn(out, y):
-    return F.nll_loss(out, y)
+def new_model(name, dev):
+    return MODELS[name][0]().to(dev).train()
 
 
-MODELS = {"basicnet": BasicNet, "mlp7": MLP7}
+def loss_fn(model, out, y):
+    return MODELS[model][1](out, y)
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 
@@ -100,6 +113,16 @@ def load_split(data_dir, split, dev):
     x = (x.astype(np.float32) / 255.0 - MEAN) / STD
     return (torch.from_numpy(x).to(dev).contiguous(),
             torch.from_numpy(y.astype(np.int64)).to(dev))
+
+
+def load_npy(pair, dev):
+    """uint8 images [n, C, H, W] and labels from an X.npy,Y.npy pair, /255 and then each
+    channel's mean and std over the set (tandem's normalisation), as float32 and int64 on dev."""
+    xp, yp = pair.split(",")
+    x = np.load(xp).astype(np.float32) / 255.0
+    x = (x - x.mean(axis=(0, 2, 3), keepdims=True)) / x.std(axis=(0, 2, 3), keepdims=True)
+    return (torch.from_numpy(x).to(dev).contiguous(),
+            torch.from_numpy(np.load(yp).astype(np.int64)).to(dev))
 
 
 def make_optimizer(params, dev, capturable):
@@ -198,12 +221,12 @@ def device_generator(dev, seed):
     return g
 
 
-def eager_step(net, opt, X, Y, idx, dev, precision):
+def eager_step(model, net, opt, X, Y, idx, dev, precision):
     xb = X.index_select(0, idx)
     yb = Y.index_select(0, idx)
     opt.zero_grad(set_to_none=True)
     with autocast(dev, precision):
-        loss = loss_fn(net(xb), yb)
+        loss = loss_fn(model, net(xb), yb)
     loss.backward()
     opt.step()
     return loss
@@ -211,15 +234,15 @@ def eager_step(net, opt, X, Y, idx, dev, precision):
 
 def throughput_eager(a, model, batch, precision, steps, warmup, X, Y, dev):
     torch.manual_seed(a.seed)
-    net = MODELS[model]().to(dev).train()
+    net = new_model(model, dev)
     opt, opt_kind = make_optimizer(net.parameters(), dev, capturable=False)
     batches = Batches(X.shape[0], batch, dev, device_generator(dev, a.seed))
     for _ in range(warmup):
-        loss = eager_step(net, opt, X, Y, batches.next(), dev, precision)
+        loss = eager_step(model, net, opt, X, Y, batches.next(), dev, precision)
     sync(dev)
     t0 = time.perf_counter()
     for _ in range(steps):
-        loss = eager_step(net, opt, X, Y, batches.next(), dev, precision)
+        loss = eager_step(model, net, opt, X, Y, batches.next(), dev, precision)
     sync(dev)
     dt = time.perf_counter() - t0
     return dt, float(loss.item()), opt_kind
@@ -227,7 +250,7 @@ def throughput_eager(a, model, batch, precision, steps, warmup, X, Y, dev):
 
 def throughput_graph(a, model, batch, precision, steps, warmup, X, Y, dev):
     torch.manual_seed(a.seed)
-    net = MODELS[model]().to(dev).train()
+    net = new_model(model, dev)
     opt, opt_kind = make_optimizer(net.parameters(), dev, capturable=True)
     batches = Batches(X.shape[0], batch, dev, device_generator(dev, a.seed))
     static_idx = torch.zeros(batch, dtype=torch.long, device=dev)
@@ -236,7 +259,7 @@ def throughput_graph(a, model, batch, precision, steps, warmup, X, Y, dev):
         xb = X.index_select(0, static_idx)
         yb = Y.index_select(0, static_idx)
         with autocast(dev, precision):
-            loss = loss_fn(net(xb), yb)
+            loss = loss_fn(model, net(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -289,7 +312,7 @@ def time_to_acc(a, model, batch, precision, dev, common):
     X, Y = load_split(a.data, "train", dev)
     Xt, Yt = load_split(a.data, "t10k", dev)
     torch.manual_seed(a.seed)
-    net = MODELS[model]().to(dev).train()
+    net = new_model(model, dev)
     opt, opt_kind = make_optimizer(net.parameters(), dev, capturable=False)
     gen = device_generator(dev, a.seed)
     n = X.shape[0]
@@ -300,7 +323,7 @@ def time_to_acc(a, model, batch, precision, dev, common):
     for _ in range(a.epochs):
         perm = torch.randperm(n, device=dev, generator=gen)
         for s in range(0, n, batch):  # the tail batch too: every sample once per epoch
-            eager_step(net, opt, X, Y, perm[s:s + batch], dev, precision)
+            eager_step(model, net, opt, X, Y, perm[s:s + batch], dev, precision)
         acc = evaluate(net, Xt, Yt, dev, precision)  # .item() synchronises
         wall = time.perf_counter() - t0
         accs.append(round(acc, 2))
@@ -361,7 +384,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=csv("model", str), default=None,
-                    help="basicnet, mlp7 or a comma list (default basicnet)")
+                    help="basicnet, mlp7, resnet-small or a comma list (default basicnet)")
     ap.add_argument("--batch", type=csv("batch", int), default=None,
                     help="batch size or a comma list (default 64)")
     ap.add_argument("--mode", type=csv("mode", str), default=None,
@@ -374,6 +397,8 @@ def main():
                     help="untimed steps first: one value, or one per --batch (default 30)")
     ap.add_argument("--data", default=os.environ.get("TANDEM_DATA",
                                                      "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--npy", default=None, metavar="X.npy,Y.npy",
+                    help="resnet-small's data: uint8 images [n, C, H, W] and class labels")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--time-to-acc", type=float, default=None, metavar="PCT",
                     help="train eager epochs until test accuracy >= PCT")
@@ -403,6 +428,13 @@ def main():
             ap.error(f"unknown precision {p!r}: use {', '.join(PRECISIONS)}")
     if a.time_to_acc is not None and len(a.precision) > 1:
         ap.error("--time-to-acc takes one --precision")
+    if any(m in IMAGE_MODELS for m in a.model):
+        if not a.npy:
+            ap.error("resnet-small trains on --npy X.npy,Y.npy (CIFAR-shaped uint8 images)")
+        if a.time_to_acc is not None:
+            ap.error("--time-to-acc reads Fashion-MNIST: use basicnet or mlp7")
+    elif a.npy:
+        ap.error("--npy is resnet-small's data; basicnet and mlp7 read Fashion-MNIST (--data)")
     for name in ("steps", "warmup"):
         vals = getattr(a, name)
         if len(vals) == 1:
@@ -449,8 +481,12 @@ def main():
     if not train_asked:
         return 1 if failures else 0
 
-    X, Y = load_split(a.data, "train", dev)
+    data = {}
     for model in a.model:
+        images = model in IMAGE_MODELS
+        if images not in data:
+            data[images] = load_npy(a.npy, dev) if images else load_split(a.data, "train", dev)
+        X, Y = data[images]
         for batch, steps, warmup in zip(a.batch, a.steps, a.warmup):
             for precision in a.precision:
                 for mode in a.mode:
