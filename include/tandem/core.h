@@ -181,6 +181,9 @@ double td_wall_s(void);   /* wall clock (realtime), seconds since the epoch */
       "launch without rendezvous flags: 1 takes the topology from Slurm/MPI/dstack/SkyPilot/...")  \
     X(STALL_TIMEOUT_MS, "120000",                                                                  \
       "launch: fail or restart a group whose collectives are stuck this long (0 = never)")         \
+    X(GPU_DATA, "auto",                                                                            \
+      "--device cuda: auto (each set resident on the GPU if it fits, else streamed), resident, "  \
+      "stream")                                                                                    \
     X(GPU_REDUCE, "auto",                                                                          \
       "--device cuda between ranks: auto (ipc when all ranks share a host), ipc, host (staged)")   \
     X(UI_TOKEN, "", "tandem ui: a fixed access token (empty: a new random one each start)")        \

@@ -226,6 +226,12 @@ void td_dataset_lut(const td_dataset_t *ds, float *lut);
  * td_dataset_gather's. */
 td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels,
                           float **targets);
+/* The same for samples ids[0..n) into the caller's buffers: values [n, td_dataset_packed_bytes],
+ * labels [n] (class targets) or targets [n, target_dim] (real ones; either may be NULL). What a
+ * device streams a data set too large for its memory with, a step's samples at a time. */
+td_status td_dataset_pack_ids(const td_dataset_t *ds, const uint64_t *ids, int n, void *values,
+                              int32_t *labels, float *targets);
+size_t td_dataset_packed_bytes(const td_dataset_t *ds); /* a sample's packed values, bytes */
 
 /* Gathers samples ids[0..n) into x [n, c*h*w] (normalised float32) and their targets: y [n] for
  * class targets, t [n, target_dim] for real ones (either may be NULL). Every id must be < count.

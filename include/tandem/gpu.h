@@ -86,6 +86,14 @@ void td_gpu_free(td_gpu_t *g);
 /* "NVIDIA H100 80GB HBM3 (device 0, sm_90, 132 SMs)" */
 const char *td_gpu_describe(const td_gpu_t *g);
 
+/* A data set streamed to the device (one too large for its memory): the engine asks for the
+ * samples ids[0..n) in the packed form below (values [n, sample_size], labels [n] or targets
+ * [n, target_dim]), each step's before the step (and each evaluation batch's), and copies them
+ * into a window on the device in stream order: the same samples, the same bits as a resident
+ * set. data.h's td_dataset_pack_ids is one. Called on the thread that calls td_gpu_step. */
+typedef td_status (*td_gpu_fill_fn)(void *user, const uint64_t *ids, int n, void *values,
+                                    int32_t *labels, float *targets);
+
 /* A data set as the device holds it (td_dataset_pack): values [count, sample_size], bytes when
  * u8 (each normalised through its channel's table, lut [channels][256]) or float32 (normalised
  * as (v - mean[ch]) / std[ch]), the channel being element / (sample_size / channels), and the
@@ -101,10 +109,16 @@ typedef struct {
     int sample_size, channels;
     const float *lut;        /* u8: [channels][256] */
     const float *mean, *std; /* float32: [channels] */
+    /* Streamed instead (values, labels and targets NULL): fill gives the samples as asked. */
+    td_gpu_fill_fn fill;
+    void *fill_user;
 } td_gpu_dataset;
 
-/* Uploads a data set; which: 0 training set, 1 test set. */
+/* Uploads a data set (or sets up its streaming); which: 0 training set, 1 test set. A resident
+ * set larger than the device's free memory is TD_ERR_NOMEM, naming the sizes. */
 td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d);
+/* Device memory free now, bytes (cudaMemGetInfo): what decides resident or streamed. */
+size_t td_gpu_free_memory(td_gpu_t *g);
 /* The permutation of the epoch the next steps belong to (data.h sampler), [count] indices. */
 td_status td_gpu_set_epoch(td_gpu_t *g, const uint64_t *perm, uint64_t count);
 

@@ -1219,47 +1219,72 @@ void td_dataset_lut(const td_dataset_t *ds, float *lut) {
     if (ds->lut) memcpy(lut, ds->lut, (size_t)ds->st->c * 256 * sizeof(float));
 }
 
+size_t td_dataset_packed_bytes(const td_dataset_t *ds) {
+    return ds->st->elems * (ds->st->dtype == TD_DTYPE_U8 ? 1 : sizeof(float));
+}
+
+td_status td_dataset_pack_ids(const td_dataset_t *ds, const uint64_t *ids, int n, void *values,
+                              int32_t *labels, float *targets) {
+    const storage *st = ds->st;
+    bool u8 = st->dtype == TD_DTYPE_U8;
+    size_t esize = u8 ? 1 : sizeof(float), tdim = st->labels ? 0 : (size_t)st->target_dim;
+    uint8_t *rec = st->mem || u8 || st->dtype == TD_DTYPE_F32 ? NULL : td_xmalloc(st->rec_bytes);
+    for (int i = 0; i < n; i++) {
+        uint64_t r = record_of(ds, ids[i]);
+        uint8_t *dst = (uint8_t *)values + (size_t)i * st->elems * esize;
+        const uint8_t *src = st->mem ? st->mem + r * st->rec_bytes : rec ? rec : dst;
+        if (!st->mem) { /* read in place where the record is already the packed form */
+            td_status rc = read_records(st, r, 1, (uint8_t *)src);
+            if (rc == TD_OK) rc = check_record(st, st->path, src, r);
+            if (rc != TD_OK) {
+                free(rec);
+                return rc;
+            }
+        }
+        if (u8 || st->dtype == TD_DTYPE_F32) {
+            if (src != dst) memcpy(dst, src, st->rec_bytes);
+        } else { /* as convert() does: the value as a float, then normalised on the device */
+            for (size_t e = 0; e < st->elems; e++) {
+                float f = (float)element(src, st->dtype, e);
+                memcpy(dst + e * sizeof f, &f, sizeof f);
+            }
+        }
+        if (st->labels && labels) labels[i] = st->labels[r];
+        if (!st->labels && targets)
+            memcpy(targets + (size_t)i * tdim, st->targets + r * tdim, tdim * sizeof(float));
+    }
+    free(rec);
+    return TD_OK;
+}
+
 td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32_t **labels,
                           float **targets) {
     const storage *st = ds->st;
     *values = NULL, *labels = NULL, *targets = NULL;
     *u8 = st->dtype == TD_DTYPE_U8;
-    size_t esize = *u8 ? 1 : sizeof(float), tdim = st->labels ? 0 : (size_t)st->target_dim;
-    uint8_t *v = malloc(ds->count * st->elems * esize + 1);
+    size_t bytes = ds->count * td_dataset_packed_bytes(ds);
+    size_t tdim = st->labels ? 0 : (size_t)st->target_dim;
+    void *v = malloc(bytes + 1);
     int32_t *y = st->labels ? malloc(ds->count * sizeof(int32_t) + 1) : NULL;
     float *t = st->labels ? NULL : malloc(ds->count * tdim * sizeof(float) + 1);
-    uint8_t *rec = st->mem ? NULL : malloc(st->rec_bytes);
-    if (!v || (!y && !t) || (!st->mem && !rec)) {
-        free(v), free(y), free(t), free(rec);
+    if (!v || (!y && !t)) {
+        free(v), free(y), free(t);
         return td_error(TD_ERR_NOMEM, "%s: no memory for a packed copy of %llu samples (%zu MiB)",
-                        st->source, (unsigned long long)ds->count,
-                        (size_t)(ds->count * st->elems * esize) >> 20);
+                        st->source, (unsigned long long)ds->count, bytes >> 20);
     }
-    for (uint64_t i = 0; i < ds->count; i++) {
-        uint64_t r = record_of(ds, i);
-        const uint8_t *src = st->mem ? st->mem + r * st->rec_bytes : rec;
-        if (!st->mem) {
-            td_status rc = read_records(st, r, 1, rec);
-            if (rc == TD_OK) rc = check_record(st, st->path, rec, r);
-            if (rc != TD_OK) {
-                free(v), free(y), free(t), free(rec);
-                return rc;
-            }
+    enum { CHUNK = 4096 }; /* ids 0..count-1 in runs, so no [count] id array is needed */
+    uint64_t ids[CHUNK];
+    for (uint64_t i0 = 0; i0 < ds->count; i0 += CHUNK) {
+        int k = (int)TD_MIN((uint64_t)CHUNK, ds->count - i0);
+        for (int i = 0; i < k; i++) ids[i] = i0 + (uint64_t)i;
+        td_status rc = td_dataset_pack_ids(ds, ids, k,
+                                           (uint8_t *)v + i0 * td_dataset_packed_bytes(ds),
+                                           y ? y + i0 : NULL, t ? t + i0 * tdim : NULL);
+        if (rc != TD_OK) {
+            free(v), free(y), free(t);
+            return rc;
         }
-        uint8_t *dst = v + i * st->elems * esize;
-        if (*u8 || st->dtype == TD_DTYPE_F32)
-            memcpy(dst, src, st->rec_bytes);
-        else /* as convert() does: the value as a float, then normalised on the device */
-            for (size_t e = 0; e < st->elems; e++) {
-                float f = (float)element(src, st->dtype, e);
-                memcpy(dst + e * sizeof f, &f, sizeof f);
-            }
-        if (y)
-            y[i] = st->labels[r];
-        else
-            memcpy(t + i * tdim, st->targets + r * tdim, tdim * sizeof(float));
     }
-    free(rec);
     *values = v, *labels = y, *targets = t;
     return TD_OK;
 }

@@ -79,12 +79,21 @@ typedef struct glayer {
     float *stats; /* layernorm: [max_batch][2] (mean, rstd) of the last forward; batchnorm: [2C] */
 } glayer;
 
-/* A data set on the device: src's values, labels and norm are its three allocations (norm: the
- * lut [channels][256], or mean [channels] then std [channels]). */
+/* A data set on the device: src's values, labels (or targets) and norm are its allocations
+ * (norm: the lut [channels][256], or mean [channels] then std [channels]). A streamed set's
+ * src is a window of `rows` samples (a step's slots, or an evaluation batch) in one allocation,
+ * values then labels or targets, filled from `host`: pinned staging of the same layout, one per
+ * ring slot (training) or one (evaluation), filled by fill. */
 typedef struct {
     td_gpu_source src;
     float *norm;
     uint64_t count;
+    bool stream;
+    td_gpu_fill_fn fill;
+    void *fill_user;
+    int rows;
+    size_t rec_bytes, labels_off, window_bytes; /* a sample's values; the window's layout */
+    void *window, *host;
 } gdata;
 
 struct td_gpu {
@@ -140,6 +149,8 @@ struct td_gpu {
     gdata train, test;
     uint64_t *perm;
     uint64_t perm_count;
+    uint64_t *perm_host; /* a streamed training set: the epoch's permutation, for fill's ids */
+    uint64_t *fill_ids;  /* [max(accum * batch, max_eval_batch)] */
     td_gpu_args *args;      /* device */
     td_gpu_args *args_host; /* pinned, RING slots */
     double *stats_host;     /* pinned, RING x 3 */
@@ -504,6 +515,19 @@ extern "C" td_status td_gpu_new(td_model_t *model, const td_optim_config *optim,
     return TD_OK;
 }
 
+/* A data set's device buffers (a resident set's, or a streamed one's window and staging). */
+static void free_data(gdata *gd) {
+    if (gd->stream) {
+        cudaFree(gd->window);
+        if (gd->host) cudaFreeHost(gd->host);
+    } else {
+        cudaFree((void *)gd->src.values), cudaFree((void *)gd->src.labels);
+        cudaFree((void *)gd->src.targets);
+    }
+    cudaFree(gd->norm);
+    memset(gd, 0, sizeof *gd);
+}
+
 extern "C" void td_gpu_free(td_gpu_t *g) {
     if (!g) return;
     cudaSetDevice(g->device);
@@ -525,13 +549,12 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
     if (g->slot_grads)
         for (int j = 0; j + 1 < g->cfg.accum; j++) cudaFree(g->slot_grads[j]);
     free(g->slot_grads);
-    void *bufs[] = {
-        g->params,       g->grads,       g->state,       g->x,     g->y,  g->t,    g->ids,
-        g->dout,     g->row_loss, g->row_correct, g->stats, g->evsums, g->ones,   g->rowsum,
-        g->perm,     g->args,     g->blas_ws,     g->train.norm,       g->test.norm,
-        (void *)g->train.src.values, (void *)g->train.src.labels, (void *)g->train.src.targets,
-        (void *)g->test.src.values,  (void *)g->test.src.labels,  (void *)g->test.src.targets};
+    void *bufs[] = {g->params, g->grads,    g->state,       g->x,     g->y,      g->t,
+                    g->ids,    g->dout,     g->row_loss,    g->row_correct, g->stats, g->evsums,
+                    g->ones,   g->rowsum,   g->perm,        g->args,  g->blas_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
+    free_data(&g->train), free_data(&g->test);
+    free(g->perm_host), free(g->fill_ids);
     cudaFreeHost(g->args_host);
     cudaFreeHost(g->stats_host);
     for (int r = 0; r < RING; r++)
@@ -557,6 +580,46 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
 }
 
 /* ---- data ---- */
+
+extern "C" size_t td_gpu_free_memory(td_gpu_t *g) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(g->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        return 0;
+    return free_b;
+}
+
+/* A streamed set's window on the device and its pinned staging: rows samples (values, then
+ * labels or targets from labels_off), `copies` staging copies. */
+static td_status stream_setup(td_gpu_t *g, gdata *gd, const td_gpu_dataset *d, bool real,
+                              int rows, int copies) {
+    gd->stream = true;
+    gd->fill = d->fill, gd->fill_user = d->fill_user;
+    gd->rows = rows;
+    gd->rec_bytes = (size_t)d->sample_size * (d->u8 ? 1 : 4);
+    gd->labels_off = ((size_t)rows * gd->rec_bytes + 15) & ~(size_t)15;
+    gd->window_bytes = gd->labels_off + (size_t)rows * (real ? (size_t)d->target_dim * 4 : 4);
+    TD_CHECK(DALLOC(g, gd->window, gd->window_bytes));
+    CU_CHECK(cudaMallocHost(&gd->host, (size_t)copies * gd->window_bytes));
+    gd->src.values = gd->window;
+    if (real)
+        gd->src.targets = (const float *)((char *)gd->window + gd->labels_off);
+    else
+        gd->src.labels = (const int32_t *)((char *)gd->window + gd->labels_off);
+    gd->src.window = true;
+    return TD_OK;
+}
+
+/* Fills staging copy `copy` of a streamed set from fill: n samples ids at window record `at`. */
+static td_status stream_fill(gdata *gd, int copy, int at, const uint64_t *ids, int n) {
+    if (n <= 0) return TD_OK;
+    char *h = (char *)gd->host + (size_t)copy * gd->window_bytes;
+    bool real = gd->src.targets != NULL;
+    int k = gd->src.target_dim;
+    return gd->fill(gd->fill_user, ids, n, h + (size_t)at * gd->rec_bytes,
+                    real ? NULL : (int32_t *)(h + gd->labels_off) + at,
+                    real ? (float *)(h + gd->labels_off) + (size_t)at * k : NULL);
+}
+
 extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d) {
     if (d->sample_size != g->in_size)
         return td_error(TD_ERR_INVALID,
@@ -565,48 +628,59 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
     if (d->channels < 1 || d->sample_size % d->channels)
         return td_error(TD_ERR_INVALID, "data set: %d channels do not divide %d values a sample",
                         d->channels, d->sample_size);
+    bool streamed = d->values == NULL;
+    if (streamed && !d->fill)
+        return td_error(TD_ERR_INVALID, "CUDA engine: a data set needs values or a fill function");
     CU_CHECK(cudaSetDevice(g->device));
     CU_CHECK(cudaStreamSynchronize(g->stream));
     gdata *gd = which ? &g->test : &g->train;
     bool real = g->loss == TD_GPU_LOSS_MSE || g->loss == TD_GPU_LOSS_BCE;
-    if (real ? !d->targets || d->target_dim != g->classes : !d->labels) {
+    bool has_targets = streamed ? d->target_dim > 0 : d->targets != NULL;
+    bool fits = real ? has_targets && d->target_dim == g->classes
+                     : !has_targets && (streamed || d->labels);
+    if (!fits) {
         char has[64] = "class labels";
-        if (!d->labels) snprintf(has, sizeof has, "%d real targets a sample", d->target_dim);
+        if (has_targets) snprintf(has, sizeof has, "%d real targets a sample", d->target_dim);
         return td_error(TD_ERR_INVALID,
                         "CUDA engine: the %s set has %s, but the loss (%s) needs %s",
                         which ? "held-out" : "training", has,
                         real ? "mse or bce" : "cross-entropy",
                         real ? "one real target per model output" : "class labels");
     }
-    cudaFree((void *)gd->src.values), cudaFree((void *)gd->src.labels);
-    cudaFree((void *)gd->src.targets), cudaFree(gd->norm);
-    memset(gd, 0, sizeof *gd);
-    size_t bytes = d->count * (size_t)d->sample_size * (d->u8 ? 1 : 4);
+    free_data(gd);
     size_t nnorm = (size_t)d->channels * (d->u8 ? 256 : 2);
-    size_t free_b = 0, total_b = 0;
-    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    size_t tbytes = real ? d->count * (size_t)d->target_dim * 4 : d->count * 4;
-    if (bytes + tbytes > free_b)
-        return td_error(TD_ERR_NOMEM,
-                        "the %s set (%llu samples, %zu MiB on the device) does not fit in CUDA "
-                        "device %d's free memory (%zu of %zu MiB); train it with --device cpu, "
-                        "which reads large arrays from their files (streaming them to the device "
-                        "is not built yet)",
-                        which ? "held-out" : "training", (unsigned long long)d->count,
-                        bytes >> 20, g->device, free_b >> 20, total_b >> 20);
-    void *values = NULL, *targets = NULL;
-    td_status st = DALLOC(g, values, bytes);
-    gd->src.values = values; /* owned from here on: td_gpu_free or the next upload frees it */
-    if (st == TD_OK) st = DALLOC(g, targets, tbytes);
-    if (real)
-        gd->src.targets = (const float *)targets, gd->src.target_dim = d->target_dim;
-    else
-        gd->src.labels = (const int32_t *)targets;
-    if (st == TD_OK) st = DALLOC(g, gd->norm, nnorm * 4);
-    TD_CHECK(st);
-    CU_CHECK(cudaMemcpy(values, d->values, bytes, cudaMemcpyHostToDevice));
-    CU_CHECK(cudaMemcpy(targets, real ? (const void *)d->targets : (const void *)d->labels, tbytes,
-                        cudaMemcpyHostToDevice));
+    gd->src.target_dim = real ? d->target_dim : 0;
+    if (streamed) {
+        int rows = which ? TD_MAX(g->cfg.max_eval_batch, 1) : g->cfg.accum * g->cfg.batch;
+        TD_CHECK(stream_setup(g, gd, d, real, rows, which ? 1 : RING));
+        gd->src.window_slot0 = g->cfg.rank * g->cfg.accum;
+        TD_CHECK(DALLOC(g, gd->norm, nnorm * 4));
+    } else {
+        size_t bytes = d->count * (size_t)d->sample_size * (d->u8 ? 1 : 4);
+        size_t free_b = 0, total_b = 0;
+        CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        size_t tbytes = real ? d->count * (size_t)d->target_dim * 4 : d->count * 4;
+        if (bytes + tbytes > free_b)
+            return td_error(TD_ERR_NOMEM,
+                            "the %s set (%llu samples, %zu MiB on the device) does not fit in CUDA "
+                            "device %d's free memory (%zu of %zu MiB); stream it "
+                            "(TANDEM_GPU_DATA=stream) or train it with --device cpu",
+                            which ? "held-out" : "training", (unsigned long long)d->count,
+                            bytes >> 20, g->device, free_b >> 20, total_b >> 20);
+        void *values = NULL, *targets = NULL;
+        td_status st = DALLOC(g, values, bytes);
+        gd->src.values = values; /* owned from here on: td_gpu_free or the next upload frees it */
+        if (st == TD_OK) st = DALLOC(g, targets, tbytes);
+        if (real)
+            gd->src.targets = (const float *)targets;
+        else
+            gd->src.labels = (const int32_t *)targets;
+        if (st == TD_OK) st = DALLOC(g, gd->norm, nnorm * 4);
+        TD_CHECK(st);
+        CU_CHECK(cudaMemcpy(values, d->values, bytes, cudaMemcpyHostToDevice));
+        CU_CHECK(cudaMemcpy(targets, real ? (const void *)d->targets : (const void *)d->labels,
+                            tbytes, cudaMemcpyHostToDevice));
+    }
     if (d->u8) {
         CU_CHECK(cudaMemcpy(gd->norm, d->lut, nnorm * 4, cudaMemcpyHostToDevice));
     } else {
@@ -620,6 +694,9 @@ extern "C" td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dat
     gd->src.mean = d->u8 ? NULL : gd->norm;
     gd->src.std = d->u8 ? NULL : gd->norm + d->channels;
     gd->src.plane = d->sample_size / d->channels;
+    if (streamed && !g->fill_ids)
+        g->fill_ids = (uint64_t *)td_xmalloc(
+            (size_t)TD_MAX(g->cfg.accum * g->cfg.batch, TD_MAX(g->cfg.max_eval_batch, 1)) * 8);
     return TD_OK;
 }
 
@@ -634,6 +711,10 @@ extern "C" td_status td_gpu_set_epoch(td_gpu_t *g, const uint64_t *perm, uint64_
     /* stream-ordered: steps already enqueued read the previous epoch's order */
     CU_CHECK(cudaMemcpyAsync(g->perm, perm, count * 8, cudaMemcpyHostToDevice, g->stream));
     CU_CHECK(cudaStreamSynchronize(g->stream)); /* perm is pageable host memory, reused */
+    if (g->train.stream) { /* the steps' fills name their samples from it on the host */
+        g->perm_host = (uint64_t *)td_xrealloc(g->perm_host, count * 8);
+        memcpy(g->perm_host, perm, count * 8);
+    }
     return TD_OK;
 }
 
@@ -1003,10 +1084,32 @@ static void fill_args(td_gpu_t *g, td_gpu_args *a, int64_t step, bool training) 
     a->coefs = td_optim_coefs_at(&g->optim, g->optim_steps);
 }
 
+/* A streamed training set: this rank's slots' samples of the step (the permutation's positions
+ * base + slot * B + row, as the gather reads them) into ring slot r's staging, then to the
+ * device window, in stream order behind the steps already enqueued. */
+static td_status stream_step(td_gpu_t *g, int r, const td_gpu_step_args *sa) {
+    gdata *gd = &g->train;
+    int B = g->cfg.batch, M = g->cfg.accum;
+    for (int j = 0; j < M; j++) {
+        int64_t first = (int64_t)(g->cfg.rank * M + j) * B;
+        int rows = (int)TD_MAX((int64_t)0, TD_MIN((int64_t)B, sa->n - first));
+        for (int i = 0; i < rows; i++) g->fill_ids[i] = g->perm_host[sa->base + first + i];
+        TD_CHECK(stream_fill(gd, r, j * B, g->fill_ids, rows));
+    }
+    CU_CHECK(cudaMemcpyAsync(gd->window, (char *)gd->host + (size_t)r * gd->window_bytes,
+                             gd->window_bytes, cudaMemcpyHostToDevice, g->stream));
+    return TD_OK;
+}
+
 extern "C" td_status td_gpu_step(td_gpu_t *g, const td_gpu_step_args *sa, bool apply) {
     int r = (int)(sa->step % RING);
     /* the pinned slot was last read by the copy of step - RING: make sure it ran */
     if (g->ring_step[r] >= 0) CU_CHECK(cudaEventSynchronize(g->done[r]));
+    if (g->train.stream) {
+        if (!g->perm_host)
+            return td_error(TD_ERR_INVALID, "CUDA engine: set the training set and epoch first");
+        TD_CHECK(stream_step(g, r, sa));
+    }
     td_gpu_args *a = &g->args_host[r];
     fill_args(g, a, sa->step, true);
     a->base = sa->base;
@@ -1164,8 +1267,16 @@ extern "C" td_status td_gpu_evaluate(td_gpu_t *g, uint64_t lo, uint64_t hi, doub
     CU_CHECK(cudaMemcpyAsync(g->args, &g->args_host[r], sizeof(td_gpu_args), cudaMemcpyHostToDevice,
                              g->stream));
     CU_CHECK(cudaMemsetAsync(g->evsums, 0, 3 * sizeof(double), g->stream));
+    gdata *gd = &g->test;
     for (uint64_t b = lo; b < hi; b += (uint64_t)eb) {
         int cnt = (int)TD_MIN((uint64_t)eb, hi - b);
+        if (gd->stream) { /* the batch's samples into the window; its staging is free again */
+            CU_CHECK(cudaStreamSynchronize(g->stream));
+            for (int i = 0; i < cnt; i++) g->fill_ids[i] = b + (uint64_t)i;
+            TD_CHECK(stream_fill(gd, 0, 0, g->fill_ids, cnt));
+            CU_CHECK(cudaMemcpyAsync(gd->window, gd->host, gd->window_bytes, cudaMemcpyHostToDevice,
+                                     g->stream));
+        }
         td_gpu_gather_range(g->stream, &g->test.src, b, cnt, g->in_size, g->x, g->y, g->t,
                             g->ids);
         LAUNCHED("gather");

@@ -49,23 +49,24 @@ __host__ __device__ static inline float source_value(const td_gpu_source &d, uin
 }
 
 /* One thread of a gather: grid.x over a sample's values, grid.y over rows (strided past 65,535).
- * Row `row` takes sample id (valid) or zeros (a short slot's padding rows); block x = 0 also
- * copies its targets (the threads over the target row) and thread 0 its label and id. */
+ * Row `row` takes sample id, held at record rec of the source (id itself, or its place in a
+ * streamed window), when valid, or zeros (a short slot's padding rows); block x = 0 also copies
+ * its targets (the threads over the target row) and thread 0 its label and id. */
 __host__ __device__ static inline void gather_row_thread(tix t, const td_gpu_source &d, int row,
-                                                         bool valid, uint64_t id, int size,
-                                                         float *x, int32_t *y, float *tg,
-                                                         uint64_t *ids) {
+                                                         bool valid, uint64_t id, uint64_t rec,
+                                                         int size, float *x, int32_t *y,
+                                                         float *tg, uint64_t *ids) {
     float *dst = x + (size_t)row * size;
     for (int i = (int)(t.bx * t.bd + t.tx); i < size; i += (int)(t.gx * t.bd))
-        dst[i] = valid ? source_value(d, id, size, i) : 0.0f;
+        dst[i] = valid ? source_value(d, rec, size, i) : 0.0f;
     if (t.bx != 0) return;
     if (d.targets) {
         int k = d.target_dim;
         for (int j = (int)t.tx; j < k; j += (int)t.bd)
-            tg[(size_t)row * k + j] = valid ? d.targets[id * (uint64_t)k + j] : 0.0f;
+            tg[(size_t)row * k + j] = valid ? d.targets[rec * (uint64_t)k + j] : 0.0f;
     }
     if (t.tx == 0) {
-        if (d.labels) y[row] = valid ? d.labels[id] : 0;
+        if (d.labels) y[row] = valid ? d.labels[rec] : 0;
         ids[row] = id;
     }
 }
@@ -79,7 +80,8 @@ __host__ __device__ static inline void gather_step_thread(tix t, const td_gpu_so
     for (int row = (int)t.by; row < batch; row += (int)t.gy) {
         bool valid = row < rows;
         uint64_t id = valid ? perm[a->base + (int64_t)slot * batch + row] : 0;
-        gather_row_thread(t, d, row, valid, id, size, x, y, tg, ids);
+        uint64_t rec = d.window ? (uint64_t)(slot - d.window_slot0) * batch + row : id;
+        gather_row_thread(t, d, row, valid, id, rec, size, x, y, tg, ids);
     }
 }
 
@@ -107,7 +109,8 @@ __host__ __device__ static inline void gather_range_thread(tix t, const td_gpu_s
                                                            float *x, int32_t *y, float *tg,
                                                            uint64_t *ids) {
     for (int row = (int)t.by; row < batch; row += (int)t.gy)
-        gather_row_thread(t, d, row, true, first + (uint64_t)row, size, x, y, tg, ids);
+        gather_row_thread(t, d, row, true, first + (uint64_t)row,
+                          d.window ? (uint64_t)row : first + (uint64_t)row, size, x, y, tg, ids);
 }
 
 __global__ void gather_range_kernel(td_gpu_source d, uint64_t first, int batch, int size, float *x,

@@ -39,6 +39,11 @@ typedef struct {
     int target_dim;
     const float *lut, *mean, *std;
     int plane;
+    /* A streamed set's window (td_gpu_fill_fn): values, labels and targets hold only the
+     * samples of this step's slots, slot window_slot0 + k's row r at record k * batch + r (an
+     * evaluation batch's row r at record r); the ids still come from the permutation. */
+    bool window;
+    int window_slot0;
 } td_gpu_source;
 
 /* x [batch, size] = the normalised samples perm[base + slot*batch + row] of the step (rows past

@@ -37,6 +37,10 @@ size_t td_gpu_memory_bytes(const td_gpu_t *g) {
     (void)g;
     return 0;
 }
+size_t td_gpu_free_memory(td_gpu_t *g) {
+    (void)g;
+    return 0;
+}
 
 #define UNSUPPORTED return td_error(TD_ERR_UNSUPPORTED, "%s", NO_CUDA)
 td_status td_gpu_set_dataset(td_gpu_t *g, int which, const td_gpu_dataset *d) {

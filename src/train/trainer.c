@@ -516,25 +516,48 @@ static td_status gpu_ipc_setup(trainer *t) {
 }
 /* The training and test sets to the device with their normalisation (again after a resume
  * restores another one): packed in sample order, so a split or a file-backed set goes too. */
+static td_status gpu_fill(void *user, const uint64_t *ids, int n, void *values, int32_t *labels,
+                          float *targets) {
+    return td_dataset_pack_ids(user, ids, n, values, labels, targets);
+}
+
+/* Each set goes to the device whole (resident) where it fits in its free memory with room to
+ * spare (a tenth, and at least 1 GiB, for what cuBLAS and the graphs allocate later), else it
+ * streams: the engine asks td_dataset_pack_ids for each step's samples (TANDEM_GPU_DATA). */
 static td_status gpu_upload_data(trainer *t) {
+    const char *mode = td_env_str(TD_ENV_GPU_DATA);
+    if (strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "stream"))
+        return td_error(TD_ERR_INVALID, "TANDEM_GPU_DATA=%s: use auto, resident or stream", mode);
     td_dataset_t *sets[2] = {t->train, t->test};
     for (int i = 0; i < 2 && sets[i]; i++) {
-        int C = td_dataset_channels(sets[i]);
+        td_dataset_t *ds = sets[i];
+        int C = td_dataset_channels(ds), tdim = td_dataset_target_dim(ds);
+        uint64_t count = td_dataset_count(ds);
+        size_t bytes = count * (td_dataset_packed_bytes(ds) + (tdim ? (size_t)tdim * 4 : 4));
+        size_t free_b = td_gpu_free_memory(t->gpu), spare = TD_MAX(free_b / 10, (size_t)1 << 30);
+        bool stream = !strcmp(mode, "stream") ||
+                      (!strcmp(mode, "auto") && bytes + spare > free_b);
         float *lut = td_xmalloc((size_t)C * 256 * sizeof(float));
-        td_gpu_dataset d = {.labels = NULL, .count = td_dataset_count(sets[i]),
-                            .sample_size = td_dataset_sample_size(sets[i]), .channels = C,
-                            .lut = lut, .mean = td_dataset_mean(sets[i]),
-                            .std = td_dataset_std(sets[i])};
+        td_dataset_lut(ds, lut);
+        td_gpu_dataset d = {.u8 = td_dataset_dtype(ds) == TD_DTYPE_U8, .target_dim = tdim,
+                            .count = count, .sample_size = td_dataset_sample_size(ds),
+                            .channels = C, .lut = lut, .mean = td_dataset_mean(ds),
+                            .std = td_dataset_std(ds)};
         void *values = NULL;
         int32_t *labels = NULL;
         float *targets = NULL;
-        td_status rc = td_dataset_pack(sets[i], &values, &d.u8, &labels, &targets);
-        if (rc == TD_OK) {
-            td_dataset_lut(sets[i], lut);
+        td_status rc = TD_OK;
+        if (stream) {
+            d.fill = gpu_fill, d.fill_user = ds;
+            TD_LOG_INFO("the %s set streams to the device a step at a time (%zu MiB; %zu MiB "
+                        "free there%s)",
+                        i ? "held-out" : "training", bytes >> 20, free_b >> 20,
+                        strcmp(mode, "stream") ? "" : "; TANDEM_GPU_DATA=stream");
+        } else {
+            rc = td_dataset_pack(ds, &values, &d.u8, &labels, &targets);
             d.values = values, d.labels = labels, d.targets = targets;
-            d.target_dim = td_dataset_target_dim(sets[i]);
-            rc = td_gpu_set_dataset(t->gpu, i, &d);
         }
+        if (rc == TD_OK) rc = td_gpu_set_dataset(t->gpu, i, &d);
         free(values), free(labels), free(targets), free(lut);
         TD_CHECK(rc);
     }

@@ -131,6 +131,22 @@ static void check_split(const char *spec, bool u8) {
                               (unsigned long long)i, (unsigned long long)id, k);
             }
         }
+        /* td_dataset_pack_ids (what a device streams with): any ids, here in reverse, give
+         * those samples' packed values and labels */
+        size_t rb = td_dataset_packed_bytes(tr);
+        ASSERT_EQ(rb, (size_t)S * (u8 ? 1 : sizeof(float)));
+        uint64_t rev[N];
+        for (uint64_t i = 0; i < ntr; i++) rev[i] = ntr - 1 - i;
+        uint8_t *some = malloc(ntr * rb);
+        int32_t some_labels[N];
+        ASSERT_OK(td_dataset_pack_ids(tr, rev, (int)ntr, some, some_labels, NULL));
+        for (uint64_t i = 0; i < ntr; i++) {
+            ASSERT_EQ(some_labels[i], plabels[rev[i]]);
+            if (memcmp(some + i * rb, (uint8_t *)packed + rev[i] * rb, rb))
+                TEST_FAIL("%s: td_dataset_pack_ids sample %llu differs from td_dataset_pack's",
+                          spec, (unsigned long long)rev[i]);
+        }
+        free(some);
         free(packed), free(plabels);
         if (pass == 1)
             for (uint64_t i = 0; i < nval; i++) ASSERT_EQ(va_ids[i], val_saved[i]);

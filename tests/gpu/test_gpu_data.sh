@@ -9,6 +9,8 @@
 #     steps 2-20 move the weights): each channel or feature normalised as the CPU does;
 #   - each is bitwise reproducible: two runs, and 1 process (accum 4) == 2 and 4 processes
 #     sharing the GPU, with epochs that end in a short and an empty micro-batch;
+#   - streamed a step at a time (TANDEM_GPU_DATA=stream: what a set too large for the device
+#     does), by 1 and 2 processes, it trains and evaluates to the resident set's bits;
 #   - a GPU checkpoint resumes on the CPU and ends near the all-GPU run.
 # The data are made here (awk and Python's standard library): separable classes, fixed seeds.
 # Skips (77) without a CUDA device or without the CUDA backend.
@@ -107,6 +109,21 @@ check() { # name model data...: trains on both devices, checks accuracy and bits
       "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 --save "$work/$name-w4.st"
   same "$name-w1.st" "$name-w2.st" "$name: 1 process (accum 4) == 2 processes sharing the GPU"
   same "$name-w1.st" "$name-w4.st" "$name: 1 process (accum 4) == 4 processes sharing the GPU"
+  run "$name-s1" env TANDEM_GPU_DATA=stream "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 \
+      --accum 4 --save "$work/$name-s1.st"
+  run "$name-s2" env TANDEM_GPU_DATA=stream "$TANDEM_BIN" launch --standalone --nproc-per-node 2 \
+      -- "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 24 --accum 2 --save "$work/$name-s2.st"
+  grep -q "training set streams to the device" "$work/$name-s1.log" \
+    || { echo "FAIL: $name: TANDEM_GPU_DATA=stream did not stream"; cat "$work/$name-s1.log"
+         exit 1; }
+  same "$name-w1.st" "$name-s1.st" "$name: streamed (1 process) == resident, bit for bit"
+  same "$name-w1.st" "$name-s2.st" "$name: streamed (2 processes) == resident, bit for bit"
+  local ra sa
+  ra=$(grep -o 'test accuracy .*' "$work/$name-w1.log" | tail -1)
+  sa=$(grep -o 'test accuracy .*' "$work/$name-s1.log" | tail -1)
+  [ -n "$ra" ] && [ "$ra" = "$sa" ] \
+    || { echo "FAIL: $name: streamed evaluation '$sa', resident '$ra'"; exit 1; }
+  echo "ok: $name: the streamed held-out set evaluates as the resident one ($sa)"
   # a GPU checkpoint at step 12 resumed on the CPU (weights, optimizer, running statistics)
   run "$name-h" "$TANDEM_BIN" train --device cuda "${w[@]}" --steps 12 --accum 4 \
       --checkpoint-dir "$work/$name-ck" --save "$work/$name-h.st"

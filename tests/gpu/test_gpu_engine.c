@@ -11,7 +11,8 @@
  *  - a whole device step (gather from a uint8 data set of 1 or 3 channels or a float table,
  *    forward, NLL after log_softmax or the fused cross-entropy on logits, MSE and BCE on real
  *    targets, backward, accumulation over 2 micro-batches, a short last micro-batch) matches the
- *    CPU's loss and gradients.
+ *    CPU's loss and gradients, and the same step streamed (a fill function asked for the
+ *    slots' samples) gives the resident step's bits.
  * Skips (exit 77) where there is no CUDA device or no CUDA backend, printing why. */
 #include <math.h>
 
@@ -372,6 +373,31 @@ static void test_optimizers(void) {
     check_optim("sgd nesterov", s);
 }
 
+/* A streamed data set's fill (td_gpu_fill_fn) over check_step's arrays: the packed form. */
+typedef struct {
+    const void *values;
+    size_t rec; /* bytes a sample */
+    const int32_t *labels;
+    const float *targets;
+    int tdim;
+    int calls;
+} test_source;
+
+static td_status test_fill(void *user, const uint64_t *ids, int n, void *values, int32_t *labels,
+                           float *targets) {
+    test_source *src = user;
+    src->calls++;
+    for (int i = 0; i < n; i++) {
+        memcpy((char *)values + (size_t)i * src->rec,
+               (const char *)src->values + ids[i] * src->rec, src->rec);
+        if (labels) labels[i] = src->labels[ids[i]];
+        if (targets)
+            memcpy(targets + (size_t)i * src->tdim, src->targets + ids[i] * src->tdim,
+                   sizeof(float) * src->tdim);
+    }
+    return TD_OK;
+}
+
 /* One device step (accum 2) against the CPU doing the same by hand; m is not finalized yet.
  * The data set: uint8 values through one table per channel, or float32 values (floats)
  * normalised by each channel's mean and std, as data.h's gather computes them. */
@@ -428,6 +454,28 @@ static void check_step(const char *model, td_model_t *m, int batch, bool floats,
     size_t np = td_model_num_params(m);
     float *gpu_grads = malloc(sizeof(float) * np), *acc = calloc(np, sizeof(float));
     memcpy(gpu_grads, td_model_grads(m), sizeof(float) * np);
+    td_gpu_free(g);
+    /* the same step streamed (fill asked for the slots' samples): the resident step's bits */
+    test_source src = {.values = d.values, .rec = (size_t)in * (floats ? 4 : 1),
+                       .labels = labels, .targets = targets, .tdim = classes};
+    loss_kind = loss_k;
+    g = engine_for(m, batch, M, &o, 99, true);
+    loss_kind = TD_LOSS_CROSS_ENTROPY;
+    td_gpu_dataset ds = d;
+    ds.values = NULL, ds.labels = NULL, ds.targets = NULL;
+    ds.fill = test_fill, ds.fill_user = &src;
+    ASSERT_OK(td_gpu_set_dataset(g, 0, &ds));
+    ASSERT_OK(td_gpu_set_epoch(g, perm, count));
+    ASSERT_OK(td_gpu_step(g, &a, false));
+    double ssums[3];
+    ASSERT_OK(td_gpu_step_stats(g, step, ssums));
+    ASSERT_OK(td_gpu_grads_to_host(g));
+    ASSERT(src.calls >= 2); /* a fill per slot with samples */
+    if (memcmp(ssums, sums, sizeof sums) ||
+        memcmp(td_model_grads(m), gpu_grads, sizeof(float) * np))
+        TEST_FAIL("%s: the streamed step differs from the resident one (loss %.9g vs %.9g)", model,
+                  ssums[0], sums[0]);
+    printf("  %-8s step streamed: the resident step's bits\n", model);
     td_gpu_free(g);
     /* the CPU, micro-batch by micro-batch */
     float *x = malloc(sizeof(float) * (size_t)batch * in);

@@ -201,9 +201,11 @@ static void check_pool(int batch, int c, int h, int w, int k, int stride, unsign
 /* The gathers (a step's slot, an evaluation range) over every (block, thread): x normalised as
  * data.h's gather does (a byte through its channel's table, a float as (v - mean) / std), the
  * labels or target rows and ids of each row's sample, zeros past a short slot's samples. gx_cap
- * below the launch's grid.x forces the strided loop; tdim 300 needs more threads than a block. */
+ * below the launch's grid.x forces the strided loop; tdim 300 needs more threads than a block.
+ * window: the source is a streamed set's window holding only slots 1 and 2 (window_slot0 1; the
+ * evaluation batch's samples from record 0), its padding records poison: the same results. */
 static void check_gather(bool u8, int tdim, int batch, int size, unsigned gy_cap,
-                         unsigned gx_cap) {
+                         unsigned gx_cap, bool window) {
     const int count = 23, channels = 2;
     std::vector<uint8_t> vb((size_t)count * size);
     std::vector<float> vf((size_t)count * size), lut(channels * 256), mean{0.25f, -1.5f},
@@ -229,7 +231,29 @@ static void check_gather(bool u8, int tdim, int batch, int size, unsigned gy_cap
     dim3 grid = gather_grid(&d, batch, size);
     unsigned gx = grid.x < gx_cap ? grid.x : gx_cap, gy = grid.y < gy_cap ? grid.y : gy_cap;
     int k = tdim ? tdim : 1;
+    td_gpu_source full = d;
     for (int slot = -1; slot < 3; slot++) { // -1: gather_range from sample 5
+        if (window && slot == 0) continue;  // not in the window
+        d = full;
+        std::vector<uint8_t> wb(vb.size(), 0x5a);
+        std::vector<float> wf(vf.size(), NAN), wt(targets.size(), NAN);
+        std::vector<int32_t> wl(labels.size(), -7);
+        if (window) { // records w * batch + r: slot 1 + w's row r (evaluation: sample 5 + r)
+            for (int w = 0; w < 2; w++)
+                for (int r = 0; r < batch; r++) {
+                    int sl = 1 + w, rec = w * batch + r;
+                    if (slot < 0 ? w > 0 : r >= TD_GPU_SLOT_ROWS(&a, sl, batch)) continue;
+                    uint64_t id = slot < 0 ? 5 + (uint64_t)r : perm[a.base + sl * batch + r];
+                    memcpy(&wb[(size_t)rec * size], &vb[id * size], size);
+                    memcpy(&wf[(size_t)rec * size], &vf[id * size], size * 4);
+                    if (tdim) memcpy(&wt[(size_t)rec * tdim], &targets[id * tdim], tdim * 4);
+                    wl[rec] = labels[id];
+                }
+            d.values = u8 ? (const void *)wb.data() : (const void *)wf.data();
+            d.labels = tdim ? NULL : wl.data();
+            d.targets = tdim ? wt.data() : NULL;
+            d.window = true, d.window_slot0 = 1;
+        }
         std::vector<float> x((size_t)batch * size, -99.f), t((size_t)batch * k, -99.f),
             xr(x.size()), tr(t.size(), -99.f);
         std::vector<int32_t> y(batch, -99), yr(batch, -99);
@@ -265,8 +289,8 @@ static void check_gather(bool u8, int tdim, int batch, int size, unsigned gy_cap
                 }
         if (memcmp(x.data(), xr.data(), x.size() * 4) ||
             memcmp(t.data(), tr.data(), t.size() * 4) || y != yr || ids != idr) {
-            printf("FAIL gather u8 %d tdim %d batch %d size %d slot %d gy %u gx %u\n", u8, tdim,
-                   batch, size, slot, gy, gx);
+            printf("FAIL gather u8 %d tdim %d batch %d size %d slot %d gy %u gx %u window %d\n",
+                   u8, tdim, batch, size, slot, gy, gx, window);
             fails++;
         }
     }
@@ -333,12 +357,13 @@ int main(void) {
     unsigned caps[] = {65535, 3, 1};
     for (unsigned cap : caps)
         for (int u8 = 0; u8 < 2; u8++)
-            for (unsigned gx : {1u << 30, 1u}) {
-                check_gather(u8, 0, 6, 8, cap, gx);
-                check_gather(u8, 3, 6, 8, cap, gx);
-                check_gather(u8, 300, 4, 10, cap, gx); // a target row wider than a block
-                check_gather(u8, 1, 5, 600, cap, gx);  // a sample wider than a block
-            }
+            for (unsigned gx : {1u << 30, 1u})
+                for (int window = 0; window < 2; window++) {
+                    check_gather(u8, 0, 6, 8, cap, gx, window);
+                    check_gather(u8, 3, 6, 8, cap, gx, window);
+                    check_gather(u8, 300, 4, 10, cap, gx, window); // targets wider than a block
+                    check_gather(u8, 1, 5, 600, cap, gx, window);  // a sample wider than a block
+                }
     for (unsigned cap : caps) {
         check_conv(5, 3, 9, 9, 3, 1, 0, cap);
         check_conv(7, 4, 9, 9, 3, 2, 1, cap);

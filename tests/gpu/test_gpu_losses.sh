@@ -8,7 +8,8 @@
 #   - 20 steps on the GPU end where 20 on the CPU do, to float rounding (within 2% of how far
 #     steps 2-20 move the weights): the targets reach the loss in their samples' rows;
 #   - 1 process (accum 4) == 2 processes sharing the GPU, bit for bit, with epochs that end in a
-#     short and an empty micro-batch (their target rows are padding, not a sample's).
+#     short and an empty micro-batch (their target rows are padding, not a sample's), and the
+#     same streamed a step at a time (TANDEM_GPU_DATA=stream: the targets in the window).
 # The data are made here with Python's standard library, fixed seeds. Skips (77) without a CUDA
 # device or without the CUDA backend.
 set -euo pipefail
@@ -87,6 +88,9 @@ check() { # name loss targets.npy
       "$TANDEM_BIN" train --device cuda "${args[@]}" --batch 14 --steps 18 --accum 2 \
       --save "$work/$name-w2.st"
   same "$name-w1.st" "$name-w2.st" "$name: 1 process (accum 4) == 2 processes sharing the GPU"
+  run "$name-s1" env TANDEM_GPU_DATA=stream "$TANDEM_BIN" train --device cuda "${args[@]}" \
+      --batch 14 --steps 18 --accum 4 --save "$work/$name-s1.st"
+  same "$name-w1.st" "$name-s1.st" "$name: streamed == resident, bit for bit"
 }
 check regression mse r.npy
 check multilabel bce l.npy
