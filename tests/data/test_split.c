@@ -220,6 +220,38 @@ static void check_pack_real_targets(const char *xpath) {
     free(spec), free(yp);
 }
 
+/* float64 features (the dtype converted on packing): td_dataset_pack_ids gives each sample's
+ * values as floats, in memory and file-backed. */
+static void check_pack_f64(const char *ypath) {
+    static double xd[N][FEAT];
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < FEAT; k++) xd[i][k] = (double)xf[i][k];
+    char shape[64];
+    snprintf(shape, sizeof shape, "(%d, %d)", N, FEAT);
+    char *xp = write_npy("x64.npy", "<f8", shape, xd, sizeof xd);
+    char *spec = td_xasprintf("%s,%s", xp, ypath);
+    for (int pass = 0; pass < 2; pass++) {
+        setenv("TANDEM_DATA_IN_MEMORY", pass == 0 ? "1" : "0", 1);
+        td_data_options o = {.class_targets = true};
+        td_dataset_t *all = NULL, *test = NULL;
+        ASSERT_OK(td_dataset_open(spec, &o, &all, &test));
+        ASSERT_EQ(td_dataset_packed_bytes(all), FEAT * sizeof(float));
+        uint64_t ids[3] = {7, 0, N - 1};
+        float got[3][FEAT];
+        int32_t lab[3];
+        ASSERT_OK(td_dataset_pack_ids(all, ids, 3, got, lab, NULL));
+        for (int i = 0; i < 3; i++) {
+            ASSERT_EQ(lab[i], (int32_t)(ids[i] % 3));
+            if (memcmp(got[i], xf[ids[i]], sizeof got[i]))
+                TEST_FAIL("pass %d: float64 sample %llu packed as %g, not %g", pass,
+                          (unsigned long long)ids[i], (double)got[i][1], (double)xf[ids[i]][1]);
+        }
+        td_dataset_free(all);
+    }
+    unsetenv("TANDEM_DATA_IN_MEMORY");
+    free(spec), free(xp);
+}
+
 int main(void) {
     ASSERT(mkdtemp(tmpdir));
     static int64_t y[N];
@@ -244,6 +276,7 @@ int main(void) {
     check_split(spec, true);
     free(spec);
     check_pack_real_targets(xp);
+    check_pack_f64(yp);
     free(xp), free(bp), free(yp);
     char *cmd = td_xasprintf("rm -rf %s", tmpdir);
     ASSERT_EQ(system(cmd), 0);
