@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/venv.sh # from PyPI: the tests' clients and servers (moto, boto3, the AWS CLI); the frameworks
+scripts/venv.sh # from PyPI: the tests' clients and servers (moto, boto3, the AWS CLI); the frameworks; nvcc
 export TANDEM_VENV=${TANDEM_VENV:-$PWD/.venv}
 TANDEM_FRAMEWORKS_VENV=$(scripts/venv.sh --print-frameworks)
 export TANDEM_FRAMEWORKS_VENV # PyTorch 2.x, Lightning, transformers, accelerate, wandb, MLflow
