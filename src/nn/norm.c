@@ -334,21 +334,24 @@ void td__bn_backward(td_model_t *m, int li, int batch, int nt, const float *dout
             }
             continue;
         }
-        for (int ch = 0; ch < C; ch++) {
-            double sdy = 0, sdyx = 0;
-            float mu = mean[ch], r = rstd[ch], gm = gamma[ch], bt = beta[ch];
-            for (int s = s0; s < s1; s++) {
+        /* Sample by sample, its channels in memory order: one stream through x and dy that the
+         * prefetcher follows (channel-major, every 4 KiB plane of a 32x32 layer started cold at
+         * a page boundary: this pass took 3.5x the dx pass over the same bytes). Each plane's
+         * sums and their order over the samples are unchanged, so are the bits. */
+        for (int ch = 0; ch < 2 * C; ch++) p[ch] = 0;
+        for (int s = s0; s < s1; s++)
+            for (int ch = 0; ch < C; ch++) {
                 double a, b;
                 const float *x = x0 + (size_t)s * l->in_size + (size_t)ch * hw;
                 const float *dy = dout + (size_t)s * ldo + (size_t)ch * hw;
                 if (gate)
-                    plane_dy_sums(x, dy, true, hw, mu, r, gm, bt, &a, &b);
+                    plane_dy_sums(x, dy, true, hw, mean[ch], rstd[ch], gamma[ch], beta[ch], &a,
+                                  &b);
                 else
-                    plane_dy_sums(x, dy, false, hw, mu, r, gm, bt, &a, &b);
-                sdy += a, sdyx += b;
+                    plane_dy_sums(x, dy, false, hw, mean[ch], rstd[ch], gamma[ch], beta[ch], &a,
+                                  &b);
+                p[ch] += a, p[C + ch] += b;
             }
-            p[ch] = sdy, p[C + ch] = sdyx;
-        }
     }
     double n = (double)batch * (double)hw;
     float ady[4096], adyx[4096];
