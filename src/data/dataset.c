@@ -1226,14 +1226,15 @@ size_t td_dataset_packed_bytes(const td_dataset_t *ds) {
 td_status td_dataset_pack_ids(const td_dataset_t *ds, const uint64_t *ids, int n, void *values,
                               int32_t *labels, float *targets) {
     const storage *st = ds->st;
-    bool u8 = st->dtype == TD_DTYPE_U8;
-    size_t esize = u8 ? 1 : sizeof(float), tdim = st->labels ? 0 : (size_t)st->target_dim;
-    uint8_t *rec = st->mem || u8 || st->dtype == TD_DTYPE_F32 ? NULL : td_xmalloc(st->rec_bytes);
+    /* uint8 and float32 records are their packed form; other dtypes convert through rec */
+    bool as_is = st->dtype == TD_DTYPE_U8 || st->dtype == TD_DTYPE_F32;
+    size_t rb = td_dataset_packed_bytes(ds), tdim = st->labels ? 0 : (size_t)st->target_dim;
+    uint8_t *rec = st->mem || as_is ? NULL : td_xmalloc(st->rec_bytes);
     for (int i = 0; i < n; i++) {
         uint64_t r = record_of(ds, ids[i]);
-        uint8_t *dst = (uint8_t *)values + (size_t)i * st->elems * esize;
+        uint8_t *dst = (uint8_t *)values + (size_t)i * rb;
         const uint8_t *src = st->mem ? st->mem + r * st->rec_bytes : rec ? rec : dst;
-        if (!st->mem) { /* read in place where the record is already the packed form */
+        if (!st->mem) { /* read in place where it is already the packed form */
             td_status rc = read_records(st, r, 1, (uint8_t *)src);
             if (rc == TD_OK) rc = check_record(st, st->path, src, r);
             if (rc != TD_OK) {
@@ -1241,7 +1242,7 @@ td_status td_dataset_pack_ids(const td_dataset_t *ds, const uint64_t *ids, int n
                 return rc;
             }
         }
-        if (u8 || st->dtype == TD_DTYPE_F32) {
+        if (as_is) {
             if (src != dst) memcpy(dst, src, st->rec_bytes);
         } else { /* as convert() does: the value as a float, then normalised on the device */
             for (size_t e = 0; e < st->elems; e++) {
@@ -1262,7 +1263,7 @@ td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32
     const storage *st = ds->st;
     *values = NULL, *labels = NULL, *targets = NULL;
     *u8 = st->dtype == TD_DTYPE_U8;
-    size_t bytes = ds->count * td_dataset_packed_bytes(ds);
+    size_t rb = td_dataset_packed_bytes(ds), bytes = ds->count * rb;
     size_t tdim = st->labels ? 0 : (size_t)st->target_dim;
     void *v = malloc(bytes + 1);
     int32_t *y = st->labels ? malloc(ds->count * sizeof(int32_t) + 1) : NULL;
@@ -1277,9 +1278,8 @@ td_status td_dataset_pack(const td_dataset_t *ds, void **values, bool *u8, int32
     for (uint64_t i0 = 0; i0 < ds->count; i0 += CHUNK) {
         int k = (int)TD_MIN((uint64_t)CHUNK, ds->count - i0);
         for (int i = 0; i < k; i++) ids[i] = i0 + (uint64_t)i;
-        td_status rc = td_dataset_pack_ids(ds, ids, k,
-                                           (uint8_t *)v + i0 * td_dataset_packed_bytes(ds),
-                                           y ? y + i0 : NULL, t ? t + i0 * tdim : NULL);
+        td_status rc = td_dataset_pack_ids(ds, ids, k, (uint8_t *)v + i0 * rb, y ? y + i0 : NULL,
+                                           t ? t + i0 * tdim : NULL);
         if (rc != TD_OK) {
             free(v), free(y), free(t);
             return rc;

@@ -81,7 +81,7 @@ typedef struct glayer {
 
 /* A data set on the device: src's values, labels (or targets) and norm are its allocations
  * (norm: the lut [channels][256], or mean [channels] then std [channels]). A streamed set's
- * src is a window of `rows` samples (a step's slots, or an evaluation batch) in one allocation,
+ * src is a window of samples (a step's slots, or an evaluation batch) in one allocation,
  * values then labels or targets, filled from `host`: pinned staging of the same layout, one per
  * ring slot (training) or one (evaluation), filled by fill. */
 typedef struct {
@@ -91,7 +91,6 @@ typedef struct {
     bool stream;
     td_gpu_fill_fn fill;
     void *fill_user;
-    int rows;
     size_t rec_bytes, labels_off, window_bytes; /* a sample's values; the window's layout */
     void *window, *host;
 } gdata;
@@ -594,7 +593,6 @@ static td_status stream_setup(td_gpu_t *g, gdata *gd, const td_gpu_dataset *d, b
                               int rows, int copies) {
     gd->stream = true;
     gd->fill = d->fill, gd->fill_user = d->fill_user;
-    gd->rows = rows;
     gd->rec_bytes = (size_t)d->sample_size * (d->u8 ? 1 : 4);
     gd->labels_off = ((size_t)rows * gd->rec_bytes + 15) & ~(size_t)15;
     gd->window_bytes = gd->labels_off + (size_t)rows * (real ? (size_t)d->target_dim * 4 : 4);

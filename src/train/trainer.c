@@ -514,16 +514,17 @@ static td_status gpu_ipc_setup(trainer *t) {
         TD_LOG_INFO("%d ranks reduce gradients on the device through CUDA IPC", cfg->world_size);
     return TD_OK;
 }
-/* The training and test sets to the device with their normalisation (again after a resume
- * restores another one): packed in sample order, so a split or a file-backed set goes too. */
+/* A streamed set's samples, as the engine asks for them (td_gpu_fill_fn). */
 static td_status gpu_fill(void *user, const uint64_t *ids, int n, void *values, int32_t *labels,
                           float *targets) {
     return td_dataset_pack_ids(user, ids, n, values, labels, targets);
 }
 
-/* Each set goes to the device whole (resident) where it fits in its free memory with room to
- * spare (a tenth, and at least 1 GiB, for what cuBLAS and the graphs allocate later), else it
- * streams: the engine asks td_dataset_pack_ids for each step's samples (TANDEM_GPU_DATA). */
+/* The training and test sets to the device with their normalisation (again after a resume
+ * restores another one), packed in sample order so a split or a file-backed set goes too. Each
+ * goes whole (resident) where it fits in the free memory with room to spare (a tenth, and at
+ * least 1 GiB, for what cuBLAS and the graphs allocate later), else it streams: the engine asks
+ * td_dataset_pack_ids for each step's samples (TANDEM_GPU_DATA). */
 static td_status gpu_upload_data(trainer *t) {
     const char *mode = td_env_str(TD_ENV_GPU_DATA);
     if (strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "stream"))
