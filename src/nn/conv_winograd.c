@@ -260,6 +260,21 @@ static inline void copy_row(float *restrict dst, const float *restrict src, int 
     if (i < n) memcpy(dst + n - 8, src + n - 8, 8 * sizeof(float));
 }
 
+/* Prefetch the planes of ns samples (ld floats apart) of `floats` floats each at p, for writing
+ * when `write`: a channel's plane, the next one to be read or written. A 32x32 plane is one
+ * 4 KiB page, where the hardware prefetcher stops. */
+static void prefetch_planes(const float *p, size_t ld, int ns, size_t floats, bool write) {
+    for (int s = 0; s < ns; s++) {
+        const char *q = (const char *)(p + s * ld);
+        for (size_t b = 0; b < sizeof(float) * floats; b += 64) {
+            if (write)
+                __builtin_prefetch(q + b, 1);
+            else
+                __builtin_prefetch(q + b);
+        }
+    }
+}
+
 static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int ns, int c, int h,
                             int w, int pad) {
     int tw = ws->tw;
@@ -276,13 +291,9 @@ static void transform_input(const wino_ws *ws, const float *x, size_t ldx, int n
     const size_t *at = ws->at;
     tile_places(ws->at, n, sps, tw, one, TILE * pw);
     for (int ci = 0; ci < c; ci++) {
-        /* the next channel's planes on their way while this one is split and transformed: a
-         * 32x32 plane is one 4 KiB page, where the hardware prefetcher stops, and in the weight
-         * gradient x comes from memory (the forward wrote it long before) */
-        for (int s = 0; ci + 1 < c && s < ns; s++) {
-            const char *nx = (const char *)(x + s * ldx + (size_t)(ci + 1) * h * w);
-            for (size_t b = 0; b < sizeof(float) * (size_t)h * w; b += 64) __builtin_prefetch(nx + b);
-        }
+        /* the next channel's planes on their way while this one is split and transformed (in
+         * the weight gradient x comes from memory: the forward wrote it long before) */
+        if (ci + 1 < c) prefetch_planes(x + (size_t)(ci + 1) * h * w, ldx, ns, (size_t)h * w, false);
         for (int s = 0; s < ns && c1 > c0; s++) {
             const float *xp = x + s * ldx + (size_t)ci * h * w;
             for (int r = r0; r < r1; r++)
@@ -440,9 +451,13 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
             td_sgemm(false, false, k, (int)ws.t, c, 1.0f, u + xi * ws.us, c, ws.v + xi * vs,
                      (int)ws.t, 0.0f, ws.m + xi * ms, (int)ws.t);
         output_places(&ws, ldy, ow);
-        for (int ko = 0; ko < k; ko++)
+        for (int ko = 0; ko < k; ko++) {
+            if (ko + 1 < k)
+                prefetch_planes(y + s0 * ldy + (size_t)(ko + 1) * oh * ow, ldy, nb,
+                                (size_t)oh * ow, true);
             output_tiles(&ws, ws.m + (size_t)ko * ws.t, ms, nb, bias ? bias[ko] : 0.0f,
                          y + s0 * ldy + (size_t)ko * oh * ow, ldy, oh, ow);
+        }
     }
 }
 
@@ -514,9 +529,13 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
         size_t vs = ws.vs, zs = ws.ms;
         transform_input(&ws, x + s0 * ldx, ldx, nb, c, h, w, pad);
         output_places(&ws, ldy, ow);
-        for (int ko = 0; ko < k; ko++)
+        for (int ko = 0; ko < k; ko++) {
+            if (ko + 1 < k)
+                prefetch_planes(dy + s0 * ldy + (size_t)(ko + 1) * oh * ow, ldy, nb,
+                                (size_t)oh * ow, false);
             grad_tiles(&ws, dy + s0 * ldy + (size_t)ko * oh * ow, ldy, nb, oh, ow, ko == 0,
                        ws.m + (size_t)ko * ws.t, zs);
+        }
         /* dU[xi] [k, c] += Z[xi] [k, T] x V[xi]^T: the sum over tiles is the gemm's K */
         for (int xi = 0; xi < TD_WINO_POS; xi++)
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
