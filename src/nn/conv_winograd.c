@@ -19,8 +19,7 @@
  * drops what lies outside. */
 #include <string.h>
 
-#include "conv_winograd.h"
-#include "tandem/tensor.h"
+#include "nn_internal.h" /* conv_winograd.h, tensor.h, the vector types */
 
 td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out) {
     const char *algo = td_env_str(TD_ENV_CONV_ALGO);
@@ -212,11 +211,6 @@ static void tile_places(size_t *at, size_t n, size_t per_sample, int tw, size_t 
  * (0, 4), (1, 5), (2, 6), (3, 7), so unpacking pairs and then halves of pairs leaves column b
  * of tiles 0-7 in order; columns 4 and 5 the same from t[q] + 4. Only lane-local shuffles, which
  * every x86 level has (the scalar gather this replaced was a third of the input transform). */
-typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
-typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
-/* Below AVX, GCC warns that passing v8f by value has no fixed ABI: these helpers are static and
- * always inlined, so no call ever passes one. */
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 static inline __attribute__((always_inline)) v8f pair(const float *lo, const float *hi) {
     return __builtin_shufflevector(*(const v4f *)lo, *(const v4f *)hi, 0, 1, 2, 3, 4, 5, 6, 7);

@@ -158,7 +158,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
             lower(l, x, col);
             xcol = col;
         }
-        /* dW (+)= dy x col^T (conv_own_gemm, conv_transposes_dy) */
+        /* dW (+)= dy x col^T (conv_own_gemm, conv_transposes_dy; t: the transposed operand) */
         float *t = col + conv_lowered_floats(l);
         if (!conv_own_gemm(l)) {
             td_sgemm(false, true, l->out_c, kk, n, 1.0f, dy, n, xcol, n, s == s0 ? 0.0f : 1.0f,
@@ -189,45 +189,31 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
         td_transpose(dwt, kk, l->out_c, (size_t)l->out_c, pw, (size_t)kk, kk);
 }
 
-/* Eight lanes, in GCC's vector extension (lowered to what the build's vector unit has): 2x2/2
- * pooling reads every other float, and a row of BasicNet's pool has 12 outputs, fewer than an
- * AVX-512 loop's 16 lanes, so `omp simd` left it to the scalar remainder (the pool was 12% of
- * BasicNet's step). Eight outputs a block, their even and odd inputs split by shuffles. */
-typedef float pool_f8 __attribute__((vector_size(32)));
-typedef int32_t pool_i8 __attribute__((vector_size(32)));
-/* Below AVX, GCC warns that passing a 32-byte vector by value has no fixed ABI: these helpers
- * are static and always inlined, so no call ever passes one. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-static inline __attribute__((always_inline)) pool_f8 pool_load(const float *p) {
-    pool_f8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline __attribute__((always_inline)) void pool_store(float *p, pool_f8 v) {
-    memcpy(p, &v, sizeof v);
-}
+/* 2x2/2 pooling eight outputs at a time (v8f, nn_internal.h): it reads every other float, and
+ * a row of BasicNet's pool has 12 outputs, fewer than an AVX-512 loop's 16 lanes, so `omp simd`
+ * left it to the scalar remainder (the pool was 12% of BasicNet's step). The even and odd
+ * inputs are split by shuffles. */
 
 /* g ? b : a, lane by lane, for a comparison's mask g (all ones or zero) */
-static inline __attribute__((always_inline)) pool_f8 pool_pick(pool_i8 g, pool_f8 b, pool_f8 a) {
-    return (pool_f8)((g & (pool_i8)b) | (~g & (pool_i8)a));
+static inline __attribute__((always_inline)) v8f pool_pick(v8i g, v8f b, v8f a) {
+    return (v8f)((g & (v8i)b) | (~g & (v8i)a));
 }
 
 /* Outputs [0, 8) of a row pair: the scalar loop's comparisons, in lanes. */
 static inline __attribute__((always_inline)) void maxpool2_block8(const float *r0, const float *r1,
                                                                   float *yr, uint8_t *ar) {
-    pool_f8 t0 = pool_load(r0), t1 = pool_load(r0 + 8), u0 = pool_load(r1), u1 = pool_load(r1 + 8);
-    pool_f8 a = __builtin_shufflevector(t0, t1, 0, 2, 4, 6, 8, 10, 12, 14);
-    pool_f8 b = __builtin_shufflevector(t0, t1, 1, 3, 5, 7, 9, 11, 13, 15);
-    pool_f8 c = __builtin_shufflevector(u0, u1, 0, 2, 4, 6, 8, 10, 12, 14);
-    pool_f8 d = __builtin_shufflevector(u0, u1, 1, 3, 5, 7, 9, 11, 13, 15);
-    pool_i8 g1 = b > a, g2 = d > c;
-    pool_f8 m1 = pool_pick(g1, b, a), m2 = pool_pick(g2, d, c);
-    pool_i8 g3 = m2 > m1;
-    pool_store(yr, pool_pick(g3, m2, m1));
+    v8f t0 = *(const v8f *)r0, t1 = *(const v8f *)(r0 + 8);
+    v8f u0 = *(const v8f *)r1, u1 = *(const v8f *)(r1 + 8);
+    v8f a = __builtin_shufflevector(t0, t1, 0, 2, 4, 6, 8, 10, 12, 14);
+    v8f b = __builtin_shufflevector(t0, t1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8f c = __builtin_shufflevector(u0, u1, 0, 2, 4, 6, 8, 10, 12, 14);
+    v8f d = __builtin_shufflevector(u0, u1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8i g1 = b > a, g2 = d > c;
+    v8f m1 = pool_pick(g1, b, a), m2 = pool_pick(g2, d, c);
+    v8i g3 = m2 > m1;
+    *(v8f *)yr = pool_pick(g3, m2, m1);
     /* the masks are -1 or 0: g3 ? 2 + g2 : g1 as 0..3 */
-    pool_i8 code = (g3 & (2 - g2)) | (~g3 & -g1);
+    v8i code = (g3 & (2 - g2)) | (~g3 & -g1);
     for (int i = 0; i < 8; i++) ar[i] = (uint8_t)code[i];
 }
 
@@ -263,17 +249,17 @@ static inline __attribute__((always_inline)) void maxpool2_back_row(float *d0, f
                                                                     bool relu) {
     int ox0 = 0;
     for (; ox0 + 8 <= ow; ox0 += 8) { /* eight outputs, their four inputs interleaved back */
-        pool_f8 g = pool_load(dy + ox0);
-        if (relu) g = pool_pick(pool_load(y + ox0) > 0.0f, g, (pool_f8){0});
+        v8f g = *(const v8f *)(dy + ox0);
+        if (relu) g = pool_pick(*(const v8f *)(y + ox0) > 0.0f, g, (v8f){0});
         const uint8_t *c = am + ox0;
-        pool_i8 a = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
-        pool_i8 gb = (pool_i8)g;
-        pool_f8 v0 = (pool_f8)(gb & (a == 0)), v1 = (pool_f8)(gb & (a == 1));
-        pool_f8 v2 = (pool_f8)(gb & (a == 2)), v3 = (pool_f8)(gb & (a == 3));
-        pool_store(d0 + 2 * ox0, __builtin_shufflevector(v0, v1, 0, 8, 1, 9, 2, 10, 3, 11));
-        pool_store(d0 + 2 * ox0 + 8, __builtin_shufflevector(v0, v1, 4, 12, 5, 13, 6, 14, 7, 15));
-        pool_store(d1 + 2 * ox0, __builtin_shufflevector(v2, v3, 0, 8, 1, 9, 2, 10, 3, 11));
-        pool_store(d1 + 2 * ox0 + 8, __builtin_shufflevector(v2, v3, 4, 12, 5, 13, 6, 14, 7, 15));
+        v8i a = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+        v8i gb = (v8i)g;
+        v8f v0 = (v8f)(gb & (a == 0)), v1 = (v8f)(gb & (a == 1));
+        v8f v2 = (v8f)(gb & (a == 2)), v3 = (v8f)(gb & (a == 3));
+        *(v8f *)(d0 + 2 * ox0) = __builtin_shufflevector(v0, v1, 0, 8, 1, 9, 2, 10, 3, 11);
+        *(v8f *)(d0 + 2 * ox0 + 8) = __builtin_shufflevector(v0, v1, 4, 12, 5, 13, 6, 14, 7, 15);
+        *(v8f *)(d1 + 2 * ox0) = __builtin_shufflevector(v2, v3, 0, 8, 1, 9, 2, 10, 3, 11);
+        *(v8f *)(d1 + 2 * ox0 + 8) = __builtin_shufflevector(v2, v3, 4, 12, 5, 13, 6, 14, 7, 15);
     }
 #pragma omp simd
     for (int ox = ox0; ox < ow; ox++) {

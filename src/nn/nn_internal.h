@@ -6,6 +6,17 @@
 #include "tandem/tensor.h"
 #include "conv_winograd.h"
 
+/* Vectors of four and eight floats (and eight int32 lanes, a comparison's mask) in GCC's vector
+ * extension, lowered to what the build's vector unit has, for the shuffles of the Winograd
+ * transforms and 2x2 pooling. The float ones may point into any float array, unaligned:
+ * `*(const v8f *)p` is an unaligned load. Below AVX, GCC warns that passing a 32-byte vector by
+ * value has no fixed ABI: the helpers taking them are static and always inlined, so no call
+ * ever passes one. */
+typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t v8i __attribute__((vector_size(32)));
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 /* Samples per chunk for per-sample layers. A constant (never derived from the thread count) so
  * that per-chunk partial sums, combined in chunk order, give the same bits on any team size. */
 #define TD_NN_CHUNK 4
