@@ -75,6 +75,7 @@ typedef struct glayer {
     bool need_din2;          /* residual: the same for its second input */
     float *din2;             /* residual: its second input's gradient (a copy of dy) */
     float *red;              /* batchnorm: [2C] the backward's means of dy and dy xhat */
+    double *part;            /* batchnorm: its sums' per-chunk partials (forward and backward) */
     int dropout_idx;         /* dropout: index into td_gpu_args.dropout_key */
     float *stats; /* layernorm: [max_batch][2] (mean, rstd) of the last forward; batchnorm: [2C] */
 } glayer;
@@ -325,6 +326,7 @@ static td_status build_layers(td_gpu_t *g) {
         if (f->kind == TD_LAYER_BATCHNORM) {
             TD_CHECK(DALLOC(g, l->stats, (size_t)f->in_c * 2 * 4));
             TD_CHECK(DALLOC(g, l->red, (size_t)f->in_c * 2 * 4));
+            TD_CHECK(DALLOC(g, l->part, td_gpu_batchnorm_part_doubles(B, f->in_c) * 8));
         }
         if (f->kind == TD_LAYER_DROPOUT) {
             if (ndrop == TD_GPU_MAX_DROPOUT)
@@ -539,7 +541,7 @@ extern "C" void td_gpu_free(td_gpu_t *g) {
             glayer *l = &g->layers[i];
             cudaFree(l->out), cudaFree(l->din), cudaFree(l->aux), cudaFree(l->col);
             cudaFree(l->cn), cudaFree(l->dcol), cudaFree(l->cn16), cudaFree(l->w16);
-            cudaFree(l->stats), cudaFree(l->din2), cudaFree(l->red);
+            cudaFree(l->stats), cudaFree(l->din2), cudaFree(l->red), cudaFree(l->part);
         }
     free(g->layers);
     free(g->acts), free(g->dacts);
@@ -826,7 +828,7 @@ static td_status forward(td_gpu_t *g, const float *x, const uint64_t *ids, int b
             break;
         case TD_LAYER_BATCHNORM:
             td_gpu_batchnorm(s, in, w, bias, batch, slot, f->in_c, f->in_h * f->in_w, f->eps,
-                             g->args, g->buffers + f->buffer_offset, l->stats,
+                             g->args, g->buffers + f->buffer_offset, l->part, l->stats,
                              bn_out + f->buffer_offset, l->out);
             break;
         case TD_LAYER_RESIDUAL:
@@ -960,7 +962,7 @@ static td_status backward(td_gpu_t *g, const float *dout, int batch, int slot, f
             break;
         case TD_LAYER_BATCHNORM:
             td_gpu_batchnorm_backward(s, in, dy, w, l->stats, batch, slot, f->in_c,
-                                      f->in_h * f->in_w, g->args, l->red,
+                                      f->in_h * f->in_w, g->args, l->part, l->red,
                                       l->need_din ? dx : NULL, gw, gb);
             break;
         case TD_LAYER_RESIDUAL:

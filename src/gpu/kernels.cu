@@ -1151,49 +1151,125 @@ void td_gpu_sum(cudaStream_t s, const float *a, const float *b, size_t n, float 
 }
 
 /* ---- batch normalisation, per channel over batch x hw values ----
- * One block per channel: the sums in double (THREADS strided partials, then the fixed tree), as
- * the CPU takes them in double: mean, biased variance = E[x^2] - mean^2 (clamped at 0). */
+ * The sums are taken in double, as the CPU takes them, and in a fixed order whatever the
+ * scheduling: block (ch, j) covers rows [j R, j R + R) of channel ch's planes, each thread every
+ * bd-th value of that range into partials of its own, the block's tree (block_sum) sums those
+ * into part[ch][j], and one thread per channel adds the chunks j in order. The chunks depend on
+ * the batch and the channels alone, never on the slot's valid rows (read on the device: a graph
+ * replays one launch for every slot), so every rank takes the same sums for the same micro-batch.
+ * Blocks number about BN_TARGET_BLOCKS: one block per channel left most of the SMs idle (16-64
+ * blocks for resnet-small, whose two BatchNorm sums were 62% of the step on an H200). */
+#define BN_TARGET_BLOCKS 512
+#define BN_MAX_CHUNKS 64
+
 /* The rows of a batch that hold samples: a training step's slot may be short (the epoch's tail)
  * and its padding rows must not enter the statistics; slot < 0: all of them. */
 __device__ __forceinline__ int valid_rows(const td_gpu_args *a, int slot, int batch) {
     return a->training && slot >= 0 ? TD_GPU_SLOT_ROWS(a, slot, batch) : batch;
 }
 
-__global__ void batchnorm_stats_kernel(const float *x, int batch, int slot, int c, int hw,
-                                       float eps, const td_gpu_args *a, const float *running,
-                                       float *stats, float *batch_stats) {
+/* the most chunks for a batch of `batch` rows and c channels */
+static int bn_max_chunks(int batch, int c) {
+    int j = (BN_TARGET_BLOCKS + c - 1) / c;
+    j = j > BN_MAX_CHUNKS ? BN_MAX_CHUNKS : j;
+    return j > batch ? (batch > 0 ? batch : 1) : j;
+}
+
+/* rows per chunk; *chunks: how many chunks (at most bn_max_chunks: the rows round up) */
+static int bn_rows_per_chunk(int batch, int c, int *chunks) {
+    int j = bn_max_chunks(batch, c), rows = (batch + j - 1) / j;
+    *chunks = rows > 0 ? (batch + rows - 1) / rows : 1;
+    return rows > 0 ? rows : 1;
+}
+
+/* bn_max_chunks grows with the batch, and the chunks never exceed it */
+size_t td_gpu_batchnorm_part_doubles(int max_batch, int c) {
+    return (size_t)c * bn_max_chunks(max_batch, c) * 2;
+}
+
+/* Thread t's partial sums over its block's chunk (t.bx the channel, t.by the chunk) of the first
+ * `rows` rows: with dy NULL, sum x and sum x^2; else sum dy and sum dy xhat, xhat = (x - mu) r
+ * rounded to float as the forward's. The value index advances without a division. */
+__host__ __device__ static inline void bn_sums_thread(tix t, const float *x, const float *dy,
+                                                      float mu, float r, int rows, int rows_per,
+                                                      int c, int hw, double *s0, double *s1) {
+    int ch = (int)t.bx, r0 = (int)t.by * rows_per, r1 = imin(r0 + rows_per, rows);
+    double a = 0, b = 0;
+    if (r1 > r0) {
+        size_t n = (size_t)(r1 - r0) * hw;
+        int q = (int)t.bd / hw, rem = (int)t.bd % hw, s = r0 + (int)t.tx / hw, e = (int)t.tx % hw;
+        for (size_t k = t.tx; k < n; k += t.bd) {
+            size_t i = ((size_t)s * c + ch) * hw + e;
+            if (dy) {
+                float xh = (x[i] - mu) * r;
+                a += (double)dy[i];
+                b += (double)dy[i] * (double)xh;
+            } else {
+                double v = x[i];
+                a += v, b += v * v;
+            }
+            e += rem, s += q;
+            if (e >= hw) e -= hw, s++;
+        }
+    }
+    *s0 = a, *s1 = b;
+}
+
+/* channel ch's sums: its chunks' partials in order */
+__host__ __device__ static inline void bn_chunk_sums(const double *part, int ch, int chunks,
+                                                     double *s0, double *s1) {
+    double a = 0, b = 0;
+    for (int j = 0; j < chunks; j++) {
+        a += part[((size_t)ch * chunks + j) * 2];
+        b += part[((size_t)ch * chunks + j) * 2 + 1];
+    }
+    *s0 = a, *s1 = b;
+}
+
+/* mean, biased variance = E[x^2] - mean^2 (clamped at 0) of n values from their sums */
+__host__ __device__ static inline void bn_stats_from_sums(double sum, double sq, size_t n, int c,
+                                                          int ch, float eps, float *stats,
+                                                          float *batch_stats) {
+    double dn = (double)n, mu = sum / dn, var = fmax(0.0, sq / dn - mu * mu);
+    stats[ch] = (float)mu;
+    stats[c + ch] = (float)(1.0 / sqrt(var + (double)eps));
+    batch_stats[ch] = (float)mu;
+    batch_stats[c + ch] = (float)(n > 1 ? var * dn / (dn - 1) : var);
+}
+
+/* grid (c, chunks): part[ch][j] = block (ch, j)'s two sums; stats: (mean, rstd) for dy's sums */
+__global__ void batchnorm_sums_kernel(const float *x, const float *dy, const float *stats,
+                                      int batch, int slot, int c, int hw, int rows_per,
+                                      const td_gpu_args *a, double *part) {
     __shared__ double sh[THREADS];
+    if (!dy && !a->training) return; /* evaluation's forward uses the running statistics */
+    int ch = (int)blockIdx.x;
+    float mu = dy ? stats[ch] : 0.0f, r = dy ? stats[c + ch] : 0.0f;
+    double s0, s1;
+    bn_sums_thread(TIX(), x, dy, mu, r, valid_rows(a, slot, batch), rows_per, c, hw, &s0, &s1);
+    s0 = block_sum(s0, sh);
+    s1 = block_sum(s1, sh);
+    if (threadIdx.x == 0) {
+        double *p = part + ((size_t)ch * gridDim.y + blockIdx.y) * 2;
+        p[0] = s0, p[1] = s1;
+    }
+}
+
+__global__ void batchnorm_stats_kernel(const double *part, int chunks, int batch, int slot, int c,
+                                       int hw, float eps, const td_gpu_args *a,
+                                       const float *running, float *stats, float *batch_stats) {
     int rows = valid_rows(a, slot, batch);
-    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
         if (!a->training) { /* evaluation: the running statistics */
-            if (threadIdx.x == 0) {
-                stats[ch] = running[ch];
-                stats[c + ch] = (float)(1.0 / sqrt((double)running[c + ch] + (double)eps));
-            }
-            continue;
-        }
-        if (rows == 0) { /* a slot without samples: finite statistics, no running update */
-            if (threadIdx.x == 0) {
-                stats[ch] = 0.0f, stats[c + ch] = 1.0f;
-                batch_stats[ch] = batch_stats[c + ch] = 0.0f;
-            }
-            continue;
-        }
-        double sum = 0, sq = 0;
-        size_t n = (size_t)rows * hw;
-        for (size_t k = threadIdx.x; k < n; k += blockDim.x) {
-            size_t sidx = k / hw, e = k % hw;
-            double v = x[(sidx * c + ch) * hw + e];
-            sum += v, sq += v * v;
-        }
-        sum = block_sum(sum, sh);
-        sq = block_sum(sq, sh);
-        if (threadIdx.x == 0) {
-            double dn = (double)n, mu = sum / dn, var = fmax(0.0, sq / dn - mu * mu);
-            stats[ch] = (float)mu;
-            stats[c + ch] = (float)(1.0 / sqrt(var + (double)eps));
-            batch_stats[ch] = (float)mu;
-            batch_stats[c + ch] = (float)(n > 1 ? var * dn / (dn - 1) : var);
+            stats[ch] = running[ch];
+            stats[c + ch] = (float)(1.0 / sqrt((double)running[c + ch] + (double)eps));
+        } else if (rows == 0) { /* a slot without samples: finite statistics, no running update */
+            stats[ch] = 0.0f, stats[c + ch] = 1.0f;
+            batch_stats[ch] = batch_stats[c + ch] = 0.0f;
+        } else {
+            double sum, sq;
+            bn_chunk_sums(part, ch, chunks, &sum, &sq);
+            bn_stats_from_sums(sum, sq, (size_t)rows * hw, c, ch, eps, stats, batch_stats);
         }
     }
 }
@@ -1210,38 +1286,29 @@ __global__ void batchnorm_apply_kernel(const float *x, const float *gamma, const
 
 void td_gpu_batchnorm(cudaStream_t s, const float *x, const float *gamma, const float *beta,
                       int batch, int slot, int c, int hw, float eps, const td_gpu_args *a,
-                      const float *running, float *stats, float *batch_stats, float *y) {
-    batchnorm_stats_kernel<<<grid_x((size_t)c), THREADS, 0, s>>>(x, batch, slot, c, hw, eps, a,
-                                                                 running, stats, batch_stats);
+                      const float *running, double *part, float *stats, float *batch_stats,
+                      float *y) {
+    int chunks, rows_per = bn_rows_per_chunk(batch, c, &chunks);
+    batchnorm_sums_kernel<<<dim3(grid_x((size_t)c), chunks), THREADS, 0, s>>>(
+        x, NULL, NULL, batch, slot, c, hw, rows_per, a, part);
+    batchnorm_stats_kernel<<<blocks_for((size_t)c), THREADS, 0, s>>>(
+        part, chunks, batch, slot, c, hw, eps, a, running, stats, batch_stats);
     size_t n = (size_t)batch * c * hw;
     batchnorm_apply_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, gamma, beta, stats, c, hw, n, y);
 }
 
 /* dgamma = sum dy xhat, dbeta = sum dy (overwritten); red = the means of both over the n values
  * in training (the batch statistics depend on x), 0 in evaluation */
-__global__ void batchnorm_reduce_kernel(const float *x, const float *dy, const float *stats,
-                                        int batch, int slot, int c, int hw,
-                                        const td_gpu_args *a, float *dgamma, float *dbeta,
-                                        float *red) {
-    __shared__ double sh[THREADS];
-    int rows = valid_rows(a, slot, batch);
-    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        float mu = stats[ch], r = stats[c + ch];
-        double sdy = 0, sdyx = 0;
-        size_t n = (size_t)rows * hw;
-        for (size_t k = threadIdx.x; k < n; k += blockDim.x) {
-            size_t i = (k / hw * c + ch) * hw + k % hw;
-            float xh = (x[i] - mu) * r;
-            sdy += (double)dy[i];
-            sdyx += (double)dy[i] * (double)xh;
-        }
-        sdy = block_sum(sdy, sh);
-        sdyx = block_sum(sdyx, sh);
-        if (threadIdx.x == 0) {
-            dgamma[ch] = (float)sdyx, dbeta[ch] = (float)sdy;
-            red[ch] = a->training && n ? (float)(sdy / (double)n) : 0.0f;
-            red[c + ch] = a->training && n ? (float)(sdyx / (double)n) : 0.0f;
-        }
+__global__ void batchnorm_reduce_kernel(const double *part, int chunks, int batch, int slot,
+                                        int c, int hw, const td_gpu_args *a, float *dgamma,
+                                        float *dbeta, float *red) {
+    size_t n = (size_t)valid_rows(a, slot, batch) * hw;
+    for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
+        double sdy, sdyx;
+        bn_chunk_sums(part, ch, chunks, &sdy, &sdyx);
+        dgamma[ch] = (float)sdyx, dbeta[ch] = (float)sdy;
+        red[ch] = a->training && n ? (float)(sdy / (double)n) : 0.0f;
+        red[c + ch] = a->training && n ? (float)(sdyx / (double)n) : 0.0f;
     }
 }
 
@@ -1265,10 +1332,13 @@ __global__ void batchnorm_dx_kernel(const float *x, const float *dy, const float
 
 void td_gpu_batchnorm_backward(cudaStream_t s, const float *x, const float *dy,
                                const float *gamma, const float *stats, int batch, int slot, int c,
-                               int hw, const td_gpu_args *a, float *red, float *dx, float *dgamma,
-                               float *dbeta) {
-    batchnorm_reduce_kernel<<<grid_x((size_t)c), THREADS, 0, s>>>(x, dy, stats, batch, slot, c,
-                                                                  hw, a, dgamma, dbeta, red);
+                               int hw, const td_gpu_args *a, double *part, float *red, float *dx,
+                               float *dgamma, float *dbeta) {
+    int chunks, rows_per = bn_rows_per_chunk(batch, c, &chunks);
+    batchnorm_sums_kernel<<<dim3(grid_x((size_t)c), chunks), THREADS, 0, s>>>(
+        x, dy, stats, batch, slot, c, hw, rows_per, a, part);
+    batchnorm_reduce_kernel<<<blocks_for((size_t)c), THREADS, 0, s>>>(part, chunks, batch, slot,
+                                                                      c, hw, a, dgamma, dbeta, red);
     size_t n = (size_t)batch * c * hw;
     if (dx)
         batchnorm_dx_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, dy, gamma, stats, red, batch,

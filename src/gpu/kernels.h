@@ -170,13 +170,17 @@ void td_gpu_sum(cudaStream_t s, const float *a, const float *b, size_t n, float 
  * (mean, rstd) for the backward; y = xhat gamma + beta. */
 void td_gpu_batchnorm(cudaStream_t s, const float *x, const float *gamma, const float *beta,
                       int batch, int slot, int c, int hw, float eps, const td_gpu_args *a,
-                      const float *running, float *stats, float *batch_stats, float *y);
+                      const float *running, double *part, float *stats, float *batch_stats,
+                      float *y);
 /* dgamma, dbeta (overwritten) over the same rows and, when dx is not NULL, dx = gamma rstd (dy -
  * mean(dy) - xhat mean(dy xhat)) (those means 0 in evaluation), 0 in the padding rows; red: [2c]
  * scratch. */
 void td_gpu_batchnorm_backward(cudaStream_t s, const float *x, const float *dy,
                                const float *gamma, const float *stats, int batch, int slot, int c,
-                               int hw, const td_gpu_args *a, float *red, float *dx, float *dgamma,
-                               float *dbeta);
+                               int hw, const td_gpu_args *a, double *part, float *red, float *dx,
+                               float *dgamma, float *dbeta);
+/* part, both functions' scratch for a layer of c channels: this many doubles covers every batch
+ * up to max_batch (the per-chunk sums; kernels.cu says how the channel's values are cut) */
+size_t td_gpu_batchnorm_part_doubles(int max_batch, int c);
 
 #endif

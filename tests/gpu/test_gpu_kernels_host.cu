@@ -6,7 +6,7 @@
  * the result byte for byte with direct loops: im2col (stride, padding, widths past a warp),
  * col2im (the adjoint, with and without the folded ReLU gate) and the max pool's backward
  * (2x2, overlapping windows, and the 2x2 tiling path), the conv output's return to NCHW. Built with
- * the CUDA backend; needs no GPU. */
+ * the CUDA backend; needs no GPU. BatchNorm's chunked sums too, against direct sums. */
 #include "kernels.cu"
 #include "tandem/nn.h"
 #include <cstdio>
@@ -348,6 +348,71 @@ static void check_loss(td_gpu_loss_kind kind, int batch, int dim) {
     }
 }
 
+/* BatchNorm's sums: every (channel, chunk) block's threads over the first `rows` of `batch` rows
+ * (the rest poisoned), the block's tree as block_sum takes it, the chunks in order; against
+ * direct double sums. A value missed or taken twice moves a sum by ~1/n, far past 1e-12; so does
+ * a padding row. The chunking covers every batch up to max and fits the scratch sized for it. */
+static void block_tree(std::vector<double> &v) {
+    for (size_t off = v.size() / 2; off > 0; off >>= 1)
+        for (size_t t = 0; t < off; t++) v[t] += v[t + off];
+}
+static void check_bn(int batch, int rows, int c, int hw) {
+    size_t n = (size_t)batch * c * hw;
+    std::vector<float> x(n), dy(n), stats(2 * c), bstats(2 * c);
+    unsigned s = 11;
+    for (size_t i = 0; i < n; i++) {
+        bool pad = i >= (size_t)rows * c * hw;
+        x[i] = pad ? 1e30f : 2.0f + rndf(s);
+        dy[i] = pad ? -1e30f : rndf(s);
+    }
+    int chunks, rows_per = bn_rows_per_chunk(batch, c, &chunks);
+    if ((size_t)c * chunks * 2 > td_gpu_batchnorm_part_doubles(batch, c) ||
+        (size_t)chunks * rows_per < (size_t)batch ||
+        (size_t)(chunks - 1) * rows_per >= (size_t)batch) {
+        printf("FAIL bn chunks b%d c%d: %d chunks of %d rows\n", batch, c, chunks, rows_per);
+        fails++;
+    }
+    std::vector<double> part((size_t)c * chunks * 2);
+    for (int pass = 0; pass < 2; pass++) { /* 0: the forward's sums, 1: the backward's */
+        const float *d = pass ? dy.data() : NULL;
+        for (unsigned ch = 0; ch < (unsigned)c; ch++)
+            for (unsigned j = 0; j < (unsigned)chunks; j++) {
+                std::vector<double> a(THREADS), b(THREADS);
+                for (unsigned tx = 0; tx < THREADS; tx++)
+                    bn_sums_thread(tix{ch, j, (unsigned)c, (unsigned)chunks, tx, THREADS},
+                                   x.data(), d, stats[ch], stats[c + ch], rows, rows_per, c, hw,
+                                   &a[tx], &b[tx]);
+                block_tree(a), block_tree(b);
+                part[((size_t)ch * chunks + j) * 2] = a[0];
+                part[((size_t)ch * chunks + j) * 2 + 1] = b[0];
+            }
+        for (int ch = 0; ch < c; ch++) {
+            double r0 = 0, r1 = 0, s0, s1;
+            for (int b = 0; b < rows; b++)
+                for (int e = 0; e < hw; e++) {
+                    size_t i = ((size_t)b * c + ch) * hw + e;
+                    if (pass) {
+                        float xh = (x[i] - stats[ch]) * stats[c + ch];
+                        r0 += dy[i], r1 += (double)dy[i] * xh;
+                    } else {
+                        r0 += x[i], r1 += (double)x[i] * x[i];
+                    }
+                }
+            bn_chunk_sums(part.data(), ch, chunks, &s0, &s1);
+            if (!(fabs(s0 - r0) <= 1e-12 * (fabs(r0) + 1) &&
+                  fabs(s1 - r1) <= 1e-12 * (fabs(r1) + 1))) {
+                printf("FAIL bn %s sums b%d rows %d c%d hw%d ch%d: %.17g %.17g vs %.17g %.17g\n",
+                       pass ? "backward" : "forward", batch, rows, c, hw, ch, s0, s1, r0, r1);
+                fails++;
+                return;
+            }
+            /* the backward's pass uses the statistics the forward's sums give */
+            if (!pass && rows) bn_stats_from_sums(s0, s1, (size_t)rows * hw, c, ch, 1e-5f,
+                                                  stats.data(), bstats.data());
+        }
+    }
+}
+
 int main(void) {
     for (int kind = TD_GPU_LOSS_CE; kind <= TD_GPU_LOSS_BCE; kind++) {
         check_loss((td_gpu_loss_kind)kind, 9, 10);
@@ -381,6 +446,21 @@ int main(void) {
         check_pool(3, 2, 9, 9, 2, 2, cap == 65535 ? 1u << 30 : cap);
         check_pool(2, 2, 40, 35, 3, 2, cap == 65535 ? 1u << 30 : cap);
     }
+    check_bn(256, 256, 16, 1024); // resnet-small's first block: 32 chunks of 8 rows
+    check_bn(256, 200, 64, 64);   // a short slot: rows past it poisoned
+    check_bn(13, 13, 3, 300);     // hw past a block of threads, chunks of 1 row
+    check_bn(37, 30, 5, 7);       // hw far below it: a thread's values cross rows
+    check_bn(9, 9, 700, 1);       // a feature BatchNorm (hw 1), one chunk
+    check_bn(5, 0, 4, 9);         // an empty slot
+    for (int b = 1; b <= 300; b++) // the scratch sized for 300 rows covers every smaller batch
+        for (int c : {1, 3, 16, 100, 600}) {
+            int chunks;
+            bn_rows_per_chunk(b, c, &chunks);
+            if ((size_t)c * chunks * 2 > td_gpu_batchnorm_part_doubles(300, c)) {
+                printf("FAIL bn scratch b%d c%d\n", b, c);
+                fails++;
+            }
+        }
     printf(fails ? "%d FAILED\n" : "all kernel bodies agree\n", fails);
     return fails != 0;
 }
