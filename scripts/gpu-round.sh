@@ -9,6 +9,7 @@
 # Logs go to $OUT (the device tool's output folder; ./gpu-round-logs without one) as one
 # logs.tar.gz, since the tool brings back only a few files, plus summary.txt: the timeline, each
 # test's result, the failures' output and the benchmark's verdicts. Exit status: the tests'.
+# Where the time goes, kernel by kernel: scripts/gpu-profile.sh after it, on the same machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bench=1 tests=1 only=
