@@ -112,30 +112,32 @@ static size_t slot_floats(size_t n) {
         o0 = (g0), o1 = p_ + q_, o2 = p_ - q_, o3 = r_ + u_, o4 = r_ - u_, o5 = (g3);           \
     } while (0)
 
+/* B m: 6 to 6 (the adjoint of B^T, for the input gradient) */
+#define WINO_B(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3, o4, o5)                                   \
+    do {                                                                                         \
+        __typeof__((m0) + 0.0f) a_ = (m1) + (m2), b_ = (m2) - (m1), c_ = (m3) + (m4),            \
+                                d_ = (m3) - (m4);                                                \
+        o0 = 4.0f * (m0), o1 = 4.0f * (b_ + (m5)) - 2.0f * d_;                                   \
+        o2 = -5.0f * (m0) - 4.0f * a_ - c_, o3 = 2.0f * d_ - b_ - 5.0f * (m5);                   \
+        o4 = (m0) + a_ + c_, o5 = (m5);                                                          \
+    } while (0)
+
 /* U = G g G^T per filter, vectorised over a block of filters: their taps are gathered into
- * g[9][BLOCK] (rotated by 180 degrees and channel-transposed for `backward`), then each of the
- * 36 positions is stored for the whole block, contiguous in U. U's slots lie slot_floats apart
- * (at 64 x 64 channels, 16 KiB apart, the 36 stores of a block all went to one L1 set: the
- * transform took 3.5% of resnet-small's step). */
+ * g[9][BLOCK], then each of the 36 positions is stored for the whole block, contiguous in U.
+ * U's slots lie slot_floats apart (at 64 x 64 channels, 16 KiB apart, the 36 stores of a block
+ * all went to one L1 set: the transform took 3.5% of resnet-small's step). */
 size_t td__wino_filter_floats(int oc, int ic) {
     return TD_WINO_POS * slot_floats((size_t)oc * ic);
 }
 
-void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
+void td__wino_filter(const float *w, int oc, int ic, float *u) {
     enum { BLOCK = 16 };
     size_t plane = (size_t)oc * ic, us = slot_floats(plane);
     for (size_t f0 = 0; f0 < plane; f0 += BLOCK) {
         int n = (int)TD_MIN((size_t)BLOCK, plane - f0);
         float g[9][BLOCK];
-        for (int l = 0; l < n; l++) {
-            size_t at = f0 + l; /* U's index: [o, i], or [i, o] backward */
-            if (backward) {
-                const float *src = w + ((at % oc) * ic + at / oc) * 9;
-                for (int e = 0; e < 9; e++) g[e][l] = src[8 - e];
-            } else {
-                for (int e = 0; e < 9; e++) g[e][l] = w[at * 9 + e];
-            }
-        }
+        for (int l = 0; l < n; l++)
+            for (int e = 0; e < 9; e++) g[e][l] = w[(f0 + l) * 9 + e];
 #pragma omp simd
         for (int l = 0; l < n; l++) {
             float gg[6][3], t[6];
@@ -153,6 +155,12 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u) {
             }
         }
     }
+}
+
+void td__wino_filter_transpose(const float *u, int oc, int ic, float *ut) {
+    size_t us = slot_floats((size_t)oc * ic);
+    for (int xi = 0; xi < TD_WINO_POS; xi++)
+        td_transpose(u + xi * us, oc, ic, (size_t)ic, ut + xi * us, (size_t)oc, oc);
 }
 
 /* Scratch layout shared by the entry points: dU [36, k, c], V [36, c, T], M [36, k, T], then the
@@ -512,8 +520,124 @@ static void grad_tiles(const wino_ws *ws, const float *dy, size_t ldy, int ns, i
     }
 }
 
-void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
-                    const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch) {
+/* dx of ns samples from the gradient of V (in V's place, [36, c, T]): transform_input run
+ * backwards, channel by channel, every pass flat over the pass's tiles. B down each tile's
+ * columns (E[r * 6 + j], in H then P), B across (D[r * 6 + b], in V's place: D[r][b] is the
+ * gradient of the tile's padded-input value at row r, column b). A tile overlaps its right and
+ * lower neighbours by two columns and rows: columns 4 and 5 are added onto the next tile's 0 and
+ * 1 (all six rows), then rows 4 and 5 onto the lower tile's 0 and 1, so that D[0..3][0..3] is
+ * each tile's share of the padded planes, stored in place (split8's transposes the other way
+ * round: store8); the last tile row's rows 4 and 5 and the last column's columns 4 and 5 fill
+ * the planes' last four rows and columns. dx is the planes without their border. Each value is
+ * a sum in one fixed order. */
+static void input_grad(const wino_ws *ws, int ns, int c, int h, int w, int pad, float *dx,
+                       size_t lddx) {
+    int th = ws->th, tw = ws->tw;
+    size_t ps = ws->ps, tps = ws->tps, vs = ws->vs, t = ws->t;
+    size_t pw = ws->pw, rows = ws->rows, one = rows * pw;
+    int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, (int)pw - pad); /* dx's columns inside a plane */
+    /* the planes' rows and columns past the tiles' first four that dx reads (at most 4) */
+    int rows_past = TD_MIN(TILE, pad + h - TILE * th);
+    int cols_past = TD_MIN(TILE, pad + w - TILE * tw);
+    float *plane = ws->plane, *e[36];
+    for (int q = 0; q < 36; q++) e[q] = q < 24 ? ws->h + (size_t)q * ps : ws->p + (q - 24) * ps;
+    /* which tiles have a left and an upper neighbour (P's slots 12 and 13) */
+    float *left = ws->p + 12 * ps, *up = ws->p + 13 * ps;
+    for (size_t g = 0; g < t; g++) left[g] = g % tw != 0, up[g] = g % tps >= (size_t)tw;
+    tile_places(ws->at, t, tps, tw, one, TILE * pw); /* tile g's place in the planes */
+    for (int ci = 0; ci < c; ci++) {
+        float *d[36];
+        for (int q = 0; q < 36; q++) d[q] = ws->v + (size_t)q * vs + (size_t)ci * t;
+        for (int j = 0; j < 6; j++) {
+            const float *m0 = d[j], *m1 = d[6 + j], *m2 = d[12 + j], *m3 = d[18 + j],
+                        *m4 = d[24 + j], *m5 = d[30 + j];
+            float *o0 = e[j], *o1 = e[6 + j], *o2 = e[12 + j], *o3 = e[18 + j], *o4 = e[24 + j],
+                  *o5 = e[30 + j];
+#pragma omp simd
+            for (size_t g = 0; g < t; g++)
+                WINO_B(m0[g], m1[g], m2[g], m3[g], m4[g], m5[g], o0[g], o1[g], o2[g], o3[g],
+                       o4[g], o5[g]);
+        }
+        for (int r = 0; r < 6; r++) {
+            float *const *er = e + 6 * r, *const *dr = d + 6 * r;
+#pragma omp simd
+            for (size_t g = 0; g < t; g++)
+                WINO_B(er[0][g], er[1][g], er[2][g], er[3][g], er[4][g], er[5][g], dr[0][g],
+                       dr[1][g], dr[2][g], dr[3][g], dr[4][g], dr[5][g]);
+            for (int b = 0; b < 2; b++) { /* columns 4, 5 onto the right neighbour's 0, 1 */
+                float *to = dr[b];
+                const float *from = dr[4 + b];
+#pragma omp simd
+                for (size_t g = 1; g < t; g++) to[g] += left[g] != 0.0f ? from[g - 1] : 0.0f;
+            }
+        }
+        for (int r = 0; r < 2; r++) /* rows 4, 5 onto the lower neighbour's 0, 1 */
+            for (int b = 0; b < TILE; b++) {
+                float *to = d[6 * r + b];
+                const float *from = d[6 * (4 + r) + b];
+#pragma omp simd
+                for (size_t g = (size_t)tw; g < t; g++)
+                    to[g] += up[g] != 0.0f ? from[g - tw] : 0.0f;
+            }
+        for (int r = 0; r < TILE; r++) {
+            const float *d0 = d[6 * r], *d1 = d[6 * r + 1], *d2 = d[6 * r + 2],
+                        *d3 = d[6 * r + 3];
+            float *row = plane + (size_t)r * pw;
+            size_t g = 0;
+            for (; g + 8 <= t; g += 8)
+                store8(*(const v8f *)(d0 + g), *(const v8f *)(d1 + g), *(const v8f *)(d2 + g),
+                       *(const v8f *)(d3 + g), row, ws->at + g);
+            for (; g < t; g++) {
+                float *o = row + ws->at[g];
+                o[0] = d0[g], o[1] = d1[g], o[2] = d2[g], o[3] = d3[g];
+            }
+        }
+        for (int s = 0; s < ns; s++) { /* the last columns and rows that dx reads */
+            float *ps0 = plane + s * one;
+            size_t g0 = s * tps, gb = g0 + (size_t)(th - 1) * tw; /* the last tile row */
+            for (int ty = 0; ty < th; ty++) {
+                size_t gl = g0 + (size_t)ty * tw + tw - 1;
+                for (int r = 0; r < TILE; r++) {
+                    float *o = ps0 + (size_t)(TILE * ty + r) * pw + (size_t)TILE * tw;
+                    for (int b = 0; b < TD_MIN(cols_past, 2); b++)
+                        o[b] = d[6 * r + 4 + b][gl] +
+                               (r < 2 && ty > 0 ? d[6 * (4 + r) + 4 + b][gl - tw] : 0.0f);
+                    for (int b = 2; b < cols_past; b++) o[b] = 0.0f;
+                }
+            }
+            for (int r = 0; r < rows_past; r++) {
+                float *o = ps0 + (size_t)(TILE * th + r) * pw;
+                if (r >= 2) {
+                    memset(o, 0, sizeof(float) * (size_t)(TILE * tw + TD_MAX(cols_past, 0)));
+                    continue;
+                }
+                float *const *dr = d + 6 * (4 + r);
+                for (int tx = 0; tx < tw; tx++)
+                    for (int b = 0; b < TILE; b++) o[TILE * tx + b] = dr[b][gb + tx];
+                for (int b = 0; b < cols_past; b++)
+                    o[TILE * tw + b] = b < 2 ? dr[4 + b][gb + tw - 1] : 0.0f;
+            }
+        }
+        for (int s = 0; s < ns; s++) {
+            float *g = dx + s * lddx + (size_t)ci * h * w;
+            for (int r = 0; r < h; r++) {
+                float *gr = g + (size_t)r * w;
+                int pr = r + pad;
+                if (pr < 0 || pr >= (int)rows || c1 <= c0) {
+                    memset(gr, 0, sizeof(float) * (size_t)w);
+                    continue;
+                }
+                for (int col = 0; col < c0; col++) gr[col] = 0.0f;
+                copy_row(gr + c0, plane + s * one + (size_t)pr * pw + c0 + pad, c1 - c0);
+                for (int col = c1; col < w; col++) gr[col] = 0.0f;
+            }
+        }
+    }
+}
+
+void td__wino_backward(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
+                       const float *dy, size_t ldy, int k, int oh, int ow, const float *ut,
+                       float *dw, float *dx, size_t lddx, float *scratch) {
     size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
     int pass = pass_samples(oh, ow);
@@ -530,10 +654,16 @@ void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int
             grad_tiles(&ws, dy + s0 * ldy + (size_t)ko * oh * ow, ldy, nb, oh, ow, ko == 0,
                        ws.m + (size_t)ko * ws.t, zs);
         }
-        /* dU[xi] [k, c] += Z[xi] [k, T] x V[xi]^T: the sum over tiles is the gemm's K */
-        for (int xi = 0; xi < TD_WINO_POS; xi++)
+        /* dU[xi] [k, c] += Z[xi] [k, T] x V[xi]^T: the sum over tiles is the gemm's K; then
+         * V's gradient U[xi]^T [c, k] x Z[xi] in V's place, for dx */
+        for (int xi = 0; xi < TD_WINO_POS; xi++) {
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
+            if (dx)
+                td_sgemm(false, false, c, (int)ws.t, k, 1.0f, ut + xi * us, k, ws.m + xi * zs,
+                         (int)ws.t, 0.0f, ws.v + xi * vs, (int)ws.t);
+        }
+        if (dx) input_grad(&ws, nb, c, h, w, pad, dx + s0 * lddx, lddx);
     }
     /* dW = G^T dU G, vectorised over filters: a slot holds filter f's value at
      * du[xi * us + f]; dW's nine taps of each filter are interleaved at the end of a block */

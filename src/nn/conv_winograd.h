@@ -1,4 +1,4 @@
-/* Winograd F(4x4, 3x3) convolution for 3x3 stride-1 Conv2d (forward and input gradient). */
+/* Winograd F(4x4, 3x3) convolution for 3x3 stride-1 Conv2d (forward and backward). */
 #ifndef TANDEM_NN_CONV_WINOGRAD_H
 #define TANDEM_NN_CONV_WINOGRAD_H
 
@@ -24,10 +24,11 @@ size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int o
  * to an odd number of cache lines (so U [36, oc, ic] below is slot-strided, not dense). */
 size_t td__wino_filter_floats(int oc, int ic);
 
-/* Transforms W [oc, ic, 3, 3] into U [36, oc, ic] (G g G^T per filter). With `backward` it
- * instead transforms the filter of the input-gradient convolution, the 180-degree-rotated,
- * channel-transposed W, into U [36, ic, oc]. */
-void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u);
+/* Transforms W [oc, ic, 3, 3] into U [36, oc, ic] (G g G^T per filter). */
+void td__wino_filter(const float *w, int oc, int ic, float *u);
+
+/* Ut [36, ic, oc] = U [36, oc, ic] transposed slot by slot (for the input gradient). */
+void td__wino_filter_transpose(const float *u, int oc, int ic, float *ut);
 
 /* y = conv(x, filter U [36, k, c]) (+ bias[k] when bias != NULL) for ns samples, 3x3 kernel,
  * stride 1, padding pad (may be negative: the input is then cropped). Sample s's input is
@@ -35,10 +36,17 @@ void td__wino_filter(const float *w, int oc, int ic, bool backward, float *u);
 void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int pad, const float *u,
                    int k, int oh, int ow, const float *bias, float *y, size_t ldy, float *scratch);
 
-/* dW [k, c, 3, 3] = the weight gradient of that conv summed over the ns samples (overwritten),
- * given the inputs x (as above) and the output gradients dy (sample s at dy + s * ldy,
- * [k, oh, ow]): 36 gemms over all tiles in the Winograd domain, then dW = G^T dU G. */
-void td__wino_wgrad(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
-                    const float *dy, size_t ldy, int k, int oh, int ow, float *dw, float *scratch);
+/* The backward of that conv for ns samples, given its inputs x (as above) and the output
+ * gradients dy (sample s at dy + s * ldy, [k, oh, ow]):
+ *   dW [k, c, 3, 3] = the weight gradient summed over the samples (overwritten): 36 gemms over
+ *   all tiles in the Winograd domain, dU = Z V^T with Z = A dy A^T per tile, then G^T dU G;
+ *   dx (when not NULL; sample s at dx + s * lddx, [c, h, w], overwritten) = the input gradient,
+ *   the forward's transforms run backwards: Ut Z per tile position (ut from
+ *   td__wino_filter_transpose of the forward's U), then B . B^T, the overlapping tiles added.
+ * Both share the forward's tiles and Z: the input gradient needs no transform of dy of its own
+ * and no tiles beyond the forward's (a convolution of dy padded by 2 - pad needed both). */
+void td__wino_backward(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
+                       const float *dy, size_t ldy, int k, int oh, int ow, const float *ut,
+                       float *dw, float *dx, size_t lddx, float *scratch);
 
 #endif

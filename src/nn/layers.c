@@ -135,15 +135,10 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
                 float g = td_sum(dout + (size_t)s * ldo + (size_t)oc * n, (size_t)n);
                 pb[oc] = s == s0 ? g : pb[oc] + g;
             }
-        td__wino_wgrad(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h, l->in_w,
-                       l->pad, dout + (size_t)s0 * ldo, ldo, l->out_c, l->out_h, l->out_w, pw,
-                       m->scratch[tid]);
-        /* The input gradient of a stride-1 3x3 conv with padding p is the conv of dy (padding
-         * 2 - p) with the rotated, channel-transposed filter. */
-        if (l->need_din)
-            td__wino_conv(dout + (size_t)s0 * ldo, ldo, s1 - s0, l->out_c, l->out_h, l->out_w,
-                          2 - l->pad, l->wino_ub, l->in_c, l->in_h, l->in_w, NULL,
-                          din + (size_t)s0 * ldi, ldi, m->scratch[tid]);
+        td__wino_backward(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h,
+                          l->in_w, l->pad, dout + (size_t)s0 * ldo, ldo, l->out_c, l->out_h,
+                          l->out_w, l->wino_ub, pw, l->need_din ? din + (size_t)s0 * ldi : NULL,
+                          ldi, m->scratch[tid]);
         return;
     }
     float *dwt = conv_own_gemm(l) /* dW^T, the last of scratch (conv_wgrad_floats) */

@@ -642,11 +642,10 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
             if (l->wino) {
                 l->wino_u = alloc_floats(td__wino_filter_floats(l->out_c, l->in_c));
                 l->wino_ub = alloc_floats(td__wino_filter_floats(l->in_c, l->out_c));
-                size_t f = td__wino_scratch_floats(TD_NN_CHUNK, l->in_c, l->out_c, l->in_h, l->in_w,
-                                                   l->out_h, l->out_w);
-                size_t b = td__wino_scratch_floats(TD_NN_CHUNK, l->out_c, l->in_c, l->out_h,
-                                                   l->out_w, l->in_h, l->in_w);
-                m->col_floats = TD_MAX(m->col_floats, TD_MAX(f, b));
+                m->col_floats =
+                    TD_MAX(m->col_floats, td__wino_scratch_floats(TD_NN_CHUNK, l->in_c, l->out_c,
+                                                                  l->in_h, l->in_w, l->out_h,
+                                                                  l->out_w));
             }
         }
         if (l->kind == TD_LAYER_DROPOUT) m->col_floats = TD_MAX(m->col_floats, l->out_size + 4);
@@ -1057,7 +1056,7 @@ const float *td_model_forward(td_model_t *m, const float *x, int batch, const td
         if (m->layers[i].wino) {
             double t0 = prof_now(m);
             td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
-                            m->layers[i].in_c, false, m->layers[i].wino_u);
+                            m->layers[i].in_c, m->layers[i].wino_u);
             prof_add(m, 0, i, 0, t0, 1);
         }
     for (int i = 0; i < m->num_layers;) {
@@ -1116,8 +1115,8 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
     for (int i = first; i < m->num_layers; i++)
         if (m->layers[i].wino && m->layers[i].need_din) {
             double t0 = prof_now(m);
-            td__wino_filter(m->params + m->layers[i].param_offset, m->layers[i].out_c,
-                            m->layers[i].in_c, true, m->layers[i].wino_ub);
+            td__wino_filter_transpose(m->layers[i].wino_u, m->layers[i].out_c,
+                                      m->layers[i].in_c, m->layers[i].wino_ub);
             prof_add(m, 0, i, 1, t0, 1);
         }
 #define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id]) /* -2 (never used) reads as dout */
