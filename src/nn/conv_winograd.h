@@ -16,8 +16,8 @@
  * TD_ERR_INVALID for an unknown TANDEM_CONV_ALGO value. */
 td_status td__conv_use_winograd(int in_c, int kernel, int stride, bool *out);
 
-/* Floats of scratch td__wino_conv needs for ns samples of a conv with c input and k output
- * channels, input h x w, output oh x ow. */
+/* Floats of scratch td__wino_conv and td__wino_backward need for ns samples of a conv with c
+ * input and k output channels, input h x w, output oh x ow. */
 size_t td__wino_scratch_floats(int ns, int c, int k, int h, int w, int oh, int ow);
 
 /* Floats of a transformed filter U for oc x ic channels: 36 slots of oc x ic floats, each padded
