@@ -5,8 +5,9 @@
 #     scripts/gpu-profile.sh [CASE...]      CASE = model:batch:precision (tandem),
 #                                           torch:model:batch:precision (the peer, eager)
 # Default: resnet-small at batch 256, fp32 and bf16, both sides (about a minute on an H200).
-# Output in $OUT: profile.txt (per case: the kernels by time per step, the step's sum) and per
-# case its CSV and one step's kernels in launch order (to tell which layer a kernel serves).
+# Output in $OUT: profile.txt (per case: the kernels by time per step, the step's sum) and
+# profile-cases.tar.gz (per case its CSV and one step's kernels in launch order, to tell which
+# layer a kernel serves).
 # One metric only (gpu__time_duration): each more replays every kernel (three took 9 passes and
 # ran 20x longer). ncu serialises the kernels, so the sum exceeds a step in a CUDA graph: read
 # the shares. env: CASE_TIMEOUT_S (each case's run, default 120).
@@ -26,7 +27,9 @@ cases=("$@")
 [ ${#cases[@]} = 0 ] && cases=(resnet-small:256:fp32 resnet-small:256:bf16
                                torch:resnet-small:256:fp32 torch:resnet-small:256:bf16)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/cases"
+# the device tool brings back a few files only: the cases' CSVs and listings go in one archive
+trap 'tar -C "$tmp/cases" -czf "$out/profile-cases.tar.gz" . ; rm -rf "$tmp"' EXIT
 "$py" - "$tmp/x.npy" "$tmp/y.npy" <<'PY'
 import sys
 import numpy as np
@@ -54,11 +57,11 @@ for c in "${cases[@]}"; do
   echo "== $c: ${cmd[*]}" >>"$report"
   TANDEM_CUDA_GRAPH=0 timeout "${CASE_TIMEOUT_S:-120}" ncu --clock-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --page raw \
-      --log-file "$out/$name.csv" "${cmd[@]}" >"$tmp/$name.log" 2>&1 \
+      --log-file "$tmp/cases/$name.csv" "${cmd[@]}" >"$tmp/$name.log" 2>&1 \
     || { echo "failed ($?):" >>"$report"; tail -15 "$tmp/$name.log" >>"$report"; continue; }
   # Steps end at the optimizer's kernels (tandem's adamw_kernel, PyTorch's AdamW: a run of
   # them): the first step (warm-up) and what follows the last (evaluation) are left out.
-  "$py" - "$out/$name.csv" >>"$report" 2>&1 <<'PY'
+  "$py" - "$tmp/cases/$name.csv" >>"$report" 2>&1 <<'PY'
 import collections, csv, sys
 path = sys.argv[1]
 lines = open(path).read().splitlines()

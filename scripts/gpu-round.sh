@@ -2,22 +2,24 @@
 # One round on the lent GPU host (../shared/gpu-host/README.md), a few minutes: the CUDA build,
 # the GPU tests, the benchmark, every log kept. Prepare here with ../shared/gpu-host/kit.sh, then
 # run it there from the project root, .gpu-host carried:
-#     scripts/gpu-round.sh [--no-bench | --bench-only] [--only REGEX]
+#     scripts/gpu-round.sh [--no-bench | --bench-only] [--only REGEX] [--profile]
 # --only REGEX: just the GPU tests matching it (and no benchmark), for a quick second try.
-# The tests (up to ~7 min) and the benchmark (up to 5) may not fit one call of the device tool
-# (10 min): run --no-bench, then --bench-only on the still-warm machine (the build is kept).
+# --profile: then scripts/gpu-profile.sh (ncu's kernel times, ~1 min) into the same $OUT.
+# On the H200 (2026-11-30) the build took 33 s, the tests 110 s and the benchmark 90 s, so one
+# call of the device tool (10 min) holds a whole round with --profile (~5 min); where the tests
+# run long, --no-bench then --bench-only on the still-warm machine (the build is kept).
 # Logs go to $OUT (the device tool's output folder; ./gpu-round-logs without one) as one
 # logs.tar.gz, since the tool brings back only a few files, plus summary.txt: the timeline, each
 # test's result, the failures' output and the benchmark's verdicts. Exit status: the tests'.
-# Where the time goes, kernel by kernel: scripts/gpu-profile.sh after it, on the same machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bench=1 tests=1 only=
+bench=1 tests=1 only= profile=0
 while [ $# -gt 0 ]; do
   case $1 in
     --no-bench) bench=0 ;;
     --bench-only) tests=0 ;;
     --only) only=$2; bench=0; shift ;;
+    --profile) profile=1 ;;
     *) echo "gpu-round: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -58,6 +60,11 @@ if [ $bench = 1 ]; then
   OUT=$logs TIMEOUT_S=120 timeout 300 bash bench/bench_gpu.sh --quick >"$logs/bench.log" 2>&1
   say "bench exit $?"
   grep -E '^(basicnet|mlp7|resnet-small) |PASS|FAIL|tandem / torch' "$logs/bench.log" | tee -a "$summary"
+fi
+if [ $profile = 1 ]; then
+  say profile
+  OUT=$out timeout 240 bash scripts/gpu-profile.sh >"$logs/profile.log" 2>&1
+  say "profile exit $?"
 fi
 say done
 exit $rc
