@@ -1215,13 +1215,18 @@ __host__ __device__ static inline void bn_sums_thread(tix t, const float *x, con
     *s0 = a, *s1 = b;
 }
 
+/* where block (ch, j)'s two sums go in part */
+__host__ __device__ static inline size_t bn_part_at(int ch, int j, int chunks) {
+    return ((size_t)ch * chunks + j) * 2;
+}
+
 /* channel ch's sums: its chunks' partials in order */
 __host__ __device__ static inline void bn_chunk_sums(const double *part, int ch, int chunks,
                                                      double *s0, double *s1) {
     double a = 0, b = 0;
     for (int j = 0; j < chunks; j++) {
-        a += part[((size_t)ch * chunks + j) * 2];
-        b += part[((size_t)ch * chunks + j) * 2 + 1];
+        a += part[bn_part_at(ch, j, chunks)];
+        b += part[bn_part_at(ch, j, chunks) + 1];
     }
     *s0 = a, *s1 = b;
 }
@@ -1250,7 +1255,7 @@ __global__ void batchnorm_sums_kernel(const float *x, const float *dy, const flo
     s0 = block_sum(s0, sh);
     s1 = block_sum(s1, sh);
     if (threadIdx.x == 0) {
-        double *p = part + ((size_t)ch * gridDim.y + blockIdx.y) * 2;
+        double *p = part + bn_part_at(ch, (int)blockIdx.y, (int)gridDim.y);
         p[0] = s0, p[1] = s1;
     }
 }

@@ -383,8 +383,8 @@ static void check_bn(int batch, int rows, int c, int hw) {
                                    x.data(), d, stats[ch], stats[c + ch], rows, rows_per, c, hw,
                                    &a[tx], &b[tx]);
                 block_tree(a), block_tree(b);
-                part[((size_t)ch * chunks + j) * 2] = a[0];
-                part[((size_t)ch * chunks + j) * 2 + 1] = b[0];
+                part[bn_part_at((int)ch, (int)j, chunks)] = a[0];
+                part[bn_part_at((int)ch, (int)j, chunks) + 1] = b[0];
             }
         for (int ch = 0; ch < c; ch++) {
             double r0 = 0, r1 = 0, s0, s1;
