@@ -157,12 +157,6 @@ void td__wino_filter(const float *w, int oc, int ic, float *u) {
     }
 }
 
-void td__wino_filter_transpose(const float *u, int oc, int ic, float *ut) {
-    size_t us = slot_floats((size_t)oc * ic);
-    for (int xi = 0; xi < TD_WINO_POS; xi++)
-        td_transpose(u + xi * us, oc, ic, (size_t)ic, ut + xi * us, (size_t)oc, oc);
-}
-
 /* Scratch layout shared by the entry points: dU [36, k, c], V [36, c, T], M [36, k, T], then the
  * split planes P [24, ...] and the half-transformed tiles H [24, ...] (slots ps apart), the
  * padded input planes [ns][4 (th + 1)][4 (tw + 1)], and a table of where each tile of a pass
@@ -535,8 +529,8 @@ static void input_grad(const wino_ws *ws, int ns, int c, int h, int w, int pad, 
     int th = ws->th, tw = ws->tw;
     size_t ps = ws->ps, tps = ws->tps, vs = ws->vs, t = ws->t;
     size_t pw = ws->pw, rows = ws->rows, one = rows * pw;
-    int c0 = TD_MAX(0, -pad), c1 = TD_MIN(w, (int)pw - pad); /* dx's columns inside a plane */
-    /* the planes' rows and columns past the tiles' first four that dx reads (at most 4) */
+    /* the planes' rows and columns past the tiles' first four that dx reads (at most 4; the
+     * planes, 4 (th + 1) >= h + 2 pad + 2 rows and as many columns, hold all of dx's) */
     int rows_past = TD_MIN(TILE, pad + h - TILE * th);
     int cols_past = TD_MIN(TILE, pad + w - TILE * tw);
     float *plane = ws->plane, *e[36];
@@ -618,25 +612,15 @@ static void input_grad(const wino_ws *ws, int ns, int c, int h, int w, int pad, 
                     o[TILE * tw + b] = b < 2 ? dr[4 + b][gb + tw - 1] : 0.0f;
             }
         }
-        for (int s = 0; s < ns; s++) {
-            float *g = dx + s * lddx + (size_t)ci * h * w;
-            for (int r = 0; r < h; r++) {
-                float *gr = g + (size_t)r * w;
-                int pr = r + pad;
-                if (pr < 0 || pr >= (int)rows || c1 <= c0) {
-                    memset(gr, 0, sizeof(float) * (size_t)w);
-                    continue;
-                }
-                for (int col = 0; col < c0; col++) gr[col] = 0.0f;
-                copy_row(gr + c0, plane + s * one + (size_t)pr * pw + c0 + pad, c1 - c0);
-                for (int col = c1; col < w; col++) gr[col] = 0.0f;
-            }
-        }
+        for (int s = 0; s < ns; s++)
+            for (int r = 0; r < h; r++)
+                copy_row(dx + s * lddx + ((size_t)ci * h + r) * w,
+                         plane + s * one + (size_t)(r + pad) * pw + pad, w);
     }
 }
 
 void td__wino_backward(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
-                       const float *dy, size_t ldy, int k, int oh, int ow, const float *ut,
+                       const float *dy, size_t ldy, int k, int oh, int ow, const float *u,
                        float *dw, float *dx, size_t lddx, float *scratch) {
     size_t us = slot_floats((size_t)k * c), kc = (size_t)k * c;
     float *du = scratch;
@@ -660,7 +644,7 @@ void td__wino_backward(const float *x, size_t ldx, int ns, int c, int h, int w, 
             td_sgemm(false, true, k, c, (int)ws.t, 1.0f, ws.m + xi * zs, (int)ws.t, ws.v + xi * vs,
                      (int)ws.t, s0 ? 1.0f : 0.0f, du + xi * us, c);
             if (dx)
-                td_sgemm(false, false, c, (int)ws.t, k, 1.0f, ut + xi * us, k, ws.m + xi * zs,
+                td_sgemm(true, false, c, (int)ws.t, k, 1.0f, u + xi * us, c, ws.m + xi * zs,
                          (int)ws.t, 0.0f, ws.v + xi * vs, (int)ws.t);
         }
         if (dx) input_grad(&ws, nb, c, h, w, pad, dx + s0 * lddx, lddx);

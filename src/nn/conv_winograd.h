@@ -27,9 +27,6 @@ size_t td__wino_filter_floats(int oc, int ic);
 /* Transforms W [oc, ic, 3, 3] into U [36, oc, ic] (G g G^T per filter). */
 void td__wino_filter(const float *w, int oc, int ic, float *u);
 
-/* Ut [36, ic, oc] = U [36, oc, ic] transposed slot by slot (for the input gradient). */
-void td__wino_filter_transpose(const float *u, int oc, int ic, float *ut);
-
 /* y = conv(x, filter U [36, k, c]) (+ bias[k] when bias != NULL) for ns samples, 3x3 kernel,
  * stride 1, padding pad (may be negative: the input is then cropped). Sample s's input is
  * x + s * ldx ([c, h, w]); its output y + s * ldy ([k, oh, ow]) is overwritten. */
@@ -37,16 +34,16 @@ void td__wino_conv(const float *x, size_t ldx, int ns, int c, int h, int w, int 
                    int k, int oh, int ow, const float *bias, float *y, size_t ldy, float *scratch);
 
 /* The backward of that conv for ns samples, given its inputs x (as above) and the output
- * gradients dy (sample s at dy + s * ldy, [k, oh, ow]):
+ * gradients dy (sample s at dy + s * ldy, [k, oh, ow]), its filter U (as above) and pad >= 0:
  *   dW [k, c, 3, 3] = the weight gradient summed over the samples (overwritten): 36 gemms over
  *   all tiles in the Winograd domain, dU = Z V^T with Z = A dy A^T per tile, then G^T dU G;
  *   dx (when not NULL; sample s at dx + s * lddx, [c, h, w], overwritten) = the input gradient,
- *   the forward's transforms run backwards: Ut Z per tile position (ut from
- *   td__wino_filter_transpose of the forward's U), then B . B^T, the overlapping tiles added.
+ *   the forward's transforms run backwards: U^T Z per tile position, then B . B^T, the
+ *   overlapping tiles added.
  * Both share the forward's tiles and Z: the input gradient needs no transform of dy of its own
  * and no tiles beyond the forward's (a convolution of dy padded by 2 - pad needed both). */
 void td__wino_backward(const float *x, size_t ldx, int ns, int c, int h, int w, int pad,
-                       const float *dy, size_t ldy, int k, int oh, int ow, const float *ut,
+                       const float *dy, size_t ldy, int k, int oh, int ow, const float *u,
                        float *dw, float *dx, size_t lddx, float *scratch);
 
 #endif

@@ -137,7 +137,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
             }
         td__wino_backward(x0 + (size_t)s0 * l->in_size, l->in_size, s1 - s0, l->in_c, l->in_h,
                           l->in_w, l->pad, dout + (size_t)s0 * ldo, ldo, l->out_c, l->out_h,
-                          l->out_w, l->wino_ub, pw, l->need_din ? din + (size_t)s0 * ldi : NULL,
+                          l->out_w, l->wino_u, pw, l->need_din ? din + (size_t)s0 * ldi : NULL,
                           ldi, m->scratch[tid]);
         return;
     }

@@ -102,7 +102,6 @@ void td_model_free(td_model_t *m) {
         free(l->dpart);
         free(l->psum);
         free(l->wino_u);
-        free(l->wino_ub);
     }
     for (int t = 0; t < m->scratch_threads; t++) free(m->scratch[t]);
     free(m->scratch);
@@ -641,7 +640,6 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
             }
             if (l->wino) {
                 l->wino_u = alloc_floats(td__wino_filter_floats(l->out_c, l->in_c));
-                l->wino_ub = alloc_floats(td__wino_filter_floats(l->in_c, l->out_c));
                 m->col_floats =
                     TD_MAX(m->col_floats, td__wino_scratch_floats(TD_NN_CHUNK, l->in_c, l->out_c,
                                                                   l->in_h, l->in_w, l->out_h,
@@ -1112,13 +1110,6 @@ void td_model_backward(td_model_t *m, const float *dout, int batch) {
     int first = 0; /* layers before the first parametered layer need no backward */
     while (first < m->num_layers && !m->layers[first].param_count) first++;
     int nchunks = ntasks(batch, TD_NN_CHUNK);
-    for (int i = first; i < m->num_layers; i++)
-        if (m->layers[i].wino && m->layers[i].need_din) {
-            double t0 = prof_now(m);
-            td__wino_filter_transpose(m->layers[i].wino_u, m->layers[i].out_c,
-                                      m->layers[i].in_c, m->layers[i].wino_ub);
-            prof_add(m, 0, i, 1, t0, 1);
-        }
 #define GBUF(id) ((id) < 0 ? (float *)dout : m->gbuf[id]) /* -2 (never used) reads as dout */
 #define GLD(id)  ((id) < 0 ? (size_t)td_model_output_size(m) : m->gstride)
     for (int i = m->num_layers - 1; i >= first;) {

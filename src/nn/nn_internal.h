@@ -64,8 +64,8 @@ typedef struct {
     double *psum;    /* batchnorm: per-sample sums of x and x^2 per channel [max_batch][2C] */
     bool psum_fresh; /* batchnorm: psum holds this forward's rows (td__bn_sample_sums) */
     bool wino;       /* conv2d: Winograd F(4x4,3x3) forward and both gradients (conv_winograd.c) */
-    float *wino_u;   /* transformed filter [36 slots, out_c, in_c], refreshed by every forward */
-    float *wino_ub;  /* wino_u transposed per slot [36, in_c, out_c], refreshed every backward */
+    float *wino_u;   /* transformed filter [36 slots, out_c, in_c], refreshed by every forward
+                      * and read by the backward that follows it */
 } td_layer;
 
 /* A residual block being built (td_model_begin_residual .. td_model_add_residual). */
