@@ -199,13 +199,7 @@ csv() { # words -> a,b,c
 # resnet-small's data: CIFAR-shaped uint8 images and labels, the same files for both sides
 cifar_x=$tmp/cifar_x.npy cifar_y=$tmp/cifar_y.npy
 write_cifar() {
-  "$py" - "$cifar_x" "$cifar_y" <<'PY'
-import sys
-import numpy as np
-rng = np.random.default_rng(0)
-np.save(sys.argv[1], rng.integers(0, 256, (2048, 3, 32, 32), dtype=np.uint8))
-np.save(sys.argv[2], rng.integers(0, 10, 2048).astype(np.int64))
-PY
+  "$py" "$src/bench/data/cifar_like.py" "$cifar_x" "$cifar_y"
 }
 
 data_args() { # model -> tandem's data flags for it

@@ -73,13 +73,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 # the data both sides read
+"$py" "$src/bench/data/cifar_like.py" "$out/cifar_x.npy" "$out/cifar_y.npy" || exit 1
 "$py" - "$out" <<'PY'
 import gzip, os, sys
 import numpy as np
 out = sys.argv[1]
-rng = np.random.default_rng(0)
-np.save(os.path.join(out, "cifar_x.npy"), rng.integers(0, 256, (2048, 3, 32, 32), dtype=np.uint8))
-np.save(os.path.join(out, "cifar_y.npy"), rng.integers(0, 10, 2048).astype(np.int64))
 digits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 if not os.path.exists(digits):
     sys.exit(f"bench_train: {digits} missing (apt-get install python3-sklearn)")

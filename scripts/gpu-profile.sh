@@ -30,13 +30,7 @@ tmp=$(mktemp -d)
 mkdir "$tmp/cases"
 # the device tool brings back a few files only: the cases' CSVs and listings go in one archive
 trap 'tar -C "$tmp/cases" -czf "$out/profile-cases.tar.gz" . ; rm -rf "$tmp"' EXIT
-"$py" - "$tmp/x.npy" "$tmp/y.npy" <<'PY'
-import sys
-import numpy as np
-rng = np.random.default_rng(0)
-np.save(sys.argv[1], rng.integers(0, 256, (2048, 3, 32, 32), dtype=np.uint8))
-np.save(sys.argv[2], rng.integers(0, 10, 2048).astype(np.int64))
-PY
+"$py" bench/data/cifar_like.py "$tmp/x.npy" "$tmp/y.npy" || exit 1
 
 for c in "${cases[@]}"; do
   IFS=: read -ra f <<<"$c"
