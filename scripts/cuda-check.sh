@@ -38,14 +38,15 @@ for l in cudart cublas cublasLt nccl; do
 done
 ln -s lib "$kit/lib64"
 
+conf_log=$build/cuda-check.configure.log build_log=$build/cuda-check.build.log # in the build
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_WERROR=ON -DTANDEM_CUDA=ON \
   -DTANDEM_TORCH=OFF -DCMAKE_CUDA_COMPILER="$kit/bin/nvcc" -DCUDAToolkit_ROOT="$kit" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >"$build/cuda-check.configure.log" 2>&1 ||
-  { cat "$build/cuda-check.configure.log"; exit 1; }
-grep -q "CUDA backend on" "$build/cuda-check.configure.log" ||
-  { echo "cuda-check: the CUDA backend was not configured"; cat "$build/cuda-check.configure.log"; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target tandem gpu_test_gpu_kernels_host >"$build/cuda-check.build.log" 2>&1 ||
-  { grep -E "error|warning" "$build/cuda-check.build.log" | head -40; echo "cuda-check: build failed ($build/cuda-check.build.log)"; exit 1; }
+  -DCMAKE_CUDA_ARCHITECTURES=90 >"$conf_log" 2>&1 ||
+  { cat "$conf_log"; exit 1; }
+grep -q "CUDA backend on" "$conf_log" ||
+  { echo "cuda-check: the CUDA backend was not configured"; cat "$conf_log"; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target tandem gpu_test_gpu_kernels_host >"$build_log" 2>&1 ||
+  { grep -E "error|warning" "$build_log" | head -40; echo "cuda-check: build failed ($build_log)"; exit 1; }
 export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 "$build/tests/gpu_test_gpu_kernels_host"
 # No driver here: the CLI must say so and name the way out, not crash or train on the CPU.
