@@ -7,6 +7,11 @@
 #                    .npy pair written here (throughput does not depend on the pixels)
 #   mlp              scikit-learn's bundled digits table (1,797 rows, 64 features, 10 classes)
 #                    written here as a CSV with a header row
+#   SPEC.yaml:DATA   a model spec (docs/model-spec.md), built for DATA: fmnist, cifar (the images
+#                    above) or digits (the CSV); PyTorch trains its twin (bench/peers/
+#                    torch_spec.py). The defaults: examples/models/vgg-cifar.yaml (3x3 convs,
+#                    batchnorm, max pooling), lenet5.yaml (5x5 convs, tanh, average pooling) and
+#                    tabular.yaml (layernorm, GELU, batchnorm, a residual block)
 # tandem is `tandem train --json` (samples_per_s_steady: its first 10 steps left out); PyTorch is
 # bench/peers/torch_train.py (5 warm-up steps left out) on PyPI's PyTorch 2.x from the frameworks
 # venv (bench/peers/torch_pythons.sh finds it; PYTHON=/usr/bin/python3 adds Debian's 1.13).
@@ -35,7 +40,8 @@
 #
 # usage: bench/bench_train.sh [BUILD_DIR]      (default: $TANDEM_BUILD_DIR or ./build)
 # env:   TANDEM_DATA (Fashion-MNIST dir), REPEATS (default 3), STEPS_SCALE (default 1),
-#        MODELS (default "basicnet mlp7 resnet-small mlp"), THREADS (default "1 2"),
+#        MODELS (default "basicnet mlp7 resnet-small mlp" and the three specs above; a relative
+#        SPEC path is taken from the source tree), THREADS (default "1 2"),
 #        PYTHON / PYTHON2 (bench/peers/torch_pythons.sh; PYTHON defaults to none here),
 #        BASELINE (a second tandem binary), ISA_CLASS (avx2, above)
 set -euo pipefail
@@ -44,7 +50,7 @@ build=$(cd "${1:-${TANDEM_BUILD_DIR:-$src/build}}" && pwd)
 fmnist=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 scale=${STEPS_SCALE:-1}
 repeats=${REPEATS:-3}
-models=${MODELS:-basicnet mlp7 resnet-small mlp}
+models=${MODELS:-basicnet mlp7 resnet-small mlp examples/models/vgg-cifar.yaml:cifar examples/models/lenet5.yaml:fmnist examples/models/tabular.yaml:digits}
 threads=${THREADS:-1 2}
 baseline=${BASELINE:-}
 engine=$build/bench/bench_engine
@@ -88,36 +94,55 @@ with open(os.path.join(out, "digits.csv"), "w") as f:
         f.write(",".join(str(int(v)) for v in row) + "\n")
 PY
 
-tandem_data() { # model -> tandem's --data arguments
+# A MODELS entry is a preset or SPEC.yaml:DATA; model_arg gives what both sides load, data_of
+# which data set it trains on.
+model_arg() {
   case $1 in
-    resnet-small) echo "--data $out/cifar_x.npy,$out/cifar_y.npy" ;;
-    mlp) echo "--data $out/digits.csv" ;;
+    *:*) local spec=${1%:*}; [ -f "$spec" ] || spec=$src/$spec; echo "$spec" ;;
+    *) echo "$1" ;;
+  esac
+}
+data_of() {
+  case $1 in resnet-small) echo cifar ;; mlp) echo digits ;; *:*) echo "${1##*:}" ;; *) echo fmnist ;; esac
+}
+for model in $models; do
+  case $model in *:*)
+    [ -f "$(model_arg "$model")" ] || { echo "bench_train: $model: no spec file ${model%:*}" >&2; exit 2; }
+    case $(data_of "$model") in fmnist|cifar|digits) ;;
+      *) echo "bench_train: $model: data '$(data_of "$model")' is none of fmnist, cifar, digits" >&2; exit 2 ;;
+    esac ;;
+  esac
+done
+tandem_data() { # model -> tandem's --data arguments
+  case $(data_of "$1") in
+    cifar) echo "--data $out/cifar_x.npy,$out/cifar_y.npy" ;;
+    digits) echo "--data $out/digits.csv" ;;
     *) echo "--data $fmnist --mean 0.2860 --std 0.3530" ;;
   esac
 }
 peer_data() {
-  case $1 in
-    resnet-small) echo "--npy $out/cifar_x.npy,$out/cifar_y.npy" ;;
-    mlp) echo "--csv $out/digits.csv" ;;
+  case $(data_of "$1") in
+    cifar) echo "--npy $out/cifar_x.npy,$out/cifar_y.npy" ;;
+    digits) echo "--csv $out/digits.csv" ;;
     *) echo "--data $fmnist" ;;
   esac
 }
 steps_for() { # model -> tandem's steps, its 10 warm ones included: a few seconds each
-  case $1 in basicnet) echo $((10 + 30 * scale)) ;; resnet-small) echo $((10 + 15 * scale)) ;;
-    mlp7) echo $((10 + 90 * scale)) ;; *) echo $((10 + 300 * scale)) ;; esac
+  case $1 in basicnet|*:cifar) echo $((10 + 30 * scale)) ;; resnet-small) echo $((10 + 15 * scale)) ;;
+    mlp7|*:fmnist) echo $((10 + 90 * scale)) ;; *) echo $((10 + 300 * scale)) ;; esac
 }
 torch_steps_for() { # timed steps after the 5 warm-up ones
-  case $1 in basicnet) echo $((20 * scale)) ;; resnet-small) echo $((12 * scale)) ;;
-    mlp7) echo $((60 * scale)) ;; *) echo $((200 * scale)) ;; esac
+  case $1 in basicnet|*:cifar) echo $((20 * scale)) ;; resnet-small) echo $((12 * scale)) ;;
+    mlp7|*:fmnist) echo $((60 * scale)) ;; *) echo $((200 * scale)) ;; esac
 }
 
 run_tandem() { # side binary model threads round
   local side=$1 bin=$2 model=$3 t=$4 r=$5 profile=
   [ "$side" != tandem ] || profile=--profile # (a baseline binary may predate it)
   # shellcheck disable=SC2046
-  if ! "$bin" train --model "$model" $(tandem_data "$model") --steps "$(steps_for "$model")" \
+  if ! "$bin" train --model "$(model_arg "$model")" $(tandem_data "$model") --steps "$(steps_for "$model")" \
        --batch 64 --threads "$t" --no-eval-every-epoch --no-progress --json $profile 2> "$out/err.txt" \
-       | tail -n 1 | sed "s/^/{\"side\": \"$side\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": /; s/\$/}/" \
+       | tail -n 1 | sed "s|^|{\"side\": \"$side\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": |; s|\$|}|" \
        >> "$out/runs.jsonl"; then
     echo "bench_train: $bin train --model $model failed:" >&2; cat "$out/err.txt" >&2; exit 1
   fi
@@ -134,9 +159,9 @@ for r in $(seq 1 "$repeats"); do
       for i in "${!PEER_PY[@]}"; do
         # shellcheck disable=SC2046
         if ! OMP_NUM_THREADS=$t MKL_NUM_THREADS=$t "${PEER_PY[$i]}" "$src/bench/peers/torch_train.py" \
-             --model "$model" --threads "$t" --steps "$(torch_steps_for "$model")" --warmup 5 \
+             --model "$(model_arg "$model")" --threads "$t" --steps "$(torch_steps_for "$model")" --warmup 5 \
              $(peer_data "$model") 2> "$out/err.txt" \
-             | sed "s/^/{\"side\": \"torch ${PEER_TORCH[$i]}\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": /; s/\$/}/" \
+             | sed "s|^|{\"side\": \"torch ${PEER_TORCH[$i]}\", \"model\": \"$model\", \"threads\": $t, \"round\": $r, \"r\": |; s|\$|}|" \
              >> "$out/runs.jsonl"; then
           echo "bench_train: torch_train.py on ${PEER_PY[$i]} failed:" >&2; cat "$out/err.txt" >&2; exit 1
         fi
@@ -189,7 +214,9 @@ print("sgemm peak (n=1536), median of " + str(repeats) + ": " + ", ".join(
 has_base = any(k[0] == "baseline" for k in runs)
 models = list(dict.fromkeys(k[1] for k in runs))
 threads = sorted(set(k[2] for k in runs))
-head = f"{'model':13s} {'thr':>3s} {'tandem s/s':>11s}"
+# a spec's row is named by its file: vgg-cifar.yaml for examples/models/vgg-cifar.yaml:cifar
+name = lambda m: os.path.basename(m.rsplit(":", 1)[0]) if ":" in m else m
+head = f"{'model':15s} {'thr':>3s} {'tandem s/s':>11s}"
 if has_base:
     head += f" {'baseline':>9s} {'new/base':>8s}"
 for p in peers:
@@ -198,7 +225,7 @@ print(head + f" {'GFLOP/s':>8s} {'% peak':>7s} {'layers %':>8s}  tandem runs")
 for model in models:
     for t in threads:
         td = runs[("tandem", model, t)]
-        line = f"{model:13s} {t:3d} {med(td):11.1f}"
+        line = f"{name(model):15s} {t:3d} {med(td):11.1f}"
         if has_base:
             b = runs[("baseline", model, t)]
             line += f" {med(b):9.1f} {med(td) / med(b):8.2f}"
@@ -213,7 +240,7 @@ for model in models:
 print()
 print("FLOPs per sample (conv + linear, counted by the peer from the PyTorch modules; tandem's own "
       "count, which adds normalisation and elementwise layers, in brackets): " + ", ".join(
-          f"{m} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)" for m in models if m in flops))
+          f"{name(m)} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)" for m in models if m in flops))
 print("layers %: tandem's conv and linear layers alone (`tandem train --profile`: their FLOPs "
       "over their thread time) against the sgemm peak per thread")
 print("tandem: `tandem train --json`, AdamW lr 1e-3, batch 64, samples_per_s_steady; "

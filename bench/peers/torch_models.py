@@ -88,7 +88,7 @@ class ResNetSmall(nn.Module):
     """resnet-small (src/nn/presets.c): conv 16 + bn + relu, one basic block each of 16, 32
     (stride 2) and 64 (stride 2) channels, global average pool, linear; raw logits out. Its
     parameter order is not tandem's: it is a speed twin, not a weight twin (for weights, see
-    tests/nn/torch_spec.py on examples/models/resnet-small.yaml)."""
+    torch_spec.py on examples/models/resnet-small.yaml)."""
 
     def __init__(self, in_channels=3, outputs=10):
         super().__init__()
@@ -108,9 +108,21 @@ SHAPED = {"mlp": lambda shape, outputs: MLP(int(torch.tensor(shape).prod()), out
           "resnet-small": lambda shape, outputs: ResNetSmall(shape[0], outputs)}
 
 
+def is_spec(name):
+    """tandem's own rule (docs/model-spec.md): a name ending in .yaml/.yml or holding a / is a
+    spec file, anything else a preset."""
+    return name.endswith((".yaml", ".yml")) or "/" in name
+
+
 def build(name, in_shape=None, outputs=10):
-    """A fresh model for a tandem preset name; ValueError names the known ones. basicnet and mlp7
-    are the MNIST-shaped twins; mlp and resnet-small are built for in_shape and outputs."""
+    """A fresh model for a tandem preset name or a YAML spec's path; ValueError names the known
+    presets. basicnet and mlp7 are the MNIST-shaped twins; mlp, resnet-small and specs are built
+    for in_shape and outputs."""
+    if is_spec(name):
+        import yaml
+        from torch_spec import SpecNet
+        with open(name) as f:
+            return SpecNet(yaml.safe_load(f), tuple(in_shape), outputs)
     if name in PRESETS:
         return PRESETS[name]()
     if name in SHAPED:

@@ -1,6 +1,6 @@
-"""PyTorch peer for bench_train.sh: trains a tandem preset's twin (bench/peers/torch_models.py)
-with AdamW (lr 1e-3, torch's defaults otherwise, weight decay 0.01 as tandem's) at batch 64 and
-prints one JSON line with samples_per_s and the model's FLOPs per sample counted here, from the
+"""PyTorch peer for bench_train.sh: trains the twin of a tandem preset (bench/peers/torch_models.py)
+or of a YAML spec (torch_spec.py) with AdamW (lr 1e-3, torch's defaults otherwise, weight decay
+0.01 as tandem's) at batch 64 and prints one JSON line with samples_per_s and the model's FLOPs per sample counted here, from the
 modules (an independent count of what `tandem train --json` reports). Warm-up steps are not
 timed.
 
@@ -11,7 +11,7 @@ Data, the same files tandem reads:
   --csv FILE            a header row, features, the target class last (each feature
                         standardised over the set, as tandem does): mlp
 
-usage: torch_train.py --model NAME --threads T [--steps N] [--warmup W] [--batch B]
+usage: torch_train.py --model NAME|SPEC.yaml --threads T [--steps N] [--warmup W] [--batch B]
                       [--data DIR | --npy X,Y | --csv FILE]"""
 import argparse
 import gzip
@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_models import build  # beside this script: sys.path[0]
+from torch_models import build, is_spec  # beside this script: sys.path[0]
 
 
 def load_images(data_dir, n):
@@ -101,8 +101,10 @@ def main():
     outputs = int(y.max()) + 1
     net = build(a.model, tuple(x.shape[1:]), outputs)
     flops = flops_per_sample(net, x[:1])
-    # basicnet and mlp7 end in log_softmax (nll_loss); mlp and resnet-small give logits
-    log_probs = a.model in ("basicnet", "mlp7")
+    # basicnet and mlp7 end in log_softmax (nll_loss); mlp and resnet-small give logits; a spec
+    # says which by its last layer, as it does to tandem (docs/model-spec.md, "Losses")
+    log_probs = a.model in ("basicnet", "mlp7") or (
+        is_spec(a.model) and net.prog[-1][0] == "layer" and isinstance(net.prog[-1][1], nn.LogSoftmax))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     net.train()
     nb = len(x) // a.batch

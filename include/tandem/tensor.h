@@ -114,12 +114,16 @@ void td_add(float *y, const float *x, size_t n);                             /* 
 void td_scale(float *y, size_t n, float s);                                  /* y *= s */
 void td_relu(float *y, const float *x, size_t n);                            /* y = max(x, 0) */
 void td_relu_backward(float *dx, const float *y, const float *dy, size_t n); /* dx = y>0 ? dy : 0 */
-/* GELU, the exact (erf) form: y = x Phi(x); backward dx = dy (Phi(x) + x phi(x)), dx may be dy.
- * Vectorised, and an element's bits depend on its value alone (never on its offset, n, or the
- * thread count): every element runs through the same vector code (src/tensor/gelu.c). Accuracy
- * against double-precision erf: tests/tensor/test_gelu.c. */
+/* The smooth activations, vectorised, and an element's bits depend on its value alone (never on
+ * its offset, n, or the thread count): every element runs through the same vector code
+ * (src/tensor/activation.c). Accuracy against double precision: tests/tensor/test_activation.c.
+ * GELU, the exact (erf) form: y = x Phi(x); backward dx = dy (Phi(x) + x phi(x)), dx may be dy.
+ * tanh and the logistic sigmoid 1 / (1 + exp(-x)): their backward is from y (1 - y^2, y (1 - y)),
+ * one multiply per element, left to the caller. */
 void td_gelu(float *y, const float *x, size_t n);
 void td_gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+void td_tanh(float *y, const float *x, size_t n);
+void td_sigmoid(float *y, const float *x, size_t n);
 
 /* ---- reductions (fixed summation order: same bits for the same input, always) ---- */
 float td_sum(const float *x, size_t n);

@@ -454,14 +454,6 @@ static void log_softmax_backward(td_layer *l, int s0, int s1, const float *dout,
     }
 }
 
-/* Element-wise activations over n values (gelu: td_gelu, vectorised in src/tensor/gelu.c). */
-static void tanh_forward(float *y, const float *x, size_t n) {
-    for (size_t e = 0; e < n; e++) y[e] = tanhf(x[e]);
-}
-static void sigmoid_forward(float *y, const float *x, size_t n) {
-    for (size_t e = 0; e < n; e++) y[e] = 1.0f / (1.0f + expf(-x[e]));
-}
-
 /* dx = dy * f'(.), from the input (gelu) or the output (tanh: 1 - y^2, sigmoid: y (1 - y));
  * dx may be dy (in place). */
 static void activation_backward(td_model_t *m, td_layer *l, int s0, int s1, const float *dout,
@@ -602,10 +594,10 @@ void td__layer_forward_rows(td_model_t *m, int li, int s0, int s1, int tid) {
         td_gelu(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
         break;
     case TD_LAYER_TANH:
-        tanh_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        td_tanh(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
         break;
     case TD_LAYER_SIGMOID:
-        sigmoid_forward(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
+        td_sigmoid(l->out + (size_t)s0 * n, x + (size_t)s0 * n, n * (size_t)(s1 - s0));
         break;
     case TD_LAYER_LAYERNORM:
         td__ln_forward_rows(m, l, s0, s1);

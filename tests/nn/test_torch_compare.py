@@ -3,11 +3,11 @@ output, NLL loss and every parameter gradient (dropout off; backward still compu
 float32 tolerance. The tandem side is tests/nn/nn_dump.c, found via TANDEM_BUILD_DIR.
 
 Then the layers added for your own data and models, against twins built from the same YAML
-spec by torch_spec.py: the resnet-small preset (batchnorm, residual blocks with identity and
-projection shortcuts, global average pool) and tests/nn/specs/mix.yaml (gelu, tanh, sigmoid,
-layernorm, batchnorm 1d and 2d, avgpool2d, residual blocks), in training mode (batchnorm on the
-batch's statistics; the running statistics after one update are compared with torch's) and in
-eval mode; and the MSE and BCE-with-logits losses and their gradients."""
+spec by bench/peers/torch_spec.py: the resnet-small preset (batchnorm, residual blocks with
+identity and projection shortcuts, global average pool) and tests/nn/specs/mix.yaml (gelu, tanh,
+sigmoid, layernorm, batchnorm 1d and 2d, avgpool2d, residual blocks), in training mode (batchnorm
+on the batch's statistics; the running statistics after one update are compared with torch's)
+and in eval mode; and the MSE and BCE-with-logits losses and their gradients."""
 import json
 import os
 import struct
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-# the torch twins of the presets live beside the benchmark peers, which use them too
+# the torch twins of the presets and specs live beside the benchmark peers, which use them too
 SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "bench", "peers"))
@@ -25,7 +25,6 @@ try:
     import torch.nn.functional as F
     import yaml
     from torch_models import MLP7, BasicNet
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_spec import SpecNet
 except ImportError as e:  # the test machine is meant to have Debian's python3-torch
     print(f"SKIP: torch/numpy not importable ({e}); install python3-torch python3-numpy")

@@ -1,4 +1,5 @@
-"""A torch.nn twin of a tandem YAML model spec (docs/model-spec.md), for test_torch_compare.py.
+"""A torch.nn twin of a tandem YAML model spec (docs/model-spec.md), for tests/nn/
+test_torch_compare.py (the same weights: values compared) and bench_train.sh's peer (speed).
 
 Parametered modules are registered flat, in forward order, under tandem's layer names (conv1,
 bn1, fc2, ...; a spec's name: wins), so named_parameters() walks tandem's flat parameter buffer
