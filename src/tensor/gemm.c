@@ -45,6 +45,39 @@ static inline __attribute__((always_inline)) void store(float *p, vec v) {
     memcpy(p, &v, sizeof v);
 }
 
+/* The first n < VW lanes of a vector, the others zero on load and left alone on store: a ragged
+ * block's last vector, read and written in place. Faults are suppressed in the masked lanes, so
+ * a row's end may be the end of a mapping. Without AVX (the SSE build) there are no masked
+ * moves, and ragged blocks go through a padded copy instead (MASKED 0). */
+#if defined(__AVX512F__)
+enum { MASKED = 1 };
+static inline __attribute__((always_inline)) vec load_part(const float *p, int n) {
+    return (vec)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+static inline __attribute__((always_inline)) void store_part(float *p, vec v, int n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+}
+#elif defined(__AVX__)
+enum { MASKED = 1 };
+static const int32_t lane_masks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static inline __attribute__((always_inline)) vec load_part(const float *p, int n) {
+    return (vec)_mm256_maskload_ps(p, _mm256_loadu_si256((const __m256i *)(lane_masks + 8 - n)));
+}
+static inline __attribute__((always_inline)) void store_part(float *p, vec v, int n) {
+    _mm256_maskstore_ps(p, _mm256_loadu_si256((const __m256i *)(lane_masks + 8 - n)), (__m256)v);
+}
+#else
+enum { MASKED = 0 };
+static inline vec load_part(const float *p, int n) {
+    vec v = {0};
+    memcpy(&v, p, sizeof(float) * (size_t)n);
+    return v;
+}
+static inline void store_part(float *p, vec v, int n) {
+    memcpy(p, &v, sizeof(float) * (size_t)n);
+}
+#endif
+
 /* Every lane x: x - 0 is x for every x, -0 included (0 + x would turn -0 into +0), so the
  * compiler emits a plain broadcast. */
 static inline __attribute__((always_inline)) vec splat(float x) {
@@ -52,8 +85,11 @@ static inline __attribute__((always_inline)) vec splat(float x) {
 }
 
 /* c[r][0, jv VW) (=|+=) sum over p < pc of a[r a_row + p a_step] b[p ldb + (0, jv VW)], for
- * r < rt. rt and jv are constants at every call (tile_any), so the accumulators are registers. */
-static inline __attribute__((always_inline)) void tile(const int rt, const int jv, int pc,
+ * r < rt. rt, jv and ragged are constants at every call (tile_any), so the accumulators are
+ * registers. ragged: the last vector has only `tail` columns, moved with masks (the others'
+ * lanes are zeros, and dropped). */
+static inline __attribute__((always_inline)) void tile(const int rt, const int jv,
+                                                       const bool ragged, int tail, int pc,
                                                        const float *a, ptrdiff_t a_row,
                                                        ptrdiff_t a_step, const float *b,
                                                        size_t ldb, float *c, size_t ldc,
@@ -62,11 +98,15 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
 #pragma GCC unroll 8
     for (int r = 0; r < rt; r++)
 #pragma GCC unroll 8
-        for (int v = 0; v < jv; v++) acc[r][v] = zero ? splat(0.0f) : load(c + r * ldc + v * VW);
+        for (int v = 0; v < jv; v++)
+            acc[r][v] = zero                         ? splat(0.0f)
+                        : ragged && v == jv - 1 ? load_part(c + r * ldc + v * VW, tail)
+                                                : load(c + r * ldc + v * VW);
     for (int p = 0; p < pc; p++) {
         vec bv[JV];
 #pragma GCC unroll 8
-        for (int v = 0; v < jv; v++) bv[v] = load(b + v * VW);
+        for (int v = 0; v < jv; v++)
+            bv[v] = ragged && v == jv - 1 ? load_part(b + v * VW, tail) : load(b + v * VW);
 #pragma GCC unroll 8
         for (int r = 0; r < rt; r++) {
             vec s = splat(a[r * a_row]);
@@ -79,15 +119,24 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
 #pragma GCC unroll 8
     for (int r = 0; r < rt; r++)
 #pragma GCC unroll 8
-        for (int v = 0; v < jv; v++) store(c + r * ldc + v * VW, acc[r][v]);
+        for (int v = 0; v < jv; v++)
+            if (ragged && v == jv - 1)
+                store_part(c + r * ldc + v * VW, acc[r][v], tail);
+            else
+                store(c + r * ldc + v * VW, acc[r][v]);
 }
 
-/* tile with rt and jv as constants: one specialised copy per shape. */
-static void tile_any(int rt, int jv, int pc, const float *a, ptrdiff_t a_row, ptrdiff_t a_step,
-                     const float *b, size_t ldb, float *c, size_t ldc, bool zero) {
+/* tile with rt, jv and raggedness as constants: one specialised copy per shape. tail: the
+ * columns of the last vector (VW: a whole one). */
+static void tile_any(int rt, int jv, int tail, int pc, const float *a, ptrdiff_t a_row,
+                     ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
+                     bool zero) {
 #define TD__TILE(R, V)                                                                             \
     case (R) * 8 + (V):                                                                            \
-        tile(R, V, pc, a, a_row, a_step, b, ldb, c, ldc, zero);                                    \
+        if (MASKED && tail < VW)                                                                   \
+            tile(R, V, true, tail, pc, a, a_row, a_step, b, ldb, c, ldc, zero);                    \
+        else                                                                                       \
+            tile(R, V, false, VW, pc, a, a_row, a_step, b, ldb, c, ldc, zero);                     \
         return;
 #define TD__TILE_ROW(R)                                                                            \
     TD__TILE(R, 1)                                                                                 \
@@ -114,19 +163,20 @@ static void tile_any(int rt, int jv, int pc, const float *a, ptrdiff_t a_row, pt
 
 _Static_assert(RT == 6 && (JV == 2 || JV == 4), "tile_any's cases cover RT x JV");
 
-/* c's rows [0, rt) x columns [0, jw) of one block, over b's rows [0, pc) (whole vectors of
- * them: b is padded when jw is ragged); c through a whole-vector copy when jw is ragged. */
+/* c's rows [0, rt) x columns [0, jw) of one block, over b's rows [0, pc). A ragged jw is read
+ * and written in place with masks; without them (MASKED 0) b must be padded to whole vectors
+ * (pack_panel), and c goes through a whole-vector copy. */
 static void block(int rt, int jw, int pc, const float *a, ptrdiff_t a_row, ptrdiff_t a_step,
                   const float *b, size_t ldb, float *c, size_t ldc, bool zero) {
-    int jv = (jw + VW - 1) / VW;
-    if (jw == jv * VW) {
-        tile_any(rt, jv, pc, a, a_row, a_step, b, ldb, c, ldc, zero);
+    int jv = (jw + VW - 1) / VW, tail = jw - (jv - 1) * VW;
+    if (jw == jv * VW || MASKED) {
+        tile_any(rt, jv, tail, pc, a, a_row, a_step, b, ldb, c, ldc, zero);
         return;
     }
     float t[RT * JB];
     for (int r = 0; r < rt; r++)
         if (!zero) memcpy(t + r * JB, c + (size_t)r * ldc, sizeof(float) * jw);
-    tile_any(rt, jv, pc, a, a_row, a_step, b, ldb, t, JB, zero);
+    tile_any(rt, jv, VW, pc, a, a_row, a_step, b, ldb, t, JB, zero);
     for (int r = 0; r < rt; r++) memcpy(c + (size_t)r * ldc, t + r * JB, sizeof(float) * jw);
 }
 
@@ -179,7 +229,7 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
     /* b's panel, copied to be contiguous (32 KiB of stack) where its rows lie a multiple of
      * 1 KiB apart (a 1024-wide layer's weights or inputs): they fall into a few cache sets, and
      * every row tile would read the panel from L2. Skipped for a single row tile. A ragged
-     * panel is padded. */
+     * panel is padded where there are no masked moves. */
     float panel[PC * JB];
     for (int j0 = 0; j0 < width; j0 += JB) {
         int jw = TD_MIN(JB, width - j0);
@@ -188,7 +238,7 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
             bool zero = p0 == 0 && !accumulate;
             const float *bp = b + (size_t)p0 * ldb + j0;
             size_t lb = ldb;
-            if (jw % VW || (rows > RT && ldb % 256 == 0))
+            if ((!MASKED && jw % VW) || (rows > RT && ldb % 256 == 0))
                 bp = pack_panel(bp, ldb, pc, jw, panel), lb = JB;
             /* the next panel of b (the next rows, else the next columns), a share of its rows
              * per row tile: a layer's weights come from memory a panel at a time, in rows of 256
