@@ -37,6 +37,24 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     td_col2im(r, c, h, w, k, k, stride, pad, oh, ow, back);
     double lhs = td_dot_f64(back, x, nx), rhs = td_dot_f64(r, col, ncol);
     ASSERT_NEAR(lhs, rhs, 1e-4 * (1 + fabs(rhs)));
+    /* and bit for bit: each input's terms added in (channel, tap, output position) order from 0,
+     * the order the training bits are made in */
+    float *ref = calloc(nx, sizeof(float));
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++)
+                for (int oy = 0; oy < oh; oy++)
+                    for (int ox = 0; ox < ow; ox++) {
+                        int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                        ref[((size_t)ci * h + iy) * w + ix] +=
+                            r[(((size_t)ci * k + ki) * k + kj) * oh * ow + (size_t)oy * ow + ox];
+                    }
+    for (size_t i = 0; i < nx; i++)
+        if (memcmp(&back[i], &ref[i], sizeof(float)))
+            TEST_FAIL("col2im c=%d h=%d w=%d k=%d s=%d p=%d at %zu: %a vs the ordered sum %a", c, h,
+                      w, k, stride, pad, i, (double)back[i], (double)ref[i]);
+    free(ref);
     if (stride == 2) { /* the parity-plane path: the same col, and col2im's very bits */
         size_t np = td_parity_floats(c, h, w, k, pad);
         float *planes = malloc(sizeof(float) * np), *col2 = malloc(sizeof(float) * ncol);
@@ -83,6 +101,17 @@ int main(void) {
 
     check_im2col(1, 5, 5, 3, 1, 0);
     check_im2col(3, 7, 6, 3, 1, 1);
+    /* stride 1 with rows of 8 or more floats that are not the input's ('valid' and other
+     * paddings): eight at a time, the ragged end overlapping (LeNet-5's conv2: 10; BasicNet's
+     * conv1: 26; 8, 16, 17 and 18 across the vector edges) */
+    check_im2col(2, 14, 14, 5, 1, 0);
+    check_im2col(1, 28, 28, 3, 1, 0);
+    check_im2col(2, 12, 20, 3, 1, 0);
+    check_im2col(1, 11, 16, 2, 1, 1);
+    check_im2col(2, 9, 15, 3, 1, 2);
+    check_im2col(1, 10, 10, 3, 1, 0);
+    check_im2col(1, 6, 18, 3, 1, 0);
+    check_im2col(3, 5, 7, 2, 1, 0);
     check_im2col(2, 8, 8, 3, 2, 1);
     /* stride 2 at resnet-small's shapes (3x3 pad 1, 1x1 shortcut), also through parity planes */
     check_im2col(3, 32, 32, 3, 2, 1);
