@@ -473,6 +473,59 @@ static void activation_backward(td_model_t *m, td_layer *l, int s0, int s1, cons
     }
 }
 
+/* 2x2/2 average pooling eight outputs at a time, as maxpool2_block8 reads them: each output's
+ * sum is the loop per output's, ((((0 + a) + b) + c) + d) * inv in the taps' order, in lanes
+ * (LeNet-5's pools: the general loop's window of four ran 0.37 ms of its 3.0 ms step). */
+static void avgpool2_plane(const float *x, int w, int oh, int ow, float inv, float *y) {
+    for (int oy = 0; oy < oh; oy++) {
+        const float *r0 = x + (size_t)(2 * oy) * w, *r1 = r0 + w;
+        float *yr = y + (size_t)oy * ow;
+        int ox0 = 0;
+        for (; ox0 + 8 <= ow; ox0 += 8) {
+            const float *p0 = r0 + 2 * ox0, *p1 = r1 + 2 * ox0;
+            v8f t0 = *(const v8f *)p0, t1 = *(const v8f *)(p0 + 8);
+            v8f u0 = *(const v8f *)p1, u1 = *(const v8f *)(p1 + 8);
+            v8f sum = (v8f){0} + __builtin_shufflevector(t0, t1, 0, 2, 4, 6, 8, 10, 12, 14);
+            sum += __builtin_shufflevector(t0, t1, 1, 3, 5, 7, 9, 11, 13, 15);
+            sum += __builtin_shufflevector(u0, u1, 0, 2, 4, 6, 8, 10, 12, 14);
+            sum += __builtin_shufflevector(u0, u1, 1, 3, 5, 7, 9, 11, 13, 15);
+            *(v8f *)(yr + ox0) = sum * inv;
+        }
+        for (int ox = ox0; ox < ow; ox++) {
+            float sum = 0.0f;
+            sum += r0[2 * ox];
+            sum += r0[2 * ox + 1];
+            sum += r1[2 * ox];
+            sum += r1[2 * ox + 1];
+            yr[ox] = sum * inv;
+        }
+    }
+}
+
+/* Its backward: every input cell of a window gets 0 + g (what the general loop's += into a
+ * zeroed dx gives: -0 comes out +0), the row and column no window covers 0. */
+static void avgpool2_back_plane(float *dx, int w, int h, const float *dy, int oh, int ow,
+                                float inv) {
+    for (int oy = 0; oy < oh; oy++) {
+        float *d0 = dx + (size_t)(2 * oy) * w, *d1 = d0 + w;
+        const float *g = dy + (size_t)oy * ow;
+        int ox0 = 0;
+        for (; ox0 + 8 <= ow; ox0 += 8) {
+            v8f v = (v8f){0} + *(const v8f *)(g + ox0) * inv;
+            v8f lo = __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3);
+            v8f hi = __builtin_shufflevector(v, v, 4, 4, 5, 5, 6, 6, 7, 7);
+            *(v8f *)(d0 + 2 * ox0) = lo, *(v8f *)(d0 + 2 * ox0 + 8) = hi;
+            *(v8f *)(d1 + 2 * ox0) = lo, *(v8f *)(d1 + 2 * ox0 + 8) = hi;
+        }
+        for (int ox = ox0; ox < ow; ox++) {
+            float v = 0.0f + g[ox] * inv;
+            d0[2 * ox] = d0[2 * ox + 1] = d1[2 * ox] = d1[2 * ox + 1] = v;
+        }
+        if (w > 2 * ow) d0[w - 1] = d1[w - 1] = 0.0f;
+    }
+    if (h > 2 * oh) memset(dx + (size_t)(2 * oh) * w, 0, sizeof(float) * (size_t)w);
+}
+
 /* Average over k x k windows, stride st, no padding: x [c, h, w] -> y [c, out_h, out_w]. */
 static void avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
     int k = l->kernel, st = l->stride;
@@ -482,6 +535,10 @@ static void avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
             const float *x =
                 m->acts[l->src] + (size_t)s * l->in_size + (size_t)c * l->in_h * l->in_w;
             float *y = l->out + (size_t)s * l->out_size + (size_t)c * l->out_h * l->out_w;
+            if (k == 2 && st == 2) {
+                avgpool2_plane(x, l->in_w, l->out_h, l->out_w, inv, y);
+                continue;
+            }
             for (int oy = 0; oy < l->out_h; oy++)
                 for (int ox = 0; ox < l->out_w; ox++) {
                     const float *win = x + (size_t)oy * st * l->in_w + (size_t)ox * st;
@@ -497,12 +554,17 @@ static void avgpool_backward(td_layer *l, int s0, int s1, const float *dout, siz
                              size_t ldi) {
     int k = l->kernel, st = l->stride;
     float inv = 1.0f / (float)(k * k);
+    bool tiled = k == 2 && st == 2;
     for (int s = s0; s < s1; s++) {
         float *dx = din + (size_t)s * ldi;
-        memset(dx, 0, sizeof(float) * l->in_size);
+        if (!tiled) memset(dx, 0, sizeof(float) * l->in_size);
         for (int c = 0; c < l->out_c; c++) {
             const float *dy = dout + (size_t)s * ldo + (size_t)c * l->out_h * l->out_w;
             float *dxc = dx + (size_t)c * l->in_h * l->in_w;
+            if (tiled) { /* every input is written once: no memset */
+                avgpool2_back_plane(dxc, l->in_w, l->in_h, dy, l->out_h, l->out_w, inv);
+                continue;
+            }
             for (int oy = 0; oy < l->out_h; oy++)
                 for (int ox = 0; ox < l->out_w; ox++) {
                     float g = dy[oy * l->out_w + ox] * inv;

@@ -181,6 +181,28 @@ int main(void) {
         check(m, &c);
         free(c.x), td_model_free(m);
     }
+    for (int variant = 0; variant < 2; variant++) { /* avgpool 2/2 and overlapping 3/2 */
+        /* 2/2 on 5 x 19: a row of 9 outputs (eight in lanes, one after) and an odd row and
+         * column that no window covers, whose gradient is 0 */
+        int h = 5, w = 19, k = variant ? 3 : 2;
+        td_model_t *m = td_model_new(2, h, w);
+        ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
+        ASSERT_OK(td_model_add_avgpool2d(m, k, 2));
+        ASSERT_OK(td_model_add_flatten(m));
+        ASSERT_OK(td_model_add_linear(m, 3));
+        check_cfg c = {variant ? "conv1x1(I) -> avgpool3/2 -> linear"
+                               : "conv1x1(I) -> avgpool2/2 -> linear",
+                       4,
+                       0.05f,
+                       atol,
+                       rtol,
+                       false,
+                       rand_input(4 * 2 * h * w, 7)};
+        finish(m, &c, 6);
+        set_identity(m, 0, 2);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
     { /* dropout in training mode: a fixed mask makes it linear */
         td_model_t *m = td_model_new(5, 1, 1);
         ASSERT_OK(td_model_add_linear(m, 8));
