@@ -155,16 +155,22 @@ int main(void) {
         check(m, &c);
         free(c.x), td_model_free(m);
     }
-    for (int variant = 0; variant < 2; variant++) { /* maxpool 2/2 and overlapping 3/2 */
-        int h = variant ? 7 : 6, k = variant ? 3 : 2;
-        td_model_t *m = td_model_new(2, h, h);
+    /* maxpool 2/2, overlapping 3/2, and (eight outputs at a time, the last block overlapping the
+     * one before, a scalar remainder) 3/2 on a row of 17 outputs and 3/1 on one of 18 */
+    for (int variant = 0; variant < 4; variant++) {
+        static const int hs[] = {6, 7, 5, 4}, ws[] = {6, 7, 35, 20}, ks[] = {2, 3, 3, 3};
+        static const int sts[] = {2, 2, 2, 1};
+        static const char *const names[] = {
+            "conv1x1(I) -> maxpool2/2 -> linear", "conv1x1(I) -> maxpool3/2 -> linear",
+            "conv1x1(I) -> maxpool3/2, 17 wide", "conv1x1(I) -> maxpool3/1, 18 wide"};
+        int h = hs[variant], w = ws[variant], k = ks[variant];
+        td_model_t *m = td_model_new(2, h, w);
         ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
-        ASSERT_OK(td_model_add_maxpool2d(m, k, 2));
+        ASSERT_OK(td_model_add_maxpool2d(m, k, sts[variant]));
         ASSERT_OK(td_model_add_flatten(m));
         ASSERT_OK(td_model_add_linear(m, 3));
-        size_t n = (size_t)5 * 2 * h * h;
-        check_cfg c = {variant ? "conv1x1(I) -> maxpool3/2 -> linear"
-                               : "conv1x1(I) -> maxpool2/2 -> linear",
+        size_t n = (size_t)5 * 2 * h * w;
+        check_cfg c = {names[variant],
                        5,
                        0.01f,
                        atol,
