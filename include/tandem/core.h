@@ -311,6 +311,21 @@ uint32_t td_crc32(uint32_t crc, const void *buf, size_t nbytes);
 #define TD_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define TD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* c ? a : b, chosen by the bits. For vector loops: given a ?: whose arm computes (a product, a
+ * quotient), GCC branches around the arm it does not need (it may not speculate an operation
+ * that could trap), and without AVX-512's masked moves it cannot turn that branch back into a
+ * select, so the loop stays scalar in the AVX2 and SSE builds. Both values are computed here
+ * and the choice is a mask: the same result as the ?:, in vectors at every x86 level. */
+static inline float td_pick(int c, float a, float b) {
+    uint32_t ua, ub, m = (uint32_t)0 - (uint32_t)(c != 0), r;
+    float v;
+    __builtin_memcpy(&ua, &a, sizeof ua);
+    __builtin_memcpy(&ub, &b, sizeof ub);
+    r = (ua & m) | (ub & ~m);
+    __builtin_memcpy(&v, &r, sizeof v);
+    return v;
+}
+
 #ifdef __cplusplus
 }
 #endif

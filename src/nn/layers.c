@@ -335,7 +335,7 @@ static void maxpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
                 int ox = 0;
                 /* eight outputs at a time where their loads stay inside the row; the last
                  * block may overlap the one before (the same outputs again, the same values) */
-                if (st <= 2 && maxpool_block8_fits(l->in_w, k, st, 0))
+                if (st <= 2 && l->out_w >= 8 && maxpool_block8_fits(l->in_w, k, st, 0))
                     for (;; ox += 8) {
                         int o = TD_MIN(ox, l->out_w - 8);
                         if (!maxpool_block8_fits(l->in_w, k, st, o)) break;
@@ -460,7 +460,7 @@ static void dropout_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid)
 #pragma omp simd
         for (size_t e = 0; e < n; e++) {
             mask[e] = u[e] >= p;
-            y[e] = mask[e] ? x[e] * scale : 0.0f;
+            y[e] = td_pick(mask[e], x[e] * scale, 0.0f); /* td_pick: vectorises at AVX2 */
         }
     }
 }
@@ -479,7 +479,7 @@ static void dropout_backward(td_model_t *m, td_layer *l, int s0, int s1, const f
             continue;
         }
 #pragma omp simd
-        for (size_t e = 0; e < n; e++) dx[e] = mask[e] ? dy[e] * scale : 0.0f;
+        for (size_t e = 0; e < n; e++) dx[e] = td_pick(mask[e], dy[e] * scale, 0.0f);
     }
 }
 

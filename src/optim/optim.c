@@ -124,12 +124,13 @@ static void sgd_step(td_optim_t *o, float *restrict p, const float *restrict g) 
         }
         return;
     }
+    /* the choices by td_pick (core.h): as ?: they kept the loop scalar at AVX2 */
     TD_OMP_FOR
     for (size_t i = 0; i < n; i++) {
-        float d = use_wd ? fmaf(p[i], wd, g[i]) : g[i];
-        float b = first ? d : fmaf(d, damp, buf[i] * mom);
+        float d = td_pick(use_wd, fmaf(p[i], wd, g[i]), g[i]);
+        float b = td_pick(first, d, fmaf(d, damp, buf[i] * mom));
         buf[i] = b;
-        d = nesterov ? fmaf(b, mom, d) : b;
+        d = td_pick(nesterov, fmaf(b, mom, d), b);
         p[i] = fmaf(d, neg_lr, p[i]);
     }
 }

@@ -35,19 +35,9 @@
  * chain, four independent ones per call let it overlap them (1.6x faster). */
 enum { BLOCK = 64, LANES = 16 };
 
-/* c ? a : b by the bits. Every choice in the blocks below is made this way: given a ?: (a
- * clamp, a choice of quotients), GCC branches around the side it does not need, and at AVX2 and
- * below it could not turn the branch back into a select, so the loops stayed scalar (GELU's too,
- * in the x86-64-v3 build, until this). */
-static inline float select_bits(int c, float a, float b) {
-    uint32_t ua, ub, m = (uint32_t)0 - (uint32_t)(c != 0);
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    uint32_t r = (ua & m) | (ub & ~m);
-    float v;
-    memcpy(&v, &r, sizeof v);
-    return v;
-}
+/* Every choice in the blocks below (a clamp, the sign, which formula) is td_pick (core.h), a
+ * select of bits: given a ?:, GCC branched around the side it did not need, and at AVX2 and
+ * below the loops stayed scalar (GELU's too, in the x86-64-v3 build, until this). */
 
 /* exp(r) for |r| <= ln(2) / 2 by its Taylor series to degree 7 (truncation < 6e-9 relative),
  * after the reduction x = n ln 2 + r: n = round(x / ln 2) (the 1.5 * 2^23 trick, exact in
@@ -79,8 +69,8 @@ static inline float pow2i(float n) {
 
 /* exp(x) for x in [-87, 88] (clamped), float, no table: 2^n exp(r). */
 static inline float exp_clamped(float x) {
-    x = select_bits(x < -87.0f, -87.0f, x);
-    x = select_bits(x > 88.0f, 88.0f, x);
+    x = td_pick(x < -87.0f, -87.0f, x);
+    x = td_pick(x > 88.0f, 88.0f, x);
     float n, p = exp_reduced(x, &n);
     return p * pow2i(n);
 }
@@ -89,7 +79,7 @@ static inline float exp_clamped(float x) {
  * n in [-150, 0] applied as two normal factors 2^(n/2) 2^(n - n/2), so that the last multiply
  * is the one rounding (into the denormals, correctly). */
 static inline float exp_nonpositive(float x) {
-    x = select_bits(x < -104.0f, -104.0f, x);
+    x = td_pick(x < -104.0f, -104.0f, x);
     float n, p = exp_reduced(x, &n);
     const float shifter = 12582912.0f;
     float n1 = (n * 0.5f + shifter) - shifter; /* n / 2 rounded: n1 and n - n1 in [-75, 0] */
@@ -106,7 +96,7 @@ static __attribute__((noinline)) void gelu_block(const float *restrict xb, float
     float *c = __builtin_assume_aligned(cdf, 64), *d = __builtin_assume_aligned(der, 64);
 #pragma omp simd simdlen(LANES)
     for (int j = 0; j < BLOCK; j++) {
-        float a = select_bits(x[j] < 0.0f, -x[j], x[j]) * 0.70710678118654752f;
+        float a = td_pick(x[j] < 0.0f, -x[j], x[j]) * 0.70710678118654752f;
         float t = 1.0f / (1.0f + 0.5f * a);
         float q = 0.17087277f;
         q = q * t - 0.82215223f;
@@ -120,7 +110,7 @@ static __attribute__((noinline)) void gelu_block(const float *restrict xb, float
         q = q * t - 1.26551223f;
         float g = exp_clamped(-a * a); /* exp(-x^2 / 2) */
         float half_erfc = 0.5f * t * g * exp_clamped(q);
-        float phi = select_bits(x[j] < 0.0f, half_erfc, 1.0f - half_erfc);
+        float phi = td_pick(x[j] < 0.0f, half_erfc, 1.0f - half_erfc);
         c[j] = phi;
         d[j] = phi + x[j] * (0.3989422804014327f * g); /* pdf = exp(-x^2 / 2) / sqrt(2 pi) */
     }
@@ -142,7 +132,7 @@ static __attribute__((noinline)) void tanh_block(const float *restrict xb, float
         float small = a + (a * u) * q;
         float e = exp_nonpositive(-2.0f * a);
         float large = (1.0f - e) / (1.0f + e);
-        y[j] = __builtin_copysignf(select_bits(a < 0.625f, small, large), x[j]);
+        y[j] = __builtin_copysignf(td_pick(a < 0.625f, small, large), x[j]);
     }
 }
 
@@ -154,7 +144,7 @@ static __attribute__((noinline)) void sigmoid_block(const float *restrict xb,
 #pragma omp simd simdlen(LANES)
     for (int j = 0; j < BLOCK; j++) {
         float e = exp_nonpositive(-__builtin_fabsf(x[j]));
-        y[j] = select_bits(x[j] < 0.0f, e, 1.0f) / (1.0f + e);
+        y[j] = td_pick(x[j] < 0.0f, e, 1.0f) / (1.0f + e);
     }
 }
 
