@@ -224,7 +224,7 @@ static void maxpool2_plane(const float *x, int w, int oh, int ow, float *y, uint
         for (; ox0 + 8 <= ow; ox0 += 8)
             maxpool2_block8(r0 + 2 * ox0, r1 + 2 * ox0, yr + ox0, ar + ox0);
 #pragma omp simd
-        for (int ox = ox0; ox < ow; ox++) {
+        for (int ox = ox0; ox < ow; ox++) { /* < 8 outputs: scalar below AVX-512 is fine */
             float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
             int g1 = b > a, g2 = d > c;
             float m1 = g1 ? b : a, m2 = g2 ? d : c;
