@@ -50,7 +50,9 @@ build=$(cd "${1:-${TANDEM_BUILD_DIR:-$src/build}}" && pwd)
 fmnist=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 scale=${STEPS_SCALE:-1}
 repeats=${REPEATS:-3}
-models=${MODELS:-basicnet mlp7 resnet-small mlp examples/models/vgg-cifar.yaml:cifar examples/models/lenet5.yaml:fmnist examples/models/tabular.yaml:digits}
+specs="examples/models/vgg-cifar.yaml:cifar examples/models/lenet5.yaml:fmnist"
+specs+=" examples/models/tabular.yaml:digits"
+models=${MODELS:-basicnet mlp7 resnet-small mlp $specs}
 threads=${THREADS:-1 2}
 baseline=${BASELINE:-}
 engine=$build/bench/bench_engine
@@ -103,13 +105,17 @@ model_arg() {
   esac
 }
 data_of() {
-  case $1 in resnet-small) echo cifar ;; mlp) echo digits ;; *:*) echo "${1##*:}" ;; *) echo fmnist ;; esac
+  case $1 in
+    resnet-small) echo cifar ;; mlp) echo digits ;; *:*) echo "${1##*:}" ;; *) echo fmnist ;;
+  esac
 }
 for model in $models; do
   case $model in *:*)
-    [ -f "$(model_arg "$model")" ] || { echo "bench_train: $model: no spec file ${model%:*}" >&2; exit 2; }
+    [ -f "$(model_arg "$model")" ] ||
+      { echo "bench_train: $model: no spec file ${model%:*}" >&2; exit 2; }
     case $(data_of "$model") in fmnist|cifar|digits) ;;
-      *) echo "bench_train: $model: data '$(data_of "$model")' is none of fmnist, cifar, digits" >&2; exit 2 ;;
+      *) echo "bench_train: $model: data '$(data_of "$model")' is none of fmnist, cifar," \
+           "digits" >&2; exit 2 ;;
     esac ;;
   esac
 done
@@ -128,8 +134,10 @@ peer_data() {
   esac
 }
 steps_for() { # model -> tandem's steps, its 10 warm ones included: a few seconds each
-  case $1 in basicnet|*:cifar) echo $((10 + 30 * scale)) ;; resnet-small) echo $((10 + 15 * scale)) ;;
-    mlp7|*:fmnist) echo $((10 + 90 * scale)) ;; *) echo $((10 + 300 * scale)) ;; esac
+  case $1 in
+    basicnet|*:cifar) echo $((10 + 30 * scale)) ;; resnet-small) echo $((10 + 15 * scale)) ;;
+    mlp7|*:fmnist) echo $((10 + 90 * scale)) ;; *) echo $((10 + 300 * scale)) ;;
+  esac
 }
 torch_steps_for() { # timed steps after the 5 warm-up ones
   case $1 in basicnet|*:cifar) echo $((20 * scale)) ;; resnet-small) echo $((12 * scale)) ;;
@@ -240,7 +248,8 @@ for model in models:
 print()
 print("FLOPs per sample (conv + linear, counted by the peer from the PyTorch modules; tandem's own "
       "count, which adds normalisation and elementwise layers, in brackets): " + ", ".join(
-          f"{name(m)} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)" for m in models if m in flops))
+          f"{name(m)} {flops[m] / 1e6:.2f} M ({tflops.get(m, 0) / 1e6:.2f} M)"
+          for m in models if m in flops))
 print("layers %: tandem's conv and linear layers alone (`tandem train --profile`: their FLOPs "
       "over their thread time) against the sgemm peak per thread")
 print("tandem: `tandem train --json`, AdamW lr 1e-3, batch 64, samples_per_s_steady; "

@@ -1,8 +1,8 @@
 """PyTorch peer for bench_train.sh: trains the twin of a tandem preset (bench/peers/torch_models.py)
 or of a YAML spec (torch_spec.py) with AdamW (lr 1e-3, torch's defaults otherwise, weight decay
-0.01 as tandem's) at batch 64 and prints one JSON line with samples_per_s and the model's FLOPs per sample counted here, from the
-modules (an independent count of what `tandem train --json` reports). Warm-up steps are not
-timed.
+0.01 as tandem's) at batch 64 and prints one JSON line with samples_per_s and the model's FLOPs
+per sample counted here, from the modules (an independent count of what `tandem train --json`
+reports). Warm-up steps are not timed.
 
 Data, the same files tandem reads:
   --data DIR            Fashion-MNIST IDX files (random images when absent): basicnet, mlp7
@@ -103,8 +103,9 @@ def main():
     flops = flops_per_sample(net, x[:1])
     # basicnet and mlp7 end in log_softmax (nll_loss); mlp and resnet-small give logits; a spec
     # says which by its last layer, as it does to tandem (docs/model-spec.md, "Losses")
+    last = net.prog[-1] if is_spec(a.model) else None
     log_probs = a.model in ("basicnet", "mlp7") or (
-        is_spec(a.model) and net.prog[-1][0] == "layer" and isinstance(net.prog[-1][1], nn.LogSoftmax))
+        last is not None and last[0] == "layer" and isinstance(last[1], nn.LogSoftmax))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     net.train()
     nb = len(x) // a.batch
