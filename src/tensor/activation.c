@@ -59,9 +59,12 @@ static inline float exp_reduced(float x, float *n_out) {
     return p;
 }
 
-/* 2^n for an integral n in [-126, 127], built in the exponent field. */
+/* 2^n for an integral n in [-126, 127], built in the exponent field. A NaN n (from a NaN
+ * input, whose result is NaN through p anyway) is taken as 0: converting it to an integer is
+ * undefined in C. */
 static inline float pow2i(float n) {
-    int32_t bits = ((int32_t)n + 127) << 23;
+    n = td_pick(n == n, n, 0.0f);
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float v;
     memcpy(&v, &bits, sizeof v);
     return v;
