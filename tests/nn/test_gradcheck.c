@@ -187,17 +187,21 @@ int main(void) {
         check(m, &c);
         free(c.x), td_model_free(m);
     }
-    for (int variant = 0; variant < 2; variant++) { /* avgpool 2/2 and overlapping 3/2 */
-        /* 2/2 on 5 x 19: a row of 9 outputs (eight in lanes, one after) and an odd row and
-         * column that no window covers, whose gradient is 0 */
-        int h = 5, w = 19, k = variant ? 3 : 2;
+    /* avgpool in eight-output blocks: 2/2 on 5 x 19 (a row of 9 outputs, eight in lanes, one
+     * after, and an odd row and column no window covers, whose gradient is 0), overlapping 3/2
+     * on the same, and 3/1 on 4 x 20 (18 outputs: forward blocks overlapping at the end,
+     * backward blocks of eight adding in output order, then two one at a time) */
+    for (int variant = 0; variant < 3; variant++) {
+        static const char *const names[] = {"conv1x1(I) -> avgpool2/2 -> linear",
+                                            "conv1x1(I) -> avgpool3/2 -> linear",
+                                            "conv1x1(I) -> avgpool3/1 -> linear"};
+        int h = variant == 2 ? 4 : 5, w = variant == 2 ? 20 : 19, k = variant ? 3 : 2;
         td_model_t *m = td_model_new(2, h, w);
         ASSERT_OK(td_model_add_conv2d(m, 2, 1, 1, 0));
-        ASSERT_OK(td_model_add_avgpool2d(m, k, 2));
+        ASSERT_OK(td_model_add_avgpool2d(m, k, variant == 2 ? 1 : 2));
         ASSERT_OK(td_model_add_flatten(m));
         ASSERT_OK(td_model_add_linear(m, 3));
-        check_cfg c = {variant ? "conv1x1(I) -> avgpool3/2 -> linear"
-                               : "conv1x1(I) -> avgpool2/2 -> linear",
+        check_cfg c = {names[variant],
                        4,
                        0.05f,
                        atol,
