@@ -213,9 +213,9 @@ td_status td_model_add_maxpool2d(td_model_t *m, int kernel, int stride) {
     char in[64];
     shape_str(in, sizeof in, l->in_c, l->in_h, l->in_w);
     if (stride <= 0) stride = kernel;
-    if (kernel <= 0 || kernel > 15)
-        return td_error(TD_ERR_INVALID, "layer %d (%s, maxpool2d): kernel=%d must be in 1..15",
-                        m->num_layers, l->name, kernel);
+    if (kernel <= 0 || kernel > TD_MAX_POOL_KERNEL)
+        return td_error(TD_ERR_INVALID, "layer %d (%s, maxpool2d): kernel=%d must be in 1..%d",
+                        m->num_layers, l->name, kernel, TD_MAX_POOL_KERNEL);
     int oh = td_conv_out_size(l->in_h, kernel, stride, 0);
     int ow = td_conv_out_size(l->in_w, kernel, stride, 0);
     if (oh <= 0 || ow <= 0)

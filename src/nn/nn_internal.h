@@ -23,6 +23,9 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 /* The smallest block of feature columns per task of a Linear layer's gemms (model.c, linear_cols);
  * also thread-count independent. */
 #define TD_NN_LINEAR_COLS 64
+/* A max pool's largest kernel (td_model_add_maxpool2d): its argmax tap, ki k + kj, is a byte. */
+#define TD_MAX_POOL_KERNEL 15
+#define TD_MAX_POOL_TAPS   (TD_MAX_POOL_KERNEL * TD_MAX_POOL_KERNEL)
 
 typedef struct {
     td_layer_kind kind;
