@@ -42,9 +42,10 @@ enum { BLOCK = 64, LANES = 16 };
 /* exp(r) for |r| <= ln(2) / 2 by its Taylor series to degree 7 (truncation < 6e-9 relative),
  * after the reduction x = n ln 2 + r: n = round(x / ln 2) (the 1.5 * 2^23 trick, exact in
  * round-to-nearest), r = x - n ln 2 in two parts (Cody-Waite). */
+static const float SHIFTER = 12582912.0f; /* 1.5 * 2^23: (v + SHIFTER) - SHIFTER rounds v */
+
 static inline float exp_reduced(float x, float *n_out) {
-    const float shifter = 12582912.0f; /* 1.5 * 2^23 */
-    float n = (x * 1.44269504088896341f + shifter) - shifter;
+    float n = (x * 1.44269504088896341f + SHIFTER) - SHIFTER;
     float r = x - n * 0.693145751953125f; /* ln 2's first 15 bits: n * hi is exact */
     r = r - n * 1.42860682030941723212e-6f;
     float p = 1.0f / 5040.0f;
@@ -84,8 +85,7 @@ static inline float exp_clamped(float x) {
 static inline float exp_nonpositive(float x) {
     x = td_pick(x < -104.0f, -104.0f, x);
     float n, p = exp_reduced(x, &n);
-    const float shifter = 12582912.0f;
-    float n1 = (n * 0.5f + shifter) - shifter; /* n / 2 rounded: n1 and n - n1 in [-75, 0] */
+    float n1 = (n * 0.5f + SHIFTER) - SHIFTER; /* n / 2 rounded: n1 and n - n1 in [-75, 0] */
     return (p * pow2i(n1)) * pow2i(n - n1);
 }
 
@@ -151,7 +151,8 @@ static __attribute__((noinline)) void sigmoid_block(const float *restrict xb,
     }
 }
 
-/* y = f(x) through one of the blocks above: full blocks, then the zero-padded tail. */
+/* y = f(x) through one of the blocks above: each block of x copied into aligned locals (so the
+ * block's loop has no alignment peel), full blocks, then the zero-padded tail. */
 static void map_blocks(void (*block)(const float *restrict, float *restrict), float *y,
                        const float *x, size_t n) {
     _Alignas(64) float xb[BLOCK], yb[BLOCK];
@@ -168,6 +169,19 @@ static void map_blocks(void (*block)(const float *restrict, float *restrict), fl
     memcpy(y + i, yb, sizeof(float) * (n - i));
 }
 
+/* y[j] = x[j] Phi(x[j]) for the BLOCK values of one aligned block: gelu_block, then the product
+ * (one correctly rounded op). */
+static __attribute__((noinline)) void gelu_y_block(const float *restrict xb, float *restrict yb) {
+    _Alignas(64) float cdf[BLOCK], der[BLOCK];
+    gelu_block(xb, cdf, der);
+#pragma omp simd
+    for (int j = 0; j < BLOCK; j++) yb[j] = xb[j] * cdf[j];
+}
+
+void td_gelu(float *y, const float *x, size_t n) {
+    map_blocks(gelu_y_block, y, x, n);
+}
+
 void td_tanh(float *y, const float *x, size_t n) {
     map_blocks(tanh_block, y, x, n);
 }
@@ -176,26 +190,8 @@ void td_sigmoid(float *y, const float *x, size_t n) {
     map_blocks(sigmoid_block, y, x, n);
 }
 
-/* The callers copy each block into aligned locals (so gelu_block's loop has no alignment peel)
- * and only multiply afterwards: full blocks in loops of constant length, which vectorise; the
- * last, partial block zero-padded, its products one at a time (a product rounds the same in
- * either form). */
-void td_gelu(float *y, const float *x, size_t n) {
-    _Alignas(64) float xb[BLOCK], cdf[BLOCK], der[BLOCK];
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-        memcpy(xb, x + i, sizeof xb);
-        gelu_block(xb, cdf, der);
-#pragma omp simd
-        for (int j = 0; j < BLOCK; j++) y[i + j] = xb[j] * cdf[j];
-    }
-    if (i == n) return;
-    memset(xb, 0, sizeof xb);
-    memcpy(xb, x + i, sizeof(float) * (n - i));
-    gelu_block(xb, cdf, der);
-    for (size_t j = 0; i + j < n; j++) y[i + j] = xb[j] * cdf[j];
-}
-
+/* Like map_blocks, with dy: full blocks, then the zero-padded tail, whose products are taken one
+ * at a time (a product rounds the same in either form). */
 void td_gelu_backward(float *dx, const float *x, const float *dy, size_t n) {
     _Alignas(64) float xb[BLOCK], cdf[BLOCK], der[BLOCK];
     size_t i = 0;
