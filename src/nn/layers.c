@@ -278,9 +278,21 @@ static inline __attribute__((always_inline)) void maxpool2_back_row(float *d0, f
  * same first argmax. For stride 2, tap kj of outputs o .. o + 7 is the even (kj even) or odd
  * floats of the sixteen from column 2 o + kj (rounded down to even). A loop per output branched
  * on every comparison: a 3x3/2 pool of 64 channels at 32x32 took 5.8 ms of a 44 ms step. */
-static bool maxpool_block8_fits(int w, int k, int st, int o) {
+static bool pool_block8_fits(int w, int k, int st, int o) {
     /* the last float loaded: stride 1, o + (k - 1) + 7; stride 2, 2 o + (k - 1 & ~1) + 15 */
     return st == 1 ? o + k + 7 <= w : 2 * o + ((k - 1) & ~1) + 16 <= w;
+}
+
+/* How many of a row's ow outputs the eight-output blocks take: all of them when the last eight's
+ * loads fit (the blocks then start at 0, 8, ... and the last at ow - 8, overlapping the one
+ * before: the same outputs again, the same values), else the blocks from 0 whose loads fit,
+ * leaving the rest to the loop per output. None for other strides. */
+static int pool_blocks8_end(int w, int k, int st, int ow) {
+    if (st > 2 || ow < 8) return 0;
+    if (pool_block8_fits(w, k, st, ow - 8)) return ow;
+    int end = 0;
+    while (end + 8 <= ow && pool_block8_fits(w, k, st, end)) end += 8;
+    return end;
 }
 
 /* Tap column kj of eight outputs from input row r (stride 1 or 2). */
@@ -317,7 +329,7 @@ static void maxpool_block8(const float *x, int w, int k, int st, bool relu_in, f
  * reaches the argmax only where that max is positive, as ReLU's backward would decide. */
 static void maxpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
     const float *x0 = m->acts[l->src];
-    int k = l->kernel, st = l->stride;
+    int k = l->kernel, st = l->stride, blocks_end = pool_blocks8_end(l->in_w, k, st, l->out_w);
     for (int s = s0; s < s1; s++) {
         for (int c = 0; c < l->out_c; c++) {
             const float *x = x0 + (size_t)s * l->in_size + (size_t)c * l->in_h * l->in_w;
@@ -333,19 +345,10 @@ static void maxpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
                 float *yr = y + (size_t)oy * l->out_w;
                 uint8_t *ar = am + (size_t)oy * l->out_w;
                 int ox = 0;
-                /* eight outputs at a time where their loads stay inside the row; the last
-                 * block may overlap the one before (the same outputs again, the same values) */
-                if (st <= 2 && l->out_w >= 8 && maxpool_block8_fits(l->in_w, k, st, 0))
-                    for (;; ox += 8) {
-                        int o = TD_MIN(ox, l->out_w - 8);
-                        if (!maxpool_block8_fits(l->in_w, k, st, o)) break;
-                        maxpool_block8(xr + (size_t)o * st, l->in_w, k, st, l->relu_in, yr + o,
-                                       ar + o);
-                        if (o + 8 >= l->out_w) {
-                            ox = l->out_w;
-                            break;
-                        }
-                    }
+                for (; ox < blocks_end; ox += 8) {
+                    int o = TD_MIN(ox, blocks_end - 8);
+                    maxpool_block8(xr + (size_t)o * st, l->in_w, k, st, l->relu_in, yr + o, ar + o);
+                }
                 for (; ox < l->out_w; ox++) {
                     const float *win = xr + (size_t)ox * st;
                     float best = win[0];
@@ -590,7 +593,7 @@ static void avgpool2_back_plane(float *dx, int w, int h, const float *dy, int oh
 }
 
 /* Average pools other than 2x2/2, stride 1 or 2, eight outputs at a time as max pooling takes
- * them (maxpool_block8_fits): the taps summed from 0 in (ki, kj) order, then times inv, as the
+ * them (pool_blocks8_end): the taps summed from 0 in (ki, kj) order, then times inv, as the
  * loop per output does (a 3x3/1 pool of 64 channels at 15x15: 2.5 ms a step that way). */
 static void avgpool_block8(const float *x, int w, int k, int st, float inv, float *y) {
     v8f sum = {0};
@@ -601,7 +604,7 @@ static void avgpool_block8(const float *x, int w, int k, int st, float inv, floa
 
 /* Average over k x k windows, stride st, no padding: x [c, h, w] -> y [c, out_h, out_w]. */
 static void avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
-    int k = l->kernel, st = l->stride;
+    int k = l->kernel, st = l->stride, blocks_end = pool_blocks8_end(l->in_w, k, st, l->out_w);
     float inv = 1.0f / (float)(k * k);
     for (int s = s0; s < s1; s++)
         for (int c = 0; c < l->out_c; c++) {
@@ -616,16 +619,10 @@ static void avgpool_forward(td_model_t *m, td_layer *l, int s0, int s1) {
                 const float *xr = x + (size_t)oy * st * l->in_w;
                 float *yr = y + (size_t)oy * l->out_w;
                 int ox = 0;
-                if (st <= 2 && l->out_w >= 8 && maxpool_block8_fits(l->in_w, k, st, 0))
-                    for (;; ox += 8) { /* the last block may overlap: the same sums again */
-                        int o = TD_MIN(ox, l->out_w - 8);
-                        if (!maxpool_block8_fits(l->in_w, k, st, o)) break;
-                        avgpool_block8(xr + (size_t)o * st, l->in_w, k, st, inv, yr + o);
-                        if (o + 8 >= l->out_w) {
-                            ox = l->out_w;
-                            break;
-                        }
-                    }
+                for (; ox < blocks_end; ox += 8) {
+                    int o = TD_MIN(ox, blocks_end - 8);
+                    avgpool_block8(xr + (size_t)o * st, l->in_w, k, st, inv, yr + o);
+                }
                 for (; ox < l->out_w; ox++) {
                     const float *win = xr + (size_t)ox * st;
                     float sum = 0.0f;
