@@ -17,17 +17,21 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     for (size_t i = 0; i < ncol; i++) r[i] = rnd(10000 + i);
     for (size_t i = 0; i < ncol; i += 7) r[i] = -0.0f; /* comes out +0.0 from a zeroed x */
     td_im2col(x, c, h, w, k, k, stride, pad, oh, ow, col);
+    /* col against its definition; and col2im's reference, each input's terms of r added in
+     * (channel, tap, output position) order from 0, the order the training bits are made in */
+    float *ref = calloc(nx, sizeof(float));
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++)
                 for (int oy = 0; oy < oh; oy++)
                     for (int ox = 0; ox < ow; ox++) {
                         int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
-                        float want = (iy >= 0 && iy < h && ix >= 0 && ix < w)
-                                         ? x[((size_t)ci * h + iy) * w + ix]
-                                         : 0.0f;
+                        bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                        float want = inside ? x[((size_t)ci * h + iy) * w + ix] : 0.0f;
                         size_t row = ((size_t)ci * k + ki) * k + kj;
-                        float got = col[row * oh * ow + (size_t)oy * ow + ox];
+                        size_t at = row * oh * ow + (size_t)oy * ow + ox;
+                        if (inside) ref[((size_t)ci * h + iy) * w + ix] += r[at];
+                        float got = col[at];
                         if (got != want)
                             TEST_FAIL(
                                 "im2col c=%d h=%d k=%d s=%d p=%d at (%d,%d,%d,%d,%d): %g vs %g", c,
@@ -37,19 +41,7 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     td_col2im(r, c, h, w, k, k, stride, pad, oh, ow, back);
     double lhs = td_dot_f64(back, x, nx), rhs = td_dot_f64(r, col, ncol);
     ASSERT_NEAR(lhs, rhs, 1e-4 * (1 + fabs(rhs)));
-    /* and bit for bit: each input's terms added in (channel, tap, output position) order from 0,
-     * the order the training bits are made in */
-    float *ref = calloc(nx, sizeof(float));
-    for (int ci = 0; ci < c; ci++)
-        for (int ki = 0; ki < k; ki++)
-            for (int kj = 0; kj < k; kj++)
-                for (int oy = 0; oy < oh; oy++)
-                    for (int ox = 0; ox < ow; ox++) {
-                        int iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
-                        if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-                        ref[((size_t)ci * h + iy) * w + ix] +=
-                            r[(((size_t)ci * k + ki) * k + kj) * oh * ow + (size_t)oy * ow + ox];
-                    }
+    /* and bit for bit, against the reference above */
     for (size_t i = 0; i < nx; i++)
         if (memcmp(&back[i], &ref[i], sizeof(float)))
             TEST_FAIL("col2im c=%d h=%d w=%d k=%d s=%d p=%d at %zu: %a vs the ordered sum %a", c, h,
