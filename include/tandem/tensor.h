@@ -73,6 +73,15 @@ void td_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
                      ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
                      bool accumulate);
+/* td_gemm_ordered with the rows of a, or of b, at listed offsets instead of a stride: a's row r
+ * starts at a + a_rows[r] (its elements a_step apart), b's row p at b + b_rows[p]; NULL for the
+ * stride (a_row, ldb), and one of the two at most. An indirect gemm: a stride-1 convolution's
+ * column matrix row t (channel, kernel row, kernel column) is the padded image read from t's
+ * offset on, so the gemm reads the image where im2col would copy it. The same bits as
+ * td_gemm_ordered on the copy. */
+void td_gemm_indirect(int rows, int width, int depth, const float *a, const ptrdiff_t *a_rows,
+                      ptrdiff_t a_row, ptrdiff_t a_step, const float *b, const ptrdiff_t *b_rows,
+                      size_t ldb, float *c, size_t ldc, bool accumulate);
 /* td_gemm_ordered with b packed once for several calls (tasks sharing one b, as a weight
  * gradient's tasks share the layer's input): td_gemm_pack_b writes b [depth, width] into
  * packed, of td_gemm_packed_floats(depth, width) floats; the calls for [j_from, j_to) ranges that

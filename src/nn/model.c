@@ -102,6 +102,7 @@ void td_model_free(td_model_t *m) {
         free(l->dpart);
         free(l->psum);
         free(l->wino_u);
+        free(l->taps);
     }
     for (int t = 0; t < m->scratch_threads; t++) free(m->scratch[t]);
     free(m->scratch);
@@ -631,13 +632,14 @@ td_status td_model_finalize(td_model_t *m, int max_batch) {
         }
         if (l->kind == TD_LAYER_CONV2D) {
             l->partial = alloc_floats(nchunks * l->param_count);
-            m->col_floats = TD_MAX(m->col_floats, td__conv_scratch_floats(l));
             td_status st = td__conv_use_winograd(l->in_c, l->kernel, l->stride, &l->wino);
             if (st != TD_OK) { /* a bad TANDEM_CONV_ALGO: td_model_free releases the rest */
                 free(ncons);
                 free(up);
                 return st;
             }
+            td__conv_prepare(l);
+            m->col_floats = TD_MAX(m->col_floats, td__conv_scratch_floats(l));
             if (l->wino) {
                 l->wino_u = alloc_floats(td__wino_filter_floats(l->out_c, l->in_c));
                 m->col_floats =

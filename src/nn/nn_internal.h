@@ -67,6 +67,8 @@ typedef struct {
     double *psum;    /* batchnorm: per-sample sums of x and x^2 per channel [max_batch][2C] */
     bool psum_fresh; /* batchnorm: psum holds this forward's rows (td__bn_sample_sums) */
     bool wino;       /* conv2d: Winograd F(4x4,3x3) forward and both gradients (conv_winograd.c) */
+    ptrdiff_t *taps; /* conv2d read in place (layers.c, conv_implicit): each lowered row's offset
+                      * in the padded image */
     float *wino_u;   /* transformed filter [36 slots, out_c, in_c], refreshed by every forward
                       * and read by the backward that follows it */
 } td_layer;
@@ -130,6 +132,8 @@ void td__layer_backward_rows(td_model_t *m, int li, int s0, int s1, int chunk, i
 /* A conv2d's per-thread scratch: its column matrix (rounded to whole cache lines), then for
  * stride 2 the parity planes it is built from. */
 size_t td__conv_scratch_floats(const td_layer *l);
+/* A conv layer's tables once its algorithm is chosen (l->wino): the implicit gemm's tap offsets. */
+void td__conv_prepare(td_layer *l);
 /* Layers that run over the whole batch at once (model.c, norm.c), not chunk by chunk. */
 static inline bool td__batch_level(td_layer_kind k) {
     return k == TD_LAYER_LINEAR || k == TD_LAYER_BATCHNORM;

@@ -84,17 +84,56 @@ static inline __attribute__((always_inline)) vec splat(float x) {
     return x - (vec){0};
 }
 
-/* c[r][0, jv VW) (=|+=) sum over p < pc of a[r a_row + p a_step] b[p ldb + (0, jv VW)], for
- * r < rt. rt, jv and ragged are constants at every call (tile_any), so the accumulators are
- * registers. ragged: the last vector has only `tail` columns, moved with masks (the others'
- * lanes are zeros, and dropped). */
+/* Where the operands lie: a(r, p) = a[row_r + p a_step] with row_r = a_rows[r] where a_rows is
+ * given, else r a_row; b's row p starts at b + b_rows[p] where b_rows is given, else p ldb
+ * (td_gemm_indirect). */
+typedef struct {
+    const float *a;
+    const ptrdiff_t *a_rows;
+    ptrdiff_t a_row, a_step;
+    const float *b;
+    const ptrdiff_t *b_rows;
+    size_t ldb;
+} operands;
+
+/* The operands from row r0 of a, depth p0 and column j0 of b on. */
+static operands operands_at(const operands *o, int r0, int p0, int j0) {
+    operands v = *o;
+    if (v.a_rows)
+        v.a_rows += r0;
+    else
+        v.a += r0 * v.a_row;
+    v.a += p0 * v.a_step;
+    if (v.b_rows)
+        v.b_rows += p0;
+    else
+        v.b += (size_t)p0 * v.ldb;
+    v.b += j0;
+    return v;
+}
+
+static inline __attribute__((always_inline)) const float *b_row(const operands *o, int p) {
+    return o->b_rows ? o->b + o->b_rows[p] : o->b + (size_t)p * o->ldb;
+}
+
+/* Which operand a tile reads through a list of row offsets (operands): neither, b or a. */
+enum { PLAIN, B_LISTED, A_LISTED };
+
+/* c[r][0, jv VW) (=|+=) sum over p < pc of a(r, p) b(p, [0, jv VW)), for r < rt. rt, jv, ragged
+ * and mode are constants at every call (tile_any), so the accumulators are registers. ragged:
+ * the last vector has only `tail` columns, moved with masks (the others' lanes are zeros, and
+ * dropped). */
 static inline __attribute__((always_inline)) void tile(const int rt, const int jv,
-                                                       const bool ragged, int tail, int pc,
-                                                       const float *a, ptrdiff_t a_row,
-                                                       ptrdiff_t a_step, const float *b,
-                                                       size_t ldb, float *c, size_t ldc,
-                                                       bool zero) {
+                                                       const bool ragged, const int mode,
+                                                       int tail, int pc, const operands *o,
+                                                       float *c, size_t ldc, bool zero) {
     vec acc[RT][JV];
+    ptrdiff_t ar[RT], a_step = o->a_step; /* a(r, p) = a[ar[r]] after p steps */
+    const float *a = o->a, *b = o->b;
+    const ptrdiff_t *b_rows = o->b_rows;
+    size_t ldb = o->ldb;
+#pragma GCC unroll 8
+    for (int r = 0; r < rt; r++) ar[r] = mode == A_LISTED ? o->a_rows[r] : r * o->a_row;
 #pragma GCC unroll 8
     for (int r = 0; r < rt; r++)
 #pragma GCC unroll 8
@@ -103,18 +142,19 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
                         : ragged && v == jv - 1 ? load_part(c + r * ldc + v * VW, tail)
                                                 : load(c + r * ldc + v * VW);
     for (int p = 0; p < pc; p++) {
+        const float *bp = mode == B_LISTED ? b + b_rows[p] : b;
         vec bv[JV];
 #pragma GCC unroll 8
         for (int v = 0; v < jv; v++)
-            bv[v] = ragged && v == jv - 1 ? load_part(b + v * VW, tail) : load(b + v * VW);
+            bv[v] = ragged && v == jv - 1 ? load_part(bp + v * VW, tail) : load(bp + v * VW);
 #pragma GCC unroll 8
         for (int r = 0; r < rt; r++) {
-            vec s = splat(a[r * a_row]);
+            vec s = splat(a[ar[r]]);
 #pragma GCC unroll 8
             for (int v = 0; v < jv; v++) acc[r][v] += s * bv[v];
         }
         a += a_step;
-        b += ldb;
+        if (mode != B_LISTED) b += ldb;
     }
 #pragma GCC unroll 8
     for (int r = 0; r < rt; r++)
@@ -126,17 +166,24 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
                 store(c + r * ldc + v * VW, acc[r][v]);
 }
 
-/* tile with rt, jv and raggedness as constants: one specialised copy per shape. tail: the
+/* tile with rt, jv, raggedness and mode as constants: one specialised copy per shape. tail: the
  * columns of the last vector (VW: a whole one). */
-static void tile_any(int rt, int jv, int tail, int pc, const float *a, ptrdiff_t a_row,
-                     ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
+static void tile_any(int rt, int jv, int tail, int pc, const operands *o, float *c, size_t ldc,
                      bool zero) {
+#define TD__TILE_AS(R, V, M)                                                                       \
+    if (MASKED && tail < VW)                                                                       \
+        tile(R, V, true, M, tail, pc, o, c, ldc, zero);                                            \
+    else                                                                                           \
+        tile(R, V, false, M, VW, pc, o, c, ldc, zero);
 #define TD__TILE(R, V)                                                                             \
     case (R) * 8 + (V):                                                                            \
-        if (MASKED && tail < VW)                                                                   \
-            tile(R, V, true, tail, pc, a, a_row, a_step, b, ldb, c, ldc, zero);                    \
-        else                                                                                       \
-            tile(R, V, false, VW, pc, a, a_row, a_step, b, ldb, c, ldc, zero);                     \
+        if (o->b_rows) {                                                                           \
+            TD__TILE_AS(R, V, B_LISTED)                                                            \
+        } else if (o->a_rows) {                                                                    \
+            TD__TILE_AS(R, V, A_LISTED)                                                            \
+        } else {                                                                                   \
+            TD__TILE_AS(R, V, PLAIN)                                                               \
+        }                                                                                          \
         return;
 #define TD__TILE_ROW(R)                                                                            \
     TD__TILE(R, 1)                                                                                 \
@@ -156,6 +203,7 @@ static void tile_any(int rt, int jv, int tail, int pc, const float *a, ptrdiff_t
     default:
         return; /* unreachable: rt <= RT, jv <= JV */
     }
+#undef TD__TILE_AS
 #undef TD__TILE
 #undef TD__TILE_ROW
 #undef TD__TILE_WIDE
@@ -166,35 +214,39 @@ _Static_assert(RT == 6 && (JV == 2 || JV == 4), "tile_any's cases cover RT x JV"
 /* c's rows [0, rt) x columns [0, jw) of one block, over b's rows [0, pc). A ragged jw is read
  * and written in place with masks; without them (MASKED 0) b must be padded to whole vectors
  * (pack_panel), and c goes through a whole-vector copy. */
-static void block(int rt, int jw, int pc, const float *a, ptrdiff_t a_row, ptrdiff_t a_step,
-                  const float *b, size_t ldb, float *c, size_t ldc, bool zero) {
+static void block(int rt, int jw, int pc, const operands *o, float *c, size_t ldc, bool zero) {
     int jv = (jw + VW - 1) / VW, tail = jw - (jv - 1) * VW;
     if (jw == jv * VW || MASKED) {
-        tile_any(rt, jv, tail, pc, a, a_row, a_step, b, ldb, c, ldc, zero);
+        tile_any(rt, jv, tail, pc, o, c, ldc, zero);
         return;
     }
     float t[RT * JB];
     for (int r = 0; r < rt; r++)
         if (!zero) memcpy(t + r * JB, c + (size_t)r * ldc, sizeof(float) * jw);
-    tile_any(rt, jv, VW, pc, a, a_row, a_step, b, ldb, t, JB, zero);
+    tile_any(rt, jv, VW, pc, o, t, JB, zero);
     for (int r = 0; r < rt; r++) memcpy(c + (size_t)r * ldc, t + r * JB, sizeof(float) * jw);
 }
 
 /* b's rows [0, pc) x columns [0, jw) copied into panel [pc, JB] (pc may exceed PC for a caller's
  * buffer), each row padded to whole vectors with zeros (lanes whose results are dropped, but
  * stale bytes could be slow denormals). */
-static const float *pack_panel(const float *b, size_t ldb, int pc, int jw, float *panel) {
+static const float *pack_panel(const operands *o, int pc, int jw, float *panel) {
+    const float *b = o->b;
+    const ptrdiff_t *rows = o->b_rows;
+    size_t ldb = o->ldb;
     if (jw == JB) { /* whole vectors, inline (a call of memcpy per 64-byte row cost AVX2's
                      * 16-float panels a fifth of their time) */
-        for (int p = 0; p < pc; p++)
+        for (int p = 0; p < pc; p++) {
+            const float *bp = rows ? b + rows[p] : b + (size_t)p * ldb;
 #pragma GCC unroll 4
-            for (int v = 0; v < JV; v++)
-                store(panel + (size_t)p * JB + v * VW, load(b + (size_t)p * ldb + v * VW));
+            for (int v = 0; v < JV; v++) store(panel + (size_t)p * JB + v * VW, load(bp + v * VW));
+        }
         return panel;
     }
     int jp = (jw + VW - 1) / VW * VW;
     for (int p = 0; p < pc; p++) {
-        memcpy(panel + (size_t)p * JB, b + (size_t)p * ldb, sizeof(float) * jw);
+        memcpy(panel + (size_t)p * JB, rows ? b + rows[p] : b + (size_t)p * ldb,
+               sizeof(float) * jw);
         memset(panel + (size_t)p * JB + jw, 0, sizeof(float) * (jp - jw));
     }
     return panel;
@@ -217,9 +269,8 @@ static void prefetch_c(float *c, size_t ldc, int rt, int jw) {
         for (int j = 0; j < jw; j += LINE) __builtin_prefetch(c + r * ldc + j, 1);
 }
 
-void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
-                     ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
-                     bool accumulate) {
+static void gemm(int rows, int width, int depth, const operands *o, float *c, size_t ldc,
+                 bool accumulate) {
     if (rows <= 0 || width <= 0) return;
     if (depth <= 0) {
         if (!accumulate)
@@ -236,10 +287,12 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
         for (int p0 = 0; p0 < depth; p0 += PC) {
             int pc = TD_MIN(PC, depth - p0);
             bool zero = p0 == 0 && !accumulate;
-            const float *bp = b + (size_t)p0 * ldb + j0;
-            size_t lb = ldb;
-            if ((!MASKED && jw % VW) || (rows > RT && ldb % 256 == 0))
-                bp = pack_panel(bp, ldb, pc, jw, panel), lb = JB;
+            operands at = operands_at(o, 0, p0, j0);
+            if ((!MASKED && jw % VW) || (rows > RT && !o->b_rows && o->ldb % 256 == 0)) {
+                at.b = pack_panel(&at, pc, jw, panel);
+                at.b_rows = NULL;
+                at.ldb = JB;
+            }
             /* the next panel of b (the next rows, else the next columns), a share of its rows
              * per row tile: a layer's weights come from memory a panel at a time, in rows of 256
              * bytes 4 KiB apart, a pattern the hardware prefetcher does not follow */
@@ -248,19 +301,34 @@ void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a
             int tiles = (rows + RT - 1) / RT, share = (npc + tiles - 1) / tiles;
             for (int r0 = 0, t = 0; r0 < rows; r0 += RT, t++) {
                 int rt = TD_MIN(RT, rows - r0), next = TD_MIN(RT, rows - r0 - RT);
-                const float *ap = a + r0 * a_row + p0 * a_step;
+                operands tile_at = operands_at(&at, r0, 0, 0);
                 float *cp = c + (size_t)r0 * ldc + j0;
-                if (next > 0 && a_step == 1) /* (a^T's tile: a few lines, used by every tile) */
-                    prefetch_a(ap + RT * a_row, a_row, next, pc);
+                if (next > 0 && o->a_step == 1 && !o->a_rows) /* (a^T's tile: a few lines, used
+                                                                * by every tile) */
+                    prefetch_a(tile_at.a + RT * o->a_row, o->a_row, next, pc);
                 if (next > 0) prefetch_c(cp + RT * ldc, ldc, next, jw);
                 if (njw > 0 && rows > RT)
                     for (int p = t * share; p < TD_MIN(npc, (t + 1) * share); p++)
                         for (int j = 0; j < njw; j += LINE)
-                            __builtin_prefetch(b + (size_t)(np0 + p) * ldb + nj0 + j);
-                block(rt, jw, pc, ap, a_row, a_step, bp, lb, cp, ldc, zero);
+                            __builtin_prefetch(b_row(o, np0 + p) + nj0 + j);
+                block(rt, jw, pc, &tile_at, cp, ldc, zero);
             }
         }
     }
+}
+
+void td_gemm_ordered(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
+                     ptrdiff_t a_step, const float *b, size_t ldb, float *c, size_t ldc,
+                     bool accumulate) {
+    operands o = {a, NULL, a_row, a_step, b, NULL, ldb};
+    gemm(rows, width, depth, &o, c, ldc, accumulate);
+}
+
+void td_gemm_indirect(int rows, int width, int depth, const float *a, const ptrdiff_t *a_rows,
+                      ptrdiff_t a_row, ptrdiff_t a_step, const float *b, const ptrdiff_t *b_rows,
+                      size_t ldb, float *c, size_t ldc, bool accumulate) {
+    operands o = {a, a_rows, a_row, a_step, b, b_rows, ldb};
+    gemm(rows, width, depth, &o, c, ldc, accumulate);
 }
 
 size_t td_gemm_packed_floats(int depth, int width) {
@@ -269,9 +337,10 @@ size_t td_gemm_packed_floats(int depth, int width) {
 
 void td_gemm_pack_b(const float *b, int depth, int width, size_t ldb, float *packed, int j_from,
                     int j_to) {
-    for (int j0 = (TD_MAX(j_from, 0) + JB - 1) / JB * JB; j0 < TD_MIN(width, j_to); j0 += JB)
-        pack_panel(b + j0, ldb, depth, TD_MIN(JB, width - j0),
-                   packed + (size_t)(j0 / JB) * JB * depth);
+    for (int j0 = (TD_MAX(j_from, 0) + JB - 1) / JB * JB; j0 < TD_MIN(width, j_to); j0 += JB) {
+        operands o = {NULL, NULL, 0, 0, b + j0, NULL, ldb};
+        pack_panel(&o, depth, TD_MIN(JB, width - j0), packed + (size_t)(j0 / JB) * JB * depth);
+    }
 }
 
 void td_gemm_ordered_packed(int rows, int width, int depth, const float *a, ptrdiff_t a_row,
@@ -297,10 +366,11 @@ void td_gemm_ordered_packed(int rows, int width, int depth, const float *a, ptrd
             for (int p = 0; p < pc; p++)
                 for (int r = 0; r < rt; r++)
                     slab[p * RT + r] = a[(r0 + r) * a_row + (p0 + p) * a_step];
-            for (int j0 = 0; j0 < width; j0 += JB)
-                block(rt, TD_MIN(JB, width - j0), pc, slab, 1, RT,
-                      packed + (size_t)(j0 / JB) * JB * depth + (size_t)p0 * JB, JB, cr + j0, ldc,
-                      p0 == 0 && !accumulate);
+            for (int j0 = 0; j0 < width; j0 += JB) {
+                operands o = {slab, NULL, 1, RT,
+                              packed + (size_t)(j0 / JB) * JB * depth + (size_t)p0 * JB, NULL, JB};
+                block(rt, TD_MIN(JB, width - j0), pc, &o, cr + j0, ldc, p0 == 0 && !accumulate);
+            }
         }
     }
 }

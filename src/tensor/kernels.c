@@ -5,6 +5,9 @@
  * vectoriser, whose order could depend on alignment. */
 #include <cblas.h>
 #include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "tandem/tensor.h"
 
@@ -37,7 +40,7 @@ static void valid_range(int in, int out, int stride, int pad, int ki, int *lo, i
  * conv1 26), moved eight at a time: a loop of runtime length that short spent its time in the
  * vectoriser's prologue and scalar tail (td_im2col was 23% of LeNet-5's step). The copy covers
  * the ragged end with one more eight-float move ending at n, over floats already written (the
- * same values); the add cannot overlap, so its last n % 8 floats are added one at a time. */
+ * same values). */
 typedef float td__v8f __attribute__((vector_size(32), aligned(4), may_alias));
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -48,12 +51,6 @@ static inline __attribute__((always_inline)) void copy_row(float *d, const float
     }
     for (int j = 0; j + 8 < n; j += 8) *(td__v8f *)(d + j) = *(const td__v8f *)(s + j);
     *(td__v8f *)(d + n - 8) = *(const td__v8f *)(s + n - 8);
-}
-
-static inline __attribute__((always_inline)) void add_row(float *d, const float *s, int n) {
-    int j = 0;
-    for (; j + 8 <= n; j += 8) *(td__v8f *)(d + j) += *(const td__v8f *)(s + j);
-    for (; j < n; j++) d[j] += s[j];
 }
 
 void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
@@ -104,8 +101,58 @@ void td_im2col(const float *x, int c, int h, int w, int kh, int kw, int stride, 
     }
 }
 
+#if defined(__AVX__)
+typedef int32_t td__v8i __attribute__((vector_size(32)));
+
+/* td_col2im at stride 1 by eight-float chunks of x's rows: a chunk is loaded once, gets every
+ * tap's contribution in td_col2im's order (ki, then kj, ascending) in a register, and is stored
+ * once. Adding each tap's row into x in turn stored and reloaded each float k^2 times, on small
+ * planes each load overlapping a store still in flight by all but one float, which store-to-load
+ * forwarding cannot serve (td_col2im was 10% of LeNet-5's step with its 5x5 conv's input
+ * gradient). Which lanes of a chunk tap kj reaches depends on the chunk and kj alone: a masked
+ * load per tap (no fault where the lanes would run off col), its other lanes -0, since x + -0 is
+ * x for every x, -0 included. The same sums, term by term: the same bits. */
+enum { COL2IM_ROWS_MAX_K = 16 };
+
+static void col2im_rows(const float *col, int c, int h, int w, int kh, int kw, int pad, int oh,
+                        int ow, float *x) {
+    const td__v8i iota = {0, 1, 2, 3, 4, 5, 6, 7}, sign = (td__v8i){0} | INT32_MIN; /* -0 */
+    size_t plane = (size_t)oh * ow;
+    for (int ix0 = 0; ix0 < w; ix0 += 8) {
+        int n = TD_MIN(8, w - ix0);
+        td__v8i in[COL2IM_ROWS_MAX_K], out[COL2IM_ROWS_MAX_K];
+        for (int kj = 0; kj < kw; kj++) { /* lane i adds the tap's row at ix0 + i + pad - kj */
+            int off = ix0 + pad - kj;
+            in[kj] = (iota >= -off) & (iota < ow - off) & (iota < n);
+            out[kj] = ~in[kj] & sign;
+        }
+        for (int ci = 0; ci < c; ci++)
+            for (int iy = 0; iy < h; iy++) {
+                float *xr = x + ((size_t)ci * h + iy) * w + ix0;
+                td__v8f acc = (td__v8f)_mm256_maskload_ps(xr, (__m256i)(iota < n));
+                for (int ki = 0; ki < kh; ki++) {
+                    int oy = iy + pad - ki;
+                    if (oy < 0 || oy >= oh) continue;
+                    const float *src = col + (size_t)(ci * kh + ki) * kw * plane + (size_t)oy * ow +
+                                       ix0 + pad;
+                    for (int kj = 0; kj < kw; kj++, src += plane - 1)
+                        acc += (td__v8f)((td__v8i)_mm256_maskload_ps(src, (__m256i)in[kj]) |
+                                         out[kj]);
+                }
+                _mm256_maskstore_ps(xr, (__m256i)(iota < n), (__m256)acc);
+            }
+    }
+}
+#endif
+
 void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride, int pad, int oh,
                int ow, float *x) {
+#if defined(__AVX__)
+    if (stride == 1 && kw <= COL2IM_ROWS_MAX_K) {
+        col2im_rows(col, c, h, w, kh, kw, pad, oh, ow, x);
+        return;
+    }
+#endif
     size_t plane = (size_t)oh * ow;
     for (int ci = 0; ci < c; ci++) {
         float *xc = x + (size_t)ci * h * w;
@@ -116,16 +163,11 @@ void td_col2im(const float *col, int c, int h, int w, int kh, int kw, int stride
                 const float *src = col + ((size_t)(ci * kh + ki) * kw + kj) * plane;
                 int xlo, xhi;
                 valid_range(w, ow, stride, pad, kj, &xlo, &xhi);
-                for (int oy = ylo; oy < yhi; oy++) {
+                for (int oy = ylo; oy < yhi; oy++) { /* distinct targets for distinct ox */
                     const float *s = src + (size_t)oy * ow;
-                    float *drow = xc + (size_t)(oy * stride - pad + ki) * w;
-                    if (stride == 1) {
-                        add_row(drow - pad + kj + xlo, s + xlo, xhi - xlo);
-                    } else { /* distinct targets for distinct ox (stride >= 1): no conflict */
-                        float *d = drow - pad + kj;
+                    float *d = xc + (size_t)(oy * stride - pad + ki) * w - pad + kj;
 #pragma omp simd
-                        for (int ox = xlo; ox < xhi; ox++) d[ox * stride] += s[ox];
-                    }
+                    for (int ox = xlo; ox < xhi; ox++) d[ox * stride] += s[ox];
                 }
             }
         }

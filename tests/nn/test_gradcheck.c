@@ -142,6 +142,21 @@ int main(void) {
         free(c.x), td_model_free(m);
         unsetenv("TANDEM_CONV_ALGO");
     }
+    { /* 5x5 stride-1 convs of 64 lowered rows or more, read in place (implicit gemm): padding
+       * 2, 1, 3 and 2 on odd sizes (5x21 -> 5x21 -> 3x19 -> 5x21 -> 5x21); the first three
+       * have fewer channels out than lowered rows (the weight gradient read in place too), the
+       * last more (its weight gradient lowered); input gradients from the second on */
+        td_model_t *m = td_model_new(3, 5, 21);
+        ASSERT_OK(td_model_add_conv2d(m, 4, 5, 1, 2));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 5, 1, 1));
+        ASSERT_OK(td_model_add_conv2d(m, 3, 5, 1, 3));
+        ASSERT_OK(td_model_add_conv2d(m, 76, 5, 1, 2));
+        check_cfg c = {"conv5x5 p2,p1,p3,p2 (implicit)", 6, 0.05f, atol, rtol, false,
+                       rand_input(6 * 315, 10)};
+        finish(m, &c, 10);
+        check(m, &c);
+        free(c.x), td_model_free(m);
+    }
     { /* relu: identity front layer and |x| >= 0.3 keep pre-activations away from 0 */
         td_model_t *m = td_model_new(4, 1, 1);
         ASSERT_OK(td_model_add_linear(m, 4));

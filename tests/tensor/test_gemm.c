@@ -1,8 +1,9 @@
-/* td_gemm_ordered and its packed variant: every output, bit for bit, is the sum the contract
- * names (start, then one multiply-add per p in order, fused where the build has FMA), at shapes
- * that cross each tile, vector, ragged-block and depth-panel edge, in both of a's layouts; and
- * within a double product's error bound, an independent check of the arithmetic itself.
- * td_transpose against its definition. */
+/* td_gemm_ordered, its packed variant and td_gemm_indirect (a's or b's rows at listed offsets,
+ * here permuted and overlapping as an implicit convolution's are): every output, bit for bit, is
+ * the sum the contract names (start, then one multiply-add per p in order, fused where the build
+ * has FMA), at shapes that cross each tile, vector, ragged-block and depth-panel edge, in both
+ * of a's layouts; and within a double product's error bound, an independent check of the
+ * arithmetic itself. td_transpose against its definition. */
 #include "tandem/tensor.h"
 #include "test.h"
 
@@ -20,8 +21,11 @@ static float madd(float acc, float a, float b) {
 #endif
 }
 
+enum { PLAIN, PACKED, A_LISTED, B_LISTED };
+static const char *const variant_names[] = {"", " packed", " a listed", " b listed"};
+
 static void check(int rows, int width, int depth, bool a_transposed, bool accumulate,
-                  bool use_packed) {
+                  int variant) {
     /* a is [rows, depth] with row stride lda, or stored transposed [depth, rows] */
     int lda = (a_transposed ? rows : depth) + 3, ldb = width + 5, ldc = width + 7;
     size_t na = (size_t)(a_transposed ? depth : rows) * lda + 1, nb = (size_t)depth * ldb + 1;
@@ -38,14 +42,30 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
             a[a_transposed ? (size_t)p * lda + 1 : (size_t)lda + p] = -0.0f;
     for (size_t i = 0; i < nc; i += 3) c0[i] = -0.0f;
     ptrdiff_t a_row = a_transposed ? 1 : lda, a_step = a_transposed ? lda : 1;
+    /* listed rows: a's permuted (some twice), b's permuted and every other one shifted by a
+     * column, overlapping its neighbours (b has a float to spare after its last row) */
+    ptrdiff_t *a_rows = malloc(sizeof(ptrdiff_t) * (size_t)rows);
+    ptrdiff_t *b_rows = malloc(sizeof(ptrdiff_t) * (size_t)(depth + 1));
+    for (int r = 0; r < rows; r++) a_rows[r] = (ptrdiff_t)((r * 5 + 3) % rows) * a_row;
+    for (int p = 0; p < depth; p++) b_rows[p] = (ptrdiff_t)((p * 7 + 1) % depth) * ldb + p % 2;
+    if (variant != A_LISTED)
+        for (int r = 0; r < rows; r++) a_rows[r] = r * a_row;
+    if (variant != B_LISTED)
+        for (int p = 0; p < depth; p++) b_rows[p] = (ptrdiff_t)p * ldb;
     memcpy(c, c0, sizeof(float) * nc);
     if (!accumulate)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < width; j++) c[(size_t)r * ldc + j] = NAN; /* written, not added */
     float *packed = NULL;
-    if (!use_packed) {
+    if (variant == PLAIN) {
         td_gemm_ordered(rows, width, depth, a, a_row, a_step, b, (size_t)ldb, c, (size_t)ldc,
                         accumulate);
+    } else if (variant == A_LISTED) {
+        td_gemm_indirect(rows, width, depth, a, a_rows, 0, a_step, b, NULL, (size_t)ldb, c,
+                         (size_t)ldc, accumulate);
+    } else if (variant == B_LISTED) {
+        td_gemm_indirect(rows, width, depth, a, NULL, a_row, a_step, b, b_rows, 0, c,
+                         (size_t)ldc, accumulate);
     } else { /* b packed in two halves' calls, as threads split it */
         packed = malloc(sizeof(float) * (td_gemm_packed_floats(depth, width) + 1));
         for (size_t i = 0; i <= td_gemm_packed_floats(depth, width); i++) packed[i] = NAN;
@@ -60,7 +80,7 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
             float want = accumulate ? c0[(size_t)r * ldc + j] : 0.0f;
             double exact = want, bound = 0;
             for (int p = 0; p < depth; p++) {
-                float x = a[r * a_row + p * a_step], y = b[(size_t)p * ldb + j];
+                float x = a[a_rows[r] + p * a_step], y = b[b_rows[p] + j];
                 want = madd(want, x, y);
                 exact += (double)x * y;
                 bound += fabs((double)x * y);
@@ -69,7 +89,7 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
             if (memcmp(&got, &want, sizeof got))
                 TEST_FAIL("rows=%d width=%d depth=%d a%s%s%s: c[%d][%d] = %a, ordered sum %a", rows,
                           width, depth, a_transposed ? "^T" : "",
-                          accumulate ? " accumulate" : "", use_packed ? " packed" : "", r, j, got,
+                          accumulate ? " accumulate" : "", variant_names[variant], r, j, got,
                           want);
             /* n terms in float: within n ulps of the sum of |terms| (and of |c| at the start) */
             bound = (bound + fabs(c0[(size_t)r * ldc + j])) * (depth + 1) * 0x1p-24;
@@ -78,7 +98,7 @@ static void check(int rows, int width, int depth, bool a_transposed, bool accumu
         for (int j = width; j < ldc; j++) /* the row's tail beyond width is left alone */
             ASSERT(!memcmp(&c[(size_t)r * ldc + j], &c0[(size_t)r * ldc + j], sizeof(float)));
     }
-    free(a), free(b), free(c), free(c0), free(packed);
+    free(a), free(b), free(c), free(c0), free(packed), free(a_rows), free(b_rows);
 }
 
 static void check_transpose(int rows, int cols, int rows_to) {
@@ -105,13 +125,17 @@ int main(void) {
     for (size_t r = 0; r < TD_ARRAY_LEN(rows); r++)
         for (size_t w = 0; w < TD_ARRAY_LEN(widths); w++)
             for (size_t d = 0; d < TD_ARRAY_LEN(depths); d++)
-                for (int mode = 0; mode < 8; mode++)
-                    check(rows[r], widths[w], depths[d], mode & 1, mode & 2, mode & 4);
-    check(6, 64, 1100, false, false, false); /* several panels at every width */
-    check(13, 40, 1030, true, true, false);
-    check(13, 200, 600, true, true, true);
-    check(64, 1024, 64, true, true, true);    /* mlp7's weight gradient */
-    check(64, 256, 1024, false, false, false); /* its input gradient, one task */
+                for (int mode = 0; mode < 16; mode++)
+                    check(rows[r], widths[w], depths[d], mode & 1, mode & 2, mode >> 2);
+    check(6, 64, 1100, false, false, PLAIN); /* several panels at every width */
+    check(6, 70, 1100, false, true, B_LISTED);
+    check(13, 40, 1030, true, true, PLAIN);
+    check(13, 40, 1030, false, true, A_LISTED);
+    check(13, 200, 600, true, true, PACKED);
+    check(64, 1024, 64, true, true, PACKED);  /* mlp7's weight gradient */
+    check(64, 256, 1024, false, false, PLAIN); /* its input gradient, one task */
+    check(16, 136, 150, false, false, B_LISTED); /* LeNet-5's conv2, forward */
+    check(150, 16, 136, false, true, A_LISTED);  /* ... and its weight gradient */
 
     check_transpose(1, 1, 1);
     check_transpose(5, 3, 16);

@@ -20,6 +20,11 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
     /* col against its definition; and col2im's reference, each input's terms of r added in
      * (channel, tap, output position) order from 0, the order the training bits are made in */
     float *ref = calloc(nx, sizeof(float));
+    /* ... and into an x that is not zero (td_col2im adds to it), -0 among its values: an input
+     * no term reaches, or reached by -0 terms only, keeps its -0 */
+    float *start = malloc(sizeof(float) * nx), *ref_start = malloc(sizeof(float) * nx);
+    for (size_t i = 0; i < nx; i++) start[i] = i % 3 ? rnd(20000 + i) : -0.0f;
+    memcpy(ref_start, start, sizeof(float) * nx);
     for (int ci = 0; ci < c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++)
@@ -31,6 +36,7 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
                         size_t row = ((size_t)ci * k + ki) * k + kj;
                         size_t at = row * oh * ow + (size_t)oy * ow + ox;
                         if (inside) ref[((size_t)ci * h + iy) * w + ix] += r[at];
+                        if (inside) ref_start[((size_t)ci * h + iy) * w + ix] += r[at];
                         float got = col[at];
                         if (got != want)
                             TEST_FAIL(
@@ -46,7 +52,13 @@ static void check_im2col(int c, int h, int w, int k, int stride, int pad) {
         if (memcmp(&back[i], &ref[i], sizeof(float)))
             TEST_FAIL("col2im c=%d h=%d w=%d k=%d s=%d p=%d at %zu: %a vs the ordered sum %a", c, h,
                       w, k, stride, pad, i, (double)back[i], (double)ref[i]);
-    free(ref);
+    td_col2im(r, c, h, w, k, k, stride, pad, oh, ow, start);
+    for (size_t i = 0; i < nx; i++)
+        if (memcmp(&start[i], &ref_start[i], sizeof(float)))
+            TEST_FAIL("col2im into x c=%d h=%d w=%d k=%d s=%d p=%d at %zu: %a vs the ordered sum "
+                      "%a",
+                      c, h, w, k, stride, pad, i, (double)start[i], (double)ref_start[i]);
+    free(ref), free(start), free(ref_start);
     if (stride == 2) { /* the parity-plane path: the same col, and col2im's very bits */
         size_t np = td_parity_floats(c, h, w, k, pad);
         float *planes = malloc(sizeof(float) * np), *col2 = malloc(sizeof(float) * ncol);
@@ -104,6 +116,11 @@ int main(void) {
     check_im2col(1, 10, 10, 3, 1, 0);
     check_im2col(1, 6, 18, 3, 1, 0);
     check_im2col(3, 5, 7, 2, 1, 0);
+    /* col2im at stride 1 by eight-float chunks of x's rows: 5x5 kernels, padding 0-3, rows of
+     * 3, 9 and 21 floats (chunks that taps reach in part, at either end) */
+    check_im2col(2, 6, 9, 5, 1, 2);
+    check_im2col(1, 4, 3, 5, 1, 3);
+    check_im2col(3, 5, 21, 5, 1, 1);
     check_im2col(2, 8, 8, 3, 2, 1);
     /* stride 2 at resnet-small's shapes (3x3 pad 1, 1x1 shortcut), also through parity planes */
     check_im2col(3, 32, 32, 3, 2, 1);
