@@ -10,8 +10,9 @@
 #   SPEC.yaml:DATA   a model spec (docs/model-spec.md), built for DATA: fmnist, cifar (the images
 #                    above) or digits (the CSV); PyTorch trains its twin (bench/peers/
 #                    torch_spec.py). The defaults: examples/models/vgg-cifar.yaml (3x3 convs,
-#                    batchnorm, max pooling), lenet5.yaml (5x5 convs, tanh, average pooling) and
-#                    tabular.yaml (layernorm, GELU, batchnorm, a residual block)
+#                    batchnorm, max pooling), lenet5.yaml (5x5 convs, tanh, average pooling),
+#                    cifar-net.yaml (PyTorch's CIFAR-10 tutorial network: 5x5 convs of 6 and 16
+#                    channels) and tabular.yaml (layernorm, GELU, batchnorm, a residual block)
 # tandem is `tandem train --json` (samples_per_s_steady: its first 10 steps left out); PyTorch is
 # bench/peers/torch_train.py (5 warm-up steps left out) on PyPI's PyTorch 2.x from the frameworks
 # venv (bench/peers/torch_pythons.sh finds it; PYTHON=/usr/bin/python3 adds Debian's 1.13).
@@ -40,7 +41,7 @@
 #
 # usage: bench/bench_train.sh [BUILD_DIR]      (default: $TANDEM_BUILD_DIR or ./build)
 # env:   TANDEM_DATA (Fashion-MNIST dir), REPEATS (default 3), STEPS_SCALE (default 1),
-#        MODELS (default "basicnet mlp7 resnet-small mlp" and the three specs above; a relative
+#        MODELS (default "basicnet mlp7 resnet-small mlp" and the four specs above; a relative
 #        SPEC path is taken from the source tree), THREADS (default "1 2"),
 #        PYTHON / PYTHON2 (bench/peers/torch_pythons.sh; PYTHON defaults to none here),
 #        BASELINE (a second tandem binary), ISA_CLASS (avx2, above)
@@ -51,7 +52,7 @@ fmnist=${TANDEM_DATA:-/usr/share/datasets/fashion-mnist}
 scale=${STEPS_SCALE:-1}
 repeats=${REPEATS:-3}
 specs="examples/models/vgg-cifar.yaml:cifar examples/models/lenet5.yaml:fmnist"
-specs+=" examples/models/tabular.yaml:digits"
+specs+=" examples/models/cifar-net.yaml:cifar examples/models/tabular.yaml:digits"
 models=${MODELS:-basicnet mlp7 resnet-small mlp $specs}
 threads=${THREADS:-1 2}
 baseline=${BASELINE:-}

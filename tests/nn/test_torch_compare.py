@@ -7,8 +7,8 @@ spec by bench/peers/torch_spec.py: the resnet-small preset (batchnorm, residual 
 identity and projection shortcuts, global average pool) and tests/nn/specs/mix.yaml (gelu, tanh,
 sigmoid, layernorm, batchnorm 1d and 2d, avgpool2d, residual blocks), in training mode (batchnorm
 on the batch's statistics; the running statistics after one update are compared with torch's)
-and in eval mode; the example specs lenet5.yaml and vgg-cifar.yaml; and the MSE and
-BCE-with-logits losses and their gradients."""
+and in eval mode; the example specs lenet5.yaml, vgg-cifar.yaml and cifar-net.yaml; and the MSE
+and BCE-with-logits losses and their gradients."""
 import json
 import os
 import struct
@@ -221,11 +221,15 @@ def main(device="cpu"):
     ok &= run_spec(tabular, tabular, (20, 1, 1), 3, 9, False, build_dir, device)
     # the example specs a user starts from: LeNet-5 (5x5 convs, tanh, 2x2 average pooling; no
     # batchnorm or dropout, so eval mode is the training step) and the CIFAR tutorials' CNN
-    # (batchnorm, 2x2 max pooling; dropout, so eval mode)
+    # (batchnorm, 2x2 max pooling; dropout, so eval mode), and PyTorch's own tutorial network
+    # (5x5 convs of 6 and 16 channels: both read in place by the implicit gemm, the second's
+    # input gradient through col2im)
     lenet = os.path.join(SOURCE_DIR, "examples", "models", "lenet5.yaml")
     vgg = os.path.join(SOURCE_DIR, "examples", "models", "vgg-cifar.yaml")
+    cifar_net = os.path.join(SOURCE_DIR, "examples", "models", "cifar-net.yaml")
     ok &= run_spec(lenet, lenet, (1, 28, 28), 10, 9, False, build_dir, device)
     ok &= run_spec(vgg, vgg, (3, 32, 32), 10, 6, False, build_dir, device)
+    ok &= run_spec(cifar_net, cifar_net, (3, 32, 32), 10, 7, False, build_dir, device)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
