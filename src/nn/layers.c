@@ -645,9 +645,11 @@ static void activation_backward(td_model_t *m, td_layer *l, int s0, int s1, cons
         float *dx = din + (size_t)s * ldi;
         if (l->kind == TD_LAYER_GELU) {
             td_gelu_backward(dx, x, dy, n); /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
-        } else if (l->kind == TD_LAYER_TANH) {
+        } else if (l->kind == TD_LAYER_TANH) { /* (dx may be dy: the same element) */
+#pragma omp simd
             for (size_t e = 0; e < n; e++) dx[e] = dy[e] * (1.0f - y[e] * y[e]);
         } else {
+#pragma omp simd
             for (size_t e = 0; e < n; e++) dx[e] = dy[e] * y[e] * (1.0f - y[e]);
         }
     }
