@@ -1,6 +1,7 @@
 /* Forward and backward of the per-sample layers over a range of batch rows. Linear layers are
  * batch-level gemms and live in model.c. Shapes are per sample unless said otherwise. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "nn_internal.h"
@@ -102,15 +103,28 @@ static size_t round16(size_t n) {
 }
 
 /* Implicit scratch: [the wide output (forward) or the column gradient (backward) | the padded
- * image (none without padding) | dy^T on the flat positions], then dW^T as for the lowered
- * path. */
+ * image (none without padding) | dy^T on the flat positions, g - 1 zero rows either side
+ * (conv_tap_group)], then dW^T as for the lowered path. */
 static size_t conv_padded_floats(const td_layer *l) {
     return l->pad ? round16((size_t)l->in_c * (l->in_h + 2 * l->pad) * conv_padded_w(l)) : 0;
 }
 
+/* The implicit weight gradient's taps per row of its gemm: a conv of few output channels (the
+ * CIFAR tutorial's conv1: 6) gives dW^T rows of out_c columns, a sixth of an AVX-512 tile's
+ * width. g consecutive taps (c, ki, kj .. kj + g - 1) of one kernel row share a row instead:
+ * tap kj + i reads x i floats on from kj, so its column block multiplies x[f'] by dY^T's row
+ * f' - i (zero outside), over f' < flat + g - 1: a row of g out_c columns that is a window of
+ * dY^T itself, rows f' - g + 1 .. f' (no copy). Each weight's chain gains exact zeros at its
+ * start and end, nothing else: the same bits. g = 16 / out_c by the shape alone (the same on
+ * every build); the taps left over at a kernel row's end (k % g) have a row each. */
+static int conv_tap_group(const td_layer *l) {
+    return conv_implicit_wgrad(l) ? TD_MAX(1, TD_MIN(16 / l->out_c, l->kernel)) : 1;
+}
+
 static size_t conv_implicit_floats(const td_layer *l) {
     size_t wide = (size_t)l->out_c * conv_flat(l);
-    return TD_MAX(conv_col_floats(l), round16(wide)) + conv_padded_floats(l) + round16(wide) +
+    size_t dyt = (size_t)l->out_c * (conv_flat(l) + 2 * (conv_tap_group(l) - 1));
+    return TD_MAX(conv_col_floats(l), round16(wide)) + conv_padded_floats(l) + round16(dyt) +
            (size_t)l->in_c * l->kernel * l->kernel * l->out_c;
 }
 
@@ -119,13 +133,31 @@ size_t td__conv_scratch_floats(const td_layer *l) {
     return conv_implicit(l) ? TD_MAX(n, conv_implicit_floats(l)) : n;
 }
 
+/* l->taps: [kk] each lowered row's offset in the padded image, in order (c, ki, kj); then, for
+ * the weight gradient, [groups] the first tap's offset of each group of g, [singles] those of
+ * the taps left over, and [kk] which tap each row of its dW^T holds (a group's g taps in a row
+ * of g out_c columns count as g rows). */
 void td__conv_prepare(td_layer *l) {
     if (!conv_implicit(l)) return;
     int k = l->kernel, hp = l->in_h + 2 * l->pad, wp = conv_padded_w(l);
-    l->taps = td_xmalloc(sizeof(ptrdiff_t) * (size_t)l->in_c * k * k);
-    for (int c = 0, t = 0; c < l->in_c; c++)
+    int kk = l->in_c * k * k, g = conv_tap_group(l), per_row = k / g;
+    l->tap_groups = l->in_c * k * per_row;
+    l->tap_singles = l->in_c * k * (k - per_row * g);
+    l->taps = td_xmalloc(sizeof(ptrdiff_t) * (size_t)(2 * kk + l->tap_groups + l->tap_singles));
+    ptrdiff_t *groups = l->taps + kk, *singles = groups + l->tap_groups;
+    ptrdiff_t *row_tap = singles + l->tap_singles;
+    for (int c = 0, t = 0, q = 0, u = 0; c < l->in_c; c++)
         for (int ki = 0; ki < k; ki++)
-            for (int kj = 0; kj < k; kj++) l->taps[t++] = ((ptrdiff_t)c * hp + ki) * wp + kj;
+            for (int kj = 0; kj < k; kj++, t++) {
+                l->taps[t] = ((ptrdiff_t)c * hp + ki) * wp + kj;
+                if (kj < per_row * g) { /* its columns in the group's row: last tap first */
+                    if (kj % g == 0) groups[q++] = l->taps[t];
+                    row_tap[(q - 1) * g + g - 1 - kj % g] = t;
+                } else {
+                    singles[u] = l->taps[t];
+                    row_tap[l->tap_groups * g + u++] = t;
+                }
+            }
 }
 
 /* x, padded with zeros into buf for the implicit gemm (x itself without padding). */
@@ -258,7 +290,12 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
         if (conv_implicit_wgrad(l)) { /* dW^T (+)= col dy^T, col read from the padded x */
             float *pad = col + TD_MAX(conv_col_floats(l), round16((size_t)l->out_c * f));
             const float *xp = conv_pad(l, x, pad);
-            t = pad + conv_padded_floats(l);
+            /* dY^T on the flat positions, g - 1 zero rows before and after it */
+            int g = conv_tap_group(l), gw = g * l->out_c;
+            float *dyt_pad = pad + conv_padded_floats(l);
+            t = dyt_pad + (size_t)(g - 1) * l->out_c;
+            memset(dyt_pad, 0, sizeof(float) * (size_t)(g - 1) * l->out_c);
+            memset(t + (size_t)f * l->out_c, 0, sizeof(float) * (size_t)(g - 1) * l->out_c);
             for (int oy = 0; oy < l->out_h; oy++) {
                 float *tr = t + (size_t)oy * wp * l->out_c;
                 td_transpose(dy + (size_t)oy * l->out_w, l->out_c, l->out_w, (size_t)n, tr,
@@ -267,7 +304,13 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
                     memset(tr + (size_t)l->out_w * l->out_c, 0,
                            sizeof(float) * (size_t)(wp - l->out_w) * l->out_c);
             }
-            td_gemm_indirect(kk, l->out_c, f, xp, l->taps, 0, 1, t, NULL, (size_t)l->out_c, dwt,
+            /* a group's row f' reads dY^T's rows f' - g + 1 .. f', g out_c floats from
+             * dyt_pad's row f': one tap's rows after another, the group's last tap first */
+            const ptrdiff_t *groups = l->taps + kk, *singles = groups + l->tap_groups;
+            td_gemm_indirect(l->tap_groups, gw, f + g - 1, xp, groups, 0, 1, dyt_pad, NULL,
+                             (size_t)l->out_c, dwt, (size_t)gw, s > s0);
+            td_gemm_indirect(l->tap_singles, l->out_c, f, xp, singles, 0, 1, t, NULL,
+                             (size_t)l->out_c, dwt + (size_t)l->tap_groups * gw,
                              (size_t)l->out_c, s > s0);
         } else if (!conv_own_gemm(l)) {
             td_sgemm(false, true, l->out_c, kk, n, 1.0f, dy, n, xcol, n, s == s0 ? 0.0f : 1.0f,
@@ -294,8 +337,14 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
             td_sgemm(true, false, kk, n, l->out_c, 1.0f, w, kk, dy, n, 0.0f, g, n);
         if (!pointwise) lift(l, col, dx);
     }
-    if (conv_own_gemm(l) && conv_transposes_dy(l))
+    if (conv_implicit_wgrad(l) && conv_tap_group(l) > 1) { /* dW^T's rows are taps in groups */
+        const ptrdiff_t *row_tap = l->taps + kk + l->tap_groups + l->tap_singles;
+        for (int r = 0; r < kk; r++)
+            for (int oc = 0; oc < l->out_c; oc++)
+                pw[(size_t)oc * kk + row_tap[r]] = dwt[(size_t)r * l->out_c + oc];
+    } else if (conv_own_gemm(l) && conv_transposes_dy(l)) {
         td_transpose(dwt, kk, l->out_c, (size_t)l->out_c, pw, (size_t)kk, kk);
+    }
 }
 
 /* 2x2/2 pooling eight outputs at a time (v8f, nn_internal.h): it reads every other float, and

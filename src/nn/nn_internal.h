@@ -68,7 +68,8 @@ typedef struct {
     bool psum_fresh; /* batchnorm: psum holds this forward's rows (td__bn_sample_sums) */
     bool wino;       /* conv2d: Winograd F(4x4,3x3) forward and both gradients (conv_winograd.c) */
     ptrdiff_t *taps; /* conv2d read in place (layers.c, conv_implicit): each lowered row's offset
-                      * in the padded image */
+                      * in the padded image, then the weight gradient's (td__conv_prepare) */
+    int tap_groups, tap_singles; /* ... its gemm's rows of g taps, and of one (conv_tap_group) */
     float *wino_u;   /* transformed filter [36 slots, out_c, in_c], refreshed by every forward
                       * and read by the backward that follows it */
 } td_layer;
