@@ -74,7 +74,13 @@ static size_t conv_wgrad_floats(const td_layer *l) {
 static int conv_flat(const td_layer *l);
 
 static bool conv_implicit(const td_layer *l) {
-    if (l->stride != 1 || l->kernel == 1 || !conv_own_gemm(l) || l->wino) return false;
+    if (l->stride != 1 || l->kernel == 1 || l->wino) return false;
+    /* Below kk = 64 the forward too where there are fewer than 16 output channels: OpenBLAS's
+     * small-matrix kernel ran LeNet-5's conv1 (6 x 784 x 25) at 0.21 ms a batch with its
+     * im2col, the implicit gemm at 0.13 (its weight gradient stays lowered: dY^T's transposes
+     * cost more there than they save) */
+    int kk = l->in_c * l->kernel * l->kernel;
+    if (!conv_own_gemm(l) && !(kk >= 16 && l->out_c < 16)) return false;
     /* ... where the dropped positions cost the gemm less than im2col's copy: the copy costs
      * ~18 times a position's multiply-adds per output channel (Zen 5: 0.18 ns a float against
      * 0.01 ns a multiply-add), so (flat - n) out_c <= 16 n. A 5x5 'same' conv of 64 channels
@@ -86,7 +92,7 @@ static bool conv_implicit(const td_layer *l) {
 /* ... the weight gradient too where it is dW^T = col dy^T (conv_transposes_dy: col is then
  * td_gemm_indirect's listed a); otherwise it lowers x as before. */
 static bool conv_implicit_wgrad(const td_layer *l) {
-    return conv_implicit(l) && conv_transposes_dy(l);
+    return conv_implicit(l) && conv_own_gemm(l) && conv_transposes_dy(l);
 }
 
 static int conv_padded_w(const td_layer *l) {
