@@ -144,10 +144,11 @@ int main(void) {
     }
     { /* 5x5 stride-1 convs of 64 lowered rows or more, read in place (implicit gemm): padding
        * 2, 1, 3 and 2 on odd sizes (5x21 -> 5x21 -> 3x19 -> 5x21 -> 5x21); the first three
-       * have fewer channels out than lowered rows (the weight gradient read in place too), the
-       * last more (its weight gradient lowered); input gradients from the second on */
+       * have fewer channels out than lowered rows (the weight gradient read in place too, taps
+       * in rows of 4, the fifth alone, then rows of 5), the last more (its weight gradient
+       * lowered); input gradients from the second on */
         td_model_t *m = td_model_new(3, 5, 21);
-        ASSERT_OK(td_model_add_conv2d(m, 4, 5, 1, 2));
+        ASSERT_OK(td_model_add_conv2d(m, 8, 5, 1, 2));
         ASSERT_OK(td_model_add_conv2d(m, 3, 5, 1, 1));
         ASSERT_OK(td_model_add_conv2d(m, 3, 5, 1, 3));
         ASSERT_OK(td_model_add_conv2d(m, 76, 5, 1, 2));
