@@ -128,12 +128,12 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
                                                        int tail, int pc, const operands *o,
                                                        float *c, size_t ldc, bool zero) {
     vec acc[RT][JV];
-    ptrdiff_t ar[RT], a_step = o->a_step; /* a(r, p) = a[ar[r]] after p steps */
+    ptrdiff_t ar[RT], a_row = o->a_row, a_step = o->a_step; /* a(r, p) = a[row r] after p steps */
     const float *a = o->a, *b = o->b;
     const ptrdiff_t *b_rows = o->b_rows;
     size_t ldb = o->ldb;
 #pragma GCC unroll 8
-    for (int r = 0; r < rt; r++) ar[r] = mode == A_LISTED ? o->a_rows[r] : r * o->a_row;
+    for (int r = 0; r < rt; r++) ar[r] = mode == A_LISTED ? o->a_rows[r] : 0;
 #pragma GCC unroll 8
     for (int r = 0; r < rt; r++)
 #pragma GCC unroll 8
@@ -149,7 +149,7 @@ static inline __attribute__((always_inline)) void tile(const int rt, const int j
             bv[v] = ragged && v == jv - 1 ? load_part(bp + v * VW, tail) : load(bp + v * VW);
 #pragma GCC unroll 8
         for (int r = 0; r < rt; r++) {
-            vec s = splat(a[ar[r]]);
+            vec s = splat(mode == A_LISTED ? a[ar[r]] : a[r * a_row]);
 #pragma GCC unroll 8
             for (int v = 0; v < jv; v++) acc[r][v] += s * bv[v];
         }
@@ -234,13 +234,12 @@ static const float *pack_panel(const operands *o, int pc, int jw, float *panel) 
     const float *b = o->b;
     const ptrdiff_t *rows = o->b_rows;
     size_t ldb = o->ldb;
-    if (jw == JB) { /* whole vectors, inline (a call of memcpy per 64-byte row cost AVX2's
-                     * 16-float panels a fifth of their time) */
-        for (int p = 0; p < pc; p++) {
-            const float *bp = rows ? b + rows[p] : b + (size_t)p * ldb;
+    if (jw == JB && !rows) { /* whole vectors, inline (a call of memcpy per 64-byte row cost
+                              * AVX2's 16-float panels a fifth of their time) */
+        for (int p = 0; p < pc; p++)
 #pragma GCC unroll 4
-            for (int v = 0; v < JV; v++) store(panel + (size_t)p * JB + v * VW, load(bp + v * VW));
-        }
+            for (int v = 0; v < JV; v++)
+                store(panel + (size_t)p * JB + v * VW, load(b + (size_t)p * ldb + v * VW));
         return panel;
     }
     int jp = (jw + VW - 1) / VW * VW;
