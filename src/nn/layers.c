@@ -1,7 +1,6 @@
 /* Forward and backward of the per-sample layers over a range of batch rows. Linear layers are
  * batch-level gemms and live in model.c. Shapes are per sample unless said otherwise. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "nn_internal.h"
@@ -108,9 +107,6 @@ static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-/* Implicit scratch: [the wide output (forward) or the column gradient (backward) | the padded
- * image (none without padding) | dy^T on the flat positions, g - 1 zero rows either side
- * (conv_tap_group)], then dW^T as for the lowered path. */
 static size_t conv_padded_floats(const td_layer *l) {
     return l->pad ? round16((size_t)l->in_c * (l->in_h + 2 * l->pad) * conv_padded_w(l)) : 0;
 }
@@ -129,6 +125,9 @@ static int conv_tap_group(const td_layer *l) {
     return conv_implicit_wgrad(l) ? TD_MAX(1, TD_MIN(32 / l->out_c, l->kernel)) : 1;
 }
 
+/* Implicit scratch: [the wide output (forward) or the column gradient (backward) | the padded
+ * image (none without padding) | dy^T on the flat positions, g - 1 zero rows either side
+ * (conv_tap_group)], then dW^T as for the lowered path. */
 static size_t conv_implicit_floats(const td_layer *l) {
     size_t wide = (size_t)l->out_c * conv_flat(l);
     size_t dyt = (size_t)l->out_c * (conv_flat(l) + 2 * (conv_tap_group(l) - 1));
