@@ -127,11 +127,15 @@ static int conv_tap_group(const td_layer *l) {
 
 /* Implicit scratch: [the wide output (forward) or the column gradient (backward) | the padded
  * image (none without padding) | dy^T on the flat positions, g - 1 zero rows either side
- * (conv_tap_group)], then dW^T as for the lowered path. */
+ * (conv_tap_group)], then dW^T as for the lowered path. conv_padded_at: where the padded image
+ * starts, the wide output or column gradient before it. */
+static size_t conv_padded_at(const td_layer *l) {
+    return TD_MAX(conv_col_floats(l), round16((size_t)l->out_c * conv_flat(l)));
+}
+
 static size_t conv_implicit_floats(const td_layer *l) {
-    size_t wide = (size_t)l->out_c * conv_flat(l);
     size_t dyt = (size_t)l->out_c * (conv_flat(l) + 2 * (conv_tap_group(l) - 1));
-    return TD_MAX(conv_col_floats(l), round16(wide)) + conv_padded_floats(l) + round16(dyt) +
+    return conv_padded_at(l) + conv_padded_floats(l) + round16(dyt) +
            (size_t)l->in_c * l->kernel * l->kernel * l->out_c;
 }
 
@@ -221,7 +225,7 @@ static void conv_forward(td_model_t *m, td_layer *l, int s0, int s1, int tid) {
     }
     if (conv_implicit(l)) {
         float *wide = m->scratch[tid];
-        float *pad = wide + TD_MAX(conv_col_floats(l), round16((size_t)l->out_c * conv_flat(l)));
+        float *pad = wide + conv_padded_at(l);
         int f = conv_flat(l), wp = conv_padded_w(l);
         for (int s = s0; s < s1; s++) {
             const float *xp = conv_pad(l, x0 + (size_t)s * l->in_size, pad);
@@ -295,7 +299,7 @@ static void conv_backward(td_model_t *m, td_layer *l, int s0, int s1, int chunk,
         /* dW (+)= dy x col^T (conv_own_gemm, conv_transposes_dy; t: the transposed operand) */
         float *t = col + conv_lowered_floats(l);
         if (conv_implicit_wgrad(l)) { /* dW^T (+)= col dy^T, col read from the padded x */
-            float *pad = col + TD_MAX(conv_col_floats(l), round16((size_t)l->out_c * f));
+            float *pad = col + conv_padded_at(l);
             const float *xp = conv_pad(l, x, pad);
             /* dY^T on the flat positions, g - 1 zero rows before and after it */
             int g = conv_tap_group(l), gw = g * l->out_c;
