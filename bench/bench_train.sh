@@ -70,6 +70,13 @@ case $isa_class in
     export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
   *) echo "bench_train: ISA_CLASS=$isa_class: only avx2 (or unset)" >&2; exit 2 ;;
 esac
+# The sgemm peak on the kernels tandem runs: where OpenBLAS does not know the CPU, tandem runs
+# itself under the core of the CPU's class (tools/tandem/isa.c); bench_engine, which measures the
+# peak, and a BASELINE binary get the same core.
+if [ -z "${OPENBLAS_CORETYPE+set}" ]; then
+  core=$("$tandem" --version | sed -n 's/^kernels for .*, OpenBLAS core \([^,]*\), .*/\1/p')
+  [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
+fi
 [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "bench_train: no Fashion-MNIST IDX files in $fmnist (set TANDEM_DATA)" >&2; exit 2; }
 
 # shellcheck source=peers/torch_pythons.sh

@@ -2,8 +2,10 @@
  * and the instruction set this file was compiled for, which is the one of every kernel of the
  * tensor layer (they share the layer's compile flags, -march included). */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "tandem/tensor.h"
 
@@ -18,8 +20,9 @@
 extern char td__kernels_id[TD_NUMERICS_FIELD];
 char td__kernels_id[TD_NUMERICS_FIELD] = TD_KERNELS_ID;
 
-/* Not in every cblas.h: OpenBLAS's extension. */
+/* Not in every cblas.h: OpenBLAS's extensions. */
 char *openblas_get_corename(void);
+char *openblas_get_config(void);
 
 /* The x86-64 micro-architecture level this file was compiled for, by the psABI's feature sets
  * (gcc defines a macro per feature -march enables), named as -march takes it. */
@@ -73,8 +76,7 @@ static const char *isa(void) {
 
 void td_numerics_get(td_numerics *out) {
     memset(out, 0, sizeof *out);
-    const char *core = openblas_get_corename();
-    snprintf(out->blas_core, sizeof out->blas_core, "%s", core && *core ? core : "unknown");
+    snprintf(out->blas_core, sizeof out->blas_core, "%s", td_blas_core());
     snprintf(out->isa, sizeof out->isa, "%s", isa());
 #if defined(__clang__)
     snprintf(out->compiler, sizeof out->compiler, "clang %d.%d.%d", __clang_major__,
@@ -113,4 +115,35 @@ bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, siz
         snprintf(buf + len, cap - len, k > 1 || plural ? " differ" : " differs");
     }
     return k > 0;
+}
+
+const char *td_blas_core(void) {
+    const char *core = openblas_get_corename();
+    return core && *core ? core : "unknown";
+}
+
+bool td_blas_core_selectable(void) {
+    const char *config = openblas_get_config();
+    return config && strstr(config, "DYNAMIC_ARCH");
+}
+
+unsigned td_cpu_features(void) {
+    unsigned f = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init(); /* libgcc checks XCR0 too: the kernel must save the AVX-512 state */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= TD_CPU_AVX2_FMA;
+    if (__builtin_cpu_supports("x86-64-v4")) f |= TD_CPU_AVX512;
+    if (__builtin_cpu_supports("avx512bf16")) f |= TD_CPU_AVX512_BF16;
+#endif
+    return f;
+}
+
+const char *td_blas_core_for(const char *picked, unsigned features) {
+    /* Prescott is OpenBLAS's fallback for an x86-64 CPU it does not know; any other core is a
+     * pick it made for this CPU, left alone */
+    if (!picked || strcasecmp(picked, "Prescott")) return NULL;
+    if ((features & TD_CPU_AVX512) && (features & TD_CPU_AVX512_BF16)) return "Cooperlake";
+    if (features & TD_CPU_AVX512) return "SkylakeX";
+    if (features & TD_CPU_AVX2_FMA) return "Haswell";
+    return NULL;
 }

@@ -103,6 +103,18 @@ int main(void) {
                 }
         }
 
+    /* the OpenBLAS core for a CPU OpenBLAS does not know (it picked Prescott, its SSE3
+     * fallback): the class's core, by the features; any core it picked by name stands */
+    const unsigned v4 = TD_CPU_AVX2_FMA | TD_CPU_AVX512, bf16 = v4 | TD_CPU_AVX512_BF16;
+    ASSERT_STREQ(td_blas_core_for("Prescott", bf16), "Cooperlake");
+    ASSERT_STREQ(td_blas_core_for("PRESCOTT", v4), "SkylakeX");
+    ASSERT_STREQ(td_blas_core_for("Prescott", TD_CPU_AVX2_FMA), "Haswell");
+    ASSERT(td_blas_core_for("Prescott", 0) == NULL);
+    ASSERT(td_blas_core_for("Haswell", bf16) == NULL);
+    ASSERT(td_blas_core_for("Zen", bf16) == NULL);
+    ASSERT(td_blas_core_for(NULL, bf16) == NULL);
+    ASSERT(td_blas_core_selectable() || strcmp(td_blas_core(), "Prescott"));
+
     check_im2col(1, 5, 5, 3, 1, 0);
     check_im2col(3, 7, 6, 3, 1, 1);
     /* stride 1 with rows of 8 or more floats that are not the input's ('valid' and other

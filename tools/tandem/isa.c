@@ -1,4 +1,5 @@
-/* Which build of tandem's own kernels runs. tandem's kernels (Winograd transforms, batchnorm,
+/* Which build of tandem's own kernels runs, and OpenBLAS's core where OpenBLAS does not know the
+ * CPU. tandem's kernels (Winograd transforms, batchnorm,
  * AdamW, the loader's conversions...) are compiled, not dispatched: a baseline x86-64 build runs
  * them with SSE2 and fmaf through libm, 1.4x-1.9x the CPU time of an AVX-512 build per training
  * step (docs/benchmarks.md). A wheel for every x86-64 machine therefore holds one binary per level
@@ -23,6 +24,53 @@
  * the processes it starts choose afresh): a sibling whose build does not match its name stops
  * here instead of exec'ing again. */
 #define HOP_VAR "TANDEM__ISA_EXEC"
+
+/* ---- OpenBLAS's core ----
+ * OpenBLAS picks its core as it loads, before main(), from the CPU's family and model or from
+ * OPENBLAS_CORETYPE. A CPU it does not know by name gets its SSE3 kernels (tensor.h,
+ * td_blas_core_for); there, with OPENBLAS_CORETYPE unset, tandem runs itself again under the
+ * core of the CPU's class, in the same exec as the build's when it picks another. The process
+ * it execs takes the variable out of its environment at once (BLAS_VAR says it was ours), so
+ * what it starts, a user's script included, gets the environment the user gave and picks
+ * afresh; `tandem launch` pins its workers' core where it must (launch.h). */
+#define BLAS_VAR "TANDEM__BLAS_EXEC" /* across our exec: the core OpenBLAS had picked */
+static char blas_fallback[32];       /* that core, in the process exec'd: for --version */
+
+/* Whether this process is our exec for the core; if so, its environment is put back. */
+static bool blas_arrived(void) {
+    const char *from = getenv(BLAS_VAR);
+    if (!from) return false;
+    snprintf(blas_fallback, sizeof blas_fallback, "%s", from);
+    unsetenv(BLAS_VAR);
+    unsetenv("OPENBLAS_CORETYPE");
+    return true;
+}
+
+/* The core to run instead of OpenBLAS's pick, or NULL. */
+static const char *blas_better_core(void) {
+    if (getenv("OPENBLAS_CORETYPE") || !td_blas_core_selectable()) return NULL;
+    return td_blas_core_for(td_blas_core(), td_cpu_features());
+}
+
+static void blas_leave(const char *core) {
+    setenv(BLAS_VAR, td_blas_core(), 1);
+    setenv("OPENBLAS_CORETYPE", core, 1);
+}
+
+/* The exec for the core failed: run on, on OpenBLAS's pick, saying so. */
+static void blas_stay(const char *core, const char *why) {
+    unsetenv(BLAS_VAR);
+    unsetenv("OPENBLAS_CORETYPE");
+    fprintf(stderr,
+            "tandem: warning: OpenBLAS does not know this CPU and runs its SSE3 kernels (core %s); "
+            "tandem could not run itself again under OPENBLAS_CORETYPE=%s (%s): set "
+            "OPENBLAS_CORETYPE=%s for its %s kernels, 4-5x faster here\n",
+            td_blas_core(), core, why, core, core);
+}
+
+const char *td_cli_blas_fallback(void) {
+    return blas_fallback[0] ? blas_fallback : NULL;
+}
 
 #if defined(__x86_64__)
 
@@ -78,21 +126,13 @@ static bool sibling_exists(char *dir, bool *have_dir, int level, char *path, siz
     return access(path, X_OK) == 0;
 }
 
-void td_cli_pick_kernels(char **argv) {
+/* The level of the build to run: 0 when it is this binary, else a sibling's, its path in
+ * path[cap]. Exits 2 with what to do when the level asked for cannot run. */
+static int pick_build(char *path, size_t cap) {
     const int own = built_level();
-    const char *hop = getenv(HOP_VAR);
-    if (hop) {
-        int want = parse_level(hop);
-        unsetenv(HOP_VAR);
-        if (want != own)
-            die("this tandem binary was exec'd as the build for %s but is built for %s: the "
-                "files beside it are mixed up; reinstall tandem (or set TANDEM_ISA=%s)",
-                want ? level_name[want] : hop, level_name[own], level_name[own]);
-        return;
-    }
     const int cpu = cpu_level();
     const char *pin = td_env_str(TD_ENV_ISA);
-    char dir[PATH_MAX], path[PATH_MAX + 32];
+    char dir[PATH_MAX];
     bool have_dir = false;
     int want = 0;
     if (strcmp(pin, "auto")) {
@@ -105,40 +145,64 @@ void td_cli_pick_kernels(char **argv) {
             die("TANDEM_ISA=%s: this CPU runs x86-64 up to %s; set TANDEM_ISA=%s or lower (every "
                 "rank must run one level to compute the same bits), or unset it",
                 pin, level_name[cpu], level_name[cpu]);
-        if (want == own) return;
-        if (!sibling_exists(dir, &have_dir, want, path, sizeof path))
+        if (want == own) return 0;
+        if (!sibling_exists(dir, &have_dir, want, path, cap))
             die("TANDEM_ISA=%s: this tandem is built for %s only (no %s beside it); unset "
                 "TANDEM_ISA or set it to %s, or install the portable wheel (scripts/wheel.sh), "
                 "which carries x86-64, x86-64-v3 and x86-64-v4",
                 pin, level_name[own], path[0] ? path : "tandem-<level>", level_name[own]);
-    } else {
-        /* The highest level the CPU runs that this binary is or that a sibling is built for. */
-        for (int l = cpu; l >= 1 && !want; l--) {
-            if (l == own) return;
-            if (sibling_exists(dir, &have_dir, l, path, sizeof path)) want = l;
-        }
-        if (!want) {
-            /* A build above the CPU's level (-march=native on another machine): said, in case
-             * CPUID understates what the CPU runs, rather than refused. */
-            fprintf(stderr,
-                    "tandem: warning: this tandem is built for %s, but this CPU runs x86-64 up to "
-                    "%s: it may stop on an illegal instruction; build tandem on this machine "
-                    "(scripts/build.sh) or install the portable wheel (scripts/wheel.sh)\n",
-                    level_name[own], level_name[cpu]);
-            return;
-        }
+        return want;
     }
-    setenv(HOP_VAR, level_name[want], 1);
+    /* The highest level the CPU runs that this binary is or that a sibling is built for. */
+    for (int l = cpu; l >= 1; l--) {
+        if (l == own) return 0;
+        if (sibling_exists(dir, &have_dir, l, path, cap)) return l;
+    }
+    /* A build above the CPU's level (-march=native on another machine): said, in case CPUID
+     * understates what the CPU runs, rather than refused. */
+    fprintf(stderr,
+            "tandem: warning: this tandem is built for %s, but this CPU runs x86-64 up to %s: it "
+            "may stop on an illegal instruction; build tandem on this machine (scripts/build.sh) "
+            "or install the portable wheel (scripts/wheel.sh)\n",
+            level_name[own], level_name[cpu]);
+    return 0;
+}
+
+void td_cli_pick_kernels(char **argv) {
+    bool blas_hop = blas_arrived();
+    const char *hop = getenv(HOP_VAR);
+    if (hop) {
+        int want = parse_level(hop), own = built_level();
+        unsetenv(HOP_VAR);
+        if (want != own)
+            die("this tandem binary was exec'd as the build for %s but is built for %s: the "
+                "files beside it are mixed up; reinstall tandem (or set TANDEM_ISA=%s)",
+                want ? level_name[want] : hop, level_name[own], level_name[own]);
+        return;
+    }
+    if (blas_hop) return; /* our own exec for the BLAS core alone: this build was picked */
+    char path[PATH_MAX + 32];
+    const int level = pick_build(path, sizeof path);
+    const char *core = blas_better_core();
+    if (!level && !core) return;
+    if (core) blas_leave(core);
+    if (!level) { /* this build, again, for OpenBLAS to load under the core */
+        execv("/proc/self/exe", argv);
+        blas_stay(core, strerror(errno));
+        return;
+    }
+    setenv(HOP_VAR, level_name[level], 1);
     execv(path, argv);
     die("cannot run %s (the build of tandem for %s): %s; reinstall tandem, or set TANDEM_ISA=%s "
         "to run this binary's own kernels",
-        path, level_name[want], strerror(errno), level_name[own]);
+        path, level_name[level], strerror(errno), level_name[built_level()]);
 }
 
 #else /* not x86-64: one build per architecture, nothing to pick */
 
 void td_cli_pick_kernels(char **argv) {
     (void)argv;
+    blas_arrived();
     unsetenv(HOP_VAR);
 }
 

@@ -42,6 +42,10 @@ int main(int argc, char **argv) {
         printf("tandem %s (kernels %s)\n", TANDEM_VERSION_STRING, n.kernels);
         /* which build runs (TANDEM_ISA, isa.c) and what else decides the bits */
         printf("kernels for %s, OpenBLAS core %s, %s\n", n.isa, n.blas_core, n.compiler);
+        if (td_cli_blas_fallback())
+            printf("OpenBLAS picked %s, its SSE3 fallback, for this CPU it does not know: tandem "
+                   "runs it under OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n",
+                   td_cli_blas_fallback(), n.blas_core);
         return 0;
     }
     for (size_t i = 0; i < TD_ARRAY_LEN(commands); i++)
