@@ -46,6 +46,12 @@ static bool blas_arrived(void) {
     return true;
 }
 
+const char *td_cli_blas_fallback(void) {
+    return blas_fallback[0] ? blas_fallback : NULL;
+}
+
+#if defined(__x86_64__)
+
 /* The core to run instead of OpenBLAS's pick, or NULL. */
 static const char *blas_better_core(void) {
     if (getenv("OPENBLAS_CORETYPE") || !td_blas_core_selectable()) return NULL;
@@ -67,12 +73,6 @@ static void blas_stay(const char *core, const char *why) {
             "OPENBLAS_CORETYPE=%s for its %s kernels, 4-5x faster here\n",
             td_blas_core(), core, why, core, core);
 }
-
-const char *td_cli_blas_fallback(void) {
-    return blas_fallback[0] ? blas_fallback : NULL;
-}
-
-#if defined(__x86_64__)
 
 static const char *const level_name[] = {"", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
 #define MAX_LEVEL 4
