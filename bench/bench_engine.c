@@ -20,6 +20,8 @@
 #include "tandem/nn.h"
 #include "tandem/tensor.h"
 
+#include "blas_core.h"
+
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void); /* the kernel set OpenBLAS picked for this CPU: the CPU class */
 
@@ -107,6 +109,7 @@ static td_status bench_model(const char *name, const int *shape, int threads, in
 }
 
 int main(int argc, char **argv) {
+    bench_use_tandems_blas_core(argv);
     const char *models = "basicnet,mlp7", *threads = "1,2";
     double seconds = 2.0;
     int batch = 64, shape[3] = {1, 28, 28};

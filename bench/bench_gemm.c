@@ -17,6 +17,8 @@
 
 #include "tandem/tensor.h"
 
+#include "blas_core.h"
+
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
 
@@ -99,6 +101,7 @@ static double rate(void (*fn)(layer *), layer *l, int repeats, int cold) {
 }
 
 int main(int argc, char **argv) {
+    bench_use_tandems_blas_core(argv);
     int batch = 64, repeats = 20;
     const char *shapes = "784x1024,1024x1024,1024x512,512x512";
     for (int i = 1; i < argc; i++) {
