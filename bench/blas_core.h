@@ -12,8 +12,7 @@
 #include "tandem/tensor.h"
 
 static inline void bench_use_tandems_blas_core(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || !td_blas_core_selectable()) return;
-    const char *core = td_blas_core_for(td_blas_core(), td_cpu_features());
+    const char *core = td_blas_core_wanted();
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
     execv("/proc/self/exe", argv); /* on failure: measured on OpenBLAS's own pick, as named */

@@ -61,17 +61,18 @@ bool td_numerics_diff(const td_numerics *a, const td_numerics *b, char *buf, siz
  * from the CPU's family and model; one it does not know by name it runs on its SSE3 kernels,
  * "Prescott", 4-5x slower than its AVX-512 ones (Debian 12's 0.3.21 on an Intel Xeon of model
  * 207, Emerald Rapids: sgemm 26 against 120-130 GFLOP/s). Given the core OpenBLAS picked and the
- * CPU's features (td_cpu_features), this names the core of the CPU's class: "Cooperlake" (AVX-512
- * with BF16), "SkylakeX" (AVX-512), "Haswell" (AVX2 with FMA); NULL where OpenBLAS's pick stands (any core but Prescott, or a CPU
- * of none of those classes). tandem's CLI runs itself again under OPENBLAS_CORETYPE set to it
- * (tools/tandem/isa.c), since OpenBLAS reads the variable only as it loads. */
+ * CPU's features, this names the core of the CPU's class: "Cooperlake" (AVX-512 with BF16),
+ * "SkylakeX" (AVX-512), "Haswell" (AVX2 with FMA); NULL where OpenBLAS's pick stands (any core
+ * but Prescott, or a CPU of none of those classes). */
 enum { TD_CPU_AVX2_FMA = 1, TD_CPU_AVX512 = 2 /* x86-64-v4 */, TD_CPU_AVX512_BF16 = 4 };
-unsigned td_cpu_features(void);
 const char *td_blas_core_for(const char *picked, unsigned features);
-/* OpenBLAS's own pick for this process ("Cooperlake", "Prescott", ...) and whether it can be
- * changed by OPENBLAS_CORETYPE (a DYNAMIC_ARCH build, which carries every core). */
+/* That core for this process, or NULL: NULL too where OPENBLAS_CORETYPE is set (the user's core
+ * stands) or OpenBLAS cannot switch (not a DYNAMIC_ARCH build). OpenBLAS reads the variable only
+ * as it loads, so a program runs itself again under OPENBLAS_CORETYPE set to it (tandem's CLI:
+ * tools/tandem/isa.c; the benches: bench/blas_core.h). */
+const char *td_blas_core_wanted(void);
+/* OpenBLAS's own pick for this process ("Cooperlake", "Prescott", ...). */
 const char *td_blas_core(void);
-bool td_blas_core_selectable(void);
 
 /* ---- BLAS ----
  * c[m x n] = alpha * op(a) * op(b) + beta * c, row-major; op(a) is m x k, op(b) is k x n.

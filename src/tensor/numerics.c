@@ -2,8 +2,8 @@
  * and the instruction set this file was compiled for, which is the one of every kernel of the
  * tensor layer (they share the layer's compile flags, -march included). */
 #include <cblas.h>
-#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -122,12 +122,7 @@ const char *td_blas_core(void) {
     return core && *core ? core : "unknown";
 }
 
-bool td_blas_core_selectable(void) {
-    const char *config = openblas_get_config();
-    return config && strstr(config, "DYNAMIC_ARCH");
-}
-
-unsigned td_cpu_features(void) {
+static unsigned cpu_features(void) {
     unsigned f = 0;
 #if defined(__x86_64__)
     __builtin_cpu_init(); /* libgcc checks XCR0 too: the kernel must save the AVX-512 state */
@@ -150,4 +145,10 @@ const char *td_blas_core_for(const char *picked, unsigned features) {
     if (features & TD_CPU_AVX512) return "SkylakeX";
     if (features & TD_CPU_AVX2_FMA) return "Haswell";
     return NULL;
+}
+
+const char *td_blas_core_wanted(void) {
+    const char *config = openblas_get_config();
+    if (getenv("OPENBLAS_CORETYPE") || !config || !strstr(config, "DYNAMIC_ARCH")) return NULL;
+    return td_blas_core_for(td_blas_core(), cpu_features());
 }

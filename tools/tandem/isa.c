@@ -1,9 +1,8 @@
 /* Which build of tandem's own kernels runs, and OpenBLAS's core where OpenBLAS does not know the
- * CPU. tandem's kernels (Winograd transforms, batchnorm,
- * AdamW, the loader's conversions...) are compiled, not dispatched: a baseline x86-64 build runs
- * them with SSE2 and fmaf through libm, 1.4x-1.9x the CPU time of an AVX-512 build per training
- * step (docs/benchmarks.md). A wheel for every x86-64 machine therefore holds one binary per level
- * (scripts/wheel.sh, CMake's TANDEM_ISA_VARIANTS), and the baseline one, the `tandem` users run,
+ * CPU. tandem's kernels (Winograd transforms, batchnorm, AdamW, the loader's conversions...) are
+ * compiled, not dispatched: a baseline x86-64 build runs them with SSE2 and fmaf through libm,
+ * 1.4x-1.9x the CPU time of an AVX-512 build per training step (docs/benchmarks.md). A wheel
+ * for every x86-64 machine therefore holds one binary per level (scripts/wheel.sh, CMake's TANDEM_ISA_VARIANTS), and the baseline one, the `tandem` users run,
  * execs the best of them before doing anything else. One process runs one build through and
  * through, so a level's bits are the bits of a plain build for that level (-march=x86-64-v4 ...),
  * and ranks compare which one they run before their first step (tensor.h, numerics). */
@@ -51,12 +50,6 @@ const char *td_cli_blas_fallback(void) {
 }
 
 #if defined(__x86_64__)
-
-/* The core to run instead of OpenBLAS's pick, or NULL. */
-static const char *blas_better_core(void) {
-    if (getenv("OPENBLAS_CORETYPE") || !td_blas_core_selectable()) return NULL;
-    return td_blas_core_for(td_blas_core(), td_cpu_features());
-}
 
 static void blas_leave(const char *core) {
     setenv(BLAS_VAR, td_blas_core(), 1);
@@ -183,7 +176,7 @@ void td_cli_pick_kernels(char **argv) {
     if (blas_hop) return; /* our own exec for the BLAS core alone: this build was picked */
     char path[PATH_MAX + 32];
     const int level = pick_build(path, sizeof path);
-    const char *core = blas_better_core();
+    const char *core = td_blas_core_wanted();
     if (!level && !core) return;
     if (core) blas_leave(core);
     if (!level) { /* this build, again, for OpenBLAS to load under the core */
