@@ -2,10 +2,11 @@
  * CPU. tandem's kernels (Winograd transforms, batchnorm, AdamW, the loader's conversions...) are
  * compiled, not dispatched: a baseline x86-64 build runs them with SSE2 and fmaf through libm,
  * 1.4x-1.9x the CPU time of an AVX-512 build per training step (docs/benchmarks.md). A wheel
- * for every x86-64 machine therefore holds one binary per level (scripts/wheel.sh, CMake's TANDEM_ISA_VARIANTS), and the baseline one, the `tandem` users run,
- * execs the best of them before doing anything else. One process runs one build through and
- * through, so a level's bits are the bits of a plain build for that level (-march=x86-64-v4 ...),
- * and ranks compare which one they run before their first step (tensor.h, numerics). */
+ * for every x86-64 machine therefore holds one binary per level (scripts/wheel.sh, CMake's
+ * TANDEM_ISA_VARIANTS), and the baseline one, the `tandem` users run, execs the best of them
+ * before doing anything else. One process runs one build through and through, so a level's
+ * bits are the bits of a plain build for that level (-march=x86-64-v4 ...), and ranks compare
+ * which one they run before their first step (tensor.h, numerics). */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
